@@ -1,0 +1,1 @@
+"""Everything that judges a mapping: rules, and the physics they need (memory ledger, step time)."""

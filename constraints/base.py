@@ -1,0 +1,141 @@
+"""The shared Constraint type: a named, cited rule that evaluates a mapping in plain Python and posts
+itself into a CP-SAT model behind one enforcement literal.
+
+Slack is signed and in the rule's own unit: >= 0 holds, < 0 says by how much the rule is broken.
+Both sides read the same quantities: Python from `Facts` (the mapping and its derived sizes), CP-SAT
+from `DecisionVars` (the same quantities as integer variables). A property test holds them together.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from enum import StrEnum
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from parasol.problems.derived import Derived
+from parasol.problems.mapping import Mapping
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+
+    from parasol.constraints.decision_vars import DecisionVars
+    from parasol.constraints.memory import MemoryLedger
+    from parasol.problems.loader import Problem
+
+
+class Family(StrEnum):
+    """Rule families (one module each under constraints/)."""
+
+    divisibility = "divisibility"
+    batch = "batch arithmetic"
+    pipeline = "pipeline schedule and layout"
+    moe = "moe"
+    context = "context parallel"
+    memory = "memory"
+    placement = "placement"
+    feature = "feature compatibility"
+    user = "user-declared"
+
+
+class MegatronStage(StrEnum):
+    """Where Megatron-LM would raise (megatron-groups.md, 'Enforcement stages')."""
+
+    arguments = "A: argument validation (validate_args)"
+    global_vars = "G: global variables (num-microbatches calculator)"
+    process_groups = "I: process groups (initialize_model_parallel)"
+    config = "C: config objects (TransformerConfig.__post_init__)"
+    model_build = "B: model build"
+    runtime = "R: runtime (first forward/backward)"
+    not_megatron = "-: not a Megatron check (hardware, seed or user rule)"
+
+
+@dataclass(frozen=True)
+class Citation:
+    """Where a rule comes from: a file:line, a seed section, or a problem-file line."""
+
+    source: str
+    stage: MegatronStage = MegatronStage.not_megatron
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything a rule may read about one fully specified mapping."""
+
+    problem: Problem
+    mapping: Mapping
+    derived: Derived
+    ledger: MemoryLedger | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def model(self):  # noqa: ANN201 - ModelArchitecture
+        return self.problem.model
+
+    @property
+    def training(self):  # noqa: ANN201 - Training
+        return self.problem.training
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One rule's judgement of one mapping."""
+
+    rule: str
+    slack: float
+    unit: str
+    message: str
+    citation: Citation
+    family: Family
+
+    @property
+    def holds(self) -> bool:
+        return self.slack >= 0
+
+
+def remainder_slack(numerator: int | Fraction, denominator: int | Fraction) -> float:
+    """Slack of `denominator | numerator`: 0 when it divides, else minus the remainder."""
+    q = Fraction(numerator) / Fraction(denominator)
+    if q.denominator == 1:
+        return 0.0
+    return -float(Fraction(numerator) - (q.numerator // q.denominator) * Fraction(denominator))
+
+
+def is_whole(x: Fraction | None) -> bool:
+    """True for an integral fraction."""
+    return x is not None and x.denominator == 1
+
+
+class Constraint(ABC):
+    """A named rule. Subclasses set the class attributes and implement slack/message/post."""
+
+    id: str
+    family: Family
+    citation: Citation
+    unit: str = ""
+    summary: str = ""
+
+    def applies(self, problem: Problem) -> bool:
+        """Whether the rule is active for this problem (rule packs, model kind, options)."""
+        return True
+
+    def needs_ledger(self) -> bool:
+        """Memory rules read the ledger; the evaluator builds it only when one asks."""
+        return False
+
+    @abstractmethod
+    def slack(self, facts: Facts) -> float:
+        """Signed slack in `unit`; >= 0 when the rule holds."""
+
+    @abstractmethod
+    def message(self, facts: Facts) -> str:
+        """What the rule says about this mapping, with its numbers."""
+
+    @abstractmethod
+    def post(self, model: cp_model.CpModel, v: DecisionVars, enforce: cp_model.IntVar) -> None:
+        """Add the rule to a CP-SAT model, holding only when `enforce` is true."""
+
+    def judge(self, facts: Facts) -> Verdict:
+        """Evaluate and package the verdict."""
+        return Verdict(self.id, self.slack(facts), self.unit, self.message(facts), self.citation, self.family)

@@ -1,0 +1,102 @@
+"""Divisibility rules: the world and expert grids, attention heads and query groups versus TP.
+
+Sources: ../shared/reference/megatron-rules.yaml (Megatron-LM main@d98e8a64).
+"""
+
+from __future__ import annotations
+
+from parasol.constraints.base import Citation, Constraint, Facts, Family, MegatronStage, remainder_slack
+from parasol.problems.architecture import GQAAttention
+
+
+class WorldDivisibleByModelSize(Constraint):
+    """N must be a multiple of TP·PP·CP (so that D_a is whole)."""
+
+    id = "world-divisible-by-model-size"
+    family = Family.divisibility
+    citation = Citation("Megatron-LM megatron/training/arguments.py:424-434; megatron/core/parallel_state.py:813-823",
+                        MegatronStage.arguments)
+    unit = "GPUs"
+    summary = "world size % (TP·PP·CP) == 0"
+
+    def slack(self, f: Facts) -> float:
+        m = f.mapping
+        return remainder_slack(m.gpus, m.tp * m.pp * m.cp)
+
+    def message(self, f: Facts) -> str:
+        m = f.mapping
+        size = m.tp * m.pp * m.cp
+        return f"world size ({m.gpus}) is not divisible by TP·PP·CP = {m.tp}·{m.pp}·{m.cp} = {size}"
+
+    def post(self, model, v, enforce) -> None:
+        v.require_dp_attn(enforce)
+
+
+class WorldDivisibleByExpertGrid(Constraint):
+    """N must be a multiple of ETP·EP·PP (so that D_e is whole); checked only when groups are built."""
+
+    id = "world-divisible-by-expert-grid"
+    family = Family.divisibility
+    citation = Citation("Megatron-LM megatron/core/parallel_state.py:870-884", MegatronStage.process_groups)
+    unit = "GPUs"
+    summary = "world size % (ETP·EP·PP) == 0"
+
+    def slack(self, f: Facts) -> float:
+        m = f.mapping
+        return remainder_slack(m.gpus, m.expert_tp * m.ep * m.pp)
+
+    def message(self, f: Facts) -> str:
+        m = f.mapping
+        size = m.expert_tp * m.ep * m.pp
+        return (f"world size ({m.gpus}) is not divisible by the expert grid ETP·EP·PP = "
+                f"{m.expert_tp}·{m.ep}·{m.pp} = {size}")
+
+    def post(self, model, v, enforce) -> None:
+        v.require_dp_expert(enforce)
+
+
+class HeadsDivisibleByTP(Constraint):
+    """Attention heads split evenly over TP ranks."""
+
+    id = "heads-divisible-by-tp"
+    family = Family.divisibility
+    citation = Citation("Megatron-LM megatron/core/transformer/transformer_config.py:1446-1450", MegatronStage.config)
+    unit = "heads"
+    summary = "num_attention_heads % TP == 0"
+
+    def slack(self, f: Facts) -> float:
+        return remainder_slack(f.model.attention.num_heads, f.mapping.tp)
+
+    def message(self, f: Facts) -> str:
+        return (f"num_attention_heads ({f.model.attention.num_heads}) is not a multiple of "
+                f"TP ({f.mapping.tp})")
+
+    def post(self, model, v, enforce) -> None:
+        v.divides(v.tp, v.consts["num_heads"], "heads_tp", enforce)
+
+
+class QueryGroupsVsTP(Constraint):
+    """Query groups must be a multiple or a divisor of TP (groups are replicated when TP > groups)."""
+
+    id = "query-groups-vs-tp"
+    family = Family.divisibility
+    citation = Citation("Megatron-LM megatron/core/transformer/transformer_config.py:1458-1468", MegatronStage.config)
+    unit = "query groups"
+    summary = "num_query_groups % TP == 0 or TP % num_query_groups == 0"
+
+    def applies(self, problem) -> bool:
+        att = problem.model.attention
+        return isinstance(att, GQAAttention) and att.num_kv_heads != att.num_heads
+
+    def slack(self, f: Facts) -> float:
+        groups, tp = f.model.attention.num_kv_heads, f.mapping.tp
+        return 0.0 if groups % tp == 0 or tp % groups == 0 else -float(min(groups % tp, tp % groups))
+
+    def message(self, f: Facts) -> str:
+        return (f"num_query_groups ({f.model.attention.num_kv_heads}) is neither a multiple nor a divisor "
+                f"of TP ({f.mapping.tp})")
+
+    def post(self, model, v, enforce) -> None:
+        groups = v.consts["num_query_groups"]
+        allowed = [t for t in range(1, v.upper("tp") + 1) if groups % t == 0 or t % groups == 0]
+        model.AddAllowedAssignments([v.tp], [(t,) for t in allowed]).OnlyEnforceIf(enforce)

@@ -1,0 +1,59 @@
+"""Judge one fully specified mapping in plain Python: derived sizes, memory ledger, every rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from parasol.constraints.base import Constraint, Facts, Verdict
+from parasol.constraints.memory import MemoryLedger, memory_ledger
+from parasol.constraints.registry import active_constraints
+from parasol.problems.derived import derive
+from parasol.problems.mapping import Mapping
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Verdicts of every active rule on one mapping, with the facts they read."""
+
+    facts: Facts
+    verdicts: tuple[Verdict, ...]
+    skipped: tuple[tuple[str, str], ...]
+
+    @property
+    def feasible(self) -> bool:
+        return all(v.holds for v in self.verdicts) and not self.skipped
+
+    @property
+    def violations(self) -> tuple[Verdict, ...]:
+        return tuple(v for v in self.verdicts if not v.holds)
+
+    @property
+    def ledger(self) -> MemoryLedger | None:
+        return self.facts.ledger
+
+
+def layout_is_valid(model, mapping: Mapping, layout: tuple[int, ...]) -> bool:  # noqa: ANN001
+    """A ledger can be built when the layout has PP·VPP stages covering every block."""
+    return len(layout) == mapping.pp * mapping.vpp and sum(layout) == model.num_layers
+
+
+def facts_for(problem, mapping: Mapping) -> Facts:  # noqa: ANN001 - Problem
+    """Derived sizes and, when the layout is valid, the memory ledger of `mapping`."""
+    derived = derive(problem.model, mapping)
+    ledger = None
+    if layout_is_valid(problem.model, mapping, derived.layout):
+        ledger = memory_ledger(problem.model, mapping, derived, problem.training,
+                               problem.hardware.gpu.usable_hbm_bytes)
+    return Facts(problem=problem, mapping=mapping, derived=derived, ledger=ledger)
+
+
+def evaluate(problem, mapping: Mapping, rules: tuple[Constraint, ...] | None = None) -> Evaluation:  # noqa: ANN001
+    """Every active rule's verdict; rules that need a ledger are skipped (with the reason) without one."""
+    facts = facts_for(problem, mapping)
+    verdicts, skipped = [], []
+    for rule in rules if rules is not None else active_constraints(problem):
+        if rule.needs_ledger() and facts.ledger is None:
+            skipped.append((rule.id, "not evaluated: the layout does not cover the blocks with PP·VPP stages"))
+            continue
+        verdicts.append(rule.judge(facts))
+    return Evaluation(facts=facts, verdicts=tuple(verdicts), skipped=tuple(skipped))

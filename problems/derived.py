@@ -1,0 +1,159 @@
+"""Sizes that follow from a mapping: data-parallel degrees, microbatches, bubble, tokens, experts.
+
+Each formula is one named function, cited to the seed or to Megatron-LM. A degree that does not
+divide exactly is reported as a Fraction so that the rule that fails can say by how much.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from parasol.problems.architecture import ModelArchitecture
+from parasol.problems.mapping import Mapping
+
+
+def attention_data_parallel(gpus: int, pp: int, tp: int, cp: int) -> Fraction:
+    """D_a = N / (PP·TP·CP): seed 000 §并行分组 (MoE Parallel Folding), Megatron arguments.py:442-448."""
+    return Fraction(gpus, pp * tp * cp)
+
+
+def expert_data_parallel(gpus: int, pp: int, etp: int, ep: int) -> Fraction:
+    """D_e = N / (PP·ETP·EP): the same ranks of a stage folded as ETP×EP×D_e (parallel_state.py:870-884)."""
+    return Fraction(gpus, pp * etp * ep)
+
+
+def num_microbatches(gbs: int, mbs: int, dp_attn: Fraction) -> Fraction:
+    """m = B / (b·D_a): seed 000 §PP 和 microbatch; CP and EP add no samples."""
+    return Fraction(gbs) / (mbs * dp_attn)
+
+
+def bubble_fraction(pp: int, m: float, vpp: int = 1) -> float:
+    """Share of an ideal pipeline lost to fill and drain: (p−1)/(v·m+p−1); v=1 is seed 000's 1F1B
+    formula (p−1)/(m+p−1); with v virtual stages per rank the bubble shrinks v-fold (Narayanan 2021 §2.2)."""
+    if pp <= 1:
+        return 0.0
+    return (pp - 1) / (vpp * m + pp - 1)
+
+
+def tokens_per_update(gbs: int, seq_len: int) -> int:
+    """Packed token positions per optimizer step, B·S (seed 000: 4096·8192 = 33,554,432)."""
+    return gbs * seq_len
+
+
+def tokens_per_rank(mbs: int, seq_len: int, cp: int, tp: int) -> Fraction:
+    """Tokens one rank holds in a microbatch: b·S/CP, further split by TP under sequence parallelism."""
+    return Fraction(mbs * seq_len, cp * tp)
+
+
+def tokens_per_ep_dispatch(ep: int, etp: int, mbs: int, seq_len: int, cp: int, tp: int) -> Fraction:
+    """Unique tokens one EP dispatch covers: the EP·ETP ranks' local tokens. With TP = ETP = 1 this is
+    seed 000's T_group = EP·b·S/CP (524,288 for EP64, S=8192, CP1; 131,072 for CP4)."""
+    return ep * etp * tokens_per_rank(mbs, seq_len, cp, tp)
+
+
+def mean_assignments_per_expert(top_k: int, tokens: Fraction, num_experts: int) -> Fraction:
+    """E[T_expert] = k·T/E under balanced routing (seed 000 §CP; seed 003 §4)."""
+    return top_k * tokens / num_experts
+
+
+def experts_per_rank(num_experts: int, ep: int) -> Fraction:
+    """Routed experts of one MoE layer held by one rank: E/EP (seed 000: 384/64 = 6)."""
+    return Fraction(num_experts, ep)
+
+
+def default_layout(num_blocks: int, stages: int) -> tuple[int, ...]:
+    """Split blocks over stages as evenly as possible; the remainder goes to the middle stages first,
+    since the first stage also holds the embedding and the last the head, loss and MTP."""
+    base, extra = divmod(num_blocks, stages)
+    counts = [base] * stages
+    order = sorted(range(stages), key=lambda s: (s in (0, stages - 1), abs(2 * s - (stages - 1)), s))
+    for s in order[:extra]:
+        counts[s] += 1
+    return tuple(counts)
+
+
+def stage_of_virtual(virtual_index: int, pp: int) -> int:
+    """Pipeline rank that runs virtual stage k (Megatron: pp_rank = k % PP, layout docs §2.3)."""
+    return virtual_index % pp
+
+
+@dataclass(frozen=True)
+class Derived:
+    """Every derived size of one mapping on one model (exact fractions where division can fail)."""
+
+    dp_attn: Fraction
+    dp_expert: Fraction
+    num_microbatches: Fraction
+    bubble_fraction: float
+    tokens_per_update: int
+    tokens_per_rank: Fraction
+    tokens_per_ep_dispatch: Fraction | None
+    assignments_per_expert: Fraction | None
+    experts_per_rank: Fraction | None
+    layout: tuple[int, ...]
+    stage_layers: tuple[int, ...]
+
+    def as_dict(self) -> dict:
+        """JSON-ready values: whole numbers as int, others as float."""
+        def num(x: Fraction | None) -> int | float | None:
+            if x is None:
+                return None
+            return int(x) if x.denominator == 1 else float(x)
+
+        return {
+            "dp_attn": num(self.dp_attn),
+            "dp_expert": num(self.dp_expert),
+            "num_microbatches": num(self.num_microbatches),
+            "bubble_fraction": round(self.bubble_fraction, 6),
+            "tokens_per_update": self.tokens_per_update,
+            "tokens_per_rank": num(self.tokens_per_rank),
+            "tokens_per_ep_dispatch": num(self.tokens_per_ep_dispatch),
+            "assignments_per_expert": num(self.assignments_per_expert),
+            "experts_per_rank": num(self.experts_per_rank),
+            "layout": list(self.layout),
+            "stage_layers": list(self.stage_layers),
+        }
+
+
+def resolve_layout(model: ModelArchitecture, mapping: Mapping) -> tuple[int, ...]:
+    """The mapping's layout, or the default split over PP·VPP virtual stages."""
+    if mapping.layout is not None:
+        return mapping.layout
+    return default_layout(model.num_layers, mapping.pp * mapping.vpp)
+
+
+def stage_layer_totals(layout: tuple[int, ...], pp: int) -> tuple[int, ...]:
+    """Blocks each pipeline rank holds, summing its virtual stages (k goes to rank k % PP)."""
+    totals = [0] * pp
+    for k, n in enumerate(layout):
+        totals[stage_of_virtual(k, pp)] += n
+    return tuple(totals)
+
+
+def derive(model: ModelArchitecture, mapping: Mapping) -> Derived:
+    """Compute every derived size of `mapping` for `model`."""
+    m = mapping
+    dp_a = attention_data_parallel(m.gpus, m.pp, m.tp, m.cp)
+    dp_e = expert_data_parallel(m.gpus, m.pp, m.expert_tp, m.ep)
+    mb = num_microbatches(m.gbs, m.mbs, dp_a)
+    layout = resolve_layout(model, m)
+    moe = model.moe
+    dispatch = assign = per_rank = None
+    if moe is not None:
+        dispatch = tokens_per_ep_dispatch(m.ep, m.expert_tp, m.mbs, m.seq_len, m.cp, m.tp)
+        assign = mean_assignments_per_expert(moe.top_k, dispatch, moe.num_experts)
+        per_rank = experts_per_rank(moe.num_experts, m.ep)
+    return Derived(
+        dp_attn=dp_a,
+        dp_expert=dp_e,
+        num_microbatches=mb,
+        bubble_fraction=bubble_fraction(m.pp, float(mb), m.vpp),
+        tokens_per_update=tokens_per_update(m.gbs, m.seq_len),
+        tokens_per_rank=tokens_per_rank(m.mbs, m.seq_len, m.cp, m.tp),
+        tokens_per_ep_dispatch=dispatch,
+        assignments_per_expert=assign,
+        experts_per_rank=per_rank,
+        layout=layout,
+        stage_layers=stage_layer_totals(layout, m.pp) if len(layout) % m.pp == 0 else layout,
+    )

@@ -1,0 +1,103 @@
+"""Megatron-LM's rank groups and where they land on nodes and NVLink domains.
+
+Megatron orders ranks `tp-cp-ep-dp-pp` (leftmost fastest) and builds two generators over the same
+ranks: dense (TP, CP, DP, PP) and expert (ETP, EP, EDP, PP); a group is the set of ranks that agree
+on every dimension outside it (parallel_state.py:269-375, megatron-groups.md §1.2). Nodes are
+contiguous rank blocks under the usual launcher layout rank = node·G + local_rank (§1.4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+from parasol.problems.mapping import Mapping
+
+ORDER = ("tp", "cp", "ep", "dp", "pp")
+
+
+def dense_sizes(m: Mapping) -> dict[str, int]:
+    """Dimension sizes of the dense/attention generator (EP is 1 there)."""
+    return {"tp": m.tp, "cp": m.cp, "ep": 1, "dp": m.gpus // (m.tp * m.cp * m.pp), "pp": m.pp}
+
+
+def expert_sizes(m: Mapping) -> dict[str, int]:
+    """Dimension sizes of the expert generator (CP is 1 there, TP is ETP, DP is expert DP)."""
+    return {"tp": m.expert_tp, "cp": 1, "ep": m.ep, "dp": m.gpus // (m.expert_tp * m.ep * m.pp), "pp": m.pp}
+
+
+def strides(sizes: dict[str, int]) -> dict[str, int]:
+    """Stride of each dimension in the global rank: product of the sizes to its left in ORDER."""
+    out, acc = {}, 1
+    for dim in ORDER:
+        out[dim] = acc
+        acc *= sizes[dim]
+    return out
+
+
+def groups(sizes: dict[str, int], dims: tuple[str, ...]) -> list[list[int]]:
+    """All groups over `dims` (e.g. ('tp',) or ('dp', 'cp')), each a sorted list of global ranks."""
+    st = strides(sizes)
+    inner = [range(sizes[d]) for d in dims]
+    outer_dims = [d for d in ORDER if d not in dims]
+    result = []
+    for outer in product(*(range(sizes[d]) for d in outer_dims)):
+        base = sum(i * st[d] for i, d in zip(outer, outer_dims, strict=True))
+        members = sorted(base + sum(i * st[d] for i, d in zip(idx, dims, strict=True)) for idx in product(*inner))
+        result.append(members)
+    return result
+
+
+def group_of_rank(sizes: dict[str, int], dims: tuple[str, ...], rank: int) -> list[int]:
+    """The group over `dims` that contains `rank`."""
+    st = strides(sizes)
+    coords = {d: (rank // st[d]) % sizes[d] for d in ORDER}
+    base = rank - sum(coords[d] * st[d] for d in dims)
+    return sorted(base + sum(i * st[d] for i, d in zip(idx, dims, strict=True))
+                  for idx in product(*(range(sizes[d]) for d in dims)))
+
+
+@dataclass(frozen=True)
+class GroupPlacement:
+    """How the groups of one kind lie on the cluster (worst group of the kind)."""
+
+    kind: str
+    size: int
+    count: int
+    max_nodes: int
+    max_domains: int
+
+    @property
+    def inside_node(self) -> bool:
+        return self.max_nodes == 1
+
+    @property
+    def inside_domain(self) -> bool:
+        return self.max_domains == 1
+
+
+GROUP_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "tp": ("dense", ("tp",)),
+    "cp": ("dense", ("cp",)),
+    "dp_attn": ("dense", ("dp",)),
+    "dp_cp": ("dense", ("dp", "cp")),
+    "pp": ("dense", ("pp",)),
+    "ep": ("expert", ("ep",)),
+    "etp": ("expert", ("tp",)),
+    "dp_expert": ("expert", ("dp",)),
+}
+
+
+def placements(m: Mapping, gpus_per_node: int, gpus_per_domain: int) -> tuple[GroupPlacement, ...]:
+    """Node and NVLink-domain span of every group kind under Megatron's rank order."""
+    out = []
+    for kind, (grid, dims) in GROUP_KINDS.items():
+        sizes = dense_sizes(m) if grid == "dense" else expert_sizes(m)
+        size = 1
+        for d in dims:
+            size *= sizes[d]
+        all_groups = groups(sizes, dims)
+        max_nodes = max(len({r // gpus_per_node for r in g}) for g in all_groups)
+        max_domains = max(len({r // gpus_per_domain for r in g}) for g in all_groups)
+        out.append(GroupPlacement(kind, size, len(all_groups), max_nodes, max_domains))
+    return tuple(out)

@@ -1,0 +1,148 @@
+"""The problem language: what a `problem.yaml` may say, validated by pydantic.
+
+A problem names a model (catalog name, inline architecture, or a HuggingFace config.json), the
+training run, the hardware (preset name or inline topology, and the GPU count), the framework's
+rule packs, an optional search space, an optional hand-picked mapping and the objectives.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from parasol.problems.architecture import Strict
+from parasol.problems.mapping import Recompute
+
+RECOMPUTE_MODULES = (
+    "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts", "mhc",
+)
+
+
+class Precision(StrEnum):
+    """Compute precision of the GEMMs; weights stay BF16 either way (Megatron FP8 recipes)."""
+
+    bf16 = "bf16"
+    fp8 = "fp8"
+
+
+class Optimizer(StrEnum):
+    """Adam keeps two FP32 moments per parameter; Muon one momentum for its 2-D matrices."""
+
+    adam = "adam"
+    muon = "muon"
+
+
+class Training(Strict):
+    """The training run: sequence, batch, precision, optimizer and memory-saving choices."""
+
+    seq_len: PositiveInt = Field(description="tokens per packed sequence, e.g. 8192")
+    global_batch: PositiveInt = Field(description="sequences per optimizer step (GBS), e.g. 4096")
+    micro_batch: PositiveInt | None = Field(default=None, description="pin the micro-batch size (MBS)")
+    precision: Precision = Precision.bf16
+    optimizer: Optimizer = Optimizer.adam
+    distributed_optimizer: bool = Field(
+        default=True, description="shard optimizer state and FP32 master weights over the data-parallel group"
+    )
+    grad_dtype: Literal["fp32", "bf16"] = Field(
+        default="fp32", description="dtype of the gradient buffer (Megatron accumulates main grads in FP32)"
+    )
+    recompute: Recompute = Recompute.none
+    recompute_modules: tuple[Literal[RECOMPUTE_MODULES], ...] = Field(  # type: ignore[valid-type]
+        default=("core_attn",), description="modules recomputed under selective recompute (Megatron default core_attn)"
+    )
+    capacity_factor: PositiveFloat | None = Field(
+        default=None, description="MoE expert capacity factor; none means dropless routing"
+    )
+    dispatch_headroom: float = Field(
+        default=1.5, ge=1.0,
+        description="dropless routing: the dispatch receive buffer is sized for this multiple of the balanced load",
+    )
+    workspace_gb: float = Field(default=2.0, ge=0, description="GEMM/attention/communication workspaces (GB)")
+    packed_sequences: bool = Field(default=False, description="packed THD input (needed by DSv4 CP > 1)")
+    sequence_parallel: bool = Field(default=True, description="Megatron --sequence-parallel when TP > 1")
+
+
+class HardwareSection(Strict):
+    """Which cluster: a preset name with optional overrides, or an inline GPU and topology."""
+
+    gpus: PositiveInt = Field(description="GPUs in the job; a whole number of nodes")
+    preset: str | None = Field(default=None, description="hardware preset name, see `parasol hardware`")
+    gpu: dict | None = Field(default=None, description="GPU fields overriding the preset's")
+    topology: dict | None = Field(default=None, description="topology fields overriding the preset's")
+
+    @model_validator(mode="after")
+    def _preset_or_inline(self) -> HardwareSection:
+        if self.preset is None and (self.gpu is None or self.topology is None):
+            raise ValueError("give hardware.preset, or both hardware.gpu and hardware.topology inline")
+        return self
+
+
+class RulePack(StrEnum):
+    """Framework rule packs a problem can switch on."""
+
+    megatron_core = "megatron-core"
+    deepseek_v4 = "deepseek-v4"
+    seed_claims = "seed-claims"
+
+
+class Framework(Strict):
+    """The training framework and which of its rule packs apply."""
+
+    name: Literal["megatron-lm"] = "megatron-lm"
+    rule_packs: tuple[RulePack, ...] = (RulePack.megatron_core,)
+    dispatcher: Literal["alltoall", "allgather", "flex"] = "alltoall"
+
+
+Degree = PositiveInt | list[PositiveInt]
+
+
+class SearchSpace(Strict):
+    """Allowed values (a list) or a pin (a number) per degree; absent means every legal value."""
+
+    tp: Degree | None = None
+    pp: Degree | None = None
+    cp: Degree | None = None
+    ep: Degree | None = None
+    etp: Degree | None = None
+    vpp: Degree | None = None
+    mbs: Degree | None = None
+
+
+class Objective(StrEnum):
+    """What the solver minimises (or, for tokens_per_s, maximises)."""
+
+    step_time = "step_time"
+    peak_memory = "peak_memory"
+    network_bytes = "network_bytes"
+    bubble = "bubble"
+    gpus = "gpus"
+
+
+class MappingSection(Strict):
+    """A hand-picked mapping, checked by `parasol explain` when no --set is given."""
+
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    cp: PositiveInt = 1
+    ep: PositiveInt = 1
+    etp: PositiveInt | None = None
+    vpp: PositiveInt = 1
+    mbs: PositiveInt | None = None
+    recompute: Recompute | None = None
+    layout: list[int] | str | None = None
+
+
+class ProblemFile(Strict):
+    """The whole `problem.yaml` before the model and hardware are resolved."""
+
+    name: str | None = None
+    description: str = ""
+    model: str | dict = Field(description="catalog name, inline architecture, or {hf_config: path}")
+    training: Training
+    hardware: HardwareSection
+    framework: Framework = Framework()
+    search: SearchSpace = SearchSpace()
+    mapping: MappingSection | None = None
+    objectives: tuple[Objective, ...] = (Objective.step_time, Objective.peak_memory)

@@ -1,0 +1,1 @@
+"""Compilation to CP-SAT, explain, Pareto search, output writers and the command line."""

@@ -1,0 +1,87 @@
+"""`parasol explain`: the full account of one mapping as a value (JSON-ready) for the writers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from parasol.constraints.evaluate import Evaluation, evaluate
+from parasol.problems.loader import Problem
+from parasol.problems.mapping import Mapping
+from parasol.problems.rank_groups import GroupPlacement, placements
+
+BINDING_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Everything `explain` prints: the evaluation plus group placement."""
+
+    problem: Problem
+    mapping: Mapping
+    evaluation: Evaluation
+    groups: tuple[GroupPlacement, ...]
+
+    @property
+    def feasible(self) -> bool:
+        return self.evaluation.feasible
+
+    def as_dict(self) -> dict:
+        """The BRIEF's `explain --json` contract."""
+        ev = self.evaluation
+        facts = ev.facts
+        ledger = facts.ledger
+        mapping = self.mapping.as_dict()
+        mapping["layout"] = list(facts.derived.layout)
+        stages = []
+        metrics: dict = {}
+        if ledger is not None:
+            for s in ledger.stages:
+                stages.append({
+                    "stage": s.stage,
+                    "layers": len(s.blocks),
+                    "blocks": [s.blocks[0], s.blocks[-1]] if s.blocks else [],
+                    "moe_layers": s.moe_blocks,
+                    "memory_gb": round(s.total_gb, 4),
+                    "slack_gb": round(s.slack_gb, 4),
+                    "inflight_microbatches": s.inflight_microbatches,
+                    "memory_terms_gb": {t.name: round(t.gb, 4) for t in s.terms},
+                })
+            metrics["peak_memory_gb"] = round(ledger.peak.total_gb, 4)
+            metrics["peak_memory_stage"] = ledger.peak.stage
+            metrics["usable_hbm_gb"] = round(ledger.peak.usable_bytes / 1e9, 4)
+        return {
+            "feasible": self.feasible,
+            "mapping": mapping,
+            "derived": facts.derived.as_dict(),
+            "violations": [
+                {"rule": v.rule, "message": v.message, "slack": v.slack, "unit": v.unit,
+                 "source": v.citation.source, "stage": v.citation.stage.value, "family": v.family.value}
+                for v in ev.violations
+            ],
+            "constraints": [
+                {"rule": v.rule, "slack": v.slack, "unit": v.unit,
+                 "binding": v.holds and abs(v.slack) <= BINDING_TOLERANCE}
+                for v in ev.verdicts
+            ],
+            "not_evaluated": [{"rule": rule, "reason": why} for rule, why in ev.skipped],
+            "metrics": metrics,
+            "stages": stages,
+            "groups": [
+                {"group": g.kind, "size": g.size, "count": g.count, "max_nodes": g.max_nodes,
+                 "max_nvlink_domains": g.max_domains, "inside_node": g.inside_node,
+                 "inside_nvlink_domain": g.inside_domain}
+                for g in self.groups
+            ],
+            "assumptions": list(ledger.assumptions) if ledger is not None else [],
+            "repairs": [],
+        }
+
+
+def explain(problem: Problem, mapping: Mapping) -> Explanation:
+    """Evaluate `mapping` and place its groups (when the grids divide the world)."""
+    evaluation = evaluate(problem, mapping)
+    d = evaluation.facts.derived
+    grids_whole = d.dp_attn.denominator == 1 and d.dp_expert.denominator == 1
+    topo = problem.hardware.topology
+    groups = placements(mapping, topo.gpus_per_node, topo.gpus_per_nvlink_domain) if grids_whole else ()
+    return Explanation(problem=problem, mapping=mapping, evaluation=evaluation, groups=groups)

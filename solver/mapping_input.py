@@ -1,0 +1,73 @@
+"""Build the mapping to judge from a problem's defaults, its `mapping:` section and `--set k=v` flags."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from parasol.errors import InputError
+from parasol.problems.loader import Problem
+from parasol.problems.mapping import MAPPING_KEYS, Mapping
+
+
+def parse_layout(text: str) -> tuple[int, ...]:
+    """Comma-separated stage layer counts, e.g. '7,8,8,8,8,8,7,7'."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise InputError(
+            f"Cannot read layout {text!r}.", field="layout", value=text,
+            expected="comma-separated whole numbers of blocks per stage, e.g. 7,8,8,8,8,8,7,7",
+            fix="give one count per pipeline stage (PP·VPP of them, in Megatron's virtual-stage order).",
+        )
+    return tuple(int(p) for p in parts)
+
+
+def parse_sets(items: tuple[str, ...]) -> dict[str, str]:
+    """Split `k=v` flags, rejecting unknown keys and repeats."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().lower()
+        if not sep or not value.strip():
+            raise InputError(f"Cannot read --set {item!r}.", field="--set", value=item,
+                             expected="key=value, e.g. --set tp=1", fix="write each setting as key=value.")
+        if key not in MAPPING_KEYS:
+            raise InputError(f"Unknown --set key {key!r}.", field="--set", value=item,
+                             expected=f"one of {', '.join(MAPPING_KEYS)}", fix="use one of the listed keys.")
+        if key in out:
+            raise InputError(f"--set {key} is given twice.", field="--set", value=item,
+                             fix=f"keep one --set {key}=….")
+        out[key] = value.strip()
+    return out
+
+
+def base_mapping(problem: Problem) -> dict:
+    """The mapping fields a problem implies before any --set: run sizes plus its `mapping:` section."""
+    spec = problem.spec
+    data: dict = {
+        "gpus": problem.gpus,
+        "gbs": spec.training.global_batch,
+        "seq_len": spec.training.seq_len,
+        "mbs": spec.training.micro_batch or 1,
+        "recompute": spec.training.recompute,
+    }
+    if spec.mapping is not None:
+        for key, value in spec.mapping.model_dump(exclude_none=True).items():
+            data[key] = parse_layout(value) if key == "layout" and isinstance(value, str) else value
+    return data
+
+
+def build_mapping(problem: Problem, sets: dict[str, str]) -> Mapping:
+    """Problem defaults overridden by --set values, validated as a Mapping."""
+    data = base_mapping(problem)
+    for key, value in sets.items():
+        data[key] = parse_layout(value) if key == "layout" else value
+    try:
+        return Mapping.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = str(err["loc"][0]) if err["loc"] else "mapping"
+        raise InputError(
+            f"Invalid mapping value for `{key}`: {err['msg']}.", field=key, value=data.get(key),
+            expected="a positive whole number" if key not in ("recompute", "layout") else "see `parasol explain --help`",
+            fix=f"correct --set {key}=… (or the problem's mapping.{key}).",
+        ) from None

@@ -1,0 +1,175 @@
+"""HuggingFace config.json import: round trips from catalog values, and errors that name file and key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parasol.errors import InputError
+from parasol.problems.architecture import DSV4Attention, GQAAttention, MLAAttention, ModelArchitecture
+from parasol.problems.catalog import load_model
+from parasol.problems.hf_config import architecture_from_hf_config
+from parasol.problems.params import model_params
+
+
+def _common(m: ModelArchitecture, model_type: str) -> dict[str, Any]:
+    """Keys every HF config carries, taken from a catalog entry."""
+    return {
+        "model_type": model_type, "hidden_size": m.hidden_size, "vocab_size": m.vocab_size,
+        "num_hidden_layers": m.num_layers, "num_attention_heads": m.attention.num_heads,
+        "max_position_embeddings": m.max_context, "tie_word_embeddings": m.tied_embeddings, "hidden_act": "silu",
+    }
+
+
+def _deepseek(m: ModelArchitecture, model_type: str) -> dict[str, Any]:
+    """A deepseek_v2 / v3 / v4 config.json written from a catalog entry."""
+    assert m.moe is not None
+    cfg = _common(m, model_type) | {
+        "n_routed_experts": m.moe.num_experts, "num_experts_per_tok": m.moe.top_k,
+        "moe_intermediate_size": m.moe.expert_intermediate_size, "n_shared_experts": m.moe.num_shared_experts,
+        "topk_method": "noaux_tc" if m.moe.router_bias else "group_limited_greedy",
+        "num_nextn_predict_layers": m.mtp_layers, "moe_layer_freq": 1,
+    }
+    att = m.attention
+    if isinstance(att, MLAAttention):
+        assert m.dense_mlp is not None
+        cfg |= {"q_lora_rank": att.q_lora_rank, "kv_lora_rank": att.kv_lora_rank,
+                "qk_nope_head_dim": att.qk_nope_head_dim, "qk_rope_head_dim": att.qk_rope_head_dim,
+                "v_head_dim": att.v_head_dim, "intermediate_size": m.dense_mlp.intermediate_size,
+                "first_k_dense_replace": m.first_dense_layers}
+    else:
+        assert isinstance(att, DSV4Attention)
+        cfg |= {"head_dim": att.head_dim, "num_key_value_heads": att.num_kv_heads, "q_lora_rank": att.q_lora_rank,
+                "o_groups": att.o_groups, "o_lora_rank": att.o_lora_rank, "qk_rope_head_dim": att.qk_rope_head_dim,
+                "sliding_window": att.sliding_window, "index_n_heads": att.index_n_heads,
+                "index_head_dim": att.index_head_dim, "index_topk": att.index_topk,
+                "compress_ratios": list(att.compress_ratios), "num_hash_layers": m.moe.num_hash_layers,
+                "hc_mult": m.hc_mult}
+    return cfg
+
+
+def _gqa(m: ModelArchitecture, model_type: str) -> dict[str, Any]:
+    """A qwen3_moe / mixtral / llama config.json written from a catalog entry."""
+    att = m.attention
+    assert isinstance(att, GQAAttention)
+    cfg = _common(m, model_type) | {"num_key_value_heads": att.num_kv_heads, "head_dim": att.head_dim,
+                                    "attention_bias": att.bias}
+    if model_type == "qwen3_moe":
+        assert m.moe is not None
+        cfg |= {"num_experts": m.moe.num_experts, "num_experts_per_tok": m.moe.top_k,
+                "moe_intermediate_size": m.moe.expert_intermediate_size, "intermediate_size": 12288,
+                "decoder_sparse_step": 1, "mlp_only_layers": []}
+    elif model_type == "mixtral":
+        assert m.moe is not None
+        cfg |= {"num_local_experts": m.moe.num_experts, "num_experts_per_tok": m.moe.top_k,
+                "intermediate_size": m.moe.expert_intermediate_size}
+    else:
+        assert m.dense_mlp is not None
+        cfg |= {"intermediate_size": m.dense_mlp.intermediate_size, "mlp_bias": False}
+    return cfg
+
+
+ROUND_TRIPS = [
+    ("deepseek-v4-pro", "deepseek_v4", _deepseek), ("deepseek-v4-flash", "deepseek_v4", _deepseek),
+    ("deepseek-v3", "deepseek_v3", _deepseek), ("deepseek-v2", "deepseek_v2", _deepseek),
+    ("qwen3-235b-a22b", "qwen3_moe", _gqa), ("qwen3-30b-a3b", "qwen3_moe", _gqa),
+    ("mixtral-8x7b", "mixtral", _gqa), ("mixtral-8x22b", "mixtral", _gqa),
+    ("llama-3.1-8b", "llama", _gqa), ("llama-3.1-70b", "llama", _gqa), ("llama-3.1-405b", "llama", _gqa),
+]
+
+
+def _write(tmp_path: Path, cfg: dict[str, Any], folder: str = "model") -> Path:
+    """Write a config.json into its own folder (HF layout) and return its path."""
+    path = tmp_path / folder / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+@pytest.mark.parametrize(("name", "model_type", "build"), ROUND_TRIPS)
+def test_round_trip_gives_catalog_counts(tmp_path: Path, name: str, model_type: str, build) -> None:
+    """A config.json written from a catalog entry reads back to the same architecture and counts."""
+    catalog = load_model(name)
+    model = architecture_from_hf_config(_write(tmp_path, build(catalog, model_type), folder=name))
+    assert model.name == name
+    assert model.model_copy(update={"published": catalog.published, "notes": catalog.notes}) == catalog
+    want, got = model_params(catalog), model_params(model)
+    assert (got.total, got.total_with_mtp, got.active_with_embedding) == (
+        want.total, want.total_with_mtp, want.active_with_embedding)
+
+
+def test_name_argument_overrides_folder(tmp_path: Path) -> None:
+    """An explicit name wins over the folder name."""
+    cfg = _gqa(load_model("llama-3.1-8b"), "llama")
+    assert architecture_from_hf_config(_write(tmp_path, cfg), name="mine").name == "mine"
+
+
+def test_head_dim_defaults_to_hidden_over_heads(tmp_path: Path) -> None:
+    """Llama configs without head_dim use hidden_size / num_attention_heads, as the HF class does."""
+    cfg = _gqa(load_model("llama-3.1-8b"), "llama")
+    del cfg["head_dim"]
+    assert architecture_from_hf_config(_write(tmp_path, cfg)).attention.head_dim == 128
+
+
+def test_unknown_model_type(tmp_path: Path) -> None:
+    """An unsupported model_type names the file, the field, the supported types and a fix."""
+    path = _write(tmp_path, {"model_type": "gpt_neox", "hidden_size": 4096})
+    with pytest.raises(InputError) as info:
+        architecture_from_hf_config(path)
+    message = str(info.value)
+    assert str(path) in message and "model_type" in message and "gpt_neox" in message
+    assert "deepseek_v3" in message and "Fix:" in message
+
+
+def test_missing_key(tmp_path: Path) -> None:
+    """A missing required key is named together with the file and a fix."""
+    cfg = _deepseek(load_model("deepseek-v3"), "deepseek_v3")
+    del cfg["kv_lora_rank"]
+    path = _write(tmp_path, cfg)
+    with pytest.raises(InputError) as info:
+        architecture_from_hf_config(path)
+    assert info.value.field == "kv_lora_rank" and info.value.file == str(path)
+    assert "Fix:" in str(info.value)
+
+
+def test_missing_model_type(tmp_path: Path) -> None:
+    """A config without model_type is reported as a missing key."""
+    with pytest.raises(InputError) as info:
+        architecture_from_hf_config(_write(tmp_path, {"hidden_size": 4096}))
+    assert info.value.field == "model_type"
+
+
+def test_missing_file_and_bad_json(tmp_path: Path) -> None:
+    """A missing file and malformed JSON are InputErrors that point at the file (and line)."""
+    with pytest.raises(InputError, match="not found"):
+        architecture_from_hf_config(tmp_path / "absent" / "config.json")
+    bad = tmp_path / "bad" / "config.json"
+    bad.parent.mkdir()
+    bad.write_text('{\n  "model_type": "llama",\n  oops\n}')
+    with pytest.raises(InputError) as info:
+        architecture_from_hf_config(bad)
+    assert info.value.line == 3
+
+
+def test_invalid_value_names_file(tmp_path: Path) -> None:
+    """A value the architecture rejects (top_k above the expert count) is reported with the file."""
+    cfg = _gqa(load_model("mixtral-8x7b"), "mixtral") | {"num_experts_per_tok": 9}
+    path = _write(tmp_path, cfg)
+    with pytest.raises(InputError) as info:
+        architecture_from_hf_config(path)
+    assert info.value.file == str(path) and "top_k" in str(info.value)
+
+
+def test_unsupported_layouts(tmp_path: Path) -> None:
+    """Interleaved dense/MoE layouts and non-gated activations are refused with the key named."""
+    qwen = _gqa(load_model("qwen3-30b-a3b"), "qwen3_moe") | {"mlp_only_layers": [0, 1]}
+    with pytest.raises(InputError) as info:
+        architecture_from_hf_config(_write(tmp_path, qwen, "q"))
+    assert info.value.field == "mlp_only_layers"
+    llama = _gqa(load_model("llama-3.1-8b"), "llama") | {"hidden_act": "relu"}
+    with pytest.raises(InputError) as info:
+        architecture_from_hf_config(_write(tmp_path, llama, "l"))
+    assert info.value.field == "hidden_act"
