@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from parasol.problems.derived import Derived
 from parasol.problems.mapping import Mapping
+from parasol.problems.options import MegatronOptions
+from parasol.problems.schema import RulePack
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
@@ -66,6 +68,7 @@ class Facts:
     problem: Problem
     mapping: Mapping
     derived: Derived
+    options: MegatronOptions
     ledger: MemoryLedger | None = None
     extra: dict = field(default_factory=dict)
 
@@ -78,6 +81,13 @@ class Facts:
         return self.problem.training
 
 
+class Severity(StrEnum):
+    """An error makes a mapping infeasible; a warning reports what Megatron silently rewrites."""
+
+    error = "error"
+    warning = "warning"
+
+
 @dataclass(frozen=True)
 class Verdict:
     """One rule's judgement of one mapping."""
@@ -88,10 +98,17 @@ class Verdict:
     message: str
     citation: Citation
     family: Family
+    severity: Severity = Severity.error
 
     @property
     def holds(self) -> bool:
-        return self.slack >= 0
+        """A warning never breaks a mapping; an error holds when its slack is >= 0."""
+        return self.severity is Severity.warning or self.slack >= 0
+
+    @property
+    def triggered(self) -> bool:
+        """Whether the condition is met (for a warning: whether Megatron would rewrite a flag)."""
+        return self.slack < 0
 
 
 def remainder_slack(numerator: int | Fraction, denominator: int | Fraction) -> float:
@@ -113,11 +130,17 @@ class Constraint(ABC):
     id: str
     family: Family
     citation: Citation
+    pack: RulePack | None = RulePack.megatron_core
+    severity: Severity = Severity.error
     unit: str = ""
     summary: str = ""
 
+    def active(self, problem: Problem) -> bool:
+        """Whether the rule judges this problem: its pack is switched on and it applies."""
+        return (self.pack is None or self.pack in problem.spec.framework.rule_packs) and self.applies(problem)
+
     def applies(self, problem: Problem) -> bool:
-        """Whether the rule is active for this problem (rule packs, model kind, options)."""
+        """Whether the rule concerns this problem's model and options (override per rule)."""
         return True
 
     def needs_ledger(self) -> bool:
@@ -138,4 +161,5 @@ class Constraint(ABC):
 
     def judge(self, facts: Facts) -> Verdict:
         """Evaluate and package the verdict."""
-        return Verdict(self.id, self.slack(facts), self.unit, self.message(facts), self.citation, self.family)
+        return Verdict(self.id, self.slack(facts), self.unit, self.message(facts), self.citation, self.family,
+                       self.severity)

@@ -17,6 +17,7 @@ class MemoryFitsHBM(Constraint):
     id = "memory-fits-hbm"
     family = Family.memory
     citation = Citation("seed 000 §显存先按最重的 rank 算; seed 003 §2 (usable HBM after reserve)")
+    pack = None
     unit = "GB"
     summary = "per-stage peak memory of the heaviest rank <= usable HBM"
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
+from parasol.problems.options import MegatronOptions
+
 DEGREES = ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs")
 
 
@@ -27,6 +29,7 @@ class DecisionVars:
     degree: dict[str, cp_model.IntVar]
     recompute: dict[str, cp_model.IntVar]
     consts: dict[str, int]
+    options: MegatronOptions = field(default_factory=MegatronOptions)
     memory_fits: Callable[[dict[str, int], str], bool] | None = None
     _products: dict[tuple[str, ...], cp_model.IntVar] = field(default_factory=dict)
     _derived: dict[str, cp_model.IntVar] = field(default_factory=dict)

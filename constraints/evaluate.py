@@ -9,6 +9,7 @@ from parasol.constraints.memory import MemoryLedger, memory_ledger
 from parasol.constraints.registry import active_constraints
 from parasol.problems.derived import derive
 from parasol.problems.mapping import Mapping
+from parasol.problems.options import MegatronOptions
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,11 @@ class Evaluation:
         return tuple(v for v in self.verdicts if not v.holds)
 
     @property
+    def warnings(self) -> tuple[Verdict, ...]:
+        """Warning rules whose condition is met (flags Megatron would silently rewrite)."""
+        return tuple(v for v in self.verdicts if v.severity.value == "warning" and v.triggered)
+
+    @property
     def ledger(self) -> MemoryLedger | None:
         return self.facts.ledger
 
@@ -37,19 +43,22 @@ def layout_is_valid(model, mapping: Mapping, layout: tuple[int, ...]) -> bool:  
     return len(layout) == mapping.pp * mapping.vpp and sum(layout) == model.num_layers
 
 
-def facts_for(problem, mapping: Mapping) -> Facts:  # noqa: ANN001 - Problem
-    """Derived sizes and, when the layout is valid, the memory ledger of `mapping`."""
+def facts_for(problem, mapping: Mapping, options: MegatronOptions | None = None) -> Facts:  # noqa: ANN001
+    """Derived sizes and, when the layout is valid, the memory ledger of `mapping`; `options` default
+    to the problem's framework options."""
     derived = derive(problem.model, mapping)
     ledger = None
     if layout_is_valid(problem.model, mapping, derived.layout):
         ledger = memory_ledger(problem.model, mapping, derived, problem.training,
                                problem.hardware.gpu.usable_hbm_bytes)
-    return Facts(problem=problem, mapping=mapping, derived=derived, ledger=ledger)
+    opts = options if options is not None else problem.spec.framework.options
+    return Facts(problem=problem, mapping=mapping, derived=derived, options=opts, ledger=ledger)
 
 
-def evaluate(problem, mapping: Mapping, rules: tuple[Constraint, ...] | None = None) -> Evaluation:  # noqa: ANN001
+def evaluate(problem, mapping: Mapping, rules: tuple[Constraint, ...] | None = None,  # noqa: ANN001
+             options: MegatronOptions | None = None) -> Evaluation:
     """Every active rule's verdict; rules that need a ledger are skipped (with the reason) without one."""
-    facts = facts_for(problem, mapping)
+    facts = facts_for(problem, mapping, options)
     verdicts, skipped = [], []
     for rule in rules if rules is not None else active_constraints(problem):
         if rule.needs_ledger() and facts.ledger is None:

@@ -16,6 +16,7 @@ class LayoutCoversBlocks(Constraint):
     family = Family.pipeline
     citation = Citation("Megatron-LM megatron/core/transformer/pipeline_parallel_layer_layout.py "
                         "(stage count % PP, count(t) == num_layers)", MegatronStage.model_build)
+    pack = None
     unit = "blocks"
     summary = "len(layout) == PP·VPP and sum(layout) == num_layers"
 

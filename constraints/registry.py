@@ -33,4 +33,4 @@ def builtin_constraints() -> tuple[Constraint, ...]:
 
 def active_constraints(problem) -> tuple[Constraint, ...]:  # noqa: ANN001 - Problem
     """The rules that apply to `problem` (its model kind and rule packs)."""
-    return tuple(c for c in builtin_constraints() if c.applies(problem))
+    return tuple(c for c in builtin_constraints() if c.active(problem))

@@ -14,6 +14,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from parasol.problems.architecture import Strict
 from parasol.problems.mapping import Recompute
+from parasol.problems.options import MegatronOptions
 
 RECOMPUTE_MODULES = (
     "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts", "mhc",
@@ -92,7 +93,7 @@ class Framework(Strict):
 
     name: Literal["megatron-lm"] = "megatron-lm"
     rule_packs: tuple[RulePack, ...] = (RulePack.megatron_core,)
-    dispatcher: Literal["alltoall", "allgather", "flex"] = "alltoall"
+    options: MegatronOptions = MegatronOptions()
 
 
 Degree = PositiveInt | list[PositiveInt]

@@ -63,6 +63,10 @@ class Explanation:
                  "binding": v.holds and abs(v.slack) <= BINDING_TOLERANCE}
                 for v in ev.verdicts
             ],
+            "warnings": [
+                {"rule": v.rule, "message": v.message, "source": v.citation.source, "stage": v.citation.stage.value}
+                for v in ev.warnings
+            ],
             "not_evaluated": [{"rule": rule, "reason": why} for rule, why in ev.skipped],
             "metrics": metrics,
             "stages": stages,

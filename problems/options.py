@@ -1,0 +1,52 @@
+"""Framework options that are not parallel degrees but that rules read (Megatron-LM flags).
+
+Defaults are Megatron-LM's own defaults (megatron/training/arguments.py at the commits cited in
+../shared/reference/megatron-rules.yaml), so a problem that says nothing gets what Megatron would do.
+A problem sets them under `framework.options`; `--megatron-args` overrides them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveInt
+
+from parasol.problems.architecture import Strict
+
+
+class MegatronOptions(Strict):
+    """Megatron-LM flags the rulebook reads; each field names its flag."""
+
+    microbatch_group_size_per_vp_stage: PositiveInt | None = Field(
+        default=None, description="--microbatch-group-size-per-virtual-pipeline-stage (default PP)")
+    overlap_p2p_comm: bool = Field(default=True, description="--overlap-p2p-communication (on by default)")
+    decoder_first_pipeline_num_layers: PositiveInt | None = Field(
+        default=None, description="--decoder-first-pipeline-num-layers")
+    decoder_last_pipeline_num_layers: PositiveInt | None = Field(
+        default=None, description="--decoder-last-pipeline-num-layers")
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+    pipeline_model_parallel_layout: str | None = Field(
+        default=None, description="--pipeline-model-parallel-layout (E/L/t/m with | between stages)")
+    hybrid_layer_pattern: str | None = Field(
+        default=None, description="--hybrid-layer-pattern (V4 path: | separates pipeline stages)")
+    moe_token_dispatcher_type: Literal["allgather", "alltoall", "flex"] = "allgather"
+    moe_flex_dispatcher_backend: Literal["deepep", "hybridep", "ncclep"] = "deepep"
+    moe_pad_expert_input_to_capacity: bool = False
+    moe_grouped_gemm: bool = True
+    moe_shared_expert_overlap: bool = False
+    overlap_moe_expert_parallel_comm: bool = False
+    add_bias_linear: bool = False
+    cp_comm_type: Literal["p2p", "a2a", "allgather", "a2a+p2p"] = "p2p"
+    hierarchical_context_parallel_sizes: tuple[PositiveInt, ...] | None = None
+    cp_partition_mode: Literal["zigzag", "contiguous"] = Field(
+        default="zigzag", description="CP sharding of a sequence (V4 needs contiguous)")
+    dsa_kernel_backend: Literal["cudnn", "none", "tilelang"] = Field(
+        default="cudnn", description="--dsa-kernel-backend (CLI default cudnn for DSv4)")
+    deterministic_mode: bool = False
+    num_distributed_optimizer_instances: PositiveInt = 1
+    use_tp_pp_dp_mapping: bool = Field(default=False, description="order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp")
+    offload_modules: tuple[str, ...] = Field(default=(), description="fine-grained activation offload modules")
+    cpu_offloading: bool = False
+    recompute_method: Literal["uniform", "block"] | None = None
+    recompute_num_layers: PositiveInt | None = None
