@@ -81,6 +81,27 @@ class MemoryLedger:
         return max(self.stages, key=lambda s: (s.total_bytes, -s.stage))
 
 
+def weight_bytes(params: float, bytes_per_param: int = BF16) -> float:
+    """Bytes to hold `params` weights (seed 000: 1.6e12 · 2 B = 3.2 TB in BF16)."""
+    return params * bytes_per_param
+
+
+def state_bytes_per_param(grad_dtype: str = "bf16") -> int:
+    """Training state per parameter with Adam: BF16 weight 2 + grad 2 (FP32: 4) + FP32 master 4 +
+    Adam m and v 8 = 16 B (18 B with FP32 grads), seed 003 §2."""
+    return BF16 + (4 if grad_dtype == "fp32" else BF16) + 4 + 8
+
+
+def training_state_bytes(params: float, grad_dtype: str = "bf16") -> float:
+    """Global training state of a model: params · bytes per param (5T: 80 TB, or 90 TB with FP32 grads)."""
+    return params * state_bytes_per_param(grad_dtype)
+
+
+def state_per_device_bytes(params: float, devices: int, grad_dtype: str = "bf16") -> float:
+    """That state spread evenly over `devices` (5T on 64 devices: 1.25 TB each), before activations."""
+    return training_state_bytes(params, grad_dtype) / devices
+
+
 def routed_expert_weight_bytes(moe_layers: int, num_experts: int, ep: int, etp: int,
                                params_per_expert: int, bytes_per_param: int = BF16) -> float:
     """Routed weights one rank holds: layers·(E/EP)·P_expert/ETP·bytes (seed 000: 8·6·66,060,288·2 = 6.34 GB)."""

@@ -1,0 +1,97 @@
+"""The per-stage memory ledger: each term against a hand computation from its stated formula.
+
+Sources: seed 000 §显存先按最重的 rank 算 (M_peak terms; 8 MoE layers of EP64 routed weights = 6.34 GB),
+Megatron-LM schedules.py (1F1B warm-up PP − s; interleaved (PP − s − 1)·2 + (v − 1)·PP), and
+megatron-groups.md §1.3 (dense gradients reduced over dp-cp, expert gradients over expert DP).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from parasol.constraints.activations import ActivationContext, block_bytes_per_token
+from parasol.constraints.evaluate import facts_for
+from parasol.constraints.memory import inflight_microbatches, stage_block_ranges
+from parasol.problems.catalog import load_model
+from parasol.problems.loader import load_problem
+from parasol.problems.mapping import Mapping, Recompute
+from parasol.problems.params import expert_params
+
+PROBLEM_1024 = "problems/deepseek-v4-pro-1024.yaml"
+
+
+@pytest.fixture(scope="module")
+def v4_1024():
+    return load_problem(PROBLEM_1024)
+
+
+def seed_a(**kw) -> Mapping:
+    """Seed 000's configuration A on 1,024 GPUs."""
+    base = dict(gpus=1024, tp=1, pp=8, cp=1, ep=64, etp=1, mbs=1, gbs=4096, seq_len=8192)
+    return Mapping(**{**base, **kw})
+
+
+def test_stage_with_eight_moe_blocks_holds_6_34_gb_of_routed_weights(v4_1024) -> None:
+    """Seed 000: 8 MoE layers × 6 experts × 66,060,288 × 2 B = 6.34 GB (EP64)."""
+    ledger = facts_for(v4_1024, seed_a(layout=(7, 8, 8, 8, 8, 8, 7, 7))).ledger
+    stage1 = ledger.stages[1]
+    assert stage1.moe_blocks == 8
+    assert round(stage1.term("weights (routed experts)").gb, 2) == 6.34
+    assert stage1.expert_params == 8 * 6 * expert_params(v4_1024.model)
+
+
+def test_optimizer_state_is_sharded_over_expert_dp_and_dense_dp_cp(v4_1024) -> None:
+    """Muon (8 B on matrices) over D_e = 2 for experts; Adam/Muon over D_a·CP for dense params."""
+    f = facts_for(v4_1024, seed_a(layout=(7, 8, 8, 8, 8, 8, 7, 7)))
+    s = f.ledger.stages[1]
+    expert_part = s.expert_params * 8 / 2
+    assert s.term("optimizer state").bytes == pytest.approx(expert_part + s.dense_params * 8 / 128, rel=1e-3)
+
+
+def test_gradient_buffer_is_fp32_for_every_local_parameter(v4_1024) -> None:
+    """Megatron DDP keeps an FP32 main-grad buffer of every local parameter (not sharded)."""
+    s = facts_for(v4_1024, seed_a(layout=(7, 8, 8, 8, 8, 8, 7, 7))).ledger.stages[3]
+    assert s.term("gradients").bytes == pytest.approx((s.dense_params + s.expert_params) * 4)
+
+
+@pytest.mark.parametrize(("stage", "vpp", "m", "expected"), [
+    (0, 1, 32, 8), (7, 1, 32, 1), (0, 1, 4, 4), (3, 1, 32, 5),
+    (0, 2, 32, (7 * 2 + 8 + 1) / 2), (7, 2, 32, (0 + 8 + 1) / 2), (0, 2, 4, 4),
+])
+def test_microbatches_in_flight(stage: int, vpp: int, m: int, expected: float) -> None:
+    """1F1B holds min(PP − s, m); interleaved holds ((PP − s − 1)·2 + (v − 1)·PP + 1)/v layer sets."""
+    assert inflight_microbatches(stage, 8, vpp, m) == expected
+
+
+def test_virtual_stages_go_round_robin() -> None:
+    """Virtual stage k runs on pipeline rank k % PP (Megatron layout rule)."""
+    assert stage_block_ranges((2, 2, 1, 1), 2) == [[0, 1, 4], [2, 3, 5]]
+
+
+def test_gqa_dense_block_activation_per_token() -> None:
+    """Llama 3.1 8B block, TP1, no recompute: norm input 2h + qkv input 2h + q,k,v 2(32+16)·128 +
+    output 2·4096 + LSE 4·32; MLP: 2h + 2h + fc1 2·2f + act 2f (f = 14336)."""
+    model = load_model("llama-3.1-8b")
+    ctx = ActivationContext(tp=1, etp=1, sequence_parallel=True, recompute=Recompute.none, modules=frozenset())
+    h, f = 4096, 14336
+    attention = 2 * h + 2 * h + 2 * (32 + 16) * 128 + 2 * 4096 + 4 * 32
+    mlp = 2 * h + 2 * h + 2 * 2 * f + 2 * f
+    assert block_bytes_per_token(model, model.blocks[0], ctx) == attention + mlp
+
+
+def test_full_recompute_keeps_only_block_inputs(v4_1024) -> None:
+    """Full recompute: per block only its input (hc_mult·h·2 B per token) plus one block's working set."""
+    f = facts_for(v4_1024, seed_a(recompute=Recompute.full, layout=(7, 8, 8, 8, 8, 8, 7, 7)))
+    s = f.ledger.stages[3]
+    per_mb = 8 * 4 * 7168 * 2 * 8192
+    assert s.term("activations").bytes == pytest.approx(per_mb * 5)
+    assert s.term("recompute working set").bytes > 0
+
+
+def test_every_stage_reports_usable_hbm_and_slack(v4_1024) -> None:
+    """Slack = usable HBM − total, per stage; the heaviest stage is the ledger's peak."""
+    ledger = facts_for(v4_1024, seed_a()).ledger
+    usable = v4_1024.hardware.gpu.usable_hbm_bytes
+    for s in ledger.stages:
+        assert s.slack_gb == pytest.approx((usable - s.total_bytes) / 1e9)
+    assert ledger.peak.total_bytes == max(s.total_bytes for s in ledger.stages)
