@@ -8,6 +8,7 @@ rank is any of them. Bytes are exact integers where the formula is; GB are decim
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -118,21 +119,22 @@ def stage_block_ranges(layout: tuple[int, ...], pp: int) -> list[list[int]]:
     return ranks
 
 
-def inflight_microbatches(stage: int, pp: int, vpp: int, m: float) -> float:
+def inflight_microbatches(stage: int, pp: int, vpp: int, m: Fraction | int) -> Fraction:
     """Microbatches whose activations a stage holds at its peak, in units of its whole layer set.
     1F1B: min(PP − s, m) (warm-up depth). Interleaved: Megatron warms up (PP − s − 1)·2 + (v − 1)·PP
     chunks plus one, each 1/v of the rank's layers, capped at all m·v chunks (schedules.py)."""
+    m = Fraction(m)
     if vpp == 1:
-        return float(min(pp - stage, m))
-    chunks = min((pp - stage - 1) * 2 + (vpp - 1) * pp + 1, m * vpp)
+        return min(Fraction(pp - stage), m)
+    chunks = min(Fraction((pp - stage - 1) * 2 + (vpp - 1) * pp + 1), m * vpp)
     return chunks / vpp
 
 
-def _rank_params(bp: BlockParams, m: Mapping, experts_per_rank: Fraction) -> tuple[float, float, float]:
+def _rank_params(bp: BlockParams, m: Mapping, experts_per_rank: Fraction) -> tuple[Fraction, Fraction, Fraction]:
     """(dense, expert, muon-eligible) parameters of one block on one rank."""
-    tp_split = (bp.attention + bp.dense_mlp + bp.shared_experts) / m.tp
-    replicated = bp.router + bp.norms + bp.extra
-    expert = float(experts_per_rank * bp.per_expert / m.expert_tp) if bp.num_experts else 0.0
+    tp_split = Fraction(bp.attention + bp.dense_mlp + bp.shared_experts, m.tp)
+    replicated = Fraction(bp.router + bp.norms + bp.extra)
+    expert = experts_per_rank * Fraction(bp.per_expert, m.expert_tp) if bp.num_experts else Fraction(0)
     return tp_split + replicated, expert, tp_split + expert
 
 
@@ -144,81 +146,183 @@ def _optimizer_bytes_per_param(training: Training, matrix: bool) -> int:
     return 12
 
 
+@dataclass(frozen=True)
+class Contribution:
+    """Whole bytes one block (or a stage's embedding/head extras) adds to a stage's heaviest rank.
+
+    Every amount is rounded up to a whole byte, so a stage's ledger is an exact integer sum that the
+    CP-SAT program reproduces from block counts."""
+
+    weights_dense: int = 0
+    weights_expert: int = 0
+    gradients: int = 0
+    optimizer: int = 0
+    activation: int = 0
+    recompute_peak: int = 0
+    moe: bool = False
+    dense_params: Fraction = Fraction(0)
+    expert_params: Fraction = Fraction(0)
+
+    @property
+    def static(self) -> int:
+        """Weights, gradients and optimizer state: held whatever the schedule."""
+        return self.weights_dense + self.weights_expert + self.gradients + self.optimizer
+
+    def __add__(self, other: Contribution) -> Contribution:
+        return Contribution(
+            self.weights_dense + other.weights_dense, self.weights_expert + other.weights_expert,
+            self.gradients + other.gradients, self.optimizer + other.optimizer,
+            self.activation + other.activation, max(self.recompute_peak, other.recompute_peak),
+            self.moe or other.moe, self.dense_params + other.dense_params,
+            self.expert_params + other.expert_params,
+        )
+
+    def times(self, n: int) -> Contribution:
+        """n blocks of this kind (the working-set peak and the MoE flag do not add up)."""
+        if n == 0:
+            return Contribution()
+        return Contribution(self.weights_dense * n, self.weights_expert * n, self.gradients * n,
+                            self.optimizer * n, self.activation * n, self.recompute_peak, self.moe,
+                            self.dense_params * n, self.expert_params * n)
+
+
+def _ceil(x: Fraction | float) -> int:
+    return math.ceil(x)
+
+
+def _param_bytes(dense: Fraction, expert: Fraction, matrix: Fraction, m: Mapping, d: Derived,
+                 training: Training) -> tuple[int, int, int, int]:
+    """(dense weights, expert weights, gradients, optimizer) bytes for parameters on one rank."""
+    grad_bytes = 4 if training.grad_dtype == "fp32" else 2
+    dense_shard = d.dp_attn * m.cp if training.distributed_optimizer else Fraction(1)
+    expert_shard = d.dp_expert if training.distributed_optimizer else Fraction(1)
+    dense_matrix = max(matrix - expert, Fraction(0))
+    opt = ((dense_matrix * _optimizer_bytes_per_param(training, True)
+            + (dense - dense_matrix) * _optimizer_bytes_per_param(training, False)) / dense_shard
+           + expert * _optimizer_bytes_per_param(training, True) / expert_shard)
+    return _ceil(dense * BF16), _ceil(expert * BF16), _ceil((dense + expert) * grad_bytes), _ceil(opt)
+
+
+def activation_context(m: Mapping, training: Training) -> ActivationContext:
+    """The sharding and recompute choices activations depend on."""
+    return ActivationContext(tp=m.tp, etp=m.expert_tp, sequence_parallel=training.sequence_parallel,
+                             recompute=m.recompute, modules=frozenset(training.recompute_modules))
+
+
+def tokens_on_rank(m: Mapping) -> Fraction:
+    """Tokens of one microbatch on one rank before SP splitting: b·S/CP."""
+    return Fraction(m.mbs * m.seq_len, m.cp)
+
+
+def block_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
+                       block: Block) -> Contribution:
+    """What one block adds to the rank that holds it: its parameter state and saved activations."""
+    bp = block_params(model, block)
+    dense, expert, matrix = _rank_params(bp, m, d.experts_per_rank or Fraction(0))
+    wd, we, g, o = _param_bytes(dense, expert, matrix, m, d, training)
+    ctx = activation_context(m, training)
+    tokens = tokens_on_rank(m)
+    act = _ceil(Fraction(saved_bytes_per_token(model, block, ctx)) * tokens)
+    peak = 0
+    if m.recompute is Recompute.full:
+        full = ActivationContext(ctx.tp, ctx.etp, ctx.sequence_parallel, Recompute.none, ctx.modules)
+        peak = _ceil(Fraction(saved_bytes_per_token(model, block, full)) * tokens)
+    return Contribution(wd, we, g, o, act, peak, bool(bp.num_experts) and not block.mtp, dense, expert)
+
+
+def edge_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
+                      first: bool, last: bool) -> Contribution:
+    """Embedding on the first stage; output head, final norm, loss softmax, MTP blocks and (for MTP
+    with PP > 1) a copy of the input embedding on the last stage."""
+    h = model.hidden_size
+    vocab_rows = Fraction(model.vocab_size * h, m.tp)
+    params = Fraction(0)
+    if first:
+        params += vocab_rows + model.learned_position_embeddings * h
+    if last:
+        head_copies = 0 if model.tied_embeddings and m.pp == 1 else 1
+        mtp_embed = 1 if model.mtp_layers and m.pp > 1 else 0
+        params += vocab_rows * (head_copies + mtp_embed) + h
+    wd, we, g, o = _param_bytes(params, Fraction(0), Fraction(0), m, d, training)
+    act = 0
+    if last:
+        act = _ceil(Fraction(logits_bytes_per_token(model, m.tp)) * tokens_on_rank(m) * (1 + model.mtp_layers))
+    edge = Contribution(wd, we, g, o, act, 0, False, params, Fraction(0))
+    if last:
+        for b in model.mtp_blocks:
+            edge = edge + block_contribution(model, m, d, training, b)
+    return edge
+
+
+def dispatch_buffer_bytes(model: ModelArchitecture, m: Mapping, training: Training) -> int:
+    """MoE receive buffer: k·ETP·b·S/(CP·TP) rows × capacity factor (or dropless headroom) × h × 2 B."""
+    if model.moe is None:
+        return 0
+    rows = Fraction(model.moe.top_k * m.expert_tp * m.mbs * m.seq_len, m.cp * m.tp)
+    headroom = Fraction(training.capacity_factor or training.dispatch_headroom).limit_denominator(10**6)
+    return _ceil(rows * headroom * model.hidden_size * BF16)
+
+
+def block_kind(block: Block) -> tuple:
+    """Blocks with equal keys contribute equally to memory and time (the solver's block types)."""
+    return (block.mlp, block.compress_ratio, block.hash_routed, block.mtp)
+
+
 def stage_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
                  stage: int, blocks: list[int], usable_bytes: float) -> StageLedger:
-    """Ledger of one stage's heaviest rank."""
-    all_blocks: list[Block] = [*model.blocks, *model.mtp_blocks]
+    """Ledger of one stage's heaviest rank: the exact integer sum of its blocks' contributions."""
     first, last = stage == 0, stage == m.pp - 1
-    held = [all_blocks[i] for i in blocks] + (list(model.mtp_blocks) if last else [])
-    epr = d.experts_per_rank or Fraction(0)
-    dense = expert = matrix = 0.0
-    moe_count = 0
-    for b in held:
-        bp = block_params(model, b)
-        dn, ex, mx = _rank_params(bp, m, epr)
-        dense, expert, matrix = dense + dn, expert + ex, matrix + mx
-        moe_count += bool(bp.num_experts) and not b.mtp
-    vocab_rows = model.vocab_size * model.hidden_size / m.tp
-    embed = 0.0
-    if first:
-        embed += vocab_rows + model.learned_position_embeddings * model.hidden_size
-    if last:
-        head_copies = (0 if model.tied_embeddings and m.pp == 1 else 1)
-        mtp_embed = 1 if model.mtp_layers and m.pp > 1 else 0
-        embed += vocab_rows * (head_copies + mtp_embed) + model.hidden_size
-    dense += embed
-    params = dense + expert
-    grad_bytes = 4 if training.grad_dtype == "fp32" else 2
-    dense_shard = float(d.dp_attn * m.cp) if training.distributed_optimizer else 1.0
-    expert_shard = float(d.dp_expert) if training.distributed_optimizer else 1.0
-    dense_matrix = max(matrix - expert, 0.0)
-    opt_dense = (dense_matrix * _optimizer_bytes_per_param(training, True)
-                 + (dense - dense_matrix) * _optimizer_bytes_per_param(training, False)) / dense_shard
-    opt_expert = expert * _optimizer_bytes_per_param(training, True) / expert_shard
+    counts: dict[tuple, tuple[Block, int]] = {}
+    for i in blocks:
+        b = model.blocks[i]
+        blk, n = counts.get(block_kind(b), (b, 0))
+        counts[block_kind(b)] = (blk, n + 1)
+    total = edge_contribution(model, m, d, training, first, last)
+    for blk, n in counts.values():
+        total = total + block_contribution(model, m, d, training, blk).times(n)
+    return assemble_stage(model, m, d, training, stage, tuple(blocks), total, usable_bytes)
 
-    ctx = ActivationContext(tp=m.tp, etp=m.expert_tp, sequence_parallel=training.sequence_parallel,
-                            recompute=m.recompute, modules=frozenset(training.recompute_modules))
-    tokens = m.mbs * m.seq_len / m.cp
-    per_mb = sum(saved_bytes_per_token(model, b, ctx) for b in held) * tokens
-    if last:
-        per_mb += logits_bytes_per_token(model, m.tp) * tokens * (1 + model.mtp_layers)
-    inflight = inflight_microbatches(stage, m.pp, m.vpp, float(d.num_microbatches))
-    act = per_mb * inflight
-    recompute_peak = 0.0
-    if m.recompute is Recompute.full and held:
-        full = ActivationContext(ctx.tp, ctx.etp, ctx.sequence_parallel, Recompute.none, ctx.modules)
-        recompute_peak = max(saved_bytes_per_token(model, b, full) for b in held) * tokens
-    dispatch = 0.0
-    headroom = training.capacity_factor or training.dispatch_headroom
-    if model.moe is not None and moe_count:
-        rows = model.moe.top_k * m.expert_tp * m.mbs * m.seq_len / (m.cp * m.tp)
-        dispatch = rows * headroom * model.hidden_size * BF16
+
+def assemble_stage(model: ModelArchitecture, m: Mapping, d: Derived, training: Training, stage: int,
+                   blocks: tuple[int, ...], total: Contribution, usable_bytes: float) -> StageLedger:
+    """Turn a stage's summed contributions into named ledger terms."""
+    inflight = inflight_microbatches(stage, m.pp, m.vpp, d.num_microbatches)
+    act = _ceil(inflight * total.activation)
+    dispatch = dispatch_buffer_bytes(model, m, training) if total.moe else 0
+    moe_count = sum(1 for i in blocks if model.blocks[i].mlp.value == "moe")
     opt_name = "Muon" if training.optimizer is Optimizer.muon else "Adam"
-    shard_note = (f"sharded over D_a·CP = {dense_shard:g} (dense) and D_e = {expert_shard:g} (experts)"
+    dense_shard = d.dp_attn * m.cp if training.distributed_optimizer else 1
+    shard_note = (f"sharded over D_a·CP = {float(dense_shard):g} (dense) and D_e = {float(d.dp_expert):g} (experts)"
                   if training.distributed_optimizer else "not sharded (distributed optimizer off)")
+    headroom = training.capacity_factor or training.dispatch_headroom
+    epr = float(d.experts_per_rank or 0)
     terms = (
-        MemoryTerm("weights (dense)", dense * BF16,
+        MemoryTerm("weights (dense)", total.weights_dense,
                    "BF16 2 B × dense params on the rank (attention, MLP, shared experts /TP; norms, router; "
                    "embedding on the first stage, head on the last)"),
-        MemoryTerm("weights (routed experts)", expert * BF16,
-                   f"BF16 2 B × MoE layers ({moe_count}) × E/EP ({float(epr):g}) × P_expert / ETP ({m.expert_tp})"),
-        MemoryTerm("gradients", params * grad_bytes,
-                   f"{training.grad_dtype.upper()} {grad_bytes} B × every local param (DDP grad buffer, not sharded)"),
-        MemoryTerm("optimizer state", opt_dense + opt_expert,
-                   f"{opt_name}: FP32 master + moments, {shard_note}"),
+        MemoryTerm("weights (routed experts)", total.weights_expert,
+                   f"BF16 2 B × MoE layers ({moe_count}) × E/EP ({epr:g}) × P_expert / ETP ({m.expert_tp})"),
+        MemoryTerm("gradients", total.gradients,
+                   f"{training.grad_dtype.upper()} × every local param (DDP grad buffer, not sharded)"),
+        MemoryTerm("optimizer state", total.optimizer, f"{opt_name}: FP32 master + moments, {shard_note}"),
         MemoryTerm("activations", act,
-                   f"{per_mb / GB:.3f} GB per microbatch × {inflight:g} in flight ({'1F1B' if m.vpp == 1 else 'interleaved'}; "
-                   f"recompute {m.recompute.value})"),
-        MemoryTerm("recompute working set", recompute_peak,
+                   f"{total.activation / GB:.3f} GB per microbatch × {float(inflight):g} in flight "
+                   f"({'1F1B' if m.vpp == 1 else 'interleaved'}; recompute {m.recompute.value})"),
+        MemoryTerm("recompute working set", total.recompute_peak,
                    "one block's full activations while it is recomputed (full recompute only)"),
         MemoryTerm("MoE dispatch buffer", dispatch,
                    f"k·ETP·b·S/(CP·TP) received rows × {headroom:g} "
                    f"({'capacity factor' if training.capacity_factor else 'dropless headroom'}) × h × 2 B"),
-        MemoryTerm("workspace", training.workspace_gb * GB, "training.workspace_gb (GEMM, attention, NCCL buffers)"),
+        MemoryTerm("workspace", workspace_bytes(training), "training.workspace_gb (GEMM, attention, NCCL buffers)"),
     )
-    return StageLedger(stage=stage, blocks=tuple(blocks), moe_blocks=moe_count, dense_params=dense,
-                       expert_params=expert, inflight_microbatches=inflight, terms=terms,
-                       usable_bytes=usable_bytes)
+    return StageLedger(stage=stage, blocks=blocks, moe_blocks=moe_count, dense_params=float(total.dense_params),
+                       expert_params=float(total.expert_params), inflight_microbatches=float(inflight),
+                       terms=terms, usable_bytes=usable_bytes)
+
+
+def workspace_bytes(training: Training) -> int:
+    """Workspaces as whole bytes."""
+    return _ceil(Fraction(training.workspace_gb).limit_denominator(10**6) * 10**9)
 
 
 def memory_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
