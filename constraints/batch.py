@@ -1,6 +1,7 @@
 """Batch arithmetic: GBS = MBS·D_a·m with m a whole number >= 1 (CP and EP add no samples).
 
-Sources: ../shared/reference/megatron-rules.yaml; seed 000 §PP 和 microbatch (B = b·D_a·m).
+Sources: ../shared/reference/megatron-rules.yaml (gbs-divisible-by-mbs-dp, num-microbatches,
+eval-gbs-divisible); seed 000 §PP 和 microbatch (B = b·D_a·m).
 """
 
 from __future__ import annotations
@@ -57,3 +58,26 @@ class EvalGbsDivisible(GbsDivisibleByMbsDp):
             return "eval batch cannot be split: D_a is not a whole number"
         return (f"eval_global_batch_size ({m.gbs}) must be divisible by eval_micro_batch_size ({m.mbs}) * "
                 f"data_parallel_size ({int(dp)})")
+
+
+class NumMicrobatches(Constraint):
+    """Each data-parallel rank runs at least one microbatch: m = GBS / (MBS·D_a) >= 1."""
+
+    id = "num-microbatches"
+    family = Family.batch
+    citation = Citation("Megatron-LM megatron/core/num_microbatches_calculator.py:388-391", MegatronStage.global_vars)
+    unit = "microbatches"
+    summary = "GBS / (MBS·D_a) >= 1"
+
+    def slack(self, f: Facts) -> float:
+        return float(f.derived.num_microbatches) - 1.0
+
+    def message(self, f: Facts) -> str:
+        m, micro = f.mapping, f.derived.num_microbatches
+        shown = int(micro) if is_whole(micro) else round(float(micro), 3)
+        return (f"number of microbatches should be at least 1, got {shown} (global batch {m.gbs} over micro batch "
+                f"{m.mbs} times data parallel size {float(f.derived.dp_attn):g})")
+
+    def post(self, model, v, enforce) -> None:
+        """GBS·TP·PP·CP >= MBS·N: the same inequality with D_a = N/(TP·PP·CP) multiplied out."""
+        model.Add(v.gbs * v.product("tp", "pp", "cp") >= v.gpus * v.mbs).OnlyEnforceIf(enforce)

@@ -8,12 +8,21 @@ leaves every derived variable free.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ortools.sat.python import cp_model
 
+from parasol.constraints.deepseek_v4 import dsv4_consts
+from parasol.problems.architecture import DSV4Attention, GQAAttention, MLAAttention
 from parasol.problems.options import MegatronOptions
+from parasol.problems.schema import RECOMPUTE_MODULES
+
+if TYPE_CHECKING:
+    from parasol.constraints.base import Facts
+    from parasol.problems.loader import Problem
 
 DEGREES = ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs")
 
@@ -60,8 +69,8 @@ class DecisionVars:
 
     def upper(self, name: str) -> int:
         """Largest value a degree or product variable can take."""
-        var = self.degree.get(name) or self._products.get((name,))
-        return int(var.Proto().domain[-1])
+        var = self.degree[name] if name in self.degree else self._products[(name,)]
+        return int(list(var.proto.domain)[-1])
 
     def product(self, *names: str) -> cp_model.IntVar:
         """Variable equal to the product of the named degrees (cached, built pairwise)."""
@@ -90,7 +99,7 @@ class DecisionVars:
 
     @staticmethod
     def _bound(var: cp_model.IntVar) -> int:
-        return int(var.Proto().domain[-1])
+        return int(list(var.proto.domain)[-1])
 
     def derived(self, name: str, upper: int) -> cp_model.IntVar:
         """A free derived variable (D_a, D_e, m, quotients); rules pin it with enforced equalities."""
@@ -129,6 +138,23 @@ class DecisionVars:
         self.model.Add(self.times(mbs_dp, m, "mbs*dp_attn*m") == self.gbs).OnlyEnforceIf(enforce)
         return m
 
+    def at_least(self, name: str, bound: int) -> cp_model.IntVar:
+        """A BoolVar equal to (degree `name` >= bound), reified both ways and cached."""
+        cache = ("__at_least__", name, str(bound))
+        if cache not in self._products:
+            lit = self.model.NewBoolVar(f"{name}>={bound}")
+            self.model.Add(self.degree[name] >= bound).OnlyEnforceIf(lit)
+            self.model.Add(self.degree[name] <= bound - 1).OnlyEnforceIf(lit.Not())
+            self._products[cache] = lit
+        return self._products[cache]
+
+    def all_of(self, literals: Sequence[cp_model.IntVar], name: str) -> cp_model.IntVar:
+        """A BoolVar equal to the conjunction of `literals` (to pass one literal where one is expected)."""
+        lit = self.model.NewBoolVar(name)
+        self.model.AddBoolAnd(literals).OnlyEnforceIf(lit)
+        self.model.AddBoolOr([x.Not() for x in literals]).OnlyEnforceIf(lit.Not())
+        return lit
+
     def divides(self, divisor: cp_model.IntVar | int, dividend: cp_model.IntVar | int, name: str,
                 enforce: cp_model.IntVar) -> None:
         """Post `divisor | dividend` under `enforce` through an integer quotient variable."""
@@ -144,7 +170,73 @@ class DecisionVars:
         self.model.Add(self.times(divisor, q, f"{name}_prod") == dividend).OnlyEnforceIf(enforce)
 
 
+def _attention_consts(attention) -> dict[str, int]:  # noqa: ANN001 - Attention
+    """Heads, query groups and the width of the attention output projection's input (heads·v_dim)."""
+    heads = attention.num_heads
+    if isinstance(attention, MLAAttention):
+        return {"num_heads": heads, "num_query_groups": heads, "attn_proj_width": heads * attention.v_head_dim}
+    groups = attention.num_kv_heads if isinstance(attention, GQAAttention) else heads
+    return {"num_heads": heads, "num_query_groups": groups, "attn_proj_width": heads * attention.head_dim}
+
+
+_MODEL_CONSTS: dict[int, dict[str, int]] = {}
+
+
+def model_consts(problem: Problem) -> dict[str, int]:
+    """model_consts computed once per Problem (Python rules read them on every slack call); the entry
+    is dropped when the Problem is garbage-collected, so a reused id never sees stale numbers."""
+    key = id(problem)
+    cached = _MODEL_CONSTS.get(key)
+    if cached is None:
+        cached = _MODEL_CONSTS[key] = _compute_model_consts(problem)
+        weakref.finalize(problem, _MODEL_CONSTS.pop, key, None)
+    return dict(cached)
+
+
+def _compute_model_consts(problem: Problem) -> dict[str, int]:
+    """The problem's numbers and 0/1 flags the rules read on the CP-SAT side (the same values Python
+    reads from Facts): model sizes, attention kind, training switches, selective-recompute modules."""
+    model, training = problem.model, problem.training
+    moe, dense = model.moe, model.dense_mlp
+    consts = {
+        **_attention_consts(model.attention),
+        "num_experts": moe.num_experts if moe else 0,
+        "num_layers": model.num_layers,
+        "hidden_size": model.hidden_size,
+        "ffn_hidden_size": dense.intermediate_size if dense and (moe is None or model.first_dense_layers) else 0,
+        "expert_ffn_hidden_size": moe.expert_intermediate_size if moe else 0,
+        "shared_ffn_hidden_size": moe.shared_width if moe else 0,
+        "mtp_layers": model.mtp_layers,
+        "hc_mult": model.hc_mult,
+        "is_moe": int(moe is not None),
+        "multi_latent_attention": int(isinstance(model.attention, MLAAttention | DSV4Attention)),
+        "hybrid_model": int(isinstance(model.attention, DSV4Attention)),
+        "sequence_parallel": int(training.sequence_parallel),
+        "sequence_parallel_requested": int(sequence_parallel_requested(training)),
+        "packed_sequences": int(training.packed_sequences),
+        "capacity_factor_set": int(training.capacity_factor is not None),
+    }
+    consts |= {f"recompute_{name}": int(name in training.recompute_modules) for name in RECOMPUTE_MODULES}
+    consts |= dsv4_consts(problem)
+    return consts
+
+
+def sequence_parallel_requested(training) -> bool:  # noqa: ANN001 - Training
+    """Whether the problem itself asks for --sequence-parallel (an explicit `sequence_parallel: true`);
+    parasol's default True only means 'SP whenever TP > 1' and asks for nothing at TP 1."""
+    return training.sequence_parallel and "sequence_parallel" in training.model_fields_set
+
+
+def mapping_consts(facts: Facts) -> dict[str, int]:
+    """Numbers of one fully specified mapping's pipeline cut: its stage count, the blocks it places, and
+    whether the cut is parasol's own (an explicit layout, realised as --pipeline-model-parallel-layout)
+    rather than Megatron's even split (layout_explicit 0, also the reading when the key is absent)."""
+    layout = facts.derived.layout
+    return {"layout_stages": len(layout), "layout_blocks": sum(layout),
+            "layout_explicit": int(facts.mapping.layout is not None)}
+
+
 def _values(var: cp_model.IntVar) -> list[int]:
     """Expand a variable's interval domain into its values."""
-    bounds = list(var.Proto().domain)
+    bounds = list(var.proto.domain)
     return [x for lo, hi in zip(bounds[::2], bounds[1::2], strict=True) for x in range(lo, hi + 1)]

@@ -227,7 +227,7 @@ def block_contribution(model: ModelArchitecture, m: Mapping, d: Derived, trainin
     if m.recompute is Recompute.full:
         full = ActivationContext(ctx.tp, ctx.etp, ctx.sequence_parallel, Recompute.none, ctx.modules)
         peak = _ceil(Fraction(saved_bytes_per_token(model, block, full)) * tokens)
-    return Contribution(wd, we, g, o, act, peak, bool(bp.num_experts) and not block.mtp, dense, expert)
+    return Contribution(wd, we, g, o, act, peak, bool(bp.num_experts), dense, expert)
 
 
 def edge_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,

@@ -3,34 +3,126 @@
 from __future__ import annotations
 
 from parasol.constraints.base import Constraint
-from parasol.constraints.batch import EvalGbsDivisible, GbsDivisibleByMbsDp
+from parasol.constraints.batch import EvalGbsDivisible, GbsDivisibleByMbsDp, NumMicrobatches
 from parasol.constraints.capacity import MemoryFitsHBM
+from parasol.constraints.context import (
+    CPA2AP2PRequiresHierarchical,
+    CPSeqDivisibleBy2CP,
+    HierarchicalCPProduct,
+)
+from parasol.constraints.deepseek_v4 import DSV4_RULES
 from parasol.constraints.divisibility import (
     HeadsDivisibleByTP,
+    HiddenDivisibleByHeads,
     QueryGroupsVsTP,
+    TPShardedLinearDims,
     WorldDivisibleByExpertGrid,
     WorldDivisibleByModelSize,
 )
-from parasol.constraints.moe import EPRequiresExperts, ExpertsDivisibleByEP
-from parasol.constraints.pipeline import LayoutCoversBlocks
+from parasol.constraints.feature import (
+    CpuOffloading,
+    DeprecatedMoeLayerRecompute,
+    DeprecatedRampupBatchSize,
+    DeterministicMode,
+    DistOptInstancesDivideDpCp,
+    DistOptInstancesDivideEdp,
+    FineGrainedOffload,
+    MhcRecomputeModule,
+    NonPPLastOrderRequiresEqualDP,
+    PPGroupsIdentical,
+    RecomputeActivationsAlias,
+    RecomputeFullNeedsMethod,
+    RecomputeFullNeedsNumLayers,
+    RecomputeModulePrereqs,
+    RecomputeSelectiveNoMethod,
+    RecomputeSelectiveNoNumLayers,
+    SPActivationSeqDivisibleByTP,
+    SPAutoDisabledWhenTP1,
+    SPRequiresTP,
+    TPCommOverlapRequiresSP,
+)
+from parasol.constraints.moe import (
+    DeepEPFlagRequiresFlex,
+    DeepEPNCCLEPNeedEtpEpGt1,
+    DeepEPNoPadToCapacity,
+    EPA2AOverlap,
+    EPRequiresExperts,
+    ExpertsDivisibleByEP,
+    MoEBiasRequiresETP1,
+    MoETPRequiresSP,
+    NCCLEPNoDropPad,
+    NCCLEPRequiresFlex,
+    PadRequiresCapacityFactor,
+    SharedExpertOverlapDispatcher,
+)
+from parasol.constraints.pipeline import (
+    AccountForDivisible,
+    AccountForEnoughLayers,
+    HybridMtpPatternsIdentical,
+    HybridNoAttentionPlusMLA,
+    LayersDivisibleByPP,
+    LayoutCoversBlocks,
+    LayoutDecoderCount,
+    LayoutEmbeddingLossOnce,
+    LayoutExcludesOtherPPArgs,
+    LayoutMtpPlacement,
+    LayoutStagesDivisibleByPP,
+    LayoutValidChars,
+    LayoutVppConsistent,
+    NonInterleavedDisablesP2POverlap,
+    UnevenExcludesAccountFor,
+    UnevenFirstDivisibleByVpp,
+    UnevenLastDivisibleByVpp,
+    UnevenMiddleConsistency,
+    UnevenMiddleDivisible,
+    UnevenMiddleDivisibleByVpp,
+    VppLayersPerRankDivisible,
+    VppNoOverlapRequiresPPGt2,
+    VppRequiresPPGt1,
+)
+from parasol.constraints.schedule import VppFinalGroupRemainder, VppMicrobatchGroupRange
+from parasol.constraints.seed_claims import SEED_CLAIM_RULES
+from parasol.constraints.user import user_constraints
+
+# Megatron-LM runs its checks in stages (megatron-groups.md, 'Enforcement stages') and stops at the
+# first failure; within a stage the rules follow the source order of their checks.
+STAGE_A_ARGUMENTS = (
+    WorldDivisibleByModelSize, HierarchicalCPProduct, CPA2AP2PRequiresHierarchical, RecomputeActivationsAlias,
+    EvalGbsDivisible, LayoutValidChars, LayoutStagesDivisibleByPP, LayersDivisibleByPP, VppRequiresPPGt1,
+    VppNoOverlapRequiresPPGt2, NonInterleavedDisablesP2POverlap, HiddenDivisibleByHeads, CPSeqDivisibleBy2CP,
+    RecomputeSelectiveNoMethod, SPAutoDisabledWhenTP1, TPCommOverlapRequiresSP, EPRequiresExperts,
+    ExpertsDivisibleByEP, DeterministicMode,
+)
+STAGE_G_GLOBAL_VARS = (DeprecatedRampupBatchSize, GbsDivisibleByMbsDp, NumMicrobatches)
+STAGE_I_PROCESS_GROUPS = (
+    WorldDivisibleByExpertGrid, NonPPLastOrderRequiresEqualDP, PPGroupsIdentical, DistOptInstancesDivideDpCp,
+    DistOptInstancesDivideEdp,
+)
+STAGE_C_CONFIG = (
+    SPRequiresTP, HeadsDivisibleByTP, QueryGroupsVsTP, DeepEPFlagRequiresFlex, DeepEPNoPadToCapacity,
+    NCCLEPRequiresFlex, SharedExpertOverlapDispatcher, PadRequiresCapacityFactor, CpuOffloading,
+    RecomputeFullNeedsMethod, RecomputeFullNeedsNumLayers, RecomputeSelectiveNoNumLayers, RecomputeModulePrereqs,
+    DeprecatedMoeLayerRecompute, MhcRecomputeModule, FineGrainedOffload, UnevenExcludesAccountFor,
+    LayoutExcludesOtherPPArgs, LayoutVppConsistent, UnevenMiddleConsistency, UnevenFirstDivisibleByVpp,
+    UnevenLastDivisibleByVpp, UnevenMiddleDivisible, UnevenMiddleDivisibleByVpp, AccountForDivisible,
+    MoEBiasRequiresETP1, EPA2AOverlap,
+)
+STAGE_B_MODEL_BUILD = (
+    LayoutEmbeddingLossOnce, LayoutDecoderCount, LayoutMtpPlacement, VppLayersPerRankDivisible,
+    AccountForEnoughLayers, HybridNoAttentionPlusMLA, HybridMtpPatternsIdentical, TPShardedLinearDims,
+    DeepEPNCCLEPNeedEtpEpGt1, NCCLEPNoDropPad,
+)
+STAGE_R_RUNTIME = (SPActivationSeqDivisibleByTP, MoETPRequiresSP, VppMicrobatchGroupRange, VppFinalGroupRemainder)
+PARASOL_RULES = (LayoutCoversBlocks, MemoryFitsHBM)
 
 
 def builtin_constraints() -> tuple[Constraint, ...]:
     """All built-in rules, one instance each, in reporting order (Megatron's stage order first)."""
-    return (
-        WorldDivisibleByModelSize(),
-        WorldDivisibleByExpertGrid(),
-        HeadsDivisibleByTP(),
-        QueryGroupsVsTP(),
-        EvalGbsDivisible(),
-        GbsDivisibleByMbsDp(),
-        ExpertsDivisibleByEP(),
-        EPRequiresExperts(),
-        LayoutCoversBlocks(),
-        MemoryFitsHBM(),
-    )
+    stages = (STAGE_A_ARGUMENTS, STAGE_G_GLOBAL_VARS, STAGE_I_PROCESS_GROUPS, STAGE_C_CONFIG, STAGE_B_MODEL_BUILD,
+              STAGE_R_RUNTIME, DSV4_RULES, SEED_CLAIM_RULES, PARASOL_RULES)
+    return tuple(rule() for stage in stages for rule in stage)
 
 
 def active_constraints(problem) -> tuple[Constraint, ...]:  # noqa: ANN001 - Problem
-    """The rules that apply to `problem` (its model kind and rule packs)."""
-    return tuple(c for c in builtin_constraints() if c.active(problem))
+    """The rules that apply to `problem` (its model kind and rule packs), then its own restrictions."""
+    return tuple(c for c in builtin_constraints() if c.active(problem)) + user_constraints(problem)

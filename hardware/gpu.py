@@ -42,6 +42,9 @@ class GPUSpec(BaseModel):
     fp8_dense_tflops: PositiveFloat | None = Field(
         default=None, description="dense FP8 tensor peak, TFLOP/s; null where the part has no FP8 tensor cores"
     )
+    fp4_dense_tflops: PositiveFloat | None = Field(
+        default=None, description="dense FP4 (NVFP4) tensor peak, TFLOP/s; null where the part has no FP4 tensor cores"
+    )
     hbm_gb: PositiveFloat = Field(description="HBM capacity exposed to software, decimal GB")
     hbm_tb_s: PositiveFloat = Field(description="HBM bandwidth, TB/s")
     runtime_reserve_gb: NonNegativeFloat = Field(
@@ -84,19 +87,23 @@ class GPUSpec(BaseModel):
     @property
     def precisions(self) -> tuple[str, ...]:
         """Tensor precisions this part has a dense peak for."""
-        return ("bf16",) if self.fp8_dense_tflops is None else ("bf16", "fp8")
+        extra = (("fp8",) if self.fp8_dense_tflops is not None else ()) + (
+            ("fp4",) if self.fp4_dense_tflops is not None else ())
+        return ("bf16", *extra)
 
     def peak_flops(self, precision: str) -> float:
-        """Dense tensor peak in FLOP/s for 'bf16' or 'fp8', the denominator of MFU."""
+        """Dense tensor peak in FLOP/s for 'bf16', 'fp8' or 'fp4', the denominator of MFU."""
         key = precision.lower()
         if key == "bf16":
             return self.bf16_dense_tflops * 1e12
         if key == "fp8" and self.fp8_dense_tflops is not None:
             return self.fp8_dense_tflops * 1e12
+        if key == "fp4" and self.fp4_dense_tflops is not None:
+            return self.fp4_dense_tflops * 1e12
         raise InputError(
             f"{self.name} has no dense {precision} peak.",
             field="precision",
             value=precision,
             expected="one of " + ", ".join(self.precisions),
-            fix="train in BF16 on this accelerator, or pick hardware with FP8 tensor cores.",
+            fix="train in a listed precision on this accelerator, or pick hardware with those tensor cores.",
         )

@@ -7,19 +7,92 @@ ratios are represented as they are, and parameter counts, memory and FLOPs are c
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from enum import StrEnum
-from functools import cached_property
-from typing import Annotated, Literal
+from functools import cache, cached_property
+from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from parasol.errors import InputError
+from parasol.errors import type_atoms, validation_input_error
+
+MAX_NUMBER = 2**53
+"""Largest magnitude any number in a schema object may have: no real size is larger, and beyond it
+floating point loses whole numbers (so 1e30 GPUs or a 10**30-token sequence is an input error)."""
+
+
+def _number_atoms(annotation: Any) -> frozenset[Any]:
+    """The plain types a field or its list items may take (to tell numeric fields from the rest)."""
+    atoms: set[Any] = set()
+    for atom in type_atoms(annotation):
+        atoms.add(atom)
+        if get_origin(atom) in (list, tuple):
+            for item in get_args(atom):
+                atoms.update(type_atoms(item))
+    return frozenset(atoms)
+
+
+@cache
+def _numeric_fields(cls: type[BaseModel]) -> dict[str, tuple[frozenset[Any], bool]]:
+    """Fields of a schema class that hold numbers (or lists of numbers): the types they admit, and
+    whether the field has its own upper bound (then that bound, not MAX_NUMBER, is reported)."""
+    fields = {name: (_number_atoms(info.annotation), any(getattr(m, "le", None) is not None
+                                                         or getattr(m, "lt", None) is not None for m in info.metadata))
+              for name, info in cls.model_fields.items()}
+    return {name: spec for name, spec in fields.items() if spec[0] & {int, float}}
+
+
+def _number_error(value: Any, atoms: frozenset[Any], bounded: bool) -> PydanticCustomError | None:
+    """True/false where only numbers belong (pydantic would read it as 1 or 0), or an absurd size."""
+    if isinstance(value, bool):
+        return None if bool in atoms else PydanticCustomError("bool_not_number", "true/false is not a number")
+    if not bounded and isinstance(value, int | float) and math.isfinite(value) and abs(value) > MAX_NUMBER:
+        return PydanticCustomError("number_too_large", "Input should be at most {limit} (no real size is larger)",
+                                   {"limit": f"{MAX_NUMBER:,}"})
+    return None
+
+
+def _number_errors(cls: type[BaseModel], data: Mapping[str, Any]) -> list[InitErrorDetails]:
+    """Every numeric field (or numeric list item) of `data` that holds true/false or an absurd size."""
+    found: list[InitErrorDetails] = []
+    for name, (atoms, bounded) in _numeric_fields(cls).items():
+        value = data.get(name)
+        items = [((name,), value)]
+        if isinstance(value, list | tuple):
+            items += [((name, i), item) for i, item in enumerate(value)]
+        for loc, item in items:
+            error = _number_error(item, atoms, bounded)
+            if error is not None:
+                found.append(InitErrorDetails(type=error, loc=loc, input=item))
+    return found
 
 
 class Strict(BaseModel):
-    """Base for every schema object: unknown keys are errors, values are immutable."""
+    """Base for every schema object: unknown keys are errors, values are immutable, numbers are
+    finite, not true/false, and at most MAX_NUMBER in magnitude."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_numbers(cls, data: Any) -> Any:
+        """Numeric fields (and the items of numeric lists) take real numbers only."""
+        if isinstance(data, Mapping):
+            errors = _number_errors(cls, data)
+            if errors:
+                raise ValidationError.from_exception_data(cls.__name__, errors)
+        return data
 
 
 class Activation(StrEnum):
@@ -148,11 +221,14 @@ class MoE(Strict):
         default=0, ge=0, description="first MoE layers routed by a token-id hash table instead of a learned gate"
     )
 
-    @model_validator(mode="after")
-    def _topk_fits(self) -> MoE:
-        if self.top_k > self.num_experts:
-            raise ValueError(f"top_k ({self.top_k}) cannot exceed num_experts ({self.num_experts})")
-        return self
+    @field_validator("top_k")
+    @classmethod
+    def _topk_fits(cls, top_k: int, info: ValidationInfo) -> int:
+        """A token is routed to top_k distinct experts, so there must be at least that many."""
+        experts = info.data.get("num_experts")
+        if experts is not None and top_k > experts:
+            raise ValueError(f"top_k ({top_k}) cannot exceed num_experts ({experts})")
+        return top_k
 
     @property
     def shared_width(self) -> int:
@@ -209,6 +285,15 @@ class ModelArchitecture(Strict):
     published: PublishedCounts = PublishedCounts()
     notes: str = ""
 
+    @field_validator("first_dense_layers")
+    @classmethod
+    def _dense_lead_in_fits(cls, first_dense_layers: int, info: ValidationInfo) -> int:
+        """The dense lead-in is part of the block sequence, so it cannot be longer than it."""
+        layers = info.data.get("num_layers")
+        if layers is not None and first_dense_layers > layers:
+            raise ValueError(f"first_dense_layers ({first_dense_layers}) exceeds num_layers ({layers})")
+        return first_dense_layers
+
     @model_validator(mode="after")
     def _consistent(self) -> ModelArchitecture:
         if self.moe is None and self.dense_mlp is None:
@@ -217,10 +302,6 @@ class ModelArchitecture(Strict):
             raise ValueError("first_dense_layers only applies to MoE models (set moe)")
         if self.moe is not None and self.first_dense_layers and self.dense_mlp is None:
             raise ValueError("first_dense_layers > 0 needs dense_mlp for those blocks")
-        if self.first_dense_layers > self.num_layers:
-            raise ValueError(
-                f"first_dense_layers ({self.first_dense_layers}) exceeds num_layers ({self.num_layers})"
-            )
         if isinstance(self.attention, DSV4Attention):
             need = self.num_layers + self.mtp_layers
             if len(self.attention.compress_ratios) < need:
@@ -264,15 +345,12 @@ class ModelArchitecture(Strict):
 
 
 def architecture_from_dict(data: dict, *, where: str = "model") -> ModelArchitecture:
-    """Validate a plain mapping as an architecture, raising InputError that names the field."""
-    from pydantic import ValidationError
-
+    """Validate a plain mapping as an architecture, raising InputError that names the field
+    (`where` is the dotted place of the mapping, e.g. `model`)."""
     try:
         return ModelArchitecture.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in (where, *err["loc"]))
-        raise InputError(
-            f"Invalid model architecture: {err['msg']}.", field=loc, value=err.get("input"),
-            fix="correct this field of the model (see problems/models/ for complete examples).",
-        ) from None
+        error = validation_input_error(exc, ModelArchitecture, data, prefix=tuple(where.split(".")))
+        error.fix = f"{error.fix} Complete examples are in problems/models/."
+        error.args = (error.render(),)
+        raise error from None

@@ -44,9 +44,28 @@ class MegatronOptions(Strict):
     dsa_kernel_backend: Literal["cudnn", "none", "tilelang"] = Field(
         default="cudnn", description="--dsa-kernel-backend (CLI default cudnn for DSv4)")
     deterministic_mode: bool = False
+    dynamic_context_parallel: bool = Field(
+        default=False, description="--dynamic-context-parallel (dev; seed 000: the V4 path supports static CP only)")
     num_distributed_optimizer_instances: PositiveInt = 1
     use_tp_pp_dp_mapping: bool = Field(default=False, description="order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp")
     offload_modules: tuple[str, ...] = Field(default=(), description="fine-grained activation offload modules")
     cpu_offloading: bool = False
     recompute_method: Literal["uniform", "block"] | None = None
     recompute_num_layers: PositiveInt | None = None
+    kv_channels: PositiveInt | None = Field(
+        default=None, description="--kv-channels (default hidden_size / num_attention_heads)")
+    tp_comm_overlap: bool = Field(default=False, description="--tp-comm-overlap (needs sequence parallelism)")
+    cross_entropy_loss_fusion: bool = Field(default=False, description="--cross-entropy-loss-fusion")
+    megatron_core_api: bool = Field(
+        default=False, description="judge as a direct Megatron Core user (configs built in code, no validate_args): "
+                                   "flags the CLI would silently rewrite are errors instead (e.g. SP with TP 1)")
+    rampup_batch_size: tuple[PositiveInt, PositiveInt, PositiveInt] | None = Field(
+        default=None, description="--rampup-batch-size START INCREMENT SAMPLES (deprecated and ignored)")
+    recompute_activations: bool = Field(
+        default=False, description="--recompute-activations (alias of --recompute-granularity selective)")
+    moe_layer_recompute: bool = Field(
+        default=False, description="--moe-layer-recompute (deprecated: selective recompute of the 'moe' module)")
+    moe_enable_deepep: bool = Field(
+        default=False, description="--moe-enable-deepep (deprecated: flex dispatcher with the deepep backend)")
+    calculate_per_token_loss: bool = Field(
+        default=False, description="--calculate-per-token-loss (needed by --hybrid-context-parallel)")

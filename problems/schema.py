@@ -16,6 +16,9 @@ from parasol.problems.architecture import Strict
 from parasol.problems.mapping import Recompute
 from parasol.problems.options import MegatronOptions
 
+MAX_GPUS = 1 << 20
+"""Largest job parasol plans (1,048,576 GPUs, ten times today's largest runs); rank groups are enumerated."""
+
 RECOMPUTE_MODULES = (
     "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts", "mhc",
 )
@@ -68,7 +71,7 @@ class Training(Strict):
 class HardwareSection(Strict):
     """Which cluster: a preset name with optional overrides, or an inline GPU and topology."""
 
-    gpus: PositiveInt = Field(description="GPUs in the job; a whole number of nodes")
+    gpus: PositiveInt = Field(le=MAX_GPUS, description="GPUs in the job; a whole number of nodes")
     preset: str | None = Field(default=None, description="hardware preset name, see `parasol hardware`")
     gpu: dict | None = Field(default=None, description="GPU fields overriding the preset's")
     topology: dict | None = Field(default=None, description="topology fields overriding the preset's")
@@ -109,6 +112,8 @@ class SearchSpace(Strict):
     etp: Degree | None = None
     vpp: Degree | None = None
     mbs: Degree | None = None
+    recompute: Recompute | list[Recompute] | None = Field(
+        default=None, description="recompute choices the solver may pick (default: none, selective, full)")
 
 
 class Objective(StrEnum):
@@ -135,6 +140,18 @@ class MappingSection(Strict):
     layout: list[int] | str | None = None
 
 
+class RestrictionRule(Strict):
+    """A user-declared restriction with its own rule id and message (parsed by constraints/user.py)."""
+
+    expr: str = Field(min_length=1, description="a condition on the mapping, e.g. 'ep * etp <= 64'")
+    id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                           description="rule id in reports (default user-<n>, n counting from 1)")
+    message: str | None = Field(default=None, description="what to tell the user when it does not hold")
+
+
+Restriction = str | RestrictionRule
+
+
 class ProblemFile(Strict):
     """The whole `problem.yaml` before the model and hardware are resolved."""
 
@@ -147,3 +164,5 @@ class ProblemFile(Strict):
     search: SearchSpace = SearchSpace()
     mapping: MappingSection | None = None
     objectives: tuple[Objective, ...] = (Objective.step_time, Objective.peak_memory)
+    restrictions: tuple[Restriction, ...] = Field(
+        default=(), description="user-declared conditions every mapping must meet: 'pp in (4, 8)' or {expr, id, message}")

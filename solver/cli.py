@@ -13,14 +13,15 @@ from functools import wraps
 from typing import Any
 
 import click
+import yaml
+from pydantic import ValidationError
 from rich.console import Console
 
-from parasol.errors import ParasolError
+from parasol.errors import ParasolError, dotted, one_paragraph, short
 from parasol.hardware.presets import load_preset, preset_names
 from parasol.problems.catalog import catalog_names, load_model, model_summary
-from parasol.problems.loader import load_problem
 from parasol.solver.explain import explain as explain_mapping
-from parasol.solver.mapping_input import build_mapping, parse_sets
+from parasol.solver.megatron_args import explain_inputs, launch_text
 from parasol.solver.render import hardware_table, models_table, print_explanation
 
 EXIT_INFEASIBLE = 1
@@ -31,15 +32,28 @@ def _console() -> Console:
     return Console(width=max(Console().width, 120))
 
 
+def _escaped_input_error(exc: ValidationError | yaml.YAMLError) -> str:
+    """Bad input that reached a schema or YAML reader outside the loader, as one paragraph."""
+    if isinstance(exc, yaml.YAMLError):
+        return f"Not valid YAML: {exc}. Fix: correct the YAML input."
+    err = exc.errors()[0]
+    field = dotted(tuple(p for p in err["loc"] if isinstance(p, int) or str(p).isidentifier())) or exc.title
+    value = f" Field `{field}` has value {short(err['input'])}." if "input" in err else ""
+    return f"Invalid {exc.title} input: {err['msg']}.{value} Fix: correct `{field}`."
+
+
 def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn parasol's own errors into one paragraph on stderr and exit code 2."""
+    """Turn bad input into one paragraph on stderr and exit code 2: parasol's own errors, and any
+    schema or YAML error that escaped translation. Every other exception is a bug and propagates."""
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except ParasolError as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(EXIT_BAD_INPUT)
+            click.echo(f"error: {one_paragraph(str(exc))}", err=True)
+        except (ValidationError, yaml.YAMLError) as exc:
+            click.echo(f"error: {one_paragraph(_escaped_input_error(exc))}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
     return wrapper
 
 
@@ -98,18 +112,68 @@ def hardware(as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("problem", type=click.Path(dir_okay=False))
+@click.argument("problem", type=click.Path(), required=False)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="pin a mapping field: gpus, tp, pp, cp, ep, etp, vpp, mbs, gbs, seq_len, recompute, layout")
+@click.option("--megatron-args", "megatron_args", metavar="TEXT",
+              help="a Megatron-LM launch line; its flags override the problem's mapping, training and options")
+@click.option("--megatron-args-file", type=click.Path(dir_okay=False), metavar="SCRIPT",
+              help="a launch script (backslash continuations, NAME=value and NAME=( … ) arrays are read)")
+@click.option("--hardware", "preset", metavar="PRESET", help="without PROBLEM: the hardware preset (`parasol hardware`)")
+@click.option("--gpus", type=int, help="without PROBLEM: GPUs in the job (default: torchrun's nproc_per_node × nnodes)")
+@click.option("--model", "model_name", metavar="NAME",
+              help="without PROBLEM: a catalog model instead of the launch line's model flags")
 @click.option("--json", "as_json", is_flag=True, help="print the account as JSON (the BRIEF's contract)")
 @reports_errors
-def explain(problem: str, sets: tuple[str, ...], as_json: bool) -> None:
-    """Account for one mapping: derived sizes, every rule's verdict, groups and per-stage memory."""
-    prob = load_problem(problem)
-    mapping = build_mapping(prob, parse_sets(sets))
-    result = explain_mapping(prob, mapping)
+def explain(problem: str | None, sets: tuple[str, ...], megatron_args: str | None, megatron_args_file: str | None,
+            preset: str | None, gpus: int | None, model_name: str | None, as_json: bool) -> None:
+    """Account for one mapping: derived sizes, every rule's verdict, groups and per-stage memory.
+
+    The mapping comes from PROBLEM.yaml, a Megatron-LM launch line (--megatron-args or
+    --megatron-args-file) and --set; without PROBLEM, the launch line alone describes the run on
+    --hardware PRESET. Flags parasol does not model are listed as notes."""
+    launch = launch_text(megatron_args, megatron_args_file)
+    inputs = explain_inputs(problem, sets, launch, hardware=preset, gpus=gpus, model_name=model_name)
+    result = explain_mapping(inputs.problem, inputs.mapping)
     if as_json:
-        click.echo(json.dumps(result.as_dict(), indent=2))
+        data = result.as_dict()
+        data["warnings"] = [*data["warnings"], *(w.as_dict() for w in inputs.warnings)]
+        data["notes"] = list(inputs.notes)
+        click.echo(json.dumps(data, indent=2))
     else:
-        print_explanation(result, _console())
+        console = _console()
+        print_explanation(result, console)
+        for w in inputs.warnings:
+            console.print(f"warning ({w.flag}): {w.message} [{w.source}]", markup=False)
+        for note in inputs.notes:
+            console.print(f"note: {note}", markup=False)
     sys.exit(0 if result.feasible else EXIT_INFEASIBLE)
+
+
+@main.command()
+@click.argument("runs", type=click.Path(dir_okay=False))
+@click.option("--gpu-type", "gpu_type", metavar="T",
+              help="fit only this GPU type: a gpu_type of the runs (e.g. GB200-NVL72) or a file stem (gb200)")
+@click.option("--out", "out", type=click.Path(), default="calibration", show_default=True,
+              help="directory for one <gpu>.yaml per GPU type, or a .yaml file when one GPU type is fitted")
+@reports_errors
+def calibrate(runs: str, gpu_type: str | None, out: str) -> None:
+    """Fit the step-time coefficients per GPU type to measured runs (RUNS.yaml in the format of
+    measured-configs.yaml), print them with the fit error, and write the calibration files.
+
+    Copy a written file into hardware/coefficients/ to make every preset with that GPU use it. The fit
+    (scipy) is imported here only, so the other commands start without it."""
+    from pathlib import Path
+
+    from parasol.hardware.calibration import read_runs
+    from parasol.solver.calibrate import ASSUMPTIONS, calibrate_runs, write_calibration
+    from parasol.solver.render import calibration_tables
+
+    report = calibrate_runs(read_runs(runs), gpu_type)
+    written = write_calibration(report, Path(out))
+    console = _console()
+    console.print(calibration_tables(report))
+    for note in ASSUMPTIONS:
+        console.print(f"assumption: {note}", markup=False)
+    for path in written:
+        console.print(f"wrote {path}", markup=False)

@@ -5,21 +5,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parasol.constraints.evaluate import Evaluation, evaluate
+from parasol.constraints.step_time import StepTime, step_time_or_none
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
+from parasol.problems.options import MegatronOptions
 from parasol.problems.rank_groups import GroupPlacement, placements
+from parasol.solver.conflicts import minimal_conflict
+from parasol.solver.repairs import Repair, nearest_repairs
 
 BINDING_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
 class Explanation:
-    """Everything `explain` prints: the evaluation plus group placement."""
+    """Everything `explain` prints: the evaluation, group placement and, for an infeasible mapping, a
+    minimal conflicting set of rules and the nearest feasible repairs."""
 
     problem: Problem
     mapping: Mapping
     evaluation: Evaluation
     groups: tuple[GroupPlacement, ...]
+    conflict: tuple[str, ...] = ()
+    repairs: tuple[Repair, ...] = ()
+    step: StepTime | None = None
 
     @property
     def feasible(self) -> bool:
@@ -49,6 +57,10 @@ class Explanation:
             metrics["peak_memory_gb"] = round(ledger.peak.total_gb, 4)
             metrics["peak_memory_stage"] = ledger.peak.stage
             metrics["usable_hbm_gb"] = round(ledger.peak.usable_bytes / 1e9, 4)
+        if self.step is not None:
+            metrics.update(step_metrics(self.step))
+            for entry, ms in zip(stages, self.step.stage_time_s, strict=False):
+                entry["time_ms"] = round(ms * 1e3, 4)
         return {
             "feasible": self.feasible,
             "mapping": mapping,
@@ -77,15 +89,39 @@ class Explanation:
                 for g in self.groups
             ],
             "assumptions": list(ledger.assumptions) if ledger is not None else [],
-            "repairs": [],
+            "minimal_conflict": list(self.conflict),
+            "repairs": [r.as_dict() for r in self.repairs],
+            "step_time": self.step.as_dict() if self.step is not None else None,
         }
 
 
-def explain(problem: Problem, mapping: Mapping) -> Explanation:
-    """Evaluate `mapping` and place its groups (when the grids divide the world)."""
-    evaluation = evaluate(problem, mapping)
+def step_metrics(step: StepTime) -> dict:
+    """The BRIEF's step-time metrics: step time, throughput, model TFLOP/s, MFU and HFU."""
+    return {
+        "step_time_s": round(step.step_time_s, 6),
+        "tokens_per_s": round(step.tokens_per_s, 3),
+        "tokens_per_s_per_gpu": round(step.tokens_per_s_per_gpu, 3),
+        "model_tflops_per_gpu": round(step.model_tflops_per_gpu, 3),
+        "mfu": round(step.mfu, 6),
+        "hfu": round(step.hfu, 6),
+    }
+
+
+def explain(problem: Problem, mapping: Mapping, options: MegatronOptions | None = None,
+            repairs: int = 3) -> Explanation:
+    """Evaluate `mapping`, place its groups (when the grids divide the world) and, when it is
+    infeasible, find a minimal conflicting set and up to `repairs` nearest feasible mappings;
+    `options` default to the problem's framework options."""
+    evaluation = evaluate(problem, mapping, options=options)
     d = evaluation.facts.derived
     grids_whole = d.dp_attn.denominator == 1 and d.dp_expert.denominator == 1
     topo = problem.hardware.topology
     groups = placements(mapping, topo.gpus_per_node, topo.gpus_per_nvlink_domain) if grids_whole else ()
-    return Explanation(problem=problem, mapping=mapping, evaluation=evaluation, groups=groups)
+    conflict: tuple[str, ...] = ()
+    fixes: tuple[Repair, ...] = ()
+    if not evaluation.feasible:
+        conflict = minimal_conflict(problem, mapping, options)
+        fixes = tuple(nearest_repairs(problem, mapping, options, k=repairs))
+    return Explanation(problem=problem, mapping=mapping, evaluation=evaluation, groups=groups,
+                       conflict=conflict, repairs=fixes,
+                       step=step_time_or_none(problem, mapping, d, options=evaluation.facts.options))

@@ -6,6 +6,7 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 
+from parasol.solver.calibrate import CalibrationReport
 from parasol.solver.explain import Explanation
 
 
@@ -46,6 +47,7 @@ def explain_tables(ex: Explanation) -> Group:
     for rule, why in ex.evaluation.skipped:
         rules.add_row(rule, "[yellow]?[/]", "", why, "")
     parts.append(rules)
+    parts.extend(repair_parts(ex))
 
     if data["groups"]:
         groups = Table(title="Parallel groups under Megatron's rank order (tp-cp-ep-dp-pp)")
@@ -68,7 +70,59 @@ def explain_tables(ex: Explanation) -> Group:
                                   for s in data["stages"]))
         parts.append(ledger)
         parts.append("[dim]" + "\n".join(f"• {a}" for a in data["assumptions"]) + "[/]")
+    parts.extend(step_time_parts(data))
     return Group(*parts)
+
+
+def step_time_parts(data: dict) -> list:
+    """The predicted step time: its breakdown (they sum to the step), per-stage microbatch times, throughput."""
+    step = data.get("step_time")
+    if not step:
+        return []
+    total = step["step_time_s"]
+    table = Table(title=f"Predicted step time {total:,.3f} s ({step['coefficients']})")
+    table.add_column("where the time goes")
+    table.add_column("seconds", justify="right")
+    table.add_column("share", justify="right")
+    for kind, seconds in step["breakdown_s"].items():
+        label = kind if kind in ("compute", "bubble") else f"exposed {kind} communication" if kind != "optimizer" \
+            else "optimizer step"
+        table.add_row(label, f"{seconds:,.3f}", f"{seconds / total:.1%}" if total else "-")
+    parts: list = [table]
+    times = [s.get("time_ms") for s in data["stages"]]
+    if times and all(t is not None for t in times):
+        parts.append("per-microbatch forward+backward by stage (ms): "
+                     + ", ".join(f"{t:,.1f}" for t in times)
+                     + f"; slowest stage {step['critical_stage']}")
+    parts.append(f"{step['tokens_per_s']:,.0f} tokens/s = {step['tokens_per_s_per_gpu']:,.1f} per GPU, "
+                 f"{step['model_tflops_per_gpu']:,.1f} model TFLOP/s/GPU; MFU {step['mfu']:.1%} of the "
+                 f"{step['precision'].upper()} dense peak ({step['peak_tflops']:,.0f} TFLOP/s), "
+                 f"{step['mfu_bf16']:.1%} of BF16; HFU {step['hfu']:.1%}")
+    return parts
+
+
+def repair_parts(ex: Explanation) -> list:
+    """For an infeasible mapping: the minimal conflicting set and the nearest feasible repairs."""
+    if ex.feasible:
+        return []
+    parts: list = []
+    if ex.conflict:
+        parts.append(f"[bold]Minimal conflicting set[/]: {', '.join(ex.conflict)} "
+                     "[dim](every member is needed: dropping any one makes the mapping pass)[/]")
+    if not ex.repairs:
+        parts.append("[bold]Nearest feasible repairs[/]: none within a factor 4 of the current degrees "
+                     "and up to 3 changed fields")
+        return parts
+    table = Table(title="Nearest feasible repairs (fewest changed fields, then the smallest change)")
+    for col in ("#", "repair", "changes", "mapping"):
+        table.add_column(col, overflow="fold")
+    for i, r in enumerate(ex.repairs, start=1):
+        m = r.mapping
+        table.add_row(str(i), r.text, ", ".join(f"{f} {old} → {new}" for f, (old, new) in r.changes.items()),
+                      f"TP{m.tp} PP{m.pp} CP{m.cp} EP{m.ep} ETP{m.expert_tp} VPP{m.vpp} MBS{m.mbs} GBS{m.gbs} "
+                      f"recompute={m.recompute.value}")
+    parts.append(table)
+    return parts
 
 
 def print_explanation(ex: Explanation, console: Console) -> None:
@@ -98,3 +152,35 @@ def hardware_table(rows: list[dict]) -> Table:
         table.add_row(*(str(r[k]) for k in ("preset", "gpu", "bf16", "hbm", "usable", "node", "domain", "nvlink",
                                             "nic", "quirks")))
     return table
+
+
+def calibration_tables(report: CalibrationReport) -> Group:
+    """`parasol calibrate`: fitted coefficients per GPU type, the fit error, and the excluded runs."""
+    stems = list(report.files)
+    coefs = Table(title="Step-time coefficients per GPU type (fitted ones marked *)")
+    coefs.add_column("coefficient")
+    coefs.add_column("unit")
+    for stem in stems:
+        coefs.add_column(stem, justify="right")
+    coefs.add_column("default", justify="right")
+    for name in [c.name for c in report.files[stems[0]].coefficients] if stems else []:
+        rows = [next(c for c in report.files[s].coefficients if c.name == name) for s in stems]
+        coefs.add_row(name, rows[0].unit, *(f"{c.value:.4g}{'*' if c.source == 'fitted' else ''}" for c in rows),
+                      f"{rows[0].default:g}")
+    error = Table(title=f"Fit error of tokens/s/GPU (median APE over all fitted runs {report.overall_mape:.1f}%)")
+    for col in ("GPU type", "file", "runs", "models", "median APE %", "mean APE %", "max APE %"):
+        error.add_column(col, justify="left" if col in ("GPU type", "file") else "right")
+    for stem in stems:
+        f, e = report.files[stem], report.files[stem].fit_error
+        error.add_row(f.gpu_type, f"{stem}.yaml", f"{int(e['runs'])}", f"{len(report.fits[stem].models)}",
+                      f"{e['median_ape_pct']:.1f}", f"{e['mean_ape_pct']:.1f}", f"{e['max_ape_pct']:.1f}")
+    reasons: dict[str, int] = {}
+    for x in report.exclusions:
+        reasons[x.reason] = reasons.get(x.reason, 0) + 1
+    excluded = Table(title=f"Runs left out ({len(report.exclusions)})")
+    excluded.add_column("runs", justify="right")
+    excluded.add_column("reason")
+    for reason, count in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+        excluded.add_row(str(count), reason)
+    return Group(coefs, error, excluded)
+

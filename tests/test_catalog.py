@@ -17,6 +17,9 @@ EXPECTED = {
     "deepseek-v4-pro", "deepseek-v4-flash", "deepseek-v3", "deepseek-v2", "qwen3-235b-a22b", "qwen3-30b-a3b",
     "mixtral-8x7b", "mixtral-8x22b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "gpt-3-175b",
     "nemotron-4-340b", "moe-5t",
+    # added for the measured runs of reference/measured-configs.yaml (step-time calibration, issue 4)
+    "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "kimi-k2", "gpt-oss-120b",
+    "nemotron-4-15b", "nemotron-3-8b", "nemotron-3-22b", "gpt-3-5b", "gpt-3-20b",
 }
 
 
@@ -38,10 +41,11 @@ def test_entry_validates_and_is_named_after_its_file(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_entry_cites_its_source(name: str) -> None:
-    """Each YAML file opens with comments citing model-specs.yaml or the seed it comes from."""
+    """Each YAML file opens with comments citing model-specs.yaml or the seed it comes from (entries added
+    for measured-configs.yaml cite their primary sources and the measured runs they serve)."""
     text = files("parasol.problems.models").joinpath(f"{name}.yaml").read_text(encoding="utf-8")
     assert text.startswith("#")
-    assert "model-specs.yaml" in text or "seed 003" in text
+    assert "model-specs.yaml" in text or "seed 003" in text or "measured-configs.yaml" in text
 
 
 def test_catalog_covers_reference_shapes() -> None:

@@ -1,0 +1,204 @@
+"""Collective communication time, priced on the links each group actually crosses.
+
+Each collective is the textbook bandwidth/latency model (Thakur, Rabenseifner & Gropp 2005;
+the NCCL performance notes' "bus bandwidth"), with bytes in bytes, bandwidth in GB/s per GPU per
+direction (decimal, as hardware.topology) and latency in microseconds:
+
+- ring all-reduce of B bytes over n ranks: 2(n−1)/n · B / bw + 2(n−1) · α
+- all-gather or reduce-scatter of a B-byte (gathered) buffer: (n−1)/n · B / bw + (n−1) · α
+- all-to-all where each rank sends B bytes spread evenly over the n ranks: the (local−1)/n share
+  to peers in its NVLink domain moves over NVLink while the (n−local)/n share to other domains
+  moves over the NICs at the same time (hierarchical dispatch, as DeepEP and Hybrid-EP do), so the
+  slower of the two sets the time, plus one α
+- the deduplicating MoE dispatch of DeepEP and Hybrid-EP (Megatron's flex dispatcher): a token
+  whose k experts live in several ranks of one remote NVLink domain crosses the network once to
+  that domain and fans out over NVLink there. With experts spread evenly over D domains and k
+  independent picks, a token reaches (D−1)·(1 − (1 − 1/D)^k) remote domains on average; the
+  network carries that many copies of it, NVLink the k copies (less those landing where they are)
+- point-to-point send of B bytes: B / bw + α
+
+A group's bandwidth is the per-GPU bottleneck of the slowest level any two members are apart
+(`ClusterTopology.group_span`), for the real ranks Megatron puts in that group under the mapping
+(`problems/rank_groups.py`). A ring collective over several NVLink domains runs one ring per NIC
+(NCCL channels on rail-optimised clusters): when L members of the group share a domain, L NICs carry
+the ring's network share in parallel, so the network term is (n−1)/n · B / (L · nic) while NVLink
+carries the rest at its own rate (a group with one member per node gets one NIC, as a DP group under
+TP8). Terms keep NVLink and network seconds apart so that the step-time model can apply each level's
+achievable fraction of the nominal rate (a calibrated coefficient).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+from parasol.hardware.topology import ClusterTopology, Level
+from parasol.problems.mapping import Mapping
+from parasol.problems.rank_groups import GROUP_KINDS, ORDER, dense_sizes, expert_sizes, strides
+
+GB = 1e9
+US = 1e-6
+
+
+@dataclass(frozen=True)
+class GroupLink:
+    """The links one kind of group crosses: its size, levels and per-GPU bandwidths (worst group of the kind)."""
+
+    kind: str
+    size: int
+    level: Level
+    bandwidth_gb_s: float
+    """Bottleneck per-GPU bandwidth of the group, GB/s per direction."""
+    latency_us: float
+    local_peers: int
+    """Fewest members of the group that share an NVLink domain with any one member (itself included)."""
+    domains: int
+    """NVLink domains the group touches."""
+    nvlink_gb_s: float
+    network_gb_s: float
+    """Per-GPU bandwidth to members outside the NVLink domain (NIC, or spine after oversubscription)."""
+
+    @property
+    def over_network(self) -> bool:
+        """Whether any two members talk over the NICs."""
+        return self.level in (Level.rack, Level.spine)
+
+
+@dataclass(frozen=True)
+class CommTerm:
+    """Seconds a transfer takes at the nominal rates, kept by level, plus its latency.
+
+    The priced time is max(nvlink_s / e_nvlink, network_s / e_network) + latency_s: the levels run
+    concurrently and each reaches its achievable fraction e of the nominal rate."""
+
+    nvlink_s: float = 0.0
+    network_s: float = 0.0
+    latency_s: float = 0.0
+
+    def __add__(self, other: CommTerm) -> CommTerm:
+        return CommTerm(self.nvlink_s + other.nvlink_s, self.network_s + other.network_s,
+                        self.latency_s + other.latency_s)
+
+    def scaled(self, factor: float) -> CommTerm:
+        """The same transfer repeated `factor` times."""
+        return CommTerm(self.nvlink_s * factor, self.network_s * factor, self.latency_s * factor)
+
+    def seconds(self, nvlink_efficiency: float = 1.0, network_efficiency: float = 1.0) -> float:
+        """Time at the given achievable fractions of the nominal link rates."""
+        return max(self.nvlink_s / nvlink_efficiency, self.network_s / network_efficiency) + self.latency_s
+
+
+NO_COMM = CommTerm()
+
+
+def _ring(volume: float, link: GroupLink) -> CommTerm:
+    """Nominal seconds for a ring collective that moves `volume` bytes through every member: over NVLink
+    inside one domain; across domains, NVLink and the L parallel NIC rings of the domain at once."""
+    if not link.over_network:
+        return CommTerm(nvlink_s=volume / (link.bandwidth_gb_s * GB))
+    rings = max(min(link.local_peers, link.size), 1)
+    nvlink = volume / (link.nvlink_gb_s * GB) if rings > 1 else 0.0
+    return CommTerm(nvlink_s=nvlink, network_s=volume / (rings * link.network_gb_s * GB))
+
+
+def ring_all_reduce(nbytes: float, link: GroupLink) -> CommTerm:
+    """Ring all-reduce of `nbytes` over the group: 2(n−1)/n · B / bw + 2(n−1)·α."""
+    n = link.size
+    if n <= 1 or nbytes <= 0:
+        return NO_COMM
+    return _ring(2 * (n - 1) / n * nbytes, link) + CommTerm(latency_s=2 * (n - 1) * link.latency_us * US)
+
+
+def all_gather(nbytes: float, link: GroupLink) -> CommTerm:
+    """All-gather into an `nbytes` buffer (each rank contributes B/n): (n−1)/n · B / bw + (n−1)·α."""
+    n = link.size
+    if n <= 1 or nbytes <= 0:
+        return NO_COMM
+    return _ring((n - 1) / n * nbytes, link) + CommTerm(latency_s=(n - 1) * link.latency_us * US)
+
+
+def reduce_scatter(nbytes: float, link: GroupLink) -> CommTerm:
+    """Reduce-scatter of an `nbytes` buffer: the same volume and steps as all-gather."""
+    return all_gather(nbytes, link)
+
+
+def all_to_all(nbytes_per_rank: float, link: GroupLink) -> CommTerm:
+    """All-to-all where each rank sends `nbytes_per_rank` spread evenly over the group: the NVLink share
+    (local−1)/n and the network share (n−local)/n move at once; one latency."""
+    n = link.size
+    if n <= 1 or nbytes_per_rank <= 0:
+        return NO_COMM
+    local = min(link.local_peers, n)
+    nvlink = (local - 1) / n * nbytes_per_rank / (link.nvlink_gb_s * GB)
+    network = (n - local) / n * nbytes_per_rank / (link.network_gb_s * GB) if n > local else 0.0
+    return CommTerm(nvlink_s=nvlink, network_s=network, latency_s=link.latency_us * US)
+
+
+def remote_domains_per_token(domains: int, top_k: int) -> float:
+    """Expected remote NVLink domains a token's top_k experts fall in: (D−1)·(1 − (1 − 1/D)^k)."""
+    if domains <= 1:
+        return 0.0
+    return (domains - 1) * (1 - (1 - 1 / domains) ** top_k)
+
+
+def deduplicated_dispatch(token_bytes: float, top_k: int, link: GroupLink) -> CommTerm:
+    """Hierarchical dispatch (or combine) of `token_bytes` of local tokens to their top_k experts: each
+    remote domain receives a token once over the network, NVLink fans the k copies out."""
+    n = link.size
+    if n <= 1 or token_bytes <= 0:
+        return NO_COMM
+    local = min(link.local_peers, n)
+    nvlink = top_k * token_bytes * (local - 1) / local / (link.nvlink_gb_s * GB)
+    network = token_bytes * remote_domains_per_token(link.domains, top_k) / (link.network_gb_s * GB)
+    return CommTerm(nvlink_s=nvlink, network_s=network, latency_s=link.latency_us * US)
+
+
+def point_to_point(nbytes: float, link: GroupLink) -> CommTerm:
+    """One send of `nbytes` to a neighbour in the group: B / bw + α."""
+    if link.size <= 1 or nbytes <= 0:
+        return NO_COMM
+    seconds = nbytes / (link.bandwidth_gb_s * GB)
+    level = CommTerm(network_s=seconds) if link.over_network else CommTerm(nvlink_s=seconds)
+    return level + CommTerm(latency_s=link.latency_us * US)
+
+
+def _placement(topology: ClusterTopology, members: list[int]) -> tuple[int, int, int]:
+    """(racks touched, domains touched, −fewest members sharing one domain): larger is worse placed."""
+    per_domain: dict[int, int] = {}
+    for r in members:
+        d = r // topology.gpus_per_nvlink_domain
+        per_domain[d] = per_domain.get(d, 0) + 1
+    racks = len({r // topology.gpus_per_rack for r in members})
+    return racks, len(per_domain), -min(per_domain.values())
+
+
+def _group_offsets(sizes: dict[str, int], dims: tuple[str, ...]) -> tuple[list[int], list[int]]:
+    """(member offsets, group bases): every group of `dims` is base + offsets (rank_groups.groups)."""
+    st = strides(sizes)
+    offsets = [sum(i * st[d] for i, d in zip(idx, dims, strict=True))
+               for idx in product(*(range(sizes[d]) for d in dims))]
+    outer = [d for d in ORDER if d not in dims]
+    bases = [sum(i * st[d] for i, d in zip(idx, outer, strict=True))
+             for idx in product(*(range(sizes[d]) for d in outer))]
+    return sorted(offsets), bases
+
+
+def group_link(topology: ClusterTopology, mapping: Mapping, kind: str) -> GroupLink:
+    """The worst-placed group of one kind (tp, cp, dp_attn, dp_cp, pp, ep, etp, dp_expert) under
+    Megatron's rank order: most racks, then most NVLink domains, then fewest local peers.
+
+    Groups are translates of one offset pattern, and racks hold whole NVLink domains, so groups whose
+    bases agree modulo the rack size lie alike: one of each residue is examined."""
+    grid, dims = GROUP_KINDS[kind]
+    sizes = dense_sizes(mapping) if grid == "dense" else expert_sizes(mapping)
+    offsets, bases = _group_offsets(sizes, dims)
+    by_residue = {b % topology.gpus_per_rack: b for b in reversed(bases)}
+    candidates = ([b + o for o in offsets] for b in sorted(by_residue.values()))
+    worst = max(candidates, key=lambda members: _placement(topology, members))
+    span = topology.group_span(worst)
+    return GroupLink(
+        kind=kind, size=span.size, level=span.level, bandwidth_gb_s=span.bandwidth_gb_s,
+        latency_us=span.latency_us, local_peers=-_placement(topology, worst)[2], domains=span.domains,
+        nvlink_gb_s=topology.nvlink_gb_s,
+        network_gb_s=topology.spine_gb_s if span.racks > 1 else topology.nic_gb_s,
+    )

@@ -1,0 +1,912 @@
+"""Step time of one mapping: per-stage compute, communication on the real links, and the schedule.
+
+The model in four parts (every coefficient in hardware/calibration.py, with unit, default, source):
+
+1. Compute per microbatch per pipeline stage, from the blocks the stage holds (constraints/flops.py):
+   dense GEMMs at e_gemm of the precision's peak through an Amdahl split (a share φ of GEMM time
+   speeds up with FP8/FP4 tensor cores, the rest runs at the BF16 rate); routed experts as grouped
+   GEMMs whose efficiency falls with tokens per expert, eff(t) = e_gemm·t/(t + t_half); flash
+   attention at e_attn of the BF16 peak; memory-bound kernels (norms, residuals, activations,
+   casts, MoE permutes, router, loss) as bytes at e_hbm of HBM bandwidth; and a fixed cost per
+   block. Backward = 2× forward for GEMMs (1× with frozen weights), 2.5× for flash attention,
+   2× for memory-bound work; recompute repeats forward work.
+2. Communication per microbatch (TP all-gather/reduce-scatter or all-reduce, CP KV exchange, EP
+   dispatch and combine of k·T·h bytes each way with an optional hot-expert skew, FSDP parameter
+   gathers) and per step (dense and expert gradient reduce-scatter and parameter all-gather over
+   their own DP groups, pipeline sends at stage boundaries), priced by constraints/comm.py on the
+   links the group's real ranks cross. Overlap is explicit: a kind hides at most overlap_k of its
+   time, and never more than the compute it can hide behind.
+3. The schedule: 1F1B with uneven stages, T = (m−1)·max_s t_s + Σ_s t_s (the slowest stage sets the
+   steady state, warm-up and drain pass through every stage once with its real time); interleaved
+   VPP with v chunks per rank, T = m·max_s t_s + (Σ_s t_s − max_s t_s)/v. With equal stages these
+   are the seed's bubbles (p−1)/(m+p−1) and (p−1)/(v·m+p−1).
+4. Outputs: step time and its breakdown (compute, exposed communication by kind, bubble; they sum
+   to the step time), tokens/s, tokens/s/GPU, model TFLOP/s/GPU, MFU on model FLOPs (active experts
+   only) against the dense peak of the GEMM precision (and against BF16), and HFU with recompute.
+
+Everything that does not depend on the coefficients is computed once into a `Workload`; pricing a
+batch of workloads with a set of coefficients is a handful of numpy operations, so the calibration
+fits hundreds of runs in milliseconds and `step_time` prices one mapping the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from parasol.constraints.comm import (
+    NO_COMM,
+    CommTerm,
+    GroupLink,
+    all_gather,
+    all_to_all,
+    deduplicated_dispatch,
+    group_link,
+    point_to_point,
+    reduce_scatter,
+    ring_all_reduce,
+)
+from parasol.constraints.flops import (
+    BACKWARD_TO_FORWARD,
+    CSA_RATIO,
+    block_flops,
+    hardware_flops_per_token,
+    head_flops,
+    model_flops_per_token,
+    recomputed_fraction,
+)
+from parasol.constraints.memory import block_kind, stage_block_ranges
+from parasol.hardware.calibration import StepCoefficients, coefficients_for_gpu
+from parasol.hardware.gpu import GPUSpec
+from parasol.problems.architecture import (
+    Block,
+    BlockKind,
+    DSV4Attention,
+    GQAAttention,
+    MLAAttention,
+    ModelArchitecture,
+)
+from parasol.problems.derived import Derived
+from parasol.problems.mapping import Mapping, Recompute
+from parasol.problems.options import MegatronOptions
+from parasol.problems.params import block_params
+from parasol.problems.schema import Optimizer, Training
+
+BF16_BYTES = 2
+FP32_BYTES = 4
+ATTENTION_BACKWARD = 2.5
+"""Flash-attention backward over forward time: five matmuls against two, the 2.5× FlashAttention-2
+counts for its backward pass (Dao 2023, arXiv 2307.08691)."""
+MEMORY_BACKWARD = 2.0
+"""Memory-bound backward over forward: each kernel reads its saved input and writes a gradient."""
+ADAM_BYTES_PER_PARAM = 30
+"""Optimizer HBM traffic per local parameter shard: read FP32 master, FP32 grad, m, v (16 B), write master,
+m, v (12 B) and the BF16 copy (2 B)."""
+MUON_BYTES_PER_PARAM = 26
+"""Muon: one momentum instead of Adam's two moments."""
+NEWTON_SCHULZ_STEPS = 5
+"""Muon's orthogonalisation iterations (Jordan et al. 2024; Megatron's default)."""
+PRECISIONS = ("bf16", "fp8", "fp4")
+"""GEMM precisions, in the order of StepSettings.precision levels."""
+WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1 / 16}
+"""Bytes per weight a GEMM reads, by precision: FP8 and FP4 weights are cast once per step and cached
+(Transformer Engine); NVFP4 adds one FP8 scale per 16 values."""
+BREAKDOWN_KINDS = ("compute", "tp", "cp", "ep", "pp", "dp_dense", "dp_expert", "optimizer", "bubble")
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """What a run does that the mapping does not say: GEMM precision, gradient wire format, FSDP, LoRA."""
+
+    precision: str = "bf16"
+    """GEMM precision: bf16, fp8 (FP8 and MXFP8 recipes) or fp4 (NVFP4)."""
+    grad_reduce_bytes: int = FP32_BYTES
+    """Bytes per gradient element in the data-parallel reduction (FP32 4, BF16 2)."""
+    fsdp: bool = False
+    """Megatron-FSDP: parameters gathered and gradients reduce-scattered every microbatch."""
+    frozen_weights: bool = False
+    """Base weights frozen (LoRA): no weight gradients, no gradient reduction, no optimizer step for them."""
+    hot_expert_skew: float = 1.0
+    """Busiest EP rank's tokens over the mean (1.0 = balanced routing, as the measured tables force)."""
+    unfused_attention: bool = False
+    """Attention materialises the S×S scores (no flash kernel for the attention variant): full S² matmuls
+    and the scores' HBM traffic instead of a fused causal kernel."""
+    dispatcher: str = "alltoall"
+    """Megatron's MoE token dispatcher (--moe-token-dispatcher-type): allgather, alltoall or flex."""
+
+
+def settings_for(problem, options: MegatronOptions | None = None) -> StepSettings:  # noqa: ANN001 - Problem
+    """Settings from a problem's training section and Megatron options (the problem's unless given)."""
+    training: Training = problem.training
+    opts = options if options is not None else problem.spec.framework.options
+    return StepSettings(precision=training.precision.value,
+                        grad_reduce_bytes=FP32_BYTES if training.grad_dtype == "fp32" else BF16_BYTES,
+                        dispatcher=opts.moe_token_dispatcher_type)
+
+
+def peak_for(gpu: GPUSpec, precision: str) -> float:
+    """Dense tensor peak (FLOP/s) of the GEMM precision: MFU's denominator."""
+    return gpu.peak_flops(precision)
+
+
+# ---- memory-bound traffic --------------------------------------------------------------------
+
+
+def _rope_width(model: ModelArchitecture) -> tuple[int, int]:
+    """Query and key widths that rotary embedding reads and writes."""
+    att = model.attention
+    if isinstance(att, GQAAttention):
+        return att.num_heads * att.head_dim, att.num_kv_heads * att.head_dim
+    if isinstance(att, MLAAttention):
+        return att.num_heads * att.qk_rope_head_dim, att.qk_rope_head_dim
+    assert isinstance(att, DSV4Attention)
+    return att.num_heads * att.qk_rope_head_dim, att.qk_rope_head_dim
+
+
+def _attention_out_width(model: ModelArchitecture) -> int:
+    """Width of the attention output that the output projection reads."""
+    att = model.attention
+    if isinstance(att, MLAAttention):
+        return att.num_heads * att.v_head_dim
+    return att.num_heads * att.head_dim
+
+
+def block_memory_bytes(model: ModelArchitecture, block: Block, tokens: float, tp: int, sp: bool,
+                       low_precision: bool) -> float:
+    """Forward HBM bytes of the memory-bound kernels of one block on one rank for `tokens` tokens.
+
+    Counted in BF16 elements read + written: two norms (4h), two residual adds (6h), mHC stream mixing
+    (6·m·h, V4), rotary embedding on q and k, the MLP activation (3f gated, 2f plain), casts of GEMM
+    inputs to FP8/FP4 (read 2 B, write 1 B, for inputs not fused into a norm), and for MoE blocks the
+    router logits (FP32), token permute/unpermute and dispatch staging (2h + 6kh) and the experts'
+    activation (k·3f)."""
+    h = model.hidden_size
+    sp_split = tp if sp and tp > 1 else 1
+    ts = tokens / sp_split
+    elems = (4 * h + 6 * h) * ts
+    if model.hc_mult > 1:
+        elems += 6 * model.hc_mult * h * ts
+    q_rope, k_rope = _rope_width(model)
+    elems += 2 * (q_rope + k_rope) / tp * tokens
+    cast = _attention_out_width(model) / tp * tokens
+    if block.mlp is BlockKind.dense:
+        mlp = model.dense_mlp
+        assert mlp is not None
+        f = mlp.intermediate_size / tp
+        elems += (3 if mlp.activation.gated else 2) * f * tokens
+        cast += f * tokens
+    else:
+        moe = model.moe
+        assert moe is not None
+        k = moe.top_k
+        elems += 2 * FP32_BYTES / BF16_BYTES * moe.num_experts * ts
+        elems += (2 * h + 6 * k * h) * ts
+        fe = moe.expert_intermediate_size
+        elems += (3 if moe.activation.gated else 2) * k * fe * ts
+        cast += k * (h + fe) * ts
+        if moe.shared_width:
+            fs = moe.shared_width / tp
+            elems += (3 if moe.activation.gated else 2) * fs * tokens
+            cast += fs * tokens
+    bytes_ = BF16_BYTES * elems
+    if low_precision:
+        bytes_ += (BF16_BYTES + 1) * cast
+    return bytes_
+
+
+UNFUSED_SCORE_BYTES = 8
+"""Forward HBM bytes per attention score of an unfused attention: BF16 scores written (2), read and
+written by the masked softmax (4), read by the probabilities × V matmul (2)."""
+
+
+def unfused_attention_bytes(model: ModelArchitecture, tokens: float, tp: int, seq_len: int) -> float:
+    """Forward HBM traffic of materialised S×S attention scores on one rank: heads/TP × S keys per token."""
+    return UNFUSED_SCORE_BYTES * model.attention.num_heads / tp * seq_len * tokens
+
+
+def loss_memory_bytes(model: ModelArchitecture, tokens: float, tp: int) -> float:
+    """Forward HBM bytes of the output layer's loss per rank: FP32 logits written and read, BF16 gradient
+    written (vocab-parallel cross entropy computes it in the forward)."""
+    return (2 * FP32_BYTES + BF16_BYTES) * model.vocab_size / tp * tokens
+
+
+def embedding_memory_bytes(model: ModelArchitecture, tokens: float, tp: int, sp: bool) -> float:
+    """Embedding lookup: a row read and written per token (first stage)."""
+    sp_split = tp if sp and tp > 1 else 1
+    return 2 * BF16_BYTES * model.hidden_size * model.hc_mult * tokens / sp_split
+
+
+# ---- communication volumes -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Links:
+    """The links of every group kind under one mapping."""
+
+    tp: GroupLink
+    cp: GroupLink
+    ep: GroupLink
+    pp: GroupLink
+    dp_cp: GroupLink
+    dp_expert: GroupLink
+
+
+def links_for(topology, mapping: Mapping) -> Links:  # noqa: ANN001 - ClusterTopology
+    """Place every group of the mapping on the cluster (worst group of each kind)."""
+    return Links(*(group_link(topology, mapping, kind) for kind in ("tp", "cp", "ep", "pp", "dp_cp", "dp_expert")))
+
+
+def tp_comm(model: ModelArchitecture, block: Block | None, tokens: float, tp_link: GroupLink, sp: bool) -> CommTerm:
+    """TP collectives of one block's forward (or, for block None, the output head's input gather).
+
+    With sequence parallelism each TP region is entered with an all-gather and left with a
+    reduce-scatter of the b·S/CP × h activation; without it, one all-reduce per region. A dense
+    block has two regions (attention, MLP); an MoE block has attention plus the shared experts."""
+    if tp_link.size <= 1:
+        return NO_COMM
+    nbytes = tokens * model.hidden_size * BF16_BYTES
+    if block is None:
+        return all_gather(nbytes, tp_link) if sp else NO_COMM
+    regions = 2 if block.mlp is BlockKind.dense or (model.moe and model.moe.shared_width) else 1
+    if sp:
+        return (all_gather(nbytes, tp_link) + reduce_scatter(nbytes, tp_link)).scaled(regions)
+    return ring_all_reduce(nbytes, tp_link).scaled(regions)
+
+
+def cp_comm(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_link: GroupLink) -> CommTerm:
+    """CP exchange of one block's forward attention.
+
+    GQA/MLA (ring attention, --cp-comm-type p2p): CP−1 steps, each passing the local K and V chunk
+    (MLA: per-head keys and values after the up-projection). V4 hybrid: the compressed KV entries
+    (and CSA index keys) are all-gathered and the sliding window's halo rows come from the previous
+    rank."""
+    cp = cp_link.size
+    if cp <= 1:
+        return NO_COMM
+    att = model.attention
+    if isinstance(att, GQAAttention):
+        width = 2 * max(att.num_kv_heads / tp, 1) * att.head_dim
+        return point_to_point(tokens * width * BF16_BYTES, cp_link).scaled(cp - 1)
+    if isinstance(att, MLAAttention):
+        width = att.num_heads / tp * (att.qk_nope_head_dim + att.qk_rope_head_dim + att.v_head_dim)
+        return point_to_point(tokens * width * BF16_BYTES, cp_link).scaled(cp - 1)
+    assert isinstance(att, DSV4Attention)
+    ratio = block.compress_ratio or 0
+    halo = point_to_point(att.sliding_window * att.head_dim * BF16_BYTES, cp_link)
+    if not ratio:
+        return halo
+    width = att.head_dim + (att.index_head_dim if ratio == CSA_RATIO else 0)
+    return halo + all_gather(cp * tokens / ratio * width * BF16_BYTES, cp_link)
+
+
+def ep_comm(model: ModelArchitecture, tokens: float, tp: int, etp: int, ep_link: GroupLink, skew: float,
+            dispatcher: str) -> CommTerm:
+    """EP dispatch plus combine of one MoE block's forward, by Megatron token dispatcher, for the rank's
+    T = b·S/(CP·TP) tokens (ETP copies each) of h BF16 values, the busiest rank receiving `skew`×:
+
+    - alltoall: two all-to-alls of k·T·h values per rank;
+    - flex (DeepEP, Hybrid-EP): two deduplicating hierarchical dispatches (constraints/comm.py);
+    - allgather: every rank gathers the whole EP group's T·h tokens and reduce-scatters the outputs."""
+    moe = model.moe
+    if moe is None or ep_link.size <= 1:
+        return NO_COMM
+    token_bytes = tokens / tp * etp * model.hidden_size * BF16_BYTES * skew
+    if dispatcher == "flex":
+        return deduplicated_dispatch(token_bytes, moe.top_k, ep_link).scaled(2)
+    if dispatcher == "allgather":
+        gathered = token_bytes * ep_link.size
+        return all_gather(gathered, ep_link) + reduce_scatter(gathered, ep_link)
+    return all_to_all(moe.top_k * token_bytes, ep_link).scaled(2)
+
+
+def pp_comm(model: ModelArchitecture, tokens: float, tp: int, sp: bool, pp_link: GroupLink) -> CommTerm:
+    """One stage boundary per microbatch: the activation forward and its gradient backward (hc_mult streams)."""
+    if pp_link.size <= 1:
+        return NO_COMM
+    sp_split = tp if sp and tp > 1 else 1
+    nbytes = tokens / sp_split * model.hidden_size * model.hc_mult * BF16_BYTES
+    return point_to_point(nbytes, pp_link).scaled(2)
+
+
+def dp_comm(params: float, grad_bytes: int, link: GroupLink, distributed: bool) -> tuple[CommTerm, CommTerm]:
+    """(gradient reduction, parameter gather) of `params` local parameters over a DP group per step:
+    reduce-scatter + BF16 all-gather with the distributed optimizer, else one all-reduce."""
+    if link.size <= 1 or params <= 0:
+        return NO_COMM, NO_COMM
+    if distributed:
+        return reduce_scatter(params * grad_bytes, link), all_gather(params * BF16_BYTES, link)
+    return ring_all_reduce(params * grad_bytes, link), NO_COMM
+
+
+def newton_schulz_flops(model: ModelArchitecture, block: Block) -> tuple[float, float]:
+    """Muon orthogonalisation FLOPs of one block's (dense, routed) matrices per step, before sharding.
+
+    Each a×b matrix (a ≤ b) costs NEWTON_SCHULZ_STEPS × (4·a²·b + 2·a³) (X·Xᵀ, the a×a polynomial and
+    its product with X). Attention is taken as four h-wide matrices; experts as up, gate and down."""
+    h = model.hidden_size
+    bp = block_params(model, block)
+
+    def cost(params: float, matrices: int) -> float:
+        per = params / matrices
+        a = min(h, per / h)
+        return matrices * NEWTON_SCHULZ_STEPS * (4 * a * per + 2 * a ** 3) if per > 0 else 0.0
+
+    dense = cost(bp.attention, 4)
+    if bp.dense_mlp:
+        assert model.dense_mlp is not None
+        dense += cost(bp.dense_mlp, model.dense_mlp.activation.matrices)
+    routed = 0.0
+    if bp.num_experts:
+        assert model.moe is not None
+        mats = model.moe.activation.matrices
+        dense += cost(bp.shared_experts, mats) if bp.shared_experts else 0.0
+        routed = bp.num_experts * cost(bp.per_expert, mats)
+    return dense, routed
+
+
+# ---- the workload of one mapping -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """Coefficient-free work of one pipeline rank: forward per microbatch, and per step."""
+
+    blocks: int
+    moe_blocks: int
+    dense_weights: float
+    """GEMM weights on the rank outside routed experts (TP shards, router, output head)."""
+    expert_weights: float
+    """Routed-expert weights on the rank: MoE blocks × E/EP experts / ETP."""
+    gemm_flops: float
+    grouped_flops: float
+    attention_flops: float
+    memory_bytes: float
+    recompute_gemm_flops: float
+    recompute_grouped_flops: float
+    recompute_attention_flops: float
+    recompute_memory_bytes: float
+    tp: CommTerm
+    cp: CommTerm
+    ep: CommTerm
+    recompute_comm: CommTerm
+    fsdp_gather: CommTerm
+    fsdp_reduce: CommTerm
+    dp_dense_reduce: CommTerm
+    dp_dense_gather: CommTerm
+    dp_expert_reduce: CommTerm
+    dp_expert_gather: CommTerm
+    optimizer_bytes: float
+    optimizer_flops: float
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Everything about one mapping's step that the coefficients do not change."""
+
+    stages: tuple[StageWork, ...]
+    microbatches: float
+    pp: int
+    vpp: int
+    p2p: CommTerm
+    tokens_per_expert: float
+    skew: float
+    weight_bytes: float
+    """Bytes per weight a GEMM reads (BF16 2; cached FP8 1; NVFP4 0.5 plus scales)."""
+    main_grad_bytes: float
+    """Bytes per weight the weight-gradient GEMM moves accumulating into the main gradient (read + write)."""
+    frozen_weights: bool
+    precision_level: int
+    """0 BF16, 1 FP8, 2 FP4 GEMMs."""
+    peak_flops: float
+    fp8_flops: float
+    bf16_flops: float
+    hbm_bytes_per_s: float
+    tokens_per_step: float
+    gpus: int
+    model_flops_per_token: float
+    hardware_flops_per_token: float
+    precision: str
+
+
+def _stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Training, settings: StepSettings,
+                links: Links, held: list[Block], first: bool, last: bool) -> StageWork:
+    """Work of one pipeline rank holding `held` blocks (MTP blocks included on the last stage)."""
+    tokens = m.mbs * m.seq_len / m.cp
+    sp = training.sequence_parallel
+    low = settings.precision != "bf16"
+    modules = tuple(training.recompute_modules)
+    gemm = grouped = attn = mem = 0.0
+    r_gemm = r_grouped = r_attn = r_mem = 0.0
+    tp_t = cp_t = ep_t = r_comm = NO_COMM
+    ns_dense = ns_routed = 0.0
+    dense_w = expert_w = 0.0
+    experts_here = float(d.experts_per_rank or 0)
+    for b in held:
+        bp = block_params(model, b)
+        dense_w += (bp.attention + bp.dense_mlp + bp.shared_experts) / m.tp + bp.router + bp.extra
+        expert_w += experts_here * bp.per_expert / m.expert_tp
+        bf = block_flops(model, b, m.seq_len)
+        share = tokens / m.tp
+        gemm += bf.gemm * share
+        grouped += bf.routed_gemm * share
+        bytes_ = block_memory_bytes(model, b, tokens, m.tp, sp, low)
+        if settings.unfused_attention:
+            attn += 2 * bf.attention_core * share
+            bytes_ += unfused_attention_bytes(model, tokens, m.tp, m.seq_len)
+        else:
+            attn += bf.attention_core * share
+        mem += bytes_
+        block_tp = tp_comm(model, b, tokens, links.tp, sp)
+        block_ep = ep_comm(model, tokens, m.tp, m.expert_tp, links.ep, settings.hot_expert_skew,
+                           settings.dispatcher) \
+            if b.mlp is BlockKind.moe else NO_COMM
+        tp_t, cp_t, ep_t = tp_t + block_tp, cp_t + cp_comm(model, b, tokens, m.tp, links.cp), ep_t + block_ep
+        again = recomputed_fraction(m.recompute, modules, bf)
+        if m.recompute is Recompute.full:
+            r_gemm, r_grouped, r_attn, r_mem = (r_gemm + bf.gemm * share, r_grouped + bf.routed_gemm * share,
+                                               r_attn + bf.attention_core * share, r_mem + bytes_)
+            r_comm = r_comm + block_tp + block_ep
+        elif again:
+            r_attn += min(again, bf.attention_core) * share
+            r_gemm += max(again - bf.attention_core, 0.0) * share
+        if training.optimizer is Optimizer.muon:
+            nd, nr = newton_schulz_flops(model, b)
+            ns_dense, ns_routed = ns_dense + nd / m.tp, ns_routed + nr
+    if first:
+        mem += embedding_memory_bytes(model, tokens, m.tp, sp)
+    if last:
+        heads = 1 + model.mtp_layers
+        gemm += heads * head_flops(model) * tokens / m.tp
+        dense_w += model.vocab_size * model.hidden_size / m.tp
+        mem += heads * loss_memory_bytes(model, tokens, m.tp)
+        tp_t = tp_t + tp_comm(model, None, tokens, links.tp, sp).scaled(heads)
+    dense_params = dense_w + (model.vocab_size + model.learned_position_embeddings) * model.hidden_size / m.tp \
+        if first else dense_w
+    expert_params = expert_w
+    dp_shard = float(d.dp_attn * m.cp)
+    ep_shard = float(d.dp_expert)
+    wire = settings.grad_reduce_bytes
+    trainable_dense = 0.0 if settings.frozen_weights else dense_params
+    trainable_expert = 0.0 if settings.frozen_weights else expert_params
+    fsdp_gather = fsdp_reduce = NO_COMM
+    dd_r = dd_g = de_r = de_g = NO_COMM
+    if settings.fsdp:
+        fsdp_gather = all_gather(dense_params * BF16_BYTES, links.dp_cp) + \
+            all_gather(expert_params * BF16_BYTES, links.dp_expert)
+        fsdp_reduce = reduce_scatter(trainable_dense * wire, links.dp_cp) + \
+            reduce_scatter(trainable_expert * wire, links.dp_expert)
+    else:
+        dd_r, dd_g = dp_comm(trainable_dense, wire, links.dp_cp, training.distributed_optimizer)
+        de_r, de_g = dp_comm(trainable_expert, wire, links.dp_expert, training.distributed_optimizer)
+    shards = (dp_shard, ep_shard) if training.distributed_optimizer or settings.fsdp else (1.0, 1.0)
+    local = trainable_dense / shards[0] + trainable_expert / shards[1]
+    per_param = MUON_BYTES_PER_PARAM if training.optimizer is Optimizer.muon else ADAM_BYTES_PER_PARAM
+    ns = 0.0 if settings.frozen_weights else ns_dense / dp_shard + ns_routed * float(d.experts_per_rank or 0) \
+        / max(model.moe.num_experts if model.moe else 1, 1) / ep_shard
+    return StageWork(
+        blocks=len(held), moe_blocks=sum(b.mlp is BlockKind.moe for b in held), dense_weights=dense_w,
+        expert_weights=expert_w, gemm_flops=gemm, grouped_flops=grouped, attention_flops=attn, memory_bytes=mem,
+        recompute_gemm_flops=r_gemm, recompute_grouped_flops=r_grouped, recompute_attention_flops=r_attn,
+        recompute_memory_bytes=r_mem, tp=tp_t, cp=cp_t, ep=ep_t, recompute_comm=r_comm,
+        fsdp_gather=fsdp_gather, fsdp_reduce=fsdp_reduce, dp_dense_reduce=dd_r, dp_dense_gather=dd_g,
+        dp_expert_reduce=de_r, dp_expert_gather=de_g, optimizer_bytes=local * per_param, optimizer_flops=ns,
+    )
+
+
+def build_workload(problem, mapping: Mapping, derived: Derived,  # noqa: ANN001 - Problem
+                   settings: StepSettings | None = None, links: Links | None = None) -> Workload:
+    """The coefficient-free workload of `mapping`: per-stage work, communication on the placed groups,
+    schedule sizes and peaks. The layout must cover the blocks with PP·VPP stages."""
+    model: ModelArchitecture = problem.model
+    training: Training = problem.training
+    settings = settings or settings_for(problem)
+    m, d = mapping, derived
+    gpu = problem.hardware.gpu
+    links = links or links_for(problem.hardware.topology, m)
+    ranges = stage_block_ranges(d.layout, m.pp)
+    all_blocks = [*model.blocks, *model.mtp_blocks]
+    stages = []
+    for s in range(m.pp):
+        last = s == m.pp - 1
+        held = [all_blocks[i] for i in ranges[s]] + (list(model.mtp_blocks) if last else [])
+        stages.append(_stage_work(model, m, d, training, settings, links, held, s == 0, last))
+    tokens = m.mbs * m.seq_len / m.cp
+    modules = tuple(training.recompute_modules)
+    return Workload(
+        stages=tuple(stages), microbatches=float(d.num_microbatches), pp=m.pp, vpp=m.vpp,
+        p2p=pp_comm(model, tokens, m.tp, training.sequence_parallel, links.pp),
+        tokens_per_expert=float(d.assignments_per_expert) if d.assignments_per_expert is not None else 0.0,
+        skew=settings.hot_expert_skew, weight_bytes=WEIGHT_BYTES[settings.precision],
+        main_grad_bytes=2 * settings.grad_reduce_bytes, frozen_weights=settings.frozen_weights,
+        precision_level=PRECISIONS.index(settings.precision), peak_flops=peak_for(gpu, settings.precision),
+        fp8_flops=gpu.peak_flops("fp8" if "fp8" in gpu.precisions else "bf16"), bf16_flops=gpu.peak_flops("bf16"),
+        hbm_bytes_per_s=gpu.hbm_tb_s * 1e12, tokens_per_step=float(m.gbs * m.seq_len), gpus=m.gpus,
+        model_flops_per_token=model_flops_per_token(model, m.seq_len) * (
+            (1 + 1) / (1 + BACKWARD_TO_FORWARD) if settings.frozen_weights else 1.0),
+        hardware_flops_per_token=hardware_flops_per_token(model, m.seq_len, m.recompute, modules),
+        precision=settings.precision,
+    )
+
+
+# ---- batched pricing -------------------------------------------------------------------------
+
+COMM_FIELDS = ("tp", "cp", "ep", "recompute_comm", "fsdp_gather", "fsdp_reduce", "dp_dense_reduce",
+               "dp_dense_gather", "dp_expert_reduce", "dp_expert_gather")
+STAGE_FIELDS = ("blocks", "moe_blocks", "dense_weights", "expert_weights", "gemm_flops", "grouped_flops", "attention_flops", "memory_bytes", "recompute_gemm_flops",
+                "recompute_grouped_flops", "recompute_attention_flops", "recompute_memory_bytes",
+                "optimizer_bytes", "optimizer_flops")
+RUN_FIELDS = ("microbatches", "pp", "vpp", "tokens_per_expert", "skew", "weight_bytes", "main_grad_bytes",
+              "precision_level", "peak_flops", "fp8_flops", "bf16_flops",
+              "hbm_bytes_per_s", "tokens_per_step", "gpus", "model_flops_per_token", "hardware_flops_per_token")
+
+
+@dataclass(frozen=True)
+class WorkloadBatch:
+    """Workloads of several runs as arrays: per-stage fields (runs × max stages, zero-padded), per-run fields."""
+
+    stage: dict[str, np.ndarray]
+    comm: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    run: dict[str, np.ndarray]
+    p2p: tuple[np.ndarray, np.ndarray, np.ndarray]
+    mask: np.ndarray
+    frozen: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return int(self.mask.shape[0])
+
+
+def _term_arrays(terms: list[list[CommTerm]], width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(nvlink, network, latency) seconds of per-stage comm terms, zero-padded to `width` stages."""
+    out = [np.zeros((len(terms), width)) for _ in range(3)]
+    for i, row in enumerate(terms):
+        for j, t in enumerate(row):
+            out[0][i, j], out[1][i, j], out[2][i, j] = t.nvlink_s, t.network_s, t.latency_s
+    return out[0], out[1], out[2]
+
+
+def batch(workloads: list[Workload]) -> WorkloadBatch:
+    """Stack workloads for vectorised pricing."""
+    width = max(len(w.stages) for w in workloads)
+    n = len(workloads)
+    stage = {f: np.zeros((n, width)) for f in STAGE_FIELDS}
+    mask = np.zeros((n, width), dtype=bool)
+    for i, w in enumerate(workloads):
+        for j, s in enumerate(w.stages):
+            mask[i, j] = True
+            for f in STAGE_FIELDS:
+                stage[f][i, j] = getattr(s, f)
+    comm = {f: _term_arrays([[getattr(s, f) for s in w.stages] for w in workloads], width) for f in COMM_FIELDS}
+    p2p = tuple(np.array([getattr(w.p2p, a) for w in workloads]) for a in ("nvlink_s", "network_s", "latency_s"))
+    run = {f: np.array([float(getattr(w, f)) for w in workloads]) for f in RUN_FIELDS}
+    frozen = np.array([w.frozen_weights for w in workloads])
+    return WorkloadBatch(stage=stage, comm=comm, run=run, p2p=p2p, mask=mask, frozen=frozen)  # type: ignore[arg-type]
+
+
+Coefs = dict[str, np.ndarray | float]
+
+
+def _col(x: np.ndarray | float) -> np.ndarray | float:
+    """A per-run value as a column against per-stage arrays."""
+    return x[:, None] if isinstance(x, np.ndarray) else x
+
+
+def _priced(term: tuple[np.ndarray, np.ndarray, np.ndarray], c: Coefs, per_stage: bool = True) -> np.ndarray:
+    """Seconds of a comm term at the coefficients' achievable link rates."""
+    nv, net, lat = term
+    e_nv, e_net = c["nvlink_efficiency"], c["network_efficiency"]
+    if per_stage:
+        e_nv, e_net = _col(e_nv), _col(e_net)
+    return np.maximum(nv / e_nv, net / e_net) + lat
+
+
+def _hidden(comm: np.ndarray, overlap: np.ndarray | float, window: np.ndarray) -> np.ndarray:
+    """Communication hidden behind compute: at most `overlap` of it, and never more than the window."""
+    return np.minimum(_col(overlap) * comm, window)
+
+
+def pipeline_seconds(stage: np.ndarray, m: np.ndarray | float, vpp: np.ndarray | float) -> np.ndarray:
+    """Pipeline time of m microbatches over stages with per-microbatch times `stage` (runs × stages).
+
+    1F1B: (m−1)·max_s t_s + Σ_s t_s: the slowest stage sets the steady state, fill and drain pass once
+    through every stage at its own time. Interleaved with v chunks per rank: m·max_s t_s +
+    (Σ_s t_s − max_s t_s)/v. Equal stages give (p−1)/(m+p−1) and (p−1)/(v·m+p−1) of bubble."""
+    slowest = stage.max(axis=1)
+    total = stage.sum(axis=1)
+    return np.where(np.asarray(vpp) > 1, m * slowest + (total - slowest) / vpp, (m - 1) * slowest + total)
+
+
+def seconds_per_gemm_flop(r: dict[str, np.ndarray], c: Coefs) -> np.ndarray:
+    """GEMM seconds per FLOP by precision: 1/(e_gemm·BF16 peak) for BF16; FP8 halves the share
+    fp8_tensor_fraction of that time in proportion to its peak (Amdahl), and FP4 does the same to the
+    FP8 time with fp4_tensor_fraction."""
+    bf16 = 1.0 / (c["gemm_efficiency"] * r["bf16_flops"])
+    fp8 = bf16 * (1 - c["fp8_tensor_fraction"] + c["fp8_tensor_fraction"] * r["bf16_flops"] / r["fp8_flops"])
+    fp4 = fp8 * (1 - c["fp4_tensor_fraction"] + c["fp4_tensor_fraction"] * r["fp8_flops"] / r["peak_flops"])
+    level = r["precision_level"]
+    return np.where(level >= 2, fp4, np.where(level >= 1, fp8, bf16))
+
+
+def price(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
+    """Step time and its parts for every run of the batch under coefficients `c` (scalars or per-run arrays).
+
+    Returns arrays: per-run 'step', breakdown kinds (BREAKDOWN_KINDS), 'pipeline', 'critical', and
+    per-stage 'forward', 'backward', 'stage' (forward + backward + exposed TP/CP/EP/FSDP per microbatch),
+    plus 'grouped_loss' (time lost to grouped-GEMM inefficiency on the critical stage per step)."""
+    s, r = b.stage, b.run
+    sec_per_flop = _col(seconds_per_gemm_flop(r, c))
+    tpe = r["tokens_per_expert"]
+    half = c["grouped_gemm_half_tokens"]
+    grouped_eff = np.where(tpe > 0, tpe / np.maximum(tpe + half, 1e-9), 1.0)
+    sec_grouped = sec_per_flop / _col(grouped_eff) * _col(r["skew"])
+    sec_attn = _col(1.0 / (r["bf16_flops"] * c["attention_efficiency"]))
+    sec_byte = _col(1.0 / (r["hbm_bytes_per_s"] * c["hbm_efficiency"]))
+    overhead = (_col(c["layer_overhead_us"]) * s["blocks"] + _col(c["moe_layer_overhead_us"]) * s["moe_blocks"]) * 1e-6
+    weight_grads = np.where(b.frozen, 0.0, 1.0)[:, None]
+    w_read = _col(r["weight_bytes"]) * sec_byte
+    w_accumulate = _col(r["main_grad_bytes"]) * sec_byte * weight_grads
+
+    def gemm_passes(flops: np.ndarray, weights: np.ndarray, sec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(forward, backward) time of GEMMs with `flops` forward FLOPs over `weights` local weights: each
+        pass (forward, input gradient, weight gradient) is bound by its FLOPs or by its weight traffic."""
+        fwd = np.maximum(flops * sec, weights * w_read)
+        wgrad = np.maximum(flops * sec * weight_grads, weights * w_accumulate)
+        return fwd, fwd + wgrad
+
+    gemm, gemm_b = gemm_passes(s["gemm_flops"], s["dense_weights"], sec_per_flop)
+    grouped, grouped_b = gemm_passes(s["grouped_flops"], s["expert_weights"], sec_grouped)
+    ideal, ideal_b = gemm_passes(s["grouped_flops"], s["expert_weights"], sec_per_flop * _col(r["skew"]))
+    attn = s["attention_flops"] * sec_attn
+    mem = s["memory_bytes"] * sec_byte
+    recompute = (s["recompute_gemm_flops"] * sec_per_flop + s["recompute_grouped_flops"] * sec_grouped
+                 + s["recompute_attention_flops"] * sec_attn + s["recompute_memory_bytes"] * sec_byte)
+    forward = gemm + grouped + attn + mem + overhead
+    backward = gemm_b + grouped_b + ATTENTION_BACKWARD * attn + MEMORY_BACKWARD * mem + 2 * overhead + recompute
+    compute = forward + backward
+
+    tp = 2 * _priced(b.comm["tp"], c) + _priced(b.comm["recompute_comm"], c)
+    cp = 3 * _priced(b.comm["cp"], c)
+    ep = 2 * _priced(b.comm["ep"], c)
+    fsdp = _priced(b.comm["fsdp_gather"], c) * 2 + _priced(b.comm["fsdp_reduce"], c)
+    gemm_window = gemm + gemm_b + grouped + grouped_b
+    attn_window = (1 + ATTENTION_BACKWARD) * attn
+    exposed = {
+        "tp": tp - _hidden(tp, c["overlap_tp"], gemm_window),
+        "cp": cp - _hidden(cp, c["overlap_cp"], attn_window),
+        "ep": ep - _hidden(ep, c["overlap_ep"], compute),
+        "fsdp": fsdp - _hidden(fsdp, c["overlap_dp"], compute),
+    }
+    stage = np.where(b.mask, compute + exposed["tp"] + exposed["cp"] + exposed["ep"] + exposed["fsdp"], 0.0)
+
+    m, pp, vpp = r["microbatches"], r["pp"], r["vpp"]
+    slowest = stage.max(axis=1)
+    critical = stage.argmax(axis=1)
+    pipeline = pipeline_seconds(stage, m, vpp)
+    bubble = pipeline - m * slowest
+
+    p2p = _priced(b.p2p, c, per_stage=False) * vpp
+    exposed_pp = np.where(pp > 1, (m * (1 - c["overlap_pp"]) + (pp - 1)) * p2p, 0.0)
+
+    reduce_dense = _priced(b.comm["dp_dense_reduce"], c)
+    reduce_expert = _priced(b.comm["dp_expert_reduce"], c)
+    gather_dense = _priced(b.comm["dp_dense_gather"], c)
+    gather_expert = _priced(b.comm["dp_expert_gather"], c)
+    ov_dp = _col(c["overlap_dp"])
+    red = reduce_dense + reduce_expert
+    gat = gather_dense + gather_expert
+    dp_exposed = np.maximum(red - np.minimum(ov_dp * red, backward), 0) + \
+        np.maximum(gat - np.minimum(ov_dp * gat, forward), 0)
+    dp_exposed = np.where(b.mask, dp_exposed, 0.0)
+    dense_share = np.where(red + gat > 0, (reduce_dense + gather_dense) / np.maximum(red + gat, 1e-30), 0.0)
+    dp_dense = (dp_exposed * dense_share).max(axis=1)
+    dp_expert = (dp_exposed * (1 - dense_share)).max(axis=1)
+    optimizer = np.where(b.mask, s["optimizer_bytes"] * sec_byte
+                         + s["optimizer_flops"] / _col(r["bf16_flops"] * c["gemm_efficiency"]), 0.0).max(axis=1)
+
+    rows = np.arange(b.size)
+    crit = (rows, critical)
+    fsdp_crit = exposed["fsdp"][crit]
+    step = pipeline + exposed_pp + dp_dense + dp_expert + optimizer
+    grouped_crit = grouped[crit] + grouped_b[crit]
+    return {
+        "step": step,
+        "compute": m * compute[crit],
+        "tp": m * exposed["tp"][crit],
+        "cp": m * exposed["cp"][crit],
+        "ep": m * exposed["ep"][crit],
+        "pp": exposed_pp,
+        "dp_dense": dp_dense + m * fsdp_crit,
+        "dp_expert": dp_expert,
+        "optimizer": optimizer,
+        "bubble": bubble,
+        "pipeline": pipeline,
+        "critical": critical,
+        "forward": forward,
+        "backward": backward,
+        "stage": stage,
+        "grouped_loss": m * (grouped_crit - ideal[crit] - ideal_b[crit]),
+        "gemm": m * (gemm[crit] + gemm_b[crit]),
+        "grouped": m * grouped_crit,
+        "attention": m * attn[crit] * (1 + ATTENTION_BACKWARD),
+        "memory": m * mem[crit] * (1 + MEMORY_BACKWARD),
+        "overhead": m * overhead[crit] * 3,
+        "recompute": m * recompute[crit],
+    }
+
+
+def coefficient_values(coefficients: StepCoefficients) -> Coefs:
+    """StepCoefficients as the name → value mapping `price` reads."""
+    return dict(coefficients.values())
+
+
+# ---- the result ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Predicted step time of one mapping, where the time goes, and the throughput it implies."""
+
+    step_time_s: float
+    breakdown: dict[str, float]
+    """compute, exposed tp/cp/ep/pp/dp_dense/dp_expert/optimizer, bubble (seconds; they sum to the step)."""
+    compute_parts: dict[str, float]
+    """The critical stage's compute by kind (gemm, grouped, attention, memory, overhead, recompute) per step."""
+    grouped_gemm_loss_s: float
+    """Step time lost because expert GEMMs see few tokens: grouped time × (1 − t/(t + t_half))."""
+    stage_forward_s: tuple[float, ...]
+    stage_backward_s: tuple[float, ...]
+    stage_time_s: tuple[float, ...]
+    """Per microbatch per stage: forward + backward + exposed TP/CP/EP/FSDP."""
+    critical_stage: int
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    model_tflops_per_gpu: float
+    mfu: float
+    """Model FLOPs (active experts only, no recompute) over the dense peak of the GEMM precision."""
+    mfu_bf16: float
+    """The same over the BF16 dense peak (comparable across precisions)."""
+    hfu: float
+    """Hardware FLOPs (with recompute) over the precision's dense peak."""
+    peak_tflops: float
+    precision: str
+    coefficients: str
+    assumptions: tuple[str, ...] = field(default=())
+
+    def as_dict(self) -> dict:
+        """JSON-ready values (seconds, rounded)."""
+        return {
+            "step_time_s": round(self.step_time_s, 6),
+            "breakdown_s": {k: round(v, 6) for k, v in self.breakdown.items()},
+            "compute_parts_s": {k: round(v, 6) for k, v in self.compute_parts.items()},
+            "grouped_gemm_loss_s": round(self.grouped_gemm_loss_s, 6),
+            "critical_stage": self.critical_stage,
+            "tokens_per_s": round(self.tokens_per_s, 3),
+            "tokens_per_s_per_gpu": round(self.tokens_per_s_per_gpu, 3),
+            "model_tflops_per_gpu": round(self.model_tflops_per_gpu, 3),
+            "mfu": round(self.mfu, 6),
+            "mfu_bf16": round(self.mfu_bf16, 6),
+            "hfu": round(self.hfu, 6),
+            "peak_tflops": self.peak_tflops,
+            "precision": self.precision,
+            "coefficients": self.coefficients,
+            "assumptions": list(self.assumptions),
+        }
+
+
+STEP_ASSUMPTIONS = (
+    "Routing is balanced (every expert gets k·T/E assignments) unless hot_expert_skew says otherwise.",
+    "Flash attention runs in BF16 whatever the GEMM precision; FP8 and FP4 GEMMs speed up over BF16 "
+    "through the Amdahl shares fp8_tensor_fraction and fp4_tensor_fraction of their dense peaks.",
+    "TP uses sequence parallelism when the problem says so; CP is ring attention (GQA/MLA) or the V4 "
+    "compressed-KV all-gather; EP is an all-to-all with NVLink and NIC shares moving at once.",
+    "The data-parallel reduction overlaps the last microbatch's backward and the parameter gather the "
+    "first forward (distributed optimizer); FSDP gathers parameters every microbatch.",
+)
+
+
+def result_from_prices(w: Workload, p: dict[str, np.ndarray], source: str, i: int = 0) -> StepTime:
+    """The StepTime of run `i` of a priced batch."""
+    step = float(p["step"][i])
+    n = len(w.stages)
+    tokens_per_s = w.tokens_per_step / step
+    per_gpu = tokens_per_s / w.gpus
+    model_flops = per_gpu * w.model_flops_per_token
+    return StepTime(
+        step_time_s=step,
+        breakdown={k: float(p[k][i]) for k in BREAKDOWN_KINDS},
+        compute_parts={k: float(p[k][i]) for k in ("gemm", "grouped", "attention", "memory", "overhead", "recompute")},
+        grouped_gemm_loss_s=float(p["grouped_loss"][i]),
+        stage_forward_s=tuple(float(x) for x in p["forward"][i, :n]),
+        stage_backward_s=tuple(float(x) for x in p["backward"][i, :n]),
+        stage_time_s=tuple(float(x) for x in p["stage"][i, :n]),
+        critical_stage=int(p["critical"][i]),
+        tokens_per_s=tokens_per_s,
+        tokens_per_s_per_gpu=per_gpu,
+        model_tflops_per_gpu=model_flops / 1e12,
+        mfu=model_flops / w.peak_flops,
+        mfu_bf16=model_flops / w.bf16_flops,
+        hfu=per_gpu * w.hardware_flops_per_token / w.peak_flops,
+        peak_tflops=w.peak_flops / 1e12,
+        precision=w.precision,
+        coefficients=source,
+        assumptions=STEP_ASSUMPTIONS,
+    )
+
+
+def step_time(problem, mapping: Mapping, derived: Derived,  # noqa: ANN001 - Problem
+              coefficients: StepCoefficients | None = None, settings: StepSettings | None = None) -> StepTime:
+    """Predict the step time of a fully specified mapping (layout covering the blocks with PP·VPP stages).
+
+    Coefficients default to the calibration file of the problem's GPU (hardware/coefficients/)."""
+    coefs = coefficients or coefficients_for_gpu(problem.hardware.gpu.name)
+    work = build_workload(problem, mapping, derived, settings)
+    prices = price(batch([work]), coefficient_values(coefs))
+    return result_from_prices(work, prices, coefs.source)
+
+
+def step_time_or_none(problem, mapping: Mapping, derived: Derived,  # noqa: ANN001 - Problem
+                      coefficients: StepCoefficients | None = None,
+                      options: MegatronOptions | None = None) -> StepTime | None:
+    """The step time when the mapping can be priced, else None: the grids must divide the GPUs, the
+    microbatches the batch, the layout must cover the blocks with PP·VPP stages and the GPU must have
+    a peak for the training precision (rules report each of these failures themselves)."""
+    d = derived
+    whole = all(x.denominator == 1 for x in (d.dp_attn, d.dp_expert, d.num_microbatches))
+    covers = len(d.layout) == mapping.pp * mapping.vpp and sum(d.layout) == problem.model.num_layers
+    settings = settings_for(problem, options)
+    if not (whole and covers and d.num_microbatches > 0) or settings.precision not in problem.hardware.gpu.precisions:
+        return None
+    return step_time(problem, mapping, derived, coefficients, settings)
+
+
+class CalibratedStageTimes:
+    """The step-time model as the solver reads it (solver/costs.py StageTimeModel): per-microbatch time
+    of a pipeline rank holding given numbers of each kind of block, and the per-step time outside the
+    pipeline. Stage times are priced exactly as `step_time` prices a stage; the per-step part (exposed
+    pipeline sends, gradient reduction, optimizer) is taken from the default layout, since it hardly
+    depends on the cut."""
+
+    def __init__(self, problem, coefficients: StepCoefficients | None = None,  # noqa: ANN001 - Problem
+                 options: MegatronOptions | None = None) -> None:
+        self.problem = problem
+        self.coefficients = coefficients or coefficients_for_gpu(problem.hardware.gpu.name)
+        self.settings = settings_for(problem, options)
+        self.kinds: dict[tuple, Block] = {}
+        for b in problem.model.blocks:
+            self.kinds.setdefault(block_kind(b), b)
+        self._links: dict[Mapping, Links] = {}
+
+    def links(self, mapping: Mapping) -> Links:
+        """Group placement of a mapping, computed once."""
+        if mapping not in self._links:
+            self._links[mapping] = links_for(self.problem.hardware.topology, mapping)
+        return self._links[mapping]
+
+    def _base(self, mapping: Mapping, derived: Derived) -> Workload:
+        """The mapping's workload under its own (or the default) layout."""
+        return build_workload(self.problem, mapping, derived, self.settings, self.links(mapping))
+
+    def stage_times_s(self, mapping: Mapping, derived: Derived,
+                      stages: list[tuple[int, tuple[int, ...]]]) -> list[float]:
+        """Forward + backward + exposed TP/CP/EP/FSDP seconds of one microbatch on each (stage, counts),
+        counts in the order of the problem's block kinds (first appearance in the model)."""
+        if not stages:
+            return []
+        base = self._base(mapping, derived)
+        reps = list(self.kinds.values())
+        model, training, links = self.problem.model, self.problem.training, self.links(mapping)
+        works = []
+        for stage, counts in stages:
+            last = stage == mapping.pp - 1
+            held = [b for b, n in zip(reps, counts, strict=True) for _ in range(n)]
+            held += list(model.mtp_blocks) if last else []
+            work = _stage_work(model, mapping, derived, training, self.settings, links, held, stage == 0, last)
+            works.append(replace(base, stages=(work,)))
+        prices = price(batch(works), coefficient_values(self.coefficients))
+        return [float(x) for x in prices["stage"][:, 0]]
+
+    def step_extra_s(self, mapping: Mapping, derived: Derived) -> float:
+        """Per-step seconds outside the pipeline: exposed sends, gradient reduction, optimizer."""
+        prices = price(batch([self._base(mapping, derived)]), coefficient_values(self.coefficients))
+        return float(prices["step"][0] - prices["pipeline"][0])

@@ -1,0 +1,86 @@
+"""The brute-force reference of `solve`: enumerate every row, judge it with the Python rules, try every
+cut (all compositions of the blocks into PP·VPP stages of at least one block; for interleaved rows
+the balanced layout, as the solver does), and keep the non-dominated (step time, peak memory) points.
+Tests compare its front with the CP-SAT master's on small problems.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+
+from parasol.constraints.evaluate import evaluate
+from parasol.problems.derived import default_layout
+from parasol.problems.loader import Problem
+from parasol.solver.costs import RowCosts
+from parasol.solver.cuts import rank_counts
+from parasol.solver.program import program_rules
+from parasol.solver.space import Row
+
+MAX_LAYOUTS = 200_000
+
+
+@dataclass(frozen=True)
+class RefPoint:
+    """A (row, layout) with its objective values in the solver's units."""
+
+    row: Row
+    layout: tuple[int, ...]
+    time_units: int
+    memory_units: int
+
+
+def nondominated(points: list[RefPoint]) -> list[RefPoint]:
+    """Points no other point beats on both objectives (one per objective pair: lowest row, layout)."""
+    best: dict[tuple[int, int], RefPoint] = {}
+    for p in sorted(points, key=lambda q: (q.time_units, q.memory_units, q.row, q.layout)):
+        best.setdefault((p.time_units, p.memory_units), p)
+    out, floor = [], None
+    for key in sorted(best):
+        if floor is None or key[1] < floor:
+            out.append(best[key])
+            floor = key[1]
+    return out
+
+
+def compositions(total: int, parts: int):
+    """Every way to write `total` blocks as `parts` stages of at least one block, in order."""
+    for cuts in combinations(range(1, total), parts - 1):
+        edges = (0, *cuts, total)
+        yield tuple(edges[i + 1] - edges[i] for i in range(parts))
+
+
+def row_points(c: RowCosts, counts: np.ndarray, usable: int) -> list[RefPoint]:
+    """Every non-dominated (layout, objectives) of one row, by enumeration."""
+    blocks = counts.shape[0] - 1
+    row = c.row
+    if row.vpp > 1:
+        layouts = [default_layout(blocks, row.pp * row.vpp)]
+    else:
+        layouts = list(compositions(blocks, row.pp))
+        if len(layouts) > MAX_LAYOUTS:
+            raise ValueError(f"brute force: {len(layouts)} layouts for {row}; use a smaller problem")
+    points = []
+    for lay in layouts:
+        per_rank = rank_counts(lay, row.pp, counts)
+        if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)):
+            t, m = c.objectives(per_rank)
+            points.append(RefPoint(row, lay, t, m))
+    return nondominated(points)
+
+
+def rule_feasible(problem: Problem, row: Row) -> bool:
+    """Whether the row passes every rule the master posts (Python verdicts)."""
+    return evaluate(problem, row.mapping(problem), program_rules(problem)).feasible
+
+
+def reference_front(problem: Problem, costs: tuple[RowCosts, ...], counts: np.ndarray,
+                    usable: int) -> list[RefPoint]:
+    """The exact rank-1 front by enumeration."""
+    points: list[RefPoint] = []
+    for c in costs:
+        if rule_feasible(problem, c.row):
+            points.extend(row_points(c, counts, usable))
+    return nondominated(points)

@@ -1,0 +1,98 @@
+"""The stage cuts of one row: how to cut the real block sequence into PP·VPP contiguous virtual
+stages, with the heaviest rank of every stage within usable HBM, trading step time against peak
+memory. The row's Pareto staircase is what it offers the master program (solver/program.py).
+
+1F1B rows are solved exactly by a min-max dynamic program over contiguous cuts. Interleaved rows
+(VPP > 1), whose ranks sum non-contiguous virtual stages, take the balanced layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from parasol.problems.derived import default_layout
+from parasol.solver.costs import (
+    MEMORY_UNIT_MB,
+    MICROSECONDS,
+    TIME_UNIT_S,
+    RowCosts,
+    min_max_cut,
+    stage_matrices,
+)
+
+
+@dataclass(frozen=True)
+class CutPoint:
+    """One non-dominated cut of a row: its objective values and the blocks per virtual stage."""
+
+    time_units: int
+    memory_units: int
+    layout: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Staircase:
+    """A row's non-dominated cuts, best step time first."""
+
+    points: tuple[CutPoint, ...]
+
+
+def dp_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
+    """1F1B (VPP 1): the exact staircase by a min-max dynamic program over contiguous cuts. Step time
+    depends on the cut only through the slowest stage (Σ t_s is the same for every cut), so each step
+    is: least slowest-stage time under a memory cap, then least peak memory at that step time."""
+    pp = c.row.pp
+    blocks = counts.shape[0] - 1
+    mats = [stage_matrices(c, s, counts) for s in range(pp)]
+    inf = np.iinfo(np.int64).max
+    unit = round(TIME_UNIT_S * MICROSECONDS)
+    totals = [int(x) for x in counts[0, blocks]]
+    base = c.constant_time_us + sum(c.edge_time_us) + sum(t * n for t, n in zip(c.kind_time_us, totals, strict=True))
+    slope = c.microbatches - 1
+    points: list[CutPoint] = []
+    cap = usable
+    while cap >= 0:
+        fastest = min_max_cut([np.where(mem <= cap, t, inf) for t, mem in mats], blocks)
+        if fastest is None:
+            break
+        time_units = -(-(base + slope * fastest[0]) // unit)
+        limit = (time_units * unit - base) // slope if slope else inf
+        leanest = min_max_cut([np.where((mem <= cap) & (t <= limit), mem, inf) for t, mem in mats], blocks)
+        assert leanest is not None
+        memory_units = -(-leanest[0] // MEMORY_UNIT_MB)
+        points.append(CutPoint(time_units, memory_units, leanest[1]))
+        cap = (memory_units - 1) * MEMORY_UNIT_MB
+    return Staircase(tuple(points))
+
+
+def rank_counts(layout: tuple[int, ...], pp: int, counts: np.ndarray) -> list[tuple[int, ...]]:
+    """Blocks of each kind per pipeline rank for a virtual-stage layout (stage k on rank k % PP)."""
+    per_rank = np.zeros((pp, counts.shape[2]), dtype=np.int64)
+    start = 0
+    for k, n in enumerate(layout):
+        per_rank[k % pp] += counts[start, start + n]
+        start += n
+    return [tuple(int(x) for x in row) for row in per_rank]
+
+
+def balanced_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
+    """Interleaved (VPP > 1): the balanced layout (derived.default_layout: ⌊L/V⌋ blocks per virtual
+    stage, the remainder to the middle stages first), one step if it fits. A rank sums non-contiguous
+    virtual stages, so no contiguous DP applies; a CP-SAT cut program took 1-70 s per row here
+    (measured on DeepSeek-V4-Pro, 1,024 GPUs), too slow to search every interleaved row."""
+    blocks = counts.shape[0] - 1
+    layout = default_layout(blocks, c.row.pp * c.row.vpp)
+    per_rank = rank_counts(layout, c.row.pp, counts)
+    if any(c.stage_memory(s, n) > usable for s, n in enumerate(per_rank)):
+        return Staircase(())
+    time_units, memory_units = c.objectives(per_rank)
+    return Staircase((CutPoint(time_units, memory_units, layout),))
+
+
+def row_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
+    """A row's staircase: the exact DP for 1F1B, the balanced layout for interleaved schedules."""
+    if c.row.vpp == 1:
+        return dp_staircase(c, counts, usable)
+    return balanced_staircase(c, counts, usable)

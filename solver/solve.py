@@ -1,0 +1,94 @@
+"""`parasol solve`: rows of degrees, their cost tables and cut staircases, the master CP-SAT program,
+the Pareto search, and every returned mapping re-judged in Python with its full account."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from parasol.problems.loader import Problem
+from parasol.solver.costs import (
+    MEMORY_UNIT_MB,
+    TIME_UNIT_S,
+    StageTimeModel,
+    block_kinds,
+    interval_counts,
+    prefix_counts,
+    row_costs,
+    usable_mb,
+)
+from parasol.solver.cuts import row_staircase
+from parasol.solver.explain import Explanation, explain
+from parasol.solver.pareto import pareto_search
+from parasol.solver.program import compile_program
+from parasol.solver.space import enumerate_rows
+
+
+@dataclass(frozen=True)
+class SolvedMapping:
+    """One mapping of the answer: its Pareto rank, the solver's objective values and its account."""
+
+    pareto_rank: int
+    optimal: bool
+    step_time_objective_s: float
+    peak_memory_objective_gb: float
+    explanation: Explanation
+
+    def as_dict(self) -> dict:
+        """The explain contract plus pareto_rank and the solver's objective values."""
+        data = self.explanation.as_dict()
+        data["pareto_rank"] = self.pareto_rank
+        data["objective"] = {
+            "step_time_s": self.step_time_objective_s,
+            "peak_memory_gb": self.peak_memory_objective_gb,
+            "resolution": {"step_time_s": TIME_UNIT_S, "peak_memory_gb": MEMORY_UNIT_MB / 1000},
+            "proved_optimal": self.optimal,
+        }
+        return data
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """The answer: status, ranked mappings, and what the search cost."""
+
+    status: str
+    mappings: tuple[SolvedMapping, ...]
+    rows: int
+    rows_fitting: int
+    master_solves: int
+    seconds: float
+
+    def as_dict(self) -> dict:
+        """The BRIEF's `solve --json` contract: {"status", "mappings": [...]} plus search statistics."""
+        return {
+            "status": self.status,
+            "mappings": [m.as_dict() for m in self.mappings],
+            "search": {"rows": self.rows, "rows_with_a_fitting_cut": self.rows_fitting,
+                       "master_solves": self.master_solves, "seconds": round(self.seconds, 3)},
+        }
+
+
+def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limit_s: float = 60.0) -> SolveResult:
+    """The Pareto-ranked feasible mappings of `problem` (up to `top`, whole fronts)."""
+    start = time.perf_counter()
+    rows = enumerate_rows(problem)
+    if not rows:
+        return SolveResult("infeasible", (), 0, 0, 0, time.perf_counter() - start)
+    costs = tuple(row_costs(problem, r, time_model) for r in rows)
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    usable = usable_mb(problem)
+    stairs = tuple(row_staircase(c, counts, usable) for c in costs)
+    program = compile_program(problem, rows, costs, stairs)
+    remaining = max(time_limit_s - (time.perf_counter() - start), 0.1)
+    outcome = pareto_search(program, top, remaining)
+    solved = []
+    for pt in outcome.points:
+        mapping = rows[pt.row_index].mapping(problem, pt.layout)
+        solved.append(SolvedMapping(pt.pareto_rank, pt.optimal, pt.time_units * TIME_UNIT_S,
+                                    pt.memory_units * MEMORY_UNIT_MB / 1000, explain(problem, mapping, repairs=0)))
+    if not solved:
+        status = "infeasible" if outcome.complete else "unknown"
+    else:
+        status = "optimal" if outcome.complete and all(s.optimal for s in solved) else "feasible"
+    return SolveResult(status, tuple(solved), len(rows), sum(bool(s.points) for s in stairs),
+                       outcome.master_solves, time.perf_counter() - start)

@@ -1,0 +1,101 @@
+"""The search space: allowed values per degree, and the degree rows the CP-SAT program chooses from.
+
+Degrees are few and structured (divisors of the world size), so the program works on table rows:
+every combination of allowed values whose folding identity has whole solutions (D_a, D_e and m are
+whole numbers, seed 000 §并行分组) becomes a row with precomputed costs. Every rule is still posted
+on the row's degree variables, so a row that breaks a rule is excluded by CP-SAT, not here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+from parasol.problems.loader import Problem
+from parasol.problems.mapping import Mapping, Recompute
+
+DEGREE_NAMES = ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs")
+POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def _pins(value: int | list[int] | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    return (value,) if isinstance(value, int) else tuple(sorted(set(value)))
+
+
+def default_domains(problem: Problem) -> dict[str, tuple[int, ...]]:
+    """Values tried when the problem's `search` leaves a degree open: TP within a node, PP up to the
+    block count, CP dividing the sequence in 2·CP chunks, EP dividing the experts, VPP 1-4, MBS 1-4."""
+    model, gpus = problem.model, problem.gpus
+    node = problem.hardware.topology.gpus_per_node
+    tp = tuple(t for t in POWERS_OF_TWO if t <= node and t <= model.attention.num_heads)
+    pp = tuple(p for p in POWERS_OF_TWO if p <= model.num_layers and gpus % p == 0)
+    cp = tuple(c for c in POWERS_OF_TWO[:5] if problem.training.seq_len % (2 * c) == 0 or c == 1)
+    experts = model.moe.num_experts if model.moe else 1
+    ep = tuple(e for e in range(1, experts + 1) if experts % e == 0 and e <= gpus)
+    return {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": tp, "vpp": (1, 2, 4), "mbs": (1, 2, 4)}
+
+
+def search_domains(problem: Problem) -> dict[str, tuple[int, ...]]:
+    """The problem's search space: its pins and lists where given, the defaults elsewhere."""
+    defaults = default_domains(problem)
+    search = problem.spec.search
+    out = {}
+    for name in DEGREE_NAMES:
+        pinned = _pins(getattr(search, name))
+        out[name] = pinned if pinned is not None else defaults[name]
+    if problem.training.micro_batch is not None and search.mbs is None:
+        out["mbs"] = (problem.training.micro_batch,)
+    return out
+
+
+def recompute_choices(problem: Problem) -> tuple[Recompute, ...]:
+    """Recompute options the solver may pick (all three unless the problem's search restricts them)."""
+    chosen = problem.spec.search.recompute
+    if chosen is None:
+        return tuple(Recompute)
+    return (chosen,) if isinstance(chosen, Recompute) else tuple(sorted(set(chosen), key=list(Recompute).index))
+
+
+@dataclass(frozen=True, order=True)
+class Row:
+    """One candidate combination of degrees and recompute, in a stable order."""
+
+    pp: int
+    vpp: int
+    tp: int
+    cp: int
+    ep: int
+    etp: int
+    mbs: int
+    recompute: str
+
+    def mapping(self, problem: Problem, layout: tuple[int, ...] | None = None) -> Mapping:
+        """The full mapping this row stands for (layout None: the default split)."""
+        return Mapping(gpus=problem.gpus, gbs=problem.training.global_batch, seq_len=problem.training.seq_len,
+                       tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, etp=self.etp, vpp=self.vpp,
+                       mbs=self.mbs, recompute=self.recompute, layout=layout)
+
+
+def whole_folding(gpus: int, gbs: int, tp: int, pp: int, cp: int, ep: int, etp: int, mbs: int) -> bool:
+    """D_a = N/(TP·PP·CP), D_e = N/(ETP·EP·PP) and m = GBS/(MBS·D_a) are whole (m >= 1)."""
+    if gpus % (tp * pp * cp) or gpus % (etp * ep * pp):
+        return False
+    per_step = mbs * gpus // (tp * pp * cp)
+    return gbs % per_step == 0
+
+
+def enumerate_rows(problem: Problem, domains: dict[str, tuple[int, ...]] | None = None) -> tuple[Row, ...]:
+    """Every row of the search space with a whole folding identity and at least one block per stage."""
+    doms = domains or search_domains(problem)
+    gpus, gbs = problem.gpus, problem.training.global_batch
+    blocks = problem.model.num_layers
+    rows = []
+    for tp, pp, cp, ep, etp, vpp, mbs in product(*(doms[n] for n in DEGREE_NAMES)):
+        if pp * vpp > blocks:
+            continue
+        if not whole_folding(gpus, gbs, tp, pp, cp, ep, etp, mbs):
+            continue
+        rows.extend(Row(pp, vpp, tp, cp, ep, etp, mbs, r.value) for r in recompute_choices(problem))
+    return tuple(sorted(rows))

@@ -1,0 +1,184 @@
+"""`explain` on infeasible mappings: the violated rules with their slack, a minimal conflicting set,
+and nearest repairs that the Python evaluator confirms.
+
+Sources: seed 000 §PP 和 microbatch (B = 8,192 GPUs TP1 PP8 CP1 EP64, m = 4; the interleaved VPP
+schedule needs PP <= microbatch group <= m, so B with VPP is rejected: 8 > 4);
+../shared/reference/megatron-cases.yaml C02 (B with VPP2: vpp-microbatch-group-range), C03 (group
+size 4 < PP 8) and C05 (10 % 4 = 2: vpp-final-group-remainder); megatron-rules.yaml for the ids.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from parasol.constraints.evaluate import evaluate
+from parasol.problems.loader import Problem, load_problem_text
+from parasol.problems.mapping import Mapping
+from parasol.solver.cli import main
+from parasol.solver.compile import compile_rules, fixed_domains
+from parasol.solver.conflicts import infeasible_under, judged_error_rules, minimal_conflict
+from parasol.solver.explain import explain
+from parasol.solver.repairs import nearest_repairs
+
+PROBLEMS = Path(__file__).resolve().parents[1] / "problems"
+SEED_8192 = PROBLEMS / "deepseek-v4-pro-8192.yaml"
+
+SMALL_MOE = """
+name: small-moe-inline
+model:
+  name: small-moe
+  hidden_size: 2048
+  vocab_size: 32000
+  num_layers: 12
+  first_dense_layers: 1
+  attention: {kind: gqa, num_heads: 16, num_kv_heads: 4, head_dim: 128}
+  dense_mlp: {intermediate_size: 8192}
+  moe: {num_experts: 16, top_k: 2, expert_intermediate_size: 1408, num_shared_experts: 1}
+training: {seq_len: 4096, global_batch: 256, precision: bf16, optimizer: adam, recompute: none}
+hardware: {preset: h100-hgx, gpus: 64}
+framework: {rule_packs: [megatron-core]}
+"""
+
+
+def seed_b_roomy() -> Problem:
+    """Seed 000's 8,192-GPU problem with 141 GB of HBM per GPU and full recompute (uniform, 1 layer per
+    checkpoint, as Megatron requires), so that B with VPP2 breaks only the interleaved-schedule rules,
+    not memory (on 80 GB H800s it breaks memory too)."""
+    text = SEED_8192.read_text()
+    text = text.replace("  preset: h800-hgx", "  preset: h800-hgx\n  gpu: {hbm_gb: 141}", 1)
+    text = text.replace("  recompute: none", "  recompute: full", 1)
+    text = text.replace("  options:", "  options:\n    recompute_method: uniform\n    recompute_num_layers: 1", 1)
+    return load_problem_text(text, source=str(SEED_8192), base_dir=PROBLEMS)
+
+
+def seed_b(**kw) -> Mapping:
+    """Seed 000's configuration B: 8,192 GPUs, TP1 PP8 CP1 EP64 ETP1, MBS 1, GBS 4096, S 8192."""
+    base = dict(gpus=8192, tp=1, pp=8, cp=1, ep=64, etp=1, mbs=1, gbs=4096, seq_len=8192, recompute="full")
+    return Mapping(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def roomy() -> Problem:
+    return seed_b_roomy()
+
+
+@pytest.fixture(scope="module")
+def small_moe() -> Problem:
+    return load_problem_text(SMALL_MOE, source="small-moe-inline.yaml")
+
+
+@pytest.fixture(scope="module")
+def b_vpp2(roomy: Problem):
+    return explain(roomy, seed_b(vpp=2))
+
+
+def test_seed_b_with_vpp2_breaks_the_microbatch_group_range_by_4(b_vpp2) -> None:
+    """Seed 000: B has m = 4 and the default group N = PP = 8, so PP <= N <= m fails by 4 microbatches.
+    The remainder rule also fails (4 % 8 = 4, neither 0 nor >= 8); nothing else does."""
+    assert not b_vpp2.feasible
+    violated = {v.rule: v for v in b_vpp2.evaluation.violations}
+    assert set(violated) <= {"vpp-microbatch-group-range", "vpp-final-group-remainder"}
+    rng = violated["vpp-microbatch-group-range"]
+    assert rng.slack == -4
+    assert rng.unit == "microbatches"
+    assert "PP 8 > 4 microbatches" in rng.message
+    assert "schedules.py:1157" in rng.citation.source
+
+
+def test_seed_b_with_vpp2_has_a_minimal_conflict_and_confirmed_repairs(roomy: Problem, b_vpp2) -> None:
+    """Seed 000 / megatron-cases C02-C03: the fix is more microbatches (GBS 8192 gives m = 8) or no VPP;
+    every repair re-checks feasible in the Python evaluator and changes few fields."""
+    assert b_vpp2.conflict == ("vpp-microbatch-group-range",)
+    assert len(b_vpp2.repairs) >= 2
+    texts = [r.text for r in b_vpp2.repairs]
+    assert "drop VPP (vpp 2 → 1)" in texts
+    assert "raise GBS to 8192" in texts
+    for repair in b_vpp2.repairs:
+        assert evaluate(roomy, repair.mapping).feasible
+        assert 1 <= len(repair.changes) <= 2
+        assert repair.mapping.gpus == 8192 and repair.mapping.seq_len == 8192
+    sizes = [len(r.changes) for r in b_vpp2.repairs]
+    assert sizes == sorted(sizes)
+
+
+def test_explain_json_carries_conflict_and_repairs(b_vpp2) -> None:
+    """BRIEF `explain --json`: `repairs` are mappings (the --set keys, layout as a list) with changes."""
+    data = json.loads(json.dumps(b_vpp2.as_dict()))
+    assert data["minimal_conflict"] == ["vpp-microbatch-group-range"]
+    first = data["repairs"][0]
+    assert set(first["mapping"]) >= {"gpus", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "gbs", "seq_len",
+                                     "recompute", "layout"}
+    assert sum(first["mapping"]["layout"]) == 61
+    assert all(len(pair) == 2 for pair in first["changes"].values())
+    assert first["text"]
+
+
+def test_five_broken_rules_are_all_reported(small_moe: Problem) -> None:
+    """megatron-rules.yaml: EP 6 does not divide 16 experts nor fit the 64-GPU expert grid (6·2·1 = 12),
+    GBS 100 is not a multiple of MBS·D_a = 32 (eval and training checks), and a 3-stage layout cannot
+    serve PP2·VPP2 = 4 virtual stages: five rules, all reported with negative slack."""
+    mapping = Mapping(gpus=64, tp=1, pp=2, cp=1, ep=6, etp=1, vpp=2, mbs=1, gbs=100, seq_len=4096,
+                      layout=(5, 5, 2))
+    ex = explain(small_moe, mapping)
+    expected = {"experts-divisible-by-ep", "world-divisible-by-expert-grid", "eval-gbs-divisible",
+                "gbs-divisible-by-mbs-dp", "layout-covers-blocks"}
+    reported = {v["rule"]: v for v in ex.as_dict()["violations"]}
+    assert expected <= set(reported)
+    assert all(reported[r]["slack"] < 0 and reported[r]["message"] for r in expected)
+    assert ex.conflict and set(ex.conflict) <= set(reported)
+
+
+@pytest.mark.parametrize("sets", [
+    {"vpp": 2},
+    {"ep": 6, "gbs": 100},
+    {"tp": 3, "ep": 5, "vpp": 2},
+    {"recompute": "none"},
+], ids=["vpp2", "ep6-gbs100", "tp3-ep5-vpp2", "no-recompute"])
+def test_minimal_conflict_is_minimal(roomy: Problem, sets: dict) -> None:
+    """Issue 3: the conflict is infeasible, and dropping any one member makes the pinned model feasible."""
+    mapping = seed_b(**sets)
+    conflict = minimal_conflict(roomy, mapping)
+    assert conflict
+    rules = judged_error_rules(roomy, mapping)
+    compiled = compile_rules(roomy, rules, fixed_domains(mapping), fixed=mapping)
+    assert infeasible_under(compiled, list(conflict))
+    for member in conflict:
+        assert not infeasible_under(compiled, [r for r in conflict if r != member])
+    assert set(conflict) <= {v.rule for v in evaluate(roomy, mapping).violations}
+
+
+def test_a_feasible_mapping_has_no_conflict_and_no_repairs(roomy: Problem) -> None:
+    """Seed 000: B without VPP passes on the roomy cluster; explain adds neither conflict nor repairs."""
+    ex = explain(roomy, seed_b())
+    assert ex.feasible
+    assert ex.conflict == () and ex.repairs == ()
+    assert minimal_conflict(roomy, seed_b()) == ()
+    assert nearest_repairs(roomy, seed_b()) == []
+
+
+def test_repairs_are_deterministic(roomy: Problem) -> None:
+    """The same mapping gives the same repairs in the same order (one CP-SAT worker, fixed seed)."""
+    first = [r.as_dict() for r in nearest_repairs(roomy, seed_b(vpp=2))]
+    assert first == [r.as_dict() for r in nearest_repairs(roomy, seed_b(vpp=2))]
+
+
+def test_cli_explain_prints_conflict_and_repairs_and_exits_1() -> None:
+    """BRIEF CLI: `parasol explain … --set vpp=2 --json` exits 1 (infeasible) with repairs and the conflict;
+    the table output names the minimal conflicting set and the repairs table."""
+    runner = CliRunner()
+    args = ["explain", str(SEED_8192), "--set", "vpp=2"]
+    result = runner.invoke(main, [*args, "--json"])
+    assert result.exit_code == 1
+    data = json.loads(result.output)
+    violated = {v["rule"] for v in data["violations"]}
+    assert {"vpp-microbatch-group-range", "memory-fits-hbm"} <= violated
+    assert data["minimal_conflict"] and set(data["minimal_conflict"]) <= violated
+    assert data["repairs"] and all(r["changes"] for r in data["repairs"])
+    table = runner.invoke(main, args)
+    assert table.exit_code == 1
+    assert "Minimal conflicting set" in table.output
+    assert "Nearest feasible repairs" in table.output

@@ -1,0 +1,360 @@
+"""`explain --megatron-args`: a Megatron-LM launch line or script read into model, mapping, options and
+training (issue 3 part 4, "a launch script is enough"); Megatron's defaults from
+Megatron-LM main@d98e8a64 megatron/training/arguments.py and transformer_config.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from parasol.errors import InputError
+from parasol.problems.catalog import load_model
+from parasol.problems.derived import derive
+from parasol.problems.loader import load_problem
+from parasol.problems.params import model_params
+from parasol.solver.cli import main
+from parasol.solver.megatron_args import (
+    ExplainInputs,
+    apply_launch,
+    explain_inputs,
+    launch_problem,
+    moe_pattern,
+    parse_hybrid_pattern,
+    parse_launch,
+    parse_layer_freq,
+)
+
+PROBLEM = "problems/deepseek-v4-pro-1024.yaml"
+SEED_A = ("--tensor-model-parallel-size 1 --pipeline-model-parallel-size 8 --context-parallel-size 1 "
+          "--expert-model-parallel-size 64 --expert-tensor-parallel-size 1 --micro-batch-size 1 "
+          "--global-batch-size 4096")
+LLAMA_8B = ("--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --group-query-attention "
+            "--num-query-groups 8 --kv-channels 128 --ffn-hidden-size 14336 --swiglu --disable-bias-linear "
+            "--normalization RMSNorm --untie-embeddings-and-output-weights --padded-vocab-size 128256 "
+            "--position-embedding-type rope --max-position-embeddings 131072 --seq-length 8192 "
+            "--micro-batch-size 1 --global-batch-size 128 --bf16 --use-distributed-optimizer")
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def explain_json(*args: str) -> dict:
+    result = run("explain", *args, "--json")
+    assert result.exit_code in (0, 1), result.output
+    return json.loads(result.output)
+
+
+def inputs(text: str, *sets: str, problem: str | None = PROBLEM, **standalone) -> ExplainInputs:
+    """What `explain` would judge for a launch line (without running every rule)."""
+    return explain_inputs(problem, sets, (text, "--megatron-args"), **standalone)
+
+
+def degrees(ex: ExplainInputs) -> tuple[int, int, int]:
+    """D_a, D_e and m of the judged mapping."""
+    d = derive(ex.problem.model, ex.mapping)
+    return int(d.dp_attn), int(d.dp_expert), int(d.num_microbatches)
+
+
+def test_seed_000_fragment_a_gives_the_seeds_degrees() -> None:
+    """Seed 000 §从正确性和显存开始: the A fragment on 1,024 GPUs gives D_a 128, D_e 2, m = 32."""
+    ex = inputs(SEED_A)
+    assert degrees(ex) == (128, 2, 32)
+    m = ex.mapping
+    assert (m.tp, m.pp, m.cp, m.ep, m.expert_tp, m.mbs, m.gbs) == (1, 8, 1, 64, 1, 1, 4096)
+    assert ex.notes == () and ex.warnings == ()
+
+
+@pytest.mark.slow
+def test_explain_json_reflects_the_launch_line() -> None:
+    """Issue 3 part 4: the JSON `mapping`, `derived`, `warnings` and `notes` follow the launch line
+    (seed 000 A fragment; --moe-enable-deepep is deprecated, transformer_config.py:1743-1752)."""
+    data = explain_json(PROBLEM, "--megatron-args", SEED_A + " --moe-enable-deepep --lr 3e-4")
+    assert (data["derived"]["dp_attn"], data["derived"]["dp_expert"], data["derived"]["num_microbatches"]) == (128, 2, 32)
+    assert data["mapping"]["ep"] == 64
+    assert data["notes"] == ["not modelled: --lr 3e-4"]
+    assert any(w["rule"] == "megatron-args" and w["flag"] == "--moe-enable-deepep" for w in data["warnings"])
+    standalone = explain_json("--hardware", "h100-hgx", "--gpus", "16", "--megatron-args", LLAMA_8B)
+    assert standalone["mapping"]["gpus"] == 16 and standalone["derived"]["num_microbatches"] == 8
+
+
+def test_launch_line_overrides_the_problem_mapping() -> None:
+    """Issue 3 part 4: the launch line's flags override the problem's mapping (EP 64 -> 32, CP 1 -> 2)."""
+    ex = inputs("--expert-model-parallel-size 32 --context-parallel-size 2")
+    assert (ex.mapping.ep, ex.mapping.cp) == (32, 2)
+    assert degrees(ex)[1] == 1024 // (8 * 32)
+
+
+def test_llama_8b_launch_line_reproduces_the_catalog_parameter_count() -> None:
+    """reference/model-specs.yaml llama-3.1-8b: the launch line's model has the catalog's 8,030,261,248
+    parameters (within 0.1%) once untied embeddings, SwiGLU, no biases, RMSNorm, GQA 8 and vocab are given."""
+    parsed = parse_launch(LLAMA_8B)
+    assert parsed.model is not None
+    catalog = model_params(load_model("llama-3.1-8b")).total
+    assert abs(model_params(parsed.model).total / catalog - 1) < 1e-3
+
+
+def test_llama_8b_without_a_problem_file() -> None:
+    """Issue 3 part 4: `explain --hardware PRESET --gpus N --megatron-args` builds the whole run."""
+    ex = inputs(LLAMA_8B + " --tensor-model-parallel-size 2 --sequence-parallel", problem=None,
+                hardware="h100-hgx", gpus=16)
+    m = ex.mapping
+    assert (m.gpus, m.tp, m.pp, m.mbs, m.gbs, m.seq_len) == (16, 2, 1, 1, 128, 8192)
+    assert degrees(ex)[0] == 8 and degrees(ex)[2] == 16
+    assert ex.problem.training.sequence_parallel and ex.problem.training.distributed_optimizer
+    assert ex.problem.spec.framework.rule_packs == ("megatron-core",)
+
+
+def test_megatron_defaults_apply_to_absent_flags() -> None:
+    """arguments.py:1320-1333 (ffn 4h, kv_channels h/heads), transformer_config.py:212 (biases on),
+    :256 (LayerNorm), :760 (top-k 2), arguments.py:2460 (tied embeddings), argument_utils.py:330-333
+    (one KV head per query head without --group-query-attention)."""
+    parsed = parse_launch("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 "
+                          "--max-position-embeddings 2048 --vocab-size 32000 --num-experts 8 --seq-length 2048")
+    model = parsed.model
+    assert model is not None and model.moe is not None
+    assert model.moe.top_k == 2
+    assert model.moe.expert_intermediate_size == 4 * 1024
+    assert model.tied_embeddings is True
+    assert model.norm.value == "layernorm"
+    assert model.attention.num_kv_heads == 16 and model.attention.head_dim == 64
+    assert model.attention.bias is True
+    assert model.learned_position_embeddings == 2048
+    assert model.vocab_size == 32000  # already a multiple of 128 · TP1
+
+
+def test_swiglu_default_ffn_and_vocab_padding() -> None:
+    """arguments.py:1320-1327: SwiGLU ffn defaults to int(8h/3 / 64)·64; build_tokenizer.py:133-146 pads
+    the vocabulary to a multiple of 128·TP."""
+    parsed = parse_launch("--num-layers 2 --hidden-size 4096 --num-attention-heads 32 --swiglu "
+                          "--max-position-embeddings 4096 --vocab-size 50257 --tensor-model-parallel-size 4")
+    assert parsed.model is not None and parsed.model.dense_mlp is not None
+    assert parsed.model.dense_mlp.intermediate_size == 10880
+    assert parsed.model.vocab_size == 50688
+
+
+def test_missing_vocab_is_a_stated_default_and_a_warning() -> None:
+    """Issue 3 part 4: without --padded-vocab-size/--vocab-size parasol states its default and warns."""
+    parsed = parse_launch("--num-layers 2 --hidden-size 512 --num-attention-heads 8 --max-position-embeddings 512")
+    assert parsed.model is not None and parsed.model.vocab_size == 50304
+    assert [w.flag for w in parsed.warnings] == ["--vocab-size"]
+
+
+def test_script_with_backslash_continuations(tmp_path) -> None:
+    """Issue 3 part 4: a launch script with torchrun, backslash continuations and variables reads like
+    the one-line form; torchrun's --nproc_per_node × --nnodes gives the GPU count."""
+    script = tmp_path / "launch.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        "# seed 000 configuration A\n"
+        "NODES=128\n"
+        "EP=64\n"
+        "torchrun --nproc_per_node 8 --nnodes $NODES pretrain_gpt.py \\\n"
+        "    --tensor-model-parallel-size 1 \\\n"
+        "    --pipeline-model-parallel-size 8 \\\n"
+        "    --expert-model-parallel-size ${EP} \\\n"
+        "    --expert-tensor-parallel-size 1 \\\n"
+        "    --micro-batch-size 1 --global-batch-size 4096 \\\n"
+        "    --save ${CHECKPOINT_DIR:-/ckpt} 2>&1 | tee train.log\n", encoding="utf-8")
+    ex = explain_inputs(PROBLEM, (), (script.read_text(encoding="utf-8"), str(script)))
+    assert degrees(ex) == (128, 2, 32)
+    assert ex.notes == ("not modelled: --save /ckpt",)
+    assert parse_launch(script.read_text(encoding="utf-8")).launcher_gpus == 1024
+    script.write_text(script.read_text(encoding="utf-8").replace("--micro-batch-size 1", "--micro-batch-size x"),
+                      encoding="utf-8")
+    bad = run("explain", PROBLEM, "--megatron-args-file", str(script))
+    assert bad.exit_code == 2 and "--micro-batch-size" in bad.output
+
+
+def test_script_with_bash_arrays(tmp_path) -> None:
+    """Megatron-LM examples/gpt3/train_gpt3_175b_distributed.sh style: flags in NAME=( … ) arrays
+    expanded as ${NAME[@]}, with comments inside the arrays."""
+    text = (
+        "MODEL_ARGS=(\n    --num-layers 96  # GPT-3 175B (see the paper)\n    --hidden-size 12288\n"
+        "    --num-attention-heads 96\n    --seq-length 2048\n    --max-position-embeddings 2048\n)\n"
+        "PAR=(\n\t--tensor-model-parallel-size 8\n\t--pipeline-model-parallel-size 16\n)\n"
+        "PAR+=(--fp16)\n"
+        "torchrun ${DIST[@]} pretrain_gpt.py \\\n    ${MODEL_ARGS[@]} \\\n    ${PAR[@]}\n")
+    parsed = parse_launch(text)
+    assert parsed.mapping_fields == {"tp": 8, "pp": 16, "seq_len": 2048}
+    assert parsed.model is not None and parsed.model.num_layers == 96
+    assert parsed.training_fields["precision"] == "bf16"
+
+
+def test_unknown_flags_are_reported_not_dropped() -> None:
+    """Issue 3 part 4: flags parasol does not model are kept as 'not modelled' notes, in order."""
+    ex = inputs(SEED_A + " --lr 3e-4 --use-flash-attn --split 99,1,0")
+    assert ex.notes == ("not modelled: --lr 3e-4", "not modelled: --use-flash-attn", "not modelled: --split 99,1,0")
+
+
+@pytest.mark.parametrize("line, flag", [
+    ("--tensor-model-parallel-size two", "--tensor-model-parallel-size"),
+    ("--pipeline-model-parallel-size 0", "--pipeline-model-parallel-size"),
+    ("--moe-token-dispatcher-type deepep", "--moe-token-dispatcher-type"),
+    ("--sequence-parallel yes", "--sequence-parallel"),
+    ("--micro-batch-size", "--micro-batch-size"),
+    ("--moe-layer-freq __import__('os')", "--moe-layer-freq"),
+])
+def test_malformed_values_exit_2_with_one_paragraph(line: str, flag: str) -> None:
+    """Issue 3 part 4: a malformed value is an InputError naming the flag: exit 2, no traceback."""
+    result = run("explain", PROBLEM, "--megatron-args", line)
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    assert flag in result.output
+    assert result.output.strip().count("\n") == 0
+
+
+def test_set_that_contradicts_the_launch_line_is_an_error() -> None:
+    """Issue 3 part 4: a --set and a launch flag that disagree give exit 2; agreeing ones are fine."""
+    bad = run("explain", PROBLEM, "--set", "ep=32", "--megatron-args", SEED_A)
+    assert bad.exit_code == 2 and "--expert-model-parallel-size" in bad.output
+    assert inputs(SEED_A, "ep=64", "vpp=1").mapping.ep == 64
+
+
+def test_unresolved_variable_in_a_modelled_flag_names_it() -> None:
+    """A modelled flag whose value is an unknown shell variable is an error naming the variable; the
+    same in an unmodelled flag is only a note."""
+    with pytest.raises(InputError, match=r"\$TP"):
+        parse_launch("--tensor-model-parallel-size $TP")
+    parsed = parse_launch("--data-path ${DATA}")
+    assert parsed.notes == ("not modelled: --data-path $DATA",)
+
+
+def test_moe_layer_freq_list_form_without_eval() -> None:
+    """arguments.py:327-350 and gpt_layer_specs.py:643-660: an int N puts an MoE layer every N layers;
+    the list form such as ([0]*3+[1]*58) gives one 0/1 per layer."""
+    assert parse_layer_freq("([0]*3+[1]*58)") == [0] * 3 + [1] * 58
+    assert parse_layer_freq("[0,1]*2+[1]") == [0, 1, 0, 1, 1]
+    assert parse_layer_freq("2") == 2
+    assert moe_pattern(2, 5) == [1, 0, 1, 0, 1]
+    with pytest.raises(InputError, match="moe-layer-freq"):
+        parse_layer_freq("[0]*3+2")
+    with pytest.raises(InputError, match="moe_layer_pattern"):
+        moe_pattern([0, 1, 1], 4)
+
+
+def test_moe_model_with_leading_dense_layers() -> None:
+    """DeepSeek-V3-style launch line (Megatron-LM examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh):
+    3 dense then 58 MoE blocks, MLA, top-8 of 256 with one shared expert of 2048, MTP 1."""
+    parsed = parse_launch(
+        "--num-layers 61 --hidden-size 7168 --ffn-hidden-size 18432 --num-attention-heads 128 "
+        "--max-position-embeddings 4096 --position-embedding-type rope --normalization RMSNorm --swiglu "
+        "--untie-embeddings-and-output-weights --multi-latent-attention --disable-bias-linear "
+        "--num-experts 256 --moe-layer-freq ([0]*3+[1]*58) --moe-ffn-hidden-size 2048 "
+        "--moe-shared-expert-intermediate-size 2048 --moe-router-topk 8 --moe-router-enable-expert-bias "
+        "--q-lora-rank 1536 --kv-lora-rank 512 --qk-head-dim 128 --qk-pos-emb-head-dim 64 --v-head-dim 128 "
+        "--mtp-num-layers 1 --padded-vocab-size 129280")
+    model = parsed.model
+    assert model is not None and model.moe is not None
+    assert (model.first_dense_layers, model.num_moe_layers, model.moe.top_k) == (3, 58, 8)
+    assert model.attention.kind == "mla" and model.mtp_layers == 1
+    reference = model_params(load_model("deepseek-v3")).total
+    assert abs(model_params(model).total / reference - 1) < 1e-3
+
+
+def test_hybrid_pattern_segments_are_the_pipeline_stages() -> None:
+    """megatron-groups.md §2.3 and §3: `|` segments of --hybrid-layer-pattern are the virtual stages
+    (vpp = segments / PP); C/H/W are DeepSeek-V4 CSA/HCA/window blocks and switch on the deepseek-v4 pack."""
+    problem = load_problem(PROBLEM)
+    ratios = problem.model.attention.compress_ratios[:problem.model.num_layers]
+    symbol = {4: "C", 128: "H", 0: "W"}
+    blocks = [symbol[r] + "E" for r in ratios]
+    counts = (4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 1)
+    segments, at = [], 0
+    for n in counts:
+        segments.append("".join(blocks[at:at + n]))
+        at += n
+    pattern = "|".join(segments)
+    assert parse_hybrid_pattern(pattern).segments == counts
+    parsed = parse_launch(f"--pipeline-model-parallel-size 8 --hybrid-layer-pattern {pattern}", model=problem.model)
+    assert parsed.deepseek_v4 and parsed.mapping_fields["vpp"] == 2
+    assert parsed.mapping_fields["layout"] == counts
+    assert parsed.options.hybrid_layer_pattern == pattern
+    assert parsed.notes == ()
+    _, mapping, _ = apply_launch(problem, parsed, {})
+    assert mapping.layout == counts and mapping.vpp == 2
+
+
+def test_layout_string_and_uneven_first_last_stages() -> None:
+    """Megatron pipeline_parallel_layer_layout.py and transformer_config.py:2294-2368: a layout string
+    gives the stage counts; --decoder-first/last-pipeline-num-layers split the rest evenly."""
+    model = load_problem(PROBLEM).model
+    parsed = parse_launch("--pipeline-model-parallel-size 8 --pipeline-model-parallel-layout "
+                          "Et*7|(tttttttt|)*6t*6,mL", model=model)
+    assert parsed.mapping_fields["layout"] == (7, 8, 8, 8, 8, 8, 8, 6)
+    uneven = parse_launch("--pipeline-model-parallel-size 8 --decoder-first-pipeline-num-layers 7 "
+                          "--decoder-last-pipeline-num-layers 6", model=model)
+    assert uneven.mapping_fields["layout"] == (7, 8, 8, 8, 8, 8, 8, 6)
+    with_vpp = parse_launch("--num-layers 30 --pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 "
+                            "--decoder-first-pipeline-num-layers 6 --decoder-last-pipeline-num-layers 8")
+    assert with_vpp.mapping_fields["layout"] == (3, 4, 4, 4, 3, 4, 4, 4)
+    odd = parse_launch("--pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 "
+                       "--decoder-first-pipeline-num-layers 15 --decoder-last-pipeline-num-layers 16", model=model)
+    assert "layout" not in odd.mapping_fields  # 61 blocks cannot give every rank an even count: rules judge it
+
+
+def test_two_sources_of_virtual_stages_are_rejected() -> None:
+    """Rule vpp-args-mutually-exclusive (arguments.py:927-939): one source of virtual stages only."""
+    with pytest.raises(InputError, match="cannot be set together"):
+        parse_launch("--pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 "
+                     "--num-layers-per-virtual-pipeline-stage 2 --num-layers 16")
+
+
+def test_rewritten_and_deprecated_flags() -> None:
+    """arguments.py:607-609 (--recompute-activations is selective), transformer_config.py:1743-1752
+    (--moe-enable-deepep deprecated, deepep backend) and :2014-2025 (--moe-layer-recompute adds 'moe')."""
+    ex = inputs(SEED_A + " --recompute-activations --moe-enable-deepep")
+    assert ex.mapping.recompute == "selective"
+    assert [w.flag for w in ex.warnings] == ["--moe-enable-deepep"]
+    assert ex.problem.spec.framework.options.moe_flex_dispatcher_backend == "deepep"
+    parsed = parse_launch("--moe-layer-recompute --recompute-modules moe_act")
+    assert parsed.mapping_fields["recompute"] == "selective"
+    assert parsed.training_fields["recompute_modules"] == ("moe_act", "moe")
+    assert parsed.options.moe_layer_recompute and parsed.options.recompute_activations is False
+
+
+def test_options_only_override_what_the_line_sets() -> None:
+    """Issue 3 part 4: flags override the problem's options; absent flags keep the problem's values."""
+    problem = load_problem(PROBLEM)
+    parsed = parse_launch("--moe-token-dispatcher-type alltoall --no-overlap-p2p-communication", model=problem.model)
+    updated, _, _ = apply_launch(problem, parsed, {})
+    options = updated.spec.framework.options
+    assert options.moe_token_dispatcher_type == "alltoall" and options.overlap_p2p_comm is False
+    assert options.cp_partition_mode == "contiguous"
+
+
+def test_no_problem_file_uses_megatron_training_defaults() -> None:
+    """Without a problem file: GBS defaults to MBS·DP (rule gbs-default), no distributed optimizer and no
+    SP unless flagged (arguments.py), biases on (transformer_config.py:212)."""
+    parsed = parse_launch(LLAMA_8B.replace("--global-batch-size 128 ", "").replace(" --use-distributed-optimizer", ""))
+    problem, mapping, notes = launch_problem(parsed, hardware="h100-hgx", gpus=16)
+    assert mapping.gbs == 16
+    assert problem.training.distributed_optimizer is False and problem.training.sequence_parallel is False
+    assert problem.spec.framework.options.add_bias_linear is False  # --disable-bias-linear was given
+    assert any("gbs-default" in n for n in notes)
+
+
+def test_no_problem_file_needs_model_flags_or_a_catalog_model() -> None:
+    """Without a problem file the model comes from the flags, or --model NAME."""
+    missing = run("explain", "--hardware", "h800-hgx", "--gpus", "1024", "--megatron-args", SEED_A)
+    assert missing.exit_code == 2 and "--num-layers" in missing.output
+    ex = inputs(SEED_A + " --seq-length 8192", problem=None, hardware="h800-hgx", gpus=1024,
+                model_name="deepseek-v4-pro")
+    assert degrees(ex) == (128, 2, 32)
+    assert "deepseek-v4" in ex.problem.spec.framework.rule_packs
+    with_file = run("explain", PROBLEM, "--gpus", "8", "--megatron-args", SEED_A)
+    assert with_file.exit_code == 2 and "--gpus" in with_file.output
+
+
+def test_model_flags_with_a_problem_file_are_compared_not_used() -> None:
+    """Issue 3 part 4: with a problem file its model is used; the launch line's model flags are compared
+    with it (differences noted) instead of being reported as not modelled."""
+    ex = inputs("--num-layers 60 --hidden-size 7168 --swiglu --moe-router-topk 6 --pipeline-model-parallel-size 8")
+    assert ex.problem.model.name == "deepseek-v4-pro"
+    assert ex.notes == (
+        "--num-layers 60 differs from the problem's model (deepseek-v4-pro: 61); the problem's model is used",
+        "model flags compared with the problem's model deepseek-v4-pro, which is used: --num-layers 60, "
+        "--hidden-size 7168, --swiglu, --moe-router-topk 6",
+    )
