@@ -57,7 +57,7 @@ class EvalGbsDivisible(GbsDivisibleByMbsDp):
         if not is_whole(dp):
             return "eval batch cannot be split: D_a is not a whole number"
         return (f"eval_global_batch_size ({m.gbs}) must be divisible by eval_micro_batch_size ({m.mbs}) * "
-                f"data_parallel_size ({int(dp)})")
+                f"data_parallel_size ({int(dp)}) * gtp_weight_remat_size (1)")
 
 
 class NumMicrobatches(Constraint):

@@ -76,6 +76,8 @@ class CommTerm:
     latency_s: float = 0.0
 
     def __add__(self, other: CommTerm) -> CommTerm:
+        """Two transfers one after the other, summed level by level (priced on the slower level of the sum,
+        exact when both have the same mix of levels, as repeated collectives of one group do)."""
         return CommTerm(self.nvlink_s + other.nvlink_s, self.network_s + other.network_s,
                         self.latency_s + other.latency_s)
 

@@ -30,7 +30,7 @@ class CPSeqDivisibleBy2CP(Constraint):
 
     def message(self, f: Facts) -> str:
         m = f.mapping
-        return (f"seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1 "
+        return (f"seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1. "
                 f"(seq_len {m.seq_len}, 2·CP = {2 * m.cp}, remainder {m.seq_len % (2 * m.cp)})")
 
     def post(self, model, v, enforce) -> None:

@@ -29,7 +29,8 @@ class WorldDivisibleByModelSize(Constraint):
     def message(self, f: Facts) -> str:
         m = f.mapping
         size = m.tp * m.pp * m.cp
-        return f"world size ({m.gpus}) is not divisible by TP·PP·CP = {m.tp}·{m.pp}·{m.cp} = {size}"
+        return (f"world size ({m.gpus}) is not divisible by total_model_size (total_model_size={size}): "
+                f"TP·PP·CP = {m.tp}·{m.pp}·{m.cp}")
 
     def post(self, model, v, enforce) -> None:
         v.require_dp_attn(enforce)
@@ -51,8 +52,8 @@ class WorldDivisibleByExpertGrid(Constraint):
     def message(self, f: Facts) -> str:
         m = f.mapping
         size = m.expert_tp * m.ep * m.pp
-        return (f"world size ({m.gpus}) is not divisible by the expert grid ETP·EP·PP = "
-                f"{m.expert_tp}·{m.ep}·{m.pp} = {size}")
+        return (f"world_size ({m.gpus}) is not divisible by expert_tensor_model_pipeline_parallel size ({size}): "
+                f"ETP·EP·PP = {m.expert_tp}·{m.ep}·{m.pp}")
 
     def post(self, model, v, enforce) -> None:
         v.require_dp_expert(enforce)
@@ -71,8 +72,8 @@ class HeadsDivisibleByTP(Constraint):
         return remainder_slack(f.model.attention.num_heads, f.mapping.tp)
 
     def message(self, f: Facts) -> str:
-        return (f"num_attention_heads ({f.model.attention.num_heads}) is not a multiple of "
-                f"TP ({f.mapping.tp})")
+        return (f"num_attention_heads ({f.model.attention.num_heads}) must be a multiple of "
+                f"tensor_model_parallel_size ({f.mapping.tp}).")
 
     def post(self, model, v, enforce) -> None:
         v.divides(v.tp, v.consts["num_heads"], "heads_tp", enforce)
@@ -96,8 +97,8 @@ class QueryGroupsVsTP(Constraint):
         return 0.0 if groups % tp == 0 or tp % groups == 0 else -float(min(groups % tp, tp % groups))
 
     def message(self, f: Facts) -> str:
-        return (f"num_query_groups ({f.model.attention.num_kv_heads}) is neither a multiple nor a divisor "
-                f"of TP ({f.mapping.tp})")
+        return (f"num_query_groups ({f.model.attention.num_kv_heads}) must be a multiple or divisor of "
+                f"tensor_model_parallel_size ({f.mapping.tp}).")
 
     def post(self, model, v, enforce) -> None:
         groups = v.consts["num_query_groups"]

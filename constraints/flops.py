@@ -128,6 +128,7 @@ class BlockFlops:
 
     @property
     def total(self) -> float:
+        """Every forward FLOP of the block per token."""
         return self.attention_gemm + self.mlp_gemm + self.routed_gemm + self.attention_core
 
 
@@ -173,31 +174,29 @@ def model_flops_per_token(model: ModelArchitecture, seq_len: int) -> float:
     return (1 + BACKWARD_TO_FORWARD) * forward_flops_per_token(model, seq_len)
 
 
-def recomputed_fraction(recompute: Recompute, modules: tuple[str, ...], flops: BlockFlops) -> float:
-    """Forward FLOPs of one block that recompute runs again in the backward pass.
+def recomputed_flops(recompute: Recompute, modules: tuple[str, ...], flops: BlockFlops) -> BlockFlops:
+    """Forward FLOPs of one block, by kind, that recompute runs again in the backward pass.
 
-    Full recompute repeats the whole block; selective recompute repeats the modules named (core_attn:
-    the core attention; mlp / moe / shared_experts / moe_act: their GEMMs are not repeated by moe_act,
-    which only repeats an elementwise activation; layernorm: no GEMM)."""
+    Full recompute repeats the whole block; selective recompute repeats the modules named: core_attn
+    the core attention, mla_up_proj MLA's up-projections, mlp / moe the MLP or the experts with their
+    router and shared experts, shared_experts only those; moe_act, layernorm and mhc repeat elementwise
+    work, no GEMM."""
     if recompute is Recompute.full:
-        return flops.total
+        return flops
     if recompute is Recompute.none:
-        return 0.0
-    repeated = 0.0
-    if "core_attn" in modules:
-        repeated += flops.attention_core
-    if "mla_up_proj" in modules:
-        repeated += flops.mla_up_projection
-    if "mlp" in modules or "moe" in modules:
-        repeated += flops.mlp_gemm + flops.routed_gemm
-    elif "shared_experts" in modules:
-        repeated += flops.mlp_gemm
-    return repeated
+        return BlockFlops(0.0, 0.0, 0.0, 0.0)
+    whole_mlp = "mlp" in modules or "moe" in modules
+    return BlockFlops(
+        attention_gemm=flops.mla_up_projection if "mla_up_proj" in modules else 0.0,
+        mlp_gemm=flops.mlp_gemm if whole_mlp or "shared_experts" in modules else 0.0,
+        routed_gemm=flops.routed_gemm if whole_mlp else 0.0,
+        attention_core=flops.attention_core if "core_attn" in modules else 0.0,
+    )
 
 
 def hardware_flops_per_token(model: ModelArchitecture, seq_len: int, recompute: Recompute,
                              modules: tuple[str, ...]) -> float:
     """Model FLOPs plus the forward work recompute repeats: HFU's numerator."""
-    extra = sum(recomputed_fraction(recompute, modules, block_flops(model, b, seq_len))
+    extra = sum(recomputed_flops(recompute, modules, block_flops(model, b, seq_len)).total
                 for b in (*model.blocks, *model.mtp_blocks))
     return model_flops_per_token(model, seq_len) + extra

@@ -22,8 +22,8 @@ class ExpertsDivisibleByEP(Constraint):
 
     id = "experts-divisible-by-ep"
     family = Family.moe
-    citation = Citation("Megatron-LM megatron/training/arguments.py (num_experts % expert_model_parallel_size); "
-                        "megatron/core/transformer/moe/moe_layer.py", MegatronStage.arguments)
+    citation = Citation("Megatron-LM megatron/training/arguments.py:1657-1658; "
+                        "megatron/core/transformer/moe/moe_layer.py:182-187", MegatronStage.arguments)
     unit = "experts"
     summary = "num_experts % EP == 0"
 
@@ -34,8 +34,8 @@ class ExpertsDivisibleByEP(Constraint):
         return remainder_slack(f.model.moe.num_experts, f.mapping.ep)
 
     def message(self, f: Facts) -> str:
-        return (f"number of experts ({f.model.moe.num_experts}) is not a multiple of expert model parallel "
-                f"size ({f.mapping.ep})")
+        return (f"Number of experts should be a multiple of expert model parallel_size. ({f.model.moe.num_experts} "
+                f"experts, EP {f.mapping.ep})")
 
     def post(self, model, v, enforce) -> None:
         v.divides(v.ep, v.consts["num_experts"], "experts_ep", enforce)
@@ -46,8 +46,8 @@ class EPRequiresExperts(Constraint):
 
     id = "ep-requires-experts"
     family = Family.moe
-    citation = Citation("Megatron-LM megatron/training/arguments.py (EP > 1 requires --num-experts)",
-                        MegatronStage.arguments)
+    citation = Citation("Megatron-LM megatron/training/arguments.py:1648-1656; "
+                        "megatron/core/transformer/transformer_config.py:1595-1596", MegatronStage.arguments)
     unit = "EP"
     summary = "EP > 1 -> the model has routed experts"
 
@@ -58,7 +58,7 @@ class EPRequiresExperts(Constraint):
         return float(1 - f.mapping.ep)
 
     def message(self, f: Facts) -> str:
-        return f"EP = {f.mapping.ep} but the model has no routed experts (dense model)"
+        return f"num_experts must be non None to use expert model parallelism (EP = {f.mapping.ep}, dense model)"
 
     def post(self, model, v, enforce) -> None:
         model.Add(v.ep == 1).OnlyEnforceIf(enforce)

@@ -3,13 +3,15 @@
 The model in four parts (every coefficient in hardware/calibration.py, with unit, default, source):
 
 1. Compute per microbatch per pipeline stage, from the blocks the stage holds (constraints/flops.py):
-   dense GEMMs at e_gemm of the precision's peak through an Amdahl split (a share φ of GEMM time
-   speeds up with FP8/FP4 tensor cores, the rest runs at the BF16 rate); routed experts as grouped
-   GEMMs whose efficiency falls with tokens per expert, eff(t) = e_gemm·t/(t + t_half); flash
-   attention at e_attn of the BF16 peak; memory-bound kernels (norms, residuals, activations,
-   casts, MoE permutes, router, loss) as bytes at e_hbm of HBM bandwidth; and a fixed cost per
-   block. Backward = 2× forward for GEMMs (1× with frozen weights), 2.5× for flash attention,
-   2× for memory-bound work; recompute repeats forward work.
+   dense GEMMs at e_gemm of the BF16 peak, FP8 and FP4 GEMMs faster by Amdahl shares of their
+   peaks; routed experts as grouped GEMMs whose efficiency falls with tokens per expert,
+   eff(t) = e_gemm·t/(t + t_half); every GEMM pass at least as long as its weight traffic (read,
+   and the main-gradient accumulation of the weight gradient); flash attention at e_attn of the
+   BF16 peak (or, for attention variants without a fused kernel, the S×S scores through HBM);
+   memory-bound kernels (norms, residuals, activations, casts, MoE permutes, router, loss) as bytes
+   at e_hbm of HBM bandwidth; a fixed cost per block and per MoE block. Backward = 2× forward for
+   GEMMs (1× with frozen weights), 2.5× for flash attention, 2× for memory-bound work; recompute
+   repeats forward work.
 2. Communication per microbatch (TP all-gather/reduce-scatter or all-reduce, CP KV exchange, EP
    dispatch and combine of k·T·h bytes each way with an optional hot-expert skew, FSDP parameter
    gathers) and per step (dense and expert gradient reduce-scatter and parameter all-gather over
@@ -54,11 +56,10 @@ from parasol.constraints.flops import (
     hardware_flops_per_token,
     head_flops,
     model_flops_per_token,
-    recomputed_fraction,
+    recomputed_flops,
 )
 from parasol.constraints.memory import block_kind, stage_block_ranges
 from parasol.hardware.calibration import StepCoefficients, coefficients_for_gpu
-from parasol.hardware.gpu import GPUSpec
 from parasol.problems.architecture import (
     Block,
     BlockKind,
@@ -83,8 +84,9 @@ MEMORY_BACKWARD = 2.0
 ADAM_BYTES_PER_PARAM = 30
 """Optimizer HBM traffic per local parameter shard: read FP32 master, FP32 grad, m, v (16 B), write master,
 m, v (12 B) and the BF16 copy (2 B)."""
-MUON_BYTES_PER_PARAM = 26
-"""Muon: one momentum instead of Adam's two moments."""
+MUON_BYTES_PER_PARAM = 22
+"""Muon: read FP32 master, grad and momentum (12 B), write master and momentum (8 B) and the BF16 copy (2 B);
+its Newton–Schulz iterations are priced as GEMMs."""
 NEWTON_SCHULZ_STEPS = 5
 """Muon's orthogonalisation iterations (Jordan et al. 2024; Megatron's default)."""
 PRECISIONS = ("bf16", "fp8", "fp4")
@@ -114,20 +116,20 @@ class StepSettings:
     and the scores' HBM traffic instead of a fused causal kernel."""
     dispatcher: str = "alltoall"
     """Megatron's MoE token dispatcher (--moe-token-dispatcher-type): allgather, alltoall or flex."""
+    dispatch_amplification: float = 1.0
+    """EP bytes sent over the balanced k·T·h: the capacity factor when expert buffers are fixed-size
+    (seed 003 §4: a fixed-size whole-group all-to-all moves at least CF times the ideal)."""
 
 
 def settings_for(problem, options: MegatronOptions | None = None) -> StepSettings:  # noqa: ANN001 - Problem
     """Settings from a problem's training section and Megatron options (the problem's unless given)."""
     training: Training = problem.training
     opts = options if options is not None else problem.spec.framework.options
+    fixed = problem.hardware.topology.fixed_size_all_to_all
+    amplification = training.capacity_factor or (training.dispatch_headroom if fixed else 1.0)
     return StepSettings(precision=training.precision.value,
                         grad_reduce_bytes=FP32_BYTES if training.grad_dtype == "fp32" else BF16_BYTES,
-                        dispatcher=opts.moe_token_dispatcher_type)
-
-
-def peak_for(gpu: GPUSpec, precision: str) -> float:
-    """Dense tensor peak (FLOP/s) of the GEMM precision: MFU's denominator."""
-    return gpu.peak_flops(precision)
+                        dispatcher=opts.moe_token_dispatcher_type, dispatch_amplification=amplification)
 
 
 # ---- memory-bound traffic --------------------------------------------------------------------
@@ -328,6 +330,7 @@ def newton_schulz_flops(model: ModelArchitecture, block: Block) -> tuple[float, 
     bp = block_params(model, block)
 
     def cost(params: float, matrices: int) -> float:
+        """Newton–Schulz FLOPs of `matrices` equal matrices holding `params` weights in all."""
         per = params / matrices
         a = min(h, per / h)
         return matrices * NEWTON_SCHULZ_STEPS * (4 * a * per + 2 * a ** 3) if per > 0 else 0.0
@@ -409,88 +412,138 @@ class Workload:
     precision: str
 
 
+@dataclass(frozen=True)
+class _StageContext:
+    """What every block of one stage is priced with: the mapping, the run's settings and the links."""
+
+    model: ModelArchitecture
+    mapping: Mapping
+    derived: Derived
+    training: Training
+    settings: StepSettings
+    links: Links
+
+    @property
+    def tokens(self) -> float:
+        """Tokens of one microbatch on a rank before TP splits: b·S/CP."""
+        return self.mapping.mbs * self.mapping.seq_len / self.mapping.cp
+
+
+@dataclass
+class _StageSums:
+    """Running sums of one stage's forward work while its blocks are added."""
+
+    gemm: float = 0.0
+    grouped: float = 0.0
+    attention: float = 0.0
+    memory: float = 0.0
+    r_gemm: float = 0.0
+    r_grouped: float = 0.0
+    r_attention: float = 0.0
+    r_memory: float = 0.0
+    tp: CommTerm = NO_COMM
+    cp: CommTerm = NO_COMM
+    ep: CommTerm = NO_COMM
+    r_comm: CommTerm = NO_COMM
+    dense_weights: float = 0.0
+    expert_weights: float = 0.0
+    ns_dense: float = 0.0
+    ns_routed: float = 0.0
+
+    def add_block(self, ctx: _StageContext, b: Block) -> None:
+        """Add one block's GEMMs, attention, memory traffic, TP/CP/EP exchanges and recompute."""
+        model, m, settings = ctx.model, ctx.mapping, ctx.settings
+        sp = ctx.training.sequence_parallel
+        bp = block_params(model, b)
+        self.dense_weights += (bp.attention + bp.dense_mlp + bp.shared_experts) / m.tp + bp.router + bp.extra
+        self.expert_weights += float(ctx.derived.experts_per_rank or 0) * bp.per_expert / m.expert_tp
+        bf = block_flops(model, b, m.seq_len)
+        share = ctx.tokens / m.tp
+        nbytes = block_memory_bytes(model, b, ctx.tokens, m.tp, sp, settings.precision != "bf16")
+        if settings.unfused_attention:
+            bf = replace(bf, attention_core=2 * bf.attention_core)
+            nbytes += unfused_attention_bytes(model, ctx.tokens, m.tp, m.seq_len)
+        self.gemm += bf.gemm * share
+        self.grouped += bf.routed_gemm * share
+        self.attention += bf.attention_core * share
+        self.memory += nbytes
+        block_tp = tp_comm(model, b, ctx.tokens, ctx.links.tp, sp)
+        block_ep = NO_COMM if b.mlp is not BlockKind.moe else ep_comm(
+            model, ctx.tokens, m.tp, m.expert_tp, ctx.links.ep,
+            settings.hot_expert_skew * settings.dispatch_amplification, settings.dispatcher)
+        self.tp, self.ep = self.tp + block_tp, self.ep + block_ep
+        self.cp = self.cp + cp_comm(model, b, ctx.tokens, m.tp, ctx.links.cp)
+        again = recomputed_flops(m.recompute, tuple(ctx.training.recompute_modules), bf)
+        self.r_gemm += again.gemm * share
+        self.r_grouped += again.routed_gemm * share
+        self.r_attention += again.attention_core * share
+        if m.recompute is Recompute.full:
+            self.r_memory += nbytes
+            self.r_comm = self.r_comm + block_tp + block_ep
+        if ctx.training.optimizer is Optimizer.muon:
+            nd, nr = newton_schulz_flops(model, b)
+            self.ns_dense, self.ns_routed = self.ns_dense + nd / m.tp, self.ns_routed + nr
+
+    def add_edges(self, ctx: _StageContext, first: bool, last: bool) -> None:
+        """The embedding lookup on the first stage; the output head and loss (once per MTP block too) on the last."""
+        model, m = ctx.model, ctx.mapping
+        sp = ctx.training.sequence_parallel
+        if first:
+            self.memory += embedding_memory_bytes(model, ctx.tokens, m.tp, sp)
+        if last:
+            heads = 1 + model.mtp_layers
+            self.gemm += heads * head_flops(model) * ctx.tokens / m.tp
+            self.dense_weights += model.vocab_size * model.hidden_size / m.tp
+            self.memory += heads * loss_memory_bytes(model, ctx.tokens, m.tp)
+            self.tp = self.tp + tp_comm(model, None, ctx.tokens, ctx.links.tp, sp).scaled(heads)
+
+
+def _data_parallel_terms(ctx: _StageContext, sums: _StageSums, first: bool) -> dict:
+    """Per-step gradient reduction and parameter gathers (or per-microbatch FSDP gathers) of a stage's
+    parameters over the dense (D_a·CP) and expert (D_e) DP groups, and its optimizer traffic and FLOPs."""
+    model, m, d, training, settings = ctx.model, ctx.mapping, ctx.derived, ctx.training, ctx.settings
+    embedding = (model.vocab_size + model.learned_position_embeddings) * model.hidden_size / m.tp if first else 0.0
+    dense, expert = sums.dense_weights + embedding, sums.expert_weights
+    trainable = (0.0, 0.0) if settings.frozen_weights else (dense, expert)
+    wire = settings.grad_reduce_bytes
+    terms: dict = dict.fromkeys(("fsdp_gather", "fsdp_reduce", "dp_dense_reduce", "dp_dense_gather",
+                                 "dp_expert_reduce", "dp_expert_gather"), NO_COMM)
+    if settings.fsdp:
+        terms["fsdp_gather"] = all_gather(dense * BF16_BYTES, ctx.links.dp_cp) + \
+            all_gather(expert * BF16_BYTES, ctx.links.dp_expert)
+        terms["fsdp_reduce"] = reduce_scatter(trainable[0] * wire, ctx.links.dp_cp) + \
+            reduce_scatter(trainable[1] * wire, ctx.links.dp_expert)
+    else:
+        distributed = training.distributed_optimizer
+        terms["dp_dense_reduce"], terms["dp_dense_gather"] = dp_comm(trainable[0], wire, ctx.links.dp_cp, distributed)
+        terms["dp_expert_reduce"], terms["dp_expert_gather"] = dp_comm(trainable[1], wire, ctx.links.dp_expert,
+                                                                       distributed)
+    dense_shard, expert_shard = float(d.dp_attn * m.cp), float(d.dp_expert)
+    sharded = training.distributed_optimizer or settings.fsdp
+    local = trainable[0] / (dense_shard if sharded else 1.0) + trainable[1] / (expert_shard if sharded else 1.0)
+    per_param = MUON_BYTES_PER_PARAM if training.optimizer is Optimizer.muon else ADAM_BYTES_PER_PARAM
+    routed_here = float(d.experts_per_rank or 0) / (model.moe.num_experts if model.moe else 1)
+    ns = 0.0 if settings.frozen_weights else sums.ns_dense / dense_shard + sums.ns_routed * routed_here / expert_shard
+    terms["optimizer_bytes"] = local * per_param
+    terms["optimizer_flops"] = ns
+    return terms
+
+
 def _stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Training, settings: StepSettings,
                 links: Links, held: list[Block], first: bool, last: bool) -> StageWork:
     """Work of one pipeline rank holding `held` blocks (MTP blocks included on the last stage)."""
-    tokens = m.mbs * m.seq_len / m.cp
-    sp = training.sequence_parallel
-    low = settings.precision != "bf16"
-    modules = tuple(training.recompute_modules)
-    gemm = grouped = attn = mem = 0.0
-    r_gemm = r_grouped = r_attn = r_mem = 0.0
-    tp_t = cp_t = ep_t = r_comm = NO_COMM
-    ns_dense = ns_routed = 0.0
-    dense_w = expert_w = 0.0
-    experts_here = float(d.experts_per_rank or 0)
+    ctx = _StageContext(model, m, d, training, settings, links)
+    sums = _StageSums()
     for b in held:
-        bp = block_params(model, b)
-        dense_w += (bp.attention + bp.dense_mlp + bp.shared_experts) / m.tp + bp.router + bp.extra
-        expert_w += experts_here * bp.per_expert / m.expert_tp
-        bf = block_flops(model, b, m.seq_len)
-        share = tokens / m.tp
-        gemm += bf.gemm * share
-        grouped += bf.routed_gemm * share
-        bytes_ = block_memory_bytes(model, b, tokens, m.tp, sp, low)
-        if settings.unfused_attention:
-            attn += 2 * bf.attention_core * share
-            bytes_ += unfused_attention_bytes(model, tokens, m.tp, m.seq_len)
-        else:
-            attn += bf.attention_core * share
-        mem += bytes_
-        block_tp = tp_comm(model, b, tokens, links.tp, sp)
-        block_ep = ep_comm(model, tokens, m.tp, m.expert_tp, links.ep, settings.hot_expert_skew,
-                           settings.dispatcher) \
-            if b.mlp is BlockKind.moe else NO_COMM
-        tp_t, cp_t, ep_t = tp_t + block_tp, cp_t + cp_comm(model, b, tokens, m.tp, links.cp), ep_t + block_ep
-        again = recomputed_fraction(m.recompute, modules, bf)
-        if m.recompute is Recompute.full:
-            r_gemm, r_grouped, r_attn, r_mem = (r_gemm + bf.gemm * share, r_grouped + bf.routed_gemm * share,
-                                               r_attn + bf.attention_core * share, r_mem + bytes_)
-            r_comm = r_comm + block_tp + block_ep
-        elif again:
-            r_attn += min(again, bf.attention_core) * share
-            r_gemm += max(again - bf.attention_core, 0.0) * share
-        if training.optimizer is Optimizer.muon:
-            nd, nr = newton_schulz_flops(model, b)
-            ns_dense, ns_routed = ns_dense + nd / m.tp, ns_routed + nr
-    if first:
-        mem += embedding_memory_bytes(model, tokens, m.tp, sp)
-    if last:
-        heads = 1 + model.mtp_layers
-        gemm += heads * head_flops(model) * tokens / m.tp
-        dense_w += model.vocab_size * model.hidden_size / m.tp
-        mem += heads * loss_memory_bytes(model, tokens, m.tp)
-        tp_t = tp_t + tp_comm(model, None, tokens, links.tp, sp).scaled(heads)
-    dense_params = dense_w + (model.vocab_size + model.learned_position_embeddings) * model.hidden_size / m.tp \
-        if first else dense_w
-    expert_params = expert_w
-    dp_shard = float(d.dp_attn * m.cp)
-    ep_shard = float(d.dp_expert)
-    wire = settings.grad_reduce_bytes
-    trainable_dense = 0.0 if settings.frozen_weights else dense_params
-    trainable_expert = 0.0 if settings.frozen_weights else expert_params
-    fsdp_gather = fsdp_reduce = NO_COMM
-    dd_r = dd_g = de_r = de_g = NO_COMM
-    if settings.fsdp:
-        fsdp_gather = all_gather(dense_params * BF16_BYTES, links.dp_cp) + \
-            all_gather(expert_params * BF16_BYTES, links.dp_expert)
-        fsdp_reduce = reduce_scatter(trainable_dense * wire, links.dp_cp) + \
-            reduce_scatter(trainable_expert * wire, links.dp_expert)
-    else:
-        dd_r, dd_g = dp_comm(trainable_dense, wire, links.dp_cp, training.distributed_optimizer)
-        de_r, de_g = dp_comm(trainable_expert, wire, links.dp_expert, training.distributed_optimizer)
-    shards = (dp_shard, ep_shard) if training.distributed_optimizer or settings.fsdp else (1.0, 1.0)
-    local = trainable_dense / shards[0] + trainable_expert / shards[1]
-    per_param = MUON_BYTES_PER_PARAM if training.optimizer is Optimizer.muon else ADAM_BYTES_PER_PARAM
-    ns = 0.0 if settings.frozen_weights else ns_dense / dp_shard + ns_routed * float(d.experts_per_rank or 0) \
-        / max(model.moe.num_experts if model.moe else 1, 1) / ep_shard
+        sums.add_block(ctx, b)
+    sums.add_edges(ctx, first, last)
     return StageWork(
-        blocks=len(held), moe_blocks=sum(b.mlp is BlockKind.moe for b in held), dense_weights=dense_w,
-        expert_weights=expert_w, gemm_flops=gemm, grouped_flops=grouped, attention_flops=attn, memory_bytes=mem,
-        recompute_gemm_flops=r_gemm, recompute_grouped_flops=r_grouped, recompute_attention_flops=r_attn,
-        recompute_memory_bytes=r_mem, tp=tp_t, cp=cp_t, ep=ep_t, recompute_comm=r_comm,
-        fsdp_gather=fsdp_gather, fsdp_reduce=fsdp_reduce, dp_dense_reduce=dd_r, dp_dense_gather=dd_g,
-        dp_expert_reduce=de_r, dp_expert_gather=de_g, optimizer_bytes=local * per_param, optimizer_flops=ns,
+        blocks=len(held), moe_blocks=sum(b.mlp is BlockKind.moe for b in held),
+        dense_weights=sums.dense_weights, expert_weights=sums.expert_weights, gemm_flops=sums.gemm,
+        grouped_flops=sums.grouped, attention_flops=sums.attention, memory_bytes=sums.memory,
+        recompute_gemm_flops=sums.r_gemm, recompute_grouped_flops=sums.r_grouped,
+        recompute_attention_flops=sums.r_attention, recompute_memory_bytes=sums.r_memory,
+        tp=sums.tp, cp=sums.cp, ep=sums.ep, recompute_comm=sums.r_comm, **_data_parallel_terms(ctx, sums, first),
     )
 
 
@@ -519,7 +572,7 @@ def build_workload(problem, mapping: Mapping, derived: Derived,  # noqa: ANN001 
         tokens_per_expert=float(d.assignments_per_expert) if d.assignments_per_expert is not None else 0.0,
         skew=settings.hot_expert_skew, weight_bytes=WEIGHT_BYTES[settings.precision],
         main_grad_bytes=2 * settings.grad_reduce_bytes, frozen_weights=settings.frozen_weights,
-        precision_level=PRECISIONS.index(settings.precision), peak_flops=peak_for(gpu, settings.precision),
+        precision_level=PRECISIONS.index(settings.precision), peak_flops=gpu.peak_flops(settings.precision),
         fp8_flops=gpu.peak_flops("fp8" if "fp8" in gpu.precisions else "bf16"), bf16_flops=gpu.peak_flops("bf16"),
         hbm_bytes_per_s=gpu.hbm_tb_s * 1e12, tokens_per_step=float(m.gbs * m.seq_len), gpus=m.gpus,
         model_flops_per_token=model_flops_per_token(model, m.seq_len) * (
@@ -628,21 +681,18 @@ def seconds_per_gemm_flop(r: dict[str, np.ndarray], c: Coefs) -> np.ndarray:
     return np.where(level >= 2, fp4, np.where(level >= 1, fp8, bf16))
 
 
-def price(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
-    """Step time and its parts for every run of the batch under coefficients `c` (scalars or per-run arrays).
-
-    Returns arrays: per-run 'step', breakdown kinds (BREAKDOWN_KINDS), 'pipeline', 'critical', and
-    per-stage 'forward', 'backward', 'stage' (forward + backward + exposed TP/CP/EP/FSDP per microbatch),
-    plus 'grouped_loss' (time lost to grouped-GEMM inefficiency on the critical stage per step)."""
+def _compute_times(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
+    """Per-stage compute seconds of one microbatch (runs × stages): each kind forward ('gemm', 'grouped',
+    'attention', 'memory', 'overhead'), the GEMMs' backward ('gemm_b', 'grouped_b'), 'ideal_grouped'
+    (forward + backward at full grouped-GEMM efficiency), 'recompute', and the totals 'forward',
+    'backward'."""
     s, r = b.stage, b.run
     sec_per_flop = _col(seconds_per_gemm_flop(r, c))
     tpe = r["tokens_per_expert"]
-    half = c["grouped_gemm_half_tokens"]
-    grouped_eff = np.where(tpe > 0, tpe / np.maximum(tpe + half, 1e-9), 1.0)
+    grouped_eff = np.where(tpe > 0, tpe / np.maximum(tpe + c["grouped_gemm_half_tokens"], 1e-9), 1.0)
     sec_grouped = sec_per_flop / _col(grouped_eff) * _col(r["skew"])
     sec_attn = _col(1.0 / (r["bf16_flops"] * c["attention_efficiency"]))
     sec_byte = _col(1.0 / (r["hbm_bytes_per_s"] * c["hbm_efficiency"]))
-    overhead = (_col(c["layer_overhead_us"]) * s["blocks"] + _col(c["moe_layer_overhead_us"]) * s["moe_blocks"]) * 1e-6
     weight_grads = np.where(b.frozen, 0.0, 1.0)[:, None]
     w_read = _col(r["weight_bytes"]) * sec_byte
     w_accumulate = _col(r["main_grad_bytes"]) * sec_byte * weight_grads
@@ -654,84 +704,107 @@ def price(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
         wgrad = np.maximum(flops * sec * weight_grads, weights * w_accumulate)
         return fwd, fwd + wgrad
 
-    gemm, gemm_b = gemm_passes(s["gemm_flops"], s["dense_weights"], sec_per_flop)
-    grouped, grouped_b = gemm_passes(s["grouped_flops"], s["expert_weights"], sec_grouped)
-    ideal, ideal_b = gemm_passes(s["grouped_flops"], s["expert_weights"], sec_per_flop * _col(r["skew"]))
-    attn = s["attention_flops"] * sec_attn
-    mem = s["memory_bytes"] * sec_byte
-    recompute = (s["recompute_gemm_flops"] * sec_per_flop + s["recompute_grouped_flops"] * sec_grouped
-                 + s["recompute_attention_flops"] * sec_attn + s["recompute_memory_bytes"] * sec_byte)
-    forward = gemm + grouped + attn + mem + overhead
-    backward = gemm_b + grouped_b + ATTENTION_BACKWARD * attn + MEMORY_BACKWARD * mem + 2 * overhead + recompute
-    compute = forward + backward
+    t: dict[str, np.ndarray] = {}
+    t["gemm"], t["gemm_b"] = gemm_passes(s["gemm_flops"], s["dense_weights"], sec_per_flop)
+    t["grouped"], t["grouped_b"] = gemm_passes(s["grouped_flops"], s["expert_weights"], sec_grouped)
+    t["ideal_grouped"] = sum(gemm_passes(s["grouped_flops"], s["expert_weights"], sec_per_flop * _col(r["skew"])))
+    t["attention"] = s["attention_flops"] * sec_attn
+    t["memory"] = s["memory_bytes"] * sec_byte
+    t["overhead"] = (_col(c["layer_overhead_us"]) * s["blocks"]
+                     + _col(c["moe_layer_overhead_us"]) * s["moe_blocks"]) * 1e-6
+    t["recompute"] = (s["recompute_gemm_flops"] * sec_per_flop + s["recompute_grouped_flops"] * sec_grouped
+                      + s["recompute_attention_flops"] * sec_attn + s["recompute_memory_bytes"] * sec_byte)
+    t["forward"] = t["gemm"] + t["grouped"] + t["attention"] + t["memory"] + t["overhead"]
+    t["backward"] = (t["gemm_b"] + t["grouped_b"] + ATTENTION_BACKWARD * t["attention"]
+                     + MEMORY_BACKWARD * t["memory"] + 2 * t["overhead"] + t["recompute"])
+    return t
 
+
+def _exposed_per_microbatch(b: WorkloadBatch, c: Coefs, t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Exposed TP, CP, EP and FSDP seconds of one microbatch per stage: forward + backward exchanges
+    (CP's backward moves K, V and their gradients), each hidden up to its overlap share and window."""
+    compute = t["forward"] + t["backward"]
     tp = 2 * _priced(b.comm["tp"], c) + _priced(b.comm["recompute_comm"], c)
     cp = 3 * _priced(b.comm["cp"], c)
     ep = 2 * _priced(b.comm["ep"], c)
-    fsdp = _priced(b.comm["fsdp_gather"], c) * 2 + _priced(b.comm["fsdp_reduce"], c)
-    gemm_window = gemm + gemm_b + grouped + grouped_b
-    attn_window = (1 + ATTENTION_BACKWARD) * attn
-    exposed = {
+    fsdp = 2 * _priced(b.comm["fsdp_gather"], c) + _priced(b.comm["fsdp_reduce"], c)
+    gemm_window = t["gemm"] + t["gemm_b"] + t["grouped"] + t["grouped_b"]
+    return {
         "tp": tp - _hidden(tp, c["overlap_tp"], gemm_window),
-        "cp": cp - _hidden(cp, c["overlap_cp"], attn_window),
+        "cp": cp - _hidden(cp, c["overlap_cp"], (1 + ATTENTION_BACKWARD) * t["attention"]),
         "ep": ep - _hidden(ep, c["overlap_ep"], compute),
         "fsdp": fsdp - _hidden(fsdp, c["overlap_dp"], compute),
     }
-    stage = np.where(b.mask, compute + exposed["tp"] + exposed["cp"] + exposed["ep"] + exposed["fsdp"], 0.0)
 
+
+def _data_parallel_exposure(b: WorkloadBatch, c: Coefs, t: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Exposed (dense, expert) DP seconds per step: the gradient reduce-scatter hides in the last
+    microbatch's backward and the parameter all-gather in the first forward, each up to overlap_dp;
+    the slowest stage counts."""
+    dense_reduce, expert_reduce = _priced(b.comm["dp_dense_reduce"], c), _priced(b.comm["dp_expert_reduce"], c)
+    dense_gather, expert_gather = _priced(b.comm["dp_dense_gather"], c), _priced(b.comm["dp_expert_gather"], c)
+    reduce, gather = dense_reduce + expert_reduce, dense_gather + expert_gather
+    exposed = reduce - _hidden(reduce, c["overlap_dp"], t["backward"]) + gather - _hidden(
+        gather, c["overlap_dp"], t["forward"])
+    exposed = np.where(b.mask, exposed, 0.0)
+    total = reduce + gather
+    dense_share = np.where(total > 0, (dense_reduce + dense_gather) / np.maximum(total, 1e-30), 0.0)
+    return (exposed * dense_share).max(axis=1), (exposed * (1 - dense_share)).max(axis=1)
+
+
+def _optimizer_seconds(b: WorkloadBatch, c: Coefs) -> np.ndarray:
+    """Optimizer step of the slowest stage: its state traffic through HBM and Muon's Newton–Schulz GEMMs."""
+    s, r = b.stage, b.run
+    seconds = (s["optimizer_bytes"] / _col(r["hbm_bytes_per_s"] * c["hbm_efficiency"])
+               + s["optimizer_flops"] / _col(r["bf16_flops"] * c["gemm_efficiency"]))
+    return np.where(b.mask, seconds, 0.0).max(axis=1)
+
+
+def price(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
+    """Step time and its parts for every run of the batch under coefficients `c` (scalars or per-run arrays).
+
+    Returns arrays: per-run 'step', breakdown kinds (BREAKDOWN_KINDS, summing to 'step'), 'pipeline',
+    'critical' (the slowest stage), the critical stage's compute parts per step ('gemm', 'grouped',
+    'attention', 'memory', 'overhead', 'recompute', 'grouped_loss': time lost to grouped-GEMM
+    inefficiency), and per-stage 'forward', 'backward', 'stage' (forward + backward + exposed
+    TP/CP/EP/FSDP of one microbatch)."""
+    r = b.run
+    t = _compute_times(b, c)
+    compute = t["forward"] + t["backward"]
+    exposed = _exposed_per_microbatch(b, c, t)
+    stage = np.where(b.mask, compute + exposed["tp"] + exposed["cp"] + exposed["ep"] + exposed["fsdp"], 0.0)
     m, pp, vpp = r["microbatches"], r["pp"], r["vpp"]
     slowest = stage.max(axis=1)
-    critical = stage.argmax(axis=1)
+    crit = (np.arange(b.size), stage.argmax(axis=1))
     pipeline = pipeline_seconds(stage, m, vpp)
-    bubble = pipeline - m * slowest
-
     p2p = _priced(b.p2p, c, per_stage=False) * vpp
     exposed_pp = np.where(pp > 1, (m * (1 - c["overlap_pp"]) + (pp - 1)) * p2p, 0.0)
-
-    reduce_dense = _priced(b.comm["dp_dense_reduce"], c)
-    reduce_expert = _priced(b.comm["dp_expert_reduce"], c)
-    gather_dense = _priced(b.comm["dp_dense_gather"], c)
-    gather_expert = _priced(b.comm["dp_expert_gather"], c)
-    ov_dp = _col(c["overlap_dp"])
-    red = reduce_dense + reduce_expert
-    gat = gather_dense + gather_expert
-    dp_exposed = np.maximum(red - np.minimum(ov_dp * red, backward), 0) + \
-        np.maximum(gat - np.minimum(ov_dp * gat, forward), 0)
-    dp_exposed = np.where(b.mask, dp_exposed, 0.0)
-    dense_share = np.where(red + gat > 0, (reduce_dense + gather_dense) / np.maximum(red + gat, 1e-30), 0.0)
-    dp_dense = (dp_exposed * dense_share).max(axis=1)
-    dp_expert = (dp_exposed * (1 - dense_share)).max(axis=1)
-    optimizer = np.where(b.mask, s["optimizer_bytes"] * sec_byte
-                         + s["optimizer_flops"] / _col(r["bf16_flops"] * c["gemm_efficiency"]), 0.0).max(axis=1)
-
-    rows = np.arange(b.size)
-    crit = (rows, critical)
-    fsdp_crit = exposed["fsdp"][crit]
-    step = pipeline + exposed_pp + dp_dense + dp_expert + optimizer
-    grouped_crit = grouped[crit] + grouped_b[crit]
+    dp_dense, dp_expert = _data_parallel_exposure(b, c, t)
+    optimizer = _optimizer_seconds(b, c)
+    grouped = t["grouped"][crit] + t["grouped_b"][crit]
     return {
-        "step": step,
+        "step": pipeline + exposed_pp + dp_dense + dp_expert + optimizer,
         "compute": m * compute[crit],
         "tp": m * exposed["tp"][crit],
         "cp": m * exposed["cp"][crit],
         "ep": m * exposed["ep"][crit],
         "pp": exposed_pp,
-        "dp_dense": dp_dense + m * fsdp_crit,
+        "dp_dense": dp_dense + m * exposed["fsdp"][crit],
         "dp_expert": dp_expert,
         "optimizer": optimizer,
-        "bubble": bubble,
+        "bubble": pipeline - m * slowest,
         "pipeline": pipeline,
-        "critical": critical,
-        "forward": forward,
-        "backward": backward,
+        "critical": crit[1],
+        "forward": t["forward"],
+        "backward": t["backward"],
         "stage": stage,
-        "grouped_loss": m * (grouped_crit - ideal[crit] - ideal_b[crit]),
-        "gemm": m * (gemm[crit] + gemm_b[crit]),
-        "grouped": m * grouped_crit,
-        "attention": m * attn[crit] * (1 + ATTENTION_BACKWARD),
-        "memory": m * mem[crit] * (1 + MEMORY_BACKWARD),
-        "overhead": m * overhead[crit] * 3,
-        "recompute": m * recompute[crit],
+        "grouped_loss": m * (grouped - t["ideal_grouped"][crit]),
+        "gemm": m * (t["gemm"][crit] + t["gemm_b"][crit]),
+        "grouped": m * grouped,
+        "attention": m * t["attention"][crit] * (1 + ATTENTION_BACKWARD),
+        "memory": m * t["memory"][crit] * (1 + MEMORY_BACKWARD),
+        "overhead": m * t["overhead"][crit] * 3,
+        "recompute": m * t["recompute"][crit],
     }
 
 

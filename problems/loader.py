@@ -220,6 +220,7 @@ def _read_yaml(text: str, source: str) -> tuple[Any, dict[Path_, int]]:
 
 
 def _line_for(lines: dict[Path_, int], path: Path_) -> int | None:
+    """Line of the deepest part of `path` present in the file (a missing key: its parent's line)."""
     for n in range(len(path), -1, -1):
         if tuple(path[:n]) in lines:
             return lines[tuple(path[:n])]
@@ -288,6 +289,7 @@ def _catalog_model(spec: Mapping[str, Any]) -> ModelArchitecture:
 
 
 def _model_from_spec(spec: str | dict, base_dir: Path) -> ModelArchitecture:
+    """The model a problem's `model:` section names, in whichever of the four forms it takes."""
     if isinstance(spec, str):
         return load_model(spec)
     if "hf_config" in spec:

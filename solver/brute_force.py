@@ -72,8 +72,10 @@ def row_points(c: RowCosts, counts: np.ndarray, usable: int) -> list[RefPoint]:
 
 
 def rule_feasible(problem: Problem, row: Row) -> bool:
-    """Whether the row passes every rule the master posts (Python verdicts)."""
-    return evaluate(problem, row.mapping(problem), program_rules(problem)).feasible
+    """Whether the row passes every rule the master posts (Python verdicts, with an explicit layout
+    as every solver answer has)."""
+    layout = default_layout(problem.model.num_layers, row.pp * row.vpp)
+    return evaluate(problem, row.mapping(problem, layout), program_rules(problem)).feasible
 
 
 def reference_front(problem: Problem, costs: tuple[RowCosts, ...], counts: np.ndarray,

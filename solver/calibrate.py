@@ -60,10 +60,10 @@ from parasol.problems.schema import HardwareSection, Precision, ProblemFile, Tra
 FIT_NAMES: tuple[str, ...] = (
     "gemm_efficiency",
     "attention_efficiency",
-    "hbm_efficiency",
     "layer_overhead_us",
     "moe_layer_overhead_us",
     "grouped_gemm_half_tokens",
+    "overlap_tp",
 )
 """The coefficients fitted per GPU type; the rest keep their defaults (sources in hardware/calibration.py)."""
 

@@ -1,8 +1,9 @@
 """Exact Pareto search over (step time, peak memory) by the epsilon-constraint method on the master
 program.
 
-Each point: minimise step time under a memory cap, then minimise memory at that time (lexicographic),
-then the smallest row index at both (a deterministic tie-break); the next cap is one unit below.
+Each point: minimise step time under a memory cap, then minimise memory at that time with the
+smallest row index as a tie-break (lexicographic; one objective M·R + row); the next cap is one unit
+below.
 Further fronts exclude the rows
 already ranked, so `--top K` lists distinct degree configurations. Solves run on one worker with a
 fixed seed and are warm-started: the same input gives the same answer.
@@ -76,10 +77,11 @@ class Search:
             add(model)
         model.Minimize(objective)
         if self.hint is not None:
-            model.AddHint(self.p.select[self.hint], 1)
+            model.AddHint(self.p.row_index, self.hint)
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = 1
         solver.parameters.random_seed = SEED
+        solver.parameters.cp_model_probing_level = 0
         solver.parameters.max_time_in_seconds = max(self.remaining(), 0.01)
         status = solver.Solve(model)
         self.solves += 1
@@ -95,8 +97,8 @@ def _le(var: cp_model.IntVar, value: int) -> Extra:
     return lambda model: model.Add(var <= value)
 
 
-def _exclude(select: list[cp_model.IntVar], rows: set[int]) -> Extra:
-    return lambda model: [model.Add(select[i] == 0) for i in sorted(rows)]
+def _exclude(row_index: cp_model.IntVar, rows: set[int]) -> Extra:
+    return lambda model: [model.Add(row_index != i) for i in sorted(rows)]
 
 
 def _step(points: tuple[CutPoint, ...], time_units: int, memory_units: int) -> CutPoint:
@@ -110,20 +112,19 @@ def one_front(search: Search, rank: int, excluded: set[int]) -> list[Point]:
     p = search.p
     points: list[Point] = []
     cap: int | None = None
-    base = [_exclude(p.select, excluded)] if excluded else []
+    base = [_exclude(p.row_index, excluded)] if excluded else []
     while True:
         capped = base + ([_le(p.memory_units, cap)] if cap is not None else [])
         fastest = search.solve(capped, p.time_units)
         if fastest is None:
             return points
-        at_time = capped + [_le(p.time_units, fastest.time_units)]
-        leanest = search.solve(at_time, p.memory_units)
+        leanest = search.solve(capped + [_le(p.time_units, fastest.time_units)],
+                               p.memory_units * len(p.rows) + p.row_index)
         if leanest is None:
             return points
-        chosen = search.solve(at_time + [_le(p.memory_units, leanest.memory_units)], p.row_index) or leanest
-        step = _step(p.staircases[chosen.row].points, fastest.time_units, leanest.memory_units)
+        step = _step(p.staircases[leanest.row].points, fastest.time_units, leanest.memory_units)
         optimal = fastest.optimal and leanest.optimal
-        points.append(Point(chosen.row, step.layout, fastest.time_units, leanest.memory_units, rank, optimal))
+        points.append(Point(leanest.row, step.layout, fastest.time_units, leanest.memory_units, rank, optimal))
         cap = leanest.memory_units - 1
 
 
@@ -140,7 +141,7 @@ def pareto_search(program: Program, top: int, time_limit_s: float) -> SearchOutc
             break
         points.extend(front)
         excluded |= {pt.row_index for pt in front}
-        if len(points) >= top or len(excluded) == len(program.rows):
+        if len(points) >= top or len(excluded) == sum(bool(st.points) for st in program.staircases):
             break
         rank += 1
     return SearchOutcome(tuple(points), search.complete, search.solves, time.perf_counter() - start)

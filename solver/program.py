@@ -32,13 +32,12 @@ block placed) instead of their generic posting."""
 
 @dataclass
 class Program:
-    """The master model and the handles the Pareto search reads and extends."""
+    """The master model and the handles the Pareto search reads."""
 
     model: cp_model.CpModel
     rows: tuple[Row, ...]
     costs: tuple[RowCosts, ...]
     staircases: tuple[Staircase, ...]
-    select: list[cp_model.IntVar]
     row_index: cp_model.IntVar
     time_units: cp_model.IntVar
     memory_units: cp_model.IntVar
@@ -46,37 +45,26 @@ class Program:
     literals: dict[str, cp_model.IntVar]
 
 
-def _post_staircase(model: cp_model.CpModel, chosen: cp_model.IntVar, stairs: Staircase,
-                    time_units: cp_model.IntVar, memory_units: cp_model.IntVar, index: int) -> None:
-    """The row may only be chosen on or above one of its steps (none: it cannot be chosen)."""
-    if not stairs.points:
-        model.Add(chosen == 0)
-        return
-    steps = [model.NewBoolVar(f"step_{index}_{k}") for k in range(len(stairs.points))]
-    model.Add(sum(steps) == chosen)
-    for step, point in zip(steps, stairs.points, strict=True):
-        model.Add(time_units >= point.time_units).OnlyEnforceIf(step)
-        model.Add(memory_units >= point.memory_units).OnlyEnforceIf(step)
-
-
 def program_rules(problem: Problem) -> tuple[Constraint, ...]:
     """Every active rule except those the program states through its cut staircases."""
     return tuple(c for c in active_constraints(problem) if c.id not in CUT_RULES)
 
 
-def _post_rules(model: cp_model.CpModel, problem: Problem, rows: tuple[Row, ...], select: list[cp_model.IntVar],
+def _post_rules(model: cp_model.CpModel, problem: Problem, rows: tuple[Row, ...], row_index: cp_model.IntVar,
                 rules: tuple[Constraint, ...]) -> dict[str, cp_model.IntVar]:
-    """Degree variables tied to the row choice, and every rule posted on them behind its literal
-    (forced true: a solution satisfies every rule)."""
+    """Degree variables read off the chosen row, and every rule posted on them behind its literal
+    (forced true: a solution satisfies every rule). The solver always emits its own stage cut
+    (layout_explicit), as every returned mapping carries its layout."""
     domains = {name: sorted({getattr(r, name) for r in rows}) for name in DEGREE_NAMES}
     options = sorted({r.recompute for r in rows}, key=[x.value for x in Recompute].index)
+    consts = model_consts(problem) | {"layout_explicit": 1}
     v = DecisionVars.create(model, problem.gpus, problem.training.global_batch, problem.training.seq_len,
-                            domains, options, model_consts(problem))
+                            domains, options, consts)
     v.options = problem.spec.framework.options
     for name in DEGREE_NAMES:
-        model.Add(v.degree[name] == sum(getattr(r, name) * x for r, x in zip(rows, select, strict=True)))
+        model.AddElement(row_index, [getattr(r, name) for r in rows], v.degree[name])
     for opt, flag in v.recompute.items():
-        model.Add(flag == sum(x for r, x in zip(rows, select, strict=True) if r.recompute == opt))
+        model.AddElement(row_index, [int(r.recompute == opt) for r in rows], flag)
     literals = {}
     for rule in rules:
         lit = model.NewBoolVar(f"rule_{rule.id}")
@@ -88,17 +76,22 @@ def _post_rules(model: cp_model.CpModel, problem: Problem, rows: tuple[Row, ...]
 
 def compile_program(problem: Problem, rows: tuple[Row, ...], costs: tuple[RowCosts, ...],
                     staircases: tuple[Staircase, ...], rules: tuple[Constraint, ...] | None = None) -> Program:
-    """The master model over `rows` and their staircases (rules default to program_rules(problem))."""
+    """The master model over `rows` and their staircases (rules default to program_rules(problem)).
+
+    A row with a staircase may be chosen on any of its steps: one table of (row, step time, step
+    memory), with the objectives at or above the chosen step. Rows with no fitting cut are left out.
+    Returns None-free models only when some row fits; callers check `staircases` first."""
     rules = program_rules(problem) if rules is None else rules
     model = cp_model.CpModel()
-    select = [model.NewBoolVar(f"row_{i}") for i in range(len(rows))]
-    model.AddExactlyOne(select)
-    row_index = model.NewIntVar(0, len(rows) - 1, "row_index")
-    model.Add(row_index == sum(i * x for i, x in enumerate(select)))
-    literals = _post_rules(model, problem, rows, select, rules)
-    points = [q for st in staircases for q in st.points]
-    time_units = model.NewIntVar(0, max((q.time_units for q in points), default=0), "step_time_units")
-    memory_units = model.NewIntVar(0, max((q.memory_units for q in points), default=0), "peak_memory_units")
-    for i, (chosen, stairs) in enumerate(zip(select, staircases, strict=True)):
-        _post_staircase(model, chosen, stairs, time_units, memory_units, i)
-    return Program(model, rows, costs, staircases, select, row_index, time_units, memory_units, rules, literals)
+    points = [(i, q.time_units, q.memory_units) for i, st in enumerate(staircases) for q in st.points]
+    fitting = sorted({i for i, _, _ in points})
+    row_index = model.NewIntVarFromDomain(cp_model.Domain.FromValues(fitting), "row_index")
+    literals = _post_rules(model, problem, rows, row_index, rules)
+    step_time = model.NewIntVar(0, max(p[1] for p in points), "step_time")
+    step_memory = model.NewIntVar(0, max(p[2] for p in points), "step_memory")
+    model.AddAllowedAssignments([row_index, step_time, step_memory], points)
+    time_units = model.NewIntVar(0, max(p[1] for p in points), "step_time_units")
+    memory_units = model.NewIntVar(0, max(p[2] for p in points), "peak_memory_units")
+    model.Add(time_units >= step_time)
+    model.Add(memory_units >= step_memory)
+    return Program(model, rows, costs, staircases, row_index, time_units, memory_units, rules, literals)

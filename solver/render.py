@@ -80,7 +80,7 @@ def step_time_parts(data: dict) -> list:
     if not step:
         return []
     total = step["step_time_s"]
-    table = Table(title=f"Predicted step time {total:,.3f} s ({step['coefficients']})")
+    table = Table(title=f"Predicted step time {total:,.3f} s")
     table.add_column("where the time goes")
     table.add_column("seconds", justify="right")
     table.add_column("share", justify="right")
@@ -98,6 +98,7 @@ def step_time_parts(data: dict) -> list:
                  f"{step['model_tflops_per_gpu']:,.1f} model TFLOP/s/GPU; MFU {step['mfu']:.1%} of the "
                  f"{step['precision'].upper()} dense peak ({step['peak_tflops']:,.0f} TFLOP/s), "
                  f"{step['mfu_bf16']:.1%} of BF16; HFU {step['hfu']:.1%}")
+    parts.append(f"[dim]step-time coefficients: {step['coefficients']}[/]")
     return parts
 
 

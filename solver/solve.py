@@ -78,6 +78,8 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     usable = usable_mb(problem)
     stairs = tuple(row_staircase(c, counts, usable) for c in costs)
+    if not any(st.points for st in stairs):
+        return SolveResult("infeasible", (), len(rows), 0, 0, time.perf_counter() - start)
     program = compile_program(problem, rows, costs, stairs)
     remaining = max(time_limit_s - (time.perf_counter() - start), 0.1)
     outcome = pareto_search(program, top, remaining)

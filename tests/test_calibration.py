@@ -71,8 +71,8 @@ def test_fit_recovers_known_coefficients() -> None:
     1-8 sequences per microbatch) give back every fitted coefficient (no prior pull)."""
     prepared = [prepare_run(_run(i, **spec)) for i, spec in enumerate(SYNTHETIC)]
     assert all(isinstance(r, PreparedRun) for r in prepared)
-    truth = StepCoefficients(gemm_efficiency=0.62, attention_efficiency=0.5, hbm_efficiency=0.8,
-                             layer_overhead_us=60.0, moe_layer_overhead_us=400.0, grouped_gemm_half_tokens=900.0)
+    truth = StepCoefficients(gemm_efficiency=0.62, attention_efficiency=0.5, layer_overhead_us=60.0,
+                             moe_layer_overhead_us=400.0, grouped_gemm_half_tokens=900.0, overlap_tp=0.4)
     tokens = predict(prepared, {"gb200": truth})
     runs = [_with_measured(r, float(t)) for r, t in zip(prepared, tokens, strict=True)]
     result = fit(runs, "gb200", FIT_NAMES, prior_weight=0.0)

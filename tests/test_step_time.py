@@ -9,6 +9,7 @@ formulas cited in constraints/comm.py and constraints/step_time.py.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import cache
 
 import numpy as np
@@ -36,6 +37,7 @@ from parasol.constraints.step_time import (
     CalibratedStageTimes,
     StepSettings,
     pipeline_seconds,
+    settings_for,
     step_time,
     step_time_or_none,
 )
@@ -290,3 +292,16 @@ def test_solver_view_reproduces_the_step_time() -> None:
     assert times == pytest.approx(list(st.stage_time_s), rel=1e-9)
     total = pipeline_seconds(np.array([times]), float(d.num_microbatches), mapping.vpp)[0]
     assert total + model.step_extra_s(mapping, d) == pytest.approx(st.step_time_s, rel=1e-9)
+
+
+def test_fixed_capacity_amplifies_the_dispatch() -> None:
+    """Seed 003 §4: with expert capacity factor CF the fixed-size all-to-all moves CF times the balanced
+    k·T·h bytes; a problem's capacity_factor reaches the EP exchange through settings_for."""
+    problem, mapping, _ = _seed(1024, 1)
+    d = derive(problem.model, mapping)
+    plain = step_time(problem, mapping, d, settings=StepSettings(dispatcher="alltoall"))
+    padded = step_time(problem, mapping, d, settings=StepSettings(dispatcher="alltoall", dispatch_amplification=1.25))
+    assert padded.breakdown["ep"] == pytest.approx(1.25 * plain.breakdown["ep"], rel=1e-3)
+    capped = problem.spec.model_copy(update={"training": problem.training.model_copy(update={"capacity_factor": 1.25})})
+    assert settings_for(replace(problem, spec=capped)).dispatch_amplification == 1.25
+    assert settings_for(problem).dispatch_amplification == 1.0
