@@ -949,6 +949,7 @@ class CalibratedStageTimes:
         for b in problem.model.blocks:
             self.kinds.setdefault(block_kind(b), b)
         self._links: dict[Mapping, Links] = {}
+        self._workloads: dict[Mapping, Workload] = {}
 
     def links(self, mapping: Mapping) -> Links:
         """Group placement of a mapping, computed once."""
@@ -957,8 +958,11 @@ class CalibratedStageTimes:
         return self._links[mapping]
 
     def _base(self, mapping: Mapping, derived: Derived) -> Workload:
-        """The mapping's workload under its own (or the default) layout."""
-        return build_workload(self.problem, mapping, derived, self.settings, self.links(mapping))
+        """The mapping's workload under its own (or the default) layout, built once."""
+        if mapping not in self._workloads:
+            self._workloads[mapping] = build_workload(self.problem, mapping, derived, self.settings,
+                                                      self.links(mapping))
+        return self._workloads[mapping]
 
     def stage_times_s(self, mapping: Mapping, derived: Derived,
                       stages: list[tuple[int, tuple[int, ...]]]) -> list[float]:
@@ -978,6 +982,26 @@ class CalibratedStageTimes:
             works.append(replace(base, stages=(work,)))
         prices = price(batch(works), coefficient_values(self.coefficients))
         return [float(x) for x in prices["stage"][:, 0]]
+
+    def edge_times_s(self, mapping: Mapping, derived: Derived) -> list[float]:
+        """Seconds of each pipeline rank holding no block: embedding on the first, head, loss and MTP
+        on the last (the solver's stage time is this edge plus its blocks' times)."""
+        zero = (0,) * len(self.kinds)
+        return self.stage_times_s(mapping, derived, [(s, zero) for s in range(mapping.pp)])
+
+    def block_times_s(self, mapping: Mapping, derived: Derived, blocks: list[Block]) -> list[float]:
+        """Seconds each block kind adds to a stage, linearised at the stage's typical load: the first
+        rank's time with its share (blocks of that kind / PP) of the kind, less the empty rank, per
+        block. Stage pricing is nearly linear in its blocks (compute-bound GEMMs, communication hidden
+        up to a window); the solver adds these up, `step_time` prices the exact stage."""
+        keys = [block_kind(b) for b in blocks]
+        kinds = list(self.kinds)
+        totals = {k: sum(block_kind(b) == k for b in self.problem.model.blocks) for k in kinds}
+        zero = (0,) * len(kinds)
+        shares = {k: max(round(totals[k] / mapping.pp), 1) for k in keys}
+        probes = [(0, zero)] + [(0, tuple(shares[k] if j == k else 0 for j in kinds)) for k in keys]
+        times = self.stage_times_s(mapping, derived, probes)
+        return [(t - times[0]) / shares[k] for k, t in zip(keys, times[1:], strict=True)]
 
     def step_extra_s(self, mapping: Mapping, derived: Derived) -> float:
         """Per-step seconds outside the pipeline: exposed sends, gradient reduction, optimizer."""

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import product
 
+import numpy as np
+
 from parasol.problems.mapping import Mapping
 
 ORDER = ("tp", "cp", "ep", "dp", "pp")
@@ -88,6 +90,22 @@ GROUP_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+def _max_span(sizes: dict[str, int], dims: tuple[str, ...], block: int) -> int:
+    """Most distinct rank blocks of `block` consecutive ranks (nodes, NVLink domains) any one group
+    over `dims` touches; computed for all ranks at once."""
+    st = strides(sizes)
+    world = 1
+    for d in ORDER:
+        world *= sizes[d]
+    ranks = np.arange(world, dtype=np.int64)
+    key = np.zeros(world, dtype=np.int64)
+    for d in ORDER:
+        if d not in dims:
+            key = key * sizes[d] + (ranks // st[d]) % sizes[d]
+    pairs = np.unique(key * (world // block + 1) + ranks // block)
+    return int(np.bincount(pairs // (world // block + 1)).max())
+
+
 def placements(m: Mapping, gpus_per_node: int, gpus_per_domain: int) -> tuple[GroupPlacement, ...]:
     """Node and NVLink-domain span of every group kind under Megatron's rank order."""
     out = []
@@ -96,8 +114,6 @@ def placements(m: Mapping, gpus_per_node: int, gpus_per_domain: int) -> tuple[Gr
         size = 1
         for d in dims:
             size *= sizes[d]
-        all_groups = groups(sizes, dims)
-        max_nodes = max(len({r // gpus_per_node for r in g}) for g in all_groups)
-        max_domains = max(len({r // gpus_per_domain for r in g}) for g in all_groups)
-        out.append(GroupPlacement(kind, size, len(all_groups), max_nodes, max_domains))
+        out.append(GroupPlacement(kind, size, m.gpus // size, _max_span(sizes, dims, gpus_per_node),
+                                  _max_span(sizes, dims, gpus_per_domain)))
     return tuple(out)

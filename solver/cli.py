@@ -177,3 +177,49 @@ def calibrate(runs: str, gpu_type: str | None, out: str) -> None:
         console.print(f"assumption: {note}", markup=False)
     for path in written:
         console.print(f"wrote {path}", markup=False)
+
+
+@main.command()
+@click.argument("problem", type=click.Path())
+@click.option("--top", default=10, show_default=True, type=click.IntRange(1, 1000),
+              help="mappings to return: whole Pareto fronts until at least this many")
+@click.option("--time-limit", "time_limit", default=60.0, show_default=True, type=click.FloatRange(0.1, 86400),
+              help="seconds for the search; a cut-off search returns the best found, marked feasible")
+@click.option("--out", "out", type=click.Path(file_okay=False), help="write the solution file into this folder")
+@click.option("--rank-map", "rank_map", type=click.Path(dir_okay=False),
+              help="write the rank → (NVLink domain, node, GPU) map of the chosen mapping as CSV")
+@click.option("--pick", default=1, show_default=True, type=click.IntRange(1, 1000),
+              help="which mapping of the answer --rank-map writes (1 = the first listed)")
+@click.option("--json", "as_json", is_flag=True, help="print {\"status\", \"mappings\": [...]} as JSON")
+@reports_errors
+def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: str | None, pick: int,
+          as_json: bool) -> None:
+    """Pareto-ranked feasible mappings (step time × peak memory), each with its slack report."""
+    from pathlib import Path
+
+    from parasol.constraints.step_time import CalibratedStageTimes
+    from parasol.problems.loader import load_problem
+    from parasol.solver.output import front_table, write_rank_map, write_solution
+    from parasol.solver.solve import solve as solve_problem
+
+    prob = load_problem(problem)
+    result = solve_problem(prob, CalibratedStageTimes(prob), top=top, time_limit_s=time_limit)
+    if out:
+        path = write_solution(result, prob, Path(out))
+        click.echo(f"solution written to {path}", err=True)
+    if rank_map:
+        if pick > len(result.mappings):
+            raise ParasolError(f"--pick {pick} but the answer has {len(result.mappings)} mapping(s); "
+                               "Fix: pick one of those listed.")
+        path = write_rank_map(result.mappings[pick - 1].explanation.mapping, prob, Path(rank_map))
+        click.echo(f"rank map written to {path}", err=True)
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=2))
+    else:
+        _console().print(front_table(result, prob))
+    sys.exit(0 if result.mappings else EXIT_INFEASIBLE)
+
+
+def solve_main() -> None:
+    """The design card's `solve problem.yaml`: a short alias of `parasol solve`."""
+    main(["solve", *sys.argv[1:]])

@@ -147,8 +147,9 @@ class RowCosts:
         return time_units, -(-peak // MEMORY_UNIT_MB)
 
 
-def row_costs(problem: Problem, row: Row, time_model: StageTimeModel) -> RowCosts:
-    """Build the cost tables of one row from the memory ledger and the step-time model."""
+def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None) -> RowCosts:
+    """Build the cost tables of one row from the memory ledger and the step-time model (None: memory
+    only, all times zero, for the cheap first pass that finds the rows with a cut that fits)."""
     mapping = row.mapping(problem)
     d = derive(problem.model, mapping)
     training = problem.training
@@ -174,9 +175,10 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel) -> RowCost
         inflight=tuple(inflight_microbatches(s, pp, row.vpp, d.num_microbatches) for s in range(pp)),
         dispatch_mb=_mb(dispatch_buffer_bytes(problem.model, mapping, training)),
         workspace_mb=_mb(workspace_bytes(training)),
-        kind_time_us=tuple(_us(t) for t in time_model.block_times_s(mapping, d, [representatives[k] for k in kinds])),
-        edge_time_us=tuple(_us(t) for t in time_model.edge_times_s(mapping, d)),
-        constant_time_us=_us(time_model.step_extra_s(mapping, d)),
+        kind_time_us=tuple(_us(t) for t in time_model.block_times_s(mapping, d, [representatives[k] for k in kinds]))
+        if time_model else (0,) * len(kinds),
+        edge_time_us=tuple(_us(t) for t in time_model.edge_times_s(mapping, d)) if time_model else (0,) * pp,
+        constant_time_us=_us(time_model.step_extra_s(mapping, d)) if time_model else 0,
     )
 
 
@@ -224,3 +226,4 @@ def min_max_cut(stage_costs: list[np.ndarray], blocks: int) -> tuple[int, tuple[
         layout.append(j - i)
         j = i
     return int(best[blocks]), tuple(reversed(layout))
+

@@ -91,6 +91,18 @@ def balanced_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircas
     return Staircase((CutPoint(time_units, memory_units, layout),))
 
 
+def some_cut_fits(c: RowCosts, counts: np.ndarray, usable: int) -> bool:
+    """Whether any cut keeps every rank within usable memory: the min-max DP for 1F1B, the balanced
+    layout for interleaved rows. Reads memory only, so it runs before any time is priced."""
+    blocks = counts.shape[0] - 1
+    if c.row.vpp > 1:
+        per_rank = rank_counts(default_layout(blocks, c.row.pp * c.row.vpp), c.row.pp, counts)
+        return all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank))
+    inf = np.iinfo(np.int64).max
+    memory = [stage_matrices(c, s, counts)[1] for s in range(c.row.pp)]
+    return min_max_cut([np.where(m <= usable, m, inf) for m in memory], blocks) is not None
+
+
 def row_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
     """A row's staircase: the exact DP for 1F1B, the balanced layout for interleaved schedules."""
     if c.row.vpp == 1:

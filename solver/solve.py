@@ -17,7 +17,7 @@ from parasol.solver.costs import (
     row_costs,
     usable_mb,
 )
-from parasol.solver.cuts import row_staircase
+from parasol.solver.cuts import row_staircase, some_cut_fits
 from parasol.solver.explain import Explanation, explain
 from parasol.solver.pareto import pareto_search
 from parasol.solver.program import compile_program
@@ -69,17 +69,21 @@ class SolveResult:
 
 
 def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limit_s: float = 60.0) -> SolveResult:
-    """The Pareto-ranked feasible mappings of `problem` (up to `top`, whole fronts)."""
+    """The Pareto-ranked feasible mappings of `problem` (up to `top`, whole fronts). Rows whose every
+    cut overflows memory are set aside before any time is priced; the rest get cost tables and
+    staircases and go to the master program."""
     start = time.perf_counter()
     rows = enumerate_rows(problem)
     if not rows:
         return SolveResult("infeasible", (), 0, 0, 0, time.perf_counter() - start)
-    costs = tuple(row_costs(problem, r, time_model) for r in rows)
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     usable = usable_mb(problem)
-    stairs = tuple(row_staircase(c, counts, usable) for c in costs)
-    if not any(st.points for st in stairs):
+    fitting = tuple(r for r in rows if some_cut_fits(row_costs(problem, r, None), counts, usable))
+    if not fitting:
         return SolveResult("infeasible", (), len(rows), 0, 0, time.perf_counter() - start)
+    total_rows, rows = len(rows), fitting
+    costs = tuple(row_costs(problem, r, time_model) for r in rows)
+    stairs = tuple(row_staircase(c, counts, usable) for c in costs)
     program = compile_program(problem, rows, costs, stairs)
     remaining = max(time_limit_s - (time.perf_counter() - start), 0.1)
     outcome = pareto_search(program, top, remaining)
@@ -92,5 +96,5 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         status = "infeasible" if outcome.complete else "unknown"
     else:
         status = "optimal" if outcome.complete and all(s.optimal for s in solved) else "feasible"
-    return SolveResult(status, tuple(solved), len(rows), sum(bool(s.points) for s in stairs),
-                       outcome.master_solves, time.perf_counter() - start)
+    return SolveResult(status, tuple(solved), total_rows, len(rows), outcome.master_solves,
+                       time.perf_counter() - start)
