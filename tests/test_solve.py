@@ -1,0 +1,119 @@
+"""`parasol solve` on the bundled problems (issue 5): feasible, uneven, memory checked stage by stage,
+the BRIEF's JSON contract, deterministic, and on GB200 NVL72 EP groups kept inside NVLink domains
+unless the mapping pays for crossing them."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from parasol.constraints.step_time import CalibratedStageTimes
+from parasol.problems.loader import load_problem
+from parasol.problems.mapping import Mapping
+from parasol.solver.cli import main
+from parasol.solver.explain import explain
+from parasol.solver.solve import solve
+
+V4_1024 = "problems/deepseek-v4-pro-1024.yaml"
+GB200 = "problems/deepseek-v4-pro-gb200-nvl72.yaml"
+
+
+@pytest.fixture(scope="module")
+def v4_result():
+    problem = load_problem(V4_1024)
+    return problem, solve(problem, CalibratedStageTimes(problem), top=6)
+
+
+@pytest.mark.slow
+def test_v4_1024_returns_feasible_uneven_mappings(v4_result) -> None:
+    """DeepSeek-V4-Pro, V4 rules, 1,024 GPUs: feasible mappings whose cuts are uneven, with the last
+    stage (head, loss, MTP) and the first (embedding) lighter, and memory checked stage by stage."""
+    problem, result = v4_result
+    assert result.status == "optimal" and result.mappings
+    for sm in result.mappings:
+        data = sm.as_dict()
+        layout = data["mapping"]["layout"]
+        assert sum(layout) == problem.model.num_layers == 61
+        assert len(set(layout)) > 1
+        assert layout[-1] < max(layout)
+        assert data["feasible"] and not data["violations"]
+        usable = data["metrics"]["usable_hbm_gb"]
+        assert len(data["stages"]) == data["mapping"]["pp"]
+        assert all(stage["memory_gb"] <= usable for stage in data["stages"])
+        assert data["pareto_rank"] >= 1
+        assert abs(sm.peak_memory_objective_gb - data["metrics"]["peak_memory_gb"]) <= 0.05
+
+
+@pytest.mark.slow
+def test_front_is_non_dominated_and_ranked(v4_result) -> None:
+    """Rank-1 points trade step time against memory: sorted by time, memory strictly falls."""
+    _, result = v4_result
+    first = [sm for sm in result.mappings if sm.pareto_rank == 1]
+    times = [sm.step_time_objective_s for sm in first]
+    memory = [sm.peak_memory_objective_gb for sm in first]
+    assert times == sorted(times)
+    assert all(a > b for a, b in zip(memory, memory[1:], strict=False))
+    assert [sm.pareto_rank for sm in result.mappings] == sorted(sm.pareto_rank for sm in result.mappings)
+
+
+@pytest.mark.slow
+def test_solve_is_deterministic(v4_result) -> None:
+    """Same input, same answer."""
+    problem, result = v4_result
+    again = solve(problem, CalibratedStageTimes(problem), top=6)
+    assert [m.as_dict()["mapping"] for m in again.mappings] == [m.as_dict()["mapping"] for m in result.mappings]
+
+
+@pytest.mark.slow
+def test_gb200_ep_groups_stay_in_a_domain_or_pay() -> None:
+    """GB200 NVL72 (72-GPU domains of 4-GPU nodes): every returned EP group lies in one NVLink domain,
+    and an EP group that straddles domains (EP48 on 72-GPU domains) is priced over the NICs: its
+    exposed EP time is more than twice that of a domain-aligned EP24."""
+    problem = load_problem(GB200)
+    result = solve(problem, CalibratedStageTimes(problem), top=4)
+    assert result.mappings
+    for sm in result.mappings:
+        ep = {g["group"]: g for g in sm.as_dict()["groups"]}["ep"]
+        assert ep["inside_nvlink_domain"]
+
+    def ep_seconds(ep: int) -> float:
+        mapping = Mapping(gpus=1152, tp=1, pp=8, cp=2, ep=ep, etp=1, mbs=1, gbs=4608, seq_len=8192,
+                          recompute="full")
+        data = explain(problem, mapping, repairs=0).as_dict()
+        assert {g["group"]: g for g in data["groups"]}["ep"]["inside_nvlink_domain"] == (72 % ep == 0)
+        return data["step_time"]["breakdown_s"]["ep"]
+
+    assert ep_seconds(48) > 2 * ep_seconds(24)
+
+
+@pytest.mark.slow
+def test_cli_solve_json_out_and_rank_map(tmp_path) -> None:
+    """`solve --json` prints {"status", "mappings": [... "pareto_rank"]}; --out and --rank-map write files."""
+    rank_map = tmp_path / "ranks.csv"
+    result = CliRunner().invoke(main, ["solve", V4_1024, "--top", "2", "--json", "--out", str(tmp_path),
+                                       "--rank-map", str(rank_map)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["status"] == "optimal"
+    assert all("pareto_rank" in m and "constraints" in m for m in data["mappings"])
+    assert (tmp_path / "deepseek-v4-pro-1024.json").is_file()
+    rows = list(csv.DictReader(rank_map.open()))
+    assert len(rows) == 1024
+    assert rows[9] == {"rank": "9", "node": "1", "local_gpu": "1", "nvlink_domain": "1", "pp_stage": "0",
+                       "tp": "0", "cp": str(9 % data["mappings"][0]["mapping"]["cp"]),
+                       "dp": str(9 // data["mappings"][0]["mapping"]["cp"]),
+                       "etp": "0", "ep": "9", "edp": "0"}
+
+
+def test_cli_solve_infeasible_exits_1(tmp_path) -> None:
+    """A problem no mapping fits (PP pinned to 1: 61 blocks of DeepSeek-V4-Pro on one stage) reports
+    status infeasible and exit code 1."""
+    text = open(V4_1024, encoding="utf-8").read().replace("  pp: [4, 8, 16]", "  pp: 1")
+    path = tmp_path / "tight.yaml"
+    path.write_text(text, encoding="utf-8")
+    result = CliRunner().invoke(main, ["solve", str(path), "--json"])
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["status"] == "infeasible"
