@@ -30,7 +30,8 @@ achievable fraction of the nominal rate (a calibrated coefficient).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import product
+
+import numpy as np
 
 from parasol.hardware.topology import ClusterTopology, Level
 from parasol.problems.mapping import Mapping
@@ -174,15 +175,19 @@ def _placement(topology: ClusterTopology, members: list[int]) -> tuple[int, int,
     return racks, len(per_domain), -min(per_domain.values())
 
 
-def _group_offsets(sizes: dict[str, int], dims: tuple[str, ...]) -> tuple[list[int], list[int]]:
-    """(member offsets, group bases): every group of `dims` is base + offsets (rank_groups.groups)."""
+def _lattice(sizes: dict[str, int], dims: list[str]) -> np.ndarray:
+    """Every Σ idx_d·stride_d over `dims` (rank offsets spanned by those dimensions), in product order."""
     st = strides(sizes)
-    offsets = [sum(i * st[d] for i, d in zip(idx, dims, strict=True))
-               for idx in product(*(range(sizes[d]) for d in dims))]
-    outer = [d for d in ORDER if d not in dims]
-    bases = [sum(i * st[d] for i, d in zip(idx, outer, strict=True))
-             for idx in product(*(range(sizes[d]) for d in outer))]
-    return sorted(offsets), bases
+    points = np.zeros(1, dtype=np.int64)
+    for d in dims:
+        points = (points[:, None] + np.arange(sizes[d], dtype=np.int64)[None, :] * st[d]).reshape(-1)
+    return points
+
+
+def _group_offsets(sizes: dict[str, int], dims: tuple[str, ...]) -> tuple[list[int], np.ndarray]:
+    """(member offsets, group bases): every group of `dims` is base + offsets (rank_groups.groups)."""
+    offsets = sorted(int(x) for x in _lattice(sizes, list(dims)))
+    return offsets, _lattice(sizes, [d for d in ORDER if d not in dims])
 
 
 def group_link(topology: ClusterTopology, mapping: Mapping, kind: str) -> GroupLink:
@@ -194,8 +199,8 @@ def group_link(topology: ClusterTopology, mapping: Mapping, kind: str) -> GroupL
     grid, dims = GROUP_KINDS[kind]
     sizes = dense_sizes(mapping) if grid == "dense" else expert_sizes(mapping)
     offsets, bases = _group_offsets(sizes, dims)
-    by_residue = {b % topology.gpus_per_rack: b for b in reversed(bases)}
-    candidates = ([b + o for o in offsets] for b in sorted(by_residue.values()))
+    _, first = np.unique(bases % topology.gpus_per_rack, return_index=True)
+    candidates = ([int(b) + o for o in offsets] for b in sorted(bases[first]))
     worst = max(candidates, key=lambda members: _placement(topology, members))
     span = topology.group_span(worst)
     return GroupLink(

@@ -90,20 +90,22 @@ GROUP_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def _max_span(sizes: dict[str, int], dims: tuple[str, ...], block: int) -> int:
-    """Most distinct rank blocks of `block` consecutive ranks (nodes, NVLink domains) any one group
-    over `dims` touches; computed for all ranks at once."""
+def _lattice(sizes: dict[str, int], dims: list[str]) -> np.ndarray:
+    """Every Σ idx_d·stride_d over `dims`: the rank offsets those dimensions span."""
     st = strides(sizes)
-    world = 1
-    for d in ORDER:
-        world *= sizes[d]
-    ranks = np.arange(world, dtype=np.int64)
-    key = np.zeros(world, dtype=np.int64)
-    for d in ORDER:
-        if d not in dims:
-            key = key * sizes[d] + (ranks // st[d]) % sizes[d]
-    pairs = np.unique(key * (world // block + 1) + ranks // block)
-    return int(np.bincount(pairs // (world // block + 1)).max())
+    points = np.zeros(1, dtype=np.int64)
+    for d in dims:
+        points = (points[:, None] + np.arange(sizes[d], dtype=np.int64)[None, :] * st[d]).reshape(-1)
+    return points
+
+
+def _max_span(sizes: dict[str, int], dims: tuple[str, ...], block: int) -> int:
+    """Most distinct blocks of `block` consecutive ranks (nodes, NVLink domains) one group over `dims`
+    touches. Every group is base + offsets, and base b = q·block + r spans as many blocks as r does,
+    so one base per residue r is enough."""
+    offsets = _lattice(sizes, list(dims))
+    residues = np.unique(_lattice(sizes, [d for d in ORDER if d not in dims]) % block)
+    return max(len(np.unique((r + offsets) // block)) for r in residues)
 
 
 def placements(m: Mapping, gpus_per_node: int, gpus_per_domain: int) -> tuple[GroupPlacement, ...]:

@@ -223,3 +223,7 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
 def solve_main() -> None:
     """The design card's `solve problem.yaml`: a short alias of `parasol solve`."""
     main(["solve", *sys.argv[1:]])
+
+
+if __name__ == "__main__":
+    main()
