@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from parasol.problems.loader import Problem
 
 
+ARGUMENTS = "Megatron-LM megatron/training/arguments.py"
+CONFIG = "Megatron-LM megatron/core/transformer/transformer_config.py"
+
+
 class Family(StrEnum):
     """Rule families (one module each under constraints/)."""
 

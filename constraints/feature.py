@@ -23,6 +23,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 from parasol.constraints.base import (
+    ARGUMENTS,
+    CONFIG,
     Citation,
     Constraint,
     Facts,
@@ -34,8 +36,6 @@ from parasol.constraints.base import (
 from parasol.constraints.decision_vars import model_consts
 from parasol.problems.options import MegatronOptions
 
-ARGUMENTS = "Megatron-LM megatron/training/arguments.py"
-CONFIG = "Megatron-LM megatron/core/transformer/transformer_config.py"
 PARALLEL_STATE = "Megatron-LM megatron/core/parallel_state.py"
 OFFLOADABLE = ("core_attn", "attn_proj", "expert_fc1", "fused_group_mlp", "moe_act", "attn_norm", "mlp_norm",
                "qkv_linear", "gdp_qkv")

@@ -29,6 +29,8 @@ from __future__ import annotations
 from enum import StrEnum
 
 from parasol.constraints.base import (
+    ARGUMENTS,
+    CONFIG,
     Citation,
     Constraint,
     Facts,
@@ -43,8 +45,6 @@ from parasol.errors import InputError
 from parasol.problems.layout_string import ParsedLayout, parse_pipeline_layout
 from parasol.problems.options import MegatronOptions
 
-ARGUMENTS = "Megatron-LM megatron/training/arguments.py"
-CONFIG = "Megatron-LM megatron/core/transformer/transformer_config.py"
 BLOCK = "Megatron-LM megatron/core/transformer/transformer_block.py"
 LAYOUT = "Megatron-LM megatron/core/transformer/pipeline_parallel_layer_layout.py"
 HYBRID = "Megatron-LM megatron/core/models/hybrid/hybrid_layer_allocation.py"

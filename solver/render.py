@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 
-from parasol.solver.calibrate import CalibrationReport
 from parasol.solver.explain import Explanation
+
+if TYPE_CHECKING:
+    from parasol.solver.calibrate import CalibrationReport
 
 
 def _fmt(x: object) -> str:

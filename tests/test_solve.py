@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -111,7 +112,7 @@ def test_cli_solve_json_out_and_rank_map(tmp_path) -> None:
 def test_cli_solve_infeasible_exits_1(tmp_path) -> None:
     """A problem no mapping fits (PP pinned to 1: 61 blocks of DeepSeek-V4-Pro on one stage) reports
     status infeasible and exit code 1."""
-    text = open(V4_1024, encoding="utf-8").read().replace("  pp: [4, 8, 16]", "  pp: 1")
+    text = Path(V4_1024).read_text(encoding="utf-8").replace("  pp: [4, 8, 16]", "  pp: 1")
     path = tmp_path / "tight.yaml"
     path.write_text(text, encoding="utf-8")
     result = CliRunner().invoke(main, ["solve", str(path), "--json"])
