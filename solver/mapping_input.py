@@ -62,12 +62,31 @@ def build_mapping(problem: Problem, sets: dict[str, str]) -> Mapping:
     for key, value in sets.items():
         data[key] = parse_layout(value) if key == "layout" else value
     try:
-        return Mapping.model_validate(data)
+        mapping = Mapping.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         key = str(err["loc"][0]) if err["loc"] else "mapping"
+        expected = {"recompute": "one of none, selective, full",
+                    "layout": "comma-separated whole numbers of blocks per stage"}.get(key, "a positive whole number")
         raise InputError(
             f"Invalid mapping value for `{key}`: {err['msg']}.", field=key, value=data.get(key),
-            expected="a positive whole number" if key not in ("recompute", "layout") else "see `parasol explain --help`",
-            fix=f"correct --set {key}=… (or the problem's mapping.{key}).",
+            expected=expected, fix=f"correct --set {key}=… (or the problem's mapping.{key}).",
         ) from None
+    return within_model(problem, mapping)
+
+
+def within_model(problem: Problem, mapping: Mapping) -> Mapping:
+    """Reject degrees no rule can even judge: a degree above the GPU count, or more virtual stages
+    than blocks (parasol places at least one block per virtual stage)."""
+    for key in ("tp", "pp", "cp", "ep", "etp"):
+        if getattr(mapping, key) > mapping.gpus:
+            raise InputError(f"`{key}` ({getattr(mapping, key)}) exceeds the GPU count ({mapping.gpus}).",
+                             field=key, value=getattr(mapping, key), expected=f"at most {mapping.gpus}",
+                             fix=f"lower {key}, or raise gpus.")
+    blocks = problem.model.num_layers
+    if mapping.layout is None and mapping.pp * mapping.vpp > blocks:
+        raise InputError(
+            f"PP·VPP = {mapping.pp * mapping.vpp} virtual stages exceed the model's {blocks} blocks.",
+            field="vpp" if mapping.vpp > 1 else "pp", value=mapping.vpp if mapping.vpp > 1 else mapping.pp,
+            expected=f"PP·VPP at most {blocks}", fix="lower pp or vpp, or give an explicit layout.")
+    return mapping

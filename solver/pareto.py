@@ -34,6 +34,8 @@ class Point:
     memory_units: int
     pareto_rank: int
     optimal: bool
+    time_bound: int
+    """Best lower bound CP-SAT proved for the step time of this point (= time_units when optimal)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class _Answer:
     time_units: int
     memory_units: int
     optimal: bool
+    bound: int
 
 
 class Search:
@@ -90,7 +93,7 @@ class Search:
             return None
         self.hint = solver.Value(self.p.row_index)
         return _Answer(self.hint, solver.Value(self.p.time_units), solver.Value(self.p.memory_units),
-                       status == cp_model.OPTIMAL)
+                       status == cp_model.OPTIMAL, int(solver.BestObjectiveBound()))
 
 
 def _le(var: cp_model.IntVar, value: int) -> Extra:
@@ -124,7 +127,8 @@ def one_front(search: Search, rank: int, excluded: set[int]) -> list[Point]:
             return points
         step = _step(p.staircases[leanest.row].points, fastest.time_units, leanest.memory_units)
         optimal = fastest.optimal and leanest.optimal
-        points.append(Point(leanest.row, step.layout, fastest.time_units, leanest.memory_units, rank, optimal))
+        points.append(Point(leanest.row, step.layout, fastest.time_units, leanest.memory_units, rank, optimal,
+                            fastest.bound))
         cap = leanest.memory_units - 1
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from parasol.errors import InputError
 from parasol.problems.loader import Problem
+from parasol.problems.schema import Objective
 from parasol.solver.costs import (
     MEMORY_UNIT_MB,
     TIME_UNIT_S,
@@ -32,6 +34,7 @@ class SolvedMapping:
     optimal: bool
     step_time_objective_s: float
     peak_memory_objective_gb: float
+    step_time_bound_s: float
     explanation: Explanation
 
     def as_dict(self) -> dict:
@@ -43,6 +46,9 @@ class SolvedMapping:
             "peak_memory_gb": self.peak_memory_objective_gb,
             "resolution": {"step_time_s": TIME_UNIT_S, "peak_memory_gb": MEMORY_UNIT_MB / 1000},
             "proved_optimal": self.optimal,
+            "step_time_bound_s": self.step_time_bound_s,
+            "gap": 0.0 if self.optimal else
+            round((self.step_time_objective_s - self.step_time_bound_s) / self.step_time_objective_s, 6),
         }
         return data
 
@@ -68,11 +74,26 @@ class SolveResult:
         }
 
 
+SUPPORTED_OBJECTIVES = (Objective.step_time, Objective.peak_memory)
+
+
+def check_objectives(problem: Problem) -> None:
+    """The search builds the step time × peak memory front; other objectives are refused, not ignored."""
+    asked = problem.spec.objectives
+    if set(asked) != set(SUPPORTED_OBJECTIVES):
+        raise InputError(
+            "`solve` builds the front of step time × peak memory; the other objectives (network_bytes, "
+            "bubble, gpus) are not implemented yet.", field="objectives", value=[o.value for o in asked],
+            expected="[step_time, peak_memory]", fix="set `objectives: [step_time, peak_memory]`.",
+            file=problem.source, line=problem.line_of("objectives"))
+
+
 def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limit_s: float = 60.0) -> SolveResult:
     """The Pareto-ranked feasible mappings of `problem` (up to `top`, whole fronts). Rows whose every
     cut overflows memory are set aside before any time is priced; the rest get cost tables and
     staircases and go to the master program."""
     start = time.perf_counter()
+    check_objectives(problem)
     rows = enumerate_rows(problem)
     if not rows:
         return SolveResult("infeasible", (), 0, 0, 0, time.perf_counter() - start)
@@ -91,7 +112,8 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     for pt in outcome.points:
         mapping = rows[pt.row_index].mapping(problem, pt.layout)
         solved.append(SolvedMapping(pt.pareto_rank, pt.optimal, pt.time_units * TIME_UNIT_S,
-                                    pt.memory_units * MEMORY_UNIT_MB / 1000, explain(problem, mapping, repairs=0)))
+                                    pt.memory_units * MEMORY_UNIT_MB / 1000, pt.time_bound * TIME_UNIT_S,
+                                    explain(problem, mapping, repairs=0)))
     if not solved:
         status = "infeasible" if outcome.complete else "unknown"
     else:
