@@ -78,11 +78,11 @@ def build_mapping(problem: Problem, sets: dict[str, str]) -> Mapping:
 def within_model(problem: Problem, mapping: Mapping) -> Mapping:
     """Reject degrees no rule can even judge: a degree above the GPU count, or more virtual stages
     than blocks (parasol places at least one block per virtual stage)."""
-    for key in ("tp", "pp", "cp", "ep", "etp"):
-        if getattr(mapping, key) > mapping.gpus:
-            raise InputError(f"`{key}` ({getattr(mapping, key)}) exceeds the GPU count ({mapping.gpus}).",
-                             field=key, value=getattr(mapping, key), expected=f"at most {mapping.gpus}",
-                             fix=f"lower {key}, or raise gpus.")
+    degrees = {"tp": mapping.tp, "pp": mapping.pp, "cp": mapping.cp, "ep": mapping.ep, "etp": mapping.expert_tp}
+    for key, value in degrees.items():
+        if value > mapping.gpus:
+            raise InputError(f"`{key}` ({value}) exceeds the GPU count ({mapping.gpus}).", field=key, value=value,
+                             expected=f"at most {mapping.gpus}", fix=f"lower {key}, or raise gpus.")
     blocks = problem.model.num_layers
     if mapping.layout is None and mapping.pp * mapping.vpp > blocks:
         raise InputError(

@@ -64,3 +64,12 @@ def test_explain_human_output_prints_the_ledger() -> None:
     assert result.exit_code == 0
     assert "Memory of the heaviest rank per stage" in result.output
     assert "FEASIBLE" in result.output
+
+
+def test_explain_rejects_degrees_no_rule_can_judge() -> None:
+    """A degree above the GPU count, or more virtual stages than blocks, is bad input (exit 2) rather
+    than a mapping to account for (it used to hang building a layout of 2^20 stages)."""
+    for flag, field in (("pp=1048576", "`pp`"), ("vpp=1000", "`vpp`")):
+        result = run("explain", PROBLEM, "--set", flag)
+        assert result.exit_code == 2
+        assert field in result.output and "Traceback" not in result.output
