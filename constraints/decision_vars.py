@@ -13,14 +13,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ortools.sat.python import cp_model
-
 from parasol.constraints.deepseek_v4 import dsv4_consts
 from parasol.problems.architecture import DSV4Attention, GQAAttention, MLAAttention
 from parasol.problems.options import MegatronOptions
 from parasol.problems.schema import RECOMPUTE_MODULES
 
 if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+
     from parasol.constraints.base import Facts
     from parasol.problems.loader import Problem
 
@@ -49,8 +49,10 @@ class DecisionVars:
                consts: dict[str, int]) -> DecisionVars:
         """One variable per degree over its allowed values, one boolean per recompute choice; `consts`
         are the model's numbers the rules need (heads, query groups, experts, layers)."""
+        from ortools.sat.python.cp_model import Domain
+
         degree = {
-            name: model.NewIntVarFromDomain(cp_model.Domain.FromValues(sorted(set(domains[name]))), name)
+            name: model.NewIntVarFromDomain(Domain.FromValues(sorted(set(domains[name]))), name)
             for name in DEGREES
         }
         recompute = {opt: model.NewBoolVar(f"recompute_{opt}") for opt in recompute_options}

@@ -34,14 +34,14 @@ from fractions import Fraction
 from math import floor, isfinite, lcm
 from typing import TYPE_CHECKING
 
-from ortools.sat.python import cp_model
-
 from parasol.constraints.base import Citation, Constraint, Facts, Family, MegatronStage, is_whole
 from parasol.errors import InputError
 from parasol.problems.mapping import Recompute
 from parasol.problems.schema import RestrictionRule
 
 if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+
     from parasol.constraints.decision_vars import DecisionVars
     from parasol.problems.loader import Problem
 
@@ -508,7 +508,9 @@ class _Compiler:
 
     def var(self, lin: Lin, name: str) -> cp_model.IntVar:
         """The expression as one variable (defined unconditionally: its domain covers every value)."""
-        if isinstance(lin.expr, cp_model.IntVar):
+        from ortools.sat.python.cp_model import IntVar
+
+        if isinstance(lin.expr, IntVar):
             return lin.expr
         out = self.model.NewIntVar(lin.lo, lin.hi, name)
         self.model.Add(out == lin.expr)
@@ -645,7 +647,9 @@ class _Compiler:
             lit = self.fixed(x.constant and scaled in allowed)
         else:
             lit = self.model.NewBoolVar("user_member")
-            self.model.AddLinearExpressionInDomain(scaled, cp_model.Domain.FromValues(allowed)).OnlyEnforceIf(lit)
+            from ortools.sat.python.cp_model import Domain
+
+            self.model.AddLinearExpressionInDomain(scaled, Domain.FromValues(allowed)).OnlyEnforceIf(lit)
             for value in allowed:
                 self.model.Add(scaled != value).OnlyEnforceIf(lit.Not())
         return lit.Not() if node.negated else lit

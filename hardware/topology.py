@@ -22,8 +22,8 @@ import math
 from collections.abc import Sequence
 from enum import StrEnum
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
-import networkx as nx
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -35,6 +35,9 @@ from pydantic import (
 )
 
 from parasol.errors import InputError
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 class Level(StrEnum):
@@ -218,6 +221,8 @@ class ClusterTopology(BaseModel):
         Edge attribute `gb_s` is the per-GPU share of the link (GB/s per direction); `level` names
         the level the link belongs to. `bottleneck_bandwidth` reads bandwidths back off this graph.
         """
+        import networkx as nx
+
         self.validate_gpu_count(num_gpus)
         g = nx.Graph()
         g.add_node(SPINE, kind="spine")
@@ -245,6 +250,8 @@ def bottleneck_bandwidth(graph: nx.Graph, a: int, b: int) -> float:
     The path between two vertices in a maximum spanning tree is a maximum-bottleneck path, so its
     narrowest edge is the best per-GPU bandwidth any route offers (a check on `bandwidth_between`).
     """
+    import networkx as nx
+
     if a == b:
         return math.inf
     tree = nx.maximum_spanning_tree(graph, weight="gb_s")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from parasol.constraints.evaluate import Evaluation, evaluate
 from parasol.constraints.step_time import StepTime, step_time_or_none
@@ -10,8 +11,9 @@ from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
 from parasol.problems.options import MegatronOptions
 from parasol.problems.rank_groups import GroupPlacement, placements
-from parasol.solver.conflicts import minimal_conflict
-from parasol.solver.repairs import Repair, nearest_repairs
+
+if TYPE_CHECKING:
+    from parasol.solver.repairs import Repair
 
 BINDING_TOLERANCE = 1e-9
 
@@ -120,6 +122,9 @@ def explain(problem: Problem, mapping: Mapping, options: MegatronOptions | None 
     conflict: tuple[str, ...] = ()
     fixes: tuple[Repair, ...] = ()
     if not evaluation.feasible:
+        from parasol.solver.conflicts import minimal_conflict
+        from parasol.solver.repairs import nearest_repairs
+
         conflict = minimal_conflict(problem, mapping, options)
         fixes = tuple(nearest_repairs(problem, mapping, options, k=repairs))
     return Explanation(problem=problem, mapping=mapping, evaluation=evaluation, groups=groups,
