@@ -50,15 +50,6 @@ def groups(sizes: dict[str, int], dims: tuple[str, ...]) -> list[list[int]]:
     return result
 
 
-def group_of_rank(sizes: dict[str, int], dims: tuple[str, ...], rank: int) -> list[int]:
-    """The group over `dims` that contains `rank`."""
-    st = strides(sizes)
-    coords = {d: (rank // st[d]) % sizes[d] for d in ORDER}
-    base = rank - sum(coords[d] * st[d] for d in dims)
-    return sorted(base + sum(i * st[d] for i, d in zip(idx, dims, strict=True))
-                  for idx in product(*(range(sizes[d]) for d in dims)))
-
-
 @dataclass(frozen=True)
 class GroupPlacement:
     """How the groups of one kind lie on the cluster (worst group of the kind)."""

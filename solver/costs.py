@@ -63,12 +63,6 @@ def block_kinds(problem: Problem) -> tuple[tuple, ...]:
     return tuple(kinds)
 
 
-def block_kind_indices(problem: Problem) -> tuple[int, ...]:
-    """The kind index of every main block, in block order."""
-    kinds = block_kinds(problem)
-    return tuple(kinds.index(block_kind(b)) for b in problem.model.blocks)
-
-
 def prefix_counts(problem: Problem, kinds: tuple[tuple, ...]) -> tuple[tuple[int, ...], ...]:
     """For each kind, how many of the first i blocks are of that kind (i = 0..L)."""
     out = []
