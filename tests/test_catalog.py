@@ -14,7 +14,7 @@ from parasol.problems.catalog import catalog_names, load_model, model_summary
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 EXPECTED = {
-    "deepseek-v4-pro", "deepseek-v4-flash", "deepseek-v3", "deepseek-v2", "qwen3-235b-a22b", "qwen3-30b-a3b",
+    "deepseek-v4-pro", "deepseek-v4-flash", "deepseek-v3", "deepseek-v3.1", "deepseek-v2", "qwen3-235b-a22b", "qwen3-30b-a3b",
     "mixtral-8x7b", "mixtral-8x22b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "gpt-3-175b",
     "nemotron-4-340b", "moe-5t",
     # added for the measured runs of reference/measured-configs.yaml (step-time calibration, issue 4)
