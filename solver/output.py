@@ -18,7 +18,9 @@ def front_table(result: SolveResult, problem: Problem) -> Table:
     """One row per mapping: rank, degrees, layout, predicted time and throughput, peak memory, binding rules."""
     table = Table(title=f"{problem.model.name} on {problem.gpus:,} × {problem.hardware.gpu.name}: "
                         f"{result.status}, {len(result.mappings)} mapping(s) "
-                        f"({result.rows_fitting} of {result.rows} degree rows fit in memory)")
+                        f"({result.rows_fitting} of {result.rows} degree rows fit in memory"
+                        + (f", {result.rows_priced} priced within the time limit)" if result.rows_priced < result.rows_fitting
+                           else ")"))
     for col in ("rank", "TP", "PP", "CP", "EP", "ETP", "VPP", "MBS", "recompute", "m", "bubble",
                 "blocks per stage", "step s", "tok/s/GPU", "MFU", "peak GB"):
         table.add_column(col, justify="left" if col in ("recompute", "blocks per stage") else "right",

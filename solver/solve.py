@@ -6,7 +6,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from parasol.constraints.flops import model_flops_per_token
 from parasol.errors import InputError
+from parasol.problems.derived import derive
 from parasol.problems.loader import Problem
 from parasol.problems.schema import Objective
 from parasol.solver.costs import (
@@ -23,7 +25,7 @@ from parasol.solver.cuts import row_staircase, some_cut_fits
 from parasol.solver.explain import Explanation, explain
 from parasol.solver.pareto import pareto_search
 from parasol.solver.program import compile_program
-from parasol.solver.space import enumerate_rows
+from parasol.solver.space import Row, enumerate_rows
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class SolveResult:
     rows_fitting: int
     master_solves: int
     seconds: float
+    rows_priced: int = 0
 
     def as_dict(self) -> dict:
         """The BRIEF's `solve --json` contract: {"status", "mappings": [...]} plus search statistics."""
@@ -70,7 +73,8 @@ class SolveResult:
             "status": self.status,
             "mappings": [m.as_dict() for m in self.mappings],
             "search": {"rows": self.rows, "rows_with_a_fitting_cut": self.rows_fitting,
-                       "master_solves": self.master_solves, "seconds": round(self.seconds, 3)},
+                       "rows_priced": self.rows_priced, "master_solves": self.master_solves,
+                       "seconds": round(self.seconds, 3)},
         }
 
 
@@ -88,10 +92,33 @@ def check_objectives(problem: Problem) -> None:
             file=problem.source, line=problem.line_of("objectives"))
 
 
+PRICING_SHARE = 0.6
+"""Share of the time limit the step-time pricing of rows may use before the search starts."""
+
+
+def ideal_step_s(problem: Problem, row: Row) -> float:
+    """A quick optimistic step time used only to decide which rows to price first: model FLOPs of the
+    step at the GEMM precision's peak, stretched by the row's pipeline fill and recompute."""
+    d = derive(problem.model, row.mapping(problem))
+    m, p, v = float(d.num_microbatches), row.pp, row.vpp
+    flops = model_flops_per_token(problem.model, problem.training.seq_len) * problem.training.global_batch \
+        * problem.training.seq_len
+    peak = problem.hardware.gpu.peak_flops(problem.training.precision.value)
+    stretch = (v * m + p - 1) / (v * m) * (4 / 3 if row.recompute == "full" else 1.0)
+    return flops / (problem.gpus * peak) * stretch
+
+
+def priced_first(problem: Problem, rows: tuple[Row, ...]) -> tuple[Row, ...]:
+    """Rows in the order their step time is priced: most promising first, so a time limit that cuts
+    pricing short keeps the rows most likely on the front (ties in row order)."""
+    return tuple(sorted(rows, key=lambda r: (ideal_step_s(problem, r), r)))
+
+
 def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limit_s: float = 60.0) -> SolveResult:
     """The Pareto-ranked feasible mappings of `problem` (up to `top`, whole fronts). Rows whose every
-    cut overflows memory are set aside before any time is priced; the rest get cost tables and
-    staircases and go to the master program."""
+    cut overflows memory are set aside before any time is priced; the rest get cost tables (most
+    promising first, within PRICING_SHARE of the time limit) and staircases, and go to the master
+    program. Rows left unpriced by the time limit make the answer `feasible`, not `optimal`."""
     start = time.perf_counter()
     check_objectives(problem)
     rows = enumerate_rows(problem)
@@ -102,10 +129,17 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     fitting = tuple(r for r in rows if some_cut_fits(row_costs(problem, r, None), counts, usable))
     if not fitting:
         return SolveResult("infeasible", (), len(rows), 0, 0, time.perf_counter() - start)
-    total_rows, rows = len(rows), fitting
-    costs = tuple(row_costs(problem, r, time_model) for r in rows)
+    total_rows = len(rows)
+    rows = priced_first(problem, fitting)
+    costs = []
+    for r in rows:
+        if costs and time.perf_counter() - start > PRICING_SHARE * time_limit_s:
+            break
+        costs.append(row_costs(problem, r, time_model))
+    all_priced = len(costs) == len(rows)
+    rows = rows[:len(costs)]
     stairs = tuple(row_staircase(c, counts, usable) for c in costs)
-    program = compile_program(problem, rows, costs, stairs)
+    program = compile_program(problem, rows, tuple(costs), stairs)
     remaining = max(time_limit_s - (time.perf_counter() - start), 0.1)
     outcome = pareto_search(program, top, remaining)
     solved = []
@@ -114,9 +148,10 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         solved.append(SolvedMapping(pt.pareto_rank, pt.optimal, pt.time_units * TIME_UNIT_S,
                                     pt.memory_units * MEMORY_UNIT_MB / 1000, pt.time_bound * TIME_UNIT_S,
                                     explain(problem, mapping, repairs=0)))
+    complete = outcome.complete and all_priced
     if not solved:
-        status = "infeasible" if outcome.complete else "unknown"
+        status = "infeasible" if complete else "unknown"
     else:
-        status = "optimal" if outcome.complete and all(s.optimal for s in solved) else "feasible"
-    return SolveResult(status, tuple(solved), total_rows, len(rows), outcome.master_solves,
-                       time.perf_counter() - start)
+        status = "optimal" if complete and all(s.optimal for s in solved) else "feasible"
+    return SolveResult(status, tuple(solved), total_rows, len(fitting), outcome.master_solves,
+                       time.perf_counter() - start, len(rows))

@@ -24,17 +24,25 @@ def _pins(value: int | list[int] | None) -> tuple[int, ...] | None:
     return (value,) if isinstance(value, int) else tuple(sorted(set(value)))
 
 
+MIN_TOKENS_PER_CP_RANK = 1024
+"""Default CP stops where a rank would hold fewer tokens of a sequence than this."""
+
+
 def default_domains(problem: Problem) -> dict[str, tuple[int, ...]]:
-    """Values tried when the problem's `search` leaves a degree open: TP within a node, PP up to the
-    block count, CP dividing the sequence in 2·CP chunks, EP dividing the experts, VPP 1-4, MBS 1-4."""
-    model, gpus = problem.model, problem.gpus
+    """Values tried when the problem's `search` leaves a degree open: TP within a node dividing the
+    heads, PP up to the block count, CP up to 8 with at least MIN_TOKENS_PER_CP_RANK tokens per rank
+    and S divisible by 2·CP, EP dividing the experts, VPP 1-2, MBS 1-2. ETP is 1 or TP (see rows);
+    a search section widens any of them."""
+    model, gpus, seq = problem.model, problem.gpus, problem.training.seq_len
     node = problem.hardware.topology.gpus_per_node
-    tp = tuple(t for t in POWERS_OF_TWO if t <= node and t <= model.attention.num_heads)
+    heads = model.attention.num_heads
+    tp = tuple(t for t in POWERS_OF_TWO if t <= node and heads % t == 0)
     pp = tuple(p for p in POWERS_OF_TWO if p <= model.num_layers and gpus % p == 0)
-    cp = tuple(c for c in POWERS_OF_TWO[:5] if problem.training.seq_len % (2 * c) == 0 or c == 1)
+    cp = tuple(c for c in POWERS_OF_TWO[:4]
+               if c == 1 or (seq % (2 * c) == 0 and seq // c >= MIN_TOKENS_PER_CP_RANK))
     experts = model.moe.num_experts if model.moe else 1
     ep = tuple(e for e in range(1, experts + 1) if experts % e == 0 and e <= gpus)
-    return {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": tp, "vpp": (1, 2, 4), "mbs": (1, 2, 4)}
+    return {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": tp, "vpp": (1, 2), "mbs": (1, 2)}
 
 
 def search_domains(problem: Problem) -> dict[str, tuple[int, ...]]:
@@ -86,14 +94,21 @@ def whole_folding(gpus: int, gbs: int, tp: int, pp: int, cp: int, ep: int, etp: 
     return gbs % per_step == 0
 
 
+def expert_tp_choices(problem: Problem, tp: int) -> tuple[int, ...]:
+    """ETP values worth trying when the search leaves ETP open: TP (Megatron's default) and, for MoE
+    models, 1 (whole experts per rank). A dense model has no expert grid, so ETP = TP only."""
+    return (tp,) if problem.model.moe is None else tuple(sorted({1, tp}))
+
+
 def enumerate_rows(problem: Problem, domains: dict[str, tuple[int, ...]] | None = None) -> tuple[Row, ...]:
     """Every row of the search space with a whole folding identity and at least one block per stage."""
     doms = domains or search_domains(problem)
     gpus, gbs = problem.gpus, problem.training.global_batch
     blocks = problem.model.num_layers
+    free_etp = problem.spec.search.etp is None
     rows = []
     for tp, pp, cp, ep, etp, vpp, mbs in product(*(doms[n] for n in DEGREE_NAMES)):
-        if pp * vpp > blocks:
+        if pp * vpp > blocks or (free_etp and etp not in expert_tp_choices(problem, tp)):
             continue
         if not whole_folding(gpus, gbs, tp, pp, cp, ep, etp, mbs):
             continue
