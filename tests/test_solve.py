@@ -118,3 +118,16 @@ def test_cli_solve_infeasible_exits_1(tmp_path) -> None:
     result = CliRunner().invoke(main, ["solve", str(path), "--json"])
     assert result.exit_code == 1
     assert json.loads(result.stdout)["status"] == "infeasible"
+
+
+def test_time_limit_returns_best_found_marked_feasible(tmp_path) -> None:
+    """A solver time-out returns the mappings found so far, marked `feasible`, not `optimal`: here
+    the limit stops the step-time pricing after the most promising rows of a default search space."""
+    path = tmp_path / "llama.yaml"
+    path.write_text("model: llama-3.1-8b\ntraining: {seq_len: 4096, global_batch: 256}\n"
+                    "hardware: {preset: h100-hgx, gpus: 64}\n", encoding="utf-8")
+    problem = load_problem(path)
+    result = solve(problem, CalibratedStageTimes(problem), top=3, time_limit_s=0.3)
+    assert result.status == "feasible"
+    assert result.mappings and result.rows_priced < result.rows_fitting
+    assert all(m.as_dict()["feasible"] for m in result.mappings)
