@@ -21,7 +21,7 @@ from parasol.problems.schema import RECOMPUTE_MODULES
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
 
-    from parasol.constraints.base import Facts
+    from parasol.constraints.base import Constraint, Facts
     from parasol.problems.loader import Problem
 
 DEGREES = ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs")
@@ -64,6 +64,15 @@ class DecisionVars:
         if name in degree:
             return degree[name]
         raise AttributeError(name)
+
+    def post_rules(self, rules: Iterable[Constraint]) -> dict[str, cp_model.IntVar]:
+        """Post every rule behind a fresh literal of its own; returns rule id -> literal."""
+        literals = {}
+        for rule in rules:
+            literal = self.model.NewBoolVar(f"rule[{rule.id}]")
+            rule.post(self.model, self, literal)
+            literals[rule.id] = literal
+        return literals
 
     def domain_values(self, name: str) -> list[int]:
         """The values a degree variable may take, ascending."""

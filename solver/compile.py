@@ -119,9 +119,4 @@ def compile_rules(problem: Problem, rules: Sequence[Constraint], domains: dict[s
     v.options = opts
     memory = MemoryOracle(problem, opts, gpus, run_gbs, seq_len, layout, screen)
     v.memory_fits = memory
-    literals: dict[str, cp_model.IntVar] = {}
-    for rule in rules:
-        literal = model.NewBoolVar(f"rule[{rule.id}]")
-        rule.post(model, v, literal)
-        literals[rule.id] = literal
-    return CompiledRules(model=model, vars=v, literals=literals, rules=tuple(rules), memory=memory)
+    return CompiledRules(model=model, vars=v, literals=v.post_rules(rules), rules=tuple(rules), memory=memory)

@@ -65,12 +65,9 @@ def _post_rules(model: cp_model.CpModel, problem: Problem, rows: tuple[Row, ...]
         model.Add(v.degree[name] == sum(getattr(rows[i], name) * y for i, y in steps))
     for opt, flag in v.recompute.items():
         model.Add(flag == sum(y for i, y in steps if rows[i].recompute == opt))
-    literals = {}
-    for rule in rules:
-        lit = model.NewBoolVar(f"rule_{rule.id}")
-        rule.post(model, v, lit)
-        model.Add(lit == 1)
-        literals[rule.id] = lit
+    literals = v.post_rules(rules)
+    for literal in literals.values():
+        model.Add(literal == 1)
     return literals
 
 
