@@ -75,16 +75,19 @@ class CommTerm:
     nvlink_s: float = 0.0
     network_s: float = 0.0
     latency_s: float = 0.0
+    network_bytes: float = 0.0
+    """Bytes one GPU sends through its NIC (the scale-out network) for this transfer."""
 
     def __add__(self, other: CommTerm) -> CommTerm:
         """Two transfers one after the other, summed level by level (priced on the slower level of the sum,
         exact when both have the same mix of levels, as repeated collectives of one group do)."""
         return CommTerm(self.nvlink_s + other.nvlink_s, self.network_s + other.network_s,
-                        self.latency_s + other.latency_s)
+                        self.latency_s + other.latency_s, self.network_bytes + other.network_bytes)
 
     def scaled(self, factor: float) -> CommTerm:
         """The same transfer repeated `factor` times."""
-        return CommTerm(self.nvlink_s * factor, self.network_s * factor, self.latency_s * factor)
+        return CommTerm(self.nvlink_s * factor, self.network_s * factor, self.latency_s * factor,
+                        self.network_bytes * factor)
 
     def seconds(self, nvlink_efficiency: float = 1.0, network_efficiency: float = 1.0) -> float:
         """Time at the given achievable fractions of the nominal link rates."""
@@ -101,7 +104,8 @@ def _ring(volume: float, link: GroupLink) -> CommTerm:
         return CommTerm(nvlink_s=volume / (link.bandwidth_gb_s * GB))
     rings = max(min(link.local_peers, link.size), 1)
     nvlink = volume / (link.nvlink_gb_s * GB) if rings > 1 else 0.0
-    return CommTerm(nvlink_s=nvlink, network_s=volume / (rings * link.network_gb_s * GB))
+    return CommTerm(nvlink_s=nvlink, network_s=volume / (rings * link.network_gb_s * GB),
+                    network_bytes=volume / rings)
 
 
 def ring_all_reduce(nbytes: float, link: GroupLink) -> CommTerm:
@@ -133,8 +137,9 @@ def all_to_all(nbytes_per_rank: float, link: GroupLink) -> CommTerm:
         return NO_COMM
     local = min(link.local_peers, n)
     nvlink = (local - 1) / n * nbytes_per_rank / (link.nvlink_gb_s * GB)
-    network = (n - local) / n * nbytes_per_rank / (link.network_gb_s * GB) if n > local else 0.0
-    return CommTerm(nvlink_s=nvlink, network_s=network, latency_s=link.latency_us * US)
+    remote = (n - local) / n * nbytes_per_rank if n > local else 0.0
+    return CommTerm(nvlink_s=nvlink, network_s=remote / (link.network_gb_s * GB), latency_s=link.latency_us * US,
+                    network_bytes=remote)
 
 
 def remote_domains_per_token(domains: int, top_k: int) -> float:
@@ -152,8 +157,9 @@ def deduplicated_dispatch(token_bytes: float, top_k: int, link: GroupLink) -> Co
         return NO_COMM
     local = min(link.local_peers, n)
     nvlink = top_k * token_bytes * (local - 1) / local / (link.nvlink_gb_s * GB)
-    network = token_bytes * remote_domains_per_token(link.domains, top_k) / (link.network_gb_s * GB)
-    return CommTerm(nvlink_s=nvlink, network_s=network, latency_s=link.latency_us * US)
+    remote = token_bytes * remote_domains_per_token(link.domains, top_k)
+    return CommTerm(nvlink_s=nvlink, network_s=remote / (link.network_gb_s * GB), latency_s=link.latency_us * US,
+                    network_bytes=remote)
 
 
 def point_to_point(nbytes: float, link: GroupLink) -> CommTerm:
@@ -161,7 +167,7 @@ def point_to_point(nbytes: float, link: GroupLink) -> CommTerm:
     if link.size <= 1 or nbytes <= 0:
         return NO_COMM
     seconds = nbytes / (link.bandwidth_gb_s * GB)
-    level = CommTerm(network_s=seconds) if link.over_network else CommTerm(nvlink_s=seconds)
+    level = CommTerm(network_s=seconds, network_bytes=nbytes) if link.over_network else CommTerm(nvlink_s=seconds)
     return level + CommTerm(latency_s=link.latency_us * US)
 
 

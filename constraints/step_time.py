@@ -720,14 +720,21 @@ def _compute_times(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
     return t
 
 
+PASSES_PER_MICROBATCH = {"tp": 2, "recompute_comm": 1, "cp": 3, "ep": 2, "fsdp_gather": 2, "fsdp_reduce": 1}
+"""Times each per-microbatch exchange runs: forward and backward (TP, EP, FSDP's parameter gather),
+CP's backward moving K, V and their gradients, recompute's extra forward and FSDP's one gradient
+reduce-scatter."""
+
+
 def _exposed_per_microbatch(b: WorkloadBatch, c: Coefs, t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Exposed TP, CP, EP and FSDP seconds of one microbatch per stage: forward + backward exchanges
     (CP's backward moves K, V and their gradients), each hidden up to its overlap share and window."""
     compute = t["forward"] + t["backward"]
-    tp = 2 * _priced(b.comm["tp"], c) + _priced(b.comm["recompute_comm"], c)
-    cp = 3 * _priced(b.comm["cp"], c)
-    ep = 2 * _priced(b.comm["ep"], c)
-    fsdp = 2 * _priced(b.comm["fsdp_gather"], c) + _priced(b.comm["fsdp_reduce"], c)
+    n = PASSES_PER_MICROBATCH
+    tp = n["tp"] * _priced(b.comm["tp"], c) + n["recompute_comm"] * _priced(b.comm["recompute_comm"], c)
+    cp = n["cp"] * _priced(b.comm["cp"], c)
+    ep = n["ep"] * _priced(b.comm["ep"], c)
+    fsdp = n["fsdp_gather"] * _priced(b.comm["fsdp_gather"], c) + n["fsdp_reduce"] * _priced(b.comm["fsdp_reduce"], c)
     gemm_window = t["gemm"] + t["gemm_b"] + t["grouped"] + t["grouped_b"]
     return {
         "tp": tp - _hidden(tp, c["overlap_tp"], gemm_window),
@@ -735,6 +742,24 @@ def _exposed_per_microbatch(b: WorkloadBatch, c: Coefs, t: dict[str, np.ndarray]
         "ep": ep - _hidden(ep, c["overlap_ep"], compute),
         "fsdp": fsdp - _hidden(fsdp, c["overlap_dp"], compute),
     }
+
+
+STEP_EXCHANGES = ("dp_dense_reduce", "dp_dense_gather", "dp_expert_reduce", "dp_expert_gather")
+"""Exchanges that run once per step: the data-parallel gradient reduction and parameter gather."""
+
+
+def network_bytes_per_step(w: Workload) -> float:
+    """Bytes that cross the scale-out network (leave a GPU through its NIC) in one step, summed over
+    all GPUs: every pipeline rank's per-microbatch exchanges × m, its per-step DP exchanges, and the
+    pipeline sends of its (v·p − 1)/p chunk boundaries per microbatch, times the GPUs per pipeline
+    rank (N/PP). Overlap hides time, not bytes, so nothing is discounted."""
+    per_rank = 0.0
+    for s in w.stages:
+        per_rank += w.microbatches * sum(n * getattr(s, k).network_bytes for k, n in PASSES_PER_MICROBATCH.items())
+        per_rank += sum(getattr(s, k).network_bytes for k in STEP_EXCHANGES)
+    boundaries = (w.vpp * w.pp - 1) / w.pp if w.pp > 1 else 0.0
+    per_rank += w.pp * w.microbatches * boundaries * w.p2p.network_bytes
+    return per_rank * w.gpus / w.pp
 
 
 def _data_parallel_exposure(b: WorkloadBatch, c: Coefs, t: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -844,6 +869,8 @@ class StepTime:
     peak_tflops: float
     precision: str
     coefficients: str
+    network_bytes: float = 0.0
+    """Bytes crossing the scale-out network per step, all GPUs together (network_bytes_per_step)."""
     assumptions: tuple[str, ...] = field(default=())
 
     def as_dict(self) -> dict:
@@ -863,6 +890,7 @@ class StepTime:
             "peak_tflops": self.peak_tflops,
             "precision": self.precision,
             "coefficients": self.coefficients,
+            "network_bytes_per_step": round(self.network_bytes),
             "assumptions": list(self.assumptions),
         }
 
@@ -903,6 +931,7 @@ def result_from_prices(w: Workload, p: dict[str, np.ndarray], source: str, i: in
         peak_tflops=w.peak_flops / 1e12,
         precision=w.precision,
         coefficients=source,
+        network_bytes=network_bytes_per_step(w),
         assumptions=STEP_ASSUMPTIONS,
     )
 

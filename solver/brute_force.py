@@ -1,6 +1,7 @@
 """The brute-force reference of `solve`: enumerate every row, judge it with the Python rules, try every
 cut (all compositions of the blocks into PP·VPP stages of at least one block; for interleaved rows
-the balanced layout, as the solver does), and keep the non-dominated (step time, peak memory) points.
+the balanced layout, as the solver does), and keep the non-dominated points of the two front
+objectives (step time × peak memory by default).
 Tests compare its front with the CP-SAT master's on small problems.
 """
 
@@ -14,8 +15,10 @@ import numpy as np
 from parasol.constraints.evaluate import evaluate
 from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
+from parasol.problems.schema import Objective
 from parasol.solver.costs import RowCosts
 from parasol.solver.cuts import rank_counts
+from parasol.solver.objectives import DEFAULT_OBJECTIVES, SCALES, row_units
 from parasol.solver.program import program_rules
 from parasol.solver.space import Row
 
@@ -24,19 +27,24 @@ MAX_LAYOUTS = 200_000
 
 @dataclass(frozen=True)
 class RefPoint:
-    """A (row, layout) with its objective values in the solver's units."""
+    """A (row, layout) with its objective values in the solver's units: step time, peak memory and the
+    two front objectives (by default the same two)."""
 
     row: Row
     layout: tuple[int, ...]
     time_units: int
     memory_units: int
+    values: tuple[int, int]
+    order: int = 0
+    """The row's position in the search order (the solver's tie-break between equal points)."""
 
 
 def nondominated(points: list[RefPoint]) -> list[RefPoint]:
-    """Points no other point beats on both objectives (one per objective pair: lowest row, layout)."""
+    """Points no other point beats on both front objectives (one per value pair: first in search order,
+    then fastest, leanest, by layout)."""
     best: dict[tuple[int, int], RefPoint] = {}
-    for p in sorted(points, key=lambda q: (q.time_units, q.memory_units, q.row, q.layout)):
-        best.setdefault((p.time_units, p.memory_units), p)
+    for p in sorted(points, key=lambda q: (q.values, q.order, q.time_units, q.memory_units, q.layout)):
+        best.setdefault(p.values, p)
     out, floor = [], None
     for key in sorted(best):
         if floor is None or key[1] < floor:
@@ -52,8 +60,10 @@ def compositions(total: int, parts: int):
         yield tuple(edges[i + 1] - edges[i] for i in range(parts))
 
 
-def row_points(c: RowCosts, counts: np.ndarray, usable: int) -> list[RefPoint]:
-    """Every non-dominated (layout, objectives) of one row, by enumeration."""
+def row_points(c: RowCosts, counts: np.ndarray, usable: int, per_row: dict[Objective, int] | None = None,
+               objectives: tuple[Objective, Objective] = DEFAULT_OBJECTIVES, order: int = 0) -> list[RefPoint]:
+    """Every non-dominated (layout, objectives) of one row, by enumeration; `per_row` holds the row's
+    per-row objective values."""
     blocks = counts.shape[0] - 1
     row = c.row
     if row.vpp > 1:
@@ -67,7 +77,8 @@ def row_points(c: RowCosts, counts: np.ndarray, usable: int) -> list[RefPoint]:
         per_rank = rank_counts(lay, row.pp, counts)
         if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)):
             t, m = c.objectives(per_rank)
-            points.append(RefPoint(row, lay, t, m))
+            known = {Objective.step_time: t, Objective.peak_memory: m, **(per_row or {})}
+            points.append(RefPoint(row, lay, t, m, (known[objectives[0]], known[objectives[1]]), order))
     return nondominated(points)
 
 
@@ -78,11 +89,12 @@ def rule_feasible(problem: Problem, row: Row) -> bool:
     return evaluate(problem, row.mapping(problem, layout), program_rules(problem)).feasible
 
 
-def reference_front(problem: Problem, costs: tuple[RowCosts, ...], counts: np.ndarray,
-                    usable: int) -> list[RefPoint]:
-    """The exact rank-1 front by enumeration."""
+def reference_front(problem: Problem, costs: tuple[RowCosts, ...], counts: np.ndarray, usable: int,
+                    objectives: tuple[Objective, Objective] = DEFAULT_OBJECTIVES) -> list[RefPoint]:
+    """The exact rank-1 front over `objectives` by enumeration."""
     points: list[RefPoint] = []
-    for c in costs:
+    for order, c in enumerate(costs):
         if rule_feasible(problem, c.row):
-            points.extend(row_points(c, counts, usable))
+            per_row = {o: row_units(problem, c.row, o) for o in objectives if not SCALES[o].per_cut}
+            points.extend(row_points(c, counts, usable, per_row, objectives, order))
     return nondominated(points)

@@ -98,7 +98,8 @@ class Explanation:
 
 
 def step_metrics(step: StepTime) -> dict:
-    """The BRIEF's step-time metrics: step time, throughput, model TFLOP/s, MFU and HFU."""
+    """The BRIEF's step-time metrics: step time, throughput, model TFLOP/s, MFU and HFU, and the
+    bytes crossing the scale-out network per step (TB, all GPUs)."""
     return {
         "step_time_s": round(step.step_time_s, 6),
         "tokens_per_s": round(step.tokens_per_s, 3),
@@ -106,6 +107,7 @@ def step_metrics(step: StepTime) -> dict:
         "model_tflops_per_gpu": round(step.model_tflops_per_gpu, 3),
         "mfu": round(step.mfu, 6),
         "hfu": round(step.hfu, 6),
+        "network_tb_per_step": round(step.network_bytes / 1e12, 6),
     }
 
 

@@ -15,14 +15,16 @@ from parasol.solver.solve import SolveResult
 
 
 def front_table(result: SolveResult, problem: Problem) -> Table:
-    """One row per mapping: rank, degrees, layout, predicted time and throughput, peak memory, binding rules."""
-    table = Table(title=f"{problem.model.name} on {problem.gpus:,} × {problem.hardware.gpu.name}: "
+    """One row per mapping: rank, degrees, layout, predicted time and throughput, peak memory and the
+    TB crossing the scale-out network per step; the title names the front's two objectives."""
+    front = " × ".join(o.value for o in problem.spec.objectives)
+    table = Table(title=f"{problem.model.name} on {problem.gpus:,} × {problem.hardware.gpu.name}, front {front}: "
                         f"{result.status}, {len(result.mappings)} mapping(s) "
                         f"({result.rows_fitting} of {result.rows} degree rows fit in memory"
                         + (f", {result.rows_priced} priced within the time limit)" if result.rows_priced < result.rows_fitting
                            else ")"))
     for col in ("rank", "TP", "PP", "CP", "EP", "ETP", "VPP", "MBS", "recompute", "m", "bubble",
-                "blocks per stage", "step s", "tok/s/GPU", "MFU", "peak GB"):
+                "blocks per stage", "step s", "tok/s/GPU", "MFU", "peak GB", "net TB"):
         table.add_column(col, justify="left" if col in ("recompute", "blocks per stage") else "right",
                          overflow="fold")
     for sm in result.mappings:
@@ -33,6 +35,7 @@ def front_table(result: SolveResult, problem: Problem) -> Table:
             str(derived["num_microbatches"]), f"{derived['bubble_fraction']:.1%}", run_length(m["layout"]),
             f"{metrics.get('step_time_s', float('nan')):.3f}", f"{metrics.get('tokens_per_s_per_gpu', 0):,.0f}",
             f"{metrics.get('mfu', 0):.1%}", f"{metrics.get('peak_memory_gb', 0):.2f}",
+            f"{metrics.get('network_tb_per_step', float('nan')):,.1f}",
         )
     return table
 

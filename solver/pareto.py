@@ -1,12 +1,11 @@
-"""Exact Pareto search over (step time, peak memory) by the epsilon-constraint method on the master
-program.
+"""Exact Pareto search over two objectives (default step time × peak memory) by the epsilon-constraint
+method on the master program.
 
-Each point: minimise step time under a memory cap, then minimise memory at that time with the
-smallest row index as a tie-break (lexicographic; one objective M·R + row); the next cap is one unit
-below.
-Further fronts exclude the rows
-already ranked, so `--top K` lists distinct degree configurations. Solves run on one worker with a
-fixed seed and are warm-started: the same input gives the same answer.
+Each point: minimise the first objective under a cap on the second, then minimise the second at
+that value with the smallest row index as a tie-break (lexicographic; one objective S·R + row); the
+next cap is one unit below. Further fronts exclude the rows already ranked, so `--top K` lists
+distinct degree configurations. Solves run on one worker with a fixed seed and are warm-started:
+the same input gives the same answer.
 """
 
 from __future__ import annotations
@@ -17,7 +16,9 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from parasol.problems.schema import Objective
 from parasol.solver.cuts import CutPoint
+from parasol.solver.objectives import DEFAULT_OBJECTIVES
 from parasol.solver.program import Program
 
 SEED = 20261129
@@ -34,8 +35,10 @@ class Point:
     memory_units: int
     pareto_rank: int
     optimal: bool
-    time_bound: int
-    """Best lower bound CP-SAT proved for the step time of this point (= time_units when optimal)."""
+    bound: int
+    """Best lower bound CP-SAT proved for the first objective at this point (= its value when optimal)."""
+    values: tuple[int, int]
+    """The two front objectives' values, in the program's units."""
 
 
 @dataclass(frozen=True)
@@ -51,8 +54,7 @@ class SearchOutcome:
 @dataclass(frozen=True)
 class _Answer:
     row: int
-    time_units: int
-    memory_units: int
+    values: tuple[int, int]
     optimal: bool
     bound: int
 
@@ -60,8 +62,11 @@ class _Answer:
 class Search:
     """The master solves of one search: a shared deadline and warm starts."""
 
-    def __init__(self, program: Program, time_limit_s: float) -> None:
+    def __init__(self, program: Program, time_limit_s: float,
+                 objectives: tuple[Objective, Objective] = DEFAULT_OBJECTIVES) -> None:
         self.p = program
+        self.first, self.second = (program.objectives[o] for o in objectives)
+        self.names = objectives
         self.deadline = time.perf_counter() + time_limit_s
         self.solves = 0
         self.complete = True
@@ -92,7 +97,7 @@ class Search:
             self.complete = self.complete and status == cp_model.INFEASIBLE
             return None
         self.hint = solver.Value(self.p.row_index)
-        return _Answer(self.hint, solver.Value(self.p.time_units), solver.Value(self.p.memory_units),
+        return _Answer(self.hint, (solver.Value(self.first), solver.Value(self.second)),
                        status == cp_model.OPTIMAL, int(solver.BestObjectiveBound()))
 
 
@@ -104,9 +109,12 @@ def _exclude(row_index: cp_model.IntVar, rows: set[int]) -> Extra:
     return lambda model: [model.Add(row_index != i) for i in sorted(rows)]
 
 
-def _step(points: tuple[CutPoint, ...], time_units: int, memory_units: int) -> CutPoint:
-    """The staircase step that realises (time, memory): within both, the fastest."""
-    return min((q for q in points if q.time_units <= time_units and q.memory_units <= memory_units),
+def _step(points: tuple[CutPoint, ...], caps: dict[Objective, int]) -> CutPoint:
+    """The staircase step that realises the front point: within the caps on the per-cut objectives
+    among the two (none for per-row objectives), the fastest, then the leanest."""
+    time_cap = caps.get(Objective.step_time, max(q.time_units for q in points))
+    memory_cap = caps.get(Objective.peak_memory, max(q.memory_units for q in points))
+    return min((q for q in points if q.time_units <= time_cap and q.memory_units <= memory_cap),
                key=lambda q: (q.time_units, q.memory_units, q.layout))
 
 
@@ -117,25 +125,26 @@ def one_front(search: Search, rank: int, excluded: set[int]) -> list[Point]:
     cap: int | None = None
     base = [_exclude(p.row_index, excluded)] if excluded else []
     while True:
-        capped = base + ([_le(p.memory_units, cap)] if cap is not None else [])
-        fastest = search.solve(capped, p.time_units)
-        if fastest is None:
+        capped = base + ([_le(search.second, cap)] if cap is not None else [])
+        best = search.solve(capped, search.first)
+        if best is None:
             return points
-        leanest = search.solve(capped + [_le(p.time_units, fastest.time_units)],
-                               p.memory_units * len(p.rows) + p.row_index)
+        first = best.values[0]
+        leanest = search.solve(capped + [_le(search.first, first)], search.second * len(p.rows) + p.row_index)
         if leanest is None:
             return points
-        step = _step(p.staircases[leanest.row].points, fastest.time_units, leanest.memory_units)
-        optimal = fastest.optimal and leanest.optimal
-        points.append(Point(leanest.row, step.layout, fastest.time_units, leanest.memory_units, rank, optimal,
-                            fastest.bound))
-        cap = leanest.memory_units - 1
+        second = leanest.values[1]
+        step = _step(p.staircases[leanest.row].points, dict(zip(search.names, (first, second), strict=True)))
+        points.append(Point(leanest.row, step.layout, step.time_units, step.memory_units, rank,
+                            best.optimal and leanest.optimal, best.bound, (first, second)))
+        cap = second - 1
 
 
-def pareto_search(program: Program, top: int, time_limit_s: float) -> SearchOutcome:
-    """Fronts of rank 1, 2, ... until `top` points are found or no row is left."""
+def pareto_search(program: Program, top: int, time_limit_s: float,
+                  objectives: tuple[Objective, Objective] = DEFAULT_OBJECTIVES) -> SearchOutcome:
+    """Fronts of rank 1, 2, ... over `objectives` until `top` points are found or no row is left."""
     start = time.perf_counter()
-    search = Search(program, time_limit_s)
+    search = Search(program, time_limit_s, objectives)
     points: list[Point] = []
     excluded: set[int] = set()
     rank = 1

@@ -21,6 +21,7 @@ from parasol.constraints.decision_vars import DecisionVars, model_consts
 from parasol.constraints.registry import active_constraints
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Recompute
+from parasol.problems.schema import Objective
 from parasol.solver.costs import RowCosts
 from parasol.solver.cuts import Staircase
 from parasol.solver.space import DEGREE_NAMES, Row
@@ -43,6 +44,8 @@ class Program:
     memory_units: cp_model.IntVar
     rules: tuple[Constraint, ...]
     literals: dict[str, cp_model.IntVar]
+    objectives: dict[Objective, cp_model.IntVar]
+    """Every objective the program can minimise, in the integer units of solver/objectives.py."""
 
 
 def program_rules(problem: Problem) -> tuple[Constraint, ...]:
@@ -72,11 +75,13 @@ def _post_rules(model: cp_model.CpModel, problem: Problem, rows: tuple[Row, ...]
 
 
 def compile_program(problem: Problem, rows: tuple[Row, ...], costs: tuple[RowCosts, ...],
-                    staircases: tuple[Staircase, ...], rules: tuple[Constraint, ...] | None = None) -> Program:
-    """The master model over `rows` and their staircases (rules default to program_rules(problem)).
+                    staircases: tuple[Staircase, ...], rules: tuple[Constraint, ...] | None = None,
+                    row_values: dict[Objective, tuple[int, ...]] | None = None) -> Program:
+    """The master model over `rows` and their staircases (rules default to program_rules(problem));
+    `row_values` gives per-row objectives (bubble, network bytes, GPUs) in integer units, one per row.
 
-    One boolean per (row, staircase step), exactly one chosen; the row index, the degrees and both
-    objectives are linear sums over them (a tight relaxation: measured 7× faster than a table of
+    One boolean per (row, staircase step), exactly one chosen; the row index, the degrees and every
+    objective are linear sums over them (a tight relaxation: measured 7× faster than a table of
     (row, time, memory) with element constraints at 9,000 steps). Rows with no fitting cut have no
     step. Callers make sure some row has one."""
     rules = program_rules(problem) if rules is None else rules
@@ -91,4 +96,9 @@ def compile_program(problem: Problem, rows: tuple[Row, ...], costs: tuple[RowCos
     memory_units = model.NewIntVar(0, max(q.memory_units for _, q in points), "peak_memory_units")
     model.Add(time_units == sum(q.time_units * y for (_, q), (_, y) in zip(points, steps, strict=True)))
     model.Add(memory_units == sum(q.memory_units * y for (_, q), (_, y) in zip(points, steps, strict=True)))
-    return Program(model, rows, costs, staircases, row_index, time_units, memory_units, rules, literals)
+    objectives = {Objective.step_time: time_units, Objective.peak_memory: memory_units}
+    for name, values in (row_values or {}).items():
+        var = model.NewIntVar(min(values), max(values), f"{name.value}_units")
+        model.Add(var == sum(values[i] * y for i, y in steps))
+        objectives[name] = var
+    return Program(model, rows, costs, staircases, row_index, time_units, memory_units, rules, literals, objectives)

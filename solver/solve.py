@@ -7,10 +7,8 @@ import time
 from dataclasses import dataclass
 
 from parasol.constraints.flops import model_flops_per_token
-from parasol.errors import InputError
 from parasol.problems.derived import derive
 from parasol.problems.loader import Problem
-from parasol.problems.schema import Objective
 from parasol.solver.costs import (
     MEMORY_UNIT_MB,
     TIME_UNIT_S,
@@ -23,6 +21,7 @@ from parasol.solver.costs import (
 )
 from parasol.solver.cuts import row_staircase, some_cut_fits
 from parasol.solver.explain import Explanation, explain
+from parasol.solver.objectives import SCALES, front_objectives, row_units
 from parasol.solver.pareto import pareto_search
 from parasol.solver.program import compile_program
 from parasol.solver.space import Row, enumerate_rows
@@ -36,21 +35,25 @@ class SolvedMapping:
     optimal: bool
     step_time_objective_s: float
     peak_memory_objective_gb: float
-    step_time_bound_s: float
+    front_values: dict[str, float]
+    """The two front objectives (in order) and their values in display units (s, GB, fraction, GPUs)."""
+    bound: float
+    """Best lower bound proved for the first front objective (= its value when optimal)."""
     explanation: Explanation
 
     def as_dict(self) -> dict:
         """The explain contract plus pareto_rank and the solver's objective values."""
         data = self.explanation.as_dict()
         data["pareto_rank"] = self.pareto_rank
+        first, value = next(iter(self.front_values.items()))
         data["objective"] = {
+            "front": dict(self.front_values),
             "step_time_s": self.step_time_objective_s,
             "peak_memory_gb": self.peak_memory_objective_gb,
-            "resolution": {"step_time_s": TIME_UNIT_S, "peak_memory_gb": MEMORY_UNIT_MB / 1000},
+            "resolution": {o.value: SCALES[o].resolution for o in SCALES},
             "proved_optimal": self.optimal,
-            "step_time_bound_s": self.step_time_bound_s,
-            "gap": 0.0 if self.optimal else
-            round((self.step_time_objective_s - self.step_time_bound_s) / self.step_time_objective_s, 6),
+            "bound": {first: self.bound},
+            "gap": 0.0 if self.optimal or value == 0 else round((value - self.bound) / value, 6),
         }
         return data
 
@@ -76,20 +79,6 @@ class SolveResult:
                        "rows_priced": self.rows_priced, "master_solves": self.master_solves,
                        "seconds": round(self.seconds, 3)},
         }
-
-
-SUPPORTED_OBJECTIVES = (Objective.step_time, Objective.peak_memory)
-
-
-def check_objectives(problem: Problem) -> None:
-    """The search builds the step time × peak memory front; other objectives are refused, not ignored."""
-    asked = problem.spec.objectives
-    if set(asked) != set(SUPPORTED_OBJECTIVES):
-        raise InputError(
-            "`solve` builds the front of step time × peak memory; the other objectives (network_bytes, "
-            "bubble, gpus) are not implemented yet.", field="objectives", value=[o.value for o in asked],
-            expected="[step_time, peak_memory]", fix="set `objectives: [step_time, peak_memory]`.",
-            file=problem.source, line=problem.line_of("objectives"))
 
 
 PRICING_SHARE = 0.6
@@ -120,7 +109,7 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     promising first, within PRICING_SHARE of the time limit) and staircases, and go to the master
     program. Rows left unpriced by the time limit make the answer `feasible`, not `optimal`."""
     start = time.perf_counter()
-    check_objectives(problem)
+    objectives = front_objectives(problem)
     rows = enumerate_rows(problem)
     if not rows:
         return SolveResult("infeasible", (), 0, 0, 0, time.perf_counter() - start)
@@ -139,14 +128,17 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     all_priced = len(costs) == len(rows)
     rows = rows[:len(costs)]
     stairs = tuple(row_staircase(c, counts, usable) for c in costs)
-    program = compile_program(problem, rows, tuple(costs), stairs)
+    per_row = {o: tuple(row_units(problem, r, o) for r in rows) for o in objectives if not SCALES[o].per_cut}
+    program = compile_program(problem, rows, tuple(costs), stairs, row_values=per_row)
     remaining = max(time_limit_s - (time.perf_counter() - start), 0.1)
-    outcome = pareto_search(program, top, remaining)
+    outcome = pareto_search(program, top, remaining, objectives)
     solved = []
     for pt in outcome.points:
         mapping = rows[pt.row_index].mapping(problem, pt.layout)
+        front = {o.value: round(v * SCALES[o].resolution, 9) for o, v in zip(objectives, pt.values, strict=True)}
         solved.append(SolvedMapping(pt.pareto_rank, pt.optimal, pt.time_units * TIME_UNIT_S,
-                                    pt.memory_units * MEMORY_UNIT_MB / 1000, pt.time_bound * TIME_UNIT_S,
+                                    pt.memory_units * MEMORY_UNIT_MB / 1000, front,
+                                    round(pt.bound * SCALES[objectives[0]].resolution, 9),
                                     explain(problem, mapping, repairs=0)))
     complete = outcome.complete and all_priced
     if not solved:

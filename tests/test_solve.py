@@ -132,4 +132,5 @@ def test_time_limit_returns_best_found_marked_feasible(tmp_path) -> None:
     assert result.mappings and result.rows_priced < result.rows_fitting
     assert all(m.as_dict()["feasible"] for m in result.mappings)
     objective = result.mappings[0].as_dict()["objective"]
-    assert objective["step_time_bound_s"] <= objective["step_time_s"] and objective["gap"] >= 0
+    assert objective["bound"]["step_time"] <= objective["front"]["step_time"] and objective["gap"] >= 0
+    assert objective["front"]["step_time"] == objective["step_time_s"]
