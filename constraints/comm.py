@@ -35,7 +35,7 @@ import numpy as np
 
 from parasol.hardware.topology import ClusterTopology, Level
 from parasol.problems.mapping import Mapping
-from parasol.problems.rank_groups import GROUP_KINDS, ORDER, dense_sizes, expert_sizes, strides
+from parasol.problems.rank_groups import GROUP_KINDS, dense_sizes, expert_sizes, lattice, order_of
 
 GB = 1e9
 US = 1e-6
@@ -181,30 +181,22 @@ def _placement(topology: ClusterTopology, members: list[int]) -> tuple[int, int,
     return racks, len(per_domain), -min(per_domain.values())
 
 
-def _lattice(sizes: dict[str, int], dims: list[str]) -> np.ndarray:
-    """Every Σ idx_d·stride_d over `dims` (rank offsets spanned by those dimensions), in product order."""
-    st = strides(sizes)
-    points = np.zeros(1, dtype=np.int64)
-    for d in dims:
-        points = (points[:, None] + np.arange(sizes[d], dtype=np.int64)[None, :] * st[d]).reshape(-1)
-    return points
-
-
-def _group_offsets(sizes: dict[str, int], dims: tuple[str, ...]) -> tuple[list[int], np.ndarray]:
+def _group_offsets(sizes: dict[str, int], dims: tuple[str, ...],
+                   order: tuple[str, ...]) -> tuple[list[int], np.ndarray]:
     """(member offsets, group bases): every group of `dims` is base + offsets (rank_groups.groups)."""
-    offsets = sorted(int(x) for x in _lattice(sizes, list(dims)))
-    return offsets, _lattice(sizes, [d for d in ORDER if d not in dims])
+    offsets = sorted(int(x) for x in lattice(sizes, list(dims), order))
+    return offsets, lattice(sizes, [d for d in order if d not in dims], order)
 
 
 def group_link(topology: ClusterTopology, mapping: Mapping, kind: str) -> GroupLink:
     """The worst-placed group of one kind (tp, cp, dp_attn, dp_cp, pp, ep, etp, dp_expert) under
-    Megatron's rank order: most racks, then most NVLink domains, then fewest local peers.
+    the mapping's rank order: most racks, then most NVLink domains, then fewest local peers.
 
     Groups are translates of one offset pattern, and racks hold whole NVLink domains, so groups whose
     bases agree modulo the rack size lie alike: one of each residue is examined."""
     grid, dims = GROUP_KINDS[kind]
     sizes = dense_sizes(mapping) if grid == "dense" else expert_sizes(mapping)
-    offsets, bases = _group_offsets(sizes, dims)
+    offsets, bases = _group_offsets(sizes, dims, order_of(mapping))
     _, first = np.unique(bases % topology.gpus_per_rack, return_index=True)
     candidates = ([int(b) + o for o in offsets] for b in sorted(bases[first]))
     worst = max(candidates, key=lambda members: _placement(topology, members))

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from parasol.constraints.deepseek_v4 import dsv4_consts
 from parasol.problems.architecture import DSV4Attention, GQAAttention, MLAAttention
+from parasol.problems.mapping import RankOrder
 from parasol.problems.options import MegatronOptions
 from parasol.problems.schema import RECOMPUTE_MODULES
 
@@ -40,6 +41,8 @@ class DecisionVars:
     consts: dict[str, int]
     options: MegatronOptions = field(default_factory=MegatronOptions)
     memory_fits: Callable[[dict[str, int], str], bool] | None = None
+    flags: dict[str, cp_model.IntVar] = field(default_factory=dict)
+    """Boolean choices that are not degrees (the solver's rank order); absent ones are fixed from consts."""
     _products: dict[tuple[str, ...], cp_model.IntVar] = field(default_factory=dict)
     _derived: dict[str, cp_model.IntVar] = field(default_factory=dict)
 
@@ -149,6 +152,16 @@ class DecisionVars:
         self.model.Add(self.times(mbs_dp, m, "mbs*dp_attn*m") == self.gbs).OnlyEnforceIf(enforce)
         return m
 
+    def flag(self, name: str) -> cp_model.IntVar:
+        """The BoolVar of a non-degree choice: the solver's own variable when it decides it, else one
+        fixed to the const of the same name (0 when absent), cached."""
+        if name in self.flags:
+            return self.flags[name]
+        lit = self.model.NewBoolVar(name)
+        self.model.Add(lit == self.consts.get(name, 0))
+        self.flags[name] = lit
+        return lit
+
     def at_least(self, name: str, bound: int) -> cp_model.IntVar:
         """A BoolVar equal to (degree `name` >= bound), reified both ways and cached."""
         cache = ("__at_least__", name, str(bound))
@@ -241,10 +254,12 @@ def sequence_parallel_requested(training) -> bool:  # noqa: ANN001 - Training
 def mapping_consts(facts: Facts) -> dict[str, int]:
     """Numbers of one fully specified mapping's pipeline cut: its stage count, the blocks it places, and
     whether the cut is parasol's own (an explicit layout, realised as --pipeline-model-parallel-layout)
-    rather than Megatron's even split (layout_explicit 0, also the reading when the key is absent)."""
+    rather than Megatron's even split (layout_explicit 0, also the reading when the key is absent);
+    and whether its rank order is --use-tp-pp-dp-mapping's (rank_order_dp_last)."""
     layout = facts.derived.layout
     return {"layout_stages": len(layout), "layout_blocks": sum(layout),
-            "layout_explicit": int(facts.mapping.layout is not None)}
+            "layout_explicit": int(facts.mapping.layout is not None),
+            "rank_order_dp_last": int(facts.mapping.rank_order == RankOrder.dp_last)}
 
 
 def _values(var: cp_model.IntVar) -> list[int]:

@@ -8,7 +8,7 @@ from parasol.constraints.base import Constraint, Facts, Verdict
 from parasol.constraints.memory import MemoryLedger, memory_ledger
 from parasol.constraints.registry import active_constraints
 from parasol.problems.derived import derive
-from parasol.problems.mapping import Mapping
+from parasol.problems.mapping import Mapping, RankOrder
 from parasol.problems.options import MegatronOptions
 
 
@@ -45,13 +45,15 @@ def layout_is_valid(model, mapping: Mapping, layout: tuple[int, ...]) -> bool:  
 
 def facts_for(problem, mapping: Mapping, options: MegatronOptions | None = None) -> Facts:  # noqa: ANN001
     """Derived sizes and, when the layout is valid, the memory ledger of `mapping`; `options` default
-    to the problem's framework options."""
+    to the problem's framework options (--use-tp-pp-dp-mapping there sets the mapping's rank order)."""
+    opts = options if options is not None else problem.spec.framework.options
+    if opts.use_tp_pp_dp_mapping and mapping.rank_order != RankOrder.dp_last:
+        mapping = mapping.model_copy(update={"rank_order": RankOrder.dp_last})
     derived = derive(problem.model, mapping)
     ledger = None
     if layout_is_valid(problem.model, mapping, derived.layout):
         ledger = memory_ledger(problem.model, mapping, derived, problem.training,
                                problem.hardware.gpu.usable_hbm_bytes)
-    opts = options if options is not None else problem.spec.framework.options
     return Facts(problem=problem, mapping=mapping, derived=derived, options=opts, ledger=ledger)
 
 

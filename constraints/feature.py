@@ -34,6 +34,7 @@ from parasol.constraints.base import (
     remainder_slack,
 )
 from parasol.constraints.decision_vars import model_consts
+from parasol.problems.mapping import RankOrder
 from parasol.problems.options import MegatronOptions
 
 PARALLEL_STATE = "Megatron-LM megatron/core/parallel_state.py"
@@ -198,8 +199,8 @@ class SPActivationSeqDivisibleByTP(Constraint):
 # --- rank order (MoE folding) and distributed-optimizer instances ----------------------------------
 
 class NonPPLastOrderRequiresEqualDP(Constraint):
-    """With --use-tp-pp-dp-mapping (order tp-cp-ep-pp-dp) and PP > 1 attention and expert DP must be equal,
-    i.e. TP·CP == ETP·EP (both grids factor the same N/PP ranks)."""
+    """With --use-tp-pp-dp-mapping (the mapping's rank order tp-cp-ep-pp-dp) and PP > 1 attention and
+    expert DP must be equal, i.e. TP·CP == ETP·EP (both grids factor the same N/PP ranks)."""
 
     id = "non-pp-last-order-requires-equal-dp"
     family = Family.divisibility
@@ -211,7 +212,7 @@ class NonPPLastOrderRequiresEqualDP(Constraint):
 
     def slack(self, f: Facts) -> float:
         m = f.mapping
-        if not f.options.use_tp_pp_dp_mapping or m.pp == 1:
+        if not (m.rank_order == RankOrder.dp_last or f.options.use_tp_pp_dp_mapping) or m.pp == 1:
             return 0.0
         return -float(abs(m.tp * m.cp - m.expert_tp * m.ep))
 
@@ -221,8 +222,9 @@ class NonPPLastOrderRequiresEqualDP(Constraint):
                 f"D_e = {float(f.derived.dp_expert):g})")
 
     def post(self, model, v, enforce) -> None:
-        if v.options.use_tp_pp_dp_mapping:
-            model.Add(v.product("tp", "cp") == v.product("etp", "ep")).OnlyEnforceIf([enforce, v.at_least("pp", 2)])
+        ordered = [] if v.options.use_tp_pp_dp_mapping else [v.flag("rank_order_dp_last")]
+        model.Add(v.product("tp", "cp") == v.product("etp", "ep")).OnlyEnforceIf(
+            [enforce, v.at_least("pp", 2), *ordered])
 
 
 class PPGroupsIdentical(NonPPLastOrderRequiresEqualDP):

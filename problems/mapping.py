@@ -8,7 +8,8 @@ from pydantic import Field, PositiveInt, field_validator
 
 from parasol.problems.architecture import Strict
 
-MAPPING_KEYS = ("gpus", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "gbs", "seq_len", "recompute", "layout")
+MAPPING_KEYS = ("gpus", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "gbs", "seq_len", "recompute", "layout",
+                "rank_order")
 
 
 class Recompute(StrEnum):
@@ -19,9 +20,18 @@ class Recompute(StrEnum):
     full = "full"
 
 
+class RankOrder(StrEnum):
+    """Megatron's rank order (leftmost varies fastest): the default keeps PP outermost; with
+    --use-tp-pp-dp-mapping PP moves inside DP (megatron-groups.md §1.2; initialize.py:395)."""
+
+    pp_last = "tp-cp-ep-dp-pp"
+    dp_last = "tp-cp-ep-pp-dp"
+
+
 class Mapping(Strict):
     """One parallel configuration. `etp` None means Megatron's default ETP := TP; `layout` None means
-    the default split of the blocks over the pipeline stages (see derived.default_layout)."""
+    the default split of the blocks over the pipeline stages (see derived.default_layout); `rank_order`
+    is the placement of the groups on the GPUs."""
 
     gpus: PositiveInt
     tp: PositiveInt = 1
@@ -37,6 +47,8 @@ class Mapping(Strict):
     layout: tuple[int, ...] | None = Field(
         default=None, description="blocks per pipeline stage (pp*vpp entries, virtual stages in Megatron order)"
     )
+    rank_order: RankOrder = Field(default=RankOrder.pp_last,
+                                  description="how ranks map to groups, hence which groups share a node")
 
     @field_validator("layout")
     @classmethod

@@ -1,6 +1,7 @@
 """Megatron-LM's rank groups and where they land on nodes and NVLink domains.
 
-Megatron orders ranks `tp-cp-ep-dp-pp` (leftmost fastest) and builds two generators over the same
+Megatron orders ranks `tp-cp-ep-dp-pp` (leftmost fastest; `tp-cp-ep-pp-dp` with
+--use-tp-pp-dp-mapping, the mapping's `rank_order`) and builds two generators over the same
 ranks: dense (TP, CP, DP, PP) and expert (ETP, EP, EDP, PP); a group is the set of ranks that agree
 on every dimension outside it (parallel_state.py:269-375, megatron-groups.md §1.2). Nodes are
 contiguous rank blocks under the usual launcher layout rank = node·G + local_rank (§1.4).
@@ -16,6 +17,12 @@ import numpy as np
 from parasol.problems.mapping import Mapping
 
 ORDER = ("tp", "cp", "ep", "dp", "pp")
+"""Megatron's default order; `order_of` gives a mapping's own."""
+
+
+def order_of(m: Mapping) -> tuple[str, ...]:
+    """The dimensions of the mapping's rank order, fastest varying first."""
+    return tuple(m.rank_order.value.split("-"))
 
 
 def dense_sizes(m: Mapping) -> dict[str, int]:
@@ -28,20 +35,20 @@ def expert_sizes(m: Mapping) -> dict[str, int]:
     return {"tp": m.expert_tp, "cp": 1, "ep": m.ep, "dp": m.gpus // (m.expert_tp * m.ep * m.pp), "pp": m.pp}
 
 
-def strides(sizes: dict[str, int]) -> dict[str, int]:
-    """Stride of each dimension in the global rank: product of the sizes to its left in ORDER."""
+def strides(sizes: dict[str, int], order: tuple[str, ...] = ORDER) -> dict[str, int]:
+    """Stride of each dimension in the global rank: product of the sizes to its left in `order`."""
     out, acc = {}, 1
-    for dim in ORDER:
+    for dim in order:
         out[dim] = acc
         acc *= sizes[dim]
     return out
 
 
-def groups(sizes: dict[str, int], dims: tuple[str, ...]) -> list[list[int]]:
+def groups(sizes: dict[str, int], dims: tuple[str, ...], order: tuple[str, ...] = ORDER) -> list[list[int]]:
     """All groups over `dims` (e.g. ('tp',) or ('dp', 'cp')), each a sorted list of global ranks."""
-    st = strides(sizes)
+    st = strides(sizes, order)
     inner = [range(sizes[d]) for d in dims]
-    outer_dims = [d for d in ORDER if d not in dims]
+    outer_dims = [d for d in order if d not in dims]
     result = []
     for outer in product(*(range(sizes[d]) for d in outer_dims)):
         base = sum(i * st[d] for i, d in zip(outer, outer_dims, strict=True))
@@ -81,32 +88,33 @@ GROUP_KINDS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
-def _lattice(sizes: dict[str, int], dims: list[str]) -> np.ndarray:
+def lattice(sizes: dict[str, int], dims: list[str], order: tuple[str, ...] = ORDER) -> np.ndarray:
     """Every Σ idx_d·stride_d over `dims`: the rank offsets those dimensions span."""
-    st = strides(sizes)
+    st = strides(sizes, order)
     points = np.zeros(1, dtype=np.int64)
     for d in dims:
         points = (points[:, None] + np.arange(sizes[d], dtype=np.int64)[None, :] * st[d]).reshape(-1)
     return points
 
 
-def _max_span(sizes: dict[str, int], dims: tuple[str, ...], block: int) -> int:
+def _max_span(sizes: dict[str, int], dims: tuple[str, ...], block: int, order: tuple[str, ...] = ORDER) -> int:
     """Most distinct blocks of `block` consecutive ranks (nodes, NVLink domains) one group over `dims`
     touches. Every group is base + offsets, and base b = q·block + r spans as many blocks as r does,
     so one base per residue r is enough."""
-    offsets = _lattice(sizes, list(dims))
-    residues = np.unique(_lattice(sizes, [d for d in ORDER if d not in dims]) % block)
+    offsets = lattice(sizes, list(dims), order)
+    residues = np.unique(lattice(sizes, [d for d in order if d not in dims], order) % block)
     return max(len(np.unique((r + offsets) // block)) for r in residues)
 
 
 def placements(m: Mapping, gpus_per_node: int, gpus_per_domain: int) -> tuple[GroupPlacement, ...]:
-    """Node and NVLink-domain span of every group kind under Megatron's rank order."""
+    """Node and NVLink-domain span of every group kind under the mapping's rank order."""
     out = []
+    order = order_of(m)
     for kind, (grid, dims) in GROUP_KINDS.items():
         sizes = dense_sizes(m) if grid == "dense" else expert_sizes(m)
         size = 1
         for d in dims:
             size *= sizes[d]
-        out.append(GroupPlacement(kind, size, m.gpus // size, _max_span(sizes, dims, gpus_per_node),
-                                  _max_span(sizes, dims, gpus_per_domain)))
+        out.append(GroupPlacement(kind, size, m.gpus // size, _max_span(sizes, dims, gpus_per_node, order),
+                                  _max_span(sizes, dims, gpus_per_domain, order)))
     return tuple(out)

@@ -6,7 +6,7 @@ from pydantic import ValidationError
 
 from parasol.errors import InputError
 from parasol.problems.loader import Problem
-from parasol.problems.mapping import MAPPING_KEYS, Mapping
+from parasol.problems.mapping import MAPPING_KEYS, Mapping, RankOrder
 
 
 def parse_layout(text: str) -> tuple[int, ...]:
@@ -49,6 +49,7 @@ def base_mapping(problem: Problem) -> dict:
         "seq_len": spec.training.seq_len,
         "mbs": spec.training.micro_batch or 1,
         "recompute": spec.training.recompute,
+        "rank_order": RankOrder.dp_last if spec.framework.options.use_tp_pp_dp_mapping else RankOrder.pp_last,
     }
     if spec.mapping is not None:
         for key, value in spec.mapping.model_dump(exclude_none=True).items():
@@ -67,7 +68,8 @@ def build_mapping(problem: Problem, sets: dict[str, str]) -> Mapping:
         err = exc.errors()[0]
         key = str(err["loc"][0]) if err["loc"] else "mapping"
         expected = {"recompute": "one of none, selective, full",
-                    "layout": "comma-separated whole numbers of blocks per stage"}.get(key, "a positive whole number")
+                    "layout": "comma-separated whole numbers of blocks per stage",
+                    "rank_order": f"one of {', '.join(o.value for o in RankOrder)}"}.get(key, "a positive whole number")
         raise InputError(
             f"Invalid mapping value for `{key}`: {err['msg']}.", field=key, value=data.get(key),
             expected=expected, fix=f"correct --set {key}=… (or the problem's mapping.{key}).",

@@ -20,7 +20,7 @@ from parasol.constraints.base import Constraint
 from parasol.constraints.decision_vars import DecisionVars, model_consts
 from parasol.constraints.registry import active_constraints
 from parasol.problems.loader import Problem
-from parasol.problems.mapping import Recompute
+from parasol.problems.mapping import RankOrder, Recompute
 from parasol.problems.schema import Objective
 from parasol.solver.costs import RowCosts
 from parasol.solver.cuts import Staircase
@@ -64,6 +64,8 @@ def _post_rules(model: cp_model.CpModel, problem: Problem, rows: tuple[Row, ...]
     v = DecisionVars.create(model, problem.gpus, problem.training.global_batch, problem.training.seq_len,
                             domains, options, consts)
     v.options = problem.spec.framework.options
+    v.flags["rank_order_dp_last"] = model.NewBoolVar("rank_order_dp_last")
+    model.Add(v.flags["rank_order_dp_last"] == sum(y for i, y in steps if rows[i].rank_order == RankOrder.dp_last))
     for name in DEGREE_NAMES:
         model.Add(v.degree[name] == sum(getattr(rows[i], name) * y for i, y in steps))
     for opt, flag in v.recompute.items():

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from itertools import product
 
 from parasol.problems.loader import Problem
-from parasol.problems.mapping import Mapping, Recompute
+from parasol.problems.mapping import Mapping, RankOrder, Recompute
 
 DEGREE_NAMES = ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs")
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -66,6 +66,29 @@ def recompute_choices(problem: Problem) -> tuple[Recompute, ...]:
     return (chosen,) if isinstance(chosen, Recompute) else tuple(sorted(set(chosen), key=list(Recompute).index))
 
 
+def rank_order_choices(problem: Problem) -> tuple[RankOrder, ...]:
+    """Rank orders the solver may pick: the one a problem's Megatron options set explicitly, else the
+    search section's, else both."""
+    options = problem.spec.framework.options
+    if "use_tp_pp_dp_mapping" in options.model_fields_set:
+        return (RankOrder.dp_last if options.use_tp_pp_dp_mapping else RankOrder.pp_last,)
+    chosen = problem.spec.search.rank_order
+    if chosen is None:
+        return tuple(RankOrder)
+    return (chosen,) if isinstance(chosen, RankOrder) else tuple(o for o in RankOrder if o in chosen)
+
+
+def distinct_orders(orders: tuple[RankOrder, ...], gpus: int, tp: int, pp: int, cp: int, ep: int,
+                    etp: int) -> tuple[RankOrder, ...]:
+    """The orders worth a row of their own when the search chooses: tp-cp-ep-pp-dp only where Megatron
+    accepts it with PP > 1 (TP·CP == ETP·EP, parallel_state.py:898-907) and data parallelism gives it a
+    different placement (D_a > 1); elsewhere it would repeat the default's groups."""
+    if len(orders) == 1:
+        return orders
+    legal = pp > 1 and tp * cp == etp * ep and gpus // (tp * cp * pp) > 1
+    return tuple(o for o in orders if o == RankOrder.pp_last or legal)
+
+
 @dataclass(frozen=True, order=True)
 class Row:
     """One candidate combination of degrees and recompute, in a stable order."""
@@ -78,12 +101,13 @@ class Row:
     etp: int
     mbs: int
     recompute: str
+    rank_order: str = RankOrder.pp_last.value
 
     def mapping(self, problem: Problem, layout: tuple[int, ...] | None = None) -> Mapping:
         """The full mapping this row stands for (layout None: the default split)."""
         return Mapping(gpus=problem.gpus, gbs=problem.training.global_batch, seq_len=problem.training.seq_len,
                        tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, etp=self.etp, vpp=self.vpp,
-                       mbs=self.mbs, recompute=self.recompute, layout=layout)
+                       mbs=self.mbs, recompute=self.recompute, layout=layout, rank_order=self.rank_order)
 
 
 def whole_folding(gpus: int, gbs: int, tp: int, pp: int, cp: int, ep: int, etp: int, mbs: int) -> bool:
@@ -106,11 +130,13 @@ def enumerate_rows(problem: Problem, domains: dict[str, tuple[int, ...]] | None 
     gpus, gbs = problem.gpus, problem.training.global_batch
     blocks = problem.model.num_layers
     free_etp = problem.spec.search.etp is None
+    orders = rank_order_choices(problem)
     rows = []
     for tp, pp, cp, ep, etp, vpp, mbs in product(*(doms[n] for n in DEGREE_NAMES)):
         if pp * vpp > blocks or (free_etp and etp not in expert_tp_choices(problem, tp)):
             continue
         if not whole_folding(gpus, gbs, tp, pp, cp, ep, etp, mbs):
             continue
-        rows.extend(Row(pp, vpp, tp, cp, ep, etp, mbs, r.value) for r in recompute_choices(problem))
+        rows.extend(Row(pp, vpp, tp, cp, ep, etp, mbs, r.value, o.value) for r in recompute_choices(problem)
+                    for o in distinct_orders(orders, gpus, tp, pp, cp, ep, etp))
     return tuple(sorted(rows))
