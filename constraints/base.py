@@ -43,6 +43,7 @@ class Family(StrEnum):
     placement = "placement"
     feature = "feature compatibility"
     user = "user-declared"
+    contract = "contract"
 
 
 class MegatronStage(StrEnum):
@@ -138,6 +139,9 @@ class Constraint(ABC):
     severity: Severity = Severity.error
     unit: str = ""
     summary: str = ""
+    solver_judges: str | None = None
+    """How `solve` applies a rule whose CP-SAT side enumerates mappings in Python: "row" (judged once per
+    degree row), "cut" (judged per stage cut, as it reads the step time); None: posted in the program."""
 
     def active(self, problem: Problem) -> bool:
         """Whether the rule judges this problem: its pack is switched on and it applies."""

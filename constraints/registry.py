@@ -10,6 +10,7 @@ from parasol.constraints.context import (
     CPSeqDivisibleBy2CP,
     HierarchicalCPProduct,
 )
+from parasol.constraints.contract import contract_constraints
 from parasol.constraints.deepseek_v4 import DSV4_RULES
 from parasol.constraints.divisibility import (
     HeadsDivisibleByTP,
@@ -124,5 +125,7 @@ def builtin_constraints() -> tuple[Constraint, ...]:
 
 
 def active_constraints(problem) -> tuple[Constraint, ...]:  # noqa: ANN001 - Problem
-    """The rules that apply to `problem` (its model kind and rule packs), then its own restrictions."""
-    return tuple(c for c in builtin_constraints() if c.active(problem)) + user_constraints(problem)
+    """The rules that apply to `problem` (its model kind and rule packs), then its own restrictions, then
+    seed 003's contract rules when it has a `contract:` section."""
+    return (tuple(c for c in builtin_constraints() if c.active(problem)) + user_constraints(problem)
+            + contract_constraints(problem))

@@ -7,6 +7,7 @@ is constructed (yaml.SafeLoader only), and parasol never writes into the file.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from collections.abc import Mapping
@@ -57,6 +58,18 @@ class Problem:
     def line_of(self, *path: str | int) -> int | None:
         """Line of the deepest key of `path` present in the file (for citations and errors)."""
         return _line_for(self.lines, path)
+
+    def resized(self, gpus: int, global_batch: int | None = None) -> Problem:
+        """The same problem on `gpus` GPUs (a whole number of nodes, else the topology's error), with
+        `global_batch` sequences per step when given; the search's own size choices are dropped."""
+        self.hardware.topology.validate_gpu_count(gpus)
+        spec = self.spec
+        training = spec.training if global_batch is None else spec.training.model_copy(
+            update={"global_batch": global_batch})
+        spec = spec.model_copy(update={"hardware": spec.hardware.model_copy(update={"gpus": gpus}),
+                                       "training": training,
+                                       "search": spec.search.model_copy(update={"gpus": None})})
+        return dataclasses.replace(self, spec=spec)
 
 
 # --- YAML: syntax, plain data only, line of every key -------------------------------------------

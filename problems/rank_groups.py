@@ -14,7 +14,7 @@ from itertools import product
 
 import numpy as np
 
-from parasol.problems.mapping import Mapping
+from parasol.problems.mapping import Mapping, RankOrder
 
 ORDER = ("tp", "cp", "ep", "dp", "pp")
 """Megatron's default order; `order_of` gives a mapping's own."""
@@ -22,7 +22,7 @@ ORDER = ("tp", "cp", "ep", "dp", "pp")
 
 def order_of(m: Mapping) -> tuple[str, ...]:
     """The dimensions of the mapping's rank order, fastest varying first."""
-    return tuple(m.rank_order.value.split("-"))
+    return tuple(RankOrder(m.rank_order).value.split("-"))
 
 
 def dense_sizes(m: Mapping) -> dict[str, int]:

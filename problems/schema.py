@@ -13,7 +13,8 @@ from typing import Literal
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from parasol.problems.architecture import Strict
-from parasol.problems.mapping import Recompute
+from parasol.problems.contract_spec import Contract
+from parasol.problems.mapping import RankOrder, Recompute
 from parasol.problems.options import MegatronOptions
 
 MAX_GPUS = 1 << 20
@@ -114,6 +115,13 @@ class SearchSpace(Strict):
     mbs: Degree | None = None
     recompute: Recompute | list[Recompute] | None = Field(
         default=None, description="recompute choices the solver may pick (default: none, selective, full)")
+    gpus: PositiveInt | list[PositiveInt] | None = Field(
+        default=None, description="training-pool sizes the solver may choose (default: hardware.gpus); with "
+        "contract.rollout.cluster_devices the rest of the cluster is the rollout pool (seed 003 §8)")
+    rank_order: RankOrder | list[RankOrder] | None = Field(
+        default=None, description="rank orders the solver may pick (default: Megatron's tp-cp-ep-dp-pp, and "
+        "tp-cp-ep-pp-dp where it is legal and places groups differently; framework.options."
+        "use_tp_pp_dp_mapping pins it)")
 
 
 class Objective(StrEnum):
@@ -124,6 +132,7 @@ class Objective(StrEnum):
     network_bytes = "network_bytes"
     bubble = "bubble"
     gpus = "gpus"
+    effective_tokens_per_s = "effective_tokens_per_s"
 
 
 class MappingSection(Strict):
@@ -138,6 +147,7 @@ class MappingSection(Strict):
     mbs: PositiveInt | None = None
     recompute: Recompute | None = None
     layout: list[int] | str | None = None
+    rank_order: RankOrder | None = None
 
 
 class RestrictionRule(Strict):
@@ -166,3 +176,5 @@ class ProblemFile(Strict):
     objectives: tuple[Objective, ...] = (Objective.step_time, Objective.peak_memory)
     restrictions: tuple[Restriction, ...] = Field(
         default=(), description="user-declared conditions every mapping must meet: 'pp in (4, 8)' or {expr, id, message}")
+    contract: Contract = Field(default=Contract(), description="seed 003's constraint contract inputs "
+                               "(problems/contract_spec.py): routing skew, α, reserve, rollout pool, publishing, goodput")

@@ -12,6 +12,7 @@ from itertools import combinations
 
 import numpy as np
 
+from parasol.constraints.base import Constraint
 from parasol.constraints.evaluate import evaluate
 from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
@@ -19,7 +20,7 @@ from parasol.problems.schema import Objective
 from parasol.solver.costs import RowCosts
 from parasol.solver.cuts import rank_counts
 from parasol.solver.objectives import DEFAULT_OBJECTIVES, SCALES, row_units
-from parasol.solver.program import program_rules
+from parasol.solver.program import judged_rules, program_rules
 from parasol.solver.space import Row
 
 MAX_LAYOUTS = 200_000
@@ -61,9 +62,10 @@ def compositions(total: int, parts: int):
 
 
 def row_points(c: RowCosts, counts: np.ndarray, usable: int, per_row: dict[Objective, int] | None = None,
-               objectives: tuple[Objective, Objective] = DEFAULT_OBJECTIVES, order: int = 0) -> list[RefPoint]:
+               objectives: tuple[Objective, Objective] = DEFAULT_OBJECTIVES, order: int = 0,
+               problem: Problem | None = None, cut_rules: tuple[Constraint, ...] = ()) -> list[RefPoint]:
     """Every non-dominated (layout, objectives) of one row, by enumeration; `per_row` holds the row's
-    per-row objective values."""
+    per-row objective values; `cut_rules` (judged on each layout of `problem`) must hold."""
     blocks = counts.shape[0] - 1
     row = c.row
     if row.vpp > 1:
@@ -75,7 +77,8 @@ def row_points(c: RowCosts, counts: np.ndarray, usable: int, per_row: dict[Objec
     points = []
     for lay in layouts:
         per_rank = rank_counts(lay, row.pp, counts)
-        if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)):
+        if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)) and (
+                not cut_rules or evaluate(problem, row.mapping(problem, lay), cut_rules).feasible):
             t, m = c.objectives(per_rank)
             known = {Objective.step_time: t, Objective.peak_memory: m, **(per_row or {})}
             points.append(RefPoint(row, lay, t, m, (known[objectives[0]], known[objectives[1]]), order))
@@ -86,7 +89,8 @@ def rule_feasible(problem: Problem, row: Row) -> bool:
     """Whether the row passes every rule the master posts (Python verdicts, with an explicit layout
     as every solver answer has)."""
     layout = default_layout(problem.model.num_layers, row.pp * row.vpp)
-    return evaluate(problem, row.mapping(problem, layout), program_rules(problem)).feasible
+    rules = program_rules(problem) + judged_rules(problem, "row")
+    return evaluate(problem, row.mapping(problem, layout), rules).feasible
 
 
 def reference_front(problem: Problem, costs: tuple[RowCosts, ...], counts: np.ndarray, usable: int,
@@ -96,5 +100,6 @@ def reference_front(problem: Problem, costs: tuple[RowCosts, ...], counts: np.nd
     for order, c in enumerate(costs):
         if rule_feasible(problem, c.row):
             per_row = {o: row_units(problem, c.row, o) for o in objectives if not SCALES[o].per_cut}
-            points.extend(row_points(c, counts, usable, per_row, objectives, order))
+            points.extend(row_points(c, counts, usable, per_row, objectives, order, problem,
+                                     judged_rules(problem, "cut")))
     return nondominated(points)

@@ -179,6 +179,20 @@ def calibrate(runs: str, gpu_type: str | None, out: str) -> None:
         console.print(f"wrote {path}", markup=False)
 
 
+def _report_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Check a --report file name's suffix before any solving, so a typo costs no search time."""
+    from pathlib import Path
+
+    from parasol.solver.report import report_format
+
+    if value is not None:
+        try:
+            report_format(Path(value))
+        except ParasolError as exc:
+            raise click.BadParameter(one_paragraph(str(exc)), ctx=ctx, param=param) from None
+    return value
+
+
 @main.command()
 @click.argument("problem", type=click.Path())
 @click.option("--top", default=10, show_default=True, type=click.IntRange(1, 1000),
@@ -191,19 +205,24 @@ def calibrate(runs: str, gpu_type: str | None, out: str) -> None:
 @click.option("--pick", default=1, show_default=True, type=click.IntRange(1, 1000),
               help="which mapping of the answer --rank-map writes (1 = the first listed)")
 @click.option("--json", "as_json", is_flag=True, help="print {\"status\", \"mappings\": [...]} as JSON")
+@click.option("--report", "report", type=click.Path(dir_okay=False), metavar="FILE", callback=_report_path,
+              help="write a report with plots: FILE.html (self-contained) or FILE.md (PNGs in FILE_files/); "
+                   "its account is of mapping --pick")
+@click.option("--emit", "emit", type=click.Choice(["megatron"]),
+              help="print the Megatron-LM launch flags of every listed mapping (only mapping N with --pick N) "
+                   "instead of the table; with --out also write <name>.<k>.megatron_args.sh and <name>.<k>.hosts.txt")
 @reports_errors
 def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: str | None, pick: int,
-          as_json: bool) -> None:
+          as_json: bool, report: str | None, emit: str | None) -> None:
     """Pareto-ranked feasible mappings (step time × peak memory), each with its slack report."""
     from pathlib import Path
 
-    from parasol.constraints.step_time import CalibratedStageTimes
     from parasol.problems.loader import load_problem
-    from parasol.solver.output import front_table, write_rank_map, write_solution
-    from parasol.solver.solve import solve as solve_problem
+    from parasol.solver.output import front_table, write_host_order, write_rank_map, write_solution
+    from parasol.solver.pools import solve_pools
 
     prob = load_problem(problem)
-    result = solve_problem(prob, CalibratedStageTimes(prob), top=top, time_limit_s=time_limit)
+    result = solve_pools(prob, top=top, time_limit_s=time_limit)
     if out:
         path = write_solution(result, prob, Path(out))
         click.echo(f"solution written to {path}", err=True)
@@ -213,11 +232,105 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
                                "Fix: pick one of those listed.")
         path = write_rank_map(result.mappings[pick - 1].explanation.mapping, prob, Path(rank_map))
         click.echo(f"rank map written to {path}", err=True)
+        hosts = write_host_order(result.mappings[pick - 1].explanation.mapping, prob, Path(rank_map).with_suffix(".hosts.txt"))
+        click.echo(f"host order written to {hosts}", err=True)
+    if report:
+        from parasol.solver.report import write_solve_report
+
+        written = write_solve_report(prob, result.as_dict(), Path(report), pick)
+        click.echo(f"report written to {written[0]}", err=True)
+    if emit:
+        from click.core import ParameterSource
+
+        picked = pick if click.get_current_context().get_parameter_source("pick") is ParameterSource.COMMANDLINE else None
+        _emit_megatron(prob, result, picked, out, as_json)
+        sys.exit(0 if result.mappings else EXIT_INFEASIBLE)
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))
     else:
         _console().print(front_table(result, prob))
     sys.exit(0 if result.mappings else EXIT_INFEASIBLE)
+
+
+def _emit_megatron(prob: Any, result: Any, picked: int | None, out: str | None, as_json: bool) -> None:
+    """`solve --emit megatron`: the launch script of every listed mapping (or mapping `picked`) on stdout, as
+    JSON with --json; with --out also DIR/<name>.<k>.megatron_args.sh and DIR/<name>.<k>.hosts.txt."""
+    from pathlib import Path
+
+    from parasol.solver.emit import compared_mapping, launch_script, megatron_args
+    from parasol.solver.output import write_launch_files
+
+    count = len(result.mappings)
+    if picked is not None and picked > count:
+        raise ParasolError(f"--pick {picked} but the answer has {count} mapping(s); Fix: pick one of those listed.")
+    name = prob.spec.name or Path(prob.source).stem
+    emitted = []
+    for k in range(1, count + 1) if picked is None else (picked,):
+        solved = result.mappings[k - 1]
+        mapping, title = solved.explanation.mapping, f"{name}, mapping {k} of {count} (Pareto rank {solved.pareto_rank})"
+        if out:
+            paths = write_launch_files(prob, mapping, Path(out), f"{name}.{k}.", title)
+            click.echo(f"launch script and host order written to {paths[0]} and {paths[1]}", err=True)
+        emitted.append({"index": k, "pareto_rank": solved.pareto_rank, "mapping": compared_mapping(prob, mapping),
+                        "megatron_args": megatron_args(prob, mapping).pairs(),
+                        "script": launch_script(prob, mapping, title)})
+    if as_json:
+        click.echo(json.dumps({"status": result.status, "mappings": emitted}, indent=2))
+    else:
+        click.echo("\n".join(e["script"] for e in emitted), nl=False)
+
+
+@main.command()
+@click.argument("problem", type=click.Path())
+@click.option("--gpus", "sizes", required=True, metavar="SIZES",
+              help="cluster sizes: 256,512,1024, a range 1024..65536x2 (×2 steps) or 1024..4096+1024, mixed with commas")
+@click.option("--weak", is_flag=True,
+              help="weak scaling: the global batch grows with the GPUs (the problem's sequences per GPU kept); "
+                   "default: strong scaling at the problem's global batch")
+@click.option("--backend", default="local", show_default=True, type=click.Choice(["local", "ray", "serial"]),
+              help="local: worker processes here; ray: one Ray task per size (--ray-address, or a local Ray); "
+                   "serial: one size after another in this process")
+@click.option("--workers", type=click.IntRange(1, 4096),
+              help="sizes solved at a time (default: every core here, or the Ray cluster's CPUs)")
+@click.option("--ray-address", "ray_address", metavar="ADDRESS", help="a running Ray cluster, e.g. ray://head:10001")
+@click.option("--top", default=1, show_default=True, type=click.IntRange(1, 1000),
+              help="mappings per size: whole Pareto fronts until at least this many (1: the first front)")
+@click.option("--time-limit", "time_limit", default=60.0, show_default=True, type=click.FloatRange(0.1, 86400),
+              help="seconds of search per size; a cut-off size returns what it found (feasible) or timeout")
+@click.option("--plot", "plot", type=click.Path(dir_okay=False), metavar="FILE.png",
+              help="draw step time, tokens/s/GPU and scaling efficiency against the GPU count")
+@click.option("--report", "report", type=click.Path(dir_okay=False), metavar="FILE", callback=_report_path,
+              help="write a report with the scaling curve: FILE.html (self-contained) or FILE.md (PNGs in FILE_files/)")
+@click.option("--json", "as_json", is_flag=True,
+              help="print {\"sizes\": [{\"gpus\", \"status\", \"mappings\": [...]}], \"table\", \"notes\"} as JSON")
+@reports_errors
+def sweep(problem: str, sizes: str, weak: bool, backend: str, workers: int | None, ray_address: str | None,
+          top: int, time_limit: float, plot: str | None, as_json: bool, report: str | None) -> None:
+    """Solve PROBLEM at several cluster sizes, in parallel: per size the Pareto front and its best
+    mapping, a scaling table (step time, tokens/s, MFU, scaling efficiency, m, bubble, D_a, D_e,
+    peak memory) and the problem's own mapping priced at every size. Exit 0 when some size has a mapping."""
+    from pathlib import Path
+
+    from parasol.solver.sweep import parse_sizes, print_sweep, progress_bar, run_sweep
+
+    gpus = parse_sizes(sizes)
+    with progress_bar(len(gpus), sys.stderr.isatty()) as tick:
+        result = run_sweep(problem, gpus, weak=weak, backend=backend, workers=workers, top=top,
+                           time_limit_s=time_limit, ray_address=ray_address, progress=tick)
+    data = result.as_dict()
+    if plot:
+        from parasol.solver.plots import scaling_plot
+
+        click.echo(f"plot written to {scaling_plot(data, Path(plot))}", err=True)
+    if report:
+        from parasol.solver.report import write_sweep_report
+
+        click.echo(f"report written to {write_sweep_report(data, Path(report))[0]}", err=True)
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        print_sweep(data, _console())
+    sys.exit(0 if any(s.best is not None for s in result.sizes) else EXIT_INFEASIBLE)
 
 
 def solve_main() -> None:

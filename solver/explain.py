@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from parasol.constraints.contract_table import contract_rows, goodput_of
 from parasol.constraints.evaluate import Evaluation, evaluate
+from parasol.constraints.goodput import Goodput
 from parasol.constraints.step_time import StepTime, step_time_or_none
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
@@ -30,6 +32,10 @@ class Explanation:
     conflict: tuple[str, ...] = ()
     repairs: tuple[Repair, ...] = ()
     step: StepTime | None = None
+    contract: tuple[dict, ...] = ()
+    """Seed 003 §9's contract table, one row per domain (constraints/contract_table.py)."""
+    goodput: Goodput | None = None
+    """Effective throughput after failures and checkpoints, when the problem gives contract.goodput."""
 
     @property
     def feasible(self) -> bool:
@@ -63,6 +69,9 @@ class Explanation:
             metrics.update(step_metrics(self.step))
             for entry, ms in zip(stages, self.step.stage_time_s, strict=False):
                 entry["time_ms"] = round(ms * 1e3, 4)
+        if self.goodput is not None:
+            metrics["effective_tokens_per_s"] = round(self.goodput.effective_tokens_per_s, 3)
+            metrics["goodput_fraction"] = round(self.goodput.fraction, 6)
         return {
             "feasible": self.feasible,
             "mapping": mapping,
@@ -94,6 +103,7 @@ class Explanation:
             "minimal_conflict": list(self.conflict),
             "repairs": [r.as_dict() for r in self.repairs],
             "step_time": self.step.as_dict() if self.step is not None else None,
+            "contract": list(self.contract),
         }
 
 
@@ -117,6 +127,7 @@ def explain(problem: Problem, mapping: Mapping, options: MegatronOptions | None 
     infeasible, find a minimal conflicting set and up to `repairs` nearest feasible mappings;
     `options` default to the problem's framework options."""
     evaluation = evaluate(problem, mapping, options=options)
+    mapping = evaluation.facts.mapping
     d = evaluation.facts.derived
     grids_whole = d.dp_attn.denominator == 1 and d.dp_expert.denominator == 1
     topo = problem.hardware.topology
@@ -129,6 +140,8 @@ def explain(problem: Problem, mapping: Mapping, options: MegatronOptions | None 
 
         conflict = minimal_conflict(problem, mapping, options)
         fixes = tuple(nearest_repairs(problem, mapping, options, k=repairs))
+    step = step_time_or_none(problem, mapping, d, options=evaluation.facts.options)
     return Explanation(problem=problem, mapping=mapping, evaluation=evaluation, groups=groups,
-                       conflict=conflict, repairs=fixes,
-                       step=step_time_or_none(problem, mapping, d, options=evaluation.facts.options))
+                       conflict=conflict, repairs=fixes, step=step,
+                       contract=tuple(contract_rows(problem, evaluation.facts, step, groups, evaluation.verdicts)),
+                       goodput=goodput_of(problem, step, mapping.gpus))

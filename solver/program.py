@@ -18,6 +18,7 @@ from ortools.sat.python import cp_model
 
 from parasol.constraints.base import Constraint
 from parasol.constraints.decision_vars import DecisionVars, model_consts
+from parasol.constraints.evaluate import evaluate
 from parasol.constraints.registry import active_constraints
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import RankOrder, Recompute
@@ -49,8 +50,29 @@ class Program:
 
 
 def program_rules(problem: Problem) -> tuple[Constraint, ...]:
-    """Every active rule except those the program states through its cut staircases."""
-    return tuple(c for c in active_constraints(problem) if c.id not in CUT_RULES)
+    """Every active rule except those the program states through its cut staircases and those the
+    solver judges in Python row by row or cut by cut (judged_rules)."""
+    return tuple(c for c in active_constraints(problem) if c.id not in CUT_RULES and c.solver_judges is None)
+
+
+def judged_rules(problem: Problem, level: str) -> tuple[Constraint, ...]:
+    """Active rules the solver applies in Python at `level` ("row" or "cut") instead of posting them:
+    their CP-SAT side enumerates mappings, which the rows and their staircases already are."""
+    return tuple(c for c in active_constraints(problem) if c.solver_judges == level)
+
+
+def admissible(problem: Problem, row: Row, staircase: Staircase, row_rules: tuple[Constraint, ...],
+               cut_rules: tuple[Constraint, ...]) -> Staircase:
+    """The row's staircase with the steps the judged rules allow: none when a row rule fails on the row,
+    else the steps whose own mapping passes every cut rule (the same Python verdicts explain gives)."""
+    if not staircase.points or not (row_rules or cut_rules):
+        return staircase
+    if row_rules and not evaluate(problem, row.mapping(problem), row_rules).feasible:
+        return Staircase(())
+    if not cut_rules:
+        return staircase
+    return Staircase(tuple(q for q in staircase.points
+                           if evaluate(problem, row.mapping(problem, q.layout), cut_rules).feasible))
 
 
 def _post_rules(model: cp_model.CpModel, problem: Problem, rows: tuple[Row, ...],

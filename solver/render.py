@@ -51,6 +51,7 @@ def explain_tables(ex: Explanation) -> Group:
     for rule, why in ex.evaluation.skipped:
         rules.add_row(rule, "[yellow]?[/]", "", why, "")
     parts.append(rules)
+    parts.extend(contract_parts(data))
     parts.extend(repair_parts(ex))
 
     if data["groups"]:
@@ -104,6 +105,24 @@ def step_time_parts(data: dict) -> list:
                  f"{step['mfu_bf16']:.1%} of BF16; HFU {step['hfu']:.1%}")
     parts.append(f"[dim]step-time coefficients: {step['coefficients']}[/]")
     return parts
+
+
+VERDICT_STYLE = {"holds": "[green]holds[/]", "fails": "[red]FAILS[/]", "not checked": "[yellow]not checked[/]"}
+
+
+def contract_parts(data: dict) -> list:
+    """Seed 003 §9's contract table: per domain the recorded quantities, the criterion and its verdict."""
+    rows = data.get("contract") or []
+    if not rows:
+        return []
+    table = Table(title="Seed 003 contract (§9)")
+    for col in ("domain", "recorded", "check", "verdict", "why"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        recorded = "\n".join(f"{q['name']}: {_fmt(q['value'])} {q['unit']}".rstrip() for q in r["recorded"])
+        table.add_row(f"{r['domain']}\n[dim]{r['source']}[/]", recorded, r["check"],
+                      VERDICT_STYLE.get(r["verdict"], r["verdict"]), r["detail"])
+    return [table]
 
 
 def repair_parts(ex: Explanation) -> list:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from parasol.constraints import contract
+from parasol.constraints import rollout as rollout_formulas
 from parasol.constraints.base import Constraint, Facts, Severity
 from parasol.constraints.decision_vars import DEGREES
 from parasol.constraints.evaluate import evaluate
@@ -271,4 +273,47 @@ def nearest_repairs(problem: Problem, mapping: Mapping, options: MegatronOptions
         repairs.extend(sorted(found, key=_order_key))
         if len(repairs) >= k or (repairs and changes >= WIDEN_UNTIL):
             break
-    return repairs[:k]
+    pool = rollout_pool_repair(problem, mapping, opts)
+    return ([pool] if pool is not None else []) + repairs[:k - (pool is not None)]
+
+
+POOL_CANDIDATES = 64
+"""Training-pool sizes tried (largest first) when devices move from training to rollout."""
+
+
+def rollout_pool_repair(problem: Problem, mapping: Mapping, options: MegatronOptions) -> Repair | None:
+    """When rollout supply < training consumption (seed 003 §8): the rollout pool that meets consumption.
+    A pinned pool (contract.rollout.devices) grows by the missing devices; a split cluster
+    (contract.rollout.cluster_devices) moves devices from training: the largest training pool of at
+    most N − Δ devices (whole nodes, the grids dividing it) on which the same degrees are feasible,
+    judged again in Python (training slows down there, so its consumption falls too)."""
+    evaluation = evaluate(problem, mapping, options=options)
+    verdict = next((v for v in evaluation.verdicts if v.rule == "contract-rollout-supply"), None)
+    step = contract.step_for(problem, mapping, options)
+    if verdict is None or verdict.holds or step is None:
+        return None
+    spec = problem.spec.contract.rollout
+    tokens = mapping.gbs * mapping.seq_len
+    step_s = contract.contract_step_s(problem, step, mapping.gpus)
+    pool = contract.rollout_pool(problem, mapping.gpus)
+    supply = rollout_formulas.supply_tokens_per_s(pool, spec.accepted_tokens_per_s_per_device)
+    consumption = rollout_formulas.consumption_tokens_per_s(tokens, step_s)
+    need = rollout_formulas.devices_needed(tokens, step_s, spec.accepted_tokens_per_s_per_device)
+    why = f"rollout supply {supply:,.0f} < consumption {consumption:,.0f} tokens/s"
+    layout = resolve_layout(problem.model, mapping)
+    if spec.devices is not None:
+        return Repair(mapping=mapping, changes={"rollout_devices": (pool, need)}, cost=0, layout=layout,
+                      text=f"{why}: raise contract.rollout.devices from {pool:,} to {need:,} (+{need - pool:,} devices)")
+    unit = math.lcm(problem.hardware.topology.gpus_per_node, mapping.tp * mapping.pp * mapping.cp,
+                    mapping.expert_tp * mapping.ep * mapping.pp)
+    top = (mapping.gpus - (need - pool)) // unit * unit
+    for gpus in range(top, max(top - POOL_CANDIDATES * unit, 0), -unit):
+        moved = mapping.model_copy(update={"gpus": gpus})
+        if evaluate(problem, moved, options=options).feasible:
+            rollout_after = spec.cluster_devices - gpus
+            return Repair(mapping=moved, changes={"gpus": (mapping.gpus, gpus)}, cost=0,
+                          layout=resolve_layout(problem.model, moved),
+                          text=(f"{why}: move {mapping.gpus - gpus:,} devices from training to rollout (rollout pool "
+                                f"{pool:,} → {rollout_after:,}, at least {need:,} needed); training keeps its degrees "
+                                f"on {gpus:,} devices"))
+    return None

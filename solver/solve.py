@@ -21,9 +21,16 @@ from parasol.solver.costs import (
 )
 from parasol.solver.cuts import row_staircase, some_cut_fits
 from parasol.solver.explain import Explanation, explain
-from parasol.solver.objectives import SCALES, front_objectives, row_units
+from parasol.solver.objectives import (
+    RESOLUTIONS,
+    SCALES,
+    front_objectives,
+    objective_value,
+    program_objectives,
+    row_units,
+)
 from parasol.solver.pareto import pareto_search
-from parasol.solver.program import compile_program
+from parasol.solver.program import admissible, compile_program, judged_rules
 from parasol.solver.space import Row, enumerate_rows
 
 
@@ -36,24 +43,25 @@ class SolvedMapping:
     step_time_objective_s: float
     peak_memory_objective_gb: float
     front_values: dict[str, float]
-    """The two front objectives (in order) and their values in display units (s, GB, fraction, GPUs)."""
-    bound: float
-    """Best lower bound proved for the first front objective (= its value when optimal)."""
+    """The two front objectives (in order) and their values in display units (s, GB, fraction, GPUs, tokens/s)."""
+    bound: dict[str, float]
+    """Best lower bound proved for the first objective the program minimised (= its value when optimal)."""
     explanation: Explanation
 
     def as_dict(self) -> dict:
         """The explain contract plus pareto_rank and the solver's objective values."""
         data = self.explanation.as_dict()
         data["pareto_rank"] = self.pareto_rank
-        first, value = next(iter(self.front_values.items()))
+        minimised, bound = next(iter(self.bound.items()))
+        value = self.step_time_objective_s if minimised == "step_time" else self.front_values.get(minimised, bound)
         data["objective"] = {
             "front": dict(self.front_values),
             "step_time_s": self.step_time_objective_s,
             "peak_memory_gb": self.peak_memory_objective_gb,
-            "resolution": {o.value: SCALES[o].resolution for o in SCALES},
+            "resolution": dict(RESOLUTIONS),
             "proved_optimal": self.optimal,
-            "bound": {first: self.bound},
-            "gap": 0.0 if self.optimal or value == 0 else round((value - self.bound) / value, 6),
+            "bound": dict(self.bound),
+            "gap": 0.0 if self.optimal or value == 0 else round((value - bound) / value, 6),
         }
         return data
 
@@ -110,6 +118,7 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     program. Rows left unpriced by the time limit make the answer `feasible`, not `optimal`."""
     start = time.perf_counter()
     objectives = front_objectives(problem)
+    minimised = program_objectives(objectives)
     rows = enumerate_rows(problem)
     if not rows:
         return SolveResult("infeasible", (), 0, 0, 0, time.perf_counter() - start)
@@ -127,19 +136,27 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         costs.append(row_costs(problem, r, time_model))
     all_priced = len(costs) == len(rows)
     rows = rows[:len(costs)]
-    stairs = tuple(row_staircase(c, counts, usable) for c in costs)
-    per_row = {o: tuple(row_units(problem, r, o) for r in rows) for o in objectives if not SCALES[o].per_cut}
+    row_rules, cut_rules = judged_rules(problem, "row"), judged_rules(problem, "cut")
+    stairs = tuple(admissible(problem, r, row_staircase(c, counts, usable), row_rules, cut_rules)
+                   for r, c in zip(rows, costs, strict=True))
+    if not any(st.points for st in stairs):
+        complete = all_priced
+        return SolveResult("infeasible" if complete else "unknown", (), total_rows, len(fitting), 0,
+                           time.perf_counter() - start, len(rows))
+    per_row = {o: tuple(row_units(problem, r, o) for r in rows) for o in minimised if not SCALES[o].per_cut}
     program = compile_program(problem, rows, tuple(costs), stairs, row_values=per_row)
     remaining = max(time_limit_s - (time.perf_counter() - start), 0.1)
-    outcome = pareto_search(program, top, remaining, objectives)
+    outcome = pareto_search(program, top, remaining, minimised)
     solved = []
     for pt in outcome.points:
-        mapping = rows[pt.row_index].mapping(problem, pt.layout)
-        front = {o.value: round(v * SCALES[o].resolution, 9) for o, v in zip(objectives, pt.values, strict=True)}
+        account = explain(problem, rows[pt.row_index].mapping(problem, pt.layout), repairs=0)
+        metrics = account.as_dict()["metrics"]
+        front = {o.value: round(objective_value(o, metrics, v * SCALES[p].resolution), 9)
+                 for o, p, v in zip(objectives, minimised, pt.values, strict=True)}
         solved.append(SolvedMapping(pt.pareto_rank, pt.optimal, pt.time_units * TIME_UNIT_S,
                                     pt.memory_units * MEMORY_UNIT_MB / 1000, front,
-                                    round(pt.bound * SCALES[objectives[0]].resolution, 9),
-                                    explain(problem, mapping, repairs=0)))
+                                    {minimised[0].value: round(pt.bound * SCALES[minimised[0]].resolution, 9)},
+                                    account))
     complete = outcome.complete and all_priced
     if not solved:
         status = "infeasible" if complete else "unknown"

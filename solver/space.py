@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import product
 
+from parasol.constraints.step_time import links_for
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping, RankOrder, Recompute
 
@@ -78,15 +79,20 @@ def rank_order_choices(problem: Problem) -> tuple[RankOrder, ...]:
     return (chosen,) if isinstance(chosen, RankOrder) else tuple(o for o in RankOrder if o in chosen)
 
 
-def distinct_orders(orders: tuple[RankOrder, ...], gpus: int, tp: int, pp: int, cp: int, ep: int,
-                    etp: int) -> tuple[RankOrder, ...]:
+def distinct_orders(problem: Problem, orders: tuple[RankOrder, ...], row: Row) -> tuple[RankOrder, ...]:
     """The orders worth a row of their own when the search chooses: tp-cp-ep-pp-dp only where Megatron
-    accepts it with PP > 1 (TP·CP == ETP·EP, parallel_state.py:898-907) and data parallelism gives it a
-    different placement (D_a > 1); elsewhere it would repeat the default's groups."""
+    accepts it with PP > 1 (TP·CP == ETP·EP, parallel_state.py:898-907) and it puts some group kind on
+    other links than the default order does; elsewhere it would repeat the default's row."""
     if len(orders) == 1:
         return orders
-    legal = pp > 1 and tp * cp == etp * ep and gpus // (tp * cp * pp) > 1
-    return tuple(o for o in orders if o == RankOrder.pp_last or legal)
+    r = row
+    if not (r.pp > 1 and r.tp * r.cp == r.etp * r.ep and problem.gpus // (r.tp * r.cp * r.pp) > 1):
+        return (RankOrder.pp_last,)
+    topology, mapping = problem.hardware.topology, r.mapping(problem)
+    swapped = mapping.model_copy(update={"rank_order": RankOrder.dp_last})
+    if links_for(topology, mapping) == links_for(topology, swapped):
+        return (RankOrder.pp_last,)
+    return orders
 
 
 @dataclass(frozen=True, order=True)
@@ -137,6 +143,7 @@ def enumerate_rows(problem: Problem, domains: dict[str, tuple[int, ...]] | None 
             continue
         if not whole_folding(gpus, gbs, tp, pp, cp, ep, etp, mbs):
             continue
+        base = Row(pp, vpp, tp, cp, ep, etp, mbs, Recompute.none.value)
         rows.extend(Row(pp, vpp, tp, cp, ep, etp, mbs, r.value, o.value) for r in recompute_choices(problem)
-                    for o in distinct_orders(orders, gpus, tp, pp, cp, ep, etp))
+                    for o in distinct_orders(problem, orders, base))
     return tuple(sorted(rows))

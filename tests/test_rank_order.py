@@ -11,7 +11,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from parasol.constraints.step_time import links_for
-from parasol.problems.loader import load_problem_text
+from parasol.problems.loader import load_problem, load_problem_text
 from parasol.problems.mapping import Mapping, RankOrder
 from parasol.problems.rank_groups import dense_sizes, groups, order_of, placements
 from parasol.solver.cli import main
@@ -68,13 +68,19 @@ def test_megatron_flag_sets_the_order_and_its_rule() -> None:
 
 
 def test_search_offers_the_second_order_only_where_it_differs_and_is_legal() -> None:
-    """Rows with tp-cp-ep-pp-dp exist only for PP > 1, TP·CP = ETP·EP and D_a > 1; a pin in the options
-    or the search section restricts the choice."""
+    """Rows with tp-cp-ep-pp-dp exist only for PP > 1, TP·CP = ETP·EP, D_a > 1 and links that differ
+    from the default order's; a pin in the options or the search section restricts the choice."""
     problem = load_problem_text(DENSE)
     rows = enumerate_rows(problem)
     swapped = [r for r in rows if r.rank_order == RankOrder.dp_last.value]
     assert swapped and all(r.pp > 1 and r.tp * r.cp == r.etp * r.ep for r in swapped)
     assert all(64 // (r.tp * r.cp * r.pp) > 1 for r in swapped)
+    topology = problem.hardware.topology
+    for r in swapped:
+        m = r.mapping(problem)
+        assert links_for(topology, m) != links_for(topology, m.model_copy(update={"rank_order": RankOrder.pp_last}))
+    five_t = load_problem("problems/5t-moe-asic-4096.yaml")
+    assert {r.rank_order for r in enumerate_rows(five_t)} == {RankOrder.pp_last.value}
     pinned = load_problem_text(DENSE + "search: {rank_order: tp-cp-ep-dp-pp}\n")
     assert {r.rank_order for r in enumerate_rows(pinned)} == {RankOrder.pp_last.value}
 

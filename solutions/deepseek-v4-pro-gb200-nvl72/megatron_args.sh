@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# parasol: Megatron-LM launch flags for deepseek-v4-pro-gb200-nvl72, mapping 1 of 22 (Pareto rank 1)
+#   TP1 PP16 CP4 EP24 ETP1 VPP1 MBS1 GBS4608 seq 8192, recompute selective; 1,152 GPUs = 288 nodes x 4 GPUs.
+# Run it on every host of the host order (hosts.txt) with NODE_RANK = the host's line (0-based) and
+# MASTER_ADDR = the first host: global rank = NODE_RANK * GPUs per node + local rank, the order in
+# which Megatron's groups (tp-cp-ep-dp-pp) land on the nodes as parasol judged them.
+# Only the parallel part is here: append the model, data, tokenizer, precision, optimizer and
+# checkpoint flags (add ' \' to the last line).
+# Check it: parasol explain problems/deepseek-v4-pro-gb200-nvl72.yaml --megatron-args-file THIS_FILE
+torchrun --nnodes 288 --nproc-per-node 4 --node-rank "${NODE_RANK}" --master-addr "${MASTER_ADDR}" --master-port "${MASTER_PORT:-6000}" \
+    pretrain_hybrid.py \
+    --tensor-model-parallel-size 1 \
+    --pipeline-model-parallel-size 16 \
+    --context-parallel-size 4 \
+    --expert-model-parallel-size 24 \
+    --expert-tensor-parallel-size 1 \
+    --use-distributed-optimizer \
+    --micro-batch-size 1 \
+    --global-batch-size 4608 \
+    --seq-length 8192 \
+    --hybrid-layer-pattern 'HEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CE/WE' \
+    --recompute-granularity selective \
+    --recompute-modules moe_act \
+    --moe-token-dispatcher-type flex \
+    --moe-flex-dispatcher-backend deepep \
+    --moe-grouped-gemm \
+    --cp-comm-type p2p \
+    --cp-partition-mode contiguous

@@ -1,0 +1,296 @@
+"""`solve --emit megatron` (issue 8 parts 1-2): the parallel part of a Megatron-LM launch line, the host
+order that makes the placement real, and the round trip through `explain --megatron-args`.
+
+Flags and grammar: Megatron-LM main@d98e8a64 megatron/training/arguments.py (3095-3120, 3652-3659, 925-999),
+pipeline_parallel_layer_layout.py:94-145,282-321, transformer_config.py:532-560,2294-2368, and dev@d48bd6be
+hybrid_layer_allocation.py:14-29 for DeepSeek-V4's C/H/W symbols; ../shared/reference/megatron-rules.yaml ids
+layout-*, uneven-*, hybrid-pattern-*; rank order megatron-groups.md §1.2-1.5."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from inline_problems import SMALL_MOE
+
+from parasol.constraints.step_time import CalibratedStageTimes
+from parasol.errors import InputError
+from parasol.problems.layout_string import parse_pipeline_layout
+from parasol.problems.loader import Problem, load_problem, load_problem_text
+from parasol.problems.mapping import Mapping
+from parasol.solver.cli import main
+from parasol.solver.emit import (
+    format_layout,
+    hybrid_pattern,
+    launch_script,
+    layout_stages,
+    layout_string,
+    megatron_args,
+    rank_totals,
+    round_trip,
+)
+from parasol.solver.mapping_input import build_mapping
+from parasol.solver.megatron_args import parse_hybrid_pattern
+from parasol.solver.output import host_order_text
+from parasol.solver.solutions import bundled_problems, load_bundled
+from parasol.solver.solve import solve
+
+V4_1024 = "problems/deepseek-v4-pro-1024.yaml"
+DSV3 = """
+name: dsv3-inline
+model: deepseek-v3
+training: {seq_len: 4096, global_batch: 1024, precision: bf16, recompute: full}
+hardware: {preset: h800-hgx, gpus: 1024}
+framework: {rule_packs: [megatron-core], options: {moe_token_dispatcher_type: alltoall}}
+"""
+
+
+@pytest.fixture(scope="module")
+def small() -> Problem:
+    return load_problem_text(SMALL_MOE, source="small-moe-inline.yaml")
+
+
+@pytest.fixture(scope="module")
+def v4() -> Problem:
+    return load_problem(V4_1024)
+
+
+@pytest.fixture(scope="module")
+def dsv3() -> Problem:
+    return load_problem_text(DSV3, source="dsv3-inline.yaml")
+
+
+def flags_of(problem: Problem, mapping: Mapping, group: str) -> list[tuple[str, str | None]]:
+    """The (flag, value) pairs of one group."""
+    return [f.pair for g in megatron_args(problem, mapping).groups if g.name == group for f in g.flags]
+
+
+def pipeline_of(problem: Problem, **sets: str) -> list[tuple[str, str | None]]:
+    return flags_of(problem, build_mapping(problem, sets), "pipeline")
+
+
+def test_degree_batch_and_dispatcher_groups(small: Problem) -> None:
+    """arguments.py:2373 (model_parallel_config.py:55-130 as flags): every degree is stated, SP only with
+    TP > 1, the distributed optimizer as the run has it; MoE dispatcher flags (transformer_config.py:891-898)."""
+    m = build_mapping(small, {"tp": "2", "pp": "2", "ep": "8", "etp": "1", "mbs": "2"})
+    assert flags_of(small, m, "parallel degrees") == [
+        ("--tensor-model-parallel-size", "2"), ("--pipeline-model-parallel-size", "2"),
+        ("--context-parallel-size", "1"), ("--expert-model-parallel-size", "8"),
+        ("--expert-tensor-parallel-size", "1"), ("--sequence-parallel", None), ("--use-distributed-optimizer", None)]
+    assert flags_of(small, m, "batch") == [("--micro-batch-size", "2"), ("--global-batch-size", "256"),
+                                           ("--seq-length", "4096")]
+    assert flags_of(small, m, "MoE dispatch") == [("--moe-token-dispatcher-type", "allgather"),
+                                                  ("--moe-grouped-gemm", None)]
+    assert flags_of(small, build_mapping(small, {"tp": "1", "ep": "8"}), "parallel degrees")[-1] == \
+        ("--use-distributed-optimizer", None)
+
+
+def test_dense_model_has_no_expert_flags() -> None:
+    """A dense model states TP/PP/CP only (EP and ETP are MoE flags, arguments.py:587-588)."""
+    problem = load_problem_text("""
+name: llama-inline
+model: llama-3-8b
+training: {seq_len: 8192, global_batch: 128}
+hardware: {preset: h100-hgx, gpus: 16}
+""", source="llama-inline.yaml")
+    args = megatron_args(problem, build_mapping(problem, {"tp": "2", "pp": "2"}))
+    names = [f.name for f in args.flags]
+    assert "--expert-model-parallel-size" not in names and "--moe-token-dispatcher-type" not in names
+    assert args.entry_point == "pretrain_gpt.py"
+
+
+def test_recompute_flags(small: Problem, v4: Problem) -> None:
+    """transformer_config.py:532-560 and megatron-rules.yaml recompute-full-needs-method/-num-layers: full
+    recompute of every layer is uniform with 1 layer; selective names the run's modules; none is the default."""
+    def recompute(problem: Problem, value: str) -> list[tuple[str, str | None]]:
+        return flags_of(problem, build_mapping(problem, {"recompute": value}), "recompute")
+    assert recompute(small, "full") == [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
+                                        ("--recompute-num-layers", "1")]
+    assert recompute(small, "selective") == [("--recompute-granularity", "selective"),
+                                             ("--recompute-modules", "core_attn")]
+    assert recompute(v4, "selective")[1] == ("--recompute-modules", "moe_act")
+    assert recompute(small, "none") == []
+
+
+def test_even_split_needs_no_pipeline_flag(small: Problem) -> None:
+    """megatron-rules.yaml layers-divisible-by-pp: 12 blocks on PP 4 split evenly by default."""
+    assert pipeline_of(small, pp="4", ep="8") == []
+    assert pipeline_of(small, pp="4", ep="8", layout="3,3,3,3") == []
+
+
+def test_uneven_first_and_last_stage_flags(small: Problem) -> None:
+    """transformer_config.py:2294-2368 (rules uneven-*): first/last counts when the middle ranks are equal,
+    only the flags the cut needs."""
+    assert pipeline_of(small, pp="4", ep="8", layout="2,4,4,2") == [
+        ("--decoder-first-pipeline-num-layers", "2"), ("--decoder-last-pipeline-num-layers", "2")]
+    assert pipeline_of(small, pp="4", ep="8", layout="2,3,3,4") == [
+        ("--decoder-first-pipeline-num-layers", "2"), ("--decoder-last-pipeline-num-layers", "4")]
+    assert pipeline_of(small, pp="2", ep="8", layout="5,7") == [("--decoder-first-pipeline-num-layers", "5")]
+    assert pipeline_of(small, pp="4", ep="8", layout="4,4,4,0") == [
+        ("--pipeline-model-parallel-layout", "Et*4|(t*4|)*2,L")]
+
+
+def test_layout_string_for_other_cuts_and_for_vpp(small: Problem) -> None:
+    """arguments.py:3103-3110 and pipeline_parallel_layer_layout.py:282-321: a cut the first/last flags cannot
+    state, and every interleaved mapping, gets a layout string in Megatron's flat virtual-stage order."""
+    assert pipeline_of(small, pp="4", ep="8", layout="2,5,3,2") == [
+        ("--pipeline-model-parallel-layout", "Et*2|t*5|t*3|t*2L")]
+    assert pipeline_of(small, pp="2", vpp="2", ep="8", layout="3,3,3,3") == [
+        ("--pipeline-model-parallel-layout", "Et*3|(t*3|)*2,t*3L")]
+
+
+def test_layout_string_places_embedding_loss_and_mtp() -> None:
+    """pipeline_parallel_layer_layout.py:94-145 (rules layout-embedding-loss-once, layout-mtp-placement): E
+    opens the first stage, m (after every t) and L close the last; runs fold as x*n and (stage|)*n."""
+    stages = layout_stages((3, 4, 4, 4, 2), mtp_layers=1)
+    assert stages == ["Ettt", "tttt", "tttt", "tttt", "ttmL"]
+    text = format_layout(stages)
+    assert text == "Et*3|(t*4|)*3,t*2mL"
+    parsed = parse_pipeline_layout(text, 17)
+    assert parsed.stages == tuple(stages)
+    assert parsed.block_counts == (3, 4, 4, 4, 2) and parsed.mtp_stages == (4,)
+    assert format_layout(layout_stages((61,), mtp_layers=2)) == "Et*61m*2L"
+    assert format_layout(layout_stages((2, 0, 0, 3), mtp_layers=0)) == "Et*2|(|)*2,t*3L"
+    assert parse_pipeline_layout("Et*2|(|)*2,t*3L", 5).block_counts == (2, 0, 0, 3)
+
+
+def test_layout_string_with_mtp_reads_back(dsv3: Problem) -> None:
+    """DeepSeek-V3 (61 blocks, 1 MTP layer) on TP2 PP8 VPP2: 16 virtual stages, m in the last one, feasible."""
+    mapping = build_mapping(dsv3, {"tp": "2", "pp": "8", "vpp": "2", "ep": "64"})
+    layout = (3,) + (4,) * 13 + (3, 3)
+    assert layout_string(dsv3, layout) == "Et*3|(t*4|)*13,t*3|t*3mL"
+    assert pipeline_of(dsv3, tp="2", pp="8", vpp="2", ep="64") == [("--pipeline-model-parallel-layout",
+                                                                    "Et*3|(t*4|)*13,t*3|t*3mL")]
+    trip = round_trip(dsv3, mapping)
+    assert trip.ok, (trip.differences, trip.violations)
+
+
+def test_v4_hybrid_pattern_segments_and_symbols(v4: Problem) -> None:
+    """dev@d48bd6be hybrid_layer_allocation.py:14-29 and arguments.py:840-862: one attention symbol per block
+    by compress ratio (C 4, H 128, W 0) and its MLP symbol, '|' between the virtual stages, '/' + the MTP block."""
+    layout = (3,) + (4,) * 14 + (2,)
+    pattern = hybrid_pattern(v4, layout)
+    ratios = v4.model.attention.compress_ratios
+    assert pattern.startswith({128: "H", 4: "C", 0: "W"}[ratios[0]] + "E")
+    assert pattern.endswith("/" + {128: "H", 4: "C", 0: "W"}[ratios[61]] + "E")
+    parsed = parse_hybrid_pattern(pattern)
+    assert parsed.segments == layout and parsed.mtp_depth == 1 and parsed.dsv4
+    assert list(parsed.ratios) == list(ratios[:61])
+    mapping = build_mapping(v4, {"pp": "16", "cp": "2", "ep": "32", "recompute": "full",
+                                 "layout": ",".join(map(str, layout))})
+    assert flags_of(v4, mapping, "pipeline") == [("--hybrid-layer-pattern", pattern)]
+    assert megatron_args(v4, mapping).entry_point == "pretrain_hybrid.py"
+
+
+def test_v4_hybrid_pattern_with_vpp_round_trips() -> None:
+    """Seed 000's C (8,192 GPUs, CP4) interleaved: 16 pattern segments on PP 8 give VPP 2 back (rule
+    hybrid-pattern-segments-divisible)."""
+    problem = load_problem("problems/deepseek-v4-pro-8192.yaml")
+    mapping = build_mapping(problem, {"pp": "8", "vpp": "2", "cp": "4", "recompute": "full",
+                                      "layout": "3,4,4,4,4,4,4,4,4,4,4,4,4,4,3,3"})
+    trip = round_trip(problem, mapping)
+    assert trip.ok, (trip.differences, trip.violations)
+    assert trip.parsed["vpp"] == 2 and trip.parsed["layout"] == list(mapping.layout)
+
+
+@pytest.mark.parametrize("sets", [
+    {"pp": "4", "ep": "8"},
+    {"pp": "4", "ep": "8", "layout": "2,4,4,2", "recompute": "full"},
+    {"pp": "4", "ep": "8", "layout": "2,5,3,2", "recompute": "selective"},
+    {"pp": "2", "vpp": "2", "ep": "8", "layout": "2,4,4,2"},
+    {"tp": "2", "pp": "2", "ep": "8", "etp": "1", "layout": "5,7"},
+])
+def test_hand_made_mappings_round_trip(small: Problem, sets: dict[str, str]) -> None:
+    """Issue 8 part 2: the emitted flags read back by `explain --megatron-args` are feasible and give the same
+    mapping (degrees, batch, recompute, VPP and the cut)."""
+    mapping = build_mapping(small, sets)
+    trip = round_trip(small, mapping)
+    assert trip.ok, (trip.differences, trip.violations)
+
+
+def test_rank_order_round_trips(v4: Problem) -> None:
+    """megatron-groups.md §1.2: the tp-cp-ep-pp-dp order is --use-tp-pp-dp-mapping and reads back."""
+    mapping = build_mapping(v4, {"rank_order": "tp-cp-ep-pp-dp"})
+    assert ("--use-tp-pp-dp-mapping", None) in flags_of(v4, mapping, "parallel degrees")
+    assert not round_trip(v4, mapping).differences
+
+
+def test_options_fixing_the_mechanism_are_kept(small: Problem) -> None:
+    """megatron-rules.yaml account-for-divisible: with --account-for-* in the problem's options the emitted line
+    keeps that mechanism; a cut it cannot state is an InputError naming the options."""
+    problem = load_problem_text(SMALL_MOE.replace("framework: {rule_packs: [megatron-core]}", "framework: {rule_packs: "
+                                "[megatron-core], options: {account_for_embedding_in_pipeline_split: true, "
+                                "account_for_loss_in_pipeline_split: true}}"), source="accounted.yaml")
+    mapping = build_mapping(problem, {"pp": "2", "ep": "8", "layout": "6,6"})
+    assert flags_of(problem, mapping, "pipeline") == [("--account-for-embedding-in-pipeline-split", None),
+                                                      ("--account-for-loss-in-pipeline-split", None)]
+    assert round_trip(problem, mapping).ok
+    with pytest.raises(InputError, match="framework.options"):
+        megatron_args(problem, build_mapping(problem, {"pp": "2", "ep": "8", "layout": "5,7"}))
+
+
+def test_rank_totals() -> None:
+    """Virtual stage k runs on pipeline rank k % PP (megatron-groups.md §2.3)."""
+    assert rank_totals((3, 4, 4, 4, 3, 4, 4, 4), 4) == [6, 8, 8, 8]
+
+
+def test_host_order_for_seed_a(v4: Problem) -> None:
+    """megatron-groups.md §1.5 (W=1024, PP8, EP64, 8-GPU nodes): host line i runs node rank i; EP groups of 64
+    contiguous ranks span 8 nodes, PP stage s holds nodes 16s..16s+15, expert-DP partners are 64 ranks apart."""
+    text = host_order_text(build_mapping(v4, {}), v4)
+    hosts = [line for line in text.splitlines() if not line.startswith("#")]
+    assert len(hosts) == 128 and hosts[0] == "node0000 slots=8" and hosts[-1] == "node0127 slots=8"
+    assert any(line.startswith("#   EP ") and "16 group(s) of 64" in line and "on 8 node(s)" in line
+               for line in text.splitlines())
+    assert "#   expert DP                 512 group(s) of 2     rank stride 64 " in text
+    assert "#   PP stage 1: nodes 16-31" in text
+
+
+def test_host_order_names_nvlink_domains() -> None:
+    """GB200 NVL72: 4-GPU nodes in 72-GPU domains; a host placeholder names its domain (18 nodes each)."""
+    problem = load_problem("problems/deepseek-v4-pro-gb200-nvl72.yaml")
+    hosts = [line for line in host_order_text(build_mapping(problem, {}), problem).splitlines()
+             if not line.startswith("#")]
+    assert hosts[17] == "domain000-node0017 slots=4" and hosts[18] == "domain001-node0018 slots=4"
+
+
+def test_launch_script_reads_back_with_its_launcher(v4: Problem) -> None:
+    """The script's torchrun geometry (--nnodes × --nproc-per-node) is the problem's GPU count, so reading it
+    back adds no launcher note."""
+    mapping = build_mapping(v4, {"pp": "16", "cp": "2", "ep": "32", "recompute": "full"})
+    script = launch_script(v4, mapping, "test")
+    assert "torchrun --nnodes 128 --nproc-per-node 8" in script
+    trip = round_trip(v4, mapping, text=script)
+    assert not trip.differences and not any("launcher" in n for n in trip.notes)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", bundled_problems(), ids=lambda p: p.stem)
+def test_first_solved_mapping_of_every_bundled_problem_round_trips(path: Path) -> None:
+    """Issue 8 "Must show": the first mapping of each bundled problem's solve round-trips."""
+    problem = load_bundled(path)
+    result = solve(problem, CalibratedStageTimes(problem), top=1, time_limit_s=600)
+    for solved in result.mappings[:1]:
+        trip = round_trip(problem, solved.explanation.mapping)
+        assert trip.ok, (trip.differences, trip.violations)
+
+
+@pytest.mark.slow
+def test_cli_emit_then_explain(tmp_path: Path) -> None:
+    """`parasol solve … --emit megatron --pick 1 --out DIR` writes the launch script and host order; `parasol
+    explain PROBLEM --megatron-args-file` judges it feasible and gives back mapping 1."""
+    runner = CliRunner()
+    solved = runner.invoke(main, ["solve", V4_1024, "--emit", "megatron", "--pick", "1", "--out", str(tmp_path), "--json"])
+    assert solved.exit_code == 0, solved.output
+    emitted = json.loads(solved.stdout)["mappings"]
+    assert [e["index"] for e in emitted] == [1]
+    script = tmp_path / "deepseek-v4-pro-1024.1.megatron_args.sh"
+    assert script.read_text() == emitted[0]["script"]
+    assert (tmp_path / "deepseek-v4-pro-1024.1.hosts.txt").is_file()
+    explained = runner.invoke(main, ["explain", V4_1024, "--megatron-args-file", str(script), "--json"])
+    assert explained.exit_code == 0, explained.output
+    back = json.loads(explained.stdout)
+    assert back["feasible"] and back["notes"] == []
+    assert {k: back["mapping"][k] for k in emitted[0]["mapping"]} == emitted[0]["mapping"]
