@@ -1,6 +1,6 @@
 """The brute-force reference of `solve`: enumerate every row, judge it with the Python rules, try every
 cut (all compositions of the blocks into PP·VPP stages of at least one block; for interleaved rows
-the balanced layout, as the solver does), and keep the non-dominated points of the two front
+the solver's family of edge-trimmed layouts, every one of them), and keep the non-dominated points of the two front
 objectives (step time × peak memory by default).
 Tests compare its front with the CP-SAT master's on small problems.
 """
@@ -18,7 +18,7 @@ from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
 from parasol.problems.schema import Objective
 from parasol.solver.costs import RowCosts
-from parasol.solver.cuts import rank_counts
+from parasol.solver.cuts import interleaved_layouts, rank_counts
 from parasol.solver.objectives import DEFAULT_OBJECTIVES, SCALES, row_units
 from parasol.solver.program import judged_rules, program_rules
 from parasol.solver.space import Row
@@ -69,7 +69,7 @@ def row_points(c: RowCosts, counts: np.ndarray, usable: int, per_row: dict[Objec
     blocks = counts.shape[0] - 1
     row = c.row
     if row.vpp > 1:
-        layouts = [default_layout(blocks, row.pp * row.vpp)]
+        layouts = list(interleaved_layouts(blocks, row.pp * row.vpp))
     else:
         layouts = list(compositions(blocks, row.pp))
         if len(layouts) > MAX_LAYOUTS:

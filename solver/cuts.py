@@ -3,7 +3,8 @@ stages, with the heaviest rank of every stage within usable HBM, trading step ti
 memory. The row's Pareto staircase is what it offers the master program (solver/program.py).
 
 1F1B rows are solved exactly by a min-max dynamic program over contiguous cuts. Interleaved rows
-(VPP > 1), whose ranks sum non-contiguous virtual stages, take the balanced layout.
+(VPP > 1), whose ranks sum non-contiguous virtual stages, search a family of edge-trimmed layouts
+(interleaved_layouts) exhaustively.
 """
 
 from __future__ import annotations
@@ -77,34 +78,59 @@ def rank_counts(layout: tuple[int, ...], pp: int, counts: np.ndarray) -> list[tu
     return [tuple(int(x) for x in row) for row in per_rank]
 
 
-def balanced_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
-    """Interleaved (VPP > 1): the balanced layout (derived.default_layout: ⌊L/V⌋ blocks per virtual
-    stage, the remainder to the middle stages first), one step if it fits. A rank sums non-contiguous
-    virtual stages, so no contiguous DP applies; a CP-SAT cut program took 1-70 s per row here
-    (measured on DeepSeek-V4-Pro, 1,024 GPUs), too slow to search every interleaved row."""
+def interleaved_layouts(blocks: int, stages: int) -> tuple[tuple[int, ...], ...]:
+    """The cuts tried for interleaved rows (VPP > 1): the first virtual stage (which also holds the
+    embedding) and the last (head, loss, MTP) take a and b blocks, from 1 to one above the balanced
+    share, and the middle stages split the rest as evenly as derived.default_layout does; the balanced
+    layout itself first. A rank sums non-contiguous virtual stages, so no contiguous DP applies, and a
+    CP-SAT cut program took 1-70 s per row (DeepSeek-V4-Pro, 1,024 GPUs): this family is searched
+    exhaustively instead, by solve and by the brute-force reference alike."""
+    balanced = default_layout(blocks, stages)
+    if stages < 3:
+        return (balanced,)
+    share = blocks // stages
+    out = [balanced]
+    for a in range(1, share + 2):
+        for b in range(1, share + 2):
+            middle = blocks - a - b
+            if middle < stages - 2:
+                continue
+            layout = (a, *default_layout(middle, stages - 2), b)
+            if layout not in out:
+                out.append(layout)
+    return tuple(out)
+
+
+def interleaved_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
+    """Interleaved (VPP > 1): the non-dominated (step time, peak memory) cuts among
+    interleaved_layouts, fastest first (ties: leaner, then the smaller layout, as the brute force)."""
     blocks = counts.shape[0] - 1
-    layout = default_layout(blocks, c.row.pp * c.row.vpp)
-    per_rank = rank_counts(layout, c.row.pp, counts)
-    if any(c.stage_memory(s, n) > usable for s, n in enumerate(per_rank)):
-        return Staircase(())
-    time_units, memory_units = c.objectives(per_rank)
-    return Staircase((CutPoint(time_units, memory_units, layout),))
+    scored = []
+    for layout in interleaved_layouts(blocks, c.row.pp * c.row.vpp):
+        per_rank = rank_counts(layout, c.row.pp, counts)
+        if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)):
+            scored.append((*c.objectives(per_rank), layout))
+    points: list[CutPoint] = []
+    for time_units, memory_units, layout in sorted(scored):
+        if not points or memory_units < points[-1].memory_units:
+            points.append(CutPoint(time_units, memory_units, layout))
+    return Staircase(tuple(points))
 
 
 def some_cut_fits(c: RowCosts, counts: np.ndarray, usable: int) -> bool:
-    """Whether any cut keeps every rank within usable memory: the min-max DP for 1F1B, the balanced
-    layout for interleaved rows. Reads memory only, so it runs before any time is priced."""
+    """Whether any cut keeps every rank within usable memory: the min-max DP for 1F1B, the
+    interleaved family for interleaved rows. Reads memory only, so it runs before any time is priced."""
     blocks = counts.shape[0] - 1
     if c.row.vpp > 1:
-        per_rank = rank_counts(default_layout(blocks, c.row.pp * c.row.vpp), c.row.pp, counts)
-        return all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank))
+        return any(all(c.stage_memory(s, n) <= usable for s, n in enumerate(rank_counts(layout, c.row.pp, counts)))
+                   for layout in interleaved_layouts(blocks, c.row.pp * c.row.vpp))
     inf = np.iinfo(np.int64).max
     memory = [stage_matrices(c, s, counts)[1] for s in range(c.row.pp)]
     return min_max_cut([np.where(m <= usable, m, inf) for m in memory], blocks) is not None
 
 
 def row_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
-    """A row's staircase: the exact DP for 1F1B, the balanced layout for interleaved schedules."""
+    """A row's staircase: the exact DP for 1F1B, the searched family for interleaved schedules."""
     if c.row.vpp == 1:
         return dp_staircase(c, counts, usable)
-    return balanced_staircase(c, counts, usable)
+    return interleaved_staircase(c, counts, usable)

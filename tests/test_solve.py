@@ -45,7 +45,8 @@ def test_v4_1024_returns_feasible_uneven_mappings(v4_result) -> None:
         assert len(data["stages"]) == data["mapping"]["pp"]
         assert all(stage["memory_gb"] <= usable for stage in data["stages"])
         assert data["pareto_rank"] >= 1
-        assert abs(sm.peak_memory_objective_gb - data["metrics"]["peak_memory_gb"]) <= 0.05
+        ledger = data["metrics"]["peak_memory_gb"]
+        assert 0 <= sm.peak_memory_objective_gb - ledger <= 0.001 * ledger + 0.01  # tables round up per MB
 
 
 @pytest.mark.slow
@@ -70,24 +71,28 @@ def test_solve_is_deterministic(v4_result) -> None:
 
 @pytest.mark.slow
 def test_gb200_ep_groups_stay_in_a_domain_or_pay() -> None:
-    """GB200 NVL72 (72-GPU domains of 4-GPU nodes): every returned EP group lies in one NVLink domain,
-    and an EP group that straddles domains (EP48 on 72-GPU domains) is priced over the NICs: its
-    exposed EP time is more than twice that of a domain-aligned EP24."""
+    """GB200 NVL72 (72-GPU domains of 4-GPU nodes): a returned mapping whose EP group straddles two
+    NVLink domains says so in its groups and pays for it: its exposed EP time is more than twice that
+    of the same mapping with a domain-aligned EP24; the fastest mapping keeps EP in one domain. EP48
+    against EP24 shows the same price on a fixed mapping."""
     problem = load_problem(GB200)
     result = solve(problem, CalibratedStageTimes(problem), top=4)
     assert result.mappings
-    for sm in result.mappings:
-        ep = {g["group"]: g for g in sm.as_dict()["groups"]}["ep"]
-        assert ep["inside_nvlink_domain"]
 
-    def ep_seconds(ep: int) -> float:
-        mapping = Mapping(gpus=1152, tp=1, pp=8, cp=2, ep=ep, etp=1, mbs=1, gbs=4608, seq_len=8192,
-                          recompute="full")
+    def ep_seconds(mapping: Mapping) -> tuple[bool, float]:
         data = explain(problem, mapping, repairs=0).as_dict()
-        assert {g["group"]: g for g in data["groups"]}["ep"]["inside_nvlink_domain"] == (72 % ep == 0)
-        return data["step_time"]["breakdown_s"]["ep"]
+        return {g["group"]: g for g in data["groups"]}["ep"]["inside_nvlink_domain"], \
+            data["step_time"]["breakdown_s"]["ep"]
 
-    assert ep_seconds(48) > 2 * ep_seconds(24)
+    assert ep_seconds(result.mappings[0].explanation.mapping)[0]
+    for sm in result.mappings:
+        inside, seconds = ep_seconds(sm.explanation.mapping)
+        if not inside:
+            assert seconds > 2 * ep_seconds(sm.explanation.mapping.model_copy(update={"ep": 24}))[1]
+    fixed = Mapping(gpus=1152, tp=1, pp=8, cp=2, ep=24, etp=1, mbs=1, gbs=4608, seq_len=8192, recompute="full")
+    aligned, straddling = ep_seconds(fixed), ep_seconds(fixed.model_copy(update={"ep": 48}))
+    assert aligned[0] and not straddling[0]
+    assert straddling[1] > 2 * aligned[1]
 
 
 @pytest.mark.slow
