@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 
 ARGUMENTS = "Megatron-LM megatron/training/arguments.py"
+BINDING_TOLERANCE = 1e-9
+"""A holding inequality whose |slack| is at most this is at its limit (binding)."""
 CONFIG = "Megatron-LM megatron/core/transformer/transformer_config.py"
 
 
@@ -104,6 +106,12 @@ class Verdict:
     citation: Citation
     family: Family
     severity: Severity = Severity.error
+    binding: bool = False
+    """The rule holds, is in force, is an inequality here and sits exactly at its limit (Constraint.judge)."""
+    in_force: bool = True
+    """Whether the rule's condition concerns this mapping (Constraint.in_force)."""
+    exact: bool = False
+    """Whether slack 0 is how this rule holds here (Constraint.tight_at_zero is False)."""
 
     @property
     def holds(self) -> bool:
@@ -139,6 +147,9 @@ class Constraint(ABC):
     severity: Severity = Severity.error
     unit: str = ""
     summary: str = ""
+    exact: bool = False
+    """Slack 0 is how the rule holds — a divisibility, an equality or an on/off condition — so zero slack
+    never makes it binding."""
     solver_judges: str | None = None
     """How `solve` applies a rule whose CP-SAT side enumerates mappings in Python: "row" (judged once per
     degree row), "cut" (judged per stage cut, as it reads the step time); None: posted in the program."""
@@ -150,6 +161,16 @@ class Constraint(ABC):
     def applies(self, problem: Problem) -> bool:
         """Whether the rule concerns this problem's model and options (override per rule)."""
         return True
+
+    def in_force(self, facts: Facts) -> bool:
+        """Whether the rule's condition concerns this mapping; a rule that does not is reported with
+        slack 0, not binding (override in conditional rules)."""
+        return True
+
+    def tight_at_zero(self, facts: Facts) -> bool:
+        """Whether slack 0 puts the rule at its limit on this mapping: inequalities yes, exact rules no
+        (override where exactness depends on the mapping)."""
+        return not self.exact
 
     def needs_ledger(self) -> bool:
         """Memory rules read the ledger; the evaluator builds it only when one asks."""
@@ -168,6 +189,11 @@ class Constraint(ABC):
         """Add the rule to a CP-SAT model, holding only when `enforce` is true."""
 
     def judge(self, facts: Facts) -> Verdict:
-        """Evaluate and package the verdict."""
-        return Verdict(self.id, self.slack(facts), self.unit, self.message(facts), self.citation, self.family,
-                       self.severity)
+        """Evaluate and package the verdict, with whether the rule binds (holds exactly at its limit)."""
+        slack = self.slack(facts)
+        in_force = self.in_force(facts)
+        tight = self.tight_at_zero(facts)
+        holds = self.severity is Severity.warning or slack >= 0
+        binding = holds and in_force and tight and abs(slack) <= BINDING_TOLERANCE
+        return Verdict(self.id, slack, self.unit, self.message(facts), self.citation, self.family,
+                       self.severity, binding=binding, in_force=in_force, exact=not tight)

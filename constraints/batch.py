@@ -26,6 +26,7 @@ class GbsDivisibleByMbsDp(Constraint):
                         "megatron/training/global_vars.py:148-157", MegatronStage.global_vars)
     unit = "sequences"
     summary = "GBS % (MBS·D_a) == 0"
+    exact = True
 
     def slack(self, f: Facts) -> float:
         dp = f.derived.dp_attn

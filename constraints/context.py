@@ -23,6 +23,11 @@ class CPSeqDivisibleBy2CP(Constraint):
     citation = Citation(f"{ARGUMENTS}:1335-1338", MegatronStage.arguments)
     unit = "tokens"
     summary = "CP > 1 -> seq_len % (2·CP) == 0"
+    exact = True
+
+    def in_force(self, f: Facts) -> bool:
+        """The zigzag split exists only with CP > 1."""
+        return f.mapping.cp > 1
 
     def slack(self, f: Facts) -> float:
         m = f.mapping
@@ -49,9 +54,14 @@ class CPA2AP2PRequiresHierarchical(Constraint):
     citation = Citation(f"{ARGUMENTS}:583-585", MegatronStage.arguments)
     unit = "settings"
     summary = "cp_comm_type a2a+p2p -> hierarchical_context_parallel_sizes set"
+    exact = True
 
     def _broken(self, options) -> bool:  # noqa: ANN001 - MegatronOptions
         return options.cp_comm_type == "a2a+p2p" and options.hierarchical_context_parallel_sizes is None
+
+    def in_force(self, f: Facts) -> bool:
+        """Only the a2a+p2p CP communication needs the hierarchical sizes."""
+        return f.options.cp_comm_type == "a2a+p2p"
 
     def slack(self, f: Facts) -> float:
         return -1.0 if self._broken(f.options) else 0.0
@@ -72,6 +82,11 @@ class HierarchicalCPProduct(Constraint):
     citation = Citation(f"{ARGUMENTS}:580-582; megatron/core/parallel_state.py:1127-1128", MegatronStage.arguments)
     unit = "ranks"
     summary = "hierarchical_context_parallel_sizes set -> prod(sizes) == CP"
+    exact = True
+
+    def in_force(self, f: Facts) -> bool:
+        """Only given hierarchical sizes must multiply to CP."""
+        return f.options.hierarchical_context_parallel_sizes is not None
 
     def slack(self, f: Facts) -> float:
         sizes = f.options.hierarchical_context_parallel_sizes

@@ -221,6 +221,10 @@ class ContractRule(Constraint):
         value = self.measure(f.mapping, f.options)
         return 0.0 if value is None else value
 
+    def in_force(self, f: Facts) -> bool:
+        """A mapping this rule cannot judge (measure None) is reported with slack 0, not binding."""
+        return self.measure(f.mapping, f.options) is not None
+
     def post(self, model: cp_model.CpModel, v: DecisionVars, enforce: cp_model.IntVar) -> None:
         """Allow the degree tuples whose Python verdict holds, per recompute choice."""
         post_table(model, v, enforce, lambda m: (self.measure(m, v.options) or 0.0) >= 0)

@@ -118,6 +118,7 @@ class DSv4Rule(Constraint):
     family = Family.feature
     pack = RulePack.deepseek_v4
     unit = "settings"
+    exact = True
 
     def applies(self, problem: Problem) -> bool:
         return isinstance(problem.model.attention, DSV4Attention)
@@ -155,6 +156,10 @@ class DSv4CPRequiresTHD(DSv4Rule):
     unit = "CP"
     summary = "DSv4 and CP > 1 -> packed THD input"
 
+    def in_force(self, f: Facts) -> bool:
+        """Only unpacked (BSHD) input keeps CP at 1."""
+        return not f.training.packed_sequences
+
     def slack(self, f: Facts) -> float:
         return 0.0 if f.training.packed_sequences else float(1 - f.mapping.cp)
 
@@ -176,6 +181,10 @@ class DSv4CPContiguous(DSv4Rule):
                         "deepseek_v4_hybrid_attention.py:269-271", MegatronStage.config)
     unit = "CP"
     summary = "DSv4 and CP > 1 -> cp_partition_mode == 'contiguous'"
+
+    def in_force(self, f: Facts) -> bool:
+        """Only a non-contiguous CP partition keeps CP at 1."""
+        return f.options.cp_partition_mode != "contiguous"
 
     def slack(self, f: Facts) -> float:
         return 0.0 if f.options.cp_partition_mode == "contiguous" else float(1 - f.mapping.cp)
@@ -282,6 +291,11 @@ class DSv4CPLocalRowsGeWindow(DSv4Rule):
                         "cp_utils.py:128-139,191-202; seed 000 §CP (C: 8192/4 = 2,048 rows)", MegatronStage.runtime)
     unit = "rows"
     summary = "DSv4 and CP > 1 -> ceil(MBS·S/CP) >= D_window = max(window, d_comp)"
+    exact = False
+
+    def in_force(self, f: Facts) -> bool:
+        """Only CP > 1 exchanges window boundaries."""
+        return f.mapping.cp > 1
 
     def slack(self, f: Facts) -> float:
         m = f.mapping
@@ -406,6 +420,10 @@ class HybridPatternSegmentsDivisible(DSv4Rule):
         pattern = options.hybrid_layer_pattern
         return 1 if pattern is None else pattern_segments(pattern)
 
+    def in_force(self, f: Facts) -> bool:
+        """Only a pattern with pipe separators fixes PP·VPP."""
+        return self._segments(f.options) > 1
+
     def slack(self, f: Facts) -> float:
         s, m = self._segments(f.options), f.mapping
         return 0.0 if s == 1 else -float(abs(s - m.pp * m.vpp))
@@ -493,6 +511,11 @@ class ContiguousCPRequiresPackingScheduler(Constraint):
     pack = RulePack.megatron_core
     unit = "CP"
     summary = "contiguous and (CP > 1 or dynamic CP) -> packed THD input"
+    exact = True
+
+    def in_force(self, f: Facts) -> bool:
+        """Only contiguous CP on unpacked input is restricted."""
+        return f.options.cp_partition_mode == "contiguous" and not f.training.packed_sequences
 
     def slack(self, f: Facts) -> float:
         if f.options.cp_partition_mode != "contiguous" or f.training.packed_sequences:
@@ -523,6 +546,11 @@ class ContiguousCPVariants(Constraint):
     pack = RulePack.megatron_core
     unit = "CP"
     summary = "CP > 1 and contiguous -> DSv4 hybrid attention"
+    exact = True
+
+    def in_force(self, f: Facts) -> bool:
+        """Only contiguous CP on a model without DSv4 attention is restricted."""
+        return f.options.cp_partition_mode == "contiguous" and not isinstance(f.model.attention, DSV4Attention)
 
     def slack(self, f: Facts) -> float:
         other = f.options.cp_partition_mode == "contiguous" and not isinstance(f.model.attention, DSV4Attention)
@@ -558,6 +586,11 @@ class DynamicCPRestrictions(Constraint):
     pack = RulePack.megatron_core
     unit = "settings"
     summary = "dynamic CP -> calculate_per_token_loss and packed input"
+    exact = True
+
+    def in_force(self, f: Facts) -> bool:
+        """Only dynamic context parallelism has these requirements."""
+        return f.options.dynamic_context_parallel
 
     def slack(self, f: Facts) -> float:
         return float(-len(_dynamic_cp_faults(f.options, f.training.packed_sequences)))

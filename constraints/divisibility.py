@@ -21,6 +21,7 @@ class WorldDivisibleByModelSize(Constraint):
                         MegatronStage.arguments)
     unit = "GPUs"
     summary = "world size % (TP·PP·CP) == 0"
+    exact = True
 
     def slack(self, f: Facts) -> float:
         m = f.mapping
@@ -44,6 +45,7 @@ class WorldDivisibleByExpertGrid(Constraint):
     citation = Citation("Megatron-LM megatron/core/parallel_state.py:870-884", MegatronStage.process_groups)
     unit = "GPUs"
     summary = "world size % (ETP·EP·PP) == 0"
+    exact = True
 
     def slack(self, f: Facts) -> float:
         m = f.mapping
@@ -67,6 +69,7 @@ class HeadsDivisibleByTP(Constraint):
     citation = Citation("Megatron-LM megatron/core/transformer/transformer_config.py:1446-1450", MegatronStage.config)
     unit = "heads"
     summary = "num_attention_heads % TP == 0"
+    exact = True
 
     def slack(self, f: Facts) -> float:
         return remainder_slack(f.model.attention.num_heads, f.mapping.tp)
@@ -87,6 +90,7 @@ class QueryGroupsVsTP(Constraint):
     citation = Citation("Megatron-LM megatron/core/transformer/transformer_config.py:1458-1468", MegatronStage.config)
     unit = "query groups"
     summary = "num_query_groups % TP == 0 or TP % num_query_groups == 0"
+    exact = True
 
     def applies(self, problem) -> bool:
         att = problem.model.attention
@@ -114,6 +118,11 @@ class HiddenDivisibleByHeads(Constraint):
     citation = Citation("Megatron-LM megatron/training/arguments.py:1331-1333", MegatronStage.arguments)
     unit = "hidden units"
     summary = "kv_channels unset -> hidden_size % num_attention_heads == 0"
+    exact = True
+
+    def in_force(self, f: Facts) -> bool:
+        """Only without --kv-channels does Megatron derive kv_channels = hidden / heads."""
+        return f.options.kv_channels is None
 
     def slack(self, f: Facts) -> float:
         if f.options.kv_channels is not None:
@@ -155,6 +164,7 @@ class TPShardedLinearDims(Constraint):
                         MegatronStage.model_build)
     unit = "columns"
     summary = "ffn, shared ffn, heads x v_dim % TP == 0; expert ffn % ETP == 0"
+    exact = True
 
     def _degrees(self, f: Facts) -> dict[str, int]:
         return {"tp": f.mapping.tp, "etp": f.mapping.expert_tp}

@@ -51,6 +51,7 @@ class SettingsRule(Constraint):
 
     family = Family.feature
     unit = "settings"
+    exact = True
     reads_recompute = False
 
     def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
@@ -99,6 +100,10 @@ class SPRequiresTP(Constraint):
     def _on(self, options: MegatronOptions, consts: dict[str, int]) -> bool:
         return options.megatron_core_api and bool(consts["sequence_parallel_requested"])
 
+    def in_force(self, f: Facts) -> bool:
+        """Only a Megatron Core config that asks for SP needs TP >= 2."""
+        return self._on(f.options, model_consts(f.problem))
+
     def slack(self, f: Facts) -> float:
         return float(f.mapping.tp - 2) if self._on(f.options, model_consts(f.problem)) else 0.0
 
@@ -119,6 +124,7 @@ class SPAutoDisabledWhenTP1(Constraint):
     severity = Severity.warning
     unit = "settings"
     summary = "CLI: TP == 1 -> sequence_parallel := False (warning)"
+    exact = True
 
     def slack(self, f: Facts) -> float:
         asked = model_consts(f.problem)["sequence_parallel_requested"]
@@ -139,6 +145,10 @@ class TPCommOverlapRequiresSP(Constraint):
     citation = Citation(f"{ARGUMENTS}:1441-1442", MegatronStage.arguments)
     unit = "TP"
     summary = "tp_comm_overlap -> sequence_parallel (and TP > 1)"
+
+    def in_force(self, f: Facts) -> bool:
+        """Only --tp-comm-overlap needs SP and TP >= 2."""
+        return f.options.tp_comm_overlap
 
     def slack(self, f: Facts) -> float:
         if not f.options.tp_comm_overlap:
@@ -167,10 +177,15 @@ class SPActivationSeqDivisibleByTP(Constraint):
     citation = Citation("Megatron-LM megatron/core/tensor_parallel/mappings.py:71-74,175-178", MegatronStage.runtime)
     unit = "rows"
     summary = "SP and TP > 1 -> (S/CP, or MBS·S/CP packed) % TP == 0"
+    exact = True
 
     def _rows_numerator(self, f: Facts) -> int:
         m = f.mapping
         return m.seq_len * (m.mbs if f.training.packed_sequences else 1)
+
+    def in_force(self, f: Facts) -> bool:
+        """Only sequence-parallel TP ranks split the rows."""
+        return f.training.sequence_parallel and f.mapping.tp > 1
 
     def slack(self, f: Facts) -> float:
         m = f.mapping
@@ -208,7 +223,12 @@ class NonPPLastOrderRequiresEqualDP(Constraint):
                         MegatronStage.process_groups)
     unit = "ranks"
     summary = "order tp-cp-ep-pp-dp and PP > 1 -> D_a == D_e (TP·CP == ETP·EP)"
+    exact = True
     text = "When not using pp-last rank ordering, the data parallel size of the attention and moe layers must be the same"
+
+    def in_force(self, f: Facts) -> bool:
+        """Only the tp-cp-ep-pp-dp order with a pipeline ties D_a to D_e."""
+        return (f.mapping.rank_order == RankOrder.dp_last or f.options.use_tp_pp_dp_mapping) and f.mapping.pp > 1
 
     def slack(self, f: Facts) -> float:
         m = f.mapping
@@ -245,6 +265,7 @@ class DistOptInstancesDivideDpCp(Constraint):
     citation = Citation(f"{PARALLEL_STATE}:922-926", MegatronStage.process_groups)
     unit = "GPUs"
     summary = "(D_a·CP) % num_distributed_optimizer_instances == 0, i.e. N % (TP·PP·instances) == 0"
+    exact = True
     grid = ("tp", "pp")
     text = "Data parallel size should be divisible by partial DistOpt shard factor"
 
@@ -255,6 +276,10 @@ class DistOptInstancesDivideDpCp(Constraint):
         for name in self.grid:
             out *= sizes[name]
         return out
+
+    def in_force(self, f: Facts) -> bool:
+        """Only a partial distributed optimizer (several instances) splits the ranks."""
+        return f.options.num_distributed_optimizer_instances != 1
 
     def slack(self, f: Facts) -> float:
         inst = f.options.num_distributed_optimizer_instances
@@ -402,6 +427,7 @@ class CpuOffloading(Constraint):
     citation = Citation(f"{CONFIG}:1884-1899,2800-2801", MegatronStage.config)
     unit = "settings"
     summary = "cpu_offloading -> PP == 1 and no recompute"
+    exact = True
 
     def _unmet(self, f: Facts) -> list[str]:
         if not f.options.cpu_offloading:
@@ -412,6 +438,10 @@ class CpuOffloading(Constraint):
         if f.mapping.recompute.value != "none":
             out.append("CPU offloading does not work when activation recomputation is enabled")
         return out
+
+    def in_force(self, f: Facts) -> bool:
+        """Only CPU offloading restricts PP and recompute."""
+        return f.options.cpu_offloading
 
     def slack(self, f: Facts) -> float:
         return -float(len(self._unmet(f)))

@@ -26,6 +26,7 @@ class ExpertsDivisibleByEP(Constraint):
                         "megatron/core/transformer/moe/moe_layer.py:182-187", MegatronStage.arguments)
     unit = "experts"
     summary = "num_experts % EP == 0"
+    exact = True
 
     def applies(self, problem) -> bool:
         return problem.model.moe is not None
@@ -50,6 +51,7 @@ class EPRequiresExperts(Constraint):
                         "megatron/core/transformer/transformer_config.py:1595-1596", MegatronStage.arguments)
     unit = "EP"
     summary = "EP > 1 -> the model has routed experts"
+    exact = True
 
     def applies(self, problem) -> bool:
         return problem.model.moe is None
@@ -92,9 +94,14 @@ class MoETPRequiresSP(Constraint):
                         "megatron/core/model_parallel_config.py:560-565", MegatronStage.runtime)
     unit = "TP"
     summary = "MoE and TP > 1 -> sequence_parallel"
+    exact = True
 
     def applies(self, problem) -> bool:
         return problem.model.moe is not None
+
+    def in_force(self, f: Facts) -> bool:
+        """Only without sequence parallelism must TP stay 1."""
+        return not f.training.sequence_parallel
 
     def slack(self, f: Facts) -> float:
         return 0.0 if f.training.sequence_parallel else float(1 - f.mapping.tp)
@@ -116,9 +123,14 @@ class MoEBiasRequiresETP1(Constraint):
     citation = Citation(f"{CONFIG}:2612-2615", MegatronStage.config)
     unit = "ETP"
     summary = "MoE and add_bias_linear -> ETP == 1"
+    exact = True
 
     def applies(self, problem) -> bool:
         return problem.model.moe is not None
+
+    def in_force(self, f: Facts) -> bool:
+        """Only linear biases (--add-bias-linear) force ETP 1."""
+        return f.options.add_bias_linear
 
     def slack(self, f: Facts) -> float:
         return float(1 - f.mapping.expert_tp) if f.options.add_bias_linear else 0.0
@@ -142,6 +154,10 @@ class DeepEPNCCLEPNeedEtpEpGt1(Constraint):
 
     def applies(self, problem) -> bool:
         return problem.model.moe is not None
+
+    def in_force(self, f: Facts) -> bool:
+        """Only the DeepEP and NCCL-EP flex backends need two or more expert ranks."""
+        return uses_backend(f.options, "deepep", "ncclep")
 
     def slack(self, f: Facts) -> float:
         if not uses_backend(f.options, "deepep", "ncclep"):
@@ -256,6 +272,7 @@ class EPA2AOverlap(Constraint):
     citation = Citation(f"{CONFIG}:3002-3071", MegatronStage.config)
     unit = "settings"
     summary = "overlap_moe_expert_parallel_comm -> EP > 1, VPP if PP > 1, a2a/flex, no full recompute, ..."
+    exact = True
 
     def applies(self, problem) -> bool:
         return problem.model.moe is not None
@@ -287,6 +304,10 @@ class EPA2AOverlap(Constraint):
         if m.recompute.value == "selective" and consts["recompute_moe"]:
             out.append("'moe' in recompute_modules is not supported")
         return out
+
+    def in_force(self, f: Facts) -> bool:
+        """Only --overlap-moe-expert-parallel-comm has these requirements."""
+        return f.options.overlap_moe_expert_parallel_comm
 
     def slack(self, f: Facts) -> float:
         return -float(len(self._unmet(f)))

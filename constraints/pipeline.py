@@ -60,6 +60,7 @@ class LayoutCoversBlocks(Constraint):
     pack = None
     unit = "blocks"
     summary = "len(layout) == PP·VPP and sum(layout) == num_layers"
+    exact = True
 
     def slack(self, f: Facts) -> float:
         layout, m = f.derived.layout, f.mapping
@@ -145,6 +146,11 @@ class LayersDivisibleByPP(Constraint):
     citation = Citation(f"{ARGUMENTS}:980-998; {BLOCK}:147-158", MegatronStage.arguments)
     unit = "layers"
     summary = "even split: (L + [emb] + [loss]) % PP == 0"
+    exact = True
+
+    def in_force(self, f: Facts) -> bool:
+        """Only Megatron's even split (plain or account-for) divides L' by PP."""
+        return split_of(f) in EVEN_SPLITS
 
     def slack(self, f: Facts) -> float:
         if split_of(f) not in EVEN_SPLITS:
@@ -169,6 +175,11 @@ class VppLayersPerRankDivisible(Constraint):
     citation = Citation(f"{BLOCK}:161-179", MegatronStage.model_build)
     unit = "layers"
     summary = "even split, PP > 1, VPP > 1: L' % (PP·VPP) == 0"
+    exact = True
+
+    def in_force(self, f: Facts) -> bool:
+        """Only an even split with a pipeline and interleaving divides the slots by PP·VPP."""
+        return split_of(f) in EVEN_SPLITS and f.mapping.pp > 1 and f.mapping.vpp > 1
 
     def slack(self, f: Facts) -> float:
         m = f.mapping
@@ -196,6 +207,10 @@ class VppRequiresPPGt1(Constraint):
     unit = "pipeline stages"
     summary = "VPP > 1 -> PP > 1"
 
+    def in_force(self, f: Facts) -> bool:
+        """Only an interleaved schedule needs a pipeline."""
+        return f.mapping.vpp > 1
+
     def slack(self, f: Facts) -> float:
         return float(f.mapping.pp - 2) if f.mapping.vpp > 1 else 0.0
 
@@ -215,6 +230,10 @@ class VppNoOverlapRequiresPPGt2(Constraint):
     citation = Citation(f"{ARGUMENTS}:1005-1009", MegatronStage.arguments)
     unit = "pipeline stages"
     summary = "VPP > 1 and not overlap_p2p_comm -> PP > 2"
+
+    def in_force(self, f: Facts) -> bool:
+        """Only interleaving without p2p overlap needs PP >= 3."""
+        return f.mapping.vpp > 1 and not f.options.overlap_p2p_comm
 
     def slack(self, f: Facts) -> float:
         if f.mapping.vpp == 1 or f.options.overlap_p2p_comm:
@@ -241,6 +260,7 @@ class NonInterleavedDisablesP2POverlap(Constraint):
     severity = Severity.warning
     unit = "settings"
     summary = "VPP == 1 and PP > 1 -> overlap_p2p_comm := False (warning)"
+    exact = True
 
     def slack(self, f: Facts) -> float:
         m = f.mapping
@@ -265,6 +285,7 @@ class UnevenRule(Constraint):
 
     family = Family.pipeline
     unit = "layers"
+    exact = True
 
 
 class UnevenFirstDivisibleByVpp(UnevenRule):
@@ -275,6 +296,10 @@ class UnevenFirstDivisibleByVpp(UnevenRule):
     summary = "decoder_first_pipeline_num_layers % VPP == 0"
     flag = "decoder_first_pipeline_num_layers"
     label = "first"
+
+    def in_force(self, f: Facts) -> bool:
+        """Only a given first/last-stage layer count is split over VPP."""
+        return getattr(f.options, self.flag) is not None
 
     def slack(self, f: Facts) -> float:
         n = getattr(f.options, self.flag)
@@ -308,6 +333,10 @@ class UnevenMiddleConsistency(UnevenRule):
     citation = Citation(f"{CONFIG}:2294-2345", MegatronStage.config)
     unit = "pipeline stages"
     summary = "(L − first − last > 0) == (PP − #set > 0)"
+
+    def in_force(self, f: Facts) -> bool:
+        """Only first/last-stage counts leave middle stages to check."""
+        return uneven_set(f.options)
 
     def slack(self, f: Facts) -> float:
         if not uneven_set(f.options):
@@ -346,6 +375,10 @@ class UnevenMiddleDivisible(UnevenRule):
     def _idle(self, f: Facts) -> bool:
         pm = f.mapping.pp - middle(f.options, f.model.num_layers)[1]
         return not uneven_set(f.options) or pm <= 0 or (self.per_vpp and f.mapping.vpp == 1)
+
+    def in_force(self, f: Facts) -> bool:
+        """Only middle stages left by first/last-stage counts split the remaining layers."""
+        return not self._idle(f)
 
     def slack(self, f: Facts) -> float:
         if self._idle(f):
@@ -419,6 +452,11 @@ class AccountForDivisible(Constraint):
     citation = Citation(f"{CONFIG}:2370-2415", MegatronStage.config)
     unit = "layers"
     summary = "account-for: L' % (PP·VPP) == 0"
+    exact = True
+
+    def in_force(self, f: Facts) -> bool:
+        """Only the account-for split divides the slots over PP·VPP."""
+        return account_for_applies(f.options)
 
     def slack(self, f: Facts) -> float:
         if not account_for_applies(f.options):
@@ -447,6 +485,10 @@ class AccountForEnoughLayers(Constraint):
     citation = Citation(f"{BLOCK}:188-201", MegatronStage.model_build)
     unit = "layer slots"
     summary = "account-for: L' >= PP·VPP"
+
+    def in_force(self, f: Facts) -> bool:
+        """Only the account-for split needs a slot per virtual stage."""
+        return account_for_applies(f.options)
 
     def slack(self, f: Facts) -> float:
         if not account_for_applies(f.options):
@@ -521,6 +563,11 @@ class LayoutStagesDivisibleByPP(Constraint):
     citation = Citation(f"{ARGUMENTS}:941-952; {LAYOUT}:40-46", MegatronStage.arguments)
     unit = "stages"
     summary = "layout stages % PP == 0"
+    exact = True
+
+    def in_force(self, f: Facts) -> bool:
+        """Only a parseable layout string is checked."""
+        return parsed_layout(f.options, f.model.num_layers) is not None
 
     def slack(self, f: Facts) -> float:
         parsed = parsed_layout(f.options, f.model.num_layers)
@@ -546,6 +593,11 @@ class LayoutVppConsistent(Constraint):
     citation = Citation(f"{CONFIG}:2275-2287", MegatronStage.config)
     unit = "stages"
     summary = "layout stages == PP·VPP"
+    exact = True
+
+    def in_force(self, f: Facts) -> bool:
+        """Only a parseable layout string is checked."""
+        return parsed_layout(f.options, f.model.num_layers) is not None
 
     def slack(self, f: Facts) -> float:
         parsed = parsed_layout(f.options, f.model.num_layers)
@@ -596,6 +648,11 @@ class LayoutDecoderCount(Constraint):
     citation = Citation(f"{LAYOUT}:107-110", MegatronStage.model_build)
     unit = "layers"
     summary = "layout: count(t) == num_layers"
+    exact = True
+
+    def in_force(self, f: Facts) -> bool:
+        """Only a parseable layout string is checked."""
+        return parsed_layout(f.options, f.model.num_layers) is not None
 
     def slack(self, f: Facts) -> float:
         parsed = parsed_layout(f.options, f.model.num_layers)
@@ -633,6 +690,11 @@ class LayoutMtpPlacement(Constraint):
     citation = Citation(f"{LAYOUT}:111-145", MegatronStage.model_build)
     unit = "settings"
     summary = "layout: count(m) == MTP layers, after the decoders, in one last-virtual stage"
+    exact = True
+
+    def in_force(self, f: Facts) -> bool:
+        """Only a parseable layout string is checked."""
+        return parsed_layout(f.options, f.model.num_layers) is not None
 
     def _unmet(self, f: Facts) -> list[str]:
         parsed = parsed_layout(f.options, f.model.num_layers)

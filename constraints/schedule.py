@@ -72,6 +72,11 @@ class _ScheduleRule(Constraint):
     def slack(self, f: Facts) -> float:
         return float(self.row_slack(*_facts_numbers(f)))
 
+    def in_force(self, f: Facts) -> bool:
+        """Only an interleaved schedule with a whole number of microbatches forms groups."""
+        _, vpp, micro, _ = _facts_numbers(f)
+        return vpp > 1 and micro is not None
+
     def post(self, model, v, enforce) -> None:
         """Table over the reachable products TP·PP·CP with PP, MBS and VPP (gpus, gbs are constants)."""
         option = v.options.microbatch_group_size_per_vp_stage
@@ -95,6 +100,12 @@ class VppMicrobatchGroupRange(_ScheduleRule):
     summary = "VPP > 1: PP <= microbatch group N (default PP) <= num_microbatches"
 
     row_slack = staticmethod(group_range_slack)
+
+    def tight_at_zero(self, f: Facts) -> bool:
+        """With the default N = PP the half N >= PP holds at 0 by definition, so slack 0 is at the limit
+        only when PP == m; a given N is an inequality on both sides."""
+        pp, _, micro, option = _facts_numbers(f)
+        return option is not None or micro == pp
 
     def message(self, f: Facts) -> str:
         pp, vpp, m, option = _facts_numbers(f)
@@ -122,6 +133,7 @@ class VppFinalGroupRemainder(_ScheduleRule):
     summary = "VPP > 1: num_microbatches % N == 0 or >= PP"
 
     row_slack = staticmethod(final_group_slack)
+    exact = True
 
     def message(self, f: Facts) -> str:
         pp, vpp, m, option = _facts_numbers(f)

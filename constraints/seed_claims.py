@@ -32,6 +32,7 @@ class SeedClaim(Constraint):
 
     family = Family.feature
     pack = RulePack.seed_claims
+    exact = True
 
     def applies(self, problem: Problem) -> bool:
         return isinstance(problem.model.attention, DSV4Attention)
@@ -68,6 +69,10 @@ class SeedPackedNoDeterministic(SeedClaim):
 
     def _applies_to_run(self, deterministic: bool, packed: bool) -> bool:
         return deterministic and packed
+
+    def in_force(self, f: Facts) -> bool:
+        """Only deterministic runs on packed input keep CP at 1."""
+        return self._applies_to_run(f.options.deterministic_mode, f.training.packed_sequences)
 
     def slack(self, f: Facts) -> float:
         if self._applies_to_run(f.options.deterministic_mode, f.training.packed_sequences):

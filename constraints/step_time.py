@@ -34,6 +34,7 @@ fits hundreds of runs in milliseconds and `step_time` prices one mapping the sam
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -69,7 +70,7 @@ from parasol.problems.architecture import (
     ModelArchitecture,
 )
 from parasol.problems.derived import Derived
-from parasol.problems.mapping import Mapping, Recompute
+from parasol.problems.mapping import Mapping, RankOrder, Recompute
 from parasol.problems.options import MegatronOptions
 from parasol.problems.params import block_params
 from parasol.problems.schema import Optimizer, Training
@@ -235,8 +236,19 @@ class Links:
 
 
 def links_for(topology, mapping: Mapping) -> Links:  # noqa: ANN001 - ClusterTopology
-    """Place every group of the mapping on the cluster (worst group of each kind)."""
-    return Links(*(group_link(topology, mapping, kind) for kind in ("tp", "cp", "ep", "pp", "dp_cp", "dp_expert")))
+    """Place every group of the mapping on the cluster (worst group of each kind). Placement depends
+    only on the grid sizes and the rank order, so rows differing in recompute, VPP, MBS or cut share
+    one placement (cached: placing groups dominated large searches)."""
+    return _placed_links(topology, mapping.gpus, mapping.tp, mapping.cp, mapping.pp, mapping.ep, mapping.expert_tp,
+                         RankOrder(mapping.rank_order))
+
+
+@lru_cache(maxsize=4096)
+def _placed_links(topology, gpus: int, tp: int, cp: int, pp: int, ep: int, etp: int,  # noqa: ANN001
+                  order: RankOrder) -> Links:
+    """links_for on the grid sizes alone."""
+    grid = Mapping(gpus=gpus, tp=tp, cp=cp, pp=pp, ep=ep, etp=etp, rank_order=order, gbs=1, seq_len=1)
+    return Links(*(group_link(topology, grid, kind) for kind in ("tp", "cp", "ep", "pp", "dp_cp", "dp_expert")))
 
 
 def tp_comm(model: ModelArchitecture, block: Block | None, tokens: float, tp_link: GroupLink, sp: bool) -> CommTerm:

@@ -682,6 +682,7 @@ class UserRestriction(Constraint):
         self.summary = source.text
         self.citation = Citation(f"{source.file}:{source.line}", MegatronStage.not_megatron)
         self.source, self.condition, self.names, self.note, self.packed = source, condition, names, note, packed
+        self.exact = never_positive(condition)
 
     def slack(self, f: Facts) -> float:
         try:
@@ -703,6 +704,19 @@ class UserRestriction(Constraint):
     def post(self, model: cp_model.CpModel, v: DecisionVars, enforce: cp_model.IntVar) -> None:
         top = _Compiler(model, v, enforce, self.packed, self.source).condition(self.condition)
         model.AddImplication(enforce, top)
+
+
+def never_positive(node: Condition) -> bool:
+    """Whether the condition's slack is at most 0 whenever it holds (an equality, a membership, a flag, or
+    `and` with one such part, `or` of only such parts): then slack 0 is how it holds, never a tight limit."""
+    if isinstance(node, Truth | Packed | RecomputeIs):
+        return True
+    if isinstance(node, Compare):
+        return node.op == "=="
+    if isinstance(node, Member):
+        return not node.negated
+    parts = [never_positive(p) for p in node.parts]
+    return any(parts) if node.op == "and" else all(parts)
 
 
 def _show(value: Fraction | bool | str) -> str:

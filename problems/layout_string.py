@@ -14,6 +14,7 @@ stages % PP) are rules in constraints/pipeline.py, so `explain` reports them wit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from parasol.errors import InputError
@@ -166,3 +167,16 @@ def _error(detail: str, text: str, position: int | None, fix: str) -> InputError
     value = text if position is None else f"{text} (position {position}: {text[:position]}^{text[position:]})"
     return InputError(detail, field=FIELD, value=value,
                       expected=f"a Megatron layout string such as {EXAMPLE}", fix=fix + ".")
+
+
+def run_length(layout: Sequence[int]) -> str:
+    """Stage sizes with repeats folded: [3, 4, 4, 4, 2] -> '3 4×3 2'."""
+    parts: list[str] = []
+    i = 0
+    while i < len(layout):
+        j = i
+        while j < len(layout) and layout[j] == layout[i]:
+            j += 1
+        parts.append(str(layout[i]) if j - i == 1 else f"{layout[i]}×{j - i}")
+        i = j
+    return " ".join(parts)

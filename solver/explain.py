@@ -17,8 +17,6 @@ from parasol.problems.rank_groups import GroupPlacement, placements
 if TYPE_CHECKING:
     from parasol.solver.repairs import Repair
 
-BINDING_TOLERANCE = 1e-9
-
 
 @dataclass(frozen=True)
 class Explanation:
@@ -82,8 +80,8 @@ class Explanation:
                 for v in ev.violations
             ],
             "constraints": [
-                {"rule": v.rule, "slack": v.slack, "unit": v.unit,
-                 "binding": v.holds and abs(v.slack) <= BINDING_TOLERANCE}
+                {"rule": v.rule, "slack": v.slack, "unit": v.unit, "binding": v.binding, "in_force": v.in_force,
+                 "exact": v.exact}
                 for v in ev.verdicts
             ],
             "warnings": [

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 from rich.table import Table
 
+from parasol.problems.layout_string import run_length
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
 from parasol.problems.rank_groups import GROUP_KINDS, dense_sizes, expert_sizes, order_of, placements, strides
@@ -48,19 +49,6 @@ def front_table(result: SolveResult, problem: Problem) -> Table:
             *([f"{metrics.get('effective_tokens_per_s', float('nan')):,.0f}"] if goodput else []),
         )
     return table
-
-
-def run_length(layout: list[int]) -> str:
-    """Stage sizes with repeats folded: [3, 4, 4, 4, 2] -> '3 4×3 2'."""
-    parts: list[str] = []
-    i = 0
-    while i < len(layout):
-        j = i
-        while j < len(layout) and layout[j] == layout[i]:
-            j += 1
-        parts.append(str(layout[i]) if j - i == 1 else f"{layout[i]}×{j - i}")
-        i = j
-    return " ".join(parts)
 
 
 def write_solution(result: SolveResult, problem: Problem, directory: Path) -> Path:

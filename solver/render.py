@@ -8,6 +8,7 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 
+from parasol.constraints.base import Verdict
 from parasol.solver.explain import Explanation
 
 if TYPE_CHECKING:
@@ -20,6 +21,17 @@ def _fmt(x: object) -> str:
     if isinstance(x, int):
         return f"{x:,}"
     return str(x)
+
+
+def verdict_status(v: Verdict) -> str:
+    """The holds cell of one rule: NO, or how it holds (binding, yes, exact, not in force)."""
+    if not v.holds:
+        return "[red]NO[/]"
+    if v.binding:
+        return "[bold yellow]yes, binding[/]"
+    if not v.in_force:
+        return "[dim]yes, not in force[/]"
+    return "[green]yes, exact[/]" if v.exact else "[green]yes[/]"
 
 
 def explain_tables(ex: Explanation) -> Group:
@@ -41,11 +53,12 @@ def explain_tables(ex: Explanation) -> Group:
             derived.add_row(key, _fmt(value))
     parts.append(derived)
 
-    rules = Table(title="Rules")
+    rules = Table(title="Rules (binding: an inequality exactly at its limit; exact: holds by divisibility, "
+                        "equality or setting; not in force: its condition does not apply)")
     for col in ("rule", "holds", "slack", "message", "source / Megatron stage"):
         rules.add_column(col, overflow="fold")
     for v in ex.evaluation.verdicts:
-        rules.add_row(v.rule, "[green]yes[/]" if v.holds else "[red]NO[/]", f"{v.slack:g} {v.unit}",
+        rules.add_row(v.rule, verdict_status(v), f"{v.slack:g} {v.unit}",
                       v.message if not v.holds or v.family.value == "memory" else v.citation.source.split(";")[0],
                       f"{v.citation.source}\n[dim]{v.citation.stage.value}[/]" if not v.holds else "")
     for rule, why in ex.evaluation.skipped:

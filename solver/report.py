@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from parasol.errors import InputError
 from parasol.problems.derived import stage_of_virtual
+from parasol.problems.layout_string import run_length
 from parasol.solver import plots
 
 if TYPE_CHECKING:
@@ -87,19 +88,6 @@ def num(x: object, digits: int = 2) -> str:
 def pct(x: object, digits: int = 1) -> str:
     """A fraction as a percentage cell, '-' when missing."""
     return "-" if not isinstance(x, int | float) else f"{x:.{digits}%}"
-
-
-def run_length(layout: Sequence[int]) -> str:
-    """Stage sizes with repeats folded: [3, 4, 4, 4, 2] -> '3 4×3 2'."""
-    parts: list[str] = []
-    i = 0
-    while i < len(layout):
-        j = i
-        while j < len(layout) and layout[j] == layout[i]:
-            j += 1
-        parts.append(str(layout[i]) if j - i == 1 else f"{layout[i]}×{j - i}")
-        i = j
-    return " ".join(parts)
 
 
 MAPPING_COLUMNS = ("TP", "PP", "CP", "EP", "ETP", "VPP", "MBS", "recompute")
@@ -178,22 +166,34 @@ def rule_status(entry: dict) -> dict[str, str]:
     return status
 
 
-STATUS_ORDER = ("violated", "warning", "binding", "holds")
+STATUS_ORDER = ("violated", "warning", "binding", "holds", "exact", "not in force")
+MARKED_STATUSES = ("violated", "warning", "binding")
+
+
+def holding_status(constraint: dict) -> str:
+    """How a holding rule holds: binding (an inequality at its limit), not in force (its condition does not
+    concern the mapping), exact (a divisibility, equality or on/off condition met) or holds (with room)."""
+    if constraint.get("binding"):
+        return "binding"
+    if not constraint.get("in_force", True):
+        return "not in force"
+    return "exact" if constraint.get("exact") else "holds"
 
 
 def slack_table(entry: dict) -> Table:
     """Every rule's signed slack in its own unit: violated rules first, then warnings (flags Megatron
-    rewrites), then binding rules (exactly tight), then the rest in the order they were judged;
-    all but the last group marked."""
+    rewrites), then binding rules (inequalities exactly at their limit), then inequalities with room, then
+    exact rules that hold, then rules not in force, each group in the order judged; the first three marked."""
     named = rule_status(entry)
     rows = []
     for c in entry.get("constraints", []):
-        status = named.get(c.get("rule", ""), "binding" if c.get("binding") else "holds")
+        status = named.get(c.get("rule", ""), holding_status(c))
         rows.append((STATUS_ORDER.index(status), (c.get("rule", "-"), num(c.get("slack"), 4), c.get("unit", ""), status)))
     rows.sort(key=lambda r: r[0])
-    return Table("Slack of every rule (signed, in the rule's unit; marked: violated, warning or binding)",
+    return Table("Slack of every rule (signed, in the rule's unit; marked: violated, warning or binding; exact: "
+                 "holds by divisibility, equality or setting; not in force: its condition does not apply)",
                  ("rule", "slack", "unit", "status"), tuple(r for _, r in rows),
-                 tuple(r[1][3] != "holds" for r in rows))
+                 tuple(r[1][3] in MARKED_STATUSES for r in rows))
 
 
 def violations_table(entry: dict) -> Table:

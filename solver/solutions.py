@@ -26,10 +26,11 @@ import click
 
 import parasol.problems
 from parasol.errors import ParasolError, one_paragraph
+from parasol.problems.layout_string import run_length
 from parasol.problems.loader import Problem, load_problem
 from parasol.problems.mapping import Mapping
 from parasol.solver.emit import COMPARED_FIELDS
-from parasol.solver.output import run_length, write_launch_files
+from parasol.solver.output import write_launch_files
 from parasol.solver.pools import solve_pools
 
 TOP = 10

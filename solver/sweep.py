@@ -436,15 +436,21 @@ def sweep_jobs(problem_path: str | Path, sizes: Sequence[int], weak: bool, top: 
     jobs, rejected = [], []
     for n in sizes:
         gbs = weak_batch(problem.training.global_batch, problem.gpus, n) if weak else Fraction(problem.training.global_batch)
-        job = SizeJob(problem_text=text, source=str(path), base_dir=str(path.resolve().parent), gpus=n,
-                      global_batch=int(gbs) if gbs.denominator == 1 else float(gbs), top=top, time_limit_s=time_limit_s)
         if gbs.denominator != 1:
-            rejected.append(failed_size(job, "error", (
+            rejected.append(SizeResult(gpus=n, global_batch=float(gbs), status="error", reason=(
                 f"weak scaling keeps {problem.training.global_batch} sequences per {problem.gpus:,} GPUs, which "
                 f"gives a global batch of {float(gbs):g} at {n:,} GPUs, not a whole number of sequences")))
-        else:
-            jobs.append(job)
+            continue
+        jobs.append(SizeJob(problem_text=text, source=str(path), base_dir=str(path.resolve().parent), gpus=n,
+                            global_batch=int(gbs), top=top, time_limit_s=time_limit_s))
     return problem, tuple(jobs), rejected
+
+
+def check_backend(backend: str) -> None:
+    """Refuse an unknown backend before any work starts."""
+    if backend not in BACKENDS:
+        raise InputError(f"Unknown backend {backend!r}.", field="--backend", value=backend,
+                         expected=f"one of {', '.join(BACKENDS)}", fix="use --backend local.")
 
 
 def run_sweep(problem_path: str | Path, sizes: Sequence[int], *, weak: bool = False, backend: str = "local",
@@ -458,6 +464,7 @@ def run_sweep(problem_path: str | Path, sizes: Sequence[int], *, weak: bool = Fa
     `timeout`; `progress` is called with each size's result as it arrives."""
     from parasol.solver.sweep_backends import open_pool, run_jobs
 
+    check_backend(backend)
     start = time.perf_counter()
     problem, jobs, results = sweep_jobs(problem_path, sizes, weak, top, time_limit_s)
     for r in results:

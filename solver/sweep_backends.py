@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from parasol.errors import InputError
-from parasol.solver.sweep import BACKENDS, SizeJob, SizeResult, failed_size
+from parasol.solver.sweep import SizeJob, SizeResult, check_backend, failed_size
 
 Task = Callable[[SizeJob], SizeResult]
 
@@ -216,9 +216,7 @@ def open_pool(backend: str, task: Task, workers: int | None, sizes: int,
               ray_address: str | None = None) -> Iterator[Pool]:
     """The backend's pool, `workers` wide (default: the cores here, or the Ray cluster's CPUs; never
     more than the sizes, nor than the cluster's CPUs), closed on exit."""
-    if backend not in BACKENDS:
-        raise InputError(f"Unknown backend {backend!r}.", field="--backend", value=backend,
-                         expected=f"one of {', '.join(BACKENDS)}", fix="use --backend local.")
+    check_backend(backend)
     if backend == "serial":
         yield SerialPool(task)
         return

@@ -269,3 +269,9 @@ def test_plot_refuses_other_formats(tmp_path: Path) -> None:
 
     with pytest.raises(InputError, match="PNG"):
         scaling_plot({"table": [], "sizes": []}, tmp_path / "scaling.svg")
+
+
+def test_unknown_backend_is_refused_before_any_work(small: Path) -> None:
+    """An unknown backend is an InputError naming --backend and the choices."""
+    with pytest.raises(InputError, match="local, ray, serial"):
+        run_sweep(small, (8,), backend="gpu")
