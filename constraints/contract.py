@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from parasol.constraints import long_context, publishing, rollout, routing, training_state
 from parasol.constraints.base import Citation, Constraint, Facts, Family
+from parasol.constraints.routing_load import domain_capacity, expert_loads, routing_tokens
 from parasol.constraints.step_time import StepTime, links_for, step_time_or_none
 from parasol.problems.derived import derive
 from parasol.problems.mapping import Mapping, RankOrder, Recompute
@@ -125,37 +126,6 @@ def state_min_devices(problem: Problem) -> int:
     per_param = training_state.on_device_bytes_per_param(problem.training.grad_dtype, c.offload.value != "none")
     budget = training_state.device_budget_bytes(problem.hardware.gpu.usable_hbm_bytes, c.reserve_fraction)
     return training_state.min_devices_for_state(total_params(problem), per_param, budget)
-
-
-def skew_model(problem: Problem) -> routing.SkewModel:
-    """The problem's routing skew as routing.SkewModel."""
-    r = problem.spec.contract.routing
-    if r.skew.value == "zipf":
-        return routing.SkewModel("zipf", exponent=r.zipf_exponent)
-    if r.skew.value == "histogram":
-        return routing.SkewModel("histogram", weights=tuple(r.histogram))
-    return routing.SkewModel("uniform")
-
-
-def routing_tokens(mapping: Mapping) -> tuple[int, int]:
-    """(tokens per rank b·S/(CP·TP), tokens per EP routing domain EP·ETP·that), rounded down to whole tokens."""
-    per_rank = max(mapping.mbs * mapping.seq_len // (mapping.cp * mapping.tp), 1)
-    return per_rank, per_rank * mapping.ep * mapping.expert_tp
-
-
-def expert_loads(problem: Problem, mapping: Mapping) -> tuple[float, ...]:
-    """Expected assignments per expert in one routing domain under the problem's skew model."""
-    moe = problem.model.moe
-    return routing.expert_loads(routing_tokens(mapping)[1], moe.top_k, moe.num_experts, skew_model(problem))
-
-
-def domain_capacity(problem: Problem, mapping: Mapping) -> int:
-    """Slots one expert has per routing domain: EP sources × C_src = ⌈CF·k·T_rank/E⌉ (Megatron sizes the
-    buffer per source rank)."""
-    moe = problem.model.moe
-    per_rank = routing_tokens(mapping)[0]
-    cap = routing.expert_capacity(per_rank, moe.top_k, moe.num_experts, problem.training.capacity_factor)
-    return cap * mapping.ep * mapping.expert_tp
 
 
 def fixed_all_to_all(problem: Problem, mapping: Mapping) -> routing.FixedSizeAllToAll | None:

@@ -17,6 +17,7 @@ from parasol.constraints import contract as c
 from parasol.constraints import long_context, publishing, rollout, routing, training_state
 from parasol.constraints.goodput import Goodput, goodput
 from parasol.constraints.memory import state_bytes_per_param
+from parasol.constraints.routing_load import domain_capacity, expert_loads, routing_tokens
 from parasol.constraints.step_time import links_for
 from parasol.problems.architecture import BlockKind
 from parasol.problems.params import expert_params, model_params
@@ -226,8 +227,8 @@ def routing_row(t: TableInput) -> dict:
     if moe.num_experts % m.ep:
         return row(DOMAINS[3], [], check, NOT_CHECKED, f"EP {m.ep} does not divide {moe.num_experts} experts",
                    "seed 003 §4")
-    per_rank, domain = c.routing_tokens(m)
-    loads = c.expert_loads(p, m)
+    per_rank, domain = routing_tokens(m)
+    loads = expert_loads(p, m)
     stats = routing.load_stats(loads)
     hot = routing.hot_rank(loads, m.ep)
     skew = p.spec.contract.routing
@@ -245,7 +246,7 @@ def routing_row(t: TableInput) -> dict:
                    f"dropless routing (no capacity factor): nothing is dropped; hot expert {stats.hot_expert} gets "
                    f"{stats.max:,.1f} assignments ({stats.imbalance:.2f}× the mean {stats.mean:,.1f}), hot rank "
                    f"{hot.rank} {hot.imbalance:.2f}× the mean rank", "seed 003 §4")
-    cap = c.domain_capacity(p, m)
+    cap = domain_capacity(p, m)
     out = routing.capacity_outcome(loads, cap)
     recorded += [rec("capacity factor", cf),
                  rec("capacity per expert per source rank",

@@ -60,6 +60,7 @@ from parasol.constraints.flops import (
     recomputed_flops,
 )
 from parasol.constraints.memory import block_kind, stage_block_ranges
+from parasol.constraints.routing_load import hot_rank_skew
 from parasol.hardware.calibration import StepCoefficients, coefficients_for_gpu
 from parasol.problems.architecture import (
     Block,
@@ -120,6 +121,8 @@ class StepSettings:
     dispatch_amplification: float = 1.0
     """EP bytes sent over the balanced k·T·h: the capacity factor when expert buffers are fixed-size
     (seed 003 §4: a fixed-size whole-group all-to-all moves at least CF times the ideal)."""
+    fixed_size_all_to_all: bool = False
+    """The collective sends fixed buffers whatever the routing, so routing skew does not change its bytes."""
 
 
 def settings_for(problem, options: MegatronOptions | None = None) -> StepSettings:  # noqa: ANN001 - Problem
@@ -130,7 +133,8 @@ def settings_for(problem, options: MegatronOptions | None = None) -> StepSetting
     amplification = training.capacity_factor or (training.dispatch_headroom if fixed else 1.0)
     return StepSettings(precision=training.precision.value,
                         grad_reduce_bytes=FP32_BYTES if training.grad_dtype == "fp32" else BF16_BYTES,
-                        dispatcher=opts.moe_token_dispatcher_type, dispatch_amplification=amplification)
+                        dispatcher=opts.moe_token_dispatcher_type, dispatch_amplification=amplification,
+                        fixed_size_all_to_all=fixed)
 
 
 # ---- memory-bound traffic --------------------------------------------------------------------
@@ -480,9 +484,9 @@ class _StageSums:
         self.attention += bf.attention_core * share
         self.memory += nbytes
         block_tp = tp_comm(model, b, ctx.tokens, ctx.links.tp, sp)
+        received = settings.dispatch_amplification * (1.0 if settings.fixed_size_all_to_all else settings.hot_expert_skew)
         block_ep = NO_COMM if b.mlp is not BlockKind.moe else ep_comm(
-            model, ctx.tokens, m.tp, m.expert_tp, ctx.links.ep,
-            settings.hot_expert_skew * settings.dispatch_amplification, settings.dispatcher)
+            model, ctx.tokens, m.tp, m.expert_tp, ctx.links.ep, received, settings.dispatcher)
         self.tp, self.ep = self.tp + block_tp, self.ep + block_ep
         self.cp = self.cp + cp_comm(model, b, ctx.tokens, m.tp, ctx.links.cp)
         again = recomputed_flops(m.recompute, tuple(ctx.training.recompute_modules), bf)
@@ -559,13 +563,18 @@ def _stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Trai
     )
 
 
+def routed(problem, mapping: Mapping, settings: StepSettings) -> StepSettings:  # noqa: ANN001 - Problem
+    """The settings with the mapping's hot-rank skew under the problem's routing model folded in."""
+    return replace(settings, hot_expert_skew=settings.hot_expert_skew * hot_rank_skew(problem, mapping))
+
+
 def build_workload(problem, mapping: Mapping, derived: Derived,  # noqa: ANN001 - Problem
                    settings: StepSettings | None = None, links: Links | None = None) -> Workload:
     """The coefficient-free workload of `mapping`: per-stage work, communication on the placed groups,
     schedule sizes and peaks. The layout must cover the blocks with PP·VPP stages."""
     model: ModelArchitecture = problem.model
     training: Training = problem.training
-    settings = settings or settings_for(problem)
+    settings = routed(problem, mapping, settings or settings_for(problem))
     m, d = mapping, derived
     gpu = problem.hardware.gpu
     links = links or links_for(problem.hardware.topology, m)
@@ -908,7 +917,9 @@ class StepTime:
 
 
 STEP_ASSUMPTIONS = (
-    "Routing is balanced (every expert gets k·T/E assignments) unless hot_expert_skew says otherwise.",
+    "Routing is balanced (every expert gets k·T/E assignments) unless the problem's contract.routing skew "
+    "model (or hot_expert_skew) says otherwise; the busiest EP rank then sets the expert GEMM time and, "
+    "on a flexible all-to-all, its receive volume.",
     "Flash attention runs in BF16 whatever the GEMM precision; FP8 and FP4 GEMMs speed up over BF16 "
     "through the Amdahl shares fp8_tensor_fraction and fp4_tensor_fraction of their dense peaks.",
     "TP uses sequence parallelism when the problem says so; CP is ring attention (GQA/MLA) or the V4 "
@@ -1014,12 +1025,13 @@ class CalibratedStageTimes:
         base = self._base(mapping, derived)
         reps = list(self.kinds.values())
         model, training, links = self.problem.model, self.problem.training, self.links(mapping)
+        settings = routed(self.problem, mapping, self.settings)
         works = []
         for stage, counts in stages:
             last = stage == mapping.pp - 1
             held = [b for b, n in zip(reps, counts, strict=True) for _ in range(n)]
             held += list(model.mtp_blocks) if last else []
-            work = _stage_work(model, mapping, derived, training, self.settings, links, held, stage == 0, last)
+            work = _stage_work(model, mapping, derived, training, settings, links, held, stage == 0, last)
             works.append(replace(base, stages=(work,)))
         prices = price(batch(works), coefficient_values(self.coefficients))
         return [float(x) for x in prices["stage"][:, 0]]
