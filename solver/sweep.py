@@ -215,16 +215,6 @@ def failed_size(job: SizeJob, status: str, reason: str, seconds: float = 0.0) ->
     return SizeResult(gpus=job.gpus, global_batch=job.global_batch, status=status, reason=reason, seconds=seconds)
 
 
-def sized_problem(problem: Problem, gpus: int, global_batch: int) -> Problem:
-    """The same problem on `gpus` GPUs with `global_batch` sequences per step (a whole number of
-    nodes is required; the topology's error says which sizes would do)."""
-    problem.hardware.topology.validate_gpu_count(gpus)
-    spec = problem.spec
-    spec = spec.model_copy(update={"hardware": spec.hardware.model_copy(update={"gpus": gpus}),
-                                   "training": spec.training.model_copy(update={"global_batch": global_batch})})
-    return dataclasses.replace(problem, spec=spec)
-
-
 def best_index(mappings: Sequence[dict]) -> int | None:
     """The fastest mapping of the first Pareto front (first listed on ties)."""
     first = [i for i, m in enumerate(mappings) if m["pareto_rank"] == 1 and m["metrics"].get("step_time_s")]
@@ -282,7 +272,7 @@ def _solve_size(job: SizeJob, start: float) -> SizeResult:
     from parasol.solver.solve import solve
 
     problem = load_problem_text(job.problem_text, source=job.source, base_dir=Path(job.base_dir))
-    problem = sized_problem(problem, job.gpus, job.global_batch)
+    problem = problem.resized(job.gpus, job.global_batch)
     result = solve(problem, CalibratedStageTimes(problem), top=job.top, time_limit_s=job.time_limit_s)
     data = result.as_dict()
     mappings = tuple(data["mappings"])
