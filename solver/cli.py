@@ -220,6 +220,7 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
     from parasol.problems.loader import load_problem
     from parasol.solver.output import front_table, write_host_order, write_rank_map, write_solution
     from parasol.solver.pools import solve_pools
+    from parasol.solver.solve import why_not_optimal
 
     prob = load_problem(problem)
     result = solve_pools(prob, top=top, time_limit_s=time_limit)
@@ -245,10 +246,14 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
         picked = pick if click.get_current_context().get_parameter_source("pick") is ParameterSource.COMMANDLINE else None
         _emit_megatron(prob, result, picked, out, as_json)
         sys.exit(0 if result.mappings else EXIT_INFEASIBLE)
+    why = why_not_optimal(result, prob, time_limit)
     if as_json:
-        click.echo(json.dumps(result.as_dict(), indent=2))
+        click.echo(json.dumps({**result.as_dict(), **({"reason": why} if why else {})}, indent=2))
     else:
-        _console().print(front_table(result, prob))
+        console = _console()
+        console.print(front_table(result, prob))
+        if why:
+            console.print(f"{result.status}: {why}", markup=False)
     sys.exit(0 if result.mappings else EXIT_INFEASIBLE)
 
 

@@ -26,7 +26,7 @@ def front_table(result: SolveResult, problem: Problem) -> Table:
                         + (f", {result.rows_priced} priced within the time limit)" if result.rows_priced < result.rows_fitting
                            else ")"))
     accounts = [sm.as_dict() for sm in result.mappings]
-    pooled = {d["mapping"]["gpus"] for d in accounts} != {problem.gpus}
+    pooled = bool(accounts) and {d["mapping"]["gpus"] for d in accounts} != {problem.gpus}
     goodput = any("effective_tokens_per_s" in d["metrics"] for d in accounts)
     orders = len({d["mapping"]["rank_order"] for d in accounts}) > 1
     columns = ("rank", *(("GPUs",) if pooled else ()), "TP", "PP", "CP", "EP", "ETP", "VPP", "MBS", "recompute",

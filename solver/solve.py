@@ -89,6 +89,30 @@ class SolveResult:
         }
 
 
+def why_not_optimal(result: SolveResult, problem: Problem, time_limit_s: float) -> str:
+    """Why an answer is not `optimal`, in one sentence ('' when it is)."""
+    if result.status == "optimal":
+        return ""
+    if result.status == "feasible":
+        return f"the search was cut off by the time limit ({time_limit_s:g} s): the best mappings found so far"
+    if result.status == "unknown":
+        return f"no mapping found within the time limit ({time_limit_s:g} s)"
+    if result.rows == 0:
+        odd = problem.gpus
+        while odd % 2 == 0:
+            odd //= 2
+        hint = (f" {problem.gpus:,} GPUs carry an odd factor {odd} that the degrees and D_a (a divisor of GBS/MBS) "
+                "must take;" if odd > 1 else "")
+        return (f"no combination of the allowed degrees folds onto {problem.gpus:,} GPUs with whole D_a, D_e and m "
+                f"(N/PP = TP·CP·D_a = ETP·EP·D_e, m = GBS/(MBS·D_a)):{hint} widen `search`, or change the GPU "
+                "count or the global batch")
+    if result.rows_fitting == 0:
+        return (f"none of the {result.rows:,} degree rows fits in memory with any stage cut "
+                f"({problem.hardware.gpu.usable_hbm_gb:.1f} GB usable per GPU): allow recompute, more PP/EP/CP, "
+                "or more GPUs")
+    return f"{result.rows_fitting:,} degree rows fit in memory but none meets every rule (`explain` one to see which)"
+
+
 PRICING_SHARE = 0.6
 """Share of the time limit the step-time pricing of rows may use before the search starts."""
 

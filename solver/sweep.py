@@ -222,21 +222,11 @@ def best_index(mappings: Sequence[dict]) -> int | None:
 
 
 def size_status(result: SolveResult, problem: Problem, time_limit_s: float) -> tuple[str, str]:
-    """The sweep's status for one solve and, unless optimal, why."""
-    if result.status == "optimal":
-        return "optimal", ""
-    if result.status == "feasible":
-        return "feasible", f"the search was cut off by the time limit ({time_limit_s:g} s): best mappings found"
-    if result.status == "unknown":
-        return "timeout", f"no mapping found within the time limit ({time_limit_s:g} s)"
-    if result.rows == 0:
-        return "infeasible", (f"no combination of the allowed degrees folds onto {problem.gpus:,} GPUs with whole "
-                              "D_a, D_e and m (N/PP = TP·CP·D_a = ETP·EP·D_e, m = GBS/(MBS·D_a))")
-    if result.rows_fitting == 0:
-        usable = problem.hardware.gpu.usable_hbm_gb
-        return "infeasible", (f"none of the {result.rows} degree rows fits in memory with any stage cut "
-                              f"({usable:.1f} GB usable per GPU)")
-    return "infeasible", f"{result.rows_fitting} degree rows fit in memory but none meets every rule"
+    """The sweep's status for one solve (a search that found nothing in time is a timeout) and why."""
+    from parasol.solver.solve import why_not_optimal
+
+    status = "timeout" if result.status == "unknown" else result.status
+    return status, why_not_optimal(result, problem, time_limit_s)
 
 
 def _summary(explanation: Explanation) -> MappingSummary:

@@ -122,7 +122,20 @@ def test_cli_solve_infeasible_exits_1(tmp_path) -> None:
     path.write_text(text, encoding="utf-8")
     result = CliRunner().invoke(main, ["solve", str(path), "--json"])
     assert result.exit_code == 1
-    assert json.loads(result.stdout)["status"] == "infeasible"
+    data = json.loads(result.stdout)
+    assert data["status"] == "infeasible"
+    assert "fits in memory with any stage cut" in data["reason"]
+
+
+def test_cli_solve_says_why_nothing_folds(tmp_path) -> None:
+    """288 GB200 GPUs (4 nodes' worth of 72-GPU domains) with GBS 512: no degree tuple folds, and the
+    answer names the odd factor 9 no power-of-two degree or batch divisor can take."""
+    path = tmp_path / "g288.yaml"
+    path.write_text("model: llama-2-13b\ntraining: {seq_len: 4096, global_batch: 512}\n"
+                    "hardware: {preset: gb200-nvl72, gpus: 288}\n", encoding="utf-8")
+    result = CliRunner().invoke(main, ["solve", str(path)])
+    assert result.exit_code == 1
+    assert "odd factor 9" in " ".join(result.output.split())
 
 
 def test_time_limit_returns_best_found_marked_feasible(tmp_path) -> None:
