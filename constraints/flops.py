@@ -37,7 +37,7 @@ from parasol.problems.architecture import (
     ModelArchitecture,
 )
 from parasol.problems.mapping import Recompute
-from parasol.problems.params import block_params
+from parasol.problems.params import block_params, model_memo
 
 GEMM_FLOPS_PER_WEIGHT = 2
 """Forward FLOPs per weight per token of a matrix multiply (one multiply and one add)."""
@@ -133,7 +133,16 @@ class BlockFlops:
 
 
 def block_flops(model: ModelArchitecture, block: Block, seq_len: int) -> BlockFlops:
-    """Forward FLOPs per token of one main or MTP block (active experts only)."""
+    """Forward FLOPs per token of one main or MTP block (active experts only; memoised per model)."""
+    memo = model_memo("block_flops", model)
+    key = (block, seq_len)
+    if key not in memo:
+        memo[key] = _block_flops(model, block, seq_len)
+    return memo[key]
+
+
+def _block_flops(model: ModelArchitecture, block: Block, seq_len: int) -> BlockFlops:
+    """block_flops, computed."""
     bp = block_params(model, block)
     per_weight = GEMM_FLOPS_PER_WEIGHT
     attention = per_weight * (bp.attention + bp.norms + bp.extra)

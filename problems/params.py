@@ -8,6 +8,7 @@ router and norms are replicated.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from parasol.problems.architecture import (
@@ -111,8 +112,31 @@ def _router_params(model: ModelArchitecture, moe: MoE, block: Block) -> int:
     return moe.num_experts * model.hidden_size + bias
 
 
+_MEMO: dict[tuple[str, int], dict] = {}
+
+
+def model_memo(kind: str, model: ModelArchitecture) -> dict:
+    """A memo table for `kind` of values computed from one model, dropped with the model (keyed by
+    identity: hashing a whole architecture on every call costs more than the values). The search
+    asks for the same blocks' parameters and FLOPs hundreds of thousands of times."""
+    key = (kind, id(model))
+    table = _MEMO.get(key)
+    if table is None:
+        table = _MEMO[key] = {}
+        weakref.finalize(model, _MEMO.pop, key, None)
+    return table
+
+
 def block_params(model: ModelArchitecture, block: Block) -> BlockParams:
-    """Parameters of one main or MTP block, split by sharding class."""
+    """Parameters of one main or MTP block, split by sharding class (memoised per model)."""
+    memo = model_memo("block_params", model)
+    if block not in memo:
+        memo[block] = _block_params(model, block)
+    return memo[block]
+
+
+def _block_params(model: ModelArchitecture, block: Block) -> BlockParams:
+    """block_params, computed."""
     h = model.hidden_size
     norms = 2 * h * model.norm.params_per_channel
     extra = mhc_block_params(h, model.hc_mult)

@@ -10,6 +10,7 @@ memory. The row's Pareto staircase is what it offers the master program (solver/
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -78,11 +79,17 @@ def rank_counts(layout: tuple[int, ...], pp: int, counts: np.ndarray) -> list[tu
     return [tuple(int(x) for x in row) for row in per_rank]
 
 
+EDGE_TRIM = 3
+"""Interleaved cuts give the first and last virtual stages up to this many blocks fewer than the
+balanced share (or one more): room for the embedding, head, loss and MTP they also hold."""
+
+
+@lru_cache(maxsize=256)
 def interleaved_layouts(blocks: int, stages: int) -> tuple[tuple[int, ...], ...]:
     """The cuts tried for interleaved rows (VPP > 1): the first virtual stage (which also holds the
-    embedding) and the last (head, loss, MTP) take a and b blocks, from 1 to one above the balanced
-    share, and the middle stages split the rest as evenly as derived.default_layout does; the balanced
-    layout itself first. A rank sums non-contiguous virtual stages, so no contiguous DP applies, and a
+    embedding) and the last (head, loss, MTP) take a and b blocks, from EDGE_TRIM below the balanced
+    share (at least 1) to one above it, and the middle stages split the rest as evenly as
+    derived.default_layout does; the balanced layout itself first (at most 26 cuts). A rank sums non-contiguous virtual stages, so no contiguous DP applies, and a
     CP-SAT cut program took 1-70 s per row (DeepSeek-V4-Pro, 1,024 GPUs): this family is searched
     exhaustively instead, by solve and by the brute-force reference alike."""
     balanced = default_layout(blocks, stages)
@@ -90,8 +97,9 @@ def interleaved_layouts(blocks: int, stages: int) -> tuple[tuple[int, ...], ...]
         return (balanced,)
     share = blocks // stages
     out = [balanced]
-    for a in range(1, share + 2):
-        for b in range(1, share + 2):
+    sizes = range(max(1, share - EDGE_TRIM), share + 2)
+    for a in sizes:
+        for b in sizes:
             middle = blocks - a - b
             if middle < stages - 2:
                 continue

@@ -95,4 +95,4 @@ def solve_pools(problem: Problem, top: int = 10, time_limit_s: float = 60.0) -> 
     mappings = ranked(objectives, [sm for r in results for sm in r.mappings], top)
     return SolveResult(merged_status(results, bool(mappings)), tuple(mappings), sum(r.rows for r in results),
                        sum(r.rows_fitting for r in results), sum(r.master_solves for r in results),
-                       time.perf_counter() - start, sum(r.rows_priced for r in results))
+                       time.perf_counter() - start, sum(r.rows_screened for r in results))

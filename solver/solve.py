@@ -76,7 +76,8 @@ class SolveResult:
     rows_fitting: int
     master_solves: int
     seconds: float
-    rows_priced: int = 0
+    rows_screened: int = 0
+    """Rows examined within the time limit: screened for memory, and priced when a cut fits."""
 
     def as_dict(self) -> dict:
         """The BRIEF's `solve --json` contract: {"status", "mappings": [...]} plus search statistics."""
@@ -84,7 +85,7 @@ class SolveResult:
             "status": self.status,
             "mappings": [m.as_dict() for m in self.mappings],
             "search": {"rows": self.rows, "rows_with_a_fitting_cut": self.rows_fitting,
-                       "rows_priced": self.rows_priced, "master_solves": self.master_solves,
+                       "rows_screened": self.rows_screened, "master_solves": self.master_solves,
                        "seconds": round(self.seconds, 3)},
         }
 
@@ -136,10 +137,11 @@ def priced_first(problem: Problem, rows: tuple[Row, ...]) -> tuple[Row, ...]:
 
 
 def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limit_s: float = 60.0) -> SolveResult:
-    """The Pareto-ranked feasible mappings of `problem` (up to `top`, whole fronts). Rows whose every
-    cut overflows memory are set aside before any time is priced; the rest get cost tables (most
-    promising first, within PRICING_SHARE of the time limit) and staircases, and go to the master
-    program. Rows left unpriced by the time limit make the answer `feasible`, not `optimal`."""
+    """The Pareto-ranked feasible mappings of `problem` (up to `top`, whole fronts). Rows are taken
+    most promising first within PRICING_SHARE of the time limit: a row whose every cut overflows
+    memory is set aside before any time is priced, the rest get cost tables and staircases, and go to
+    the master program. Rows the time limit leaves unscreened make the answer `feasible` (or `unknown`
+    when nothing was found), not `optimal` or `infeasible`."""
     start = time.perf_counter()
     objectives = front_objectives(problem)
     minimised = program_objectives(objectives)
@@ -148,25 +150,28 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         return SolveResult("infeasible", (), 0, 0, 0, time.perf_counter() - start)
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     usable = usable_mb(problem)
-    fitting = tuple(r for r in rows if some_cut_fits(row_costs(problem, r, None), counts, usable))
-    if not fitting:
-        return SolveResult("infeasible", (), len(rows), 0, 0, time.perf_counter() - start)
     total_rows = len(rows)
-    rows = priced_first(problem, fitting)
-    costs = []
-    for r in rows:
-        if costs and time.perf_counter() - start > PRICING_SHARE * time_limit_s:
+    ordered = priced_first(problem, rows)
+    kept, costs, screened = [], [], 0
+    for r in ordered:
+        if time.perf_counter() - start > PRICING_SHARE * time_limit_s:
             break
-        costs.append(row_costs(problem, r, time_model))
-    all_priced = len(costs) == len(rows)
-    rows = rows[:len(costs)]
+        screened += 1
+        if some_cut_fits(row_costs(problem, r, None), counts, usable):
+            kept.append(r)
+            costs.append(row_costs(problem, r, time_model))
+    all_priced = screened == len(ordered)
+    if not kept:
+        return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, 0, 0,
+                           time.perf_counter() - start, screened)
+    rows = tuple(kept)
     row_rules, cut_rules = judged_rules(problem, "row"), judged_rules(problem, "cut")
     stairs = tuple(admissible(problem, r, row_staircase(c, counts, usable), row_rules, cut_rules)
                    for r, c in zip(rows, costs, strict=True))
     if not any(st.points for st in stairs):
         complete = all_priced
-        return SolveResult("infeasible" if complete else "unknown", (), total_rows, len(fitting), 0,
-                           time.perf_counter() - start, len(rows))
+        return SolveResult("infeasible" if complete else "unknown", (), total_rows, len(rows), 0,
+                           time.perf_counter() - start, screened)
     per_row = {o: tuple(row_units(problem, r, o) for r in rows) for o in minimised if not SCALES[o].per_cut}
     program = compile_program(problem, rows, tuple(costs), stairs, row_values=per_row)
     remaining = max(time_limit_s - (time.perf_counter() - start), 0.1)
@@ -186,5 +191,5 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         status = "infeasible" if complete else "unknown"
     else:
         status = "optimal" if complete and all(s.optimal for s in solved) else "feasible"
-    return SolveResult(status, tuple(solved), total_rows, len(fitting), outcome.master_solves,
-                       time.perf_counter() - start, len(rows))
+    return SolveResult(status, tuple(solved), total_rows, len(rows), outcome.master_solves,
+                       time.perf_counter() - start, screened)

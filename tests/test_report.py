@@ -83,7 +83,7 @@ def solve_dict() -> dict:
     """A two-front answer of four mappings, the first carrying a contract."""
     first = entry(1, 2, 8, 10.0, 60.0)
     first["contract"] = CONTRACT
-    return {"status": "optimal", "search": {"rows": 10, "rows_with_a_fitting_cut": 4, "rows_priced": 4,
+    return {"status": "optimal", "search": {"rows": 10, "rows_with_a_fitting_cut": 4, "rows_screened": 10,
                                             "master_solves": 5, "seconds": 0.1},
             "mappings": [first, entry(1, 4, 8, 11.0, 50.0), entry(2, 2, 8, 12.0, 65.0, rank=2),
                          entry(2, 4, 8, 13.0, 55.0, rank=2)]}
