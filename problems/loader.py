@@ -341,7 +341,38 @@ def load_problem_text(text: str, source: str = "<problem>", base_dir: Path | Non
         raise validation_error(exc, ProblemFile, lines, source, data=data) from None
     model = resolve_model(spec.model, base_dir or Path.cwd(), lines, source)
     hardware = _resolve_hardware(spec, lines, source)
+    check_routing_fits_model(spec, model, lines, source)
     return Problem(source=source, spec=spec, model=model, hardware=hardware, lines=lines)
+
+
+def check_routing_fits_model(spec: ProblemFile, model: ModelArchitecture, lines: dict[Path_, int], source: str) -> None:
+    """A routing skew needs an MoE model, and a measured histogram one load per routed expert with no
+    expert above a 1/k share (top-k picks k distinct experts, constraints/routing.py)."""
+    routing = spec.contract.routing
+    where = ("contract", "routing")
+    if routing.skew.value != "uniform" and model.moe is None:
+        raise InputError(f"contract.routing.skew is {routing.skew.value} but {model.name} has no routed experts.",
+                         field="contract.routing.skew", value=routing.skew.value, expected="uniform for a dense model",
+                         fix="remove contract.routing.skew, or use an MoE model.", file=source,
+                         line=_line_for(lines, (*where, "skew")))
+    if routing.skew.value != "histogram" or model.moe is None:
+        return
+    experts, k = model.moe.num_experts, model.moe.top_k
+    line = _line_for(lines, (*where, "histogram"))
+    if len(routing.histogram) != experts:
+        raise InputError(f"contract.routing.histogram has {len(routing.histogram)} entries but {model.name} has "
+                         f"{experts} routed experts.", field="contract.routing.histogram",
+                         value=f"{len(routing.histogram)} entries", expected=f"{experts} entries, one per routed expert",
+                         fix="give one measured load per expert, in expert order.", file=source, line=line)
+    total = sum(routing.histogram)
+    hot = max(range(experts), key=lambda i: routing.histogram[i])
+    if routing.histogram[hot] / total > 1 / k + 1e-12:
+        raise InputError(f"contract.routing.histogram gives expert {hot} a share of "
+                         f"{routing.histogram[hot] / total:.3f}, above 1/k = {1 / k:.3f}: with top-{k} routing a "
+                         "token picks k distinct experts, so no expert receives more than one assignment per token.",
+                         field="contract.routing.histogram", value=routing.histogram[hot],
+                         expected=f"every entry at most {1 / k:.3f} of the total", fix="check the measured histogram.",
+                         file=source, line=line)
 
 
 def _resolve_hardware(spec: ProblemFile, lines: dict[Path_, int], source: str) -> HardwarePreset:
@@ -364,6 +395,7 @@ def problem_from_parts(model: ModelArchitecture, sections: dict, source: str = "
         spec = ProblemFile.model_validate({"model": model.model_dump(mode="json"), **sections})
     except ValidationError as exc:
         raise validation_error(exc, ProblemFile, {}, source) from None
+    check_routing_fits_model(spec, model, {}, source)
     return Problem(source=source, spec=spec, model=model, hardware=_resolve_hardware(spec, {}, source), lines={})
 
 

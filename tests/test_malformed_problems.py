@@ -278,6 +278,12 @@ CASES = [
     Case("billion-laughs", raw("a: &a [x, x, x, x, x, x, x, x, x]\n" + BILLION_LAUGHS + "model: *i\n",
                                field="model", line=10), ("got a list",)),
     Case("recursive-alias", recursive_alias, ("whole number",)),
+    Case("histogram-length", mutated(("contract",), {"routing": {"skew": "histogram", "histogram": [1, 2, 3]}},
+                                     "contract.routing.histogram"), ("3 entries", "384 routed experts")),
+    Case("histogram-share", mutated(("contract",), {"routing": {"skew": "histogram", "histogram": [200] + [1] * 383}},
+                                    "contract.routing.histogram"), ("above 1/k",)),
+    Case("zipf-without-exponent", mutated(("contract",), {"routing": {"skew": "zipf"}}, "contract.routing"),
+         ("zipf_exponent",)),
 ]
 
 
