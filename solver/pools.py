@@ -30,6 +30,10 @@ def training_sizes(problem: Problem) -> tuple[int, ...]:
         return (problem.gpus,)
     sizes = (chosen,) if isinstance(chosen, int) else tuple(sorted(set(chosen)))
     line = problem.line_of("search", "gpus")
+    if not sizes:
+        raise InputError("search.gpus lists no training-pool size.", field="search.gpus", value=[],
+                         expected="one or more whole-node GPU counts", fix="list sizes, or remove search.gpus.",
+                         file=problem.source, line=line)
     rollout = problem.spec.contract.rollout
     cluster = rollout.cluster_devices if rollout is not None else None
     for n in sizes:

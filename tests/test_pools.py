@@ -60,7 +60,8 @@ def test_effective_tokens_per_s_is_the_goodput_metric() -> None:
     assert all(0 < m["goodput_fraction"] < 1 for m in metrics)
 
 
-@pytest.mark.parametrize(("sizes", "needle"), [("[30]", "whole number of nodes"), ("[72]", "leaves no rollout")])
+@pytest.mark.parametrize(("sizes", "needle"), [("[30]", "whole number of nodes"), ("[72]", "leaves no rollout"),
+                                              ("[]", "no training-pool size")])
 def test_bad_pool_sizes_are_input_errors(sizes: str, needle: str) -> None:
     """A size off the node grid, or one that leaves the rollout pool empty, names search.gpus."""
     problem = load_problem_text(SMALL_POOL.replace("search: {tp: 2,", f"search: {{gpus: {sizes}, tp: 2,"))
