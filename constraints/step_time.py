@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from itertools import groupby
 
 import numpy as np
 
@@ -466,29 +467,31 @@ class _StageSums:
     ns_dense: float = 0.0
     ns_routed: float = 0.0
 
-    def add_block(self, ctx: _StageContext, b: Block) -> None:
-        """Add one block's GEMMs, attention, memory traffic, TP/CP/EP exchanges and recompute."""
+    def add_block(self, ctx: _StageContext, b: Block, count: int = 1) -> None:
+        """Add `count` copies of one block's GEMMs, attention, memory traffic, TP/CP/EP exchanges and
+        recompute (the solver prices a stage as kinds × counts, so equal blocks are priced once)."""
         model, m, settings = ctx.model, ctx.mapping, ctx.settings
         sp = ctx.training.sequence_parallel
         bp = block_params(model, b)
-        self.dense_weights += (bp.attention + bp.dense_mlp + bp.shared_experts) / m.tp + bp.router + bp.extra
-        self.expert_weights += float(ctx.derived.experts_per_rank or 0) * bp.per_expert / m.expert_tp
+        self.dense_weights += count * ((bp.attention + bp.dense_mlp + bp.shared_experts) / m.tp + bp.router + bp.extra)
+        self.expert_weights += count * float(ctx.derived.experts_per_rank or 0) * bp.per_expert / m.expert_tp
         bf = block_flops(model, b, m.seq_len)
-        share = ctx.tokens / m.tp
+        share = count * ctx.tokens / m.tp
         nbytes = block_memory_bytes(model, b, ctx.tokens, m.tp, sp, settings.precision != "bf16")
         if settings.unfused_attention:
             bf = replace(bf, attention_core=2 * bf.attention_core)
             nbytes += unfused_attention_bytes(model, ctx.tokens, m.tp, m.seq_len)
+        nbytes *= count
         self.gemm += bf.gemm * share
         self.grouped += bf.routed_gemm * share
         self.attention += bf.attention_core * share
         self.memory += nbytes
-        block_tp = tp_comm(model, b, ctx.tokens, ctx.links.tp, sp)
+        block_tp = tp_comm(model, b, ctx.tokens, ctx.links.tp, sp).scaled(count)
         received = settings.dispatch_amplification * (1.0 if settings.fixed_size_all_to_all else settings.hot_expert_skew)
         block_ep = NO_COMM if b.mlp is not BlockKind.moe else ep_comm(
-            model, ctx.tokens, m.tp, m.expert_tp, ctx.links.ep, received, settings.dispatcher)
+            model, ctx.tokens, m.tp, m.expert_tp, ctx.links.ep, received, settings.dispatcher).scaled(count)
         self.tp, self.ep = self.tp + block_tp, self.ep + block_ep
-        self.cp = self.cp + cp_comm(model, b, ctx.tokens, m.tp, ctx.links.cp)
+        self.cp = self.cp + cp_comm(model, b, ctx.tokens, m.tp, ctx.links.cp).scaled(count)
         again = recomputed_flops(m.recompute, tuple(ctx.training.recompute_modules), bf)
         self.r_gemm += again.gemm * share
         self.r_grouped += again.routed_gemm * share
@@ -498,7 +501,7 @@ class _StageSums:
             self.r_comm = self.r_comm + block_tp + block_ep
         if ctx.training.optimizer is Optimizer.muon:
             nd, nr = newton_schulz_flops(model, b)
-            self.ns_dense, self.ns_routed = self.ns_dense + nd / m.tp, self.ns_routed + nr
+            self.ns_dense, self.ns_routed = self.ns_dense + count * nd / m.tp, self.ns_routed + count * nr
 
     def add_edges(self, ctx: _StageContext, first: bool, last: bool) -> None:
         """The embedding lookup on the first stage; the output head and loss (once per MTP block too) on the last."""
@@ -550,8 +553,8 @@ def _stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Trai
     """Work of one pipeline rank holding `held` blocks (MTP blocks included on the last stage)."""
     ctx = _StageContext(model, m, d, training, settings, links)
     sums = _StageSums()
-    for b in held:
-        sums.add_block(ctx, b)
+    for b, run in groupby(held):
+        sums.add_block(ctx, b, sum(1 for _ in run))
     sums.add_edges(ctx, first, last)
     return StageWork(
         blocks=len(held), moe_blocks=sum(b.mlp is BlockKind.moe for b in held),

@@ -6,9 +6,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from parasol.constraints.evaluate import evaluate
 from parasol.constraints.flops import model_flops_per_token
-from parasol.problems.derived import derive
+from parasol.problems.derived import default_layout, derive
 from parasol.problems.loader import Problem
+from parasol.problems.schema import Objective
 from parasol.solver.costs import (
     MEMORY_UNIT_MB,
     TIME_UNIT_S,
@@ -19,7 +21,7 @@ from parasol.solver.costs import (
     row_costs,
     usable_mb,
 )
-from parasol.solver.cuts import row_staircase, some_cut_fits
+from parasol.solver.cuts import CutPoint, row_staircase, some_cut_fits
 from parasol.solver.explain import Explanation, explain
 from parasol.solver.objectives import (
     RESOLUTIONS,
@@ -30,7 +32,8 @@ from parasol.solver.objectives import (
     row_units,
 )
 from parasol.solver.pareto import pareto_search
-from parasol.solver.program import admissible, compile_program, judged_rules
+from parasol.solver.program import admissible, compile_program, judged_rules, program_rules
+from parasol.solver.prune import pruned
 from parasol.solver.space import Row, enumerate_rows
 
 
@@ -136,11 +139,29 @@ def priced_first(problem: Problem, rows: tuple[Row, ...]) -> tuple[Row, ...]:
     return tuple(sorted(rows, key=lambda r: (ideal_step_s(problem, r), r)))
 
 
-def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limit_s: float = 60.0) -> SolveResult:
+def _point_value(objective: Objective, row: int, q: CutPoint, per_row: dict[Objective, tuple[int, ...]]) -> int:
+    """A staircase step's value of one program objective, in program units."""
+    if objective == Objective.step_time:
+        return q.time_units
+    if objective == Objective.peak_memory:
+        return q.memory_units
+    return per_row[objective][row]
+
+
+def rows_pass_rules(problem: Problem, row: Row) -> bool:
+    """Whether a row meets every rule the master posts and every rule judged per row, in Python (with an
+    explicit cut, as every solver answer has; the CP-SAT postings agree, tests/test_agreement.py)."""
+    mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp))
+    return evaluate(problem, mapping, program_rules(problem) + judged_rules(problem, "row")).feasible
+
+
+def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limit_s: float = 60.0,
+          prune: bool = True) -> SolveResult:
     """The Pareto-ranked feasible mappings of `problem` (up to `top`, whole fronts). Rows are taken
     most promising first within PRICING_SHARE of the time limit: a row whose every cut overflows
     memory is set aside before any time is priced, the rest get cost tables and staircases, and go to
-    the master program. Rows the time limit leaves unscreened make the answer `feasible` (or `unknown`
+    the master program, less the steps `top` other rows dominate (solver/prune.py; `prune=False` keeps
+    them, for tests). Rows the time limit leaves unscreened make the answer `feasible` (or `unknown`
     when nothing was found), not `optimal` or `infeasible`."""
     start = time.perf_counter()
     objectives = front_objectives(problem)
@@ -173,6 +194,9 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         return SolveResult("infeasible" if complete else "unknown", (), total_rows, len(rows), 0,
                            time.perf_counter() - start, screened)
     per_row = {o: tuple(row_units(problem, r, o) for r in rows) for o in minimised if not SCALES[o].per_cut}
+    if prune:
+        stairs = pruned(stairs, lambda i, q: tuple(_point_value(o, i, q, per_row) for o in minimised), top,
+                        lambda i: rows_pass_rules(problem, rows[i]))
     program = compile_program(problem, rows, tuple(costs), stairs, row_values=per_row)
     remaining = max(time_limit_s - (time.perf_counter() - start), 0.1)
     outcome = pareto_search(program, top, remaining, minimised)

@@ -21,6 +21,7 @@ from parasol.solver.cuts import rank_counts, row_staircase
 from parasol.solver.objectives import SCALES, row_units
 from parasol.solver.pareto import pareto_search
 from parasol.solver.program import compile_program
+from parasol.solver.solve import solve
 from parasol.solver.space import enumerate_rows
 
 
@@ -161,3 +162,19 @@ def test_network_bytes_do_not_depend_on_the_cut() -> None:
     uneven = network(base.model_copy(update={"layout": (5, 8, 8, 8, 8, 8, 8, 8)}))
     assert even == pytest.approx(uneven, rel=1e-9)
     assert network(base.model_copy(update={"ep": 128})) > network(base.model_copy(update={"ep": 8})) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("index", "top"), [(i, (1, 3, 10)[i % 3]) for i in range(0, 12, 2)])
+def test_pruning_dominated_steps_keeps_the_answer(index: int, top: int) -> None:
+    """solver/prune.py drops steps that `top` other rule-feasible rows dominate; the answer (rows,
+    cuts, values and ranks) is the same as the unpruned search's."""
+    problem = load_problem_text(GENERATED[index], source=f"generated-{index}.yaml")
+    pruned = solve(problem, AdditiveTime(problem), top=top, time_limit_s=120)
+    full = solve(problem, AdditiveTime(problem), top=top, time_limit_s=120, prune=False)
+
+    def answer(result):
+        return [(m.pareto_rank, m.front_values, m.explanation.mapping) for m in result.mappings]
+
+    assert pruned.status == full.status
+    assert answer(pruned) == answer(full)
