@@ -407,6 +407,16 @@ class StepTimeRule(ContractRule):
     def measure_step(self, mapping: Mapping, step: StepTime, step_s: float) -> float:
         """Slack at contract step time `step_s`."""
 
+    def message(self, f: Facts) -> str:
+        step = step_for(self.problem, f.mapping, f.options)
+        if step is None:
+            return "no step time for this mapping (other rules say why)"
+        return self.message_step(f.mapping, step, contract_step_s(self.problem, step, f.mapping.gpus))
+
+    @abstractmethod
+    def message_step(self, mapping: Mapping, step: StepTime, step_s: float) -> str:
+        """What the rule says at contract step time `step_s`, with its numbers."""
+
 
 class RolloutSupply(StepTimeRule):
     """Rollout supply of accepted tokens keeps up with training consumption."""
@@ -433,12 +443,7 @@ class RolloutSupply(StepTimeRule):
     def floor_at(self, mapping: Mapping, step: StepTime) -> float:
         return rollout.step_floor_for_supply(mapping.gbs * mapping.seq_len, self.supply(mapping.gpus))
 
-    def message(self, f: Facts) -> str:
-        m = f.mapping
-        step = step_for(self.problem, m, f.options)
-        if step is None:
-            return "no step time for this mapping (other rules say why)"
-        step_s = contract_step_s(self.problem, step, m.gpus)
+    def message_step(self, m: Mapping, step: StepTime, step_s: float) -> str:
         supply = self.supply(m.gpus)
         consume = rollout.consumption_tokens_per_s(m.gbs * m.seq_len, step_s)
         pool = rollout_pool(self.problem, m.gpus)
@@ -473,12 +478,8 @@ class StalenessVersions(StepTimeRule):
         publish = publish_for(self.problem, mapping.gpus).total_s
         return publish / budget if budget > 0 else math.inf
 
-    def message(self, f: Facts) -> str:
-        step = step_for(self.problem, f.mapping, f.options)
-        if step is None:
-            return "no step time for this mapping (other rules say why)"
-        step_s = contract_step_s(self.problem, step, f.mapping.gpus)
-        publish = publish_for(self.problem, f.mapping.gpus).total_s
+    def message_step(self, mapping: Mapping, step: StepTime, step_s: float) -> str:
+        publish = publish_for(self.problem, mapping.gpus).total_s
         return (f"publishing takes {publish:,.1f} s = {rollout.staleness_versions(publish, step_s):.2f} steps of "
                 f"{step_s:,.2f} s against a budget of {self.problem.spec.contract.rollout.max_versions:g} versions")
 
@@ -504,15 +505,11 @@ class StalenessTokens(StepTimeRule):
         publish = publish_for(self.problem, mapping.gpus).total_s
         return publish * mapping.gbs * mapping.seq_len / self.problem.spec.contract.rollout.max_tokens
 
-    def message(self, f: Facts) -> str:
-        step = step_for(self.problem, f.mapping, f.options)
-        if step is None:
-            return "no step time for this mapping (other rules say why)"
-        step_s = contract_step_s(self.problem, step, f.mapping.gpus)
-        publish = publish_for(self.problem, f.mapping.gpus).total_s
-        tokens = rollout.staleness_tokens(publish, f.mapping.gbs * f.mapping.seq_len, step_s)
+    def message_step(self, mapping: Mapping, step: StepTime, step_s: float) -> str:
+        publish = publish_for(self.problem, mapping.gpus).total_s
+        tokens = rollout.staleness_tokens(publish, mapping.gbs * mapping.seq_len, step_s)
         return (f"{tokens:,.0f} tokens are trained while one version is published ({publish:,.1f} s at "
-                f"{f.mapping.gbs * f.mapping.seq_len / step_s:,.0f} tokens/s) against a budget of "
+                f"{mapping.gbs * mapping.seq_len / step_s:,.0f} tokens/s) against a budget of "
                 f"{self.problem.spec.contract.rollout.max_tokens:,.0f}")
 
 
@@ -535,15 +532,11 @@ class ExposedCPShare(StepTimeRule):
         alpha = self.problem.spec.contract.long_context.max_exposed_cp_share
         return long_context.step_floor_for_share(step.breakdown["cp"], alpha)
 
-    def message(self, f: Facts) -> str:
-        step = step_for(self.problem, f.mapping, f.options)
-        if step is None:
-            return "no step time for this mapping (other rules say why)"
-        step_s = contract_step_s(self.problem, step, f.mapping.gpus)
+    def message_step(self, mapping: Mapping, step: StepTime, step_s: float) -> str:
         alpha = self.problem.spec.contract.long_context.max_exposed_cp_share
         return (f"exposed CP communication {step.breakdown['cp']:,.3f} s is "
                 f"{long_context.exposed_share(step.breakdown['cp'], step_s):.2%} of the {step_s:,.2f} s step "
-                f"(CP {f.mapping.cp}) against α = {alpha:.2%}")
+                f"(CP {mapping.cp}) against α = {alpha:.2%}")
 
 
 CONTRACT_RULES: tuple[type[ContractRule], ...] = (
