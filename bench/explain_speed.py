@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-from parasol.solver.explain import explain
-from parasol.solver.megatron_args import explain_inputs, launch_text
+from parasol.problems.megatron.launch import explain_inputs, launch_text
+from parasol.solver.diagnose.explain import explain
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = str(ROOT / "problems" / "deepseek-v4-pro-8192.yaml")

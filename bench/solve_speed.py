@@ -42,12 +42,12 @@ def reference_ratio(count: int) -> list[tuple[int, float, float]]:
     from test_solve_reference import GENERATED, AdditiveTime
 
     from parasol.problems.loader import load_problem_text
-    from parasol.solver.brute_force import reference_front
-    from parasol.solver.costs import block_kinds, interval_counts, prefix_counts, row_costs, usable_mb
-    from parasol.solver.cuts import row_staircase
-    from parasol.solver.pareto import pareto_search
-    from parasol.solver.program import compile_program
-    from parasol.solver.space import enumerate_rows
+    from parasol.solver.search.brute_force import reference_front
+    from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts, row_costs, usable_mb
+    from parasol.solver.search.cuts import row_staircase
+    from parasol.solver.search.pareto import pareto_search
+    from parasol.solver.search.program import compile_program
+    from parasol.solver.search.space import enumerate_rows
 
     out = []
     for i in range(count):

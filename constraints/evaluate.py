@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parasol.constraints.base import Constraint, Facts, Verdict
-from parasol.constraints.memory import MemoryLedger, memory_ledger
-from parasol.constraints.registry import active_constraints
+from parasol.constraints.core.base import Constraint, Facts, Verdict
+from parasol.constraints.physics.memory import MemoryLedger, memory_ledger
+from parasol.constraints.rules.registry import active_constraints
 from parasol.problems.derived import derive
 from parasol.problems.mapping import Mapping, RankOrder
 from parasol.problems.options import MegatronOptions

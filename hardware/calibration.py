@@ -1,6 +1,6 @@
 """Step-time coefficients per GPU type, and the measured-run format they are fitted on.
 
-The step-time model (constraints/step_time.py) is physics with a few free numbers: how close GEMMs,
+The step-time model (constraints/physics/step_time.py) is physics with a few free numbers: how close GEMMs,
 attention and memory-bound kernels come to the datasheet peaks, how much of each kind of
 communication hides behind compute, and a fixed cost per block. Every number has a name, a unit,
 a default with its source, and, once `parasol calibrate` has fitted it, the runs it was fitted on.

@@ -15,7 +15,7 @@ from enum import StrEnum
 
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
-from parasol.problems.architecture import Strict
+from parasol.problems.model.architecture import Strict
 
 
 class SkewKind(StrEnum):

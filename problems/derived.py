@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from parasol.problems.architecture import ModelArchitecture
 from parasol.problems.mapping import Mapping
+from parasol.problems.model.architecture import ModelArchitecture
 
 
 def attention_data_parallel(gpus: int, pp: int, tp: int, cp: int) -> Fraction:

@@ -20,9 +20,9 @@ from pydantic import BaseModel, ValidationError
 
 from parasol.errors import CatalogError, InputError, dotted, validation_input_error
 from parasol.hardware.presets import HardwarePreset, hardware_from_spec
-from parasol.problems.architecture import ModelArchitecture, architecture_from_dict
-from parasol.problems.catalog import load_model
-from parasol.problems.hf_config import architecture_from_hf_config
+from parasol.problems.model.architecture import ModelArchitecture, architecture_from_dict
+from parasol.problems.model.catalog import load_model
+from parasol.problems.model.hf_config import architecture_from_hf_config
 from parasol.problems.schema import ProblemFile
 
 Path_ = tuple[str | int, ...]
@@ -347,7 +347,7 @@ def load_problem_text(text: str, source: str = "<problem>", base_dir: Path | Non
 
 def check_routing_fits_model(spec: ProblemFile, model: ModelArchitecture, lines: dict[Path_, int], source: str) -> None:
     """A routing skew needs an MoE model, and a measured histogram one load per routed expert with no
-    expert above a 1/k share (top-k picks k distinct experts, constraints/routing.py)."""
+    expert above a 1/k share (top-k picks k distinct experts, constraints/physics/routing.py)."""
     routing = spec.contract.routing
     where = ("contract", "routing")
     if routing.skew.value != "uniform" and model.moe is None:

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import Field, PositiveInt, field_validator
 
-from parasol.problems.architecture import Strict
+from parasol.problems.model.architecture import Strict
 
 MAPPING_KEYS = ("gpus", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "gbs", "seq_len", "recompute", "layout",
                 "rank_order")

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveInt
 
-from parasol.problems.architecture import Strict
+from parasol.problems.model.architecture import Strict
 
 
 class MegatronOptions(Strict):

@@ -12,9 +12,9 @@ from typing import Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
-from parasol.problems.architecture import Strict
 from parasol.problems.contract_spec import Contract
 from parasol.problems.mapping import RankOrder, Recompute
+from parasol.problems.model.architecture import Strict
 from parasol.problems.options import MegatronOptions
 
 MAX_GPUS = 1 << 20
@@ -151,7 +151,7 @@ class MappingSection(Strict):
 
 
 class RestrictionRule(Strict):
-    """A user-declared restriction with its own rule id and message (parsed by constraints/user.py)."""
+    """A user-declared restriction with its own rule id and message (parsed by constraints/rules/user.py)."""
 
     expr: str = Field(min_length=1, description="a condition on the mapping, e.g. 'ep * etp <= 64'")
     id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",

@@ -25,7 +25,7 @@ import numpy as np
 from scipy.optimize import least_squares
 from scipy.stats import spearmanr
 
-from parasol.constraints.step_time import (
+from parasol.constraints.physics.step_time import (
     BF16_BYTES,
     StepSettings,
     Workload,
@@ -50,11 +50,11 @@ from parasol.hardware.calibration import (
     precision_of,
 )
 from parasol.hardware.presets import hardware_from_spec
-from parasol.problems.architecture import ModelArchitecture, architecture_from_dict
-from parasol.problems.catalog import load_model
 from parasol.problems.derived import derive
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
+from parasol.problems.model.architecture import ModelArchitecture, architecture_from_dict
+from parasol.problems.model.catalog import load_model
 from parasol.problems.schema import HardwareSection, Precision, ProblemFile, Training
 
 FIT_NAMES: tuple[str, ...] = (

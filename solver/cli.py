@@ -19,10 +19,10 @@ from rich.console import Console
 
 from parasol.errors import ParasolError, dotted, one_paragraph, short
 from parasol.hardware.presets import load_preset, preset_names
-from parasol.problems.catalog import catalog_names, load_model, model_summary
-from parasol.solver.explain import explain as explain_mapping
-from parasol.solver.megatron_args import explain_inputs, launch_text
-from parasol.solver.render import hardware_table, models_table, print_explanation
+from parasol.problems.megatron.launch import explain_inputs, launch_text
+from parasol.problems.model.catalog import catalog_names, load_model, model_summary
+from parasol.solver.diagnose.explain import explain as explain_mapping
+from parasol.solver.outputs.render import hardware_table, models_table, print_explanation
 
 EXIT_INFEASIBLE = 1
 EXIT_BAD_INPUT = 2
@@ -167,7 +167,7 @@ def calibrate(runs: str, gpu_type: str | None, out: str) -> None:
 
     from parasol.hardware.calibration import read_runs
     from parasol.solver.calibrate import ASSUMPTIONS, calibrate_runs, write_calibration
-    from parasol.solver.render import calibration_tables
+    from parasol.solver.outputs.render import calibration_tables
 
     report = calibrate_runs(read_runs(runs), gpu_type)
     written = write_calibration(report, Path(out))
@@ -183,7 +183,7 @@ def _report_path(ctx: click.Context, param: click.Parameter, value: str | None) 
     """Check a --report file name's suffix before any solving, so a typo costs no search time."""
     from pathlib import Path
 
-    from parasol.solver.report import report_format
+    from parasol.solver.outputs.report import report_format
 
     if value is not None:
         try:
@@ -218,9 +218,9 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
     from pathlib import Path
 
     from parasol.problems.loader import load_problem
-    from parasol.solver.output import front_table, write_host_order, write_rank_map, write_solution
-    from parasol.solver.pools import solve_pools
-    from parasol.solver.solve import why_not_optimal
+    from parasol.solver.outputs.writers import front_table, write_host_order, write_rank_map, write_solution
+    from parasol.solver.search.pools import solve_pools
+    from parasol.solver.search.solve import why_not_optimal
 
     prob = load_problem(problem)
     result = solve_pools(prob, top=top, time_limit_s=time_limit)
@@ -236,7 +236,7 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
         hosts = write_host_order(result.mappings[pick - 1].explanation.mapping, prob, Path(rank_map).with_suffix(".hosts.txt"))
         click.echo(f"host order written to {hosts}", err=True)
     if report:
-        from parasol.solver.report import write_solve_report
+        from parasol.solver.outputs.report import write_solve_report
 
         written = write_solve_report(prob, result.as_dict(), Path(report), pick)
         click.echo(f"report written to {written[0]}", err=True)
@@ -262,8 +262,8 @@ def _emit_megatron(prob: Any, result: Any, picked: int | None, out: str | None, 
     JSON with --json; with --out also DIR/<name>.<k>.megatron_args.sh and DIR/<name>.<k>.hosts.txt."""
     from pathlib import Path
 
-    from parasol.solver.emit import compared_mapping, launch_script, megatron_args
-    from parasol.solver.output import write_launch_files
+    from parasol.solver.outputs.emit import compared_mapping, launch_script, megatron_args
+    from parasol.solver.outputs.writers import write_launch_files
 
     count = len(result.mappings)
     if picked is not None and picked > count:
@@ -316,7 +316,7 @@ def sweep(problem: str, sizes: str, weak: bool, backend: str, workers: int | Non
     peak memory) and the problem's own mapping priced at every size. Exit 0 when some size has a mapping."""
     from pathlib import Path
 
-    from parasol.solver.sweep import parse_sizes, print_sweep, progress_bar, run_sweep
+    from parasol.solver.sweep.jobs import parse_sizes, print_sweep, progress_bar, run_sweep
 
     gpus = parse_sizes(sizes)
     with progress_bar(len(gpus), sys.stderr.isatty()) as tick:
@@ -324,11 +324,11 @@ def sweep(problem: str, sizes: str, weak: bool, backend: str, workers: int | Non
                            time_limit_s=time_limit, ray_address=ray_address, progress=tick)
     data = result.as_dict()
     if plot:
-        from parasol.solver.plots import scaling_plot
+        from parasol.solver.outputs.plots import scaling_plot
 
         click.echo(f"plot written to {scaling_plot(data, Path(plot))}", err=True)
     if report:
-        from parasol.solver.report import write_sweep_report
+        from parasol.solver.outputs.report import write_sweep_report
 
         click.echo(f"report written to {write_sweep_report(data, Path(report))[0]}", err=True)
     if as_json:

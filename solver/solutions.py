@@ -5,7 +5,7 @@
 
 Each `solutions/<stem>/` holds `solution.json` (the `solve --json` object, its search timing removed and the
 top/time limit recorded, so the file is the same on every machine), `front.md` (a short table),
-`megatron_args.sh` (the launch flags of the first mapping, solver/emit.py) and `hosts.txt` (its host
+`megatron_args.sh` (the launch flags of the first mapping, solver/outputs/emit.py) and `hosts.txt` (its host
 order). A new problem file under problems/ is picked up by both modes. The check lists every drift:
 a status or mapping that changed, an objective value that moved by more than its resolution (the
 solver's integer unit: 0.1 ms of step time, 10 MB of peak memory), a solution without a problem or a
@@ -26,12 +26,12 @@ import click
 
 import parasol.problems
 from parasol.errors import ParasolError, one_paragraph
-from parasol.problems.layout_string import run_length
 from parasol.problems.loader import Problem, load_problem
 from parasol.problems.mapping import Mapping
-from parasol.solver.emit import COMPARED_FIELDS
-from parasol.solver.output import write_launch_files
-from parasol.solver.pools import solve_pools
+from parasol.problems.megatron.layout_string import run_length
+from parasol.solver.outputs.emit import COMPARED_FIELDS
+from parasol.solver.outputs.writers import write_launch_files
+from parasol.solver.search.pools import solve_pools
 
 TOP = 10
 """Mappings per solution: `parasol solve`'s default --top."""

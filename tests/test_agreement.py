@@ -28,13 +28,13 @@ import pytest
 from inline_problems import SMALL_MOE
 from ortools.sat.python import cp_model
 
-from parasol.constraints.base import Severity
+from parasol.constraints.core.base import Severity
 from parasol.constraints.evaluate import facts_for
-from parasol.constraints.registry import active_constraints
+from parasol.constraints.rules.registry import active_constraints
 from parasol.problems.loader import Problem, load_problem, load_problem_text
 from parasol.problems.mapping import Mapping, Recompute
 from parasol.problems.options import MegatronOptions
-from parasol.solver.compile import CompiledRules, compile_rules, fixed_domains, solver
+from parasol.solver.diagnose.compile import CompiledRules, compile_rules, fixed_domains, solver
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "problems"
 MAPPINGS_PER_PROBLEM = 500

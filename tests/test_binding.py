@@ -19,13 +19,13 @@ from inline_problems import SMALL_MOE
 from test_agreement import _problems, random_mapping, random_setting
 from test_megatron_rules import ROWS
 
-from parasol.constraints.base import BINDING_TOLERANCE, Verdict
-from parasol.constraints.contract import CONTRACT_RULES
+from parasol.constraints.core.base import BINDING_TOLERANCE, Verdict
 from parasol.constraints.evaluate import evaluate, facts_for
-from parasol.constraints.registry import active_constraints, builtin_constraints
+from parasol.constraints.rules.contract import CONTRACT_RULES
+from parasol.constraints.rules.registry import active_constraints, builtin_constraints
 from parasol.problems.loader import Problem, load_problem, load_problem_text
-from parasol.solver.explain import explain
-from parasol.solver.mapping_input import build_mapping
+from parasol.problems.mapping_input import build_mapping
+from parasol.solver.diagnose.explain import explain
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "problems"
 RANDOM_MAPPINGS_PER_PROBLEM = 40
@@ -211,10 +211,10 @@ def test_zero_only_rules_are_exact_or_out_of_force() -> None:
 
 
 def test_report_slack_table_orders_statuses(v4: Problem) -> None:
-    """The report's slack table (solver/report.py): violated, then binding (marked), then inequalities with
+    """The report's slack table (solver/outputs/report.py): violated, then binding (marked), then inequalities with
     room, exact rules and rules not in force (unmarked); seed 000's configuration A with GBS 128 binds
     num-microbatches (m = 1) and breaks memory-fits-hbm."""
-    from parasol.solver.report import STATUS_ORDER, slack_table
+    from parasol.solver.outputs.report import STATUS_ORDER, slack_table
 
     data = explain(v4, build_mapping(v4, {"gbs": "128", "recompute": "full"}), repairs=0).as_dict()
     table = slack_table(data)

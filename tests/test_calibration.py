@@ -27,8 +27,8 @@ from parasol.hardware.calibration import (
     read_coefficient_file,
     read_runs,
 )
-from parasol.problems.catalog import load_model, published_active, published_total_error
-from parasol.problems.params import model_params
+from parasol.problems.model.catalog import load_model, published_active, published_total_error
+from parasol.problems.model.params import model_params
 from parasol.solver.calibrate import (
     FIT_NAMES,
     Exclusion,
@@ -198,7 +198,7 @@ def test_bundled_coefficients_cover_the_measured_gpus() -> None:
 ])
 def test_added_catalog_models_match_published_totals(name: str, tolerance: float) -> None:
     """Models added for the measured runs reproduce their published totals within the vendors' rounding
-    (sources in each problems/models/<name>.yaml)."""
+    (sources in each problems/catalog/<name>.yaml)."""
     model = load_model(name)
     error = published_total_error(model, model_params(model))
     assert error is not None and abs(error) < tolerance

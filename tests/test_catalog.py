@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from parasol.errors import CatalogError, InputError
-from parasol.problems.architecture import ModelArchitecture
-from parasol.problems.catalog import catalog_names, load_model, model_summary
+from parasol.problems.model.architecture import ModelArchitecture
+from parasol.problems.model.catalog import catalog_names, load_model, model_summary
 
 REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
 EXPECTED = {
@@ -43,7 +43,7 @@ def test_entry_validates_and_is_named_after_its_file(name: str) -> None:
 def test_entry_cites_its_source(name: str) -> None:
     """Each YAML file opens with comments citing model-specs.yaml or the seed it comes from (entries added
     for measured-configs.yaml cite their primary sources and the measured runs they serve)."""
-    text = files("parasol.problems.models").joinpath(f"{name}.yaml").read_text(encoding="utf-8")
+    text = files("parasol.problems.catalog").joinpath(f"{name}.yaml").read_text(encoding="utf-8")
     assert text.startswith("#")
     assert "model-specs.yaml" in text or "seed 003" in text or "measured-configs.yaml" in text
 

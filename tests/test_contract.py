@@ -17,16 +17,21 @@ import pytest
 from contract_problems import FULL_CONTRACT
 from ortools.sat.python import cp_model
 
-from parasol.constraints import contract, routing
-from parasol.constraints.contract_table import DOMAINS
 from parasol.constraints.evaluate import facts_for
-from parasol.constraints.memory import state_bytes_per_param, state_per_device_bytes, training_state_bytes
-from parasol.constraints.training_state import min_devices_for_state
+from parasol.constraints.physics import routing
+from parasol.constraints.physics.memory import (
+    state_bytes_per_param,
+    state_per_device_bytes,
+    training_state_bytes,
+)
+from parasol.constraints.physics.training_state import min_devices_for_state
+from parasol.constraints.rules import contract
+from parasol.constraints.rules.contract_table import DOMAINS
 from parasol.errors import InputError
 from parasol.problems.loader import load_problem, load_problem_text
 from parasol.problems.mapping import Mapping
-from parasol.solver.compile import compile_rules, fixed_domains, solver
-from parasol.solver.explain import explain
+from parasol.solver.diagnose.compile import compile_rules, fixed_domains, solver
+from parasol.solver.diagnose.explain import explain
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "problems"
 MAPPING_4096 = Mapping(gpus=4096, gbs=256, seq_len=131072, tp=8, pp=16, cp=8, ep=64, etp=1, mbs=1, recompute="full")
@@ -185,8 +190,8 @@ def test_no_contract_section_no_contract_rules() -> None:
 @pytest.mark.slow
 def test_solve_4096_fills_the_contract(p4096) -> None:
     """`solve` on the 4,096-device problem returns feasible mappings, each with its §9 table."""
-    from parasol.constraints.step_time import CalibratedStageTimes
-    from parasol.solver.solve import solve
+    from parasol.constraints.physics.step_time import CalibratedStageTimes
+    from parasol.solver.search.solve import solve
 
     result = solve(p4096, CalibratedStageTimes(p4096), top=2, time_limit_s=60).as_dict()
     assert result["mappings"]

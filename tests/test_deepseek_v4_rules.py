@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from ortools.sat.python import cp_model
 
-from parasol.constraints.base import Constraint, Facts
-from parasol.constraints.decision_vars import DEGREES, DecisionVars, model_consts
-from parasol.constraints.deepseek_v4 import DSV4_RULES, compute_capability, dsv4_consts, window_rows
-from parasol.constraints.seed_claims import SEED_CLAIM_RULES
+from parasol.constraints.core.base import Constraint, Facts
+from parasol.constraints.core.decision_vars import DEGREES, DecisionVars, model_consts
+from parasol.constraints.rules.deepseek_v4 import DSV4_RULES, compute_capability, dsv4_consts, window_rows
+from parasol.constraints.rules.seed_claims import SEED_CLAIM_RULES
 from parasol.problems.derived import derive
 from parasol.problems.loader import Problem, load_problem, load_problem_text
 from parasol.problems.mapping import Mapping

@@ -15,13 +15,15 @@ import pytest
 from click.testing import CliRunner
 from inline_problems import SMALL_MOE
 
-from parasol.constraints.step_time import CalibratedStageTimes
+from parasol.constraints.physics.step_time import CalibratedStageTimes
 from parasol.errors import InputError
-from parasol.problems.layout_string import parse_pipeline_layout
 from parasol.problems.loader import Problem, load_problem, load_problem_text
 from parasol.problems.mapping import Mapping
+from parasol.problems.mapping_input import build_mapping
+from parasol.problems.megatron.launch import parse_hybrid_pattern
+from parasol.problems.megatron.layout_string import parse_pipeline_layout
 from parasol.solver.cli import main
-from parasol.solver.emit import (
+from parasol.solver.outputs.emit import (
     format_layout,
     hybrid_pattern,
     launch_script,
@@ -31,11 +33,9 @@ from parasol.solver.emit import (
     rank_totals,
     round_trip,
 )
-from parasol.solver.mapping_input import build_mapping
-from parasol.solver.megatron_args import parse_hybrid_pattern
-from parasol.solver.output import host_order_text
+from parasol.solver.outputs.writers import host_order_text
+from parasol.solver.search.solve import solve
 from parasol.solver.solutions import bundled_problems, load_bundled
-from parasol.solver.solve import solve
 
 V4_1024 = "problems/deepseek-v4-pro-1024.yaml"
 DSV3 = """

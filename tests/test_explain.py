@@ -20,10 +20,10 @@ from parasol.constraints.evaluate import evaluate
 from parasol.problems.loader import Problem, load_problem_text
 from parasol.problems.mapping import Mapping
 from parasol.solver.cli import main
-from parasol.solver.compile import compile_rules, fixed_domains
-from parasol.solver.conflicts import infeasible_under, judged_error_rules, minimal_conflict
-from parasol.solver.explain import explain
-from parasol.solver.repairs import nearest_repairs
+from parasol.solver.diagnose.compile import compile_rules, fixed_domains
+from parasol.solver.diagnose.conflicts import infeasible_under, judged_error_rules, minimal_conflict
+from parasol.solver.diagnose.explain import explain
+from parasol.solver.diagnose.repairs import nearest_repairs
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "problems"
 SEED_8192 = PROBLEMS / "deepseek-v4-pro-8192.yaml"

@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from parasol.constraints import goodput as g
-from parasol.constraints.training_state import checkpoint_bytes
+from parasol.constraints.physics import goodput as g
+from parasol.constraints.physics.training_state import checkpoint_bytes
 
 
 def test_seed_000_example_is_reproduced_exactly() -> None:

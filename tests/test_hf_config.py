@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from parasol.errors import InputError
-from parasol.problems.architecture import DSV4Attention, GQAAttention, MLAAttention, ModelArchitecture
-from parasol.problems.catalog import load_model
-from parasol.problems.hf_config import architecture_from_hf_config
-from parasol.problems.params import model_params
+from parasol.problems.model.architecture import DSV4Attention, GQAAttention, MLAAttention, ModelArchitecture
+from parasol.problems.model.catalog import load_model
+from parasol.problems.model.hf_config import architecture_from_hf_config
+from parasol.problems.model.params import model_params
 
 
 def _common(m: ModelArchitecture, model_type: str) -> dict[str, Any]:

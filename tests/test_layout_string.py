@@ -1,4 +1,4 @@
-"""problems/layout_string.py reads Megatron's --pipeline-model-parallel-layout language
+"""problems/megatron/layout_string.py reads Megatron's --pipeline-model-parallel-layout language
 (megatron-rules.yaml layout-valid-chars: E/L/t/m, '|' between stages, ',' cosmetic, (..)*n and x*n;
 pipeline_parallel_layer_layout.py:282-321, whose docstring example is used below)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from parasol.errors import InputError
-from parasol.problems.layout_string import parse_pipeline_layout
+from parasol.problems.megatron.layout_string import parse_pipeline_layout
 
 
 def test_megatron_docstring_example() -> None:

@@ -3,7 +3,7 @@ YAML features, and errors that carry the file, the line and the dotted field.
 
 Sources: BRIEF.md ("A problem file names its model either from the catalog or inline (and may point at
 a HuggingFace `config.json`)"), the bundled problems/deepseek-v4-pro-{1024,8192}.yaml (seed 000's
-configurations A and B/C: 1,024 and 8,192 GPUs, S 8192, B 4096), problems/models/*.yaml.
+configurations A and B/C: 1,024 and 8,192 GPUs, S 8192, B 4096), problems/catalog/*.yaml.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from parasol.errors import InputError
-from parasol.problems.architecture import GQAAttention, MLAAttention
-from parasol.problems.catalog import load_model
 from parasol.problems.loader import Problem, load_problem, load_problem_text
+from parasol.problems.model.architecture import GQAAttention, MLAAttention
+from parasol.problems.model.catalog import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED_1024 = ROOT / "problems" / "deepseek-v4-pro-1024.yaml"
@@ -96,8 +96,8 @@ def test_override_that_switches_attention_kind_replaces_it() -> None:
 
 
 def test_model_inline() -> None:
-    """BRIEF: a problem may give the architecture inline (here problems/models/llama-3.1-8b.yaml verbatim)."""
-    inline = yaml.safe_load((ROOT / "problems" / "models" / "llama-3.1-8b.yaml").read_text(encoding="utf-8"))
+    """BRIEF: a problem may give the architecture inline (here problems/catalog/llama-3.1-8b.yaml verbatim)."""
+    inline = yaml.safe_load((ROOT / "problems" / "catalog" / "llama-3.1-8b.yaml").read_text(encoding="utf-8"))
     assert problem_with(json.dumps(inline)).model == load_model("llama-3.1-8b")
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from parasol.constraints import contract
-from parasol.constraints import long_context as lc
+from parasol.constraints.physics import long_context as lc
+from parasol.constraints.rules import contract
 from parasol.problems.loader import load_problem
 from parasol.problems.mapping import Mapping
 
@@ -59,7 +59,7 @@ def test_bundled_problem_bounds_exposed_cp() -> None:
 def test_cp_required_where_activations_do_not_fit() -> None:
     """5t-moe-asic-4096 at CP4: the sequence-proportional memory does not fit beside the state within
     (1 − r)·usable HBM; the long-context row fails and names the CP needed (seed 003 §5)."""
-    from parasol.solver.explain import explain
+    from parasol.solver.diagnose.explain import explain
 
     problem = load_problem(PROBLEMS / "5t-moe-asic-4096.yaml")
     mapping = Mapping(gpus=4096, gbs=256, seq_len=131072, tp=8, pp=16, cp=4, ep=64, etp=1, mbs=1, recompute="full")

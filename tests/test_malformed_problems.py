@@ -29,7 +29,7 @@ from click.testing import CliRunner
 from parasol.solver.cli import main
 
 BUNDLED = Path(__file__).resolve().parents[1] / "problems" / "deepseek-v4-pro-1024.yaml"
-MODELS = Path(__file__).resolve().parents[1] / "problems" / "models"
+MODELS = Path(__file__).resolve().parents[1] / "problems" / "catalog"
 TEXT = BUNDLED.read_text(encoding="utf-8")
 BASE: dict[str, Any] = yaml.safe_load(TEXT)
 INLINE_V4: dict[str, Any] = yaml.safe_load((MODELS / "deepseek-v4-pro.yaml").read_text(encoding="utf-8"))

@@ -10,12 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from parasol.errors import InputError
-from parasol.problems.catalog import load_model
 from parasol.problems.derived import derive
 from parasol.problems.loader import load_problem
-from parasol.problems.params import model_params
-from parasol.solver.cli import main
-from parasol.solver.megatron_args import (
+from parasol.problems.megatron.launch import (
     ExplainInputs,
     apply_launch,
     explain_inputs,
@@ -25,6 +22,9 @@ from parasol.solver.megatron_args import (
     parse_launch,
     parse_layer_freq,
 )
+from parasol.problems.model.catalog import load_model
+from parasol.problems.model.params import model_params
+from parasol.solver.cli import main
 
 PROBLEM = "problems/deepseek-v4-pro-1024.yaml"
 SEED_A = ("--tensor-model-parallel-size 1 --pipeline-model-parallel-size 8 --context-parallel-size 1 "

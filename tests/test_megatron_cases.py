@@ -2,7 +2,7 @@
 gives each one, the rule that rejects it, and the derived dp / edp / microbatches.
 
 Megatron does not judge memory, so the memory rule is left out of these verdicts. C02, C03 and C05 are
-rejected by the interleaved-schedule rules of constraints/schedule.py.
+rejected by the interleaved-schedule rules of constraints/rules/schedule.py.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from parasol.constraints.base import Family
+from parasol.constraints.core.base import Family
 from parasol.constraints.evaluate import Evaluation, evaluate
-from parasol.constraints.registry import active_constraints
+from parasol.constraints.rules.registry import active_constraints
 from parasol.problems.loader import Problem, load_problem_text
 from parasol.problems.mapping import Mapping
 

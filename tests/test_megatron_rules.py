@@ -1,7 +1,7 @@
 """The Megatron-Core rule pack, rule by rule: a trivially feasible mapping, a forced violation and the
 boundary (the CP-SAT primer's three tests), each judged in Python and by CP-SAT with every degree fixed
 to the mapping's value; the two must agree. Every id of ../shared/reference/megatron-rules.yaml is
-either a rule or listed in constraints/coverage.py, and the schema-enforced ids are rejected at load.
+either a rule or listed in constraints/rules/coverage.py, and the schema-enforced ids are rejected at load.
 
 Each row cites its rule by id (megatron-rules.yaml); the numbers are chosen to sit on either side of
 the rule's condition.
@@ -20,16 +20,16 @@ from ortools.sat.python import cp_model
 from pydantic import ValidationError
 from test_megatron_cases import CASES, case_mapping, case_problem, inline_problem
 
-from parasol.constraints import context, divisibility, feature, moe, pipeline
-from parasol.constraints.base import Constraint, Facts, Family, Verdict
-from parasol.constraints.batch import EvalGbsDivisible, GbsDivisibleByMbsDp, NumMicrobatches
-from parasol.constraints.coverage import NOT_MODELLED
-from parasol.constraints.decision_vars import DEGREES, DecisionVars, mapping_consts, model_consts
-from parasol.constraints.registry import active_constraints, builtin_constraints
-from parasol.problems.architecture import MoE
+from parasol.constraints.core.base import Constraint, Facts, Family, Verdict
+from parasol.constraints.core.decision_vars import DEGREES, DecisionVars, mapping_consts, model_consts
+from parasol.constraints.rules import context, divisibility, feature, moe, pipeline
+from parasol.constraints.rules.batch import EvalGbsDivisible, GbsDivisibleByMbsDp, NumMicrobatches
+from parasol.constraints.rules.coverage import NOT_MODELLED
+from parasol.constraints.rules.registry import active_constraints, builtin_constraints
 from parasol.problems.derived import derive
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
+from parasol.problems.model.architecture import MoE
 from parasol.problems.options import MegatronOptions
 from parasol.problems.schema import Training
 

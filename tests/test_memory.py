@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-from parasol.constraints.activations import ActivationContext, block_bytes_per_token
 from parasol.constraints.evaluate import facts_for
-from parasol.constraints.memory import inflight_microbatches, stage_block_ranges
-from parasol.problems.catalog import load_model
+from parasol.constraints.physics.activations import ActivationContext, block_bytes_per_token
+from parasol.constraints.physics.memory import inflight_microbatches, stage_block_ranges
 from parasol.problems.loader import load_problem
 from parasol.problems.mapping import Mapping, Recompute
-from parasol.problems.params import expert_params
+from parasol.problems.model.catalog import load_model
+from parasol.problems.model.params import expert_params
 
 PROBLEM_1024 = "problems/deepseek-v4-pro-1024.yaml"
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from parasol.problems.architecture import BlockKind, DSV4Attention
-from parasol.problems.catalog import load_model, published_active, published_total_error
-from parasol.problems.params import block_params, expert_params, model_params
-from parasol.problems.params_dsv4 import (
+from parasol.problems.model.architecture import BlockKind, DSV4Attention
+from parasol.problems.model.catalog import load_model, published_active, published_total_error
+from parasol.problems.model.params import block_params, expert_params, model_params
+from parasol.problems.model.params_dsv4 import (
     compressor_params,
     dsv4_attention_params,
     indexer_params,

@@ -9,7 +9,7 @@ from contract_problems import SMALL_POOL
 
 from parasol.errors import InputError
 from parasol.problems.loader import load_problem_text
-from parasol.solver.pools import dominated, solve_pools, training_sizes
+from parasol.solver.search.pools import dominated, solve_pools, training_sizes
 
 SPLIT = SMALL_POOL.replace("search: {tp: 2,", "search: {gpus: [32, 64], tp: 2,")
 GOODPUT = "  goodput: {device_mtbf_hours: 20000, storage_gb_s: 50, restart_s: 120}\n"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from parasol.constraints import publishing as pub
+from parasol.constraints.physics import publishing as pub
 
 
 def test_seed_003_payloads() -> None:

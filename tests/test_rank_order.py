@@ -10,13 +10,13 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from parasol.constraints.step_time import links_for
+from parasol.constraints.physics.step_time import links_for
 from parasol.problems.loader import load_problem, load_problem_text
 from parasol.problems.mapping import Mapping, RankOrder
 from parasol.problems.rank_groups import dense_sizes, groups, order_of, placements
 from parasol.solver.cli import main
-from parasol.solver.explain import explain
-from parasol.solver.space import enumerate_rows
+from parasol.solver.diagnose.explain import explain
+from parasol.solver.search.space import enumerate_rows
 
 DENSE = """
 model: llama-3.1-8b

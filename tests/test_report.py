@@ -20,8 +20,8 @@ from PIL import Image
 
 from parasol.errors import InputError
 from parasol.problems.loader import load_problem
-from parasol.solver import plots, report
 from parasol.solver.cli import main
+from parasol.solver.outputs import plots, report
 
 USABLE = 74.0
 TERMS = ("weights (dense)", "gradients", "optimizer state", "activations")

@@ -13,13 +13,13 @@ import re
 import pytest
 from contract_problems import SMALL_POOL
 
-from parasol.constraints import contract
-from parasol.constraints import rollout as r
 from parasol.constraints.evaluate import evaluate
+from parasol.constraints.physics import rollout as r
+from parasol.constraints.rules import contract
 from parasol.problems.loader import load_problem_text
 from parasol.problems.mapping import Mapping
-from parasol.solver.explain import explain
-from parasol.solver.repairs import rollout_pool_repair
+from parasol.solver.diagnose.explain import explain
+from parasol.solver.diagnose.repairs import rollout_pool_repair
 
 MAPPING = Mapping(gpus=64, gbs=256, seq_len=4096, tp=2, pp=2, cp=1, ep=4, etp=1, mbs=1, recompute="none")
 

@@ -1,4 +1,4 @@
-"""MoE routing, capacity and fixed-size all-to-all accounting (constraints/routing.py).
+"""MoE routing, capacity and fixed-size all-to-all accounting (constraints/physics/routing.py).
 
 Sources: ../shared/seeds/003_60f510f8d159d310.md §4 (assignments, k·T/E, capacity, 80% used / 20%
 padding, fixed-size all-to-all amplified by at least CF) and §6 (EP compute/communication ratio);
@@ -13,7 +13,7 @@ from fractions import Fraction
 
 import pytest
 
-from parasol.constraints.routing import (
+from parasol.constraints.physics.routing import (
     CapacityOutcome,
     FixedSizeAllToAll,
     HotRank,

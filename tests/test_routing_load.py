@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from parasol.constraints import routing
-from parasol.constraints.routing_load import hot_rank_skew, routing_tokens
+from parasol.constraints.physics import routing
+from parasol.constraints.physics.routing_load import hot_rank_skew, routing_tokens
 from parasol.problems.loader import load_problem_text
 from parasol.problems.mapping import Mapping
-from parasol.solver.explain import explain
+from parasol.solver.diagnose.explain import explain
 
 MOE = """
 model: mixtral-8x7b

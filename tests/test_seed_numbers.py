@@ -10,14 +10,13 @@ from fractions import Fraction
 
 import pytest
 
-from parasol.constraints.memory import (
+from parasol.constraints.physics.memory import (
     routed_expert_weight_bytes,
     state_bytes_per_param,
     state_per_device_bytes,
     training_state_bytes,
     weight_bytes,
 )
-from parasol.problems.catalog import load_model
 from parasol.problems.derived import (
     attention_data_parallel,
     bubble_fraction,
@@ -30,7 +29,8 @@ from parasol.problems.derived import (
     tokens_per_update,
 )
 from parasol.problems.mapping import Mapping
-from parasol.problems.params import expert_params, model_params
+from parasol.problems.model.catalog import load_model
+from parasol.problems.model.params import expert_params, model_params
 from parasol.problems.rank_groups import placements
 
 V4 = load_model("deepseek-v4-pro")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from parasol.solver.emit import launch_script, round_trip
-from parasol.solver.output import host_order_text
+from parasol.solver.outputs.emit import launch_script, round_trip
+from parasol.solver.outputs.writers import host_order_text
 from parasol.solver.solutions import (
     SOLUTIONS_DIR,
     bundled_problems,
@@ -45,7 +45,7 @@ def test_every_bundled_problem_has_a_committed_solution() -> None:
 
 @pytest.mark.parametrize("path", PROBLEMS, ids=lambda p: p.stem)
 def test_committed_launch_files_are_the_emitted_ones(path: Path) -> None:
-    """megatron_args.sh and hosts.txt are what solver/emit.py and output.py write for mapping 1 today."""
+    """megatron_args.sh and hosts.txt are what solver/outputs/emit.py and output.py write for mapping 1 today."""
     data = committed(path)
     if not data["mappings"]:
         pytest.skip("no feasible mapping to launch")

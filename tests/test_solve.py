@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from parasol.constraints.step_time import CalibratedStageTimes
+from parasol.constraints.physics.step_time import CalibratedStageTimes
 from parasol.problems.loader import load_problem
 from parasol.problems.mapping import Mapping
 from parasol.solver.cli import main
-from parasol.solver.explain import explain
-from parasol.solver.solve import solve
+from parasol.solver.diagnose.explain import explain
+from parasol.solver.search.solve import solve
 
 V4_1024 = "problems/deepseek-v4-pro-1024.yaml"
 GB200 = "problems/deepseek-v4-pro-gb200-nvl72.yaml"

@@ -9,20 +9,20 @@ import random
 
 import pytest
 
-from parasol.constraints.step_time import build_workload, network_bytes_per_step
+from parasol.constraints.physics.step_time import build_workload, network_bytes_per_step
 from parasol.problems.derived import derive
 from parasol.problems.loader import load_problem, load_problem_text
 from parasol.problems.mapping import Mapping
-from parasol.problems.params import block_params
+from parasol.problems.model.params import block_params
 from parasol.problems.schema import Objective
-from parasol.solver.brute_force import reference_front
-from parasol.solver.costs import block_kinds, interval_counts, prefix_counts, row_costs, usable_mb
-from parasol.solver.cuts import rank_counts, row_staircase
-from parasol.solver.objectives import SCALES, row_units
-from parasol.solver.pareto import pareto_search
-from parasol.solver.program import compile_program
-from parasol.solver.solve import solve
-from parasol.solver.space import enumerate_rows
+from parasol.solver.search.brute_force import reference_front
+from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts, row_costs, usable_mb
+from parasol.solver.search.cuts import rank_counts, row_staircase
+from parasol.solver.search.objectives import SCALES, row_units
+from parasol.solver.search.pareto import pareto_search
+from parasol.solver.search.program import compile_program
+from parasol.solver.search.solve import solve
+from parasol.solver.search.space import enumerate_rows
 
 
 class AdditiveTime:
@@ -150,7 +150,7 @@ def test_front_on_other_objectives_matches_brute_force(index: int, pair: tuple[O
 
 
 def test_network_bytes_do_not_depend_on_the_cut() -> None:
-    """The network objective is per row (solver/objectives.py): two different cuts of one mapping move
+    """The network objective is per row (solver/search/objectives.py): two different cuts of one mapping move
     the same bytes over the scale-out network; more EP ranks across nodes move more."""
     problem = load_problem("problems/deepseek-v4-pro-1024.yaml")
     base = Mapping(gpus=1024, gbs=4096, seq_len=8192, tp=1, pp=8, cp=1, ep=64, etp=1, recompute="full")
@@ -167,7 +167,7 @@ def test_network_bytes_do_not_depend_on_the_cut() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(("index", "top"), [(i, (1, 3, 10)[i % 3]) for i in range(0, 12, 2)])
 def test_pruning_dominated_steps_keeps_the_answer(index: int, top: int) -> None:
-    """solver/prune.py drops steps that `top` other rule-feasible rows dominate; the answer (rows,
+    """solver/search/prune.py drops steps that `top` other rule-feasible rows dominate; the answer (rows,
     cuts, values and ranks) is the same as the unpruned search's."""
     problem = load_problem_text(GENERATED[index], source=f"generated-{index}.yaml")
     pruned = solve(problem, AdditiveTime(problem), top=top, time_limit_s=120)

@@ -3,7 +3,7 @@
 Sources: seed 000 (§PP 和 microbatch: the 1F1B bubble; §CP 降低气泡之后: C halves B's bubble but adds
 CP exchange and cuts each expert GEMM to a quarter of the tokens; §公开实验: MFU counts active experts
 only), ../shared/reference/measured-configs.yaml (Megatron-Bridge's own FLOPs per token), and the
-formulas cited in constraints/comm.py and constraints/step_time.py.
+formulas cited in constraints/physics/comm.py and constraints/physics/step_time.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from functools import cache
 import numpy as np
 import pytest
 
-from parasol.constraints.comm import (
+from parasol.constraints.physics.comm import (
     CommTerm,
     GroupLink,
     all_gather,
@@ -24,15 +24,15 @@ from parasol.constraints.comm import (
     remote_domains_per_token,
     ring_all_reduce,
 )
-from parasol.constraints.flops import (
+from parasol.constraints.physics.flops import (
     block_flops,
     dsv4_keys,
     hardware_flops_per_token,
     mean_capped_keys,
     model_flops_per_token,
 )
-from parasol.constraints.memory import block_kind, stage_block_ranges
-from parasol.constraints.step_time import (
+from parasol.constraints.physics.memory import block_kind, stage_block_ranges
+from parasol.constraints.physics.step_time import (
     BREAKDOWN_KINDS,
     CalibratedStageTimes,
     StepSettings,
@@ -44,12 +44,12 @@ from parasol.constraints.step_time import (
 from parasol.errors import InputError
 from parasol.hardware.calibration import StepCoefficients, coefficients_for_gpu
 from parasol.hardware.topology import Level
-from parasol.problems.catalog import load_model
 from parasol.problems.derived import derive
 from parasol.problems.loader import load_problem
 from parasol.problems.mapping import Mapping, Recompute
-from parasol.problems.params import block_params, model_params
-from parasol.solver.explain import explain
+from parasol.problems.model.catalog import load_model
+from parasol.problems.model.params import block_params, model_params
+from parasol.solver.diagnose.explain import explain
 
 PROBLEMS = "problems"
 
@@ -87,7 +87,7 @@ def test_moe_flops_count_active_experts_only() -> None:
 
 
 def test_v4_attention_keys_follow_window_and_compression() -> None:
-    """V4 hybrid attention (constraints/flops.py): at S = 8192 an HCA query sees the 128-token window plus
+    """V4 hybrid attention (constraints/physics/flops.py): at S = 8192 an HCA query sees the 128-token window plus
     S/(2·128) compressed entries, a CSA query at most index_topk of its p/4 entries (mean 768)."""
     att = load_model("deepseek-v4-pro").attention
     window = 128 - 128 * 127 / (2 * 8192)
@@ -276,7 +276,7 @@ def test_h800_uses_the_h100_calibration() -> None:
 
 
 def test_solver_view_reproduces_the_step_time() -> None:
-    """CalibratedStageTimes (the solver's StageTimeModel, solver/costs.py): per-stage times from block-kind
+    """CalibratedStageTimes (the solver's StageTimeModel, solver/search/costs.py): per-stage times from block-kind
     counts equal step_time's, and the 1F1B formula plus the per-step part gives back its step time."""
     problem, mapping, st = _seed(1024, 1)
     d = derive(problem.model, mapping)

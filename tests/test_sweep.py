@@ -17,7 +17,7 @@ from inline_problems import SMALL_MOE
 from parasol.errors import InputError
 from parasol.problems.schema import MAX_GPUS
 from parasol.solver.cli import main
-from parasol.solver.sweep import (
+from parasol.solver.sweep.jobs import (
     MAX_SIZES,
     MappingSummary,
     SizeJob,
@@ -265,7 +265,7 @@ def test_cli_plot_writes_a_png(small: Path, tmp_path: Path) -> None:
 
 def test_plot_refuses_other_formats(tmp_path: Path) -> None:
     """--plot writes PNG only; another suffix is an InputError with the fix."""
-    from parasol.solver.plots import scaling_plot
+    from parasol.solver.outputs.plots import scaling_plot
 
     with pytest.raises(InputError, match="PNG"):
         scaling_plot({"table": [], "sizes": []}, tmp_path / "scaling.svg")

@@ -2,7 +2,7 @@
 its slack, its errors, and agreement of Python and CP-SAT on random fixed mappings.
 
 Source: the BRIEF ("keep every rule switchable"; users declare their own restrictions) and
-constraints/user.py's module docstring for the slack definitions; the bundled problem is seed 000's
+constraints/rules/user.py's module docstring for the slack definitions; the bundled problem is seed 000's
 problems/deepseek-v4-pro-8192.yaml (configuration B: TP1 PP8 CP1 EP64, D_a 1024).
 """
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from ortools.sat.python import cp_model
 
-from parasol.constraints.base import Facts
-from parasol.constraints.decision_vars import DEGREES, DecisionVars, model_consts
-from parasol.constraints.user import UserRestriction, user_constraints
+from parasol.constraints.core.base import Facts
+from parasol.constraints.core.decision_vars import DEGREES, DecisionVars, model_consts
+from parasol.constraints.rules.user import UserRestriction, user_constraints
 from parasol.errors import InputError
 from parasol.problems.derived import derive
 from parasol.problems.loader import Problem, load_problem_text

@@ -1,0 +1,268 @@
+"""The CP-SAT side of a mapping: one integer variable per degree, plus cached products and the
+derived degrees (D_a, D_e, m) whose defining equalities rules post behind their own literals.
+
+Products are built unconditionally (AddMultiplicationEquality takes no enforcement literal); the
+equalities that give them meaning are linear and carry the rule's literal, so a rule that is off
+leaves every derived variable free.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from parasol.constraints.rules.deepseek_v4 import dsv4_consts
+from parasol.problems.mapping import RankOrder
+from parasol.problems.model.architecture import DSV4Attention, GQAAttention, MLAAttention
+from parasol.problems.options import MegatronOptions
+from parasol.problems.schema import RECOMPUTE_MODULES
+
+if TYPE_CHECKING:
+    from ortools.sat.python import cp_model
+
+    from parasol.constraints.core.base import Constraint, Facts
+    from parasol.problems.loader import Problem
+
+DEGREES = ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs")
+
+
+@dataclass
+class DecisionVars:
+    """Integer variables of one CP-SAT model; constants (gpus, gbs, seq_len) are plain ints."""
+
+    model: cp_model.CpModel
+    gpus: int
+    gbs: int
+    seq_len: int
+    degree: dict[str, cp_model.IntVar]
+    recompute: dict[str, cp_model.IntVar]
+    consts: dict[str, int]
+    options: MegatronOptions = field(default_factory=MegatronOptions)
+    memory_fits: Callable[[dict[str, int], str], bool] | None = None
+    flags: dict[str, cp_model.IntVar] = field(default_factory=dict)
+    """Boolean choices that are not degrees (the solver's rank order); absent ones are fixed from consts."""
+    _products: dict[tuple[str, ...], cp_model.IntVar] = field(default_factory=dict)
+    _derived: dict[str, cp_model.IntVar] = field(default_factory=dict)
+
+    @classmethod
+    def create(cls, model: cp_model.CpModel, gpus: int, gbs: int, seq_len: int,
+               domains: dict[str, Sequence[int]], recompute_options: Iterable[str],
+               consts: dict[str, int]) -> DecisionVars:
+        """One variable per degree over its allowed values, one boolean per recompute choice; `consts`
+        are the model's numbers the rules need (heads, query groups, experts, layers)."""
+        from ortools.sat.python.cp_model import Domain
+
+        degree = {
+            name: model.NewIntVarFromDomain(Domain.FromValues(sorted(set(domains[name]))), name)
+            for name in DEGREES
+        }
+        recompute = {opt: model.NewBoolVar(f"recompute_{opt}") for opt in recompute_options}
+        model.AddExactlyOne(recompute.values())
+        return cls(model, gpus, gbs, seq_len, degree, recompute, dict(consts))
+
+    def __getattr__(self, name: str) -> cp_model.IntVar:
+        degree = self.__dict__.get("degree", {})
+        if name in degree:
+            return degree[name]
+        raise AttributeError(name)
+
+    def post_rules(self, rules: Iterable[Constraint]) -> dict[str, cp_model.IntVar]:
+        """Post every rule behind a fresh literal of its own; returns rule id -> literal."""
+        literals = {}
+        for rule in rules:
+            literal = self.model.NewBoolVar(f"rule[{rule.id}]")
+            rule.post(self.model, self, literal)
+            literals[rule.id] = literal
+        return literals
+
+    def domain_values(self, name: str) -> list[int]:
+        """The values a degree variable may take, ascending."""
+        return _values(self.degree[name])
+
+    def upper(self, name: str) -> int:
+        """Largest value a degree or product variable can take."""
+        var = self.degree[name] if name in self.degree else self._products[(name,)]
+        return int(list(var.proto.domain)[-1])
+
+    def product(self, *names: str) -> cp_model.IntVar:
+        """Variable equal to the product of the named degrees (cached, built pairwise)."""
+        key = tuple(names)
+        if len(key) == 1:
+            return self.degree[key[0]]
+        if key in self._products:
+            return self._products[key]
+        left = self.product(*key[:-1])
+        right = self.degree[key[-1]]
+        hi = self._bound(left) * self._bound(right)
+        var = self.model.NewIntVar(1, hi, "*".join(key))
+        self.model.AddMultiplicationEquality(var, [left, right])
+        self._products[key] = var
+        return var
+
+    def times(self, var: cp_model.IntVar, other: cp_model.IntVar, name: str) -> cp_model.IntVar:
+        """Variable equal to var·other (for products with derived variables)."""
+        cache = ("__times__", name)
+        if cache in self._products:
+            return self._products[cache]
+        out = self.model.NewIntVar(0, self._bound(var) * self._bound(other), name)
+        self.model.AddMultiplicationEquality(out, [var, other])
+        self._products[cache] = out
+        return out
+
+    @staticmethod
+    def _bound(var: cp_model.IntVar) -> int:
+        return int(list(var.proto.domain)[-1])
+
+    def derived(self, name: str, upper: int) -> cp_model.IntVar:
+        """A free derived variable (D_a, D_e, m, quotients); rules pin it with enforced equalities."""
+        if name not in self._derived:
+            self._derived[name] = self.model.NewIntVar(0, max(upper, 1), name)
+        return self._derived[name]
+
+    def dp_attn(self) -> cp_model.IntVar:
+        return self.derived("dp_attn", self.gpus)
+
+    def dp_expert(self) -> cp_model.IntVar:
+        return self.derived("dp_expert", self.gpus)
+
+    def microbatches(self) -> cp_model.IntVar:
+        return self.derived("num_microbatches", self.gbs)
+
+    def require_dp_attn(self, enforce: cp_model.IntVar) -> cp_model.IntVar:
+        """Post TP·PP·CP·D_a = N under `enforce` and return D_a."""
+        dp = self.dp_attn()
+        self.model.Add(self.times(self.product("tp", "pp", "cp"), dp, "tp*pp*cp*dp_attn") == self.gpus
+                       ).OnlyEnforceIf(enforce)
+        return dp
+
+    def require_dp_expert(self, enforce: cp_model.IntVar) -> cp_model.IntVar:
+        """Post ETP·EP·PP·D_e = N under `enforce` and return D_e."""
+        dp = self.dp_expert()
+        self.model.Add(self.times(self.product("etp", "ep", "pp"), dp, "etp*ep*pp*dp_expert") == self.gpus
+                       ).OnlyEnforceIf(enforce)
+        return dp
+
+    def require_microbatches(self, enforce: cp_model.IntVar) -> cp_model.IntVar:
+        """Post MBS·D_a·m = GBS (and D_a's definition) under `enforce` and return m."""
+        dp = self.require_dp_attn(enforce)
+        m = self.microbatches()
+        mbs_dp = self.times(self.degree["mbs"], dp, "mbs*dp_attn")
+        self.model.Add(self.times(mbs_dp, m, "mbs*dp_attn*m") == self.gbs).OnlyEnforceIf(enforce)
+        return m
+
+    def flag(self, name: str) -> cp_model.IntVar:
+        """The BoolVar of a non-degree choice: the solver's own variable when it decides it, else one
+        fixed to the const of the same name (0 when absent), cached."""
+        if name in self.flags:
+            return self.flags[name]
+        lit = self.model.NewBoolVar(name)
+        self.model.Add(lit == self.consts.get(name, 0))
+        self.flags[name] = lit
+        return lit
+
+    def at_least(self, name: str, bound: int) -> cp_model.IntVar:
+        """A BoolVar equal to (degree `name` >= bound), reified both ways and cached."""
+        cache = ("__at_least__", name, str(bound))
+        if cache not in self._products:
+            lit = self.model.NewBoolVar(f"{name}>={bound}")
+            self.model.Add(self.degree[name] >= bound).OnlyEnforceIf(lit)
+            self.model.Add(self.degree[name] <= bound - 1).OnlyEnforceIf(lit.Not())
+            self._products[cache] = lit
+        return self._products[cache]
+
+    def all_of(self, literals: Sequence[cp_model.IntVar], name: str) -> cp_model.IntVar:
+        """A BoolVar equal to the conjunction of `literals` (to pass one literal where one is expected)."""
+        lit = self.model.NewBoolVar(name)
+        self.model.AddBoolAnd(literals).OnlyEnforceIf(lit)
+        self.model.AddBoolOr([x.Not() for x in literals]).OnlyEnforceIf(lit.Not())
+        return lit
+
+    def divides(self, divisor: cp_model.IntVar | int, dividend: cp_model.IntVar | int, name: str,
+                enforce: cp_model.IntVar) -> None:
+        """Post `divisor | dividend` under `enforce` through an integer quotient variable."""
+        if isinstance(divisor, int) and isinstance(dividend, int):
+            if dividend % divisor:
+                self.model.AddBoolOr([enforce.Not()])
+            return
+        upper = dividend if isinstance(dividend, int) else self._bound(dividend)
+        q = self.model.NewIntVar(0, max(upper, 1), f"q_{name}")
+        if isinstance(divisor, int):
+            self.model.Add(divisor * q == dividend).OnlyEnforceIf(enforce)
+            return
+        self.model.Add(self.times(divisor, q, f"{name}_prod") == dividend).OnlyEnforceIf(enforce)
+
+
+def _attention_consts(attention) -> dict[str, int]:  # noqa: ANN001 - Attention
+    """Heads, query groups and the width of the attention output projection's input (heads·v_dim)."""
+    heads = attention.num_heads
+    if isinstance(attention, MLAAttention):
+        return {"num_heads": heads, "num_query_groups": heads, "attn_proj_width": heads * attention.v_head_dim}
+    groups = attention.num_kv_heads if isinstance(attention, GQAAttention) else heads
+    return {"num_heads": heads, "num_query_groups": groups, "attn_proj_width": heads * attention.head_dim}
+
+
+_MODEL_CONSTS: dict[int, dict[str, int]] = {}
+
+
+def model_consts(problem: Problem) -> dict[str, int]:
+    """model_consts computed once per Problem (Python rules read them on every slack call); the entry
+    is dropped when the Problem is garbage-collected, so a reused id never sees stale numbers."""
+    key = id(problem)
+    cached = _MODEL_CONSTS.get(key)
+    if cached is None:
+        cached = _MODEL_CONSTS[key] = _compute_model_consts(problem)
+        weakref.finalize(problem, _MODEL_CONSTS.pop, key, None)
+    return dict(cached)
+
+
+def _compute_model_consts(problem: Problem) -> dict[str, int]:
+    """The problem's numbers and 0/1 flags the rules read on the CP-SAT side (the same values Python
+    reads from Facts): model sizes, attention kind, training switches, selective-recompute modules."""
+    model, training = problem.model, problem.training
+    moe, dense = model.moe, model.dense_mlp
+    consts = {
+        **_attention_consts(model.attention),
+        "num_experts": moe.num_experts if moe else 0,
+        "num_layers": model.num_layers,
+        "hidden_size": model.hidden_size,
+        "ffn_hidden_size": dense.intermediate_size if dense and (moe is None or model.first_dense_layers) else 0,
+        "expert_ffn_hidden_size": moe.expert_intermediate_size if moe else 0,
+        "shared_ffn_hidden_size": moe.shared_width if moe else 0,
+        "mtp_layers": model.mtp_layers,
+        "hc_mult": model.hc_mult,
+        "is_moe": int(moe is not None),
+        "multi_latent_attention": int(isinstance(model.attention, MLAAttention | DSV4Attention)),
+        "hybrid_model": int(isinstance(model.attention, DSV4Attention)),
+        "sequence_parallel": int(training.sequence_parallel),
+        "sequence_parallel_requested": int(sequence_parallel_requested(training)),
+        "packed_sequences": int(training.packed_sequences),
+        "capacity_factor_set": int(training.capacity_factor is not None),
+    }
+    consts |= {f"recompute_{name}": int(name in training.recompute_modules) for name in RECOMPUTE_MODULES}
+    consts |= dsv4_consts(problem)
+    return consts
+
+
+def sequence_parallel_requested(training) -> bool:  # noqa: ANN001 - Training
+    """Whether the problem itself asks for --sequence-parallel (an explicit `sequence_parallel: true`);
+    parasol's default True only means 'SP whenever TP > 1' and asks for nothing at TP 1."""
+    return training.sequence_parallel and "sequence_parallel" in training.model_fields_set
+
+
+def mapping_consts(facts: Facts) -> dict[str, int]:
+    """Numbers of one fully specified mapping's pipeline cut: its stage count, the blocks it places, and
+    whether the cut is parasol's own (an explicit layout, realised as --pipeline-model-parallel-layout)
+    rather than Megatron's even split (layout_explicit 0, also the reading when the key is absent);
+    and whether its rank order is --use-tp-pp-dp-mapping's (rank_order_dp_last)."""
+    layout = facts.derived.layout
+    return {"layout_stages": len(layout), "layout_blocks": sum(layout),
+            "layout_explicit": int(facts.mapping.layout is not None),
+            "rank_order_dp_last": int(facts.mapping.rank_order == RankOrder.dp_last)}
+
+
+def _values(var: cp_model.IntVar) -> list[int]:
+    """Expand a variable's interval domain into its values."""
+    bounds = list(var.proto.domain)
+    return [x for lo, hi in zip(bounds[::2], bounds[1::2], strict=True) for x in range(lo, hi + 1)]

@@ -1,0 +1,132 @@
+"""Activation bytes one block saves for its backward pass, per token held by a rank.
+
+An estimate built tensor by tensor (flash attention: no score matrix; BF16 tensors, 2 bytes per
+element; FP32 router logits and loss softmax, 4 bytes). Tensors of the sequence-parallel region
+(width h) are split by TP when sequence parallelism is on; projections by TP; routed-expert rows
+arrive through the EP dispatch (k per token, ETP-gathered) with width f/ETP. The seed warns that
+the real peak must be measured under the real schedule (seed 000 §显存): this is the model of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from parasol.problems.mapping import Recompute
+from parasol.problems.model.architecture import (
+    Block,
+    BlockKind,
+    DSV4Attention,
+    GQAAttention,
+    MLAAttention,
+    ModelArchitecture,
+)
+
+BF16 = 2
+FP32 = 4
+
+
+@dataclass(frozen=True)
+class ActivationContext:
+    """What sharding and recompute choices the per-token counts depend on."""
+
+    tp: int
+    etp: int
+    sequence_parallel: bool
+    recompute: Recompute
+    modules: frozenset[str]
+
+    @property
+    def sp_split(self) -> int:
+        """Divisor of width-h tensors: TP under sequence parallelism, else 1 (replicated)."""
+        return self.tp if self.sequence_parallel and self.tp > 1 else 1
+
+    def drops(self, module: str) -> bool:
+        """Whether selective recompute frees this module's internal tensors."""
+        return self.recompute is Recompute.selective and module in self.modules
+
+
+def _attention_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -> float:
+    """Saved tensors of one attention sublayer per token (inputs of each projection, q/k/v, output)."""
+    h = model.hidden_size
+    att = model.attention
+    hs = h / ctx.sp_split
+    norm_in = BF16 * hs * model.hc_mult
+    proj_in = 0.0 if ctx.drops("layernorm") else BF16 * hs
+    if isinstance(att, GQAAttention):
+        kv_heads = max(att.num_kv_heads / ctx.tp, 1)
+        qkv = BF16 * (att.num_heads / ctx.tp + 2 * kv_heads) * att.head_dim
+        out = BF16 * att.num_heads * att.head_dim / ctx.tp + FP32 * att.num_heads / ctx.tp
+        return norm_in + proj_in + qkv + out
+    if isinstance(att, MLAAttention):
+        heads = att.num_heads / ctx.tp
+        lora = BF16 * ((att.q_lora_rank or 0) + att.kv_lora_rank + att.qk_rope_head_dim)
+        up = 0.0 if ctx.drops("mla_up_proj") else BF16 * heads * (2 * att.head_dim + att.v_head_dim)
+        out = BF16 * heads * att.v_head_dim + FP32 * heads
+        return norm_in + proj_in + lora + up + out
+    assert isinstance(att, DSV4Attention)
+    heads = att.num_heads / ctx.tp
+    ratio = block.compress_ratio or 0
+    lora = BF16 * (att.q_lora_rank + att.o_groups * att.o_lora_rank)
+    q = BF16 * heads * att.head_dim
+    kv = BF16 * att.num_kv_heads * att.head_dim * (1 + (1 / ratio if ratio else 0))
+    indexer = (BF16 * att.index_n_heads * att.index_head_dim + FP32 * att.index_topk) if ratio == 4 else 0.0
+    out = BF16 * heads * att.head_dim + FP32 * heads
+    return norm_in + proj_in + lora + q + kv + indexer + out
+
+
+def _mlp_bytes(model: ModelArchitecture, ctx: ActivationContext) -> float:
+    """Dense MLP: norm input, fc1 input, fc1 output and activation output per token."""
+    mlp = model.dense_mlp
+    assert mlp is not None
+    hs = model.hidden_size / ctx.sp_split
+    keep_in = BF16 * hs * model.hc_mult + (0.0 if ctx.drops("layernorm") else BF16 * hs)
+    if ctx.drops("mlp"):
+        return keep_in
+    f = mlp.intermediate_size / ctx.tp
+    fc1 = BF16 * f * (2 if mlp.activation.gated else 1)
+    return keep_in + fc1 + BF16 * f
+
+
+def _moe_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -> float:
+    """MoE: router input and logits, k dispatched rows in and out of the experts, shared experts."""
+    moe = model.moe
+    assert moe is not None
+    h = model.hidden_size
+    hs = h / ctx.sp_split
+    keep_in = BF16 * hs * model.hc_mult
+    if ctx.drops("moe"):
+        return keep_in
+    router = (0.0 if ctx.drops("layernorm") else BF16 * hs) + (0.0 if block.hash_routed else FP32 * moe.num_experts)
+    rows = moe.top_k * ctx.etp
+    f = moe.expert_intermediate_size / ctx.etp
+    fc1 = BF16 * f * (2 if moe.activation.gated else 1)
+    act = 0.0 if ctx.drops("moe_act") else BF16 * f
+    routed = rows * (BF16 * h + fc1 + act + BF16 * h)
+    shared = 0.0
+    if moe.shared_width and not ctx.drops("shared_experts"):
+        fs = moe.shared_width / ctx.tp
+        shared = BF16 * fs * (2 if moe.activation.gated else 1) + BF16 * fs
+    return keep_in + router + routed + shared
+
+
+def block_bytes_per_token(model: ModelArchitecture, block: Block, ctx: ActivationContext) -> float:
+    """All activations one block keeps per token of the rank's microbatch (before full recompute)."""
+    mlp = _mlp_bytes(model, ctx) if block.mlp is BlockKind.dense else _moe_bytes(model, block, ctx)
+    return _attention_bytes(model, block, ctx) + mlp
+
+
+def block_input_bytes_per_token(model: ModelArchitecture, ctx: ActivationContext) -> float:
+    """What full recompute keeps per block: its input (the hc_mult residual streams)."""
+    return BF16 * model.hidden_size * model.hc_mult / ctx.sp_split
+
+
+def saved_bytes_per_token(model: ModelArchitecture, block: Block, ctx: ActivationContext) -> float:
+    """Bytes one block holds between its forward and backward under the recompute choice."""
+    if ctx.recompute is Recompute.full:
+        return block_input_bytes_per_token(model, ctx)
+    return block_bytes_per_token(model, block, ctx)
+
+
+def logits_bytes_per_token(model: ModelArchitecture, tp: int) -> float:
+    """Output head: FP32 softmax of the vocabulary shard kept for the cross-entropy backward."""
+    return FP32 * model.vocab_size / tp

@@ -1,0 +1,344 @@
+"""The per-stage memory ledger of the heaviest rank: every term named, with its formula and assumption.
+
+M_peak = weights + gradients + optimizer + activations + communication + workspace (seed 000 §显存),
+compared with the GPU's usable HBM (HBM minus the runtime reserve of the hardware preset). All ranks
+of one pipeline stage hold the same shares under even TP/EP/ETP/DP splits, so the stage's heaviest
+rank is any of them. Bytes are exact integers where the formula is; GB are decimal (1e9), as the seed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from parasol.constraints.physics.activations import (
+    BF16,
+    ActivationContext,
+    logits_bytes_per_token,
+    saved_bytes_per_token,
+)
+from parasol.problems.derived import Derived, stage_of_virtual
+from parasol.problems.mapping import Mapping, Recompute
+from parasol.problems.model.architecture import Block, ModelArchitecture
+from parasol.problems.model.params import BlockParams, block_params
+from parasol.problems.schema import Optimizer, Training
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class MemoryTerm:
+    """One line of the ledger: a named amount with the formula that produced it."""
+
+    name: str
+    bytes: float
+    formula: str
+
+    @property
+    def gb(self) -> float:
+        return self.bytes / GB
+
+
+@dataclass(frozen=True)
+class StageLedger:
+    """The memory of the heaviest rank of one pipeline stage."""
+
+    stage: int
+    blocks: tuple[int, ...]
+    moe_blocks: int
+    dense_params: float
+    expert_params: float
+    inflight_microbatches: float
+    terms: tuple[MemoryTerm, ...]
+    usable_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(t.bytes for t in self.terms)
+
+    @property
+    def total_gb(self) -> float:
+        return self.total_bytes / GB
+
+    @property
+    def slack_gb(self) -> float:
+        """Usable HBM left over (negative: by how much the stage exceeds it)."""
+        return (self.usable_bytes - self.total_bytes) / GB
+
+    def term(self, name: str) -> MemoryTerm:
+        return next(t for t in self.terms if t.name == name)
+
+
+@dataclass(frozen=True)
+class MemoryLedger:
+    """Ledgers of every stage plus the assumptions they rest on."""
+
+    stages: tuple[StageLedger, ...]
+    assumptions: tuple[str, ...]
+
+    @property
+    def peak(self) -> StageLedger:
+        return max(self.stages, key=lambda s: (s.total_bytes, -s.stage))
+
+
+def weight_bytes(params: float, bytes_per_param: int = BF16) -> float:
+    """Bytes to hold `params` weights (seed 000: 1.6e12 · 2 B = 3.2 TB in BF16)."""
+    return params * bytes_per_param
+
+
+def state_bytes_per_param(grad_dtype: str = "bf16") -> int:
+    """Training state per parameter with Adam: BF16 weight 2 + grad 2 (FP32: 4) + FP32 master 4 +
+    Adam m and v 8 = 16 B (18 B with FP32 grads), seed 003 §2."""
+    return BF16 + (4 if grad_dtype == "fp32" else BF16) + 4 + 8
+
+
+def training_state_bytes(params: float, grad_dtype: str = "bf16") -> float:
+    """Global training state of a model: params · bytes per param (5T: 80 TB, or 90 TB with FP32 grads)."""
+    return params * state_bytes_per_param(grad_dtype)
+
+
+def state_per_device_bytes(params: float, devices: int, grad_dtype: str = "bf16") -> float:
+    """That state spread evenly over `devices` (5T on 64 devices: 1.25 TB each), before activations."""
+    return training_state_bytes(params, grad_dtype) / devices
+
+
+def routed_expert_weight_bytes(moe_layers: int, num_experts: int, ep: int, etp: int,
+                               params_per_expert: int, bytes_per_param: int = BF16) -> float:
+    """Routed weights one rank holds: layers·(E/EP)·P_expert/ETP·bytes (seed 000: 8·6·66,060,288·2 = 6.34 GB)."""
+    return moe_layers * Fraction(num_experts, ep) * Fraction(params_per_expert, etp) * bytes_per_param
+
+
+def stage_block_ranges(layout: tuple[int, ...], pp: int) -> list[list[int]]:
+    """Block indices each pipeline rank holds: virtual stage k takes the next layout[k] blocks."""
+    ranks: list[list[int]] = [[] for _ in range(pp)]
+    start = 0
+    for k, n in enumerate(layout):
+        ranks[stage_of_virtual(k, pp)].extend(range(start, start + n))
+        start += n
+    return ranks
+
+
+def inflight_microbatches(stage: int, pp: int, vpp: int, m: Fraction | int) -> Fraction:
+    """Microbatches whose activations a stage holds at its peak, in units of its whole layer set.
+    1F1B: min(PP − s, m) (warm-up depth). Interleaved: Megatron warms up (PP − s − 1)·2 + (v − 1)·PP
+    chunks plus one, each 1/v of the rank's layers, capped at all m·v chunks (schedules.py)."""
+    m = Fraction(m)
+    if vpp == 1:
+        return min(Fraction(pp - stage), m)
+    chunks = min(Fraction((pp - stage - 1) * 2 + (vpp - 1) * pp + 1), m * vpp)
+    return chunks / vpp
+
+
+def _rank_params(bp: BlockParams, m: Mapping, experts_per_rank: Fraction) -> tuple[Fraction, Fraction, Fraction]:
+    """(dense, expert, muon-eligible) parameters of one block on one rank."""
+    tp_split = Fraction(bp.attention + bp.dense_mlp + bp.shared_experts, m.tp)
+    replicated = Fraction(bp.router + bp.norms + bp.extra)
+    expert = experts_per_rank * Fraction(bp.per_expert, m.expert_tp) if bp.num_experts else Fraction(0)
+    return tp_split + replicated, expert, tp_split + expert
+
+
+def _optimizer_bytes_per_param(training: Training, matrix: bool) -> int:
+    """FP32 master (4) plus Adam m, v (8) = 12; Muon keeps one momentum (4) on 2-D block matrices and
+    falls back to Adam for embeddings, head, norms and routers (seed 003 §2; Muon in Megatron)."""
+    if training.optimizer is Optimizer.muon and matrix:
+        return 8
+    return 12
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """Whole bytes one block (or a stage's embedding/head extras) adds to a stage's heaviest rank.
+
+    Every amount is rounded up to a whole byte, so a stage's ledger is an exact integer sum that the
+    CP-SAT program reproduces from block counts."""
+
+    weights_dense: int = 0
+    weights_expert: int = 0
+    gradients: int = 0
+    optimizer: int = 0
+    activation: int = 0
+    recompute_peak: int = 0
+    moe: bool = False
+    dense_params: Fraction = Fraction(0)
+    expert_params: Fraction = Fraction(0)
+
+    @property
+    def static(self) -> int:
+        """Weights, gradients and optimizer state: held whatever the schedule."""
+        return self.weights_dense + self.weights_expert + self.gradients + self.optimizer
+
+    def __add__(self, other: Contribution) -> Contribution:
+        return Contribution(
+            self.weights_dense + other.weights_dense, self.weights_expert + other.weights_expert,
+            self.gradients + other.gradients, self.optimizer + other.optimizer,
+            self.activation + other.activation, max(self.recompute_peak, other.recompute_peak),
+            self.moe or other.moe, self.dense_params + other.dense_params,
+            self.expert_params + other.expert_params,
+        )
+
+    def times(self, n: int) -> Contribution:
+        """n blocks of this kind (the working-set peak and the MoE flag do not add up)."""
+        if n == 0:
+            return Contribution()
+        return Contribution(self.weights_dense * n, self.weights_expert * n, self.gradients * n,
+                            self.optimizer * n, self.activation * n, self.recompute_peak, self.moe,
+                            self.dense_params * n, self.expert_params * n)
+
+
+def _ceil(x: Fraction | float) -> int:
+    return math.ceil(x)
+
+
+def _param_bytes(dense: Fraction, expert: Fraction, matrix: Fraction, m: Mapping, d: Derived,
+                 training: Training) -> tuple[int, int, int, int]:
+    """(dense weights, expert weights, gradients, optimizer) bytes for parameters on one rank."""
+    grad_bytes = 4 if training.grad_dtype == "fp32" else 2
+    dense_shard = d.dp_attn * m.cp if training.distributed_optimizer else Fraction(1)
+    expert_shard = d.dp_expert if training.distributed_optimizer else Fraction(1)
+    dense_matrix = max(matrix - expert, Fraction(0))
+    opt = ((dense_matrix * _optimizer_bytes_per_param(training, True)
+            + (dense - dense_matrix) * _optimizer_bytes_per_param(training, False)) / dense_shard
+           + expert * _optimizer_bytes_per_param(training, True) / expert_shard)
+    return _ceil(dense * BF16), _ceil(expert * BF16), _ceil((dense + expert) * grad_bytes), _ceil(opt)
+
+
+def activation_context(m: Mapping, training: Training) -> ActivationContext:
+    """The sharding and recompute choices activations depend on."""
+    return ActivationContext(tp=m.tp, etp=m.expert_tp, sequence_parallel=training.sequence_parallel,
+                             recompute=m.recompute, modules=frozenset(training.recompute_modules))
+
+
+def tokens_on_rank(m: Mapping) -> Fraction:
+    """Tokens of one microbatch on one rank before SP splitting: b·S/CP."""
+    return Fraction(m.mbs * m.seq_len, m.cp)
+
+
+def block_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
+                       block: Block) -> Contribution:
+    """What one block adds to the rank that holds it: its parameter state and saved activations."""
+    bp = block_params(model, block)
+    dense, expert, matrix = _rank_params(bp, m, d.experts_per_rank or Fraction(0))
+    wd, we, g, o = _param_bytes(dense, expert, matrix, m, d, training)
+    ctx = activation_context(m, training)
+    tokens = tokens_on_rank(m)
+    act = _ceil(Fraction(saved_bytes_per_token(model, block, ctx)) * tokens)
+    peak = 0
+    if m.recompute is Recompute.full:
+        full = ActivationContext(ctx.tp, ctx.etp, ctx.sequence_parallel, Recompute.none, ctx.modules)
+        peak = _ceil(Fraction(saved_bytes_per_token(model, block, full)) * tokens)
+    return Contribution(wd, we, g, o, act, peak, bool(bp.num_experts), dense, expert)
+
+
+def edge_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
+                      first: bool, last: bool) -> Contribution:
+    """Embedding on the first stage; output head, final norm, loss softmax, MTP blocks and (for MTP
+    with PP > 1) a copy of the input embedding on the last stage."""
+    h = model.hidden_size
+    vocab_rows = Fraction(model.vocab_size * h, m.tp)
+    params = Fraction(0)
+    if first:
+        params += vocab_rows + model.learned_position_embeddings * h
+    if last:
+        head_copies = 0 if model.tied_embeddings and m.pp == 1 else 1
+        mtp_embed = 1 if model.mtp_layers and m.pp > 1 else 0
+        params += vocab_rows * (head_copies + mtp_embed) + h
+    wd, we, g, o = _param_bytes(params, Fraction(0), Fraction(0), m, d, training)
+    act = 0
+    if last:
+        act = _ceil(Fraction(logits_bytes_per_token(model, m.tp)) * tokens_on_rank(m) * (1 + model.mtp_layers))
+    edge = Contribution(wd, we, g, o, act, 0, False, params, Fraction(0))
+    if last:
+        for b in model.mtp_blocks:
+            edge = edge + block_contribution(model, m, d, training, b)
+    return edge
+
+
+def dispatch_buffer_bytes(model: ModelArchitecture, m: Mapping, training: Training) -> int:
+    """MoE receive buffer: k·ETP·b·S/(CP·TP) rows × capacity factor (or dropless headroom) × h × 2 B."""
+    if model.moe is None:
+        return 0
+    rows = Fraction(model.moe.top_k * m.expert_tp * m.mbs * m.seq_len, m.cp * m.tp)
+    headroom = Fraction(training.capacity_factor or training.dispatch_headroom).limit_denominator(10**6)
+    return _ceil(rows * headroom * model.hidden_size * BF16)
+
+
+def block_kind(block: Block) -> tuple:
+    """Blocks with equal keys contribute equally to memory and time (the solver's block types)."""
+    return (block.mlp, block.compress_ratio, block.hash_routed, block.mtp)
+
+
+def stage_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
+                 stage: int, blocks: list[int], usable_bytes: float) -> StageLedger:
+    """Ledger of one stage's heaviest rank: the exact integer sum of its blocks' contributions."""
+    first, last = stage == 0, stage == m.pp - 1
+    counts: dict[tuple, tuple[Block, int]] = {}
+    for i in blocks:
+        b = model.blocks[i]
+        blk, n = counts.get(block_kind(b), (b, 0))
+        counts[block_kind(b)] = (blk, n + 1)
+    total = edge_contribution(model, m, d, training, first, last)
+    for blk, n in counts.values():
+        total = total + block_contribution(model, m, d, training, blk).times(n)
+    return assemble_stage(model, m, d, training, stage, tuple(blocks), total, usable_bytes)
+
+
+def assemble_stage(model: ModelArchitecture, m: Mapping, d: Derived, training: Training, stage: int,
+                   blocks: tuple[int, ...], total: Contribution, usable_bytes: float) -> StageLedger:
+    """Turn a stage's summed contributions into named ledger terms."""
+    inflight = inflight_microbatches(stage, m.pp, m.vpp, d.num_microbatches)
+    act = _ceil(inflight * total.activation)
+    dispatch = dispatch_buffer_bytes(model, m, training) if total.moe else 0
+    moe_count = sum(1 for i in blocks if model.blocks[i].mlp.value == "moe")
+    opt_name = "Muon" if training.optimizer is Optimizer.muon else "Adam"
+    dense_shard = d.dp_attn * m.cp if training.distributed_optimizer else 1
+    shard_note = (f"sharded over D_a·CP = {float(dense_shard):g} (dense) and D_e = {float(d.dp_expert):g} (experts)"
+                  if training.distributed_optimizer else "not sharded (distributed optimizer off)")
+    headroom = training.capacity_factor or training.dispatch_headroom
+    epr = float(d.experts_per_rank or 0)
+    terms = (
+        MemoryTerm("weights (dense)", total.weights_dense,
+                   "BF16 2 B × dense params on the rank (attention, MLP, shared experts /TP; norms, router; "
+                   "embedding on the first stage, head on the last)"),
+        MemoryTerm("weights (routed experts)", total.weights_expert,
+                   f"BF16 2 B × MoE layers ({moe_count}) × E/EP ({epr:g}) × P_expert / ETP ({m.expert_tp})"),
+        MemoryTerm("gradients", total.gradients,
+                   f"{training.grad_dtype.upper()} × every local param (DDP grad buffer, not sharded)"),
+        MemoryTerm("optimizer state", total.optimizer, f"{opt_name}: FP32 master + moments, {shard_note}"),
+        MemoryTerm("activations", act,
+                   f"{total.activation / GB:.3f} GB per microbatch × {float(inflight):g} in flight "
+                   f"({'1F1B' if m.vpp == 1 else 'interleaved'}; recompute {m.recompute.value})"),
+        MemoryTerm("recompute working set", total.recompute_peak,
+                   "one block's full activations while it is recomputed (full recompute only)"),
+        MemoryTerm("MoE dispatch buffer", dispatch,
+                   f"k·ETP·b·S/(CP·TP) received rows × {headroom:g} "
+                   f"({'capacity factor' if training.capacity_factor else 'dropless headroom'}) × h × 2 B"),
+        MemoryTerm("workspace", workspace_bytes(training), "training.workspace_gb (GEMM, attention, NCCL buffers)"),
+    )
+    return StageLedger(stage=stage, blocks=blocks, moe_blocks=moe_count, dense_params=float(total.dense_params),
+                       expert_params=float(total.expert_params), inflight_microbatches=float(inflight),
+                       terms=terms, usable_bytes=usable_bytes)
+
+
+def workspace_bytes(training: Training) -> int:
+    """Workspaces as whole bytes."""
+    return _ceil(Fraction(training.workspace_gb).limit_denominator(10**6) * 10**9)
+
+
+def memory_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
+                  usable_bytes: float) -> MemoryLedger:
+    """Ledgers of all stages; the layout must cover the blocks with PP·VPP virtual stages."""
+    ranges = stage_block_ranges(d.layout, m.pp)
+    stages = tuple(stage_ledger(model, m, d, training, s, ranges[s], usable_bytes) for s in range(m.pp))
+    assumptions = (
+        "Weights BF16 (2 B/param) for BF16 and FP8 runs (FP8 copies are transient).",
+        "Gradient buffer holds every local parameter (Megatron DDP); the distributed optimizer shards only "
+        "FP32 master weights and moments, over the dense data-parallel group with CP (dp-cp) and over expert DP.",
+        "Activations: flash attention (no score matrix), tensors listed in constraints/physics/activations.py; "
+        "held for the microbatches in flight at the stage's peak under the schedule.",
+        "Last stage holds the output head, the loss's FP32 softmax and the MTP blocks"
+        + (", plus a copy of the input embedding for MTP" if model.mtp_layers and m.pp > 1 else "") + ".",
+        "The runtime reserve (CUDA context, NCCL, fragmentation) is taken off HBM by the hardware preset.",
+    )
+    return MemoryLedger(stages=stages, assumptions=assumptions)
+

@@ -1,0 +1,103 @@
+"""Context-parallel rules of Megatron-Core: the sequence splits into 2·CP load-balanced chunks, and the
+hierarchical CP communication needs its group sizes.
+
+Sources: ../shared/reference/megatron-rules.yaml (cp-seq-divisible-by-2cp, cp-a2a-p2p-requires-
+hierarchical, hierarchical-cp-product; Megatron-LM main@d98e8a64) and megatron-groups.md §2.4. The
+DeepSeek-V4 CP rules are in constraints/rules/deepseek_v4.py.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from parasol.constraints.core.base import Citation, Constraint, Facts, Family, MegatronStage, remainder_slack
+
+ARGUMENTS = "Megatron-LM megatron/training/arguments.py"
+
+
+class CPSeqDivisibleBy2CP(Constraint):
+    """With CP > 1 every sequence is cut into 2·CP chunks (the zigzag split), so S % (2·CP) == 0."""
+
+    id = "cp-seq-divisible-by-2cp"
+    family = Family.context
+    citation = Citation(f"{ARGUMENTS}:1335-1338", MegatronStage.arguments)
+    unit = "tokens"
+    summary = "CP > 1 -> seq_len % (2·CP) == 0"
+    exact = True
+
+    def in_force(self, f: Facts) -> bool:
+        """The zigzag split exists only with CP > 1."""
+        return f.mapping.cp > 1
+
+    def slack(self, f: Facts) -> float:
+        m = f.mapping
+        return 0.0 if m.cp == 1 else remainder_slack(m.seq_len, 2 * m.cp)
+
+    def message(self, f: Facts) -> str:
+        m = f.mapping
+        return (f"seq-length should be a multiple of 2 * context-parallel-size if context-parallel-size > 1. "
+                f"(seq_len {m.seq_len}, 2·CP = {2 * m.cp}, remainder {m.seq_len % (2 * m.cp)})")
+
+    def post(self, model, v, enforce) -> None:
+        """S odd: only CP 1 passes; S even: CP divides S/2 (CP 1 always does)."""
+        if v.seq_len % 2:
+            model.Add(v.cp == 1).OnlyEnforceIf(enforce)
+            return
+        v.divides(v.cp, v.seq_len // 2, "seq_2cp", enforce)
+
+
+class CPA2AP2PRequiresHierarchical(Constraint):
+    """The two-level a2a+p2p CP communication needs --hierarchical-context-parallel-sizes."""
+
+    id = "cp-a2a-p2p-requires-hierarchical"
+    family = Family.context
+    citation = Citation(f"{ARGUMENTS}:583-585", MegatronStage.arguments)
+    unit = "settings"
+    summary = "cp_comm_type a2a+p2p -> hierarchical_context_parallel_sizes set"
+    exact = True
+
+    def _broken(self, options) -> bool:  # noqa: ANN001 - MegatronOptions
+        return options.cp_comm_type == "a2a+p2p" and options.hierarchical_context_parallel_sizes is None
+
+    def in_force(self, f: Facts) -> bool:
+        """Only the a2a+p2p CP communication needs the hierarchical sizes."""
+        return f.options.cp_comm_type == "a2a+p2p"
+
+    def slack(self, f: Facts) -> float:
+        return -1.0 if self._broken(f.options) else 0.0
+
+    def message(self, f: Facts) -> str:
+        return "--hierarchical-context-parallel-sizes must be set when a2a+p2p is used in cp comm"
+
+    def post(self, model, v, enforce) -> None:
+        if self._broken(v.options):
+            model.AddBoolOr([enforce.Not()])
+
+
+class HierarchicalCPProduct(Constraint):
+    """The hierarchical CP group sizes multiply to CP."""
+
+    id = "hierarchical-cp-product"
+    family = Family.context
+    citation = Citation(f"{ARGUMENTS}:580-582; megatron/core/parallel_state.py:1127-1128", MegatronStage.arguments)
+    unit = "ranks"
+    summary = "hierarchical_context_parallel_sizes set -> prod(sizes) == CP"
+    exact = True
+
+    def in_force(self, f: Facts) -> bool:
+        """Only given hierarchical sizes must multiply to CP."""
+        return f.options.hierarchical_context_parallel_sizes is not None
+
+    def slack(self, f: Facts) -> float:
+        sizes = f.options.hierarchical_context_parallel_sizes
+        return 0.0 if sizes is None else -float(abs(prod(sizes) - f.mapping.cp))
+
+    def message(self, f: Facts) -> str:
+        sizes = f.options.hierarchical_context_parallel_sizes or ()
+        return (f"hierarchical_context_parallel_sizes {list(sizes)} multiply to {prod(sizes)}; "
+                f"context-parallel-size is {f.mapping.cp}")
+
+    def post(self, model, v, enforce) -> None:
+        sizes = v.options.hierarchical_context_parallel_sizes
+        if sizes is not None:
+            model.Add(v.cp == prod(sizes)).OnlyEnforceIf(enforce)

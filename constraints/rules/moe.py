@@ -1,0 +1,330 @@
+"""MoE rules: experts spread evenly over EP; EP needs experts; MoE with TP needs sequence parallelism;
+the token dispatcher and its flex backends, capacity padding, and the EP all-to-all overlap.
+
+Sources: ../shared/reference/megatron-rules.yaml (Megatron-LM main@d98e8a64) and megatron-groups.md
+§2.6. The capacity factor is the problem's `training.capacity_factor` (None = dropless); the deprecated
+--moe-enable-deepep selects the deepep backend (transformer_config.py:1743-1752).
+"""
+
+from __future__ import annotations
+
+from parasol.constraints.core.base import Citation, Constraint, Facts, Family, MegatronStage, remainder_slack
+from parasol.constraints.core.decision_vars import model_consts
+from parasol.constraints.rules.feature import SettingsRule
+from parasol.problems.options import MegatronOptions
+
+CONFIG = "Megatron-LM megatron/core/transformer/transformer_config.py"
+DISPATCHER = "Megatron-LM megatron/core/transformer/moe/token_dispatcher.py"
+
+
+class ExpertsDivisibleByEP(Constraint):
+    """Every EP rank holds the same number of routed experts."""
+
+    id = "experts-divisible-by-ep"
+    family = Family.moe
+    citation = Citation("Megatron-LM megatron/training/arguments.py:1657-1658; "
+                        "megatron/core/transformer/moe/moe_layer.py:182-187", MegatronStage.arguments)
+    unit = "experts"
+    summary = "num_experts % EP == 0"
+    exact = True
+
+    def applies(self, problem) -> bool:
+        return problem.model.moe is not None
+
+    def slack(self, f: Facts) -> float:
+        return remainder_slack(f.model.moe.num_experts, f.mapping.ep)
+
+    def message(self, f: Facts) -> str:
+        return (f"Number of experts should be a multiple of expert model parallel_size. ({f.model.moe.num_experts} "
+                f"experts, EP {f.mapping.ep})")
+
+    def post(self, model, v, enforce) -> None:
+        v.divides(v.ep, v.consts["num_experts"], "experts_ep", enforce)
+
+
+class EPRequiresExperts(Constraint):
+    """A dense model cannot use expert parallelism."""
+
+    id = "ep-requires-experts"
+    family = Family.moe
+    citation = Citation("Megatron-LM megatron/training/arguments.py:1648-1656; "
+                        "megatron/core/transformer/transformer_config.py:1595-1596", MegatronStage.arguments)
+    unit = "EP"
+    summary = "EP > 1 -> the model has routed experts"
+    exact = True
+
+    def applies(self, problem) -> bool:
+        return problem.model.moe is None
+
+    def slack(self, f: Facts) -> float:
+        return float(1 - f.mapping.ep)
+
+    def message(self, f: Facts) -> str:
+        return f"num_experts must be non None to use expert model parallelism (EP = {f.mapping.ep}, dense model)"
+
+    def post(self, model, v, enforce) -> None:
+        model.Add(v.ep == 1).OnlyEnforceIf(enforce)
+
+
+def flex_backend(options: MegatronOptions) -> str:
+    """The flex dispatcher's backend Megatron uses: deepep under the deprecated --moe-enable-deepep."""
+    return "deepep" if options.moe_enable_deepep else options.moe_flex_dispatcher_backend
+
+
+def uses_backend(options: MegatronOptions, *backends: str) -> bool:
+    """Whether the flex dispatcher runs with one of `backends`."""
+    return options.moe_token_dispatcher_type == "flex" and flex_backend(options) in backends
+
+
+class MoERule(SettingsRule):
+    """Base of the MoE rules over flags: they apply to models with routed experts."""
+
+    family = Family.moe
+
+    def applies(self, problem) -> bool:  # noqa: ANN001 - Problem
+        return problem.model.moe is not None
+
+
+class MoETPRequiresSP(Constraint):
+    """Training an MoE layer with TP > 1 needs sequence parallelism (raised at the first MoE forward)."""
+
+    id = "moe-tp-requires-sp"
+    family = Family.moe
+    citation = Citation("Megatron-LM megatron/core/transformer/moe/moe_layer.py:636-640; "
+                        "megatron/core/model_parallel_config.py:560-565", MegatronStage.runtime)
+    unit = "TP"
+    summary = "MoE and TP > 1 -> sequence_parallel"
+    exact = True
+
+    def applies(self, problem) -> bool:
+        return problem.model.moe is not None
+
+    def in_force(self, f: Facts) -> bool:
+        """Only without sequence parallelism must TP stay 1."""
+        return not f.training.sequence_parallel
+
+    def slack(self, f: Facts) -> float:
+        return 0.0 if f.training.sequence_parallel else float(1 - f.mapping.tp)
+
+    def message(self, f: Facts) -> str:
+        return ("During training, performance may degrade if MoE and tensor parallelismare enabled without also "
+                f"enabling sequence parallelism. (TP = {f.mapping.tp}, sequence_parallel off)")
+
+    def post(self, model, v, enforce) -> None:
+        if not v.consts["sequence_parallel"]:
+            model.Add(v.tp == 1).OnlyEnforceIf(enforce)
+
+
+class MoEBiasRequiresETP1(Constraint):
+    """Linear biases in MoE layers work only without expert tensor parallelism."""
+
+    id = "moe-bias-requires-etp1"
+    family = Family.moe
+    citation = Citation(f"{CONFIG}:2612-2615", MegatronStage.config)
+    unit = "ETP"
+    summary = "MoE and add_bias_linear -> ETP == 1"
+    exact = True
+
+    def applies(self, problem) -> bool:
+        return problem.model.moe is not None
+
+    def in_force(self, f: Facts) -> bool:
+        """Only linear biases (--add-bias-linear) force ETP 1."""
+        return f.options.add_bias_linear
+
+    def slack(self, f: Facts) -> float:
+        return float(1 - f.mapping.expert_tp) if f.options.add_bias_linear else 0.0
+
+    def message(self, f: Facts) -> str:
+        return f"Bias in Moe is only supported when ETP==1 (ETP = {f.mapping.expert_tp}, --add-bias-linear)"
+
+    def post(self, model, v, enforce) -> None:
+        if v.options.add_bias_linear:
+            model.Add(v.etp == 1).OnlyEnforceIf(enforce)
+
+
+class DeepEPNCCLEPNeedEtpEpGt1(Constraint):
+    """The DeepEP and NCCL-EP backends exchange tokens inside the expert TP×EP group, which needs 2+ ranks."""
+
+    id = "deepep-ncclep-need-etp-ep-gt-1"
+    family = Family.moe
+    citation = Citation(f"{DISPATCHER}:84-92,1836,1854", MegatronStage.model_build)
+    unit = "ranks"
+    summary = "flex with deepep/ncclep -> ETP·EP > 1"
+
+    def applies(self, problem) -> bool:
+        return problem.model.moe is not None
+
+    def in_force(self, f: Facts) -> bool:
+        """Only the DeepEP and NCCL-EP flex backends need two or more expert ranks."""
+        return uses_backend(f.options, "deepep", "ncclep")
+
+    def slack(self, f: Facts) -> float:
+        if not uses_backend(f.options, "deepep", "ncclep"):
+            return 0.0
+        return float(f.mapping.expert_tp * f.mapping.ep - 2)
+
+    def message(self, f: Facts) -> str:
+        name = "DeepEP" if flex_backend(f.options) == "deepep" else "NCCL EP"
+        return f"{name} dispatcher requires TPxEP > 1 (ETP·EP = {f.mapping.expert_tp}·{f.mapping.ep})"
+
+    def post(self, model, v, enforce) -> None:
+        if uses_backend(v.options, "deepep", "ncclep"):
+            model.Add(v.product("etp", "ep") >= 2).OnlyEnforceIf(enforce)
+
+
+class DeepEPFlagRequiresFlex(MoERule):
+    """The deprecated --moe-enable-deepep works only with the flex dispatcher and not with hybridep."""
+
+    id = "deepep-flag-requires-flex"
+    citation = Citation(f"{CONFIG}:1743-1752", MegatronStage.config)
+    summary = "moe_enable_deepep -> flex dispatcher, backend != hybridep"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        if not options.moe_enable_deepep:
+            return []
+        out = []
+        if options.moe_token_dispatcher_type != "flex":
+            out.append("DeepEP backend is only supported with flex token dispatcher.")
+        if options.moe_flex_dispatcher_backend == "hybridep":
+            out.append("Only one backend is supported for flex token dispatcher.")
+        return out
+
+
+class NCCLEPRequiresFlex(MoERule):
+    """The ncclep backend belongs to the flex dispatcher."""
+
+    id = "ncclep-requires-flex"
+    citation = Citation(f"{CONFIG}:1763-1774", MegatronStage.config)
+    summary = "backend ncclep -> flex dispatcher"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        if flex_backend(options) == "ncclep" and options.moe_token_dispatcher_type != "flex":
+            return ["moe_flex_dispatcher_backend='ncclep' requires moe_token_dispatcher_type='flex'."]
+        return []
+
+
+class NCCLEPNoDropPad(MoERule):
+    """NCCL EP is dropless only: no capacity factor, no padding to capacity."""
+
+    id = "ncclep-no-drop-pad"
+    citation = Citation(f"{DISPATCHER}:1554-1556", MegatronStage.model_build)
+    summary = "flex with ncclep -> no capacity factor, no pad to capacity"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        if not uses_backend(options, "ncclep"):
+            return []
+        if consts["capacity_factor_set"] or options.moe_pad_expert_input_to_capacity:
+            return ["drop and pad is not supported yet with the 'ncclep' backend."]
+        return []
+
+
+class DeepEPNoPadToCapacity(MoERule):
+    """DeepEP cannot pad expert inputs to capacity."""
+
+    id = "deepep-no-pad-to-capacity"
+    citation = Citation(f"{CONFIG}:1754-1761", MegatronStage.config)
+    summary = "flex with deepep -> not moe_pad_expert_input_to_capacity"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        if uses_backend(options, "deepep") and options.moe_pad_expert_input_to_capacity:
+            return ["Flex token dispatcher with deepep backend does not support moe_pad_expert_input_to_capacity"]
+        return []
+
+
+class PadRequiresCapacityFactor(MoERule):
+    """Padding to capacity needs a capacity (training.capacity_factor)."""
+
+    id = "pad-requires-capacity-factor"
+    citation = Citation(f"{CONFIG}:1862-1866", MegatronStage.config)
+    summary = "moe_pad_expert_input_to_capacity -> capacity factor set"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        if options.moe_pad_expert_input_to_capacity and not consts["capacity_factor_set"]:
+            return ["moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity"]
+        return []
+
+
+class SharedExpertOverlapDispatcher(MoERule):
+    """Overlapping the shared experts with dispatch needs the alltoall or flex dispatcher."""
+
+    id = "shared-expert-overlap-dispatcher"
+    citation = Citation(f"{CONFIG}:1813-1826", MegatronStage.config)
+    summary = "moe_shared_expert_overlap -> dispatcher in {alltoall, flex}"
+
+    def applies(self, problem) -> bool:
+        return super().applies(problem) and problem.model.moe.shared_width > 0
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        if options.moe_shared_expert_overlap and options.moe_token_dispatcher_type not in ("alltoall", "flex"):
+            return ["moe_shared_expert_overlap only works with alltoall or flex token dispatcher "
+                    f"(dispatcher is {options.moe_token_dispatcher_type})."]
+        return []
+
+
+class EPA2AOverlap(Constraint):
+    """Overlapping the EP all-to-all with compute (--overlap-moe-expert-parallel-comm) needs EP > 1, VPP when
+    PP > 1, the alltoall or flex dispatcher, no full recompute and no recompute method/layers, no 'moe'
+    recompute module, no shared-expert overlap and at most one MTP layer (torch >= 2.6 is not judged)."""
+
+    id = "ep-a2a-overlap"
+    family = Family.moe
+    citation = Citation(f"{CONFIG}:3002-3071", MegatronStage.config)
+    unit = "settings"
+    summary = "overlap_moe_expert_parallel_comm -> EP > 1, VPP if PP > 1, a2a/flex, no full recompute, ..."
+    exact = True
+
+    def applies(self, problem) -> bool:
+        return problem.model.moe is not None
+
+    def _constant_unmet(self, options: MegatronOptions, consts: dict[str, int]) -> list[str]:
+        """The conditions on flags and the model alone."""
+        out = []
+        if options.moe_token_dispatcher_type not in ("alltoall", "flex"):
+            out.append("the token dispatcher must be alltoall or flex")
+        if options.recompute_method is not None or options.recompute_num_layers is not None:
+            out.append("recompute_method and recompute_num_layers must be unset")
+        if options.moe_shared_expert_overlap:
+            out.append("moe_shared_expert_overlap must be off")
+        if consts["mtp_layers"] > 1:
+            out.append(f"at most 1 MTP layer (the model has {consts['mtp_layers']})")
+        return out
+
+    def _unmet(self, f: Facts) -> list[str]:
+        m, consts = f.mapping, model_consts(f.problem)
+        if not f.options.overlap_moe_expert_parallel_comm:
+            return []
+        out = self._constant_unmet(f.options, consts)
+        if m.pp > 1 and m.vpp == 1:
+            out.append("virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size > 1")
+        if m.ep == 1:
+            out.append("overlap_moe_expert_parallel_comm is only supported with expert model parallelism")
+        if m.recompute.value == "full":
+            out.append("full recompute is not supported")
+        if m.recompute.value == "selective" and consts["recompute_moe"]:
+            out.append("'moe' in recompute_modules is not supported")
+        return out
+
+    def in_force(self, f: Facts) -> bool:
+        """Only --overlap-moe-expert-parallel-comm has these requirements."""
+        return f.options.overlap_moe_expert_parallel_comm
+
+    def slack(self, f: Facts) -> float:
+        return -float(len(self._unmet(f)))
+
+    def message(self, f: Facts) -> str:
+        unmet = self._unmet(f)
+        return ("If enabling EP A2A overlap: " + "; ".join(unmet)) if unmet else f"{self.summary}: holds"
+
+    def post(self, model, v, enforce) -> None:
+        if not v.options.overlap_moe_expert_parallel_comm:
+            return
+        if self._constant_unmet(v.options, v.consts):
+            model.AddBoolOr([enforce.Not()])
+            return
+        model.Add(v.vpp >= 2).OnlyEnforceIf([enforce, v.at_least("pp", 2)])
+        model.Add(v.ep >= 2).OnlyEnforceIf(enforce)
+        if "full" in v.recompute:
+            model.AddBoolOr([enforce.Not(), v.recompute["full"].Not()])
+        if "selective" in v.recompute and v.consts["recompute_moe"]:
+            model.AddBoolOr([enforce.Not(), v.recompute["selective"].Not()])

@@ -1,0 +1,131 @@
+"""Every built-in rule, in a stable order, and the selection that applies to one problem."""
+
+from __future__ import annotations
+
+from parasol.constraints.core.base import Constraint
+from parasol.constraints.rules.batch import EvalGbsDivisible, GbsDivisibleByMbsDp, NumMicrobatches
+from parasol.constraints.rules.capacity import MemoryFitsHBM
+from parasol.constraints.rules.context import (
+    CPA2AP2PRequiresHierarchical,
+    CPSeqDivisibleBy2CP,
+    HierarchicalCPProduct,
+)
+from parasol.constraints.rules.contract import contract_constraints
+from parasol.constraints.rules.deepseek_v4 import DSV4_RULES
+from parasol.constraints.rules.divisibility import (
+    HeadsDivisibleByTP,
+    HiddenDivisibleByHeads,
+    QueryGroupsVsTP,
+    TPShardedLinearDims,
+    WorldDivisibleByExpertGrid,
+    WorldDivisibleByModelSize,
+)
+from parasol.constraints.rules.feature import (
+    CpuOffloading,
+    DeprecatedMoeLayerRecompute,
+    DeprecatedRampupBatchSize,
+    DeterministicMode,
+    DistOptInstancesDivideDpCp,
+    DistOptInstancesDivideEdp,
+    FineGrainedOffload,
+    MhcRecomputeModule,
+    NonPPLastOrderRequiresEqualDP,
+    PPGroupsIdentical,
+    RecomputeActivationsAlias,
+    RecomputeFullNeedsMethod,
+    RecomputeFullNeedsNumLayers,
+    RecomputeModulePrereqs,
+    RecomputeSelectiveNoMethod,
+    RecomputeSelectiveNoNumLayers,
+    SPActivationSeqDivisibleByTP,
+    SPAutoDisabledWhenTP1,
+    SPRequiresTP,
+    TPCommOverlapRequiresSP,
+)
+from parasol.constraints.rules.moe import (
+    DeepEPFlagRequiresFlex,
+    DeepEPNCCLEPNeedEtpEpGt1,
+    DeepEPNoPadToCapacity,
+    EPA2AOverlap,
+    EPRequiresExperts,
+    ExpertsDivisibleByEP,
+    MoEBiasRequiresETP1,
+    MoETPRequiresSP,
+    NCCLEPNoDropPad,
+    NCCLEPRequiresFlex,
+    PadRequiresCapacityFactor,
+    SharedExpertOverlapDispatcher,
+)
+from parasol.constraints.rules.pipeline import (
+    AccountForDivisible,
+    AccountForEnoughLayers,
+    HybridMtpPatternsIdentical,
+    HybridNoAttentionPlusMLA,
+    LayersDivisibleByPP,
+    LayoutCoversBlocks,
+    LayoutDecoderCount,
+    LayoutEmbeddingLossOnce,
+    LayoutExcludesOtherPPArgs,
+    LayoutMtpPlacement,
+    LayoutStagesDivisibleByPP,
+    LayoutValidChars,
+    LayoutVppConsistent,
+    NonInterleavedDisablesP2POverlap,
+    UnevenExcludesAccountFor,
+    UnevenFirstDivisibleByVpp,
+    UnevenLastDivisibleByVpp,
+    UnevenMiddleConsistency,
+    UnevenMiddleDivisible,
+    UnevenMiddleDivisibleByVpp,
+    VppLayersPerRankDivisible,
+    VppNoOverlapRequiresPPGt2,
+    VppRequiresPPGt1,
+)
+from parasol.constraints.rules.schedule import VppFinalGroupRemainder, VppMicrobatchGroupRange
+from parasol.constraints.rules.seed_claims import SEED_CLAIM_RULES
+from parasol.constraints.rules.user import user_constraints
+
+# Megatron-LM runs its checks in stages (megatron-groups.md, 'Enforcement stages') and stops at the
+# first failure; within a stage the rules follow the source order of their checks.
+STAGE_A_ARGUMENTS = (
+    WorldDivisibleByModelSize, HierarchicalCPProduct, CPA2AP2PRequiresHierarchical, RecomputeActivationsAlias,
+    EvalGbsDivisible, LayoutValidChars, LayoutStagesDivisibleByPP, LayersDivisibleByPP, VppRequiresPPGt1,
+    VppNoOverlapRequiresPPGt2, NonInterleavedDisablesP2POverlap, HiddenDivisibleByHeads, CPSeqDivisibleBy2CP,
+    RecomputeSelectiveNoMethod, SPAutoDisabledWhenTP1, TPCommOverlapRequiresSP, EPRequiresExperts,
+    ExpertsDivisibleByEP, DeterministicMode,
+)
+STAGE_G_GLOBAL_VARS = (DeprecatedRampupBatchSize, GbsDivisibleByMbsDp, NumMicrobatches)
+STAGE_I_PROCESS_GROUPS = (
+    WorldDivisibleByExpertGrid, NonPPLastOrderRequiresEqualDP, PPGroupsIdentical, DistOptInstancesDivideDpCp,
+    DistOptInstancesDivideEdp,
+)
+STAGE_C_CONFIG = (
+    SPRequiresTP, HeadsDivisibleByTP, QueryGroupsVsTP, DeepEPFlagRequiresFlex, DeepEPNoPadToCapacity,
+    NCCLEPRequiresFlex, SharedExpertOverlapDispatcher, PadRequiresCapacityFactor, CpuOffloading,
+    RecomputeFullNeedsMethod, RecomputeFullNeedsNumLayers, RecomputeSelectiveNoNumLayers, RecomputeModulePrereqs,
+    DeprecatedMoeLayerRecompute, MhcRecomputeModule, FineGrainedOffload, UnevenExcludesAccountFor,
+    LayoutExcludesOtherPPArgs, LayoutVppConsistent, UnevenMiddleConsistency, UnevenFirstDivisibleByVpp,
+    UnevenLastDivisibleByVpp, UnevenMiddleDivisible, UnevenMiddleDivisibleByVpp, AccountForDivisible,
+    MoEBiasRequiresETP1, EPA2AOverlap,
+)
+STAGE_B_MODEL_BUILD = (
+    LayoutEmbeddingLossOnce, LayoutDecoderCount, LayoutMtpPlacement, VppLayersPerRankDivisible,
+    AccountForEnoughLayers, HybridNoAttentionPlusMLA, HybridMtpPatternsIdentical, TPShardedLinearDims,
+    DeepEPNCCLEPNeedEtpEpGt1, NCCLEPNoDropPad,
+)
+STAGE_R_RUNTIME = (SPActivationSeqDivisibleByTP, MoETPRequiresSP, VppMicrobatchGroupRange, VppFinalGroupRemainder)
+PARASOL_RULES = (LayoutCoversBlocks, MemoryFitsHBM)
+
+
+def builtin_constraints() -> tuple[Constraint, ...]:
+    """All built-in rules, one instance each, in reporting order (Megatron's stage order first)."""
+    stages = (STAGE_A_ARGUMENTS, STAGE_G_GLOBAL_VARS, STAGE_I_PROCESS_GROUPS, STAGE_C_CONFIG, STAGE_B_MODEL_BUILD,
+              STAGE_R_RUNTIME, DSV4_RULES, SEED_CLAIM_RULES, PARASOL_RULES)
+    return tuple(rule() for stage in stages for rule in stage)
+
+
+def active_constraints(problem) -> tuple[Constraint, ...]:  # noqa: ANN001 - Problem
+    """The rules that apply to `problem` (its model kind and rule packs), then its own restrictions, then
+    seed 003's contract rules when it has a `contract:` section."""
+    return (tuple(c for c in builtin_constraints() if c.active(problem)) + user_constraints(problem)
+            + contract_constraints(problem))

@@ -1,0 +1,1 @@
+"""The bundled model catalog: one YAML file per model, read by parasol.problems.model.catalog."""

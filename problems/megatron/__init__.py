@@ -1,0 +1,1 @@
+"""Megatron-LM launch lines read into a problem and a mapping: the shell layer, the flag table, model flags and the launch."""

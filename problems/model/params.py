@@ -1,0 +1,225 @@
+"""Parameter counts: per block (split by how each part is sharded) and for the whole model.
+
+Counts are every weight of the module (biases and norm weights included). The split into
+`attention`, `dense_mlp`, `shared_experts`, `router`, `routed_experts` and `norms` is what the
+memory ledger needs: attention and MLP matrices shard over TP, routed experts over EP and ETP,
+router and norms are replicated.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+from parasol.problems.model.architecture import (
+    Activation,
+    Block,
+    BlockKind,
+    DenseMLP,
+    DSV4Attention,
+    GQAAttention,
+    MLAAttention,
+    ModelArchitecture,
+    MoE,
+)
+from parasol.problems.model.params_dsv4 import dsv4_attention_params, mhc_block_params, mhc_head_params
+
+
+@dataclass(frozen=True)
+class BlockParams:
+    """Parameters of one decoder block, by sharding class."""
+
+    attention: int
+    dense_mlp: int
+    shared_experts: int
+    router: int
+    routed_experts: int
+    norms: int
+    extra: int = 0
+    num_experts: int = 0
+
+    @property
+    def total(self) -> int:
+        return (self.attention + self.dense_mlp + self.shared_experts + self.router
+                + self.routed_experts + self.norms + self.extra)
+
+    @property
+    def per_expert(self) -> int:
+        return self.routed_experts // self.num_experts if self.num_experts else 0
+
+    def active(self, top_k: int) -> int:
+        """Parameters one token touches: routed experts cut to top_k of them."""
+        return self.total - self.routed_experts + top_k * self.per_expert
+
+
+def mlp_params(hidden: int, intermediate: int, activation: Activation, bias: bool = False) -> int:
+    """One MLP (or one expert): gated ones have up, gate and down matrices (3·h·f for SwiGLU)."""
+    weights = activation.matrices * hidden * intermediate
+    if not bias:
+        return weights
+    up_bias = intermediate * (2 if activation.gated else 1)
+    return weights + up_bias + hidden
+
+
+def expert_params(model: ModelArchitecture) -> int:
+    """One routed expert; for DeepSeek-V4-Pro 3·7168·3072 = 66,060,288 (seed 000)."""
+    assert model.moe is not None
+    return mlp_params(model.hidden_size, model.moe.expert_intermediate_size, model.moe.activation)
+
+
+def gqa_params(hidden: int, att: GQAAttention, norm_channels: int) -> int:
+    """Q, K, V and output projections (+ biases, + per-head q/k norms)."""
+    q = att.num_heads * att.head_dim
+    kv = att.num_kv_heads * att.head_dim
+    total = hidden * q + 2 * hidden * kv + q * hidden
+    if att.bias:
+        total += q + 2 * kv + hidden
+    if att.qk_norm:
+        total += 2 * att.head_dim * norm_channels
+    return total
+
+
+def mla_params(hidden: int, att: MLAAttention, norm_channels: int) -> int:
+    """MLA: q down/up (or a full q projection), joint KV down with rope key, KV up, output."""
+    qk_head = att.qk_nope_head_dim + att.qk_rope_head_dim
+    if att.q_lora_rank:
+        q = hidden * att.q_lora_rank + att.q_lora_rank * norm_channels + att.q_lora_rank * att.num_heads * qk_head
+    else:
+        q = hidden * att.num_heads * qk_head
+    kv_down = hidden * (att.kv_lora_rank + att.qk_rope_head_dim) + att.kv_lora_rank * norm_channels
+    kv_up = att.kv_lora_rank * att.num_heads * (att.qk_nope_head_dim + att.v_head_dim)
+    out = att.num_heads * att.v_head_dim * hidden
+    return q + kv_down + kv_up + out
+
+
+def attention_params(model: ModelArchitecture, block: Block) -> int:
+    """Parameters of one block's attention, by attention kind."""
+    att = model.attention
+    per = model.norm.params_per_channel
+    if isinstance(att, GQAAttention):
+        return gqa_params(model.hidden_size, att, per)
+    if isinstance(att, MLAAttention):
+        return mla_params(model.hidden_size, att, per)
+    assert isinstance(att, DSV4Attention)
+    return dsv4_attention_params(model.hidden_size, att, block.compress_ratio or 0)
+
+
+def _router_params(model: ModelArchitecture, moe: MoE, block: Block) -> int:
+    """Gate weight [experts, h] plus the score-correction bias; V4's hash-routed layers keep the
+    weight (it still weights the chosen experts) but have no bias, and their int32 token-to-expert
+    table is not a trained parameter."""
+    bias = moe.num_experts if moe.router_bias and not block.hash_routed else 0
+    return moe.num_experts * model.hidden_size + bias
+
+
+_MEMO: dict[tuple[str, int], dict] = {}
+
+
+def model_memo(kind: str, model: ModelArchitecture) -> dict:
+    """A memo table for `kind` of values computed from one model, dropped with the model (keyed by
+    identity: hashing a whole architecture on every call costs more than the values). The search
+    asks for the same blocks' parameters and FLOPs hundreds of thousands of times."""
+    key = (kind, id(model))
+    table = _MEMO.get(key)
+    if table is None:
+        table = _MEMO[key] = {}
+        weakref.finalize(model, _MEMO.pop, key, None)
+    return table
+
+
+def block_params(model: ModelArchitecture, block: Block) -> BlockParams:
+    """Parameters of one main or MTP block, split by sharding class (memoised per model)."""
+    memo = model_memo("block_params", model)
+    if block not in memo:
+        memo[block] = _block_params(model, block)
+    return memo[block]
+
+
+def _block_params(model: ModelArchitecture, block: Block) -> BlockParams:
+    """block_params, computed."""
+    h = model.hidden_size
+    norms = 2 * h * model.norm.params_per_channel
+    extra = mhc_block_params(h, model.hc_mult)
+    if block.mtp:
+        extra += mtp_extra_params(model)
+    att = attention_params(model, block)
+    if block.mlp is BlockKind.dense:
+        mlp: DenseMLP = model.dense_mlp  # type: ignore[assignment]
+        return BlockParams(att, mlp_params(h, mlp.intermediate_size, mlp.activation, mlp.bias), 0, 0, 0,
+                           norms, extra)
+    moe = model.moe
+    assert moe is not None
+    shared = mlp_params(h, moe.shared_width, moe.activation) if moe.shared_width else 0
+    routed = moe.num_experts * mlp_params(h, moe.expert_intermediate_size, moe.activation)
+    return BlockParams(att, 0, shared, _router_params(model, moe, block), routed, norms, extra, moe.num_experts)
+
+
+def mtp_extra_params(model: ModelArchitecture) -> int:
+    """What an MTP block holds besides its decoder block: two input norms, the 2h→h projection, the
+    final norm (DeepSeek-V3 layout; embedding and head are shared with the main model) and, with
+    mHC (V4), its own stream-collapsing head."""
+    h = model.hidden_size
+    per = model.norm.params_per_channel
+    return 2 * h * per + 2 * h * h + h * per + mhc_head_params(h, model.hc_mult)
+
+
+@dataclass(frozen=True)
+class ModelParams:
+    """Whole-model counts under the conventions vendors use."""
+
+    embedding: int
+    position_embedding: int
+    output_head: int
+    final_norm: int
+    blocks: int
+    mtp: int
+    top_k_saving: int
+    mhc_head: int = 0
+    """V4's mHC head that collapses the residual streams before the final norm (last stage, replicated)."""
+
+    @property
+    def total(self) -> int:
+        """Every weight of the main model (embedding and head included, MTP excluded)."""
+        return (self.embedding + self.position_embedding + self.output_head + self.final_norm + self.mhc_head
+                + self.blocks)
+
+    @property
+    def total_with_mtp(self) -> int:
+        return self.total + self.mtp
+
+    @property
+    def non_embedding(self) -> int:
+        return self.total - self.embedding - self.position_embedding - self.output_head
+
+    @property
+    def active_with_embedding(self) -> int:
+        """Active per token, counting input embedding and output head (Qwen, Mistral)."""
+        return self.total - self.top_k_saving
+
+    @property
+    def active_head_only(self) -> int:
+        """Active per token, counting the output head but not the input embedding (DeepSeek)."""
+        return self.active_with_embedding - self.embedding - self.position_embedding
+
+    @property
+    def active_no_embedding(self) -> int:
+        """Active per token without embedding or head."""
+        return self.active_head_only - self.output_head
+
+
+def model_params(model: ModelArchitecture) -> ModelParams:
+    """Count every parameter of a model from its blocks."""
+    h = model.hidden_size
+    per_blocks = [block_params(model, b) for b in model.blocks]
+    top_k = model.moe.top_k if model.moe else 0
+    saving = sum(p.total - p.active(top_k) for p in per_blocks if p.num_experts)
+    return ModelParams(
+        embedding=model.vocab_size * h,
+        position_embedding=model.learned_position_embeddings * h,
+        output_head=0 if model.tied_embeddings else model.vocab_size * h,
+        final_norm=h * model.norm.params_per_channel,
+        blocks=sum(p.total for p in per_blocks),
+        mtp=sum(block_params(model, b).total for b in model.mtp_blocks),
+        top_k_saving=saving,
+        mhc_head=mhc_head_params(h, model.hc_mult),
+    )

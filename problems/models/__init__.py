@@ -1,1 +1,0 @@
-"""The bundled model catalog: one YAML file per model, read by parasol.problems.catalog."""

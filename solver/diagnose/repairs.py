@@ -1,0 +1,319 @@
+"""Nearest feasible repairs of an infeasible mapping, found with CP-SAT.
+
+A repair changes the fewest of the fields tp, pp, cp, ep, etp, vpp, mbs, gbs and recompute (never
+gpus, seq_len or the layout), then the least: the sum of |log2 new/old| over changed numbers (one
+step per recompute level). The search runs in rounds of exactly s changed fields, s = 1, 2, until k
+repairs are found; a round of three changes (GBS kept) runs only when none of one or two exists. A
+repair never contains a nearer repair's changes. Each round compiles every active error rule, all
+enforced, over neighbourhood domains of the degrees (the current value plus divisors of the world
+size, or powers of two for VPP and MBS, within a factor 4, kept inside the problem's `search` space
+where it names one) and one GBS per model (GBS is a constant of the CP-SAT model: the current one,
+twice and four times it, and the multiples of MBS·D_a just around it), minimises the change, and
+enumerates distinct repairs by excluding each solution found.
+
+Every repair is re-checked with the Python evaluator and dropped if Python disagrees (a bug the
+agreement property test, tests/test_agreement.py, exists to prevent).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from parasol.constraints.core.base import Constraint, Facts, Severity
+from parasol.constraints.core.decision_vars import DEGREES
+from parasol.constraints.evaluate import evaluate
+from parasol.constraints.physics import rollout as rollout_formulas
+from parasol.constraints.rules import contract
+from parasol.constraints.rules.registry import active_constraints
+from parasol.problems.derived import derive, resolve_layout
+from parasol.problems.loader import Problem
+from parasol.problems.mapping import Mapping, Recompute
+from parasol.problems.options import MegatronOptions
+from parasol.solver.diagnose.compile import RECOMPUTE_CHOICES, CompiledRules, compile_rules, solver
+
+REPAIR_FIELDS = (*DEGREES, "gbs", "recompute")
+FACTOR = 4
+MAX_CHANGES = 3
+WIDEN_UNTIL = 2  # rounds past this one run only when nothing nearer was found, and keep GBS
+SCALE = 1000
+RECOMPUTE_LEVEL = {r.value: i for i, r in enumerate(Recompute)}
+LABEL = {"tp": "TP", "pp": "PP", "cp": "CP", "ep": "EP", "etp": "ETP", "vpp": "VPP", "mbs": "MBS", "gbs": "GBS"}
+
+
+@dataclass(frozen=True)
+class Repair:
+    """A feasible mapping near the user's, what it changes and how to say it in one line."""
+
+    mapping: Mapping
+    changes: dict[str, tuple[int | str, int | str]]
+    text: str
+    cost: int
+    layout: tuple[int, ...]
+
+    def as_dict(self) -> dict:
+        """JSON-ready: the mapping keys of --set (layout as the list of stage block counts), the changes
+        and the text."""
+        mapping = self.mapping.as_dict()
+        mapping["layout"] = list(self.layout)
+        return {"mapping": mapping, "changes": {k: list(v) for k, v in self.changes.items()}, "text": self.text}
+
+
+def current_values(mapping: Mapping) -> dict[str, int | str]:
+    """The repairable fields of `mapping` (ETP as its effective value)."""
+    values: dict[str, int | str] = {name: getattr(mapping, name) for name in DEGREES}
+    values["etp"] = mapping.expert_tp
+    values["gbs"] = mapping.gbs
+    values["recompute"] = mapping.recompute.value
+    return values
+
+
+def _divisors(n: int) -> list[int]:
+    """Divisors of n, ascending."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted({*small, *(n // d for d in small)})
+
+
+def _near(value: int, universe: Sequence[int]) -> list[int]:
+    """`value` plus the members of `universe` within a factor FACTOR of it."""
+    return sorted({value, *(x for x in universe if value <= x * FACTOR and x <= value * FACTOR)})
+
+
+def neighbourhood(problem: Problem, mapping: Mapping) -> dict[str, list[int]]:
+    """Candidate values per degree: divisors of the world size (TP, PP, CP, EP, ETP) or powers of two
+    (VPP, MBS) within a factor 4, inside the problem's search space where it names one."""
+    cur = current_values(mapping)
+    powers = [2 ** i for i in range(0, 12)]
+    divisors = _divisors(mapping.gpus)
+    search = problem.spec.search
+    out: dict[str, list[int]] = {}
+    for name in DEGREES:
+        values = _near(int(cur[name]), powers if name in ("vpp", "mbs") else divisors)
+        allowed = getattr(search, name)
+        if allowed is not None:
+            allowed_set = {allowed} if isinstance(allowed, int) else set(allowed)
+            values = [x for x in values if x in allowed_set or x == cur[name]]
+        out[name] = values
+    return out
+
+
+def gbs_candidates(problem: Problem, mapping: Mapping) -> list[int]:
+    """The current GBS, doubled and quadrupled, and the multiples of MBS·D_a just below and above it."""
+    gbs = mapping.gbs
+    values = {gbs, 2 * gbs, FACTOR * gbs}
+    dp = derive(problem.model, mapping).dp_attn
+    if dp.denominator == 1:
+        step = mapping.mbs * int(dp)
+        values |= {x for x in ((gbs // step) * step, -(-gbs // step) * step) if x > 0 and gbs <= x * FACTOR}
+    return sorted(values)
+
+
+def _log_cost(old: int, new: int) -> int:
+    """SCALE·|log2(new/old)|, rounded."""
+    return round(SCALE * abs(math.log2(new / old)))
+
+
+def change_cost(field: str, old: int | str, new: int | str) -> int:
+    """The size of one change: |log2 ratio| for numbers, levels for recompute (scaled)."""
+    if field == "recompute":
+        return SCALE * abs(RECOMPUTE_LEVEL[str(new)] - RECOMPUTE_LEVEL[str(old)])
+    return _log_cost(int(old), int(new))
+
+
+def describe(field: str, old: int | str, new: int | str) -> str:
+    """One change in words: 'raise GBS to 8192', 'drop VPP (vpp 2 → 1)', 'set CP=4'."""
+    if field == "recompute":
+        action = "turn recompute off" if new == Recompute.none.value else f"use {new} recompute"
+        return f"{action} (recompute {old} → {new})"
+    if field == "vpp" and new == 1:
+        return f"drop VPP (vpp {old} → 1)"
+    if field == "gbs":
+        return f"{'raise' if int(new) > int(old) else 'lower'} GBS to {new}"
+    return f"set {LABEL[field]}={new}"
+
+
+class _Round:
+    """One CP-SAT model of a round: exactly `budget` degree/recompute changes at one GBS. The memory
+    table is built only for the tuples the round can reach (`screen`), so few ledgers are computed."""
+
+    def __init__(self, problem: Problem, mapping: Mapping, rules: Sequence[Constraint],
+                 options: MegatronOptions, gbs: int, budget: int) -> None:
+        self.cur = current_values(mapping)
+        self.budget = budget
+        self.gbs = gbs
+        self.problem = problem
+        self.options = options
+        self.mapping = mapping
+        pinned = budget == 0
+        domains = {n: [int(self.cur[n])] for n in DEGREES} if pinned else neighbourhood(problem, mapping)
+        choices = (str(self.cur["recompute"]),) if pinned else RECOMPUTE_CHOICES
+        self.plain_rules = tuple(r for r in rules if not r.needs_ledger())
+        self.compiled: CompiledRules = compile_rules(problem, rules, domains, options, fixed=mapping, gbs=gbs,
+                                                     recompute=choices, screen=self.screen)
+        self.compiled.enforce_all()
+        self._changes_and_cost()
+
+    def screen(self, degrees: dict[str, int], recompute: str) -> bool:
+        """Tuples the round can reach: exactly `budget` changes and every non-ledger rule holding (the
+        model enforces both, so rejecting the rest early leaves its solutions unchanged)."""
+        changes = sum(degrees[n] != self.cur[n] for n in DEGREES) + (recompute != self.cur["recompute"])
+        if changes != self.budget:
+            return False
+        m = self.mapping.model_copy(update={**degrees, "gbs": self.gbs, "recompute": Recompute(recompute)})
+        facts = Facts(problem=self.problem, mapping=m, derived=derive(self.problem.model, m), options=self.options)
+        return all(rule.slack(facts) >= 0 for rule in self.plain_rules)
+
+    def _changes_and_cost(self) -> None:
+        """Changed-field booleans (their sum is the budget) and the objective: the size of the change."""
+        model, v = self.compiled.model, self.compiled.vars
+        changed, costs = [], []
+        for name in DEGREES:
+            var, old = v.degree[name], int(self.cur[name])
+            flag = model.NewBoolVar(f"changed[{name}]")
+            model.Add(var == old).OnlyEnforceIf(flag.Not())
+            model.Add(var != old).OnlyEnforceIf(flag)
+            changed.append(flag)
+            values = v.domain_values(name)
+            cost = model.NewIntVar(0, max(_log_cost(old, x) for x in values), f"cost[{name}]")
+            model.AddAllowedAssignments([var, cost], [(x, _log_cost(old, x)) for x in values])
+            costs.append(cost)
+        old_recompute = str(self.cur["recompute"])
+        for option, flag in v.recompute.items():
+            if option != old_recompute:
+                changed.append(flag)
+                costs.append(change_cost("recompute", old_recompute, option) * flag)
+        model.Add(sum(changed) == self.budget)
+        model.Minimize(sum(costs))
+
+    def exclude_supersets(self, earlier: Sequence[Repair]) -> bool:
+        """Forbid every superset of an earlier repair's changes; False when the whole round is one."""
+        for repair in earlier:
+            if "gbs" in repair.changes and repair.changes["gbs"][1] != self.gbs:
+                continue
+            rest = {f: new for f, (_, new) in repair.changes.items() if f != "gbs"}
+            if not rest:
+                return False
+            self._forbid(rest)
+        return True
+
+    def _forbid(self, values: dict[str, int | str]) -> None:
+        """No-good: not every field of `values` at its given value."""
+        v = self.compiled.vars
+        literals = [v.recompute[str(new)].Not() if f == "recompute" else self._equal(f, int(new)).Not()
+                    for f, new in values.items() if f == "recompute" or int(new) in v.domain_values(f)]
+        if len(literals) == len(values):
+            self.compiled.model.AddBoolOr(literals)
+
+    def _equal(self, name: str, value: int) -> cp_model.IntVar:
+        """A literal that is false whenever degree `name` differs from `value` (for no-goods)."""
+        flag = self.compiled.model.NewBoolVar(f"eq[{name}={value}]")
+        self.compiled.model.Add(self.compiled.vars.degree[name] != value).OnlyEnforceIf(flag.Not())
+        return flag
+
+    def repairs(self, k: int) -> list[Repair]:
+        """Up to k distinct cheapest repairs, each excluded once found and kept when the Python
+        evaluator confirms it."""
+        v = self.compiled.vars
+        found: list[Repair] = []
+        for _ in range(k):
+            cp = solver()
+            if cp.Solve(self.compiled.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                break
+            values: dict[str, int | str] = {n: cp.Value(v.degree[n]) for n in DEGREES}
+            values["recompute"] = next(o for o, flag in v.recompute.items() if cp.BooleanValue(flag))
+            values["gbs"] = self.gbs
+            self._forbid({f: values[f] for f in (*DEGREES, "recompute")})
+            repair = build_repair(self.problem, self.mapping, values)
+            if evaluate(self.problem, repair.mapping, options=self.options).feasible:
+                found.append(repair)
+        return found
+
+
+def build_repair(problem: Problem, mapping: Mapping, values: dict[str, int | str]) -> Repair:
+    """The repaired mapping (ETP kept implicit when it still equals TP), its changes and text."""
+    cur = current_values(mapping)
+    changes = {f: (cur[f], values[f]) for f in REPAIR_FIELDS if values[f] != cur[f]}
+    update = {n: values[n] for n in DEGREES if n != "etp"}
+    etp = int(values["etp"])
+    update["etp"] = None if mapping.etp is None and etp == int(values["tp"]) else etp
+    repaired = mapping.model_copy(update={**update, "gbs": values["gbs"], "recompute": Recompute(str(values["recompute"]))})
+    text = ", ".join(describe(f, old, new) for f, (old, new) in changes.items())
+    cost = sum(change_cost(f, old, new) for f, (old, new) in changes.items())
+    return Repair(mapping=repaired, changes=changes, text=text, cost=cost,
+                  layout=resolve_layout(problem.model, repaired))
+
+
+def _order_key(repair: Repair) -> tuple:
+    """Fewest changes, then the smallest change, then the values (stable)."""
+    return (len(repair.changes), repair.cost, tuple(str(current_values(repair.mapping)[f]) for f in REPAIR_FIELDS))
+
+
+def nearest_repairs(problem: Problem, mapping: Mapping, options: MegatronOptions | None = None,
+                    k: int = 3) -> list[Repair]:
+    """Up to k feasible mappings nearest to `mapping` (fewest fields changed, then least change; never a
+    superset of a nearer repair's changes), each confirmed by the Python evaluator; empty when the
+    mapping is feasible or nothing within the neighbourhood is."""
+    opts = options if options is not None else problem.spec.framework.options
+    if evaluate(problem, mapping, options=opts).feasible:
+        return []
+    rules = tuple(r for r in active_constraints(problem) if r.severity is Severity.error)
+    repairs: list[Repair] = []
+    for changes in range(1, MAX_CHANGES + 1):
+        found: list[Repair] = []
+        for gbs in gbs_candidates(problem, mapping) if changes <= WIDEN_UNTIL else [mapping.gbs]:
+            budget = changes - (gbs != mapping.gbs)
+            if budget < 0:
+                continue
+            search = _Round(problem, mapping, rules, opts, gbs, budget)
+            if search.exclude_supersets(repairs):
+                found.extend(search.repairs(k))
+        repairs.extend(sorted(found, key=_order_key))
+        if len(repairs) >= k or (repairs and changes >= WIDEN_UNTIL):
+            break
+    pool = rollout_pool_repair(problem, mapping, opts)
+    return ([pool] if pool is not None else []) + repairs[:k - (pool is not None)]
+
+
+POOL_CANDIDATES = 64
+"""Training-pool sizes tried (largest first) when devices move from training to rollout."""
+
+
+def rollout_pool_repair(problem: Problem, mapping: Mapping, options: MegatronOptions) -> Repair | None:
+    """When rollout supply < training consumption (seed 003 §8): the rollout pool that meets consumption.
+    A pinned pool (contract.rollout.devices) grows by the missing devices; a split cluster
+    (contract.rollout.cluster_devices) moves devices from training: the largest training pool of at
+    most N − Δ devices (whole nodes, the grids dividing it) on which the same degrees are feasible,
+    judged again in Python (training slows down there, so its consumption falls too)."""
+    evaluation = evaluate(problem, mapping, options=options)
+    verdict = next((v for v in evaluation.verdicts if v.rule == "contract-rollout-supply"), None)
+    step = contract.step_for(problem, mapping, options)
+    if verdict is None or verdict.holds or step is None:
+        return None
+    spec = problem.spec.contract.rollout
+    tokens = mapping.gbs * mapping.seq_len
+    step_s = contract.contract_step_s(problem, step, mapping.gpus)
+    pool = contract.rollout_pool(problem, mapping.gpus)
+    supply = rollout_formulas.supply_tokens_per_s(pool, spec.accepted_tokens_per_s_per_device)
+    consumption = rollout_formulas.consumption_tokens_per_s(tokens, step_s)
+    need = rollout_formulas.devices_needed(tokens, step_s, spec.accepted_tokens_per_s_per_device)
+    why = f"rollout supply {supply:,.0f} < consumption {consumption:,.0f} tokens/s"
+    layout = resolve_layout(problem.model, mapping)
+    if spec.devices is not None:
+        return Repair(mapping=mapping, changes={"rollout_devices": (pool, need)}, cost=0, layout=layout,
+                      text=f"{why}: raise contract.rollout.devices from {pool:,} to {need:,} (+{need - pool:,} devices)")
+    unit = math.lcm(problem.hardware.topology.gpus_per_node, mapping.tp * mapping.pp * mapping.cp,
+                    mapping.expert_tp * mapping.ep * mapping.pp)
+    top = (mapping.gpus - (need - pool)) // unit * unit
+    for gpus in range(top, max(top - POOL_CANDIDATES * unit, 0), -unit):
+        moved = mapping.model_copy(update={"gpus": gpus})
+        if evaluate(problem, moved, options=options).feasible:
+            rollout_after = spec.cluster_devices - gpus
+            return Repair(mapping=moved, changes={"gpus": (mapping.gpus, gpus)}, cost=0,
+                          layout=resolve_layout(problem.model, moved),
+                          text=(f"{why}: move {mapping.gpus - gpus:,} devices from training to rollout (rollout pool "
+                                f"{pool:,} → {rollout_after:,}, at least {need:,} needed); training keeps its degrees "
+                                f"on {gpus:,} devices"))
+    return None

@@ -1,0 +1,223 @@
+"""Human output: rich tables for explain, models and hardware (JSON goes through as_dict)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+
+from parasol.constraints.core.base import Verdict
+from parasol.solver.diagnose.explain import Explanation
+
+if TYPE_CHECKING:
+    from parasol.solver.calibrate import CalibrationReport
+
+
+def _fmt(x: object) -> str:
+    if isinstance(x, float):
+        return f"{x:,.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
+    if isinstance(x, int):
+        return f"{x:,}"
+    return str(x)
+
+
+def verdict_status(v: Verdict) -> str:
+    """The holds cell of one rule: NO, or how it holds (binding, yes, exact, not in force)."""
+    if not v.holds:
+        return "[red]NO[/]"
+    if v.binding:
+        return "[bold yellow]yes, binding[/]"
+    if not v.in_force:
+        return "[dim]yes, not in force[/]"
+    return "[green]yes, exact[/]" if v.exact else "[green]yes[/]"
+
+
+def explain_tables(ex: Explanation) -> Group:
+    """Mapping, derived sizes, verdicts, group placement and the per-stage memory ledger."""
+    data = ex.as_dict()
+    verdict = "[bold green]FEASIBLE[/]" if ex.feasible else f"[bold red]INFEASIBLE[/] ({len(data['violations'])} rule(s) broken)"
+    m = data["mapping"]
+    head = (f"{ex.problem.model.name} on {m['gpus']:,} × {ex.problem.hardware.gpu.name}: "
+            f"TP{m['tp']} PP{m['pp']} CP{m['cp']} EP{m['ep']} ETP{m['etp']} VPP{m['vpp']} "
+            f"MBS{m['mbs']} GBS{m['gbs']} S{m['seq_len']} recompute={m['recompute']}\n"
+            f"layout {m['layout']}  →  {verdict}")
+    parts: list = [Panel(head, title="parasol explain", expand=False)]
+
+    derived = Table(title="Derived sizes", show_header=True)
+    derived.add_column("quantity")
+    derived.add_column("value", justify="right")
+    for key, value in data["derived"].items():
+        if key not in ("layout",) and value is not None:
+            derived.add_row(key, _fmt(value))
+    parts.append(derived)
+
+    rules = Table(title="Rules (binding: an inequality exactly at its limit; exact: holds by divisibility, "
+                        "equality or setting; not in force: its condition does not apply)")
+    for col in ("rule", "holds", "slack", "message", "source / Megatron stage"):
+        rules.add_column(col, overflow="fold")
+    for v in ex.evaluation.verdicts:
+        rules.add_row(v.rule, verdict_status(v), f"{v.slack:g} {v.unit}",
+                      v.message if not v.holds or v.family.value == "memory" else v.citation.source.split(";")[0],
+                      f"{v.citation.source}\n[dim]{v.citation.stage.value}[/]" if not v.holds else "")
+    for rule, why in ex.evaluation.skipped:
+        rules.add_row(rule, "[yellow]?[/]", "", why, "")
+    parts.append(rules)
+    parts.extend(contract_parts(data))
+    parts.extend(repair_parts(ex))
+
+    if data["groups"]:
+        groups = Table(title="Parallel groups under Megatron's rank order (tp-cp-ep-dp-pp)")
+        for col in ("group", "size", "count", "nodes spanned", "NVLink domains spanned"):
+            groups.add_column(col, justify="right" if col != "group" else "left")
+        for g in data["groups"]:
+            groups.add_row(g["group"], _fmt(g["size"]), _fmt(g["count"]), _fmt(g["max_nodes"]),
+                           _fmt(g["max_nvlink_domains"]))
+        parts.append(groups)
+
+    if data["stages"]:
+        ledger = Table(title=f"Memory of the heaviest rank per stage (GB, usable {data['metrics']['usable_hbm_gb']:.2f})")
+        ledger.add_column("term")
+        for s in data["stages"]:
+            ledger.add_column(f"stage {s['stage']}\n{s['layers']} blocks ({s['moe_layers']} MoE)", justify="right")
+        for term in data["stages"][0]["memory_terms_gb"]:
+            ledger.add_row(term, *(f"{s['memory_terms_gb'][term]:.2f}" for s in data["stages"]))
+        ledger.add_row("[bold]total[/]", *(f"[bold]{s['memory_gb']:.2f}[/]" for s in data["stages"]))
+        ledger.add_row("slack", *((f"[green]{s['slack_gb']:.2f}[/]" if s["slack_gb"] >= 0 else f"[red]{s['slack_gb']:.2f}[/]")
+                                  for s in data["stages"]))
+        parts.append(ledger)
+        parts.append("[dim]" + "\n".join(f"• {a}" for a in data["assumptions"]) + "[/]")
+    parts.extend(step_time_parts(data))
+    return Group(*parts)
+
+
+def step_time_parts(data: dict) -> list:
+    """The predicted step time: its breakdown (they sum to the step), per-stage microbatch times, throughput."""
+    step = data.get("step_time")
+    if not step:
+        return []
+    total = step["step_time_s"]
+    table = Table(title=f"Predicted step time {total:,.3f} s")
+    table.add_column("where the time goes")
+    table.add_column("seconds", justify="right")
+    table.add_column("share", justify="right")
+    for kind, seconds in step["breakdown_s"].items():
+        label = kind if kind in ("compute", "bubble") else f"exposed {kind} communication" if kind != "optimizer" \
+            else "optimizer step"
+        table.add_row(label, f"{seconds:,.3f}", f"{seconds / total:.1%}" if total else "-")
+    parts: list = [table]
+    times = [s.get("time_ms") for s in data["stages"]]
+    if times and all(t is not None for t in times):
+        parts.append("per-microbatch forward+backward by stage (ms): "
+                     + ", ".join(f"{t:,.1f}" for t in times)
+                     + f"; slowest stage {step['critical_stage']}")
+    parts.append(f"{step['tokens_per_s']:,.0f} tokens/s = {step['tokens_per_s_per_gpu']:,.1f} per GPU, "
+                 f"{step['model_tflops_per_gpu']:,.1f} model TFLOP/s/GPU; MFU {step['mfu']:.1%} of the "
+                 f"{step['precision'].upper()} dense peak ({step['peak_tflops']:,.0f} TFLOP/s), "
+                 f"{step['mfu_bf16']:.1%} of BF16; HFU {step['hfu']:.1%}")
+    parts.append(f"[dim]step-time coefficients: {step['coefficients']}[/]")
+    return parts
+
+
+VERDICT_STYLE = {"holds": "[green]holds[/]", "fails": "[red]FAILS[/]", "not checked": "[yellow]not checked[/]"}
+
+
+def contract_parts(data: dict) -> list:
+    """Seed 003 §9's contract table: per domain the recorded quantities, the criterion and its verdict."""
+    rows = data.get("contract") or []
+    if not rows:
+        return []
+    table = Table(title="Seed 003 contract (§9)")
+    for col in ("domain", "recorded", "check", "verdict", "why"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        recorded = "\n".join(f"{q['name']}: {_fmt(q['value'])} {q['unit']}".rstrip() for q in r["recorded"])
+        table.add_row(f"{r['domain']}\n[dim]{r['source']}[/]", recorded, r["check"],
+                      VERDICT_STYLE.get(r["verdict"], r["verdict"]), r["detail"])
+    return [table]
+
+
+def repair_parts(ex: Explanation) -> list:
+    """For an infeasible mapping: the minimal conflicting set and the nearest feasible repairs."""
+    if ex.feasible:
+        return []
+    parts: list = []
+    if ex.conflict:
+        parts.append(f"[bold]Minimal conflicting set[/]: {', '.join(ex.conflict)} "
+                     "[dim](every member is needed: dropping any one makes the mapping pass)[/]")
+    if not ex.repairs:
+        parts.append("[bold]Nearest feasible repairs[/]: none within a factor 4 of the current degrees "
+                     "and up to 3 changed fields")
+        return parts
+    table = Table(title="Nearest feasible repairs (fewest changed fields, then the smallest change)")
+    for col in ("#", "repair", "changes", "mapping"):
+        table.add_column(col, overflow="fold")
+    for i, r in enumerate(ex.repairs, start=1):
+        m = r.mapping
+        table.add_row(str(i), r.text, ", ".join(f"{f} {old} → {new}" for f, (old, new) in r.changes.items()),
+                      f"TP{m.tp} PP{m.pp} CP{m.cp} EP{m.ep} ETP{m.expert_tp} VPP{m.vpp} MBS{m.mbs} GBS{m.gbs} "
+                      f"recompute={m.recompute.value}")
+    parts.append(table)
+    return parts
+
+
+def print_explanation(ex: Explanation, console: Console) -> None:
+    """Print the explain tables."""
+    console.print(explain_tables(ex))
+
+
+def models_table(rows: list[dict]) -> Table:
+    """`parasol models`: totals and the three conventions of active parameters."""
+    table = Table(title="Model catalog (parameters in billions)")
+    for col in ("name", "blocks", "experts", "total", "total+MTP", "active (emb+head)",
+                "active (head only)", "active (no emb)", "published total/active"):
+        table.add_column(col, justify="left" if col == "name" else "right")
+    for r in rows:
+        table.add_row(*(str(r[k]) for k in ("name", "blocks", "experts", "total", "total_with_mtp", "active_with_embedding",
+                                            "active_head_only", "active_no_embedding", "published")))
+    return table
+
+
+def hardware_table(rows: list[dict]) -> Table:
+    """`parasol hardware`: presets with GPU, memory and link figures."""
+    table = Table(title="Hardware presets")
+    for col in ("preset", "GPU", "BF16 TFLOP/s", "HBM GB", "usable GB", "GPUs/node", "NVLink domain",
+                "NVLink GB/s/dir", "NIC GB/s/dir", "quirks"):
+        table.add_column(col, justify="left" if col in ("preset", "GPU", "quirks") else "right")
+    for r in rows:
+        table.add_row(*(str(r[k]) for k in ("preset", "gpu", "bf16", "hbm", "usable", "node", "domain", "nvlink",
+                                            "nic", "quirks")))
+    return table
+
+
+def calibration_tables(report: CalibrationReport) -> Group:
+    """`parasol calibrate`: fitted coefficients per GPU type, the fit error, and the excluded runs."""
+    stems = list(report.files)
+    coefs = Table(title="Step-time coefficients per GPU type (fitted ones marked *)")
+    coefs.add_column("coefficient")
+    coefs.add_column("unit")
+    for stem in stems:
+        coefs.add_column(stem, justify="right")
+    coefs.add_column("default", justify="right")
+    for name in [c.name for c in report.files[stems[0]].coefficients] if stems else []:
+        rows = [next(c for c in report.files[s].coefficients if c.name == name) for s in stems]
+        coefs.add_row(name, rows[0].unit, *(f"{c.value:.4g}{'*' if c.source == 'fitted' else ''}" for c in rows),
+                      f"{rows[0].default:g}")
+    error = Table(title=f"Fit error of tokens/s/GPU (median APE over all fitted runs {report.overall_mape:.1f}%)")
+    for col in ("GPU type", "file", "runs", "models", "median APE %", "mean APE %", "max APE %"):
+        error.add_column(col, justify="left" if col in ("GPU type", "file") else "right")
+    for stem in stems:
+        f, e = report.files[stem], report.files[stem].fit_error
+        error.add_row(f.gpu_type, f"{stem}.yaml", f"{int(e['runs'])}", f"{len(report.fits[stem].models)}",
+                      f"{e['median_ape_pct']:.1f}", f"{e['mean_ape_pct']:.1f}", f"{e['max_ape_pct']:.1f}")
+    reasons: dict[str, int] = {}
+    for x in report.exclusions:
+        reasons[x.reason] = reasons.get(x.reason, 0) + 1
+    excluded = Table(title=f"Runs left out ({len(report.exclusions)})")
+    excluded.add_column("runs", justify="right")
+    excluded.add_column("reason")
+    for reason, count in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+        excluded.add_row(str(count), reason)
+    return Group(coefs, error, excluded)
+

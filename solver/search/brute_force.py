@@ -1,0 +1,105 @@
+"""The brute-force reference of `solve`: enumerate every row, judge it with the Python rules, try every
+cut (all compositions of the blocks into PP·VPP stages of at least one block; for interleaved rows
+the solver's family of edge-trimmed layouts, every one of them), and keep the non-dominated points of the two front
+objectives (step time × peak memory by default).
+Tests compare its front with the CP-SAT master's on small problems.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+
+from parasol.constraints.core.base import Constraint
+from parasol.constraints.evaluate import evaluate
+from parasol.problems.derived import default_layout
+from parasol.problems.loader import Problem
+from parasol.problems.schema import Objective
+from parasol.solver.search.costs import RowCosts
+from parasol.solver.search.cuts import interleaved_layouts, rank_counts
+from parasol.solver.search.objectives import DEFAULT_OBJECTIVES, SCALES, row_units
+from parasol.solver.search.program import judged_rules, program_rules
+from parasol.solver.search.space import Row
+
+MAX_LAYOUTS = 200_000
+
+
+@dataclass(frozen=True)
+class RefPoint:
+    """A (row, layout) with its objective values in the solver's units: step time, peak memory and the
+    two front objectives (by default the same two)."""
+
+    row: Row
+    layout: tuple[int, ...]
+    time_units: int
+    memory_units: int
+    values: tuple[int, int]
+    order: int = 0
+    """The row's position in the search order (the solver's tie-break between equal points)."""
+
+
+def nondominated(points: list[RefPoint]) -> list[RefPoint]:
+    """Points no other point beats on both front objectives (one per value pair: first in search order,
+    then fastest, leanest, by layout)."""
+    best: dict[tuple[int, int], RefPoint] = {}
+    for p in sorted(points, key=lambda q: (q.values, q.order, q.time_units, q.memory_units, q.layout)):
+        best.setdefault(p.values, p)
+    out, floor = [], None
+    for key in sorted(best):
+        if floor is None or key[1] < floor:
+            out.append(best[key])
+            floor = key[1]
+    return out
+
+
+def compositions(total: int, parts: int):
+    """Every way to write `total` blocks as `parts` stages of at least one block, in order."""
+    for cuts in combinations(range(1, total), parts - 1):
+        edges = (0, *cuts, total)
+        yield tuple(edges[i + 1] - edges[i] for i in range(parts))
+
+
+def row_points(c: RowCosts, counts: np.ndarray, usable: int, per_row: dict[Objective, int] | None = None,
+               objectives: tuple[Objective, Objective] = DEFAULT_OBJECTIVES, order: int = 0,
+               problem: Problem | None = None, cut_rules: tuple[Constraint, ...] = ()) -> list[RefPoint]:
+    """Every non-dominated (layout, objectives) of one row, by enumeration; `per_row` holds the row's
+    per-row objective values; `cut_rules` (judged on each layout of `problem`) must hold."""
+    blocks = counts.shape[0] - 1
+    row = c.row
+    if row.vpp > 1:
+        layouts = list(interleaved_layouts(blocks, row.pp * row.vpp))
+    else:
+        layouts = list(compositions(blocks, row.pp))
+        if len(layouts) > MAX_LAYOUTS:
+            raise ValueError(f"brute force: {len(layouts)} layouts for {row}; use a smaller problem")
+    points = []
+    for lay in layouts:
+        per_rank = rank_counts(lay, row.pp, counts)
+        if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)) and (
+                not cut_rules or evaluate(problem, row.mapping(problem, lay), cut_rules).feasible):
+            t, m = c.objectives(per_rank)
+            known = {Objective.step_time: t, Objective.peak_memory: m, **(per_row or {})}
+            points.append(RefPoint(row, lay, t, m, (known[objectives[0]], known[objectives[1]]), order))
+    return nondominated(points)
+
+
+def rule_feasible(problem: Problem, row: Row) -> bool:
+    """Whether the row passes every rule the master posts (Python verdicts, with an explicit layout
+    as every solver answer has)."""
+    layout = default_layout(problem.model.num_layers, row.pp * row.vpp)
+    rules = program_rules(problem) + judged_rules(problem, "row")
+    return evaluate(problem, row.mapping(problem, layout), rules).feasible
+
+
+def reference_front(problem: Problem, costs: tuple[RowCosts, ...], counts: np.ndarray, usable: int,
+                    objectives: tuple[Objective, Objective] = DEFAULT_OBJECTIVES) -> list[RefPoint]:
+    """The exact rank-1 front over `objectives` by enumeration."""
+    points: list[RefPoint] = []
+    for order, c in enumerate(costs):
+        if rule_feasible(problem, c.row):
+            per_row = {o: row_units(problem, c.row, o) for o in objectives if not SCALES[o].per_cut}
+            points.extend(row_points(c, counts, usable, per_row, objectives, order, problem,
+                                     judged_rules(problem, "cut")))
+    return nondominated(points)

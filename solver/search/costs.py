@@ -1,0 +1,223 @@
+"""Per-row cost tables: what each kind of block costs in memory and time on the rank that holds it.
+
+The CP-SAT program and the brute-force reference both read these integer tables, and the memory
+numbers are exactly those of the Python ledger (constraints/physics/memory.py sums the same contributions),
+so a stage's memory and time follow from how many blocks of each kind it holds.
+
+Resolution of the objectives: step time in units of TIME_UNIT_S, peak memory in MEMORY_UNIT_MB MB,
+both rounded up.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Protocol
+
+import numpy as np
+
+from parasol.constraints.physics.memory import (
+    block_contribution,
+    block_kind,
+    dispatch_buffer_bytes,
+    edge_contribution,
+    inflight_microbatches,
+    workspace_bytes,
+)
+from parasol.problems.derived import Derived, derive
+from parasol.problems.loader import Problem
+from parasol.problems.mapping import Mapping
+from parasol.problems.model.architecture import Block
+from parasol.solver.search.space import Row
+
+TIME_UNIT_S = 1e-4
+"""Step-time resolution of the solver's objective: 0.1 ms."""
+MB = 10**6
+"""Memory tables are whole MB (decimal), each entry rounded up: the solver's memory is never below
+the ledger's, and exceeds it by at most one MB per table entry summed."""
+MEMORY_UNIT_MB = 10
+"""Peak-memory resolution of the solver's objective: 10 MB (0.01 GB)."""
+MICROSECONDS = 10**6
+
+
+class StageTimeModel(Protocol):
+    """The step-time model as the solver sees it: a stage's time per microbatch is its edge time
+    (embedding on the first rank; head, loss and MTP on the last) plus the time of each block it
+    holds, and the step adds a per-row time outside the pipeline (exposed PP, gradient reduction,
+    optimizer). The pipeline formula is RowCosts.step_time_us_scaled."""
+
+    def block_times_s(self, mapping: Mapping, derived: Derived, blocks: list[Block]) -> list[float]: ...
+
+    def edge_times_s(self, mapping: Mapping, derived: Derived) -> list[float]: ...
+
+    def step_extra_s(self, mapping: Mapping, derived: Derived) -> float: ...
+
+
+def block_kinds(problem: Problem) -> tuple[tuple, ...]:
+    """The distinct kinds of main blocks, in order of first appearance."""
+    kinds: list[tuple] = []
+    for b in problem.model.blocks:
+        if block_kind(b) not in kinds:
+            kinds.append(block_kind(b))
+    return tuple(kinds)
+
+
+def prefix_counts(problem: Problem, kinds: tuple[tuple, ...]) -> tuple[tuple[int, ...], ...]:
+    """For each kind, how many of the first i blocks are of that kind (i = 0..L)."""
+    out = []
+    for kind in kinds:
+        acc, row = 0, [0]
+        for b in problem.model.blocks:
+            acc += block_kind(b) == kind
+            row.append(acc)
+        out.append(tuple(row))
+    return tuple(out)
+
+
+def _mb(nbytes: int) -> int:
+    return -(-nbytes // MB)
+
+
+def usable_mb(problem: Problem) -> int:
+    """Usable HBM per GPU in whole MB, rounded down."""
+    return int(problem.hardware.gpu.usable_hbm_bytes) // MB
+
+
+def _us(seconds: float) -> int:
+    return math.ceil(seconds * MICROSECONDS)
+
+
+@dataclass(frozen=True)
+class RowCosts:
+    """Integer cost tables of one row: per block kind, per stage edge, and per-row constants.
+
+    Memory per kind/edge is split as the ledger splits it, in whole MB: static (weights, gradients,
+    optimizer), activation per microbatch, recompute working set, and whether it holds routed experts."""
+
+    row: Row
+    derived: Derived
+    microbatches: int
+    kind_static: tuple[int, ...]
+    kind_activation: tuple[int, ...]
+    kind_peak: tuple[int, ...]
+    kind_moe: tuple[bool, ...]
+    edge_static: tuple[int, ...]
+    edge_activation: tuple[int, ...]
+    edge_peak: tuple[int, ...]
+    edge_moe: tuple[bool, ...]
+    inflight: tuple[Fraction, ...]
+    dispatch_mb: int
+    workspace_mb: int
+    kind_time_us: tuple[int, ...]
+    edge_time_us: tuple[int, ...]
+    constant_time_us: int
+
+    def stage_memory(self, stage: int, counts: tuple[int, ...]) -> int:
+        """MB of the heaviest rank of `stage` holding `counts` blocks of each kind (the ledger's terms,
+        each rounded up to a whole MB)."""
+        static = self.edge_static[stage] + sum(c * n for c, n in zip(self.kind_static, counts, strict=True))
+        held = self.edge_activation[stage] + sum(c * n for c, n in zip(self.kind_activation, counts, strict=True))
+        frac = self.inflight[stage]
+        act = -(-frac.numerator * held // frac.denominator)
+        peak = max([self.edge_peak[stage]] + [p for p, n in zip(self.kind_peak, counts, strict=True) if n])
+        moe = self.edge_moe[stage] or any(m for m, n in zip(self.kind_moe, counts, strict=True) if n)
+        return static + act + peak + (self.dispatch_mb if moe else 0) + self.workspace_mb
+
+    def stage_time_us(self, stage: int, counts: tuple[int, ...]) -> int:
+        """Forward plus backward time of one microbatch on `stage`, microseconds."""
+        return self.edge_time_us[stage] + sum(t * n for t, n in zip(self.kind_time_us, counts, strict=True))
+
+    def step_time_us_scaled(self, stage_times: list[int]) -> int:
+        """VPP × step time: vpp·C + Σ t_s + (vpp·m − 1)·max t_s (see constraints/physics/step_time.py)."""
+        vpp = self.row.vpp
+        return vpp * self.constant_time_us + sum(stage_times) + (vpp * self.microbatches - 1) * max(stage_times)
+
+    def objectives(self, stage_counts: list[tuple[int, ...]]) -> tuple[int, int]:
+        """(step time, peak memory) in the solver's units, rounded up."""
+        times = [self.stage_time_us(s, c) for s, c in enumerate(stage_counts)]
+        peak = max(self.stage_memory(s, c) for s, c in enumerate(stage_counts))
+        time_units = -(-self.step_time_us_scaled(times) // (self.row.vpp * round(TIME_UNIT_S * MICROSECONDS)))
+        return time_units, -(-peak // MEMORY_UNIT_MB)
+
+
+def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None) -> RowCosts:
+    """Build the cost tables of one row from the memory ledger and the step-time model (None: memory
+    only, all times zero, for the cheap first pass that finds the rows with a cut that fits)."""
+    mapping = row.mapping(problem)
+    d = derive(problem.model, mapping)
+    training = problem.training
+    representatives = {}
+    for b in problem.model.blocks:
+        representatives.setdefault(block_kind(b), b)
+    kinds = block_kinds(problem)
+    pp = row.pp
+    edges = [edge_contribution(problem.model, mapping, d, training, s == 0, s == pp - 1) for s in range(pp)]
+    per_kind = [block_contribution(problem.model, mapping, d, training, representatives[k]) for k in kinds]
+    return RowCosts(
+        row=row,
+        derived=d,
+        microbatches=int(d.num_microbatches),
+        kind_static=tuple(_mb(c.static) for c in per_kind),
+        kind_activation=tuple(_mb(c.activation) for c in per_kind),
+        kind_peak=tuple(_mb(c.recompute_peak) for c in per_kind),
+        kind_moe=tuple(c.moe for c in per_kind),
+        edge_static=tuple(_mb(c.static) for c in edges),
+        edge_activation=tuple(_mb(c.activation) for c in edges),
+        edge_peak=tuple(_mb(c.recompute_peak) for c in edges),
+        edge_moe=tuple(c.moe for c in edges),
+        inflight=tuple(inflight_microbatches(s, pp, row.vpp, d.num_microbatches) for s in range(pp)),
+        dispatch_mb=_mb(dispatch_buffer_bytes(problem.model, mapping, training)),
+        workspace_mb=_mb(workspace_bytes(training)),
+        kind_time_us=tuple(_us(t) for t in time_model.block_times_s(mapping, d, [representatives[k] for k in kinds]))
+        if time_model else (0,) * len(kinds),
+        edge_time_us=tuple(_us(t) for t in time_model.edge_times_s(mapping, d)) if time_model else (0,) * pp,
+        constant_time_us=_us(time_model.step_extra_s(mapping, d)) if time_model else 0,
+    )
+
+
+def interval_counts(prefix: tuple[tuple[int, ...], ...]) -> np.ndarray:
+    """counts[i, j, k]: blocks of kind k among blocks i..j−1 (zero unless i < j)."""
+    table = np.array(prefix, dtype=np.int64).T
+    counts = table[None, :, :] - table[:, None, :]
+    return np.where(counts > 0, counts, 0)
+
+
+def stage_matrices(c: RowCosts, s: int, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Time and memory of stage s holding blocks i..j−1, for every (i, j): RowCosts formulas in bulk."""
+    time = c.edge_time_us[s] + counts @ np.array(c.kind_time_us, dtype=np.int64)
+    static = c.edge_static[s] + counts @ np.array(c.kind_static, dtype=np.int64)
+    held = c.edge_activation[s] + counts @ np.array(c.kind_activation, dtype=np.int64)
+    frac = c.inflight[s]
+    act = -(-(held * frac.numerator) // frac.denominator)
+    present = counts > 0
+    peak = np.full(held.shape, c.edge_peak[s], dtype=np.int64)
+    moe = np.full(held.shape, c.edge_moe[s])
+    for k in range(counts.shape[2]):
+        peak = np.where(present[:, :, k], np.maximum(peak, c.kind_peak[k]), peak)
+        if c.kind_moe[k]:
+            moe = moe | present[:, :, k]
+    memory = static + act + peak + np.where(moe, c.dispatch_mb, 0) + c.workspace_mb
+    return time, memory
+
+
+def min_max_cut(stage_costs: list[np.ndarray], blocks: int) -> tuple[int, tuple[int, ...]] | None:
+    """Least possible largest stage cost over contiguous cuts with >= 1 block per stage (exact DP)."""
+    inf = np.iinfo(np.int64).max
+    best = np.full(blocks + 1, inf, dtype=np.int64)
+    best[0] = 0
+    choice = []
+    valid = np.triu(np.ones((blocks + 1, blocks + 1), dtype=bool), k=1)
+    for cost in stage_costs:
+        cand = np.where(valid & (best[:, None] < inf), np.maximum(best[:, None], cost), inf)
+        choice.append(np.argmin(cand, axis=0))
+        best = cand.min(axis=0)
+    if best[blocks] >= inf:
+        return None
+    layout, j = [], blocks
+    for arg in reversed(choice):
+        i = int(arg[j])
+        layout.append(j - i)
+        j = i
+    return int(best[blocks]), tuple(reversed(layout))
+

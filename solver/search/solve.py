@@ -1,0 +1,219 @@
+"""`parasol solve`: rows of degrees, their cost tables and cut staircases, the master CP-SAT program,
+the Pareto search, and every returned mapping re-judged in Python with its full account."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from parasol.constraints.evaluate import evaluate
+from parasol.constraints.physics.flops import model_flops_per_token
+from parasol.problems.derived import default_layout, derive
+from parasol.problems.loader import Problem
+from parasol.problems.schema import Objective
+from parasol.solver.diagnose.explain import Explanation, explain
+from parasol.solver.search.costs import (
+    MEMORY_UNIT_MB,
+    TIME_UNIT_S,
+    StageTimeModel,
+    block_kinds,
+    interval_counts,
+    prefix_counts,
+    row_costs,
+    usable_mb,
+)
+from parasol.solver.search.cuts import CutPoint, row_staircase, some_cut_fits
+from parasol.solver.search.objectives import (
+    RESOLUTIONS,
+    SCALES,
+    front_objectives,
+    objective_value,
+    program_objectives,
+    row_units,
+)
+from parasol.solver.search.pareto import pareto_search
+from parasol.solver.search.program import admissible, compile_program, judged_rules, program_rules
+from parasol.solver.search.prune import pruned
+from parasol.solver.search.space import Row, enumerate_rows
+
+
+@dataclass(frozen=True)
+class SolvedMapping:
+    """One mapping of the answer: its Pareto rank, the solver's objective values and its account."""
+
+    pareto_rank: int
+    optimal: bool
+    step_time_objective_s: float
+    peak_memory_objective_gb: float
+    front_values: dict[str, float]
+    """The two front objectives (in order) and their values in display units (s, GB, fraction, GPUs, tokens/s)."""
+    bound: dict[str, float]
+    """Best lower bound proved for the first objective the program minimised (= its value when optimal)."""
+    explanation: Explanation
+
+    def as_dict(self) -> dict:
+        """The explain contract plus pareto_rank and the solver's objective values."""
+        data = self.explanation.as_dict()
+        data["pareto_rank"] = self.pareto_rank
+        minimised, bound = next(iter(self.bound.items()))
+        value = self.step_time_objective_s if minimised == "step_time" else self.front_values.get(minimised, bound)
+        data["objective"] = {
+            "front": dict(self.front_values),
+            "step_time_s": self.step_time_objective_s,
+            "peak_memory_gb": self.peak_memory_objective_gb,
+            "resolution": dict(RESOLUTIONS),
+            "proved_optimal": self.optimal,
+            "bound": dict(self.bound),
+            "gap": 0.0 if self.optimal or value == 0 else round((value - bound) / value, 6),
+        }
+        return data
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """The answer: status, ranked mappings, and what the search cost."""
+
+    status: str
+    mappings: tuple[SolvedMapping, ...]
+    rows: int
+    rows_fitting: int
+    master_solves: int
+    seconds: float
+    rows_screened: int = 0
+    """Rows examined within the time limit: screened for memory, and priced when a cut fits."""
+
+    def as_dict(self) -> dict:
+        """The BRIEF's `solve --json` contract: {"status", "mappings": [...]} plus search statistics."""
+        return {
+            "status": self.status,
+            "mappings": [m.as_dict() for m in self.mappings],
+            "search": {"rows": self.rows, "rows_with_a_fitting_cut": self.rows_fitting,
+                       "rows_screened": self.rows_screened, "master_solves": self.master_solves,
+                       "seconds": round(self.seconds, 3)},
+        }
+
+
+def why_not_optimal(result: SolveResult, problem: Problem, time_limit_s: float) -> str:
+    """Why an answer is not `optimal`, in one sentence ('' when it is)."""
+    if result.status == "optimal":
+        return ""
+    if result.status == "feasible":
+        return f"the search was cut off by the time limit ({time_limit_s:g} s): the best mappings found so far"
+    if result.status == "unknown":
+        return f"no mapping found within the time limit ({time_limit_s:g} s)"
+    if result.rows == 0:
+        odd = problem.gpus
+        while odd % 2 == 0:
+            odd //= 2
+        hint = (f" {problem.gpus:,} GPUs carry an odd factor {odd} that the degrees and D_a (a divisor of GBS/MBS) "
+                "must take;" if odd > 1 else "")
+        return (f"no combination of the allowed degrees folds onto {problem.gpus:,} GPUs with whole D_a, D_e and m "
+                f"(N/PP = TP·CP·D_a = ETP·EP·D_e, m = GBS/(MBS·D_a)):{hint} widen `search`, or change the GPU "
+                "count or the global batch")
+    if result.rows_fitting == 0:
+        return (f"none of the {result.rows:,} degree rows fits in memory with any stage cut "
+                f"({problem.hardware.gpu.usable_hbm_gb:.1f} GB usable per GPU): allow recompute, more PP/EP/CP, "
+                "or more GPUs")
+    return f"{result.rows_fitting:,} degree rows fit in memory but none meets every rule (`explain` one to see which)"
+
+
+PRICING_SHARE = 0.6
+"""Share of the time limit the step-time pricing of rows may use before the search starts."""
+
+
+def ideal_step_s(problem: Problem, row: Row) -> float:
+    """A quick optimistic step time used only to decide which rows to price first: model FLOPs of the
+    step at the GEMM precision's peak, stretched by the row's pipeline fill and recompute."""
+    d = derive(problem.model, row.mapping(problem))
+    m, p, v = float(d.num_microbatches), row.pp, row.vpp
+    flops = model_flops_per_token(problem.model, problem.training.seq_len) * problem.training.global_batch \
+        * problem.training.seq_len
+    peak = problem.hardware.gpu.peak_flops(problem.training.precision.value)
+    stretch = (v * m + p - 1) / (v * m) * (4 / 3 if row.recompute == "full" else 1.0)
+    return flops / (problem.gpus * peak) * stretch
+
+
+def priced_first(problem: Problem, rows: tuple[Row, ...]) -> tuple[Row, ...]:
+    """Rows in the order their step time is priced: most promising first, so a time limit that cuts
+    pricing short keeps the rows most likely on the front (ties in row order)."""
+    return tuple(sorted(rows, key=lambda r: (ideal_step_s(problem, r), r)))
+
+
+def _point_value(objective: Objective, row: int, q: CutPoint, per_row: dict[Objective, tuple[int, ...]]) -> int:
+    """A staircase step's value of one program objective, in program units."""
+    if objective == Objective.step_time:
+        return q.time_units
+    if objective == Objective.peak_memory:
+        return q.memory_units
+    return per_row[objective][row]
+
+
+def rows_pass_rules(problem: Problem, row: Row) -> bool:
+    """Whether a row meets every rule the master posts and every rule judged per row, in Python (with an
+    explicit cut, as every solver answer has; the CP-SAT postings agree, tests/test_agreement.py)."""
+    mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp))
+    return evaluate(problem, mapping, program_rules(problem) + judged_rules(problem, "row")).feasible
+
+
+def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limit_s: float = 60.0,
+          prune: bool = True) -> SolveResult:
+    """The Pareto-ranked feasible mappings of `problem` (up to `top`, whole fronts). Rows are taken
+    most promising first within PRICING_SHARE of the time limit: a row whose every cut overflows
+    memory is set aside before any time is priced, the rest get cost tables and staircases, and go to
+    the master program, less the steps `top` other rows dominate (solver/search/prune.py; `prune=False` keeps
+    them, for tests). Rows the time limit leaves unscreened make the answer `feasible` (or `unknown`
+    when nothing was found), not `optimal` or `infeasible`."""
+    start = time.perf_counter()
+    objectives = front_objectives(problem)
+    minimised = program_objectives(objectives)
+    rows = enumerate_rows(problem)
+    if not rows:
+        return SolveResult("infeasible", (), 0, 0, 0, time.perf_counter() - start)
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    usable = usable_mb(problem)
+    total_rows = len(rows)
+    ordered = priced_first(problem, rows)
+    kept, costs, screened = [], [], 0
+    for r in ordered:
+        if time.perf_counter() - start > PRICING_SHARE * time_limit_s:
+            break
+        screened += 1
+        if some_cut_fits(row_costs(problem, r, None), counts, usable):
+            kept.append(r)
+            costs.append(row_costs(problem, r, time_model))
+    all_priced = screened == len(ordered)
+    if not kept:
+        return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, 0, 0,
+                           time.perf_counter() - start, screened)
+    rows = tuple(kept)
+    row_rules, cut_rules = judged_rules(problem, "row"), judged_rules(problem, "cut")
+    stairs = tuple(admissible(problem, r, row_staircase(c, counts, usable), row_rules, cut_rules)
+                   for r, c in zip(rows, costs, strict=True))
+    if not any(st.points for st in stairs):
+        complete = all_priced
+        return SolveResult("infeasible" if complete else "unknown", (), total_rows, len(rows), 0,
+                           time.perf_counter() - start, screened)
+    per_row = {o: tuple(row_units(problem, r, o) for r in rows) for o in minimised if not SCALES[o].per_cut}
+    if prune:
+        stairs = pruned(stairs, lambda i, q: tuple(_point_value(o, i, q, per_row) for o in minimised), top,
+                        lambda i: rows_pass_rules(problem, rows[i]))
+    program = compile_program(problem, rows, tuple(costs), stairs, row_values=per_row)
+    remaining = max(time_limit_s - (time.perf_counter() - start), 0.1)
+    outcome = pareto_search(program, top, remaining, minimised)
+    solved = []
+    for pt in outcome.points:
+        account = explain(problem, rows[pt.row_index].mapping(problem, pt.layout), repairs=0)
+        metrics = account.as_dict()["metrics"]
+        front = {o.value: round(objective_value(o, metrics, v * SCALES[p].resolution), 9)
+                 for o, p, v in zip(objectives, minimised, pt.values, strict=True)}
+        solved.append(SolvedMapping(pt.pareto_rank, pt.optimal, pt.time_units * TIME_UNIT_S,
+                                    pt.memory_units * MEMORY_UNIT_MB / 1000, front,
+                                    {minimised[0].value: round(pt.bound * SCALES[minimised[0]].resolution, 9)},
+                                    account))
+    complete = outcome.complete and all_priced
+    if not solved:
+        status = "infeasible" if complete else "unknown"
+    else:
+        status = "optimal" if complete and all(s.optimal for s in solved) else "feasible"
+    return SolveResult(status, tuple(solved), total_rows, len(rows), outcome.master_solves,
+                       time.perf_counter() - start, screened)

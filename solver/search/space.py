@@ -1,0 +1,149 @@
+"""The search space: allowed values per degree, and the degree rows the CP-SAT program chooses from.
+
+Degrees are few and structured (divisors of the world size), so the program works on table rows:
+every combination of allowed values whose folding identity has whole solutions (D_a, D_e and m are
+whole numbers, seed 000 §并行分组) becomes a row with precomputed costs. Every rule is still posted
+on the row's degree variables, so a row that breaks a rule is excluded by CP-SAT, not here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+from parasol.constraints.physics.step_time import links_for
+from parasol.problems.loader import Problem
+from parasol.problems.mapping import Mapping, RankOrder, Recompute
+
+DEGREE_NAMES = ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs")
+POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def _pins(value: int | list[int] | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    return (value,) if isinstance(value, int) else tuple(sorted(set(value)))
+
+
+MIN_TOKENS_PER_CP_RANK = 1024
+"""Default CP stops where a rank would hold fewer tokens of a sequence than this."""
+
+
+def default_domains(problem: Problem) -> dict[str, tuple[int, ...]]:
+    """Values tried when the problem's `search` leaves a degree open: TP within a node dividing the
+    heads, PP up to the block count, CP up to 8 with at least MIN_TOKENS_PER_CP_RANK tokens per rank
+    and S divisible by 2·CP, EP dividing the experts, VPP 1-2, MBS 1-2. ETP is 1 or TP (see rows);
+    a search section widens any of them."""
+    model, gpus, seq = problem.model, problem.gpus, problem.training.seq_len
+    node = problem.hardware.topology.gpus_per_node
+    heads = model.attention.num_heads
+    tp = tuple(t for t in POWERS_OF_TWO if t <= node and heads % t == 0)
+    pp = tuple(p for p in POWERS_OF_TWO if p <= model.num_layers and gpus % p == 0)
+    cp = tuple(c for c in POWERS_OF_TWO[:4]
+               if c == 1 or (seq % (2 * c) == 0 and seq // c >= MIN_TOKENS_PER_CP_RANK))
+    experts = model.moe.num_experts if model.moe else 1
+    ep = tuple(e for e in range(1, experts + 1) if experts % e == 0 and e <= gpus)
+    return {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": tp, "vpp": (1, 2), "mbs": (1, 2)}
+
+
+def search_domains(problem: Problem) -> dict[str, tuple[int, ...]]:
+    """The problem's search space: its pins and lists where given, the defaults elsewhere."""
+    defaults = default_domains(problem)
+    search = problem.spec.search
+    out = {}
+    for name in DEGREE_NAMES:
+        pinned = _pins(getattr(search, name))
+        out[name] = pinned if pinned is not None else defaults[name]
+    if problem.training.micro_batch is not None and search.mbs is None:
+        out["mbs"] = (problem.training.micro_batch,)
+    return out
+
+
+def recompute_choices(problem: Problem) -> tuple[Recompute, ...]:
+    """Recompute options the solver may pick (all three unless the problem's search restricts them)."""
+    chosen = problem.spec.search.recompute
+    if chosen is None:
+        return tuple(Recompute)
+    return (chosen,) if isinstance(chosen, Recompute) else tuple(sorted(set(chosen), key=list(Recompute).index))
+
+
+def rank_order_choices(problem: Problem) -> tuple[RankOrder, ...]:
+    """Rank orders the solver may pick: the one a problem's Megatron options set explicitly, else the
+    search section's, else both."""
+    options = problem.spec.framework.options
+    if "use_tp_pp_dp_mapping" in options.model_fields_set:
+        return (RankOrder.dp_last if options.use_tp_pp_dp_mapping else RankOrder.pp_last,)
+    chosen = problem.spec.search.rank_order
+    if chosen is None:
+        return tuple(RankOrder)
+    return (chosen,) if isinstance(chosen, RankOrder) else tuple(o for o in RankOrder if o in chosen)
+
+
+def distinct_orders(problem: Problem, orders: tuple[RankOrder, ...], row: Row) -> tuple[RankOrder, ...]:
+    """The orders worth a row of their own when the search chooses: tp-cp-ep-pp-dp only where Megatron
+    accepts it with PP > 1 (TP·CP == ETP·EP, parallel_state.py:898-907) and it puts some group kind on
+    other links than the default order does; elsewhere it would repeat the default's row."""
+    if len(orders) == 1:
+        return orders
+    r = row
+    if not (r.pp > 1 and r.tp * r.cp == r.etp * r.ep and problem.gpus // (r.tp * r.cp * r.pp) > 1):
+        return (RankOrder.pp_last,)
+    topology, mapping = problem.hardware.topology, r.mapping(problem)
+    swapped = mapping.model_copy(update={"rank_order": RankOrder.dp_last})
+    if links_for(topology, mapping) == links_for(topology, swapped):
+        return (RankOrder.pp_last,)
+    return orders
+
+
+@dataclass(frozen=True, order=True)
+class Row:
+    """One candidate combination of degrees and recompute, in a stable order."""
+
+    pp: int
+    vpp: int
+    tp: int
+    cp: int
+    ep: int
+    etp: int
+    mbs: int
+    recompute: str
+    rank_order: str = RankOrder.pp_last.value
+
+    def mapping(self, problem: Problem, layout: tuple[int, ...] | None = None) -> Mapping:
+        """The full mapping this row stands for (layout None: the default split)."""
+        return Mapping(gpus=problem.gpus, gbs=problem.training.global_batch, seq_len=problem.training.seq_len,
+                       tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, etp=self.etp, vpp=self.vpp,
+                       mbs=self.mbs, recompute=self.recompute, layout=layout, rank_order=self.rank_order)
+
+
+def whole_folding(gpus: int, gbs: int, tp: int, pp: int, cp: int, ep: int, etp: int, mbs: int) -> bool:
+    """D_a = N/(TP·PP·CP), D_e = N/(ETP·EP·PP) and m = GBS/(MBS·D_a) are whole (m >= 1)."""
+    if gpus % (tp * pp * cp) or gpus % (etp * ep * pp):
+        return False
+    per_step = mbs * gpus // (tp * pp * cp)
+    return gbs % per_step == 0
+
+
+def expert_tp_choices(problem: Problem, tp: int) -> tuple[int, ...]:
+    """ETP values worth trying when the search leaves ETP open: TP (Megatron's default) and, for MoE
+    models, 1 (whole experts per rank). A dense model has no expert grid, so ETP = TP only."""
+    return (tp,) if problem.model.moe is None else tuple(sorted({1, tp}))
+
+
+def enumerate_rows(problem: Problem, domains: dict[str, tuple[int, ...]] | None = None) -> tuple[Row, ...]:
+    """Every row of the search space with a whole folding identity and at least one block per stage."""
+    doms = domains or search_domains(problem)
+    gpus, gbs = problem.gpus, problem.training.global_batch
+    blocks = problem.model.num_layers
+    free_etp = problem.spec.search.etp is None
+    orders = rank_order_choices(problem)
+    rows = []
+    for tp, pp, cp, ep, etp, vpp, mbs in product(*(doms[n] for n in DEGREE_NAMES)):
+        if pp * vpp > blocks or (free_etp and etp not in expert_tp_choices(problem, tp)):
+            continue
+        if not whole_folding(gpus, gbs, tp, pp, cp, ep, etp, mbs):
+            continue
+        base = Row(pp, vpp, tp, cp, ep, etp, mbs, Recompute.none.value)
+        rows.extend(Row(pp, vpp, tp, cp, ep, etp, mbs, r.value, o.value) for r in recompute_choices(problem)
+                    for o in distinct_orders(problem, orders, base))
+    return tuple(sorted(rows))
