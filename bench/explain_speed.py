@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from parasol.problems.megatron.launch import explain_inputs, launch_text
+from parasol.problems.inputs import explain_inputs, launch_text
 from parasol.solver.diagnose.explain import explain
 
 ROOT = Path(__file__).resolve().parents[1]

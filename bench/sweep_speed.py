@@ -76,7 +76,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray backend")
     args = parser.parse_args()
-    from parasol.solver.sweep.jobs import answers
+    from parasol.solver.sweep.run import answers
 
     backends = ["local", *([] if args.no_ray else ["ray"])]
     results = {b: timed(b, args.runs) for b in backends}

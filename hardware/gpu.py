@@ -107,3 +107,18 @@ class GPUSpec(BaseModel):
             expected="one of " + ", ".join(self.precisions),
             fix="train in a listed precision on this accelerator, or pick hardware with those tensor cores.",
         )
+
+
+# CUDA compute capability (major·10 + minor) by GPU-name prefix (NVIDIA "CUDA GPUs" table).
+_COMPUTE_CAPABILITY = (
+    ("A100", 80), ("A800", 80), ("H100", 90), ("H800", 90), ("H200", 90), ("H20", 90),
+    ("GB200", 100), ("B200", 100), ("GB300", 103), ("B300", 103),
+)
+
+
+def compute_capability(gpu_name: str) -> int | None:
+    """SM version of a known NVIDIA part (90 for Hopper), None when parasol cannot state it."""
+    for prefix, sm in _COMPUTE_CAPABILITY:
+        if gpu_name.upper().startswith(prefix):
+            return sm
+    return None

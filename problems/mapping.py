@@ -8,6 +8,8 @@ from pydantic import Field, PositiveInt, field_validator
 
 from parasol.problems.model.architecture import Strict
 
+DEGREES = ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs")
+"""The parallel degrees and the micro-batch size: what a search row fixes and every rule reads."""
 MAPPING_KEYS = ("gpus", "tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "gbs", "seq_len", "recompute", "layout",
                 "rank_order")
 

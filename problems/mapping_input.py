@@ -57,11 +57,12 @@ def base_mapping(problem: Problem) -> dict:
     return data
 
 
-def build_mapping(problem: Problem, sets: dict[str, str]) -> Mapping:
-    """Problem defaults overridden by --set values, validated as a Mapping."""
+def build_mapping(problem: Problem, overrides: dict[str, object]) -> Mapping:
+    """Problem defaults overridden by `overrides` (--set text or a launch line's typed values), validated
+    as a Mapping."""
     data = base_mapping(problem)
-    for key, value in sets.items():
-        data[key] = parse_layout(value) if key == "layout" else value
+    for key, value in overrides.items():
+        data[key] = parse_layout(value) if key == "layout" and isinstance(value, str) else value
     try:
         mapping = Mapping.model_validate(data)
     except ValidationError as exc:

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from parasol.errors import ParasolError, dotted, one_paragraph, short
 from parasol.hardware.presets import load_preset, preset_names
-from parasol.problems.megatron.launch import explain_inputs, launch_text
+from parasol.problems.inputs import explain_inputs, launch_text
 from parasol.problems.model.catalog import catalog_names, load_model, model_summary
 from parasol.solver.diagnose.explain import explain as explain_mapping
 from parasol.solver.outputs.render import hardware_table, models_table, print_explanation
@@ -316,7 +316,9 @@ def sweep(problem: str, sizes: str, weak: bool, backend: str, workers: int | Non
     peak memory) and the problem's own mapping priced at every size. Exit 0 when some size has a mapping."""
     from pathlib import Path
 
-    from parasol.solver.sweep.jobs import parse_sizes, print_sweep, progress_bar, run_sweep
+    from parasol.solver.sweep.jobs import parse_sizes
+    from parasol.solver.sweep.run import run_sweep
+    from parasol.solver.sweep.tables import print_sweep, progress_bar
 
     gpus = parse_sizes(sizes)
     with progress_bar(len(gpus), sys.stderr.isatty()) as tick:

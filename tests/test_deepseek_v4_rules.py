@@ -14,12 +14,15 @@ import pytest
 from ortools.sat.python import cp_model
 
 from parasol.constraints.core.base import Constraint, Facts
-from parasol.constraints.core.decision_vars import DEGREES, DecisionVars, model_consts
-from parasol.constraints.rules.deepseek_v4 import DSV4_RULES, compute_capability, dsv4_consts, window_rows
+from parasol.constraints.core.consts import model_consts
+from parasol.constraints.core.decision_vars import DecisionVars
+from parasol.constraints.rules.deepseek_v4 import DSV4_RULES
 from parasol.constraints.rules.seed_claims import SEED_CLAIM_RULES
+from parasol.hardware.gpu import compute_capability
 from parasol.problems.derived import derive
 from parasol.problems.loader import Problem, load_problem, load_problem_text
-from parasol.problems.mapping import Mapping
+from parasol.problems.mapping import DEGREES, Mapping
+from parasol.problems.model.architecture import window_rows
 from parasol.problems.options import MegatronOptions
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "problems"
@@ -55,7 +58,7 @@ def cpsat_holds(problem: Problem, rule: Constraint, mapping: Mapping, options: M
     model = cp_model.CpModel()
     domains = {name: [getattr(mapping, name) if name != "etp" else mapping.expert_tp] for name in DEGREES}
     v = DecisionVars.create(model, mapping.gpus, mapping.gbs, mapping.seq_len, domains,
-                            [mapping.recompute.value], model_consts(problem) | dsv4_consts(problem))
+                            [mapping.recompute.value], model_consts(problem))
     v.options = options
     enforce = model.NewBoolVar("enforce")
     model.Add(enforce == 1)

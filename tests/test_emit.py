@@ -20,8 +20,8 @@ from parasol.errors import InputError
 from parasol.problems.loader import Problem, load_problem, load_problem_text
 from parasol.problems.mapping import Mapping
 from parasol.problems.mapping_input import build_mapping
-from parasol.problems.megatron.launch import parse_hybrid_pattern
 from parasol.problems.megatron.layout_string import parse_pipeline_layout
+from parasol.problems.megatron.patterns import parse_hybrid_pattern
 from parasol.solver.cli import main
 from parasol.solver.outputs.emit import (
     format_layout,

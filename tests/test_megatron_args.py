@@ -11,17 +11,10 @@ from click.testing import CliRunner
 
 from parasol.errors import InputError
 from parasol.problems.derived import derive
+from parasol.problems.inputs import ExplainInputs, explain_inputs
 from parasol.problems.loader import load_problem
-from parasol.problems.megatron.launch import (
-    ExplainInputs,
-    apply_launch,
-    explain_inputs,
-    launch_problem,
-    moe_pattern,
-    parse_hybrid_pattern,
-    parse_launch,
-    parse_layer_freq,
-)
+from parasol.problems.megatron.launch import apply_launch, launch_problem, parse_launch
+from parasol.problems.megatron.patterns import moe_pattern, parse_hybrid_pattern, parse_layer_freq
 from parasol.problems.model.catalog import load_model
 from parasol.problems.model.params import model_params
 from parasol.solver.cli import main

@@ -21,14 +21,15 @@ from pydantic import ValidationError
 from test_megatron_cases import CASES, case_mapping, case_problem, inline_problem
 
 from parasol.constraints.core.base import Constraint, Facts, Family, Verdict
-from parasol.constraints.core.decision_vars import DEGREES, DecisionVars, mapping_consts, model_consts
+from parasol.constraints.core.consts import mapping_consts, model_consts
+from parasol.constraints.core.decision_vars import DecisionVars
 from parasol.constraints.rules import context, divisibility, feature, moe, pipeline
 from parasol.constraints.rules.batch import EvalGbsDivisible, GbsDivisibleByMbsDp, NumMicrobatches
 from parasol.constraints.rules.coverage import NOT_MODELLED
 from parasol.constraints.rules.registry import active_constraints, builtin_constraints
 from parasol.problems.derived import derive
 from parasol.problems.loader import Problem
-from parasol.problems.mapping import Mapping
+from parasol.problems.mapping import DEGREES, Mapping
 from parasol.problems.model.architecture import MoE
 from parasol.problems.options import MegatronOptions
 from parasol.problems.schema import Training

@@ -22,14 +22,11 @@ from parasol.solver.sweep.jobs import (
     MappingSummary,
     SizeJob,
     SizeResult,
-    SweepResult,
-    answers,
     parse_sizes,
     run_size,
-    run_sweep,
-    sweep_jobs,
     weak_batch,
 )
+from parasol.solver.sweep.run import SweepResult, answers, run_sweep, sweep_jobs
 
 SMALL = SMALL_MOE + """search: {tp: 1, pp: [1, 2], cp: 1, ep: [1, 2], etp: 1, vpp: 1, mbs: 1, recompute: none}
 mapping: {tp: 1, pp: 2, ep: 2}

@@ -15,12 +15,13 @@ import pytest
 from ortools.sat.python import cp_model
 
 from parasol.constraints.core.base import Facts
-from parasol.constraints.core.decision_vars import DEGREES, DecisionVars, model_consts
+from parasol.constraints.core.consts import model_consts
+from parasol.constraints.core.decision_vars import DecisionVars
 from parasol.constraints.rules.user import UserRestriction, user_constraints
 from parasol.errors import InputError
 from parasol.problems.derived import derive
 from parasol.problems.loader import Problem, load_problem_text
-from parasol.problems.mapping import Mapping
+from parasol.problems.mapping import DEGREES, Mapping
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "problems"
 SEED_8192 = PROBLEMS / "deepseek-v4-pro-8192.yaml"

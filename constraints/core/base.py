@@ -9,6 +9,7 @@ from `DecisionVars` (the same quantities as integer variables). A property test 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from parasol.problems.derived import Derived
 from parasol.problems.mapping import Mapping
+from parasol.problems.megatron.stages import MegatronStage
 from parasol.problems.options import MegatronOptions
 from parasol.problems.schema import RulePack
 
@@ -46,18 +48,6 @@ class Family(StrEnum):
     feature = "feature compatibility"
     user = "user-declared"
     contract = "contract"
-
-
-class MegatronStage(StrEnum):
-    """Where Megatron-LM would raise (megatron-groups.md, 'Enforcement stages')."""
-
-    arguments = "A: argument validation (validate_args)"
-    global_vars = "G: global variables (num-microbatches calculator)"
-    process_groups = "I: process groups (initialize_model_parallel)"
-    config = "C: config objects (TransformerConfig.__post_init__)"
-    model_build = "B: model build"
-    runtime = "R: runtime (first forward/backward)"
-    not_megatron = "-: not a Megatron check (hardware, seed or user rule)"
 
 
 @dataclass(frozen=True)
@@ -197,3 +187,14 @@ class Constraint(ABC):
         binding = holds and in_force and tight and abs(slack) <= BINDING_TOLERANCE
         return Verdict(self.id, slack, self.unit, self.message(facts), self.citation, self.family,
                        self.severity, binding=binding, in_force=in_force, exact=not tight)
+
+
+def post_rules(v: DecisionVars, rules: Iterable[Constraint]) -> dict[str, cp_model.IntVar]:
+    """Post every rule into `v`'s model behind a fresh literal of its own; returns rule id -> literal.
+    The one way rules enter a CP-SAT model, shared by explain and solve."""
+    literals = {}
+    for rule in rules:
+        literal = v.model.NewBoolVar(f"rule[{rule.id}]")
+        rule.post(v.model, v, literal)
+        literals[rule.id] = literal
+    return literals

@@ -8,24 +8,17 @@ leaves every derived variable free.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from parasol.constraints.rules.deepseek_v4 import dsv4_consts
-from parasol.problems.mapping import RankOrder
-from parasol.problems.model.architecture import DSV4Attention, GQAAttention, MLAAttention
+from parasol.problems.mapping import DEGREES
 from parasol.problems.options import MegatronOptions
-from parasol.problems.schema import RECOMPUTE_MODULES
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
 
-    from parasol.constraints.core.base import Constraint, Facts
-    from parasol.problems.loader import Problem
 
-DEGREES = ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs")
 
 
 @dataclass
@@ -67,15 +60,6 @@ class DecisionVars:
         if name in degree:
             return degree[name]
         raise AttributeError(name)
-
-    def post_rules(self, rules: Iterable[Constraint]) -> dict[str, cp_model.IntVar]:
-        """Post every rule behind a fresh literal of its own; returns rule id -> literal."""
-        literals = {}
-        for rule in rules:
-            literal = self.model.NewBoolVar(f"rule[{rule.id}]")
-            rule.post(self.model, self, literal)
-            literals[rule.id] = literal
-        return literals
 
     def domain_values(self, name: str) -> list[int]:
         """The values a degree variable may take, ascending."""
@@ -192,74 +176,6 @@ class DecisionVars:
             self.model.Add(divisor * q == dividend).OnlyEnforceIf(enforce)
             return
         self.model.Add(self.times(divisor, q, f"{name}_prod") == dividend).OnlyEnforceIf(enforce)
-
-
-def _attention_consts(attention) -> dict[str, int]:  # noqa: ANN001 - Attention
-    """Heads, query groups and the width of the attention output projection's input (heads·v_dim)."""
-    heads = attention.num_heads
-    if isinstance(attention, MLAAttention):
-        return {"num_heads": heads, "num_query_groups": heads, "attn_proj_width": heads * attention.v_head_dim}
-    groups = attention.num_kv_heads if isinstance(attention, GQAAttention) else heads
-    return {"num_heads": heads, "num_query_groups": groups, "attn_proj_width": heads * attention.head_dim}
-
-
-_MODEL_CONSTS: dict[int, dict[str, int]] = {}
-
-
-def model_consts(problem: Problem) -> dict[str, int]:
-    """model_consts computed once per Problem (Python rules read them on every slack call); the entry
-    is dropped when the Problem is garbage-collected, so a reused id never sees stale numbers."""
-    key = id(problem)
-    cached = _MODEL_CONSTS.get(key)
-    if cached is None:
-        cached = _MODEL_CONSTS[key] = _compute_model_consts(problem)
-        weakref.finalize(problem, _MODEL_CONSTS.pop, key, None)
-    return dict(cached)
-
-
-def _compute_model_consts(problem: Problem) -> dict[str, int]:
-    """The problem's numbers and 0/1 flags the rules read on the CP-SAT side (the same values Python
-    reads from Facts): model sizes, attention kind, training switches, selective-recompute modules."""
-    model, training = problem.model, problem.training
-    moe, dense = model.moe, model.dense_mlp
-    consts = {
-        **_attention_consts(model.attention),
-        "num_experts": moe.num_experts if moe else 0,
-        "num_layers": model.num_layers,
-        "hidden_size": model.hidden_size,
-        "ffn_hidden_size": dense.intermediate_size if dense and (moe is None or model.first_dense_layers) else 0,
-        "expert_ffn_hidden_size": moe.expert_intermediate_size if moe else 0,
-        "shared_ffn_hidden_size": moe.shared_width if moe else 0,
-        "mtp_layers": model.mtp_layers,
-        "hc_mult": model.hc_mult,
-        "is_moe": int(moe is not None),
-        "multi_latent_attention": int(isinstance(model.attention, MLAAttention | DSV4Attention)),
-        "hybrid_model": int(isinstance(model.attention, DSV4Attention)),
-        "sequence_parallel": int(training.sequence_parallel),
-        "sequence_parallel_requested": int(sequence_parallel_requested(training)),
-        "packed_sequences": int(training.packed_sequences),
-        "capacity_factor_set": int(training.capacity_factor is not None),
-    }
-    consts |= {f"recompute_{name}": int(name in training.recompute_modules) for name in RECOMPUTE_MODULES}
-    consts |= dsv4_consts(problem)
-    return consts
-
-
-def sequence_parallel_requested(training) -> bool:  # noqa: ANN001 - Training
-    """Whether the problem itself asks for --sequence-parallel (an explicit `sequence_parallel: true`);
-    parasol's default True only means 'SP whenever TP > 1' and asks for nothing at TP 1."""
-    return training.sequence_parallel and "sequence_parallel" in training.model_fields_set
-
-
-def mapping_consts(facts: Facts) -> dict[str, int]:
-    """Numbers of one fully specified mapping's pipeline cut: its stage count, the blocks it places, and
-    whether the cut is parasol's own (an explicit layout, realised as --pipeline-model-parallel-layout)
-    rather than Megatron's even split (layout_explicit 0, also the reading when the key is absent);
-    and whether its rank order is --use-tp-pp-dp-mapping's (rank_order_dp_last)."""
-    layout = facts.derived.layout
-    return {"layout_stages": len(layout), "layout_blocks": sum(layout),
-            "layout_explicit": int(facts.mapping.layout is not None),
-            "rank_order_dp_last": int(facts.mapping.rank_order == RankOrder.dp_last)}
 
 
 def _values(var: cp_model.IntVar) -> list[int]:

@@ -29,7 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parasol.problems.mapping import Recompute
+from parasol.problems.memo import memo_table
 from parasol.problems.model.architecture import (
+    CSA_RATIO,
     Block,
     BlockKind,
     DSV4Attention,
@@ -37,16 +39,13 @@ from parasol.problems.model.architecture import (
     MLAAttention,
     ModelArchitecture,
 )
-from parasol.problems.model.params import block_params, model_memo
+from parasol.problems.model.params import block_params
 
 GEMM_FLOPS_PER_WEIGHT = 2
 """Forward FLOPs per weight per token of a matrix multiply (one multiply and one add)."""
 
 BACKWARD_TO_FORWARD = 2
 """Backward FLOPs over forward FLOPs: input gradient plus weight gradient, each the size of the forward."""
-
-CSA_RATIO = 4
-"""Compression ratio of V4's compressed sparse attention blocks (with an indexer)."""
 
 
 def mean_causal_keys(seq_len: int) -> float:
@@ -134,7 +133,7 @@ class BlockFlops:
 
 def block_flops(model: ModelArchitecture, block: Block, seq_len: int) -> BlockFlops:
     """Forward FLOPs per token of one main or MTP block (active experts only; memoised per model)."""
-    memo = model_memo("block_flops", model)
+    memo = memo_table(model, "block_flops")
     key = (block, seq_len)
     if key not in memo:
         memo[key] = _block_flops(model, block, seq_len)

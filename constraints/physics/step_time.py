@@ -53,7 +53,6 @@ from parasol.constraints.physics.comm import (
 )
 from parasol.constraints.physics.flops import (
     BACKWARD_TO_FORWARD,
-    CSA_RATIO,
     block_flops,
     hardware_flops_per_token,
     head_flops,
@@ -66,6 +65,7 @@ from parasol.hardware.calibration import StepCoefficients, coefficients_for_gpu
 from parasol.problems.derived import Derived
 from parasol.problems.mapping import Mapping, RankOrder, Recompute
 from parasol.problems.model.architecture import (
+    CSA_RATIO,
     Block,
     BlockKind,
     DSV4Attention,

@@ -11,10 +11,10 @@ from parasol.constraints.core.base import (
     Constraint,
     Facts,
     Family,
-    MegatronStage,
     is_whole,
     remainder_slack,
 )
+from parasol.problems.megatron.stages import MegatronStage
 
 
 class GbsDivisibleByMbsDp(Constraint):

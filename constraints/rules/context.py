@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from math import prod
 
-from parasol.constraints.core.base import Citation, Constraint, Facts, Family, MegatronStage, remainder_slack
+from parasol.constraints.core.base import Citation, Constraint, Facts, Family, remainder_slack
+from parasol.problems.megatron.stages import MegatronStage
 
 ARGUMENTS = "Megatron-LM megatron/training/arguments.py"
 

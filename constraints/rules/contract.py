@@ -21,7 +21,6 @@ lands on the critical path (seed 003 §2).
 from __future__ import annotations
 
 import math
-import weakref
 from abc import abstractmethod
 from collections.abc import Callable
 from itertools import product
@@ -33,6 +32,7 @@ from parasol.constraints.physics.routing_load import domain_capacity, expert_loa
 from parasol.constraints.physics.step_time import StepTime, links_for, step_time_or_none
 from parasol.problems.derived import derive
 from parasol.problems.mapping import Mapping, RankOrder, Recompute
+from parasol.problems.memo import memo_table, memoised
 from parasol.problems.model.params import model_params
 
 if TYPE_CHECKING:
@@ -56,16 +56,9 @@ def has_contract(problem: Problem) -> bool:
     return "contract" in problem.spec.model_fields_set
 
 
-_PARAMS: dict[int, int] = {}
-
-
 def total_params(problem: Problem) -> int:
     """The model's total parameters (embedding and head included, MTP excluded), counted once per Problem."""
-    key = id(problem)
-    if key not in _PARAMS:
-        _PARAMS[key] = model_params(problem.model).total
-        weakref.finalize(problem, _PARAMS.pop, key, None)
-    return _PARAMS[key]
+    return memoised(problem, "total_params", lambda: model_params(problem.model).total)
 
 
 def mapping_key(mapping: Mapping) -> str:
@@ -73,19 +66,12 @@ def mapping_key(mapping: Mapping) -> str:
     return mapping.model_dump_json()
 
 
-_STEPS: dict[int, dict[tuple, StepTime | None]] = {}
-
-
 def step_for(problem: Problem, mapping: Mapping, options: MegatronOptions | None = None) -> StepTime | None:
     """The predicted step time of `mapping` (None when it cannot be priced), cached per Problem: several
     contract rules and the contract table read it for the same mapping."""
     opts = options if options is not None else problem.spec.framework.options
-    key = id(problem)
-    if key not in _STEPS:
-        _STEPS[key] = {}
-        weakref.finalize(problem, _STEPS.pop, key, None)
     cache_key = (mapping_key(mapping), opts.model_dump_json())
-    cache = _STEPS[key]
+    cache = memo_table(problem, "step_for")
     if cache_key not in cache:
         cache[cache_key] = step_time_or_none(problem, mapping, derive(problem.model, mapping), options=opts)
     return cache[cache_key]

@@ -23,8 +23,8 @@ Modelling choices, stated once:
 - dsv4-cp-cudnn-frontend (a cuDNN Frontend build feature) and the SM90 dense-indexer-loss check read
   nothing parasol can observe and are not modelled.
 
-Problem constants the CP-SAT side reads come from decision_vars.model_consts, which merges
-`dsv4_consts(problem)` below.
+Problem constants the CP-SAT side reads (the GPU's SM, D_window, the output-projection grouping) come
+from constraints/core/consts.py.
 """
 
 from __future__ import annotations
@@ -36,11 +36,12 @@ from parasol.constraints.core.base import (
     Constraint,
     Facts,
     Family,
-    MegatronStage,
     remainder_slack,
 )
+from parasol.hardware.gpu import compute_capability
 from parasol.problems.mapping import Recompute
-from parasol.problems.model.architecture import DSV4Attention
+from parasol.problems.megatron.stages import MegatronStage
+from parasol.problems.model.architecture import DSV4Attention, window_rows
 from parasol.problems.options import MegatronOptions
 from parasol.problems.schema import RulePack
 
@@ -52,36 +53,7 @@ if TYPE_CHECKING:
 
 DEV = "Megatron-LM dev@d48bd6be "
 MAIN = "Megatron-LM main@d98e8a64 "
-CSA_RATIO = 4
-CSA_COMPRESSED_WINDOW = 8
 CUDNN_MIN_SM = 90
-
-# CUDA compute capability (major·10 + minor) by GPU-name prefix (NVIDIA "CUDA GPUs" table).
-_COMPUTE_CAPABILITY = (
-    ("A100", 80), ("A800", 80), ("H100", 90), ("H800", 90), ("H200", 90), ("H20", 90),
-    ("GB200", 100), ("B200", 100), ("GB300", 103), ("B300", 103),
-)
-
-
-def compute_capability(gpu_name: str) -> int | None:
-    """SM version of a known NVIDIA part (90 for Hopper), None when parasol cannot state it."""
-    for prefix, sm in _COMPUTE_CAPABILITY:
-        if gpu_name.upper().startswith(prefix):
-            return sm
-    return None
-
-
-def compression_window(ratio: int) -> int:
-    """d_comp of one compress ratio: 8 rows for CSA (ratio 4), the ratio itself above 1, else 0
-    (cp_utils.py:191-202)."""
-    if ratio == CSA_RATIO:
-        return CSA_COMPRESSED_WINDOW
-    return ratio if ratio > 1 else 0
-
-
-def window_rows(attention: DSV4Attention) -> int:
-    """D_window = max(csa_window_size, d_comp over every block's ratio) (cp_utils.py:191-202)."""
-    return max(attention.sliding_window, *(compression_window(r) for r in attention.compress_ratios))
 
 
 def local_rows(mbs: int, seq_len: int, cp: int) -> int:
@@ -93,18 +65,6 @@ def pattern_segments(pattern: str) -> int:
     """Pipeline segments of a --hybrid-layer-pattern: `|`-separated parts of the main pattern (before
     the first `/`, which starts the MTP sub-patterns)."""
     return pattern.split("/")[0].count("|") + 1
-
-
-def dsv4_consts(problem: Problem) -> dict[str, int]:
-    """The V4 numbers the CP-SAT side reads beyond decision_vars.model_consts (which holds the flags:
-    packed_sequences, recompute_core_attn, sequence_parallel, mtp_layers): the GPU's SM (0 when
-    unknown), D_window and the output-projection grouping."""
-    consts = {"gpu_sm": compute_capability(problem.hardware.gpu.name) or 0}
-    att = problem.model.attention
-    if isinstance(att, DSV4Attention):
-        consts |= {"dsv4_window_rows": window_rows(att), "dsv4_o_width": att.num_heads * att.head_dim,
-                   "dsv4_o_groups": att.o_groups}
-    return consts
 
 
 def forbid(model: cp_model.CpModel, enforce: cp_model.IntVar) -> None:

@@ -7,8 +7,9 @@ distributed-optimizer rules of the same yaml category live in constraints/rules/
 
 from __future__ import annotations
 
-from parasol.constraints.core.base import Citation, Constraint, Facts, Family, MegatronStage, remainder_slack
-from parasol.constraints.core.decision_vars import model_consts
+from parasol.constraints.core.base import Citation, Constraint, Facts, Family, remainder_slack
+from parasol.constraints.core.consts import model_consts
+from parasol.problems.megatron.stages import MegatronStage
 from parasol.problems.model.architecture import GQAAttention
 
 

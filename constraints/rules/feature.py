@@ -29,12 +29,12 @@ from parasol.constraints.core.base import (
     Constraint,
     Facts,
     Family,
-    MegatronStage,
     Severity,
     remainder_slack,
 )
-from parasol.constraints.core.decision_vars import model_consts
+from parasol.constraints.core.consts import model_consts
 from parasol.problems.mapping import RankOrder
+from parasol.problems.megatron.stages import MegatronStage
 from parasol.problems.options import MegatronOptions
 
 PARALLEL_STATE = "Megatron-LM megatron/core/parallel_state.py"

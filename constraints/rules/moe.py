@@ -8,9 +8,10 @@ Sources: ../shared/reference/megatron-rules.yaml (Megatron-LM main@d98e8a64) and
 
 from __future__ import annotations
 
-from parasol.constraints.core.base import Citation, Constraint, Facts, Family, MegatronStage, remainder_slack
-from parasol.constraints.core.decision_vars import model_consts
+from parasol.constraints.core.base import Citation, Constraint, Facts, Family, remainder_slack
+from parasol.constraints.core.consts import model_consts
 from parasol.constraints.rules.feature import SettingsRule
+from parasol.problems.megatron.stages import MegatronStage
 from parasol.problems.options import MegatronOptions
 
 CONFIG = "Megatron-LM megatron/core/transformer/transformer_config.py"

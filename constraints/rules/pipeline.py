@@ -35,14 +35,14 @@ from parasol.constraints.core.base import (
     Constraint,
     Facts,
     Family,
-    MegatronStage,
     Severity,
     remainder_slack,
 )
-from parasol.constraints.core.decision_vars import mapping_consts, model_consts
+from parasol.constraints.core.consts import mapping_consts, model_consts
 from parasol.constraints.rules.feature import SettingsRule
 from parasol.errors import InputError
 from parasol.problems.megatron.layout_string import ParsedLayout, parse_pipeline_layout
+from parasol.problems.megatron.stages import MegatronStage
 from parasol.problems.options import MegatronOptions
 
 BLOCK = "Megatron-LM megatron/core/transformer/transformer_block.py"

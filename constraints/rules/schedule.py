@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from itertools import product
 
-from parasol.constraints.core.base import Citation, Constraint, Facts, Family, MegatronStage
+from parasol.constraints.core.base import Citation, Constraint, Facts, Family
+from parasol.problems.megatron.stages import MegatronStage
 
 SCHEDULE_SOURCE = "Megatron-LM megatron/core/pipeline_parallel/schedules.py"
 

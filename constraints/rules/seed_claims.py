@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from parasol.constraints.core.base import Citation, Constraint, Facts, Family, MegatronStage
+from parasol.constraints.core.base import Citation, Constraint, Facts, Family
+from parasol.problems.megatron.stages import MegatronStage
 from parasol.problems.model.architecture import DSV4Attention
 from parasol.problems.schema import RulePack
 

@@ -34,9 +34,10 @@ from fractions import Fraction
 from math import floor, isfinite, lcm
 from typing import TYPE_CHECKING
 
-from parasol.constraints.core.base import Citation, Constraint, Facts, Family, MegatronStage, is_whole
+from parasol.constraints.core.base import Citation, Constraint, Facts, Family, is_whole
 from parasol.errors import InputError
 from parasol.problems.mapping import Recompute
+from parasol.problems.megatron.stages import MegatronStage
 from parasol.problems.schema import RestrictionRule
 
 if TYPE_CHECKING:

@@ -194,6 +194,25 @@ class DSV4Attention(Strict):
         return self
 
 
+CSA_RATIO = 4
+"""Compress ratio of V4's compressed sparse attention (CSA, with the indexer); 128 is HCA."""
+CSA_COMPRESSED_WINDOW = 8
+"""d_comp of CSA blocks: compressed rows a CP boundary exchange needs (cp_utils.py:191-202)."""
+
+
+def compression_window(ratio: int) -> int:
+    """d_comp of one compress ratio: 8 rows for CSA (ratio 4), the ratio itself above 1, else 0
+    (cp_utils.py:191-202)."""
+    if ratio == CSA_RATIO:
+        return CSA_COMPRESSED_WINDOW
+    return ratio if ratio > 1 else 0
+
+
+def window_rows(attention: DSV4Attention) -> int:
+    """D_window = max(csa_window_size, d_comp over every block's ratio) (cp_utils.py:191-202)."""
+    return max(attention.sliding_window, *(compression_window(r) for r in attention.compress_ratios))
+
+
 Attention = Annotated[GQAAttention | MLAAttention | DSV4Attention, Field(discriminator="kind")]
 
 

@@ -8,9 +8,9 @@ router and norms are replicated.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
+from parasol.problems.memo import memo_table
 from parasol.problems.model.architecture import (
     Activation,
     Block,
@@ -112,24 +112,9 @@ def _router_params(model: ModelArchitecture, moe: MoE, block: Block) -> int:
     return moe.num_experts * model.hidden_size + bias
 
 
-_MEMO: dict[tuple[str, int], dict] = {}
-
-
-def model_memo(kind: str, model: ModelArchitecture) -> dict:
-    """A memo table for `kind` of values computed from one model, dropped with the model (keyed by
-    identity: hashing a whole architecture on every call costs more than the values). The search
-    asks for the same blocks' parameters and FLOPs hundreds of thousands of times."""
-    key = (kind, id(model))
-    table = _MEMO.get(key)
-    if table is None:
-        table = _MEMO[key] = {}
-        weakref.finalize(model, _MEMO.pop, key, None)
-    return table
-
-
 def block_params(model: ModelArchitecture, block: Block) -> BlockParams:
     """Parameters of one main or MTP block, split by sharding class (memoised per model)."""
-    memo = model_memo("block_params", model)
+    memo = memo_table(model, "block_params")
     if block not in memo:
         memo[block] = _block_params(model, block)
     return memo[block]

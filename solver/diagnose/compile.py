@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from parasol.constraints.core.base import Constraint, Facts
-from parasol.constraints.core.decision_vars import DEGREES, DecisionVars, mapping_consts, model_consts
+from parasol.constraints.core.base import Constraint, Facts, post_rules
+from parasol.constraints.core.consts import mapping_consts, model_consts
+from parasol.constraints.core.decision_vars import DecisionVars
 from parasol.constraints.evaluate import facts_for
 from parasol.constraints.rules.capacity import MemoryFitsHBM
 from parasol.problems.derived import derive
 from parasol.problems.loader import Problem
-from parasol.problems.mapping import Mapping, Recompute
+from parasol.problems.mapping import DEGREES, Mapping, Recompute
 from parasol.problems.options import MegatronOptions
 
 RECOMPUTE_CHOICES = tuple(r.value for r in Recompute)
@@ -119,4 +120,4 @@ def compile_rules(problem: Problem, rules: Sequence[Constraint], domains: dict[s
     v.options = opts
     memory = MemoryOracle(problem, opts, gpus, run_gbs, seq_len, layout, screen)
     v.memory_fits = memory
-    return CompiledRules(model=model, vars=v, literals=v.post_rules(rules), rules=tuple(rules), memory=memory)
+    return CompiledRules(model=model, vars=v, literals=post_rules(v, rules), rules=tuple(rules), memory=memory)

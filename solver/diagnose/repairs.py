@@ -24,14 +24,13 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from parasol.constraints.core.base import Constraint, Facts, Severity
-from parasol.constraints.core.decision_vars import DEGREES
 from parasol.constraints.evaluate import evaluate
 from parasol.constraints.physics import rollout as rollout_formulas
 from parasol.constraints.rules import contract
 from parasol.constraints.rules.registry import active_constraints
 from parasol.problems.derived import derive, resolve_layout
 from parasol.problems.loader import Problem
-from parasol.problems.mapping import Mapping, Recompute
+from parasol.problems.mapping import DEGREES, Mapping, Recompute
 from parasol.problems.options import MegatronOptions
 from parasol.solver.diagnose.compile import RECOMPUTE_CHOICES, CompiledRules, compile_rules, solver
 

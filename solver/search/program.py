@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from parasol.constraints.core.base import Constraint
-from parasol.constraints.core.decision_vars import DecisionVars, model_consts
+from parasol.constraints.core.base import Constraint, post_rules
+from parasol.constraints.core.consts import model_consts
+from parasol.constraints.core.decision_vars import DecisionVars
 from parasol.constraints.evaluate import evaluate
 from parasol.constraints.rules.registry import active_constraints
 from parasol.problems.loader import Problem
@@ -92,7 +93,7 @@ def _post_rules(model: cp_model.CpModel, problem: Problem, rows: tuple[Row, ...]
         model.Add(v.degree[name] == sum(getattr(rows[i], name) * y for i, y in steps))
     for opt, flag in v.recompute.items():
         model.Add(flag == sum(y for i, y in steps if rows[i].recompute == opt))
-    literals = v.post_rules(rules)
+    literals = post_rules(v, rules)
     for literal in literals.values():
         model.Add(literal == 1)
     return literals

@@ -1,0 +1,137 @@
+"""The launch command's flags as Megatron's argparse reads them (the last value wins), typed getters
+that name the flag on a bad value, and what the flag readers share (notes, warnings)."""
+
+from __future__ import annotations
+
+from parasol.errors import InputError
+from parasol.problems.megatron.shell import placeholder, shown, unresolved_names
+
+ARGS = "Megatron-LM megatron/training/arguments.py"
+CONFIG = "Megatron-LM megatron/core/transformer/transformer_config.py"
+
+
+class Flags:
+    """The command's flags as argparse sees them; the flags no mapper reads are 'not modelled'."""
+
+    def __init__(self, words: tuple[str, ...]) -> None:
+        self.values: dict[str, tuple[str, ...]] = {}
+        self.history: dict[str, list[tuple[str, ...]]] = {}
+        self.stray: list[str] = []
+        self.used: set[str] = set()
+        name: str | None = None
+        for word in words:
+            if word == "--":
+                continue
+            if word.startswith("--"):
+                name, eq, value = word.partition("=")
+                self.values.pop(name, None)
+                self.values[name] = (value,) if eq else ()
+                self.history.setdefault(name, []).append(self.values[name])
+            elif name is None:
+                self.stray.append(word)
+            else:
+                self.values[name] += (word,)
+                self.history[name][-1] = self.values[name]
+
+    def given(self, name: str) -> bool:
+        """Whether the flag appears (does not count as reading it)."""
+        return name in self.values
+
+    def _read(self, name: str) -> tuple[str, ...] | None:
+        """The flag's words, marking it read; unresolved shell variables are an error here."""
+        if name not in self.values:
+            return None
+        self.used.add(name)
+        values = self.values[name]
+        names = [n for v in values for n in unresolved_names(v)]
+        if names:
+            listed = ", ".join(shown(placeholder(n)) for n in names)
+            raise InputError(
+                f"{name} takes its value from shell variable(s) {listed}, which parasol cannot resolve.",
+                field=name, fix="assign the variable in the script (NAME=value) or write the value into "
+                                "the launch line.",
+            )
+        return values
+
+    def switch(self, name: str) -> bool:
+        """A store_true flag: present or not; a value after it is an error."""
+        values = self._read(name)
+        if values:
+            raise flag_error(name, " ".join(values), "no value (it is an on/off switch)",
+                       f"remove {values[0]!r} after {name}, or check for a missing flag name before it.")
+        return values is not None
+
+    def one(self, name: str) -> str | None:
+        """The single value of a flag."""
+        values = self._read(name)
+        if values is None:
+            return None
+        if len(values) != 1:
+            raise flag_error(name, " ".join(values) or None, "exactly one value",
+                       f"give one value after {name}, e.g. `{name} 8`.")
+        return values[0]
+
+    def integer(self, name: str, minimum: int = 1) -> int | None:
+        """A whole-number flag, at least `minimum`."""
+        text = self.one(name)
+        if text is None:
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            raise flag_error(name, text, f"a whole number >= {minimum}") from None
+        if value < minimum:
+            raise flag_error(name, text, f"a whole number >= {minimum}")
+        return value
+
+    def number(self, name: str) -> float | None:
+        """A real-number flag."""
+        text = self.one(name)
+        if text is None:
+            return None
+        try:
+            return float(text)
+        except ValueError:
+            raise flag_error(name, text, "a number, e.g. 1.25") from None
+
+    def choice(self, name: str, choices: tuple[str, ...]) -> str | None:
+        """A flag with a fixed set of values (Megatron's argparse `choices`)."""
+        text = self.one(name)
+        if text is not None and text not in choices:
+            raise flag_error(name, text, "one of " + ", ".join(choices))
+        return text
+
+    def words(self, name: str) -> tuple[str, ...] | None:
+        """A flag taking one or more values (argparse nargs='+')."""
+        values = self._read(name)
+        if values is not None and not values:
+            raise flag_error(name, None, "one or more values", f"give the values after {name}.")
+        return values
+
+    def take_given(self, names: tuple[str, ...]) -> list[str]:
+        """Mark the given flags among `names` as read; return them as `flag value` texts."""
+        taken = [name for name in self.values if name in names]
+        self.used.update(taken)
+        return [" ".join((name, *map(shown, self.values[name]))) for name in taken]
+
+    def unused(self) -> list[str]:
+        """Notes for the flags no mapper read, in launch-line order."""
+        notes = []
+        for name, values in self.values.items():
+            if name in self.used:
+                continue
+            text = shown(" ".join(values))
+            notes.append(f"not modelled: {name}" + (f" {text}" if text else ""))
+        return notes
+
+    def repeat_notes(self) -> list[str]:
+        """Flags given more than once with different values (argparse keeps the last)."""
+        return [f"{name} is given {len(seen)} times with different values; Megatron keeps the last "
+                f"({shown(' '.join(self.values[name]))})"
+                for name, seen in self.history.items() if len(set(seen)) > 1]
+
+
+def flag_error(flag: str, value: str | None, expected: str, fix: str | None = None) -> InputError:
+    """The error for a malformed flag value."""
+    return InputError(f"Cannot read {flag} in the launch line.", field=flag, value=value, expected=expected,
+                      fix=fix or f"correct the value after {flag}.")

@@ -1,0 +1,227 @@
+"""The model a launch line describes: Megatron's model flags read with Megatron's defaults, or compared
+with a problem file's model."""
+
+from __future__ import annotations
+
+from parasol.errors import InputError
+from parasol.problems.megatron.context import Context, LaunchWarning
+from parasol.problems.megatron.flags import Flags
+from parasol.problems.megatron.patterns import leading_dense, moe_pattern, parse_layer_freq
+from parasol.problems.megatron.stages import MegatronStage
+from parasol.problems.model.architecture import (
+    BlockKind,
+    DSV4Attention,
+    ModelArchitecture,
+    architecture_from_dict,
+)
+
+ARGS = "Megatron-LM megatron/training/arguments.py"
+CONFIG = "Megatron-LM megatron/core/transformer/transformer_config.py"
+
+
+_REQUIRED_MODEL = ("--num-layers", "--hidden-size", "--num-attention-heads")
+MODEL_FLAGS = (
+    *_REQUIRED_MODEL, "--ffn-hidden-size", "--kv-channels", "--group-query-attention", "--num-query-groups",
+    "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
+    "--moe-layer-freq", "--moe-router-enable-expert-bias", "--multi-latent-attention", "--q-lora-rank",
+    "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--qk-layernorm", "--swiglu",
+    "--squared-relu", "--quick-geglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights",
+    "--normalization", "--padded-vocab-size", "--vocab-size", "--make-vocab-size-divisible-by",
+    "--mtp-num-layers", "--max-position-embeddings", "--position-embedding-type",
+)
+"""Flags that describe the model; with a problem file they are compared with its model, not used."""
+DEFAULT_VOCAB = 50257
+
+
+def activation_flag(f: Flags) -> str:
+    """MLP activation: --swiglu, --squared-relu, --quick-geglu, else GeLU (arguments.py:2444-2455)."""
+    if f.switch("--swiglu"):
+        return "swiglu"
+    if f.switch("--squared-relu"):
+        return "squared_relu"
+    if f.switch("--quick-geglu"):
+        return "geglu"
+    return "gelu"
+
+
+def _ffn_size(f: Flags, hidden: int, activation: str) -> int:
+    """--ffn-hidden-size, default 4h, or int(8h/3 /64)·64 with SwiGLU (arguments.py:1320-1329)."""
+    given = f.integer("--ffn-hidden-size")
+    if given is not None:
+        return given
+    return int((4 * hidden * 2 / 3) / 64) * 64 if activation == "swiglu" else 4 * hidden
+
+
+def _vocab(c: Context, tp: int) -> int:
+    """--padded-vocab-size, else --vocab-size padded to a multiple of 128·TP (build_tokenizer.py:133-146)."""
+    f = c.flags
+    padded = f.integer("--padded-vocab-size")
+    if padded is not None:
+        return padded
+    divisible = f.integer("--make-vocab-size-divisible-by") or 128
+    vocab = f.integer("--vocab-size")
+    if vocab is None:
+        vocab = DEFAULT_VOCAB
+    if not f.given("--vocab-size") and c.reference is None:
+        c.warnings.append(LaunchWarning(
+            "--vocab-size", f"no --padded-vocab-size or --vocab-size: assumed the GPT-2 BPE vocabulary "
+            f"({DEFAULT_VOCAB:,} tokens) that Megatron's default tokenizer uses; pass the real size",
+            "Megatron-LM megatron/core/tokenizers/utils/build_tokenizer.py:133-152", MegatronStage.not_megatron))
+    multiple = divisible * tp
+    return -(-vocab // multiple) * multiple
+
+
+def _attention(c: Context, hidden: int, heads: int) -> dict:
+    """GQA/MHA or MLA from the attention flags, with Megatron's defaults."""
+    f = c.flags
+    if f.switch("--multi-latent-attention"):
+        if f.given("--group-query-attention"):
+            c.notes.append("--group-query-attention with --multi-latent-attention: Megatron rejects the "
+                           "pair (rule mla-excludes-gqa); parasol used MLA")
+        q_rank = f.integer("--q-lora-rank")
+        return {"kind": "mla", "num_heads": heads, "q_lora_rank": q_rank,
+                "kv_lora_rank": f.integer("--kv-lora-rank") or 32,
+                "qk_nope_head_dim": f.integer("--qk-head-dim") or 128,
+                "qk_rope_head_dim": f.integer("--qk-pos-emb-head-dim") or 64,
+                "v_head_dim": f.integer("--v-head-dim") or 128}
+    groups = f.integer("--num-query-groups")
+    kv_heads = heads
+    if f.switch("--group-query-attention"):
+        kv_heads = groups or 1
+    elif groups is not None:
+        c.notes.append("--num-query-groups without --group-query-attention: Megatron ignores it "
+                       "(argument_utils.py:330-333) and uses one KV head per query head")
+    head_dim = f.integer("--kv-channels")
+    if head_dim is None:
+        if hidden % heads:
+            raise InputError(
+                f"--hidden-size {hidden} is not a multiple of --num-attention-heads {heads} and "
+                "--kv-channels is not given (rule hidden-divisible-by-heads, arguments.py:1331-1333).",
+                field="--kv-channels", fix="pass --kv-channels (the head dimension).")
+        head_dim = hidden // heads
+    return {"kind": "gqa", "num_heads": heads, "num_kv_heads": kv_heads, "head_dim": head_dim,
+            "qk_norm": f.switch("--qk-layernorm"), "bias": not f.given("--disable-bias-linear")}
+
+
+def _blocks_mlp(c: Context, num_layers: int) -> list[int]:
+    """MoE (1) / dense (0) per block, from the hybrid pattern or --moe-layer-freq."""
+    if c.pattern is not None:
+        return [1 if k is BlockKind.moe else 0 for k in c.pattern.mlp]
+    text = c.flags.one("--moe-layer-freq")
+    freq = parse_layer_freq(text) if text is not None else 1
+    return moe_pattern(freq, num_layers)
+
+
+def _moe(c: Context, hidden: int, ffn: int, activation: str, num_layers: int) -> tuple[dict | None, int]:
+    """The MoE section and the number of leading dense blocks."""
+    f = c.flags
+    experts = f.integer("--num-experts", minimum=0)
+    if not experts:
+        return None, 0
+    shared = f.integer("--moe-shared-expert-intermediate-size")
+    moe = {"num_experts": experts, "top_k": f.integer("--moe-router-topk") or 2,
+           "expert_intermediate_size": f.integer("--moe-ffn-hidden-size") or ffn,
+           "num_shared_experts": 1 if shared else 0, "shared_intermediate_size": shared,
+           "activation": activation, "router_bias": f.switch("--moe-router-enable-expert-bias")}
+    flag = "--hybrid-layer-pattern" if c.pattern is not None else "--moe-layer-freq"
+    return moe, leading_dense(_blocks_mlp(c, num_layers), flag)
+
+
+def _max_positions(c: Context) -> int | None:
+    """--max-position-embeddings (required by Megatron, arguments.py:1314-1317); --seq-length stands in."""
+    f = c.flags
+    given = f.integer("--max-position-embeddings")
+    if given is None and f.given("--seq-length"):
+        c.notes.append("--max-position-embeddings is missing (Megatron requires it); parasol used --seq-length")
+        return f.integer("--seq-length")
+    return given
+
+
+def model_gaps(c: Context) -> str | None:
+    """Why the line does not describe a model parasol can build, or None when it does."""
+    f = c.flags
+    if c.pattern is not None and c.pattern.dsv4:
+        return ("the hybrid pattern uses DeepSeek-V4 attention (C/H/W), whose dimensions (o_groups, "
+                "indexer, mHC) are not launch flags parasol reads")
+    needed = [n for n in _REQUIRED_MODEL if not f.given(n) and not (n == "--num-layers" and c.pattern)]
+    if len(needed) == len(_REQUIRED_MODEL):
+        return "the launch line has no model flags (" + ", ".join(_REQUIRED_MODEL) + ")"
+    if needed:
+        return "the launch line lacks " + ", ".join(needed)
+    return None
+
+
+def model_from_flags(c: Context, tp: int) -> ModelArchitecture | None:
+    """The architecture the flags describe, with Megatron's defaults (None when flags are missing)."""
+    f = c.flags
+    hidden = f.integer("--hidden-size")
+    heads = f.integer("--num-attention-heads")
+    layers = f.integer("--num-layers")
+    if c.pattern is not None:
+        if layers is not None and layers != len(c.pattern.mlp):
+            c.notes.append(f"--num-layers {layers} differs from the {len(c.pattern.mlp)} blocks of "
+                           "--hybrid-layer-pattern; Megatron derives the layers from the pattern")
+        layers = len(c.pattern.mlp)
+    assert hidden is not None and heads is not None and layers is not None
+    activation = activation_flag(f)
+    ffn = _ffn_size(f, hidden, activation)
+    bias = not f.switch("--disable-bias-linear")
+    moe, first_dense = _moe(c, hidden, ffn, activation, layers)
+    position = f.choice("--position-embedding-type", ("learned_absolute", "rope", "yarn", "mrope", "relative", "none"))
+    max_positions = _max_positions(c)
+    learned = position in (None, "learned_absolute")
+    if learned and max_positions is None:
+        raise InputError("Learned absolute position embeddings (Megatron's default) need "
+                         "--max-position-embeddings.", field="--max-position-embeddings",
+                         fix="pass --max-position-embeddings, or --position-embedding-type rope.")
+    mtp = f.integer("--mtp-num-layers", minimum=0) or 0
+    if c.pattern is not None and c.pattern.mtp_depth and not mtp:
+        mtp = c.pattern.mtp_depth
+    data = {
+        "name": "megatron-args",
+        "hidden_size": hidden,
+        "vocab_size": _vocab(c, tp),
+        "num_layers": layers,
+        "attention": _attention(c, hidden, heads),
+        "dense_mlp": {"intermediate_size": ffn, "activation": activation, "bias": bias}
+        if moe is None or first_dense else None,
+        "moe": moe,
+        "first_dense_layers": first_dense,
+        "norm": {"RMSNorm": "rmsnorm", "LayerNorm": "layernorm"}[
+            f.choice("--normalization", ("LayerNorm", "RMSNorm")) or "LayerNorm"],
+        "tied_embeddings": not f.switch("--untie-embeddings-and-output-weights"),
+        "learned_position_embeddings": max_positions if learned and max_positions else 0,
+        "mtp_layers": mtp,
+        "max_context": max_positions,
+        "notes": "built from a Megatron-LM launch line",
+    }
+    return architecture_from_dict(data, where="model from --megatron-args")
+
+
+def compare_reference(c: Context) -> None:
+    """Notes where the launch line's model flags disagree with the problem's model (which is used)."""
+    ref, f = c.reference, c.flags
+    assert ref is not None
+    checks: dict[str, int | None] = {
+        "--num-layers": ref.num_layers, "--hidden-size": ref.hidden_size,
+        "--num-attention-heads": ref.attention.num_heads,
+        "--num-experts": ref.moe.num_experts if ref.moe else 0,
+        "--moe-router-topk": ref.moe.top_k if ref.moe else None,
+        "--mtp-num-layers": ref.mtp_layers,
+    }
+    for flag, expected in checks.items():
+        value = f.integer(flag, minimum=0) if f.given(flag) else None
+        if value is not None and expected is not None and value != expected:
+            c.notes.append(f"{flag} {value} differs from the problem's model ({ref.name}: {expected}); "
+                           "the problem's model is used")
+    freq = f.one("--moe-layer-freq")
+    if freq is not None and ref.moe is not None and c.pattern is None:
+        pattern = moe_pattern(parse_layer_freq(freq), ref.num_layers)
+        if pattern != [b.mlp is BlockKind.moe for b in ref.blocks]:
+            c.notes.append("--moe-layer-freq differs from the problem model's dense/MoE blocks; the problem's "
+                           "model is used")
+    if c.pattern is not None and isinstance(ref.attention, DSV4Attention):
+        ratios = tuple(ref.attention.compress_ratios[:ref.num_layers])
+        if c.pattern.dsv4 and tuple(c.pattern.ratios) != ratios:
+            c.notes.append("--hybrid-layer-pattern's C/H/W sequence differs from the problem model's "
+                           "compress ratios; the problem's model is used")

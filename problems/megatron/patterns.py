@@ -1,0 +1,196 @@
+"""Megatron's model-structure strings read without eval: --moe-layer-freq list expressions and
+--hybrid-layer-pattern symbols."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from parasol.errors import InputError
+from parasol.problems.megatron.flags import flag_error
+from parasol.problems.model.architecture import (
+    BlockKind,
+)
+
+ARGS = "Megatron-LM megatron/training/arguments.py"
+CONFIG = "Megatron-LM megatron/core/transformer/transformer_config.py"
+
+
+MAX_LAYERS = 100_000
+
+
+class ListExpr:
+    """Recursive-descent reader of Megatron's list form: ints, [..], (..), + and * (arguments.py:245-253)."""
+
+    def __init__(self, text: str, flag: str) -> None:
+        self.text, self.flag, self.pos = text, flag, 0
+
+    def fail(self, why: str) -> InputError:
+        """The error naming the flag, the text and where reading stopped."""
+        return flag_error(self.flag, self.text, "a whole number or a list expression such as ([0]*3+[1]*58)",
+                    f"{why} (position {self.pos + 1}); Megatron accepts only digits, [ ] ( ) , + and *.")
+
+    def peek(self) -> str:
+        """The next character ('' at the end)."""
+        return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def take(self, ch: str) -> None:
+        """Consume `ch` or fail."""
+        if self.peek() != ch:
+            raise self.fail(f"expected {ch!r}")
+        self.pos += 1
+
+    def parse(self) -> int | list[int]:
+        """The whole expression."""
+        value = self.expr()
+        if self.pos != len(self.text):
+            raise self.fail(f"unexpected {self.peek()!r}")
+        return value
+
+    def expr(self) -> int | list[int]:
+        """term ('+' term)*: numbers add, lists concatenate."""
+        value = self.term()
+        while self.peek() == "+":
+            self.pos += 1
+            right = self.term()
+            if isinstance(value, list) != isinstance(right, list):
+                raise self.fail("cannot add a list and a number")
+            value = value + right  # type: ignore[operator]
+        return value
+
+    def term(self) -> int | list[int]:
+        """factor ('*' factor)*: numbers multiply, a list repeats (at most MAX_LAYERS entries)."""
+        value = self.factor()
+        while self.peek() == "*":
+            self.pos += 1
+            right = self.factor()
+            if isinstance(value, list) and isinstance(right, list):
+                raise self.fail("cannot multiply two lists")
+            lists = [x for x in (value, right) if isinstance(x, list)]
+            if lists and len(lists[0]) * (right if isinstance(value, list) else value) > MAX_LAYERS:
+                raise self.fail(f"the list would exceed {MAX_LAYERS:,} layers")
+            value = value * right  # type: ignore[operator]
+        return value
+
+    def factor(self) -> int | list[int]:
+        """A number, a [list] or a (parenthesised expression)."""
+        ch = self.peek()
+        if ch.isdigit():
+            start = self.pos
+            while self.peek().isdigit():
+                self.pos += 1
+            return int(self.text[start:self.pos])
+        if ch == "(":
+            self.pos += 1
+            value = self.expr()
+            self.take(")")
+            return value
+        if ch == "[":
+            self.pos += 1
+            items: list[int] = []
+            while self.peek() != "]":
+                item = self.expr()
+                if isinstance(item, list):
+                    raise self.fail("nested lists are not layer patterns")
+                items.append(item)
+                if self.peek() == ",":
+                    self.pos += 1
+                elif self.peek() != "]":
+                    raise self.fail("expected ',' or ']'")
+            self.pos += 1
+            return items
+        raise self.fail(f"unexpected {ch!r}" if ch else "the expression ends early")
+
+
+def parse_layer_freq(text: str, flag: str = "--moe-layer-freq") -> int | list[int]:
+    """`--moe-layer-freq`: an int N (an MoE layer every N layers) or a list of 0/1 per layer."""
+    value = ListExpr(text, flag).parse()
+    if isinstance(value, int):
+        if value < 1:
+            raise flag_error(flag, text, "a whole number >= 1")
+        return value
+    if not value or any(v not in (0, 1) for v in value):
+        raise flag_error(flag, text, "a list of 0 (dense) and 1 (MoE), one per layer")
+    return value
+
+
+def moe_pattern(freq: int | list[int], num_layers: int, flag: str = "--moe-layer-freq") -> list[int]:
+    """MoE (1) / dense (0) per layer: `i % N == 0` for an int (gpt_layer_specs.py:643-660)."""
+    if isinstance(freq, int):
+        return [1 if i % freq == 0 else 0 for i in range(num_layers)]
+    if len(freq) != num_layers:
+        raise InputError(
+            f"Invalid length of moe_layer_pattern: {len(freq)}, expected {num_layers} (rule "
+            "moe-layer-freq-list-length, Megatron-LM megatron/core/models/gpt/gpt_layer_specs.py:643-660).",
+            field=flag, value=len(freq), expected=f"one entry per layer ({num_layers})",
+            fix="give one 0/1 per --num-layers layer.",
+        )
+    return freq
+
+
+def leading_dense(pattern: list[int], flag: str) -> int:
+    """Dense blocks before the MoE blocks; parasol models 'first k dense, then MoE' only."""
+    k = pattern.index(1) if 1 in pattern else len(pattern)
+    if any(v == 0 for v in pattern[k:]):
+        raise InputError(
+            "The launch line interleaves dense and MoE layers; parasol models leading dense layers "
+            "followed by MoE layers only.", field=flag, value="".join(map(str, pattern)),
+            expected="a pattern like ([0]*3+[1]*58)",
+            fix="describe the model in a problem file, or use a leading-dense pattern.",
+        )
+    return k
+
+
+_ATTENTION = {"*": None, "D": None, "C": 4, "H": 128, "W": 0}
+_MLP = {"-": BlockKind.dense, "E": BlockKind.moe}
+_DSV4 = {"C", "H", "W"}
+
+
+@dataclass(frozen=True)
+class HybridPattern:
+    """Blocks of a hybrid pattern: one per attention symbol with the MLP symbol that follows it
+    (dev@d48bd6be hybrid_layer_allocation.py Symbols: C CSA ratio 4, H HCA ratio 128, W window 0)."""
+
+    segments: tuple[int, ...]
+    mlp: tuple[BlockKind, ...]
+    ratios: tuple[int | None, ...]
+    mtp_depth: int
+
+    @property
+    def dsv4(self) -> bool:
+        """Whether any block uses DeepSeek-V4 attention (C, H or W)."""
+        return any(r is not None for r in self.ratios)
+
+
+def parse_hybrid_pattern(text: str, flag: str = "--hybrid-layer-pattern") -> HybridPattern:
+    """Blocks per `|` segment, each block an attention symbol followed by its MLP symbol."""
+    main, *mtp = text.split("/")
+    segments, mlp, ratios = [], [], []
+    for segment in main.split("|"):
+        count, open_block = 0, False
+        for ch in segment:
+            if ch in _ATTENTION:
+                if open_block:
+                    raise hybrid_error(flag, text, "an attention layer without an MLP layer after it")
+                ratios.append(_ATTENTION[ch])
+                count, open_block = count + 1, True
+            elif ch in _MLP:
+                if not open_block:
+                    raise hybrid_error(flag, text, "an MLP layer without an attention layer before it "
+                                                    "in the same segment")
+                mlp.append(_MLP[ch])
+                open_block = False
+            else:
+                raise hybrid_error(flag, text, f"the symbol {ch!r} (parasol models * D C H W attention "
+                                                "and - E MLP layers; Mamba/GDN are not modelled)")
+        if open_block:
+            raise hybrid_error(flag, text, "a segment that ends between a block's attention and its MLP")
+        segments.append(count)
+    return HybridPattern(tuple(segments), tuple(mlp), tuple(ratios), len(mtp))
+
+
+def hybrid_error(flag: str, text: str, what: str) -> InputError:
+    """The error for a hybrid pattern parasol cannot read as transformer blocks."""
+    return InputError(f"Cannot read {flag}: it has {what}.", field=flag, value=text,
+                      expected="attention+MLP pairs such as CE|HE|WE, '|' between pipeline segments",
+                      fix="give parasol whole transformer blocks per segment, or describe the layout "
+                          "with --pipeline-model-parallel-layout.")

@@ -1,0 +1,31 @@
+"""Memo tables tied to one object's lifetime: values computed from a model or a problem once, keyed by
+the object's identity (hashing a whole architecture or problem on every call costs more than the
+values) and dropped when the object is collected, so a reused id never sees stale values."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+_TABLES: dict[tuple[str, int], dict] = {}
+
+
+def memo_table(owner: object, kind: str) -> dict:
+    """The memo table for values of `kind` computed from `owner` (created empty on first use)."""
+    key = (kind, id(owner))
+    table = _TABLES.get(key)
+    if table is None:
+        table = _TABLES[key] = {}
+        weakref.finalize(owner, _TABLES.pop, key, None)
+    return table
+
+
+def memoised(owner: object, kind: str, build: Callable[[], T]) -> T:
+    """The one value of `kind` for `owner`, built on first use."""
+    table = memo_table(owner, kind)
+    if kind not in table:
+        table[kind] = build()
+    return table[kind]
