@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from parasol.constraints.physics.step_time import BREAKDOWN_KINDS, StepTime, step_time
+from parasol.constraints.physics.pricing import BREAKDOWN_KINDS
+from parasol.constraints.physics.step_time import StepTime, step_time
 from parasol.hardware.calibration import read_runs
 from parasol.problems.derived import derive
 from parasol.problems.loader import load_problem

@@ -6,6 +6,7 @@ divide exactly is reported as a Fraction so that the rule that fails can say by 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -129,6 +130,13 @@ def stage_layer_totals(layout: tuple[int, ...], pp: int) -> tuple[int, ...]:
     for k, n in enumerate(layout):
         totals[stage_of_virtual(k, pp)] += n
     return tuple(totals)
+
+
+def interleaved_even_layout(rank_totals: Sequence[int], vpp: int) -> tuple[int, ...]:
+    """The virtual-stage layout in which every pipeline rank splits its blocks evenly over its VPP
+    virtual stages (Megatron's cut when only per-rank counts are given; totals divisible by VPP)."""
+    pp = len(rank_totals)
+    return tuple(rank_totals[stage_of_virtual(k, pp)] // vpp for k in range(pp * vpp))
 
 
 def derive(model: ModelArchitecture, mapping: Mapping) -> Derived:

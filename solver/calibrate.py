@@ -25,14 +25,9 @@ import numpy as np
 from scipy.optimize import least_squares
 from scipy.stats import spearmanr
 
-from parasol.constraints.physics.step_time import (
-    BF16_BYTES,
-    StepSettings,
-    Workload,
-    batch,
-    build_workload,
-    price,
-)
+from parasol.constraints.physics.dtypes import BF16_BYTES
+from parasol.constraints.physics.pricing import batch, price
+from parasol.constraints.physics.workload import StepSettings, Workload, build_workload
 from parasol.errors import InputError, ParasolError
 from parasol.hardware.calibration import (
     GPU_PRESETS,

@@ -27,7 +27,7 @@ import click
 import parasol.problems
 from parasol.errors import ParasolError, one_paragraph
 from parasol.problems.loader import Problem, load_problem
-from parasol.problems.mapping import Mapping
+from parasol.problems.mapping import DEGREES, Mapping
 from parasol.problems.megatron.layout_string import run_length
 from parasol.solver.outputs.emit import COMPARED_FIELDS
 from parasol.solver.outputs.writers import write_launch_files
@@ -86,7 +86,7 @@ def front_markdown(problem: Problem, data: dict) -> str:
     ]
     for k, entry in enumerate(data["mappings"], start=1):
         m, metrics = entry["mapping"], entry["metrics"]
-        degrees = " | ".join(str(m[key]) for key in ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "recompute"))
+        degrees = " | ".join(str(m[key]) for key in (*DEGREES, "recompute"))
         lines.append(f"| {k} | {entry['pareto_rank']} | {degrees} | {run_length(m['layout'])} | "
                      f"{_cell(metrics.get('step_time_s'), '.3f')} | {_cell(metrics.get('tokens_per_s_per_gpu'), ',.0f')} | "
                      f"{_cell(metrics.get('mfu'), '.1%')} | {_cell(metrics.get('peak_memory_gb'), '.2f')} |")

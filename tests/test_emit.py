@@ -17,6 +17,7 @@ from inline_problems import SMALL_MOE
 
 from parasol.constraints.physics.step_time import CalibratedStageTimes
 from parasol.errors import InputError
+from parasol.problems.derived import interleaved_even_layout, stage_layer_totals
 from parasol.problems.loader import Problem, load_problem, load_problem_text
 from parasol.problems.mapping import Mapping
 from parasol.problems.mapping_input import build_mapping
@@ -30,7 +31,6 @@ from parasol.solver.outputs.emit import (
     layout_stages,
     layout_string,
     megatron_args,
-    rank_totals,
     round_trip,
 )
 from parasol.solver.outputs.writers import host_order_text
@@ -232,8 +232,10 @@ def test_options_fixing_the_mechanism_are_kept(small: Problem) -> None:
 
 
 def test_rank_totals() -> None:
-    """Virtual stage k runs on pipeline rank k % PP (megatron-groups.md §2.3)."""
-    assert rank_totals((3, 4, 4, 4, 3, 4, 4, 4), 4) == [6, 8, 8, 8]
+    """Virtual stage k runs on pipeline rank k % PP (megatron-groups.md §2.3); a rank's even split over its
+    virtual stages gives the layout back."""
+    assert stage_layer_totals((3, 4, 4, 4, 3, 4, 4, 4), 4) == (6, 8, 8, 8)
+    assert interleaved_even_layout((6, 8, 8, 8), 2) == (3, 4, 4, 4, 3, 4, 4, 4)
 
 
 def test_host_order_for_seed_a(v4: Problem) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from parasol.constraints.physics.step_time import links_for
+from parasol.constraints.physics.exchanges import links_for
 from parasol.problems.loader import load_problem, load_problem_text
 from parasol.problems.mapping import Mapping, RankOrder
 from parasol.problems.rank_groups import dense_sizes, groups, order_of, placements

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from parasol.constraints.physics.step_time import build_workload, network_bytes_per_step
+from parasol.constraints.physics.workload import build_workload, network_bytes_per_step
 from parasol.problems.derived import derive
 from parasol.problems.loader import load_problem, load_problem_text
 from parasol.problems.mapping import Mapping

@@ -32,15 +32,10 @@ from parasol.constraints.physics.flops import (
     model_flops_per_token,
 )
 from parasol.constraints.physics.memory import block_kind, stage_block_ranges
-from parasol.constraints.physics.step_time import (
-    BREAKDOWN_KINDS,
-    CalibratedStageTimes,
-    StepSettings,
-    pipeline_seconds,
-    settings_for,
-    step_time,
-    step_time_or_none,
-)
+from parasol.constraints.physics.pricing import BREAKDOWN_KINDS
+from parasol.constraints.physics.schedule import pipeline_seconds
+from parasol.constraints.physics.step_time import CalibratedStageTimes, step_time, step_time_or_none
+from parasol.constraints.physics.workload import StepSettings, settings_for
 from parasol.errors import InputError
 from parasol.hardware.calibration import StepCoefficients, coefficients_for_gpu
 from parasol.hardware.topology import Level

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from parasol.constraints.physics.dtypes import BF16_BYTES, FP32_BYTES
 from parasol.problems.mapping import Recompute
 from parasol.problems.model.architecture import (
     Block,
@@ -20,9 +21,6 @@ from parasol.problems.model.architecture import (
     MLAAttention,
     ModelArchitecture,
 )
-
-BF16 = 2
-FP32 = 4
 
 
 @dataclass(frozen=True)
@@ -50,27 +48,27 @@ def _attention_bytes(model: ModelArchitecture, block: Block, ctx: ActivationCont
     h = model.hidden_size
     att = model.attention
     hs = h / ctx.sp_split
-    norm_in = BF16 * hs * model.hc_mult
-    proj_in = 0.0 if ctx.drops("layernorm") else BF16 * hs
+    norm_in = BF16_BYTES * hs * model.hc_mult
+    proj_in = 0.0 if ctx.drops("layernorm") else BF16_BYTES * hs
     if isinstance(att, GQAAttention):
         kv_heads = max(att.num_kv_heads / ctx.tp, 1)
-        qkv = BF16 * (att.num_heads / ctx.tp + 2 * kv_heads) * att.head_dim
-        out = BF16 * att.num_heads * att.head_dim / ctx.tp + FP32 * att.num_heads / ctx.tp
+        qkv = BF16_BYTES * (att.num_heads / ctx.tp + 2 * kv_heads) * att.head_dim
+        out = BF16_BYTES * att.num_heads * att.head_dim / ctx.tp + FP32_BYTES * att.num_heads / ctx.tp
         return norm_in + proj_in + qkv + out
     if isinstance(att, MLAAttention):
         heads = att.num_heads / ctx.tp
-        lora = BF16 * ((att.q_lora_rank or 0) + att.kv_lora_rank + att.qk_rope_head_dim)
-        up = 0.0 if ctx.drops("mla_up_proj") else BF16 * heads * (2 * att.head_dim + att.v_head_dim)
-        out = BF16 * heads * att.v_head_dim + FP32 * heads
+        lora = BF16_BYTES * ((att.q_lora_rank or 0) + att.kv_lora_rank + att.qk_rope_head_dim)
+        up = 0.0 if ctx.drops("mla_up_proj") else BF16_BYTES * heads * (2 * att.head_dim + att.v_head_dim)
+        out = BF16_BYTES * heads * att.v_head_dim + FP32_BYTES * heads
         return norm_in + proj_in + lora + up + out
     assert isinstance(att, DSV4Attention)
     heads = att.num_heads / ctx.tp
     ratio = block.compress_ratio or 0
-    lora = BF16 * (att.q_lora_rank + att.o_groups * att.o_lora_rank)
-    q = BF16 * heads * att.head_dim
-    kv = BF16 * att.num_kv_heads * att.head_dim * (1 + (1 / ratio if ratio else 0))
-    indexer = (BF16 * att.index_n_heads * att.index_head_dim + FP32 * att.index_topk) if ratio == 4 else 0.0
-    out = BF16 * heads * att.head_dim + FP32 * heads
+    lora = BF16_BYTES * (att.q_lora_rank + att.o_groups * att.o_lora_rank)
+    q = BF16_BYTES * heads * att.head_dim
+    kv = BF16_BYTES * att.num_kv_heads * att.head_dim * (1 + (1 / ratio if ratio else 0))
+    indexer = (BF16_BYTES * att.index_n_heads * att.index_head_dim + FP32_BYTES * att.index_topk) if ratio == 4 else 0.0
+    out = BF16_BYTES * heads * att.head_dim + FP32_BYTES * heads
     return norm_in + proj_in + lora + q + kv + indexer + out
 
 
@@ -79,12 +77,12 @@ def _mlp_bytes(model: ModelArchitecture, ctx: ActivationContext) -> float:
     mlp = model.dense_mlp
     assert mlp is not None
     hs = model.hidden_size / ctx.sp_split
-    keep_in = BF16 * hs * model.hc_mult + (0.0 if ctx.drops("layernorm") else BF16 * hs)
+    keep_in = BF16_BYTES * hs * model.hc_mult + (0.0 if ctx.drops("layernorm") else BF16_BYTES * hs)
     if ctx.drops("mlp"):
         return keep_in
     f = mlp.intermediate_size / ctx.tp
-    fc1 = BF16 * f * (2 if mlp.activation.gated else 1)
-    return keep_in + fc1 + BF16 * f
+    fc1 = BF16_BYTES * f * (2 if mlp.activation.gated else 1)
+    return keep_in + fc1 + BF16_BYTES * f
 
 
 def _moe_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -> float:
@@ -93,19 +91,19 @@ def _moe_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -
     assert moe is not None
     h = model.hidden_size
     hs = h / ctx.sp_split
-    keep_in = BF16 * hs * model.hc_mult
+    keep_in = BF16_BYTES * hs * model.hc_mult
     if ctx.drops("moe"):
         return keep_in
-    router = (0.0 if ctx.drops("layernorm") else BF16 * hs) + (0.0 if block.hash_routed else FP32 * moe.num_experts)
+    router = (0.0 if ctx.drops("layernorm") else BF16_BYTES * hs) + (0.0 if block.hash_routed else FP32_BYTES * moe.num_experts)
     rows = moe.top_k * ctx.etp
     f = moe.expert_intermediate_size / ctx.etp
-    fc1 = BF16 * f * (2 if moe.activation.gated else 1)
-    act = 0.0 if ctx.drops("moe_act") else BF16 * f
-    routed = rows * (BF16 * h + fc1 + act + BF16 * h)
+    fc1 = BF16_BYTES * f * (2 if moe.activation.gated else 1)
+    act = 0.0 if ctx.drops("moe_act") else BF16_BYTES * f
+    routed = rows * (BF16_BYTES * h + fc1 + act + BF16_BYTES * h)
     shared = 0.0
     if moe.shared_width and not ctx.drops("shared_experts"):
         fs = moe.shared_width / ctx.tp
-        shared = BF16 * fs * (2 if moe.activation.gated else 1) + BF16 * fs
+        shared = BF16_BYTES * fs * (2 if moe.activation.gated else 1) + BF16_BYTES * fs
     return keep_in + router + routed + shared
 
 
@@ -117,7 +115,7 @@ def block_bytes_per_token(model: ModelArchitecture, block: Block, ctx: Activatio
 
 def block_input_bytes_per_token(model: ModelArchitecture, ctx: ActivationContext) -> float:
     """What full recompute keeps per block: its input (the hc_mult residual streams)."""
-    return BF16 * model.hidden_size * model.hc_mult / ctx.sp_split
+    return BF16_BYTES * model.hidden_size * model.hc_mult / ctx.sp_split
 
 
 def saved_bytes_per_token(model: ModelArchitecture, block: Block, ctx: ActivationContext) -> float:
@@ -129,4 +127,4 @@ def saved_bytes_per_token(model: ModelArchitecture, block: Block, ctx: Activatio
 
 def logits_bytes_per_token(model: ModelArchitecture, tp: int) -> float:
     """Output head: FP32 softmax of the vocabulary shard kept for the cross-entropy backward."""
-    return FP32 * model.vocab_size / tp
+    return FP32_BYTES * model.vocab_size / tp

@@ -208,3 +208,34 @@ def hardware_flops_per_token(model: ModelArchitecture, seq_len: int, recompute: 
     extra = sum(recomputed_flops(recompute, modules, block_flops(model, b, seq_len)).total
                 for b in (*model.blocks, *model.mtp_blocks))
     return model_flops_per_token(model, seq_len) + extra
+
+
+NEWTON_SCHULZ_STEPS = 5
+"""Muon's orthogonalisation iterations (Jordan et al. 2024; Megatron's default)."""
+
+
+def newton_schulz_flops(model: ModelArchitecture, block: Block) -> tuple[float, float]:
+    """Muon orthogonalisation FLOPs of one block's (dense, routed) matrices per step, before sharding.
+
+    Each a×b matrix (a ≤ b) costs NEWTON_SCHULZ_STEPS × (4·a²·b + 2·a³) (X·Xᵀ, the a×a polynomial and
+    its product with X). Attention is taken as four h-wide matrices; experts as up, gate and down."""
+    h = model.hidden_size
+    bp = block_params(model, block)
+
+    def cost(params: float, matrices: int) -> float:
+        """Newton–Schulz FLOPs of `matrices` equal matrices holding `params` weights in all."""
+        per = params / matrices
+        a = min(h, per / h)
+        return matrices * NEWTON_SCHULZ_STEPS * (4 * a * per + 2 * a ** 3) if per > 0 else 0.0
+
+    dense = cost(bp.attention, 4)
+    if bp.dense_mlp:
+        assert model.dense_mlp is not None
+        dense += cost(bp.dense_mlp, model.dense_mlp.activation.matrices)
+    routed = 0.0
+    if bp.num_experts:
+        assert model.moe is not None
+        mats = model.moe.activation.matrices
+        dense += cost(bp.shared_experts, mats) if bp.shared_experts else 0.0
+        routed = bp.num_experts * cost(bp.per_expert, mats)
+    return dense, routed

@@ -9,7 +9,7 @@ sequence (S/CP) but its communication must be measured and bounded, exposed CP â
 
 from __future__ import annotations
 
-BF16_BYTES = 2
+from parasol.constraints.physics.dtypes import BF16_BYTES
 
 
 def local_sequence(seq_len: int, cp: int) -> float:

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from parasol.constraints.physics.activations import (
-    BF16,
     ActivationContext,
     logits_bytes_per_token,
     saved_bytes_per_token,
 )
+from parasol.constraints.physics.dtypes import BF16_BYTES
 from parasol.problems.derived import Derived, stage_of_virtual
 from parasol.problems.mapping import Mapping, Recompute
 from parasol.problems.model.architecture import Block, ModelArchitecture
@@ -82,7 +82,7 @@ class MemoryLedger:
         return max(self.stages, key=lambda s: (s.total_bytes, -s.stage))
 
 
-def weight_bytes(params: float, bytes_per_param: int = BF16) -> float:
+def weight_bytes(params: float, bytes_per_param: int = BF16_BYTES) -> float:
     """Bytes to hold `params` weights (seed 000: 1.6e12 · 2 B = 3.2 TB in BF16)."""
     return params * bytes_per_param
 
@@ -90,7 +90,7 @@ def weight_bytes(params: float, bytes_per_param: int = BF16) -> float:
 def state_bytes_per_param(grad_dtype: str = "bf16") -> int:
     """Training state per parameter with Adam: BF16 weight 2 + grad 2 (FP32: 4) + FP32 master 4 +
     Adam m and v 8 = 16 B (18 B with FP32 grads), seed 003 §2."""
-    return BF16 + (4 if grad_dtype == "fp32" else BF16) + 4 + 8
+    return BF16_BYTES + (4 if grad_dtype == "fp32" else BF16_BYTES) + 4 + 8
 
 
 def training_state_bytes(params: float, grad_dtype: str = "bf16") -> float:
@@ -104,7 +104,7 @@ def state_per_device_bytes(params: float, devices: int, grad_dtype: str = "bf16"
 
 
 def routed_expert_weight_bytes(moe_layers: int, num_experts: int, ep: int, etp: int,
-                               params_per_expert: int, bytes_per_param: int = BF16) -> float:
+                               params_per_expert: int, bytes_per_param: int = BF16_BYTES) -> float:
     """Routed weights one rank holds: layers·(E/EP)·P_expert/ETP·bytes (seed 000: 8·6·66,060,288·2 = 6.34 GB)."""
     return moe_layers * Fraction(num_experts, ep) * Fraction(params_per_expert, etp) * bytes_per_param
 
@@ -200,7 +200,7 @@ def _param_bytes(dense: Fraction, expert: Fraction, matrix: Fraction, m: Mapping
     opt = ((dense_matrix * _optimizer_bytes_per_param(training, True)
             + (dense - dense_matrix) * _optimizer_bytes_per_param(training, False)) / dense_shard
            + expert * _optimizer_bytes_per_param(training, True) / expert_shard)
-    return _ceil(dense * BF16), _ceil(expert * BF16), _ceil((dense + expert) * grad_bytes), _ceil(opt)
+    return _ceil(dense * BF16_BYTES), _ceil(expert * BF16_BYTES), _ceil((dense + expert) * grad_bytes), _ceil(opt)
 
 
 def activation_context(m: Mapping, training: Training) -> ActivationContext:
@@ -260,7 +260,7 @@ def dispatch_buffer_bytes(model: ModelArchitecture, m: Mapping, training: Traini
         return 0
     rows = Fraction(model.moe.top_k * m.expert_tp * m.mbs * m.seq_len, m.cp * m.tp)
     headroom = Fraction(training.capacity_factor or training.dispatch_headroom).limit_denominator(10**6)
-    return _ceil(rows * headroom * model.hidden_size * BF16)
+    return _ceil(rows * headroom * model.hidden_size * BF16_BYTES)
 
 
 def block_kind(block: Block) -> tuple:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-BF16_BYTES = 2
-FP8_BYTES = 1
+from parasol.constraints.physics.dtypes import BF16_BYTES, FP8_BYTES
+
 GB = 1e9
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from itertools import product
 
 from parasol.constraints.core.base import Citation, Constraint, Facts, Family
+from parasol.problems.mapping import DEGREES
 
 
 class MemoryFitsHBM(Constraint):
@@ -39,7 +40,7 @@ class MemoryFitsHBM(Constraint):
     def post(self, model, v, enforce) -> None:
         """Allow exactly the degree tuples whose ledger fits, per recompute choice (the same Python
         ledger, row by row; v.memory_fits builds it)."""
-        names = ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs")
+        names = DEGREES
         domains = [v.domain_values(n) for n in names]
         for option, flag in v.recompute.items():
             allowed = [values for values in product(*domains)

@@ -28,10 +28,12 @@ from typing import TYPE_CHECKING
 
 from parasol.constraints.core.base import Citation, Constraint, Facts, Family
 from parasol.constraints.physics import long_context, publishing, rollout, routing, training_state
+from parasol.constraints.physics.dtypes import BF16_BYTES
+from parasol.constraints.physics.exchanges import links_for
 from parasol.constraints.physics.routing_load import domain_capacity, expert_loads, routing_tokens
-from parasol.constraints.physics.step_time import StepTime, links_for, step_time_or_none
+from parasol.constraints.physics.step_time import StepTime, step_time_or_none
 from parasol.problems.derived import derive
-from parasol.problems.mapping import Mapping, RankOrder, Recompute
+from parasol.problems.mapping import DEGREES, Mapping, RankOrder, Recompute
 from parasol.problems.memo import memo_table, memoised
 from parasol.problems.model.params import model_params
 
@@ -46,8 +48,7 @@ STEP_TIME_RULES = ("contract-rollout-supply", "contract-staleness-versions", "co
                    "contract-exposed-cp-share")
 """Rules whose slack depends on the predicted step time; each has step_time_floor_s."""
 
-TUPLE_DEGREES = ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs")
-DISPATCH_BYTES = 2
+DISPATCH_BYTES = BF16_BYTES
 """Bytes per element of the EP dispatch and combine: BF16 activations (seed 003 §4, §6: b)."""
 
 
@@ -196,11 +197,11 @@ def post_table(model: cp_model.CpModel, v: DecisionVars, enforce: cp_model.IntVa
     layout = getattr(oracle, "layout", None)
     screen = getattr(oracle, "screen", None)
     order = RankOrder.dp_last if v.consts.get("rank_order_dp_last") else RankOrder.pp_last
-    domains = [v.domain_values(n) for n in TUPLE_DEGREES]
+    domains = [v.domain_values(n) for n in DEGREES]
     for option, flag in v.recompute.items():
         allowed = []
         for values in product(*domains):
-            degrees = dict(zip(TUPLE_DEGREES, values, strict=True))
+            degrees = dict(zip(DEGREES, values, strict=True))
             if screen is not None and not screen(degrees, option):
                 continue
             mapping = Mapping(gpus=v.gpus, gbs=v.gbs, seq_len=v.seq_len, recompute=Recompute(option), layout=layout,
@@ -208,7 +209,7 @@ def post_table(model: cp_model.CpModel, v: DecisionVars, enforce: cp_model.IntVa
             if holds(mapping):
                 allowed.append(values)
         if allowed:
-            model.AddAllowedAssignments([v.degree[n] for n in TUPLE_DEGREES], allowed).OnlyEnforceIf([enforce, flag])
+            model.AddAllowedAssignments([v.degree[n] for n in DEGREES], allowed).OnlyEnforceIf([enforce, flag])
         else:
             model.AddBoolOr([enforce.Not(), flag.Not()])
 

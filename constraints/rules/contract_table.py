@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from parasol.constraints.physics import long_context, publishing, rollout, routing, training_state
+from parasol.constraints.physics.exchanges import links_for
 from parasol.constraints.physics.goodput import Goodput, goodput
 from parasol.constraints.physics.memory import state_bytes_per_param
 from parasol.constraints.physics.routing_load import domain_capacity, expert_loads, routing_tokens
-from parasol.constraints.physics.step_time import links_for
 from parasol.constraints.rules import contract as c
 from parasol.problems.model.architecture import BlockKind
 from parasol.problems.model.params import expert_params, model_params

@@ -19,6 +19,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from parasol.errors import InputError
+from parasol.problems.derived import interleaved_even_layout
 from parasol.problems.loader import Problem, problem_from_parts
 from parasol.problems.mapping import Mapping
 from parasol.problems.mapping_input import build_mapping
@@ -129,7 +130,7 @@ def _uneven_layout(layers: int, pp: int, vpp: int, first: int | None, last: int 
         per_rank[-1] = last
     if any(n % vpp for n in per_rank):
         return None
-    return tuple(per_rank[k % pp] // vpp for k in range(pp * vpp))
+    return interleaved_even_layout(per_rank, vpp)
 
 
 def _accounted_layout(layers: int, pp: int, vpp: int, embedding: bool, loss: bool) -> tuple[int, ...] | None:

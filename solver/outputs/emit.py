@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from parasol.constraints.rules.pipeline import PipelineSplit, pipeline_split
 from parasol.errors import InputError
-from parasol.problems.derived import derive
+from parasol.problems.derived import derive, interleaved_even_layout, stage_layer_totals
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping, RankOrder, Recompute
 from parasol.problems.model.architecture import Block, BlockKind, DSV4Attention
@@ -264,18 +264,13 @@ def _simplest(problem: Problem, layout: tuple[int, ...], mapping: Mapping) -> li
     return [_flag("--pipeline-model-parallel-layout", layout_string(problem, layout))]
 
 
-def rank_totals(layout: Sequence[int], pp: int) -> list[int]:
-    """Blocks on each pipeline rank: the sum of its virtual stages (virtual stage k runs on rank k % PP)."""
-    return [sum(layout[r::pp]) for r in range(pp)]
-
-
 def _uneven(layout: tuple[int, ...], mapping: Mapping, first: bool, last: bool) -> list[Flag] | None:
     """The --decoder-first/last-pipeline-num-layers flags (only those asked for) that make Megatron cut
     exactly `layout`, or None: each rank splits its blocks evenly over its virtual stages, the middle ranks
     hold equal positive counts and an emitted count is positive (transformer_config.py:2294-2368)."""
     pp, vpp = mapping.pp, mapping.vpp
-    totals = rank_totals(layout, pp)
-    if any(n != totals[k % pp] // vpp or totals[k % pp] % vpp for k, n in enumerate(layout)):
+    totals = stage_layer_totals(layout, pp)
+    if any(n % vpp for n in totals) or tuple(layout) != interleaved_even_layout(totals, vpp):
         return None
     if pp == 1 and (first or last):
         return None

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from parasol.problems.mapping import DEGREES
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -67,7 +69,7 @@ def degrees_label(mapping: dict) -> str:
     the rank order when it is not Megatron's default."""
     from parasol.problems.mapping import RankOrder
 
-    keys = ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs")
+    keys = DEGREES
     label = " ".join(f"{k.upper()}{mapping[k]}" for k in keys if k in mapping) + f" {mapping.get('recompute', '')}"
     order = mapping.get("rank_order", RankOrder.pp_last.value)
     return label if order == RankOrder.pp_last.value else f"{label} order {order}"

@@ -10,7 +10,7 @@ import numpy as np
 from rich.table import Table
 
 from parasol.problems.loader import Problem
-from parasol.problems.mapping import Mapping
+from parasol.problems.mapping import DEGREES, Mapping
 from parasol.problems.megatron.layout_string import run_length
 from parasol.problems.rank_groups import GROUP_KINDS, dense_sizes, expert_sizes, order_of, placements, strides
 from parasol.solver.search.solve import SolveResult
@@ -41,7 +41,7 @@ def front_table(result: SolveResult, problem: Problem) -> Table:
         m, metrics, derived = d["mapping"], d["metrics"], d["derived"]
         table.add_row(
             str(sm.pareto_rank), *([f"{m['gpus']:,}"] if pooled else []),
-            *(str(m[k]) for k in ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "recompute")),
+            *(str(m[k]) for k in (*DEGREES, "recompute")),
             *([m["rank_order"]] if orders else []),
             str(derived["num_microbatches"]), f"{derived['bubble_fraction']:.1%}", run_length(m["layout"]),
             f"{metrics.get('step_time_s', float('nan')):.3f}", f"{metrics.get('tokens_per_s_per_gpu', 0):,.0f}",

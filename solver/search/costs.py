@@ -25,6 +25,7 @@ from parasol.constraints.physics.memory import (
     inflight_microbatches,
     workspace_bytes,
 )
+from parasol.constraints.physics.schedule import pipeline_time_scaled
 from parasol.problems.derived import Derived, derive
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
@@ -129,9 +130,10 @@ class RowCosts:
         return self.edge_time_us[stage] + sum(t * n for t, n in zip(self.kind_time_us, counts, strict=True))
 
     def step_time_us_scaled(self, stage_times: list[int]) -> int:
-        """VPP × step time: vpp·C + Σ t_s + (vpp·m − 1)·max t_s (see constraints/physics/step_time.py)."""
+        """VPP × step time: vpp·C plus VPP × the pipeline time (constraints/physics/schedule.py)."""
         vpp = self.row.vpp
-        return vpp * self.constant_time_us + sum(stage_times) + (vpp * self.microbatches - 1) * max(stage_times)
+        return vpp * self.constant_time_us + pipeline_time_scaled(sum(stage_times), max(stage_times),
+                                                                  self.microbatches, vpp)
 
     def objectives(self, stage_counts: list[tuple[int, ...]]) -> tuple[int, int]:
         """(step time, peak memory) in the solver's units, rounded up."""
@@ -200,24 +202,4 @@ def stage_matrices(c: RowCosts, s: int, counts: np.ndarray) -> tuple[np.ndarray,
     memory = static + act + peak + np.where(moe, c.dispatch_mb, 0) + c.workspace_mb
     return time, memory
 
-
-def min_max_cut(stage_costs: list[np.ndarray], blocks: int) -> tuple[int, tuple[int, ...]] | None:
-    """Least possible largest stage cost over contiguous cuts with >= 1 block per stage (exact DP)."""
-    inf = np.iinfo(np.int64).max
-    best = np.full(blocks + 1, inf, dtype=np.int64)
-    best[0] = 0
-    choice = []
-    valid = np.triu(np.ones((blocks + 1, blocks + 1), dtype=bool), k=1)
-    for cost in stage_costs:
-        cand = np.where(valid & (best[:, None] < inf), np.maximum(best[:, None], cost), inf)
-        choice.append(np.argmin(cand, axis=0))
-        best = cand.min(axis=0)
-    if best[blocks] >= inf:
-        return None
-    layout, j = [], blocks
-    for arg in reversed(choice):
-        i = int(arg[j])
-        layout.append(j - i)
-        j = i
-    return int(best[blocks]), tuple(reversed(layout))
 

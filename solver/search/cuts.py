@@ -14,15 +14,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from parasol.problems.derived import default_layout
-from parasol.solver.search.costs import (
-    MEMORY_UNIT_MB,
-    MICROSECONDS,
-    TIME_UNIT_S,
-    RowCosts,
-    min_max_cut,
-    stage_matrices,
-)
+from parasol.constraints.physics.schedule import pipeline_time_scaled
+from parasol.problems.derived import default_layout, stage_of_virtual
+from parasol.solver.search.costs import MEMORY_UNIT_MB, MICROSECONDS, TIME_UNIT_S, RowCosts, stage_matrices
 
 
 @dataclass(frozen=True)
@@ -51,15 +45,19 @@ def dp_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
     inf = np.iinfo(np.int64).max
     unit = round(TIME_UNIT_S * MICROSECONDS)
     totals = [int(x) for x in counts[0, blocks]]
-    base = c.constant_time_us + sum(c.edge_time_us) + sum(t * n for t, n in zip(c.kind_time_us, totals, strict=True))
-    slope = c.microbatches - 1
+    stage_sum = sum(c.edge_time_us) + sum(t * n for t, n in zip(c.kind_time_us, totals, strict=True))
+
+    def step_us(slowest: int) -> int:
+        return c.constant_time_us + pipeline_time_scaled(stage_sum, slowest, c.microbatches, 1)
+
+    base, slope = step_us(0), step_us(1) - step_us(0)
     points: list[CutPoint] = []
     cap = usable
     while cap >= 0:
         fastest = min_max_cut([np.where(mem <= cap, t, inf) for t, mem in mats], blocks)
         if fastest is None:
             break
-        time_units = -(-(base + slope * fastest[0]) // unit)
+        time_units = -(-step_us(fastest[0]) // unit)
         limit = (time_units * unit - base) // slope if slope else inf
         leanest = min_max_cut([np.where((mem <= cap) & (t <= limit), mem, inf) for t, mem in mats], blocks)
         assert leanest is not None
@@ -70,11 +68,11 @@ def dp_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
 
 
 def rank_counts(layout: tuple[int, ...], pp: int, counts: np.ndarray) -> list[tuple[int, ...]]:
-    """Blocks of each kind per pipeline rank for a virtual-stage layout (stage k on rank k % PP)."""
+    """Blocks of each kind per pipeline rank for a virtual-stage layout (derived.stage_of_virtual)."""
     per_rank = np.zeros((pp, counts.shape[2]), dtype=np.int64)
     start = 0
     for k, n in enumerate(layout):
-        per_rank[k % pp] += counts[start, start + n]
+        per_rank[stage_of_virtual(k, pp)] += counts[start, start + n]
         start += n
     return [tuple(int(x) for x in row) for row in per_rank]
 
@@ -142,3 +140,24 @@ def row_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
     if c.row.vpp == 1:
         return dp_staircase(c, counts, usable)
     return interleaved_staircase(c, counts, usable)
+
+
+def min_max_cut(stage_costs: list[np.ndarray], blocks: int) -> tuple[int, tuple[int, ...]] | None:
+    """Least possible largest stage cost over contiguous cuts with >= 1 block per stage (exact DP)."""
+    inf = np.iinfo(np.int64).max
+    best = np.full(blocks + 1, inf, dtype=np.int64)
+    best[0] = 0
+    choice = []
+    valid = np.triu(np.ones((blocks + 1, blocks + 1), dtype=bool), k=1)
+    for cost in stage_costs:
+        cand = np.where(valid & (best[:, None] < inf), np.maximum(best[:, None], cost), inf)
+        choice.append(np.argmin(cand, axis=0))
+        best = cand.min(axis=0)
+    if best[blocks] >= inf:
+        return None
+    layout, j = [], blocks
+    for arg in reversed(choice):
+        i = int(arg[j])
+        layout.append(j - i)
+        j = i
+    return int(best[blocks]), tuple(reversed(layout))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from parasol.constraints.physics.step_time import build_workload, network_bytes_per_step
+from parasol.constraints.physics.workload import build_workload, network_bytes_per_step
 from parasol.errors import InputError
 from parasol.problems.derived import default_layout, derive
 from parasol.problems.loader import Problem

@@ -22,11 +22,11 @@ from parasol.constraints.core.decision_vars import DecisionVars
 from parasol.constraints.evaluate import evaluate
 from parasol.constraints.rules.registry import active_constraints
 from parasol.problems.loader import Problem
-from parasol.problems.mapping import RankOrder, Recompute
+from parasol.problems.mapping import DEGREES, RankOrder, Recompute
 from parasol.problems.schema import Objective
 from parasol.solver.search.costs import RowCosts
 from parasol.solver.search.cuts import Staircase
-from parasol.solver.search.space import DEGREE_NAMES, Row
+from parasol.solver.search.space import Row
 
 CUT_RULES = ("memory-fits-hbm", "layout-covers-blocks")
 """Rules the program states through the cut staircases (per-stage memory within usable HBM, every
@@ -81,7 +81,7 @@ def _post_rules(model: cp_model.CpModel, problem: Problem, rows: tuple[Row, ...]
     """Degree variables read off the chosen step's row, and every rule posted on them behind its
     literal (forced true: a solution satisfies every rule). The solver always emits its own stage cut
     (layout_explicit), as every returned mapping carries its layout."""
-    domains = {name: sorted({getattr(rows[i], name) for i, _ in steps}) for name in DEGREE_NAMES}
+    domains = {name: sorted({getattr(rows[i], name) for i, _ in steps}) for name in DEGREES}
     options = sorted({rows[i].recompute for i, _ in steps}, key=[x.value for x in Recompute].index)
     consts = model_consts(problem) | {"layout_explicit": 1}
     v = DecisionVars.create(model, problem.gpus, problem.training.global_batch, problem.training.seq_len,
@@ -89,7 +89,7 @@ def _post_rules(model: cp_model.CpModel, problem: Problem, rows: tuple[Row, ...]
     v.options = problem.spec.framework.options
     v.flags["rank_order_dp_last"] = model.NewBoolVar("rank_order_dp_last")
     model.Add(v.flags["rank_order_dp_last"] == sum(y for i, y in steps if rows[i].rank_order == RankOrder.dp_last))
-    for name in DEGREE_NAMES:
+    for name in DEGREES:
         model.Add(v.degree[name] == sum(getattr(rows[i], name) * y for i, y in steps))
     for opt, flag in v.recompute.items():
         model.Add(flag == sum(y for i, y in steps if rows[i].recompute == opt))

@@ -11,11 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import product
 
-from parasol.constraints.physics.step_time import links_for
+from parasol.constraints.physics.exchanges import links_for
 from parasol.problems.loader import Problem
-from parasol.problems.mapping import Mapping, RankOrder, Recompute
+from parasol.problems.mapping import DEGREES, Mapping, RankOrder, Recompute
 
-DEGREE_NAMES = ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs")
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
@@ -51,7 +50,7 @@ def search_domains(problem: Problem) -> dict[str, tuple[int, ...]]:
     defaults = default_domains(problem)
     search = problem.spec.search
     out = {}
-    for name in DEGREE_NAMES:
+    for name in DEGREES:
         pinned = _pins(getattr(search, name))
         out[name] = pinned if pinned is not None else defaults[name]
     if problem.training.micro_batch is not None and search.mbs is None:
@@ -138,7 +137,7 @@ def enumerate_rows(problem: Problem, domains: dict[str, tuple[int, ...]] | None 
     free_etp = problem.spec.search.etp is None
     orders = rank_order_choices(problem)
     rows = []
-    for tp, pp, cp, ep, etp, vpp, mbs in product(*(doms[n] for n in DEGREE_NAMES)):
+    for tp, pp, cp, ep, etp, vpp, mbs in product(*(doms[n] for n in DEGREES)):
         if pp * vpp > blocks or (free_etp and etp not in expert_tp_choices(problem, tp)):
             continue
         if not whole_folding(gpus, gbs, tp, pp, cp, ep, etp, mbs):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from parasol.errors import InputError, ParasolError
+from parasol.problems.mapping import DEGREES
 from parasol.problems.schema import MAX_GPUS
 
 if TYPE_CHECKING:
@@ -291,6 +292,6 @@ def count_cell(x: int | float | None) -> str:
 def short_label(m: dict) -> str:
     """A mapping for a narrow column: the degrees other than 1 and the recompute choice
     (`PP8 CP4 EP64 VPP2 full`; TP1 when every degree is 1)."""
-    keys = ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs")
+    keys = DEGREES
     degrees = " ".join(f"{k.upper()}{m[k]}" for k in keys if m[k] != 1) or "TP1"
     return f"{degrees} {m['recompute']}"

@@ -1,0 +1,142 @@
+"""What each parallel group exchanges, on the links its real ranks cross: TP all-gather/reduce-scatter (or
+all-reduce), CP KV exchange, EP dispatch and combine by Megatron dispatcher, PP sends, and the data-parallel
+gradient reduction and parameter gather. Volumes become CommTerms that constraints/physics/comm.py prices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from parasol.constraints.physics.comm import (
+    NO_COMM,
+    CommTerm,
+    GroupLink,
+    all_gather,
+    all_to_all,
+    deduplicated_dispatch,
+    group_link,
+    point_to_point,
+    reduce_scatter,
+    ring_all_reduce,
+)
+from parasol.constraints.physics.dtypes import BF16_BYTES
+from parasol.problems.mapping import Mapping, RankOrder
+from parasol.problems.model.architecture import (
+    CSA_RATIO,
+    Block,
+    BlockKind,
+    DSV4Attention,
+    GQAAttention,
+    MLAAttention,
+    ModelArchitecture,
+)
+
+
+@dataclass(frozen=True)
+class Links:
+    """The links of every group kind under one mapping."""
+
+    tp: GroupLink
+    cp: GroupLink
+    ep: GroupLink
+    pp: GroupLink
+    dp_cp: GroupLink
+    dp_expert: GroupLink
+
+
+def links_for(topology, mapping: Mapping) -> Links:  # noqa: ANN001 - ClusterTopology
+    """Place every group of the mapping on the cluster (worst group of each kind). Placement depends
+    only on the grid sizes and the rank order, so rows differing in recompute, VPP, MBS or cut share
+    one placement (cached: placing groups dominated large searches)."""
+    return _placed_links(topology, mapping.gpus, mapping.tp, mapping.cp, mapping.pp, mapping.ep, mapping.expert_tp,
+                         RankOrder(mapping.rank_order))
+
+
+@lru_cache(maxsize=4096)
+def _placed_links(topology, gpus: int, tp: int, cp: int, pp: int, ep: int, etp: int,  # noqa: ANN001
+                  order: RankOrder) -> Links:
+    """links_for on the grid sizes alone."""
+    grid = Mapping(gpus=gpus, tp=tp, cp=cp, pp=pp, ep=ep, etp=etp, rank_order=order, gbs=1, seq_len=1)
+    return Links(*(group_link(topology, grid, kind) for kind in ("tp", "cp", "ep", "pp", "dp_cp", "dp_expert")))
+
+
+def tp_comm(model: ModelArchitecture, block: Block | None, tokens: float, tp_link: GroupLink, sp: bool) -> CommTerm:
+    """TP collectives of one block's forward (or, for block None, the output head's input gather).
+
+    With sequence parallelism each TP region is entered with an all-gather and left with a
+    reduce-scatter of the b·S/CP × h activation; without it, one all-reduce per region. A dense
+    block has two regions (attention, MLP); an MoE block has attention plus the shared experts."""
+    if tp_link.size <= 1:
+        return NO_COMM
+    nbytes = tokens * model.hidden_size * BF16_BYTES
+    if block is None:
+        return all_gather(nbytes, tp_link) if sp else NO_COMM
+    regions = 2 if block.mlp is BlockKind.dense or (model.moe and model.moe.shared_width) else 1
+    if sp:
+        return (all_gather(nbytes, tp_link) + reduce_scatter(nbytes, tp_link)).scaled(regions)
+    return ring_all_reduce(nbytes, tp_link).scaled(regions)
+
+
+def cp_comm(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_link: GroupLink) -> CommTerm:
+    """CP exchange of one block's forward attention.
+
+    GQA/MLA (ring attention, --cp-comm-type p2p): CP−1 steps, each passing the local K and V chunk
+    (MLA: per-head keys and values after the up-projection). V4 hybrid: the compressed KV entries
+    (and CSA index keys) are all-gathered and the sliding window's halo rows come from the previous
+    rank."""
+    cp = cp_link.size
+    if cp <= 1:
+        return NO_COMM
+    att = model.attention
+    if isinstance(att, GQAAttention):
+        width = 2 * max(att.num_kv_heads / tp, 1) * att.head_dim
+        return point_to_point(tokens * width * BF16_BYTES, cp_link).scaled(cp - 1)
+    if isinstance(att, MLAAttention):
+        width = att.num_heads / tp * (att.qk_nope_head_dim + att.qk_rope_head_dim + att.v_head_dim)
+        return point_to_point(tokens * width * BF16_BYTES, cp_link).scaled(cp - 1)
+    assert isinstance(att, DSV4Attention)
+    ratio = block.compress_ratio or 0
+    halo = point_to_point(att.sliding_window * att.head_dim * BF16_BYTES, cp_link)
+    if not ratio:
+        return halo
+    width = att.head_dim + (att.index_head_dim if ratio == CSA_RATIO else 0)
+    return halo + all_gather(cp * tokens / ratio * width * BF16_BYTES, cp_link)
+
+
+def ep_comm(model: ModelArchitecture, tokens: float, tp: int, etp: int, ep_link: GroupLink, skew: float,
+            dispatcher: str) -> CommTerm:
+    """EP dispatch plus combine of one MoE block's forward, by Megatron token dispatcher, for the rank's
+    T = b·S/(CP·TP) tokens (ETP copies each) of h BF16 values, the busiest rank receiving `skew`×:
+
+    - alltoall: two all-to-alls of k·T·h values per rank;
+    - flex (DeepEP, Hybrid-EP): two deduplicating hierarchical dispatches (constraints/physics/comm.py);
+    - allgather: every rank gathers the whole EP group's T·h tokens and reduce-scatters the outputs."""
+    moe = model.moe
+    if moe is None or ep_link.size <= 1:
+        return NO_COMM
+    token_bytes = tokens / tp * etp * model.hidden_size * BF16_BYTES * skew
+    if dispatcher == "flex":
+        return deduplicated_dispatch(token_bytes, moe.top_k, ep_link).scaled(2)
+    if dispatcher == "allgather":
+        gathered = token_bytes * ep_link.size
+        return all_gather(gathered, ep_link) + reduce_scatter(gathered, ep_link)
+    return all_to_all(moe.top_k * token_bytes, ep_link).scaled(2)
+
+
+def pp_comm(model: ModelArchitecture, tokens: float, tp: int, sp: bool, pp_link: GroupLink) -> CommTerm:
+    """One stage boundary per microbatch: the activation forward and its gradient backward (hc_mult streams)."""
+    if pp_link.size <= 1:
+        return NO_COMM
+    sp_split = tp if sp and tp > 1 else 1
+    nbytes = tokens / sp_split * model.hidden_size * model.hc_mult * BF16_BYTES
+    return point_to_point(nbytes, pp_link).scaled(2)
+
+
+def dp_comm(params: float, grad_bytes: int, link: GroupLink, distributed: bool) -> tuple[CommTerm, CommTerm]:
+    """(gradient reduction, parameter gather) of `params` local parameters over a DP group per step:
+    reduce-scatter + BF16 all-gather with the distributed optimizer, else one all-reduce."""
+    if link.size <= 1 or params <= 0:
+        return NO_COMM, NO_COMM
+    if distributed:
+        return reduce_scatter(params * grad_bytes, link), all_gather(params * BF16_BYTES, link)
+    return ring_all_reduce(params * grad_bytes, link), NO_COMM

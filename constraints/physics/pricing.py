@@ -1,0 +1,250 @@
+"""Pricing workloads with calibrated coefficients, many at once as numpy arrays: compute time per stage, the
+communication each kind leaves exposed after what it can hide behind, the pipeline schedule, the
+data-parallel and optimizer time, and the breakdown that sums to the step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from parasol.constraints.physics.comm import (
+    CommTerm,
+)
+from parasol.constraints.physics.schedule import pipeline_seconds
+from parasol.constraints.physics.workload import PASSES_PER_MICROBATCH, Workload
+from parasol.hardware.calibration import StepCoefficients
+
+ATTENTION_BACKWARD = 2.5
+"""Flash-attention backward over forward time: five matmuls against two, the 2.5× FlashAttention-2
+counts for its backward pass (Dao 2023, arXiv 2307.08691)."""
+
+
+MEMORY_BACKWARD = 2.0
+"""Memory-bound backward over forward: each kernel reads its saved input and writes a gradient."""
+
+
+BREAKDOWN_KINDS = ("compute", "tp", "cp", "ep", "pp", "dp_dense", "dp_expert", "optimizer", "bubble")
+
+
+COMM_FIELDS = ("tp", "cp", "ep", "recompute_comm", "fsdp_gather", "fsdp_reduce", "dp_dense_reduce",
+               "dp_dense_gather", "dp_expert_reduce", "dp_expert_gather")
+
+
+STAGE_FIELDS = ("blocks", "moe_blocks", "dense_weights", "expert_weights", "gemm_flops", "grouped_flops", "attention_flops", "memory_bytes", "recompute_gemm_flops",
+                "recompute_grouped_flops", "recompute_attention_flops", "recompute_memory_bytes",
+                "optimizer_bytes", "optimizer_flops")
+
+
+RUN_FIELDS = ("microbatches", "pp", "vpp", "tokens_per_expert", "skew", "weight_bytes", "main_grad_bytes",
+              "precision_level", "peak_flops", "fp8_flops", "bf16_flops",
+              "hbm_bytes_per_s", "tokens_per_step", "gpus", "model_flops_per_token", "hardware_flops_per_token")
+
+
+@dataclass(frozen=True)
+class WorkloadBatch:
+    """Workloads of several runs as arrays: per-stage fields (runs × max stages, zero-padded), per-run fields."""
+
+    stage: dict[str, np.ndarray]
+    comm: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    run: dict[str, np.ndarray]
+    p2p: tuple[np.ndarray, np.ndarray, np.ndarray]
+    mask: np.ndarray
+    frozen: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return int(self.mask.shape[0])
+
+
+def _term_arrays(terms: list[list[CommTerm]], width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(nvlink, network, latency) seconds of per-stage comm terms, zero-padded to `width` stages."""
+    out = [np.zeros((len(terms), width)) for _ in range(3)]
+    for i, row in enumerate(terms):
+        for j, t in enumerate(row):
+            out[0][i, j], out[1][i, j], out[2][i, j] = t.nvlink_s, t.network_s, t.latency_s
+    return out[0], out[1], out[2]
+
+
+def batch(workloads: list[Workload]) -> WorkloadBatch:
+    """Stack workloads for vectorised pricing."""
+    width = max(len(w.stages) for w in workloads)
+    n = len(workloads)
+    stage = {f: np.zeros((n, width)) for f in STAGE_FIELDS}
+    mask = np.zeros((n, width), dtype=bool)
+    for i, w in enumerate(workloads):
+        for j, s in enumerate(w.stages):
+            mask[i, j] = True
+            for f in STAGE_FIELDS:
+                stage[f][i, j] = getattr(s, f)
+    comm = {f: _term_arrays([[getattr(s, f) for s in w.stages] for w in workloads], width) for f in COMM_FIELDS}
+    p2p = tuple(np.array([getattr(w.p2p, a) for w in workloads]) for a in ("nvlink_s", "network_s", "latency_s"))
+    run = {f: np.array([float(getattr(w, f)) for w in workloads]) for f in RUN_FIELDS}
+    frozen = np.array([w.frozen_weights for w in workloads])
+    return WorkloadBatch(stage=stage, comm=comm, run=run, p2p=p2p, mask=mask, frozen=frozen)  # type: ignore[arg-type]
+
+
+Coefs = dict[str, np.ndarray | float]
+
+
+def _col(x: np.ndarray | float) -> np.ndarray | float:
+    """A per-run value as a column against per-stage arrays."""
+    return x[:, None] if isinstance(x, np.ndarray) else x
+
+
+def _priced(term: tuple[np.ndarray, np.ndarray, np.ndarray], c: Coefs, per_stage: bool = True) -> np.ndarray:
+    """Seconds of a comm term at the coefficients' achievable link rates."""
+    nv, net, lat = term
+    e_nv, e_net = c["nvlink_efficiency"], c["network_efficiency"]
+    if per_stage:
+        e_nv, e_net = _col(e_nv), _col(e_net)
+    return np.maximum(nv / e_nv, net / e_net) + lat
+
+
+def _hidden(comm: np.ndarray, overlap: np.ndarray | float, window: np.ndarray) -> np.ndarray:
+    """Communication hidden behind compute: at most `overlap` of it, and never more than the window."""
+    return np.minimum(_col(overlap) * comm, window)
+
+
+def seconds_per_gemm_flop(r: dict[str, np.ndarray], c: Coefs) -> np.ndarray:
+    """GEMM seconds per FLOP by precision: 1/(e_gemm·BF16 peak) for BF16; FP8 halves the share
+    fp8_tensor_fraction of that time in proportion to its peak (Amdahl), and FP4 does the same to the
+    FP8 time with fp4_tensor_fraction."""
+    bf16 = 1.0 / (c["gemm_efficiency"] * r["bf16_flops"])
+    fp8 = bf16 * (1 - c["fp8_tensor_fraction"] + c["fp8_tensor_fraction"] * r["bf16_flops"] / r["fp8_flops"])
+    fp4 = fp8 * (1 - c["fp4_tensor_fraction"] + c["fp4_tensor_fraction"] * r["fp8_flops"] / r["peak_flops"])
+    level = r["precision_level"]
+    return np.where(level >= 2, fp4, np.where(level >= 1, fp8, bf16))
+
+
+def _compute_times(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
+    """Per-stage compute seconds of one microbatch (runs × stages): each kind forward ('gemm', 'grouped',
+    'attention', 'memory', 'overhead'), the GEMMs' backward ('gemm_b', 'grouped_b'), 'ideal_grouped'
+    (forward + backward at full grouped-GEMM efficiency), 'recompute', and the totals 'forward',
+    'backward'."""
+    s, r = b.stage, b.run
+    sec_per_flop = _col(seconds_per_gemm_flop(r, c))
+    tpe = r["tokens_per_expert"]
+    grouped_eff = np.where(tpe > 0, tpe / np.maximum(tpe + c["grouped_gemm_half_tokens"], 1e-9), 1.0)
+    sec_grouped = sec_per_flop / _col(grouped_eff) * _col(r["skew"])
+    sec_attn = _col(1.0 / (r["bf16_flops"] * c["attention_efficiency"]))
+    sec_byte = _col(1.0 / (r["hbm_bytes_per_s"] * c["hbm_efficiency"]))
+    weight_grads = np.where(b.frozen, 0.0, 1.0)[:, None]
+    w_read = _col(r["weight_bytes"]) * sec_byte
+    w_accumulate = _col(r["main_grad_bytes"]) * sec_byte * weight_grads
+
+    def gemm_passes(flops: np.ndarray, weights: np.ndarray, sec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(forward, backward) time of GEMMs with `flops` forward FLOPs over `weights` local weights: each
+        pass (forward, input gradient, weight gradient) is bound by its FLOPs or by its weight traffic."""
+        fwd = np.maximum(flops * sec, weights * w_read)
+        wgrad = np.maximum(flops * sec * weight_grads, weights * w_accumulate)
+        return fwd, fwd + wgrad
+
+    t: dict[str, np.ndarray] = {}
+    t["gemm"], t["gemm_b"] = gemm_passes(s["gemm_flops"], s["dense_weights"], sec_per_flop)
+    t["grouped"], t["grouped_b"] = gemm_passes(s["grouped_flops"], s["expert_weights"], sec_grouped)
+    t["ideal_grouped"] = sum(gemm_passes(s["grouped_flops"], s["expert_weights"], sec_per_flop * _col(r["skew"])))
+    t["attention"] = s["attention_flops"] * sec_attn
+    t["memory"] = s["memory_bytes"] * sec_byte
+    t["overhead"] = (_col(c["layer_overhead_us"]) * s["blocks"]
+                     + _col(c["moe_layer_overhead_us"]) * s["moe_blocks"]) * 1e-6
+    t["recompute"] = (s["recompute_gemm_flops"] * sec_per_flop + s["recompute_grouped_flops"] * sec_grouped
+                      + s["recompute_attention_flops"] * sec_attn + s["recompute_memory_bytes"] * sec_byte)
+    t["forward"] = t["gemm"] + t["grouped"] + t["attention"] + t["memory"] + t["overhead"]
+    t["backward"] = (t["gemm_b"] + t["grouped_b"] + ATTENTION_BACKWARD * t["attention"]
+                     + MEMORY_BACKWARD * t["memory"] + 2 * t["overhead"] + t["recompute"])
+    return t
+
+
+def _exposed_per_microbatch(b: WorkloadBatch, c: Coefs, t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Exposed TP, CP, EP and FSDP seconds of one microbatch per stage: forward + backward exchanges
+    (CP's backward moves K, V and their gradients), each hidden up to its overlap share and window."""
+    compute = t["forward"] + t["backward"]
+    n = PASSES_PER_MICROBATCH
+    tp = n["tp"] * _priced(b.comm["tp"], c) + n["recompute_comm"] * _priced(b.comm["recompute_comm"], c)
+    cp = n["cp"] * _priced(b.comm["cp"], c)
+    ep = n["ep"] * _priced(b.comm["ep"], c)
+    fsdp = n["fsdp_gather"] * _priced(b.comm["fsdp_gather"], c) + n["fsdp_reduce"] * _priced(b.comm["fsdp_reduce"], c)
+    gemm_window = t["gemm"] + t["gemm_b"] + t["grouped"] + t["grouped_b"]
+    return {
+        "tp": tp - _hidden(tp, c["overlap_tp"], gemm_window),
+        "cp": cp - _hidden(cp, c["overlap_cp"], (1 + ATTENTION_BACKWARD) * t["attention"]),
+        "ep": ep - _hidden(ep, c["overlap_ep"], compute),
+        "fsdp": fsdp - _hidden(fsdp, c["overlap_dp"], compute),
+    }
+
+
+def _data_parallel_exposure(b: WorkloadBatch, c: Coefs, t: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Exposed (dense, expert) DP seconds per step: the gradient reduce-scatter hides in the last
+    microbatch's backward and the parameter all-gather in the first forward, each up to overlap_dp;
+    the slowest stage counts."""
+    dense_reduce, expert_reduce = _priced(b.comm["dp_dense_reduce"], c), _priced(b.comm["dp_expert_reduce"], c)
+    dense_gather, expert_gather = _priced(b.comm["dp_dense_gather"], c), _priced(b.comm["dp_expert_gather"], c)
+    reduce, gather = dense_reduce + expert_reduce, dense_gather + expert_gather
+    exposed = reduce - _hidden(reduce, c["overlap_dp"], t["backward"]) + gather - _hidden(
+        gather, c["overlap_dp"], t["forward"])
+    exposed = np.where(b.mask, exposed, 0.0)
+    total = reduce + gather
+    dense_share = np.where(total > 0, (dense_reduce + dense_gather) / np.maximum(total, 1e-30), 0.0)
+    return (exposed * dense_share).max(axis=1), (exposed * (1 - dense_share)).max(axis=1)
+
+
+def _optimizer_seconds(b: WorkloadBatch, c: Coefs) -> np.ndarray:
+    """Optimizer step of the slowest stage: its state traffic through HBM and Muon's Newton–Schulz GEMMs."""
+    s, r = b.stage, b.run
+    seconds = (s["optimizer_bytes"] / _col(r["hbm_bytes_per_s"] * c["hbm_efficiency"])
+               + s["optimizer_flops"] / _col(r["bf16_flops"] * c["gemm_efficiency"]))
+    return np.where(b.mask, seconds, 0.0).max(axis=1)
+
+
+def price(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
+    """Step time and its parts for every run of the batch under coefficients `c` (scalars or per-run arrays).
+
+    Returns arrays: per-run 'step', breakdown kinds (BREAKDOWN_KINDS, summing to 'step'), 'pipeline',
+    'critical' (the slowest stage), the critical stage's compute parts per step ('gemm', 'grouped',
+    'attention', 'memory', 'overhead', 'recompute', 'grouped_loss': time lost to grouped-GEMM
+    inefficiency), and per-stage 'forward', 'backward', 'stage' (forward + backward + exposed
+    TP/CP/EP/FSDP of one microbatch)."""
+    r = b.run
+    t = _compute_times(b, c)
+    compute = t["forward"] + t["backward"]
+    exposed = _exposed_per_microbatch(b, c, t)
+    stage = np.where(b.mask, compute + exposed["tp"] + exposed["cp"] + exposed["ep"] + exposed["fsdp"], 0.0)
+    m, pp, vpp = r["microbatches"], r["pp"], r["vpp"]
+    slowest = stage.max(axis=1)
+    crit = (np.arange(b.size), stage.argmax(axis=1))
+    pipeline = pipeline_seconds(stage, m, vpp)
+    p2p = _priced(b.p2p, c, per_stage=False) * vpp
+    exposed_pp = np.where(pp > 1, (m * (1 - c["overlap_pp"]) + (pp - 1)) * p2p, 0.0)
+    dp_dense, dp_expert = _data_parallel_exposure(b, c, t)
+    optimizer = _optimizer_seconds(b, c)
+    grouped = t["grouped"][crit] + t["grouped_b"][crit]
+    return {
+        "step": pipeline + exposed_pp + dp_dense + dp_expert + optimizer,
+        "compute": m * compute[crit],
+        "tp": m * exposed["tp"][crit],
+        "cp": m * exposed["cp"][crit],
+        "ep": m * exposed["ep"][crit],
+        "pp": exposed_pp,
+        "dp_dense": dp_dense + m * exposed["fsdp"][crit],
+        "dp_expert": dp_expert,
+        "optimizer": optimizer,
+        "bubble": pipeline - m * slowest,
+        "pipeline": pipeline,
+        "critical": crit[1],
+        "forward": t["forward"],
+        "backward": t["backward"],
+        "stage": stage,
+        "grouped_loss": m * (grouped - t["ideal_grouped"][crit]),
+        "gemm": m * (t["gemm"][crit] + t["gemm_b"][crit]),
+        "grouped": m * grouped,
+        "attention": m * t["attention"][crit] * (1 + ATTENTION_BACKWARD),
+        "memory": m * t["memory"][crit] * (1 + MEMORY_BACKWARD),
+        "overhead": m * t["overhead"][crit] * 3,
+        "recompute": m * t["recompute"][crit],
+    }
+
+
+def coefficient_values(coefficients: StepCoefficients) -> Coefs:
+    """StepCoefficients as the name → value mapping `price` reads."""
+    return dict(coefficients.values())

@@ -1,0 +1,370 @@
+"""The coefficient-free work of one mapping's step: per pipeline rank its GEMM, grouped-GEMM and attention
+FLOPs, memory-bound bytes, the exchanges of every group, recompute, and the per-step data-parallel and
+optimizer work; and the run's settings the mapping does not say (precision, dispatcher, FSDP, skew)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from itertools import groupby
+
+from parasol.constraints.physics.comm import (
+    NO_COMM,
+    CommTerm,
+    all_gather,
+    reduce_scatter,
+)
+from parasol.constraints.physics.dtypes import BF16_BYTES, FP32_BYTES
+from parasol.constraints.physics.exchanges import (
+    Links,
+    cp_comm,
+    dp_comm,
+    ep_comm,
+    links_for,
+    pp_comm,
+    tp_comm,
+)
+from parasol.constraints.physics.flops import (
+    BACKWARD_TO_FORWARD,
+    block_flops,
+    hardware_flops_per_token,
+    head_flops,
+    model_flops_per_token,
+    newton_schulz_flops,
+    recomputed_flops,
+)
+from parasol.constraints.physics.memory import stage_block_ranges
+from parasol.constraints.physics.routing_load import hot_rank_skew
+from parasol.constraints.physics.traffic import (
+    block_memory_bytes,
+    embedding_memory_bytes,
+    loss_memory_bytes,
+    unfused_attention_bytes,
+)
+from parasol.problems.derived import Derived
+from parasol.problems.mapping import Mapping, Recompute
+from parasol.problems.model.architecture import (
+    Block,
+    BlockKind,
+    ModelArchitecture,
+)
+from parasol.problems.model.params import block_params
+from parasol.problems.options import MegatronOptions
+from parasol.problems.schema import Optimizer, Training
+
+ADAM_BYTES_PER_PARAM = 30
+"""Optimizer HBM traffic per local parameter shard: read FP32 master, FP32 grad, m, v (16 B), write master,
+m, v (12 B) and the BF16 copy (2 B)."""
+
+
+MUON_BYTES_PER_PARAM = 22
+"""Muon: read FP32 master, grad and momentum (12 B), write master and momentum (8 B) and the BF16 copy (2 B);
+its Newton–Schulz iterations are priced as GEMMs."""
+
+
+PRECISIONS = ("bf16", "fp8", "fp4")
+"""GEMM precisions, in the order of StepSettings.precision levels."""
+
+
+WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5 + 1 / 16}
+"""Bytes per weight a GEMM reads, by precision: FP8 and FP4 weights are cast once per step and cached
+(Transformer Engine); NVFP4 adds one FP8 scale per 16 values."""
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """What a run does that the mapping does not say: GEMM precision, gradient wire format, FSDP, LoRA."""
+
+    precision: str = "bf16"
+    """GEMM precision: bf16, fp8 (FP8 and MXFP8 recipes) or fp4 (NVFP4)."""
+    grad_reduce_bytes: int = FP32_BYTES
+    """Bytes per gradient element in the data-parallel reduction (FP32 4, BF16 2)."""
+    fsdp: bool = False
+    """Megatron-FSDP: parameters gathered and gradients reduce-scattered every microbatch."""
+    frozen_weights: bool = False
+    """Base weights frozen (LoRA): no weight gradients, no gradient reduction, no optimizer step for them."""
+    hot_expert_skew: float = 1.0
+    """Busiest EP rank's tokens over the mean (1.0 = balanced routing, as the measured tables force)."""
+    unfused_attention: bool = False
+    """Attention materialises the S×S scores (no flash kernel for the attention variant): full S² matmuls
+    and the scores' HBM traffic instead of a fused causal kernel."""
+    dispatcher: str = "alltoall"
+    """Megatron's MoE token dispatcher (--moe-token-dispatcher-type): allgather, alltoall or flex."""
+    dispatch_amplification: float = 1.0
+    """EP bytes sent over the balanced k·T·h: the capacity factor when expert buffers are fixed-size
+    (seed 003 §4: a fixed-size whole-group all-to-all moves at least CF times the ideal)."""
+    fixed_size_all_to_all: bool = False
+    """The collective sends fixed buffers whatever the routing, so routing skew does not change its bytes."""
+
+
+def settings_for(problem, options: MegatronOptions | None = None) -> StepSettings:  # noqa: ANN001 - Problem
+    """Settings from a problem's training section and Megatron options (the problem's unless given)."""
+    training: Training = problem.training
+    opts = options if options is not None else problem.spec.framework.options
+    fixed = problem.hardware.topology.fixed_size_all_to_all
+    amplification = training.capacity_factor or (training.dispatch_headroom if fixed else 1.0)
+    return StepSettings(precision=training.precision.value,
+                        grad_reduce_bytes=FP32_BYTES if training.grad_dtype == "fp32" else BF16_BYTES,
+                        dispatcher=opts.moe_token_dispatcher_type, dispatch_amplification=amplification,
+                        fixed_size_all_to_all=fixed)
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """Coefficient-free work of one pipeline rank: forward per microbatch, and per step."""
+
+    blocks: int
+    moe_blocks: int
+    dense_weights: float
+    """GEMM weights on the rank outside routed experts (TP shards, router, output head)."""
+    expert_weights: float
+    """Routed-expert weights on the rank: MoE blocks × E/EP experts / ETP."""
+    gemm_flops: float
+    grouped_flops: float
+    attention_flops: float
+    memory_bytes: float
+    recompute_gemm_flops: float
+    recompute_grouped_flops: float
+    recompute_attention_flops: float
+    recompute_memory_bytes: float
+    tp: CommTerm
+    cp: CommTerm
+    ep: CommTerm
+    recompute_comm: CommTerm
+    fsdp_gather: CommTerm
+    fsdp_reduce: CommTerm
+    dp_dense_reduce: CommTerm
+    dp_dense_gather: CommTerm
+    dp_expert_reduce: CommTerm
+    dp_expert_gather: CommTerm
+    optimizer_bytes: float
+    optimizer_flops: float
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Everything about one mapping's step that the coefficients do not change."""
+
+    stages: tuple[StageWork, ...]
+    microbatches: float
+    pp: int
+    vpp: int
+    p2p: CommTerm
+    tokens_per_expert: float
+    skew: float
+    weight_bytes: float
+    """Bytes per weight a GEMM reads (BF16 2; cached FP8 1; NVFP4 0.5 plus scales)."""
+    main_grad_bytes: float
+    """Bytes per weight the weight-gradient GEMM moves accumulating into the main gradient (read + write)."""
+    frozen_weights: bool
+    precision_level: int
+    """0 BF16, 1 FP8, 2 FP4 GEMMs."""
+    peak_flops: float
+    fp8_flops: float
+    bf16_flops: float
+    hbm_bytes_per_s: float
+    tokens_per_step: float
+    gpus: int
+    model_flops_per_token: float
+    hardware_flops_per_token: float
+    precision: str
+
+
+@dataclass(frozen=True)
+class _StageContext:
+    """What every block of one stage is priced with: the mapping, the run's settings and the links."""
+
+    model: ModelArchitecture
+    mapping: Mapping
+    derived: Derived
+    training: Training
+    settings: StepSettings
+    links: Links
+
+    @property
+    def tokens(self) -> float:
+        """Tokens of one microbatch on a rank before TP splits: b·S/CP."""
+        return self.mapping.mbs * self.mapping.seq_len / self.mapping.cp
+
+
+@dataclass
+class _StageSums:
+    """Running sums of one stage's forward work while its blocks are added."""
+
+    gemm: float = 0.0
+    grouped: float = 0.0
+    attention: float = 0.0
+    memory: float = 0.0
+    r_gemm: float = 0.0
+    r_grouped: float = 0.0
+    r_attention: float = 0.0
+    r_memory: float = 0.0
+    tp: CommTerm = NO_COMM
+    cp: CommTerm = NO_COMM
+    ep: CommTerm = NO_COMM
+    r_comm: CommTerm = NO_COMM
+    dense_weights: float = 0.0
+    expert_weights: float = 0.0
+    ns_dense: float = 0.0
+    ns_routed: float = 0.0
+
+    def add_block(self, ctx: _StageContext, b: Block, count: int = 1) -> None:
+        """Add `count` copies of one block's GEMMs, attention, memory traffic, TP/CP/EP exchanges and
+        recompute (the solver prices a stage as kinds × counts, so equal blocks are priced once)."""
+        model, m, settings = ctx.model, ctx.mapping, ctx.settings
+        sp = ctx.training.sequence_parallel
+        bp = block_params(model, b)
+        self.dense_weights += count * ((bp.attention + bp.dense_mlp + bp.shared_experts) / m.tp + bp.router + bp.extra)
+        self.expert_weights += count * float(ctx.derived.experts_per_rank or 0) * bp.per_expert / m.expert_tp
+        bf = block_flops(model, b, m.seq_len)
+        share = count * ctx.tokens / m.tp
+        nbytes = block_memory_bytes(model, b, ctx.tokens, m.tp, sp, settings.precision != "bf16")
+        if settings.unfused_attention:
+            bf = replace(bf, attention_core=2 * bf.attention_core)
+            nbytes += unfused_attention_bytes(model, ctx.tokens, m.tp, m.seq_len)
+        nbytes *= count
+        self.gemm += bf.gemm * share
+        self.grouped += bf.routed_gemm * share
+        self.attention += bf.attention_core * share
+        self.memory += nbytes
+        block_tp = tp_comm(model, b, ctx.tokens, ctx.links.tp, sp).scaled(count)
+        received = settings.dispatch_amplification * (1.0 if settings.fixed_size_all_to_all else settings.hot_expert_skew)
+        block_ep = NO_COMM if b.mlp is not BlockKind.moe else ep_comm(
+            model, ctx.tokens, m.tp, m.expert_tp, ctx.links.ep, received, settings.dispatcher).scaled(count)
+        self.tp, self.ep = self.tp + block_tp, self.ep + block_ep
+        self.cp = self.cp + cp_comm(model, b, ctx.tokens, m.tp, ctx.links.cp).scaled(count)
+        again = recomputed_flops(m.recompute, tuple(ctx.training.recompute_modules), bf)
+        self.r_gemm += again.gemm * share
+        self.r_grouped += again.routed_gemm * share
+        self.r_attention += again.attention_core * share
+        if m.recompute is Recompute.full:
+            self.r_memory += nbytes
+            self.r_comm = self.r_comm + block_tp + block_ep
+        if ctx.training.optimizer is Optimizer.muon:
+            nd, nr = newton_schulz_flops(model, b)
+            self.ns_dense, self.ns_routed = self.ns_dense + count * nd / m.tp, self.ns_routed + count * nr
+
+    def add_edges(self, ctx: _StageContext, first: bool, last: bool) -> None:
+        """The embedding lookup on the first stage; the output head and loss (once per MTP block too) on the last."""
+        model, m = ctx.model, ctx.mapping
+        sp = ctx.training.sequence_parallel
+        if first:
+            self.memory += embedding_memory_bytes(model, ctx.tokens, m.tp, sp)
+        if last:
+            heads = 1 + model.mtp_layers
+            self.gemm += heads * head_flops(model) * ctx.tokens / m.tp
+            self.dense_weights += model.vocab_size * model.hidden_size / m.tp
+            self.memory += heads * loss_memory_bytes(model, ctx.tokens, m.tp)
+            self.tp = self.tp + tp_comm(model, None, ctx.tokens, ctx.links.tp, sp).scaled(heads)
+
+
+def _data_parallel_terms(ctx: _StageContext, sums: _StageSums, first: bool) -> dict:
+    """Per-step gradient reduction and parameter gathers (or per-microbatch FSDP gathers) of a stage's
+    parameters over the dense (D_a·CP) and expert (D_e) DP groups, and its optimizer traffic and FLOPs."""
+    model, m, d, training, settings = ctx.model, ctx.mapping, ctx.derived, ctx.training, ctx.settings
+    embedding = (model.vocab_size + model.learned_position_embeddings) * model.hidden_size / m.tp if first else 0.0
+    dense, expert = sums.dense_weights + embedding, sums.expert_weights
+    trainable = (0.0, 0.0) if settings.frozen_weights else (dense, expert)
+    wire = settings.grad_reduce_bytes
+    terms: dict = dict.fromkeys(("fsdp_gather", "fsdp_reduce", "dp_dense_reduce", "dp_dense_gather",
+                                 "dp_expert_reduce", "dp_expert_gather"), NO_COMM)
+    if settings.fsdp:
+        terms["fsdp_gather"] = all_gather(dense * BF16_BYTES, ctx.links.dp_cp) + \
+            all_gather(expert * BF16_BYTES, ctx.links.dp_expert)
+        terms["fsdp_reduce"] = reduce_scatter(trainable[0] * wire, ctx.links.dp_cp) + \
+            reduce_scatter(trainable[1] * wire, ctx.links.dp_expert)
+    else:
+        distributed = training.distributed_optimizer
+        terms["dp_dense_reduce"], terms["dp_dense_gather"] = dp_comm(trainable[0], wire, ctx.links.dp_cp, distributed)
+        terms["dp_expert_reduce"], terms["dp_expert_gather"] = dp_comm(trainable[1], wire, ctx.links.dp_expert,
+                                                                       distributed)
+    dense_shard, expert_shard = float(d.dp_attn * m.cp), float(d.dp_expert)
+    sharded = training.distributed_optimizer or settings.fsdp
+    local = trainable[0] / (dense_shard if sharded else 1.0) + trainable[1] / (expert_shard if sharded else 1.0)
+    per_param = MUON_BYTES_PER_PARAM if training.optimizer is Optimizer.muon else ADAM_BYTES_PER_PARAM
+    routed_here = float(d.experts_per_rank or 0) / (model.moe.num_experts if model.moe else 1)
+    ns = 0.0 if settings.frozen_weights else sums.ns_dense / dense_shard + sums.ns_routed * routed_here / expert_shard
+    terms["optimizer_bytes"] = local * per_param
+    terms["optimizer_flops"] = ns
+    return terms
+
+
+def stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Training, settings: StepSettings,
+                links: Links, held: list[Block], first: bool, last: bool) -> StageWork:
+    """Work of one pipeline rank holding `held` blocks (MTP blocks included on the last stage)."""
+    ctx = _StageContext(model, m, d, training, settings, links)
+    sums = _StageSums()
+    for b, run in groupby(held):
+        sums.add_block(ctx, b, sum(1 for _ in run))
+    sums.add_edges(ctx, first, last)
+    return StageWork(
+        blocks=len(held), moe_blocks=sum(b.mlp is BlockKind.moe for b in held),
+        dense_weights=sums.dense_weights, expert_weights=sums.expert_weights, gemm_flops=sums.gemm,
+        grouped_flops=sums.grouped, attention_flops=sums.attention, memory_bytes=sums.memory,
+        recompute_gemm_flops=sums.r_gemm, recompute_grouped_flops=sums.r_grouped,
+        recompute_attention_flops=sums.r_attention, recompute_memory_bytes=sums.r_memory,
+        tp=sums.tp, cp=sums.cp, ep=sums.ep, recompute_comm=sums.r_comm, **_data_parallel_terms(ctx, sums, first),
+    )
+
+
+def routed(problem, mapping: Mapping, settings: StepSettings) -> StepSettings:  # noqa: ANN001 - Problem
+    """The settings with the mapping's hot-rank skew under the problem's routing model folded in."""
+    return replace(settings, hot_expert_skew=settings.hot_expert_skew * hot_rank_skew(problem, mapping))
+
+
+def build_workload(problem, mapping: Mapping, derived: Derived,  # noqa: ANN001 - Problem
+                   settings: StepSettings | None = None, links: Links | None = None) -> Workload:
+    """The coefficient-free workload of `mapping`: per-stage work, communication on the placed groups,
+    schedule sizes and peaks. The layout must cover the blocks with PP·VPP stages."""
+    model: ModelArchitecture = problem.model
+    training: Training = problem.training
+    settings = routed(problem, mapping, settings or settings_for(problem))
+    m, d = mapping, derived
+    gpu = problem.hardware.gpu
+    links = links or links_for(problem.hardware.topology, m)
+    ranges = stage_block_ranges(d.layout, m.pp)
+    all_blocks = [*model.blocks, *model.mtp_blocks]
+    stages = []
+    for s in range(m.pp):
+        last = s == m.pp - 1
+        held = [all_blocks[i] for i in ranges[s]] + (list(model.mtp_blocks) if last else [])
+        stages.append(stage_work(model, m, d, training, settings, links, held, s == 0, last))
+    tokens = m.mbs * m.seq_len / m.cp
+    modules = tuple(training.recompute_modules)
+    return Workload(
+        stages=tuple(stages), microbatches=float(d.num_microbatches), pp=m.pp, vpp=m.vpp,
+        p2p=pp_comm(model, tokens, m.tp, training.sequence_parallel, links.pp),
+        tokens_per_expert=float(d.assignments_per_expert) if d.assignments_per_expert is not None else 0.0,
+        skew=settings.hot_expert_skew, weight_bytes=WEIGHT_BYTES[settings.precision],
+        main_grad_bytes=2 * settings.grad_reduce_bytes, frozen_weights=settings.frozen_weights,
+        precision_level=PRECISIONS.index(settings.precision), peak_flops=gpu.peak_flops(settings.precision),
+        fp8_flops=gpu.peak_flops("fp8" if "fp8" in gpu.precisions else "bf16"), bf16_flops=gpu.peak_flops("bf16"),
+        hbm_bytes_per_s=gpu.hbm_tb_s * 1e12, tokens_per_step=float(m.gbs * m.seq_len), gpus=m.gpus,
+        model_flops_per_token=model_flops_per_token(model, m.seq_len) * (
+            (1 + 1) / (1 + BACKWARD_TO_FORWARD) if settings.frozen_weights else 1.0),
+        hardware_flops_per_token=hardware_flops_per_token(model, m.seq_len, m.recompute, modules),
+        precision=settings.precision,
+    )
+
+
+STEP_EXCHANGES = ("dp_dense_reduce", "dp_dense_gather", "dp_expert_reduce", "dp_expert_gather")
+"""Exchanges that run once per step: the data-parallel gradient reduction and parameter gather."""
+
+
+def network_bytes_per_step(w: Workload) -> float:
+    """Bytes that cross the scale-out network (leave a GPU through its NIC) in one step, summed over
+    all GPUs: every pipeline rank's per-microbatch exchanges × m, its per-step DP exchanges, and the
+    pipeline sends of its (v·p − 1)/p chunk boundaries per microbatch, times the GPUs per pipeline
+    rank (N/PP). Overlap hides time, not bytes, so nothing is discounted."""
+    per_rank = 0.0
+    for s in w.stages:
+        per_rank += w.microbatches * sum(n * getattr(s, k).network_bytes for k, n in PASSES_PER_MICROBATCH.items())
+        per_rank += sum(getattr(s, k).network_bytes for k in STEP_EXCHANGES)
+    boundaries = (w.vpp * w.pp - 1) / w.pp if w.pp > 1 else 0.0
+    per_rank += w.pp * w.microbatches * boundaries * w.p2p.network_bytes
+    return per_rank * w.gpus / w.pp
+
+
+PASSES_PER_MICROBATCH = {"tp": 2, "recompute_comm": 1, "cp": 3, "ep": 2, "fsdp_gather": 2, "fsdp_reduce": 1}
+"""Times each per-microbatch exchange runs: forward and backward (TP, EP, FSDP's parameter gather),
+CP's backward moving K, V and their gradients, recompute's extra forward and FSDP's one gradient
+reduce-scatter."""
