@@ -9,7 +9,8 @@ from contract_problems import SMALL_POOL
 
 from parasol.errors import InputError
 from parasol.problems.loader import load_problem_text
-from parasol.solver.search.pools import dominated, solve_pools, training_sizes
+from parasol.solver.search.dominance import dominates
+from parasol.solver.search.pools import solve_pools, training_sizes
 
 SPLIT = SMALL_POOL.replace("search: {tp: 2,", "search: {gpus: [32, 64], tp: 2,")
 GOODPUT = "  goodput: {device_mtbf_hours: 20000, storage_gb_s: 50, restart_s: 120}\n"
@@ -44,7 +45,7 @@ def test_gpus_objective_trades_size_against_step_time() -> None:
     assert fast64.front_values["step_time"] < slow32.front_values["step_time"]
     for sm in result.mappings:
         better = [o for o in result.mappings if o.pareto_rank < sm.pareto_rank]
-        assert any(dominated(_keys(sm, ("step_time", "gpus")), _keys(o, ("step_time", "gpus"))) for o in better) \
+        assert any(dominates(_keys(o, ("step_time", "gpus")), _keys(sm, ("step_time", "gpus"))) for o in better) \
             or sm.pareto_rank == 1
 
 

@@ -19,6 +19,7 @@ from parasol.problems.loader import Problem
 from parasol.problems.schema import Objective
 from parasol.solver.search.costs import RowCosts
 from parasol.solver.search.cuts import interleaved_layouts, rank_counts
+from parasol.solver.search.dominance import nondominated
 from parasol.solver.search.objectives import DEFAULT_OBJECTIVES, SCALES, row_units
 from parasol.solver.search.program import judged_rules, program_rules
 from parasol.solver.search.space import Row
@@ -40,18 +41,11 @@ class RefPoint:
     """The row's position in the search order (the solver's tie-break between equal points)."""
 
 
-def nondominated(points: list[RefPoint]) -> list[RefPoint]:
+def front_of(points: list[RefPoint]) -> list[RefPoint]:
     """Points no other point beats on both front objectives (one per value pair: first in search order,
     then fastest, leanest, by layout)."""
-    best: dict[tuple[int, int], RefPoint] = {}
-    for p in sorted(points, key=lambda q: (q.values, q.order, q.time_units, q.memory_units, q.layout)):
-        best.setdefault(p.values, p)
-    out, floor = [], None
-    for key in sorted(best):
-        if floor is None or key[1] < floor:
-            out.append(best[key])
-            floor = key[1]
-    return out
+    ordered = sorted(points, key=lambda q: (q.values, q.order, q.time_units, q.memory_units, q.layout))
+    return [ordered[i] for i in nondominated([q.values for q in ordered])]
 
 
 def compositions(total: int, parts: int):
@@ -82,7 +76,7 @@ def row_points(c: RowCosts, counts: np.ndarray, usable: int, per_row: dict[Objec
             t, m = c.objectives(per_rank)
             known = {Objective.step_time: t, Objective.peak_memory: m, **(per_row or {})}
             points.append(RefPoint(row, lay, t, m, (known[objectives[0]], known[objectives[1]]), order))
-    return nondominated(points)
+    return front_of(points)
 
 
 def rule_feasible(problem: Problem, row: Row) -> bool:
@@ -102,4 +96,4 @@ def reference_front(problem: Problem, costs: tuple[RowCosts, ...], counts: np.nd
             per_row = {o: row_units(problem, c.row, o) for o in objectives if not SCALES[o].per_cut}
             points.extend(row_points(c, counts, usable, per_row, objectives, order, problem,
                                      judged_rules(problem, "cut")))
-    return nondominated(points)
+    return front_of(points)

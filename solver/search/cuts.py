@@ -17,6 +17,7 @@ import numpy as np
 from parasol.constraints.physics.schedule import pipeline_time_scaled
 from parasol.problems.derived import default_layout, stage_of_virtual
 from parasol.solver.search.costs import MEMORY_UNIT_MB, MICROSECONDS, TIME_UNIT_S, RowCosts, stage_matrices
+from parasol.solver.search.dominance import nondominated
 
 
 @dataclass(frozen=True)
@@ -116,11 +117,9 @@ def interleaved_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Stair
         per_rank = rank_counts(layout, c.row.pp, counts)
         if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)):
             scored.append((*c.objectives(per_rank), layout))
-    points: list[CutPoint] = []
-    for time_units, memory_units, layout in sorted(scored):
-        if not points or memory_units < points[-1].memory_units:
-            points.append(CutPoint(time_units, memory_units, layout))
-    return Staircase(tuple(points))
+    scored.sort()
+    front = nondominated([(time_units, memory_units) for time_units, memory_units, _ in scored])
+    return Staircase(tuple(CutPoint(*scored[i]) for i in front))
 
 
 def some_cut_fits(c: RowCosts, counts: np.ndarray, usable: int) -> bool:

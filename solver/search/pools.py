@@ -18,6 +18,7 @@ from parasol.constraints.physics.step_time import CalibratedStageTimes
 from parasol.errors import InputError
 from parasol.problems.loader import Problem
 from parasol.problems.schema import Objective
+from parasol.solver.search.dominance import nondominated
 from parasol.solver.search.objectives import front_objectives, program_objectives, sort_key
 from parasol.solver.search.solve import SolvedMapping, SolveResult, solve
 
@@ -55,11 +56,6 @@ def _keys(objectives: tuple[Objective, Objective], sm: SolvedMapping) -> tuple[f
     return sort_key(first, sm.front_values[first.value]), sort_key(second, sm.front_values[second.value])
 
 
-def dominated(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """Whether key pair `a` is dominated by `b`: no worse on both, better on one."""
-    return b[0] <= a[0] and b[1] <= a[1] and b != a
-
-
 def ranked(objectives: tuple[Objective, Objective], mappings: list[SolvedMapping], top: int) -> list[SolvedMapping]:
     """Non-dominated sorting of `mappings`: whole fronts until `top` are listed, each front by its first
     objective, then its second, then training-pool size (stable order)."""
@@ -68,7 +64,7 @@ def ranked(objectives: tuple[Objective, Objective], mappings: list[SolvedMapping
     rank = 1
     while remaining and len(out) < top:
         keys = [_keys(objectives, sm) for sm in remaining]
-        front = [i for i, k in enumerate(keys) if not any(dominated(k, other) for other in keys)]
+        front = sorted(nondominated(keys, keep_equal=True))
         out.extend(dataclasses.replace(remaining[i], pareto_rank=rank) for i in front)
         chosen = set(front)
         remaining = [sm for i, sm in enumerate(remaining) if i not in chosen]
