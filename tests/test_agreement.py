@@ -34,7 +34,8 @@ from parasol.constraints.rules.registry import active_constraints
 from parasol.problems.loader import Problem, load_problem, load_problem_text
 from parasol.problems.mapping import Mapping, Recompute
 from parasol.problems.options import MegatronOptions
-from parasol.solver.diagnose.compile import CompiledRules, compile_rules, fixed_domains, solver
+from parasol.solver.diagnose.compile import CompiledRules, compile_rules, fixed_domains
+from parasol.solver.search.cpsat import DIAGNOSIS_LIMIT_S, deterministic_solver
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "problems"
 MAPPINGS_PER_PROBLEM = 500
@@ -174,7 +175,7 @@ def satisfiable(compiled: CompiledRules, rule_ids: list[str]) -> bool:
     """Whether the pinned model holds with the literals of `rule_ids` forced true."""
     compiled.model.ClearAssumptions()
     compiled.model.AddAssumptions([compiled.literals[r] for r in rule_ids])
-    status = solver(presolve=False).Solve(compiled.model)
+    status = deterministic_solver(DIAGNOSIS_LIMIT_S, presolve=False).Solve(compiled.model)
     assert status != cp_model.MODEL_INVALID, compiled.model.Validate()
     return status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
 

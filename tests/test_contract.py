@@ -30,8 +30,9 @@ from parasol.constraints.rules.contract_table import DOMAINS
 from parasol.errors import InputError
 from parasol.problems.loader import load_problem, load_problem_text
 from parasol.problems.mapping import Mapping
-from parasol.solver.diagnose.compile import compile_rules, fixed_domains, solver
+from parasol.solver.diagnose.compile import compile_rules, fixed_domains
 from parasol.solver.diagnose.explain import explain
+from parasol.solver.search.cpsat import deterministic_solver
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "problems"
 MAPPING_4096 = Mapping(gpus=4096, gbs=256, seq_len=131072, tp=8, pp=16, cp=8, ep=64, etp=1, mbs=1, recompute="full")
@@ -155,7 +156,7 @@ def test_python_and_cp_sat_agree_on_contract_rules() -> None:
         for rule in rules:
             compiled = compile_rules(problem, [rule], fixed_domains(m), fixed=m)
             compiled.enforce_all()
-            status = solver(2.0).Solve(compiled.model)
+            status = deterministic_solver(2.0).Solve(compiled.model)
             holds = rule.slack(facts) >= 0
             seen.add((rule.id, holds))
             assert (status in (cp_model.OPTIMAL, cp_model.FEASIBLE)) == holds, (rule.id, m)

@@ -1,6 +1,7 @@
 """The package's import graph: no module imports itself back through others (imports inside functions
 and under TYPE_CHECKING counted), and nothing lower imports anything higher (hardware -> problems ->
-constraints -> solver; inside constraints: physics -> core -> rules)."""
+constraints -> solver; inside constraints: physics -> core -> rules), and concepts the search and the
+diagnosis share have one home each (the CP-SAT solver setup, the rule set of a problem)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
+
+from parasol.constraints.rules.registry import active_constraints
+from parasol.problems.loader import load_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"parasol": "parasol", "hardware": "parasol.hardware", "problems": "parasol.problems",
@@ -61,3 +65,22 @@ def test_nothing_lower_imports_anything_higher(layers: tuple[str, ...]) -> None:
         if ra is not None and rb is not None and rb > ra:
             upward.append((a, b))
     assert upward == []
+
+
+def _calls(path: Path, name: str) -> int:
+    return sum(1 for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+               if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == name)
+
+
+def test_one_cpsat_solver_setup() -> None:
+    """Every CP-SAT solver is made by solver/search/cpsat.py (one seed, one worker), so explain's
+    diagnoses and solve's search cannot run under different settings."""
+    makers = sorted(str(path.relative_to(ROOT)) for path in modules().values() if _calls(path, "CpSolver"))
+    assert makers == ["solver/search/cpsat.py"]
+
+
+def test_rule_set_built_once_per_problem() -> None:
+    problem = load_problem(ROOT / "problems" / "deepseek-v4-pro-1024.yaml")
+    assert active_constraints(problem) is active_constraints(problem)
+    assert active_constraints(load_problem(ROOT / "problems" / "deepseek-v4-pro-1024.yaml")) is not \
+        active_constraints(problem)

@@ -84,6 +84,7 @@ from parasol.constraints.rules.pipeline import (
 from parasol.constraints.rules.schedule import VppFinalGroupRemainder, VppMicrobatchGroupRange
 from parasol.constraints.rules.seed_claims import SEED_CLAIM_RULES
 from parasol.constraints.rules.user import user_constraints
+from parasol.problems.memo import memoised
 
 # Megatron-LM runs its checks in stages (megatron-groups.md, 'Enforcement stages') and stops at the
 # first failure; within a stage the rules follow the source order of their checks.
@@ -126,6 +127,6 @@ def builtin_constraints() -> tuple[Constraint, ...]:
 
 def active_constraints(problem) -> tuple[Constraint, ...]:  # noqa: ANN001 - Problem
     """The rules that apply to `problem` (its model kind and rule packs), then its own restrictions, then
-    seed 003's contract rules when it has a `contract:` section."""
-    return (tuple(c for c in builtin_constraints() if c.active(problem)) + user_constraints(problem)
-            + contract_constraints(problem))
+    seed 003's contract rules when it has a `contract:` section; built once per problem."""
+    return memoised(problem, "rules", lambda: tuple(c for c in builtin_constraints() if c.active(problem))
+                    + user_constraints(problem) + contract_constraints(problem))

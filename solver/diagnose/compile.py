@@ -77,17 +77,6 @@ class CompiledRules:
             self.model.Add(self.literals[rule_id] == 1)
 
 
-def solver(time_limit_s: float = 5.0, presolve: bool = True) -> cp_model.CpSolver:
-    """A deterministic CP-SAT solver: one worker, fixed seed, a time limit; models whose degrees are
-    all pinned skip presolve (a quarter of their solve time, nothing left to simplify)."""
-    s = cp_model.CpSolver()
-    s.parameters.num_workers = 1
-    s.parameters.random_seed = 0
-    s.parameters.max_time_in_seconds = time_limit_s
-    s.parameters.cp_model_presolve = presolve
-    return s
-
-
 def fixed_domains(mapping: Mapping) -> dict[str, list[int]]:
     """Single-value domains pinning every degree to `mapping` (ETP resolved to its effective value)."""
     values = {name: getattr(mapping, name) for name in DEGREES}

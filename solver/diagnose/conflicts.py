@@ -19,7 +19,8 @@ from parasol.constraints.rules.registry import active_constraints
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
 from parasol.problems.options import MegatronOptions
-from parasol.solver.diagnose.compile import CompiledRules, compile_rules, fixed_domains, solver
+from parasol.solver.diagnose.compile import CompiledRules, compile_rules, fixed_domains
+from parasol.solver.search.cpsat import DIAGNOSIS_LIMIT_S, deterministic_solver
 
 
 def judged_error_rules(problem: Problem, mapping: Mapping,
@@ -34,7 +35,7 @@ def infeasible_under(compiled: CompiledRules, rule_ids: Sequence[str]) -> bool:
     """Whether the model cannot hold with the literals of `rule_ids` assumed true."""
     compiled.model.ClearAssumptions()
     compiled.model.AddAssumptions([compiled.literals[r] for r in rule_ids])
-    return solver(presolve=False).Solve(compiled.model) == cp_model.INFEASIBLE
+    return deterministic_solver(DIAGNOSIS_LIMIT_S, presolve=False).Solve(compiled.model) == cp_model.INFEASIBLE
 
 
 def shrink(compiled: CompiledRules, core: list[str]) -> list[str]:
@@ -54,7 +55,7 @@ def minimal_conflict(problem: Problem, mapping: Mapping, options: MegatronOption
     compiled = compile_rules(problem, rules, fixed_domains(mapping), options, fixed=mapping)
     order = [rule.id for rule in rules]
     compiled.model.AddAssumptions([compiled.literals[r] for r in order])
-    cp = solver(presolve=False)
+    cp = deterministic_solver(DIAGNOSIS_LIMIT_S, presolve=False)
     if cp.Solve(compiled.model) != cp_model.INFEASIBLE:
         return ()
     literal_index = {compiled.literals[r].Index(): r for r in order}

@@ -32,7 +32,8 @@ from parasol.problems.derived import derive, resolve_layout
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, Mapping, Recompute
 from parasol.problems.options import MegatronOptions
-from parasol.solver.diagnose.compile import RECOMPUTE_CHOICES, CompiledRules, compile_rules, solver
+from parasol.solver.diagnose.compile import RECOMPUTE_CHOICES, CompiledRules, compile_rules
+from parasol.solver.search.cpsat import DIAGNOSIS_LIMIT_S, deterministic_solver
 
 REPAIR_FIELDS = (*DEGREES, "gbs", "recompute")
 FACTOR = 4
@@ -218,7 +219,7 @@ class _Round:
         v = self.compiled.vars
         found: list[Repair] = []
         for _ in range(k):
-            cp = solver()
+            cp = deterministic_solver(DIAGNOSIS_LIMIT_S)
             if cp.Solve(self.compiled.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
                 break
             values: dict[str, int | str] = {n: cp.Value(v.degree[n]) for n in DEGREES}

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from parasol.problems.schema import Objective
+from parasol.solver.search.cpsat import deterministic_solver
 from parasol.solver.search.cuts import CutPoint
 from parasol.solver.search.objectives import DEFAULT_OBJECTIVES
 from parasol.solver.search.program import Program
 
-SEED = 20261129
 Extra = Callable[[cp_model.CpModel], object]
 
 
@@ -86,11 +86,7 @@ class Search:
         model.Minimize(objective)
         if self.hint is not None:
             model.AddHint(self.p.row_index, self.hint)
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = 1
-        solver.parameters.random_seed = SEED
-        solver.parameters.cp_model_probing_level = 0
-        solver.parameters.max_time_in_seconds = max(self.remaining(), 0.01)
+        solver = deterministic_solver(self.remaining(), probing=False)
         status = solver.Solve(model)
         self.solves += 1
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
