@@ -1,6 +1,6 @@
 """The brute-force reference of `solve`: enumerate every row, judge it with the Python rules, try every
-cut (all compositions of the blocks into PP·VPP stages of at least one block; for interleaved rows
-the solver's family of edge-trimmed layouts, every one of them), and keep the non-dominated points of the two front
+cut (all compositions of the blocks into PP·VPP stages of at least one block, interleaved rows
+included), and keep the non-dominated points of the two front
 objectives (step time × peak memory by default).
 Tests compare its front with the CP-SAT master's on small problems.
 """
@@ -18,7 +18,7 @@ from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
 from parasol.problems.schema import Objective
 from parasol.solver.search.costs import RowCosts
-from parasol.solver.search.cuts import interleaved_layouts, rank_counts
+from parasol.solver.search.cuts import rank_counts
 from parasol.solver.search.dominance import nondominated
 from parasol.solver.search.objectives import DEFAULT_OBJECTIVES, SCALES, row_units
 from parasol.solver.search.program import judged_rules, program_rules
@@ -62,12 +62,9 @@ def row_points(c: RowCosts, counts: np.ndarray, usable: int, per_row: dict[Objec
     per-row objective values; `cut_rules` (judged on each layout of `problem`) must hold."""
     blocks = counts.shape[0] - 1
     row = c.row
-    if row.vpp > 1:
-        layouts = list(interleaved_layouts(blocks, row.pp * row.vpp))
-    else:
-        layouts = list(compositions(blocks, row.pp))
-        if len(layouts) > MAX_LAYOUTS:
-            raise ValueError(f"brute force: {len(layouts)} layouts for {row}; use a smaller problem")
+    layouts = list(compositions(blocks, row.pp * row.vpp))
+    if len(layouts) > MAX_LAYOUTS:
+        raise ValueError(f"brute force: {len(layouts)} layouts for {row}; use a smaller problem")
     points = []
     for lay in layouts:
         per_rank = rank_counts(lay, row.pp, counts)

@@ -3,21 +3,20 @@ stages, with the heaviest rank of every stage within usable HBM, trading step ti
 memory. The row's Pareto staircase is what it offers the master program (solver/search/program.py).
 
 1F1B rows are solved exactly by a min-max dynamic program over contiguous cuts. Interleaved rows
-(VPP > 1), whose ranks sum non-contiguous virtual stages, search a family of edge-trimmed layouts
-(interleaved_layouts) exhaustively.
+(VPP > 1), whose ranks sum non-contiguous virtual stages, are solved exactly by branch and bound over
+the cut (solver/search/interleaved.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
 from parasol.constraints.physics.schedule import pipeline_time_scaled
-from parasol.problems.derived import default_layout, stage_of_virtual
+from parasol.problems.derived import stage_of_virtual
 from parasol.solver.search.costs import MEMORY_UNIT_MB, MICROSECONDS, TIME_UNIT_S, RowCosts, stage_matrices
-from parasol.solver.search.dominance import nondominated
+from parasol.solver.search.interleaved import InterleavedCuts
 
 
 @dataclass(frozen=True)
@@ -34,6 +33,8 @@ class Staircase:
     """A row's non-dominated cuts, best step time first."""
 
     points: tuple[CutPoint, ...]
+    proved: bool = True
+    """Whether every step is proved the best under its cap (interleaved searches can run out of budget)."""
 
 
 def dp_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
@@ -78,64 +79,49 @@ def rank_counts(layout: tuple[int, ...], pp: int, counts: np.ndarray) -> list[tu
     return [tuple(int(x) for x in row) for row in per_rank]
 
 
-EDGE_TRIM = 3
-"""Interleaved cuts give the first and last virtual stages up to this many blocks fewer than the
-balanced share (or one more): room for the embedding, head, loss and MTP they also hold."""
-
-
-@lru_cache(maxsize=256)
-def interleaved_layouts(blocks: int, stages: int) -> tuple[tuple[int, ...], ...]:
-    """The cuts tried for interleaved rows (VPP > 1): the first virtual stage (which also holds the
-    embedding) and the last (head, loss, MTP) take a and b blocks, from EDGE_TRIM below the balanced
-    share (at least 1) to one above it, and the middle stages split the rest as evenly as
-    derived.default_layout does; the balanced layout itself first (at most 26 cuts). A rank sums non-contiguous virtual stages, so no contiguous DP applies, and a
-    CP-SAT cut program took 1-70 s per row (DeepSeek-V4-Pro, 1,024 GPUs): this family is searched
-    exhaustively instead, by solve and by the brute-force reference alike."""
-    balanced = default_layout(blocks, stages)
-    if stages < 3:
-        return (balanced,)
-    share = blocks // stages
-    out = [balanced]
-    sizes = range(max(1, share - EDGE_TRIM), share + 2)
-    for a in sizes:
-        for b in sizes:
-            middle = blocks - a - b
-            if middle < stages - 2:
-                continue
-            layout = (a, *default_layout(middle, stages - 2), b)
-            if layout not in out:
-                out.append(layout)
-    return tuple(out)
-
-
 def interleaved_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
-    """Interleaved (VPP > 1): the non-dominated (step time, peak memory) cuts among
-    interleaved_layouts, fastest first (ties: leaner, then the smaller layout, as the brute force)."""
-    blocks = counts.shape[0] - 1
-    scored = []
-    for layout in interleaved_layouts(blocks, c.row.pp * c.row.vpp):
-        per_rank = rank_counts(layout, c.row.pp, counts)
-        if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)):
-            scored.append((*c.objectives(per_rank), layout))
-    scored.sort()
-    front = nondominated([(time_units, memory_units) for time_units, memory_units, _ in scored])
-    return Staircase(tuple(CutPoint(*scored[i]) for i in front))
+    """Interleaved (VPP > 1): the exact staircase by branch and bound over the cut
+    (solver/search/interleaved.py): per memory cap the fastest cut, then the leanest at its step time."""
+    search = InterleavedCuts(c, counts)
+    points: list[CutPoint] = []
+    cap, proved = usable, True
+    while cap >= 0:
+        layout, exact = search.best(cap)
+        proved = proved and exact
+        if layout is None:
+            break
+        time_units, memory_units = search.units(layout)
+        points.append(CutPoint(time_units, memory_units, layout))
+        cap = (memory_units - 1) * MEMORY_UNIT_MB
+    return Staircase(tuple(points), proved)
 
 
 def some_cut_fits(c: RowCosts, counts: np.ndarray, usable: int) -> bool:
-    """Whether any cut keeps every rank within usable memory: the min-max DP for 1F1B, the
-    interleaved family for interleaved rows. Reads memory only, so it runs before any time is priced."""
-    blocks = counts.shape[0] - 1
+    """Whether any cut keeps every rank within usable memory: the min-max DP for 1F1B, the branch and
+    bound for interleaved rows. Reads memory only, so it runs before any time is priced."""
     if c.row.vpp > 1:
-        return any(all(c.stage_memory(s, n) <= usable for s, n in enumerate(rank_counts(layout, c.row.pp, counts)))
-                   for layout in interleaved_layouts(blocks, c.row.pp * c.row.vpp))
+        layout, proved = InterleavedCuts(c, counts).fastest(usable)
+        return layout is not None or not proved
+    blocks = counts.shape[0] - 1
     inf = np.iinfo(np.int64).max
     memory = [stage_matrices(c, s, counts)[1] for s in range(c.row.pp)]
     return min_max_cut([np.where(m <= usable, m, inf) for m in memory], blocks) is not None
 
 
+def best_cut(c: RowCosts, counts: np.ndarray, cap_mb: int) -> CutPoint | None:
+    """The best cut of one row (a mapping's degrees) under a memory cap in MB: least step time, then least
+    peak memory, in the solver's units; None when no cut keeps every rank within the cap. Exact for
+    every VPP (the first step of the row's staircase under that cap)."""
+    if c.row.vpp == 1:
+        points = dp_staircase(c, counts, cap_mb).points
+        return points[0] if points else None
+    search = InterleavedCuts(c, counts)
+    layout = search.best(cap_mb)[0]
+    return None if layout is None else CutPoint(*search.units(layout), layout)
+
+
 def row_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
-    """A row's staircase: the exact DP for 1F1B, the searched family for interleaved schedules."""
+    """A row's exact staircase: the DP for 1F1B, the branch and bound for interleaved schedules."""
     if c.row.vpp == 1:
         return dp_staircase(c, counts, usable)
     return interleaved_staircase(c, counts, usable)

@@ -1,0 +1,448 @@
+"""Exact stage cuts of interleaved rows (VPP > 1), by branch and bound over the cut itself.
+
+Pipeline rank r runs virtual stages r, r + PP, …, so a rank sums VPP non-contiguous pieces of the block
+sequence and no contiguous DP applies. Step time depends on the cut only through the slowest rank
+(Σ of rank times is the same for every cut, constraints/physics/schedule.py), and every rank's memory
+grows with each block it takes. A depth-first search places the virtual stages in order and drops a
+partial cut as soon as a rank is over the time or memory bound, or the ranks still to be served
+cannot take the remaining blocks' time or memory (both sums are admissible: a block adds at least its
+static memory and the floor of its activation share to any rank). Partial cuts proved impossible
+are remembered per bound, so tightening a bound reuses them. Every bound the search answers "no"
+to is a proof, so the cuts it returns are the best under each memory cap, not a family's best.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from parasol.solver.search.costs import MEMORY_UNIT_MB, MICROSECONDS, TIME_UNIT_S, RowCosts
+from parasol.solver.search.cut_program import UNBOUNDED, Undecided, cut_within
+
+FIRST_BUDGET = 300
+"""Partial cuts the first, unbounded search may visit before the relaxation is asked whether any cut
+fits at all (it answers "none" far faster when memory is tight)."""
+NODE_BUDGET = 2_000
+"""Partial cuts one bounded search may visit before the question goes to the CP-SAT cut program."""
+
+
+class OutOfBudget(Exception):
+    """The search spent its budget of partial cuts without finding a cut or proving there is none."""
+
+
+@dataclass(frozen=True)
+class _Blocks:
+    """Per-block prefix sums of one row's cost tables: time, static and activation MB, kind bit."""
+
+    time: tuple[int, ...]
+    static: tuple[int, ...]
+    act: tuple[int, ...]
+    bit: tuple[int, ...]
+    lean: tuple[int, ...]
+    """Suffix sums of the least memory a block adds to any rank (static + ⌊f_min·activation⌋)."""
+
+
+def _blocks(c: RowCosts, counts: np.ndarray) -> _Blocks:
+    """Prefix tables of the block sequence under the row's per-kind costs."""
+    blocks = counts.shape[0] - 1
+    kinds = [int(np.argmax(counts[i, i + 1])) for i in range(blocks)]
+    fmin = min(c.inflight)
+    time, static, act, lean = [0], [0], [0], [0] * (blocks + 1)
+    for k in kinds:
+        time.append(time[-1] + c.kind_time_us[k])
+        static.append(static[-1] + c.kind_static[k])
+        act.append(act[-1] + c.kind_activation[k])
+    for i in range(blocks - 1, -1, -1):
+        k = kinds[i]
+        lean[i] = lean[i + 1] + c.kind_static[k] + math.floor(fmin * c.kind_activation[k])
+    return _Blocks(tuple(time), tuple(static), tuple(act), tuple(1 << k for k in kinds), tuple(lean))
+
+
+class InterleavedCuts:
+    """The branch and bound of one interleaved row: which cuts keep every rank within a time and a
+    memory bound, and the fastest and leanest such cuts."""
+
+    def __init__(self, c: RowCosts, counts: np.ndarray) -> None:
+        self.c = c
+        self.pp, self.vpp = c.row.pp, c.row.vpp
+        self.stages = self.pp * self.vpp
+        self.n = counts.shape[0] - 1
+        self.b = _blocks(c, counts)
+        kinds = len(c.kind_static)
+        self.peak_of = [max([0] + [c.kind_peak[k] for k in range(kinds) if mask >> k & 1]) for mask in range(1 << kinds)]
+        self.moe_bits = sum(1 << k for k in range(kinds) if c.kind_moe[k])
+        self.failed: dict[tuple, list[tuple[int, int]]] = {}
+        self.total_us = sum(c.edge_time_us) + self.b.time[-1]
+        self.unit = round(TIME_UNIT_S * MICROSECONDS)
+        self.relaxed = RankTotals(self, counts)
+
+    def memory(self, r: int, static: int, act: int, mask: int) -> int:
+        """MB of rank r holding blocks with these static and activation sums and kinds (RowCosts.stage_memory)."""
+        c = self.c
+        frac: Fraction = c.inflight[r]
+        held = c.edge_activation[r] + act
+        peak = max(c.edge_peak[r], self.peak_of[mask])
+        moe = c.edge_moe[r] or bool(mask & self.moe_bits)
+        return (c.edge_static[r] + static + -(-frac.numerator * held // frac.denominator) + peak
+                + (c.dispatch_mb if moe else 0) + c.workspace_mb)
+
+    def time_units(self, slowest_us: int) -> int:
+        """The row's step time in solver units when its slowest rank takes `slowest_us` (RowCosts.objectives)."""
+        v, c = self.vpp, self.c
+        scaled = v * c.constant_time_us + self.total_us + (v * c.microbatches - 1) * slowest_us
+        return -(-scaled // (v * self.unit))
+
+    def slowest_within(self, time_units: int) -> int:
+        """The largest slowest-rank time (µs) whose step time is at most `time_units`."""
+        v, c = self.vpp, self.c
+        return (time_units * v * self.unit - v * c.constant_time_us - self.total_us) // (v * c.microbatches - 1)
+
+    def measure(self, layout: tuple[int, ...]) -> tuple[int, int]:
+        """(slowest rank time µs, peak rank MB) of a layout."""
+        ranks = [[0, 0, 0, 0] for _ in range(self.pp)]
+        start = 0
+        for k, size in enumerate(layout):
+            st = ranks[k % self.pp]
+            self._add(st, start, start + size)
+            start += size
+        times = [self.c.edge_time_us[r] + st[0] for r, st in enumerate(ranks)]
+        return max(times), max(self.memory(r, st[1], st[2], st[3]) for r, st in enumerate(ranks))
+
+    def fits_pair(self, r: int, s0: int, e0: int, s1: int, e1: int, slowest_us: int, cap_mb: int) -> bool:
+        """Whether rank r holding blocks s0…e0−1 and s1…e1−1 stays within both bounds."""
+        st = [0, 0, 0, 0]
+        self._add(st, s0, e0)
+        self._add(st, s1, e1)
+        return self.c.edge_time_us[r] + st[0] <= slowest_us and self.memory(r, st[1], st[2], st[3]) <= cap_mb
+
+    def fits_any(self, r: int, time: np.ndarray, static: np.ndarray, act: np.ndarray, mask: np.ndarray,
+                 slowest_us: int, cap_mb: int) -> bool:
+        """Whether rank r could hold alone any of these pieces (arrays of their sums and kind masks)."""
+        c, frac = self.c, self.c.inflight[r]
+        held = c.edge_activation[r] + act
+        moe = ((mask & self.moe_bits) != 0) | c.edge_moe[r]
+        memory = (c.edge_static[r] + static + -(-(held * frac.numerator) // frac.denominator)
+                  + np.maximum(np.array(self.peak_of, dtype=np.int64)[mask], c.edge_peak[r])
+                  + np.where(moe, c.dispatch_mb, 0) + c.workspace_mb)
+        return bool(((c.edge_time_us[r] + time <= slowest_us) & (memory <= cap_mb)).any())
+
+    def units(self, layout: tuple[int, ...]) -> tuple[int, int]:
+        """(step time, peak memory) of a layout in the solver's units (RowCosts.objectives)."""
+        slowest, peak = self.measure(layout)
+        return self.time_units(slowest), -(-peak // MEMORY_UNIT_MB)
+
+    def _add(self, st: list[int], i: int, j: int) -> None:
+        b = self.b
+        st[0] += b.time[j] - b.time[i]
+        st[1] += b.static[j] - b.static[i]
+        st[2] += b.act[j] - b.act[i]
+        for x in b.bit[i:j]:
+            st[3] |= x
+
+    def find(self, slowest_us: int, cap_mb: int, budget: int = UNBOUNDED) -> tuple[int, ...] | None:
+        """A cut with every rank within `slowest_us` (edges included) and `cap_mb`, or None if none exists;
+        raises OutOfBudget after `budget` partial cuts without an answer."""
+        ranks = [(0, 0, 0, 0)] * self.pp
+        layout: list[int] = []
+        self.nodes, self.budget = 0, budget
+        return tuple(layout) if self._place(0, 0, ranks, layout, slowest_us, cap_mb) else None
+
+    def decide(self, slowest_us: int, cap_mb: int) -> tuple[int, ...] | None:
+        """find without a budget in effect: the branch and bound, then the CP-SAT cut program when the
+        search runs out of budget; raises OutOfBudget only when both leave the question open."""
+        try:
+            return self.find(slowest_us, cap_mb, NODE_BUDGET if self.vpp != 2 else FIRST_BUDGET)
+        except OutOfBudget:
+            pass
+        if self.vpp == 2:
+            return two_chunk_cut(self, slowest_us, cap_mb)
+        try:
+            return cut_within(self, slowest_us, cap_mb)
+        except Undecided as e:
+            raise OutOfBudget from e
+
+    def _place(self, k: int, pos: int, ranks: list[tuple[int, int, int, int]], layout: list[int],
+               slowest_us: int, cap_mb: int) -> bool:
+        """Place virtual stage k from block `pos` on; True once every stage is placed (layout filled)."""
+        if k == self.stages:
+            return True
+        self.nodes += 1
+        if self.nodes > self.budget:
+            raise OutOfBudget
+        r, chunk = k % self.pp, k // self.pp
+        last_round = chunk == self.vpp - 1
+        open_ranks = range(r, self.pp) if last_round else range(self.pp)
+        key = (k, pos, tuple(ranks[q] for q in open_ranks))
+        for t, m in self.failed.get(key, ()):
+            if t >= slowest_us and m >= cap_mb:
+                return False
+        b, c = self.b, self.c
+        left = self.stages - k - 1
+        top = self.n - left
+        t0, s0, a0, m0 = ranks[r]
+        edge_t = c.edge_time_us[r]
+        sizes = []
+        mask = m0
+        for j in range(pos + 1, top + 1):
+            t = t0 + b.time[j] - b.time[pos]
+            if edge_t + t > slowest_us:
+                break
+            mask |= b.bit[j - 1]
+            state = (t, s0 + b.static[j] - b.static[pos], a0 + b.act[j] - b.act[pos], mask)
+            if self.memory(r, state[1], state[2], state[3]) > cap_mb:
+                break
+            sizes.append(state)
+        later = range(r + 1, self.pp) if last_round else range(self.pp)
+        ideal = (self.n - pos) / (left + 1)
+        order = sorted(range(len(sizes)), key=lambda i: (abs(i + 1 - ideal), i))
+        for i in order:
+            end = pos + i + 1
+            ranks[r] = sizes[i]
+            if self._room(end, ranks, later, slowest_us, cap_mb):
+                layout.append(i + 1)
+                if self._place(k + 1, end, ranks, layout, slowest_us, cap_mb):
+                    ranks[r] = (t0, s0, a0, m0)
+                    return True
+                layout.pop()
+        ranks[r] = (t0, s0, a0, m0)
+        self.failed.setdefault(key, []).append((slowest_us, cap_mb))
+        return False
+
+    def _room(self, end: int, ranks: list[tuple[int, int, int, int]], later: range,
+              slowest_us: int, cap_mb: int) -> bool:
+        """Whether the ranks still to be served can take blocks end… in time and memory (admissible)."""
+        if end == self.n:
+            return True
+        b, c = self.b, self.c
+        open_ranks = list(later)
+        if not open_ranks:
+            return False
+        if slowest_us < UNBOUNDED:
+            spare = sum(slowest_us - c.edge_time_us[q] - ranks[q][0] for q in open_ranks)
+            if spare < b.time[-1] - b.time[end]:
+                return False
+        room = sum(cap_mb - self.memory(q, *ranks[q][1:]) for q in open_ranks)
+        return room >= b.lean[end]
+
+    def _bisect(self, lo: int, best: tuple[int, ...], probe: Callable[[int], tuple[int, ...] | None],
+                score: Callable[[tuple[int, ...]], int]) -> tuple[tuple[int, ...], bool]:
+        """Least score from `lo` (a proved lower bound) up to the incumbent `best`'s, by bisection with
+        `probe(value)` finding a cut of score <= value or proving none; (cut, proved)."""
+        hi = score(best)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            try:
+                found = probe(mid)
+            except OutOfBudget:
+                return best, False
+            if found is None:
+                lo = mid + 1
+            else:
+                best, hi = found, score(found)
+        return best, True
+
+    def fastest(self, cap_mb: int) -> tuple[tuple[int, ...] | None, bool]:
+        """The cut of least step time (in solver units) with every rank within `cap_mb`, or None when no cut
+        fits; and whether that is proved (the searches stayed within their budget)."""
+        try:
+            first = self.find(UNBOUNDED, cap_mb, FIRST_BUDGET)
+        except OutOfBudget:
+            first = None
+        bound = self.relaxed.fastest_us(cap_mb, self.measure(first)[0] if first else UNBOUNDED)
+        if bound is None:
+            return first, True
+        if first is None:
+            try:
+                first = self.decide(UNBOUNDED, cap_mb)
+            except OutOfBudget:
+                return None, False
+            if first is None:
+                return None, True
+        return self._bisect(self.time_units(bound), first,
+                            lambda units: self.decide(self.slowest_within(units), cap_mb),
+                            lambda cut: self.time_units(self.measure(cut)[0]))
+
+    def leanest(self, slowest_us: int, cap_mb: int, incumbent: tuple[int, ...]) -> tuple[tuple[int, ...], bool]:
+        """The cut of least peak memory (in solver units) with every rank within `slowest_us` and `cap_mb`,
+        starting from a cut that meets both; and whether that is proved."""
+        bound = self.relaxed.leanest_mb(slowest_us, cap_mb)
+        assert bound is not None
+        return self._bisect(-(-bound // MEMORY_UNIT_MB), incumbent,
+                            lambda units: self.decide(slowest_us, units * MEMORY_UNIT_MB),
+                            lambda cut: self.units(cut)[1])
+
+    def best(self, cap_mb: int) -> tuple[tuple[int, ...] | None, bool]:
+        """The fastest cut within `cap_mb`, and among those the leanest (in solver units); whether proved."""
+        fastest, proved = self.fastest(cap_mb)
+        if fastest is None:
+            return None, proved
+        slowest = self.slowest_within(self.time_units(self.measure(fastest)[0]))
+        lean, lean_proved = self.leanest(slowest, cap_mb, fastest)
+        return lean, proved and lean_proved
+
+
+class RankTotals:
+    """A relaxation of the interleaved cut that keeps what a rank can hold and drops where: every rank takes
+    VPP block intervals of the sequence (as kind counts; the first rank's first one starts at block 0, the
+    last rank's last one ends at the last block), and the ranks' counts add up to the model's. A dynamic
+    program over the ranks' running kind totals gives the least slowest-rank time under a memory cap and
+    the least peak memory under a time bound, both lower bounds of any true cut's."""
+
+    def __init__(self, cuts: InterleavedCuts, counts: np.ndarray) -> None:
+        self.cuts = cuts
+        self.total = np.array(counts[0, cuts.n], dtype=np.int64)
+        self.radix = 2 * (self.total + 1)
+        self.place = np.cumprod(np.concatenate([[1], self.radix[:-1]])).astype(np.int64)
+        n = cuts.n
+        spans = np.array([(i, j) for i in range(n) for j in range(i + 1, n + 1)], dtype=np.int64)
+        self.spans = spans
+        self.span_vectors = counts[spans[:, 0], spans[:, 1]].astype(np.int64)
+        c = cuts.c
+        self.kt = np.array(c.kind_time_us, dtype=np.int64)
+        self.ks = np.array(c.kind_static, dtype=np.int64)
+        self.ka = np.array(c.kind_activation, dtype=np.int64)
+        self.kp = np.array(c.kind_peak, dtype=np.int64)
+        self.km = np.array(c.kind_moe, dtype=bool)
+        self.cache: dict[tuple[int, int, str], np.ndarray] = {}
+
+    def costs(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(time µs, memory MB) of every rank (rows) holding each of `vectors` (columns): RowCosts in bulk."""
+        c = self.cuts.c
+        time = np.array(c.edge_time_us, dtype=np.int64)[:, None] + (vectors @ self.kt)[None, :]
+        present = vectors > 0
+        peak = np.where(present, self.kp[None, :], 0).max(axis=1) if len(self.kp) else np.zeros(len(vectors))
+        moe = (present & self.km[None, :]).any(axis=1)
+        static, act = vectors @ self.ks, vectors @ self.ka
+        rows = []
+        for r in range(self.cuts.pp):
+            f = c.inflight[r]
+            held = c.edge_activation[r] + act
+            rows.append(c.edge_static[r] + static + -(-(held * f.numerator) // f.denominator)
+                        + np.maximum(peak, c.edge_peak[r]) + np.where(moe | c.edge_moe[r], c.dispatch_mb, 0)
+                        + c.workspace_mb)
+        return time, np.array(rows, dtype=np.int64)
+
+    def _fitting(self, vectors: np.ndarray, slowest_us: int, cap_mb: int) -> np.ndarray:
+        """The vectors some rank could hold within both bounds (time and memory grow with every block)."""
+        if not len(vectors):
+            return vectors
+        time, memory = self.costs(vectors)
+        return vectors[((time <= slowest_us) & (memory <= cap_mb)).any(axis=0)]
+
+    def _rank_vectors(self, slowest_us: int, cap_mb: int, edge: str) -> np.ndarray:
+        """Kind counts some rank can hold: sums of VPP intervals within the bounds; edge "first": the first
+        interval starts at block 0, "last": the last one ends at the last block."""
+        key = (slowest_us, cap_mb, edge)
+        if key not in self.cache:
+            ok = self._fitting(self.span_vectors, slowest_us, cap_mb)
+            pieces = np.unique(ok, axis=0)
+            fits = np.isin(self.span_vectors.view([("", np.int64)] * self.span_vectors.shape[1]).ravel(),
+                           ok.view([("", np.int64)] * ok.shape[1]).ravel()) if len(ok) else np.zeros(0, bool)
+            heads = np.unique(self.span_vectors[fits & (self.spans[:, 0] == 0)], axis=0)
+            tails = np.unique(self.span_vectors[fits & (self.spans[:, 1] == self.cuts.n)], axis=0)
+            sums = np.zeros((1, len(self.total)), dtype=np.int64)
+            for round_ in range(self.cuts.vpp):
+                use = heads if edge == "first" and round_ == 0 else \
+                    tails if edge == "last" and round_ == self.cuts.vpp - 1 else pieces
+                codes = np.unique(((sums @ self.place)[:, None] + (use @ self.place)[None, :]).ravel())
+                sums = (codes[:, None] // self.place[None, :]) % self.radix[None, :]
+                sums = self._fitting(sums[(sums <= self.total[None, :]).all(axis=1)], slowest_us, cap_mb)
+            self.cache[key] = sums
+        return self.cache[key]
+
+    def _program(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> int | None:
+        """The relaxed least slowest time (or peak memory) with every rank within both bounds; None if none."""
+        shape = tuple(int(t) + 1 for t in self.total)
+        inf = np.iinfo(np.int64).max
+        best = np.full(shape, inf, dtype=np.int64)
+        best[(0,) * len(shape)] = 0
+        edges = {0: "first", self.cuts.pp - 1: "last"}
+        for r in range(self.cuts.pp):
+            vectors = self._rank_vectors(slowest_us, cap_mb, edges.get(r, ""))
+            nxt = np.full(shape, inf, dtype=np.int64)
+            if len(vectors):
+                time, memory = self.costs(vectors)
+                for vec, t, m in zip(vectors.tolist(), time[r].tolist(), memory[r].tolist(), strict=True):
+                    if t > slowest_us or m > cap_mb:
+                        continue
+                    src = tuple(slice(0, s - a) for s, a in zip(shape, vec, strict=True))
+                    dst = tuple(slice(a, s) for s, a in zip(shape, vec, strict=True))
+                    np.minimum(nxt[dst], np.maximum(best[src], t if minimise_time else m), out=nxt[dst])
+            best = nxt
+        out = best[tuple(shape[k] - 1 for k in range(len(shape)))]
+        return None if out >= inf else int(out)
+
+    def fastest_us(self, cap_mb: int, slowest_us: int) -> int | None:
+        """A lower bound on the slowest rank's time of any cut within `cap_mb` and `slowest_us`."""
+        return self._program(slowest_us, cap_mb, True)
+
+    def leanest_mb(self, slowest_us: int, cap_mb: int) -> int | None:
+        """A lower bound on the peak memory of any cut within `slowest_us` and `cap_mb`."""
+        return self._program(slowest_us, cap_mb, False)
+
+
+def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> tuple[int, ...] | None:
+    """VPP 2, exactly: a cut with every rank within `slowest_us` and `cap_mb`, or None when none exists.
+    Ranks are taken in order; the state is (where round 1 starts, where the rank's round-0 piece ends,
+    where its round-1 piece ends), so a rank's two pieces are priced together; pieces longer than any
+    rank can hold alone are never tried."""
+    n, pp, b, c = cuts.n, cuts.pp, cuts.b, cuts.c
+    size = n + 1
+    tm, st, ac = (np.array(x, dtype=np.int64) for x in (b.time, b.static, b.act))
+    bits = np.array(b.bit, dtype=np.int64)
+    pieces = []
+    for length in range(1, n - 2 * pp + 2):
+        s = np.arange(0, size - length)
+        mask = np.zeros(len(s), dtype=np.int64)
+        for i in range(length):
+            mask |= bits[s + i]
+        piece = (tm[s + length] - tm[s], st[s + length] - st[s], ac[s + length] - ac[s], mask)
+        if not any(cuts.fits_any(r, *piece, slowest_us, cap_mb) for r in range(pp)):
+            break
+        pieces.append(piece)
+    longest = len(pieces)
+    peak_of = np.array(cuts.peak_of, dtype=np.int64)
+    start = np.zeros((size, size, size), dtype=bool)
+    for p1 in range(pp, n - pp + 1):
+        start[p1, 0, p1] = True
+    reach = [start]
+    below = np.arange(size)[None, :, None] <= np.arange(size)[:, None, None]
+    for r in range(pp):
+        prev, nxt = reach[-1], np.zeros((size, size, size), dtype=bool)
+        frac = c.inflight[r]
+        for l0, (t0, s0, a0, m0) in enumerate(pieces, start=1):
+            for l1, (t1, s1, a1, m1) in enumerate(pieces, start=1):
+                time = c.edge_time_us[r] + t0[:, None] + t1[None, :]
+                held = c.edge_activation[r] + a0[:, None] + a1[None, :]
+                mask = m0[:, None] | m1[None, :]
+                moe = ((mask & cuts.moe_bits) != 0) | c.edge_moe[r]
+                memory = (c.edge_static[r] + s0[:, None] + s1[None, :] + -(-(held * frac.numerator) // frac.denominator)
+                          + np.maximum(peak_of[mask], c.edge_peak[r]) + np.where(moe, c.dispatch_mb, 0)
+                          + c.workspace_mb)
+                ok = (time <= slowest_us) & (memory <= cap_mb)
+                if not ok.any():
+                    continue
+                a, e = size - l0, size - l1
+                nxt[:, l0:, l1:] |= prev[:, :a, :e] & ok[None, :a, :e]
+        nxt &= below
+        reach.append(nxt)
+    ends = [p1 for p1 in range(size) if reach[-1][p1, p1, n]]
+    if not ends:
+        return None
+    p1, e0, e1 = ends[0], ends[0], n
+    firsts, seconds = [], []
+    for r in range(pp - 1, -1, -1):
+        prev = reach[r]
+        for l0 in range(1, min(longest, e0) + 1):
+            l1 = next((l1 for l1 in range(1, min(longest, e1) + 1) if prev[p1, e0 - l0, e1 - l1]
+                       and cuts.fits_pair(r, e0 - l0, e0, e1 - l1, e1, slowest_us, cap_mb)), None)
+            if l1 is not None:
+                break
+        firsts.append(l0)
+        seconds.append(l1)
+        e0, e1 = e0 - l0, e1 - l1
+    return tuple(reversed(firsts)) + tuple(reversed(seconds))
