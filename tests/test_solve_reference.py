@@ -138,7 +138,8 @@ def test_front_on_other_objectives_matches_brute_force(index: int, pair: tuple[O
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     usable = usable_mb(problem)
     stairs = tuple(row_staircase(c, counts, usable) for c in costs)
-    reference = [(p.values, p.order, p.layout) for p in reference_front(problem, costs, counts, usable, pair)]
+    reference = [(p.values, p.order, p.time_units, p.memory_units)
+                 for p in reference_front(problem, costs, counts, usable, pair)]
     if not any(st.points for st in stairs):
         assert reference == []
         return
@@ -146,7 +147,8 @@ def test_front_on_other_objectives_matches_brute_force(index: int, pair: tuple[O
     program = compile_program(problem, rows, costs, stairs, row_values=per_row)
     outcome = pareto_search(program, top=1, time_limit_s=120, objectives=pair)
     assert outcome.complete
-    assert [(p.values, p.row_index, p.layout) for p in outcome.points if p.pareto_rank == 1] == reference
+    ours = [(p.values, p.row_index, p.time_units, p.memory_units) for p in outcome.points if p.pareto_rank == 1]
+    assert ours == reference  # layouts of equal value may differ: interleaved searches do not rank them
 
 
 def test_network_bytes_do_not_depend_on_the_cut() -> None:

@@ -255,6 +255,8 @@ class InterleavedCuts:
         bound = self.relaxed.fastest_us(cap_mb, self.measure(first)[0] if first else UNBOUNDED)
         if bound is None:
             return first, True
+        if self.vpp == 2 and (first is None or self.time_units(bound) < self.time_units(self.measure(first)[0])):
+            return two_chunk_cut(self, self.measure(first)[0] if first else UNBOUNDED, cap_mb, "time"), True
         if first is None:
             try:
                 first = self.decide(UNBOUNDED, cap_mb)
@@ -271,6 +273,10 @@ class InterleavedCuts:
         starting from a cut that meets both; and whether that is proved."""
         bound = self.relaxed.leanest_mb(slowest_us, cap_mb)
         assert bound is not None
+        if self.vpp == 2 and -(-bound // MEMORY_UNIT_MB) < self.units(incumbent)[1]:
+            found = two_chunk_cut(self, slowest_us, cap_mb, "memory")
+            assert found is not None
+            return found, True
         return self._bisect(-(-bound // MEMORY_UNIT_MB), incumbent,
                             lambda units: self.decide(slowest_us, units * MEMORY_UNIT_MB),
                             lambda cut: self.units(cut)[1])
@@ -385,12 +391,13 @@ class RankTotals:
         return self._program(slowest_us, cap_mb, False)
 
 
-def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> tuple[int, ...] | None:
-    """VPP 2, exactly: a cut with every rank within `slowest_us` and `cap_mb`, or None when none exists.
-    Ranks are taken in order; the state is (where round 1 starts, where the rank's round-0 piece ends,
-    where its round-1 piece ends), so a rank's two pieces are priced together; pieces longer than any
-    rank can hold alone are never tried."""
-    n, pp, b, c = cuts.n, cuts.pp, cuts.b, cuts.c
+def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int, minimise: str = "") -> tuple[int, ...] | None:
+    """VPP 2, exactly: a cut with every rank within `slowest_us` and `cap_mb` (with `minimise` "time" or
+    "memory": one of least slowest-rank time or peak memory), or None when none exists. Ranks are taken in
+    order; the state is (where round 1 starts, where the rank's round-0 piece ends, where its round-1 piece
+    ends) and holds the least worst rank value so far, so a rank's two pieces are priced together; pieces
+    longer than any rank can hold alone are never tried."""
+    n, pp, b = cuts.n, cuts.pp, cuts.b
     size = n + 1
     tm, st, ac = (np.array(x, dtype=np.int64) for x in (b.time, b.static, b.act))
     bits = np.array(b.bit, dtype=np.int64)
@@ -404,45 +411,57 @@ def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> tuple[
         if not any(cuts.fits_any(r, *piece, slowest_us, cap_mb) for r in range(pp)):
             break
         pieces.append(piece)
-    longest = len(pieces)
     peak_of = np.array(cuts.peak_of, dtype=np.int64)
-    start = np.zeros((size, size, size), dtype=bool)
+    inf = np.iinfo(np.int64).max
+    start = np.full((size, size, size), inf, dtype=np.int64)
     for p1 in range(pp, n - pp + 1):
-        start[p1, 0, p1] = True
+        start[p1, 0, p1] = 0
     reach = [start]
-    below = np.arange(size)[None, :, None] <= np.arange(size)[:, None, None]
+    above = np.broadcast_to(np.arange(size)[None, :, None] > np.arange(size)[:, None, None], (size,) * 3)
     for r in range(pp):
-        prev, nxt = reach[-1], np.zeros((size, size, size), dtype=bool)
-        frac = c.inflight[r]
-        for l0, (t0, s0, a0, m0) in enumerate(pieces, start=1):
-            for l1, (t1, s1, a1, m1) in enumerate(pieces, start=1):
-                time = c.edge_time_us[r] + t0[:, None] + t1[None, :]
-                held = c.edge_activation[r] + a0[:, None] + a1[None, :]
-                mask = m0[:, None] | m1[None, :]
-                moe = ((mask & cuts.moe_bits) != 0) | c.edge_moe[r]
-                memory = (c.edge_static[r] + s0[:, None] + s1[None, :] + -(-(held * frac.numerator) // frac.denominator)
-                          + np.maximum(peak_of[mask], c.edge_peak[r]) + np.where(moe, c.dispatch_mb, 0)
-                          + c.workspace_mb)
-                ok = (time <= slowest_us) & (memory <= cap_mb)
-                if not ok.any():
-                    continue
-                a, e = size - l0, size - l1
-                nxt[:, l0:, l1:] |= prev[:, :a, :e] & ok[None, :a, :e]
-        nxt &= below
+        prev, nxt = reach[-1], np.full((size, size, size), inf, dtype=np.int64)
+        for l0, l1, value in _pair_values(cuts, r, pieces, peak_of, slowest_us, cap_mb, minimise):
+            a, e = size - l0, size - l1
+            cand = np.maximum(prev[:, :a, :e], value[None, :a, :e])
+            np.minimum(nxt[:, l0:, l1:], cand, out=nxt[:, l0:, l1:])
+        nxt[above] = inf
         reach.append(nxt)
-    ends = [p1 for p1 in range(size) if reach[-1][p1, p1, n]]
-    if not ends:
+    finals = reach[-1][np.arange(size), np.arange(size), n]
+    if finals.min() >= inf:
         return None
-    p1, e0, e1 = ends[0], ends[0], n
+    p1 = int(np.argmin(finals))
+    worst, e0, e1 = int(finals[p1]), p1, n
     firsts, seconds = [], []
     for r in range(pp - 1, -1, -1):
         prev = reach[r]
-        for l0 in range(1, min(longest, e0) + 1):
-            l1 = next((l1 for l1 in range(1, min(longest, e1) + 1) if prev[p1, e0 - l0, e1 - l1]
-                       and cuts.fits_pair(r, e0 - l0, e0, e1 - l1, e1, slowest_us, cap_mb)), None)
-            if l1 is not None:
-                break
-        firsts.append(l0)
-        seconds.append(l1)
-        e0, e1 = e0 - l0, e1 - l1
+        step = next((l0, l1) for l0, l1, value in _pair_values(cuts, r, pieces, peak_of, slowest_us, cap_mb, minimise)
+                    if l0 <= e0 and l1 <= e1 - p1 and value[e0 - l0, e1 - l1] <= worst
+                    and prev[p1, e0 - l0, e1 - l1] <= worst)
+        firsts.append(step[0])
+        seconds.append(step[1])
+        e0, e1 = e0 - step[0], e1 - step[1]
     return tuple(reversed(firsts)) + tuple(reversed(seconds))
+
+
+def _pair_values(cuts: InterleavedCuts, r: int, pieces: list, peak_of: np.ndarray, slowest_us: int, cap_mb: int,
+                 minimise: str):  # noqa: ANN202 - a generator of (l0, l1, values)
+    """For rank r and every pair of piece lengths: the value (time, memory, or 0) of holding the pieces
+    starting at (s0, s1), as an array over (s0, s1), where both bounds hold (elsewhere the maximum int)."""
+    c = cuts.c
+    frac = c.inflight[r]
+    inf = np.iinfo(np.int64).max
+    for l0, (t0, s0, a0, m0) in enumerate(pieces, start=1):
+        for l1, (t1, s1, a1, m1) in enumerate(pieces, start=1):
+            time = c.edge_time_us[r] + t0[:, None] + t1[None, :]
+            held = c.edge_activation[r] + a0[:, None] + a1[None, :]
+            mask = m0[:, None] | m1[None, :]
+            moe = ((mask & cuts.moe_bits) != 0) | c.edge_moe[r]
+            memory = (c.edge_static[r] + s0[:, None] + s1[None, :] + -(-(held * frac.numerator) // frac.denominator)
+                      + np.maximum(peak_of[mask], c.edge_peak[r]) + np.where(moe, c.dispatch_mb, 0)
+                      + c.workspace_mb)
+            ok = (time <= slowest_us) & (memory <= cap_mb)
+            if ok.any():
+                value = time if minimise == "time" else memory if minimise == "memory" else np.zeros_like(time)
+                out = np.full((cuts.n + 1, cuts.n + 1), inf, dtype=np.int64)
+                out[:ok.shape[0], :ok.shape[1]] = np.where(ok, value, inf)
+                yield l0, l1, out

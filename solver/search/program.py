@@ -69,11 +69,11 @@ def admissible(problem: Problem, row: Row, staircase: Staircase, row_rules: tupl
     if not staircase.points or not (row_rules or cut_rules):
         return staircase
     if row_rules and not evaluate(problem, row.mapping(problem), row_rules).feasible:
-        return Staircase(())
+        return Staircase((), staircase.proved)
     if not cut_rules:
         return staircase
     return Staircase(tuple(q for q in staircase.points
-                           if evaluate(problem, row.mapping(problem, q.layout), cut_rules).feasible))
+                           if evaluate(problem, row.mapping(problem, q.layout), cut_rules).feasible), staircase.proved)
 
 
 def _post_rules(model: cp_model.CpModel, problem: Problem, rows: tuple[Row, ...],

@@ -56,6 +56,6 @@ def pruned(staircases: tuple[Staircase, ...], per_row: Callable[[int, CutPoint],
     out, k = [], 0
     for st in staircases:
         n = len(st.points)
-        out.append(Staircase(tuple(q for q, kept in zip(st.points, keep[k:k + n], strict=True) if kept)))
+        out.append(Staircase(tuple(q for q, kept in zip(st.points, keep[k:k + n], strict=True) if kept), st.proved))
         k += n
     return tuple(out)

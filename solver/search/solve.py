@@ -161,8 +161,8 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     most promising first within PRICING_SHARE of the time limit: a row whose every cut overflows
     memory is set aside before any time is priced, the rest get cost tables and staircases, and go to
     the master program, less the steps `top` other rows dominate (solver/search/prune.py; `prune=False` keeps
-    them, for tests). Rows the time limit leaves unscreened make the answer `feasible` (or `unknown`
-    when nothing was found), not `optimal` or `infeasible`."""
+    them, for tests). Rows the time limit leaves unscreened, or an interleaved cut search left unproved,
+    make the answer `feasible` (or `unknown` when nothing was found), not `optimal` or `infeasible`."""
     start = time.perf_counter()
     objectives = front_objectives(problem)
     minimised = program_objectives(objectives)
@@ -173,7 +173,8 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     usable = usable_mb(problem)
     total_rows = len(rows)
     ordered = priced_first(problem, rows)
-    kept, costs, screened = [], [], 0
+    row_rules, cut_rules = judged_rules(problem, "row"), judged_rules(problem, "cut")
+    kept, costs, staircases, screened = [], [], [], 0
     for r in ordered:
         if time.perf_counter() - start > PRICING_SHARE * time_limit_s:
             break
@@ -181,14 +182,12 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         if some_cut_fits(row_costs(problem, r, None), counts, usable):
             kept.append(r)
             costs.append(row_costs(problem, r, time_model))
-    all_priced = screened == len(ordered)
+            staircases.append(admissible(problem, r, row_staircase(costs[-1], counts, usable), row_rules, cut_rules))
+    all_priced = screened == len(ordered) and all(st.proved for st in staircases)
     if not kept:
         return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, 0, 0,
                            time.perf_counter() - start, screened)
-    rows = tuple(kept)
-    row_rules, cut_rules = judged_rules(problem, "row"), judged_rules(problem, "cut")
-    stairs = tuple(admissible(problem, r, row_staircase(c, counts, usable), row_rules, cut_rules)
-                   for r, c in zip(rows, costs, strict=True))
+    rows, stairs = tuple(kept), tuple(staircases)
     if not any(st.points for st in stairs):
         complete = all_priced
         return SolveResult("infeasible" if complete else "unknown", (), total_rows, len(rows), 0,

@@ -123,26 +123,32 @@ def whole_folding(gpus: int, gbs: int, tp: int, pp: int, cp: int, ep: int, etp: 
     return gbs % per_step == 0
 
 
-def expert_tp_choices(problem: Problem, tp: int) -> tuple[int, ...]:
-    """ETP values worth trying when the search leaves ETP open: TP (Megatron's default) and, for MoE
-    models, 1 (whole experts per rank). A dense model has no expert grid, so ETP = TP only."""
-    return (tp,) if problem.model.moe is None else tuple(sorted({1, tp}))
+def expert_tp_choices(problem: Problem, tp: int, listed: tuple[int, ...]) -> tuple[int, ...]:
+    """ETP values a row with this TP takes: a dense model has no expert grid, so ETP = TP only (whatever
+    `search.etp` lists, and even where TP leaves the node); a MoE model takes the listed values, or when
+    ETP is left open TP (Megatron's default) and 1 (whole experts per rank)."""
+    if problem.model.moe is None:
+        return (tp,)
+    return listed if problem.spec.search.etp is not None else tuple(sorted({1, tp}))
 
 
 def enumerate_rows(problem: Problem, domains: dict[str, tuple[int, ...]] | None = None) -> tuple[Row, ...]:
-    """Every row of the search space with a whole folding identity and at least one block per stage."""
+    """Every row of the search space with a whole folding identity and at least one block per stage (ETP
+    per TP as expert_tp_choices says)."""
     doms = domains or search_domains(problem)
     gpus, gbs = problem.gpus, problem.training.global_batch
     blocks = problem.model.num_layers
-    free_etp = problem.spec.search.etp is None
     orders = rank_order_choices(problem)
     rows = []
-    for tp, pp, cp, ep, etp, vpp, mbs in product(*(doms[n] for n in DEGREES)):
-        if pp * vpp > blocks or (free_etp and etp not in expert_tp_choices(problem, tp)):
-            continue
-        if not whole_folding(gpus, gbs, tp, pp, cp, ep, etp, mbs):
-            continue
-        base = Row(pp, vpp, tp, cp, ep, etp, mbs, Recompute.none.value)
-        rows.extend(Row(pp, vpp, tp, cp, ep, etp, mbs, r.value, o.value) for r in recompute_choices(problem)
-                    for o in distinct_orders(problem, orders, base))
+    others = [doms[n] for n in DEGREES if n != "etp"]
+    for tp, pp, cp, ep, vpp, mbs in product(*others):
+        for etp in expert_tp_choices(problem, tp, doms["etp"]):
+            if pp * vpp <= blocks and whole_folding(gpus, gbs, tp, pp, cp, ep, etp, mbs):
+                rows.extend(_rows(problem, orders, Row(pp, vpp, tp, cp, ep, etp, mbs, Recompute.none.value)))
     return tuple(sorted(rows))
+
+
+def _rows(problem: Problem, orders: tuple[RankOrder, ...], base: Row) -> list[Row]:
+    """The rows of one degree combination: one per recompute option and distinct rank order."""
+    return [Row(base.pp, base.vpp, base.tp, base.cp, base.ep, base.etp, base.mbs, r.value, o.value)
+            for r in recompute_choices(problem) for o in distinct_orders(problem, orders, base)]

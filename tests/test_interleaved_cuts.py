@@ -1,0 +1,167 @@
+"""Exact stage cuts of interleaved rows (issue 15): the branch and bound, its relaxation, the VPP-2 DP
+and the CP-SAT cut program agree with enumeration of every interleaved cut, find the rank-balanced cut
+the issue reports on the bundled DeepSeek-V4-Pro problem, and no local move from a returned cut beats it."""
+
+from __future__ import annotations
+
+import random
+from itertools import combinations
+
+import pytest
+
+from parasol.constraints.physics.step_time import CalibratedStageTimes
+from parasol.problems.loader import load_problem, load_problem_text
+from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts, row_costs, usable_mb
+from parasol.solver.search.cut_program import UNBOUNDED, cut_within
+from parasol.solver.search.cuts import best_cut, rank_counts, row_staircase
+from parasol.solver.search.dominance import dominates, nondominated
+from parasol.solver.search.interleaved import InterleavedCuts, two_chunk_cut
+from parasol.solver.search.space import Row, enumerate_rows
+from tests.test_solve_reference import GENERATED, AdditiveTime
+
+V4_8192 = "problems/deepseek-v4-pro-8192.yaml"
+
+
+def _setup(problem, time_model):  # noqa: ANN001, ANN202
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    return counts, usable_mb(problem)
+
+
+def _every_cut(blocks: int, parts: int):  # noqa: ANN202
+    for cuts in combinations(range(1, blocks), parts - 1):
+        edges = (0, *cuts, blocks)
+        yield tuple(edges[i + 1] - edges[i] for i in range(parts))
+
+
+def _enumerated_staircase(c, counts, usable):  # noqa: ANN001, ANN202
+    scored = []
+    for layout in _every_cut(counts.shape[0] - 1, c.row.pp * c.row.vpp):
+        per_rank = rank_counts(layout, c.row.pp, counts)
+        if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)):
+            scored.append(c.objectives(per_rank))
+    return [scored[i] for i in nondominated(scored)]
+
+
+@pytest.mark.parametrize("index", range(0, 20, 3))
+def test_interleaved_staircase_equals_enumeration(index: int) -> None:
+    """Every interleaved row of a generated problem: the staircase is the enumerated one, value for value."""
+    problem = load_problem_text(GENERATED[index], source=f"generated-{index}.yaml")
+    model = AdditiveTime(problem)
+    counts, usable = _setup(problem, model)
+    rows = [r for r in enumerate_rows(problem) if r.vpp > 1][:12]
+    for row in rows:
+        c = row_costs(problem, row, model)
+        ours = row_staircase(c, counts, usable)
+        assert ours.proved
+        assert [(q.time_units, q.memory_units) for q in ours.points] == _enumerated_staircase(c, counts, usable)
+        for q in ours.points:
+            assert (q.time_units, q.memory_units) == c.objectives(rank_counts(q.layout, row.pp, counts))
+
+
+def test_deciders_agree_on_feasibility() -> None:
+    """The VPP-2 DP, the CP-SAT cut program and the branch and bound answer the same bound questions."""
+    problem = load_problem_text(GENERATED[3], source="generated-3.yaml")
+    model = AdditiveTime(problem)
+    counts, usable = _setup(problem, model)
+    rng = random.Random(7)
+    checked = 0
+    for row in [r for r in enumerate_rows(problem) if r.vpp == 2][:6]:
+        cuts = InterleavedCuts(row_costs(problem, row, model), counts)
+        best = cuts.fastest(usable)[0]
+        if best is None:
+            continue
+        slowest, peak = cuts.measure(best)
+        for slack_t, slack_m in [(0, 0), (-1, 0), (0, -1), (rng.randint(-50, 50), rng.randint(-200, 200))]:
+            t, m = slowest + slack_t, peak + slack_m
+            answers = [cuts.find(t, m), two_chunk_cut(cuts, t, m), cut_within(cuts, t, m)]
+            assert len({a is None for a in answers}) == 1
+            for a in answers:
+                if a is not None:
+                    got_t, got_m = cuts.measure(a)
+                    assert got_t <= t and got_m <= m and sum(a) == cuts.n
+            checked += 1
+    assert checked >= 8
+
+
+def _v4_row(problem, ep: int) -> Row:  # noqa: ANN001
+    return next(r for r in enumerate_rows(problem) if (r.tp, r.pp, r.cp, r.ep, r.vpp, r.recompute)
+                == (1, 16, 4, ep, 2, "full"))
+
+
+@pytest.mark.slow
+def test_v4_8192_rank_balanced_cut_is_found() -> None:
+    """The issue's counterexample: TP1 PP16 CP4 EP32 VPP2 full with the rank-balanced layout; the row's best
+    cut is at least as good on both objectives, and strictly faster than the edge-trimmed family's 7.74 s."""
+    problem = load_problem(V4_8192)
+    model = CalibratedStageTimes(problem)
+    counts, usable = _setup(problem, model)
+    c = row_costs(problem, _v4_row(problem, 32), model)
+    issue = (1, *[2] * 14, 1, *[2] * 15, 1)
+    theirs = c.objectives(rank_counts(issue, 16, counts))
+    best = best_cut(c, counts, usable)
+    assert best is not None
+    assert not dominates(theirs, (best.time_units, best.memory_units))
+    assert best.time_units <= theirs[0]
+    assert best.time_units * 1e-4 < 7.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ep", [32, 64])
+def test_v4_8192_no_local_move_beats_the_staircase(ep: int) -> None:
+    """A local-search probe: moving any one boundary of a returned cut by up to two blocks, or a random
+    chain of such moves, never dominates a step of the row's staircase."""
+    problem = load_problem(V4_8192)
+    model = CalibratedStageTimes(problem)
+    counts, usable = _setup(problem, model)
+    c = row_costs(problem, _v4_row(problem, ep), model)
+    stair = row_staircase(c, counts, usable)
+    assert stair.proved and stair.points
+    values = [(q.time_units, q.memory_units) for q in stair.points]
+    rng = random.Random(ep)
+    for q in stair.points:
+        for _ in range(300):
+            layout = list(q.layout)
+            for _ in range(rng.randint(1, 4)):
+                k = rng.randrange(len(layout) - 1)
+                step = rng.choice([-2, -1, 1, 2])
+                if layout[k] + step >= 1 and layout[k + 1] - step >= 1:
+                    layout[k] += step
+                    layout[k + 1] -= step
+            per_rank = rank_counts(tuple(layout), 16, counts)
+            if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)):
+                probe = c.objectives(per_rank)
+                assert not any(dominates(probe, v) for v in values)
+
+
+def test_unbounded_find_matches_some_cut() -> None:
+    """find with no bounds returns a full cut whenever the staircase has a step."""
+    problem = load_problem_text(GENERATED[5], source="generated-5.yaml")
+    model = AdditiveTime(problem)
+    counts, usable = _setup(problem, model)
+    for row in [r for r in enumerate_rows(problem) if r.vpp > 1][:6]:
+        cuts = InterleavedCuts(row_costs(problem, row, model), counts)
+        found = cuts.find(UNBOUNDED, usable)
+        assert (found is not None) == bool(row_staircase(cuts.c, counts, usable).points)
+
+
+DENSE = """
+model: {name: dense-x, hidden_size: 8192, vocab_size: 32000, num_layers: 16,
+        attention: {kind: gqa, num_heads: 64, num_kv_heads: 8, head_dim: 128},
+        dense_mlp: {intermediate_size: 28672}}
+training: {seq_len: 4096, global_batch: 512, precision: bf16, optimizer: adam}
+hardware: {preset: h100-hgx, gpus: 256}
+search: {tp: [8, 16, 32], pp: [1, 2], cp: 1, vpp: 1, mbs: 1}
+"""
+
+
+@pytest.mark.parametrize("etp", [None, "[1, 8, 16]"])
+def test_dense_tp_beyond_a_node_keeps_its_rows(etp: str | None) -> None:
+    """A dense model with TP16/TP32 listed keeps those rows whether or not ETP is listed, one row per TP
+    (ETP = TP: a dense model has no expert grid to split)."""
+    text = DENSE if etp is None else DENSE.replace("mbs: 1}", f"mbs: 1, etp: {etp}}}")
+    problem = load_problem_text(text, source="dense.yaml")
+    rows = enumerate_rows(problem)
+    assert {r.tp for r in rows} == {8, 16, 32}
+    assert all(r.etp == r.tp for r in rows)
+    keys = [(r.pp, r.tp, r.recompute, r.rank_order) for r in rows]
+    assert len(keys) == len(set(keys))
