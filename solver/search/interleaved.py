@@ -245,21 +245,32 @@ class InterleavedCuts:
                 best, hi = found, score(found)
         return best, True
 
+    def escalate(self, lowest_units: int, cap_mb: int) -> tuple[int, ...] | None:
+        """A first cut within `cap_mb` when the quick search found none: time bounds from the relaxation's
+        `lowest_units` up, the gap doubling (bounded pieces keep each question small), then no bound."""
+        gap = 1
+        while self.slowest_within(lowest_units + gap) < self.total_us:
+            found = self.decide(self.slowest_within(lowest_units + gap), cap_mb)
+            if found is not None:
+                return found
+            gap *= 2
+        return self.decide(UNBOUNDED, cap_mb)
+
     def fastest(self, cap_mb: int) -> tuple[tuple[int, ...] | None, bool]:
         """The cut of least step time (in solver units) with every rank within `cap_mb`, or None when no cut
         fits; and whether that is proved (the searches stayed within their budget)."""
         try:
             first = self.find(UNBOUNDED, cap_mb, FIRST_BUDGET)
+            if first is None:
+                return None, True
         except OutOfBudget:
             first = None
         bound = self.relaxed.fastest_us(cap_mb, self.measure(first)[0] if first else UNBOUNDED)
         if bound is None:
             return first, True
-        if self.vpp == 2 and (first is None or self.time_units(bound) < self.time_units(self.measure(first)[0])):
-            return two_chunk_cut(self, self.measure(first)[0] if first else UNBOUNDED, cap_mb, "time"), True
         if first is None:
             try:
-                first = self.decide(UNBOUNDED, cap_mb)
+                first = self.escalate(self.time_units(bound), cap_mb)
             except OutOfBudget:
                 return None, False
             if first is None:
@@ -273,10 +284,6 @@ class InterleavedCuts:
         starting from a cut that meets both; and whether that is proved."""
         bound = self.relaxed.leanest_mb(slowest_us, cap_mb)
         assert bound is not None
-        if self.vpp == 2 and -(-bound // MEMORY_UNIT_MB) < self.units(incumbent)[1]:
-            found = two_chunk_cut(self, slowest_us, cap_mb, "memory")
-            assert found is not None
-            return found, True
         return self._bisect(-(-bound // MEMORY_UNIT_MB), incumbent,
                             lambda units: self.decide(slowest_us, units * MEMORY_UNIT_MB),
                             lambda cut: self.units(cut)[1])
@@ -391,13 +398,12 @@ class RankTotals:
         return self._program(slowest_us, cap_mb, False)
 
 
-def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int, minimise: str = "") -> tuple[int, ...] | None:
-    """VPP 2, exactly: a cut with every rank within `slowest_us` and `cap_mb` (with `minimise` "time" or
-    "memory": one of least slowest-rank time or peak memory), or None when none exists. Ranks are taken in
-    order; the state is (where round 1 starts, where the rank's round-0 piece ends, where its round-1 piece
-    ends) and holds the least worst rank value so far, so a rank's two pieces are priced together; pieces
-    longer than any rank can hold alone are never tried."""
-    n, pp, b = cuts.n, cuts.pp, cuts.b
+def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> tuple[int, ...] | None:
+    """VPP 2, exactly: a cut with every rank within `slowest_us` and `cap_mb`, or None when none exists.
+    Ranks are taken in order; the state is (where round 1 starts, where the rank's round-0 piece ends,
+    where its round-1 piece ends), so a rank's two pieces are priced together; pieces longer than any
+    rank can hold alone are never tried."""
+    n, pp, b, c = cuts.n, cuts.pp, cuts.b, cuts.c
     size = n + 1
     tm, st, ac = (np.array(x, dtype=np.int64) for x in (b.time, b.static, b.act))
     bits = np.array(b.bit, dtype=np.int64)
@@ -411,57 +417,53 @@ def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int, minimise:
         if not any(cuts.fits_any(r, *piece, slowest_us, cap_mb) for r in range(pp)):
             break
         pieces.append(piece)
+    longest = len(pieces)
     peak_of = np.array(cuts.peak_of, dtype=np.int64)
-    inf = np.iinfo(np.int64).max
-    start = np.full((size, size, size), inf, dtype=np.int64)
+    start = np.zeros((size, size, size), dtype=bool)
     for p1 in range(pp, n - pp + 1):
-        start[p1, 0, p1] = 0
+        start[p1, 0, p1] = True
     reach = [start]
-    above = np.broadcast_to(np.arange(size)[None, :, None] > np.arange(size)[:, None, None], (size,) * 3)
+    below = np.arange(size)[None, :, None] <= np.arange(size)[:, None, None]
     for r in range(pp):
-        prev, nxt = reach[-1], np.full((size, size, size), inf, dtype=np.int64)
-        for l0, l1, value in _pair_values(cuts, r, pieces, peak_of, slowest_us, cap_mb, minimise):
-            a, e = size - l0, size - l1
-            cand = np.maximum(prev[:, :a, :e], value[None, :a, :e])
-            np.minimum(nxt[:, l0:, l1:], cand, out=nxt[:, l0:, l1:])
-        nxt[above] = inf
+        prev, nxt = reach[-1], np.zeros((size, size, size), dtype=bool)
+        live = [np.flatnonzero(prev.any(axis=tuple(x for x in range(3) if x != d))) for d in range(3)]
+        if not all(len(x) for x in live):
+            return None
+        (p_lo, p_hi), (lo0, hi0), (lo1, hi1) = ((int(x[0]), int(x[-1]) + 1) for x in live)
+        frac = c.inflight[r]
+        for l0, (t0, s0, a0, m0) in enumerate(pieces, start=1):
+            for l1, (t1, s1, a1, m1) in enumerate(pieces, start=1):
+                h0, h1 = min(hi0, size - l0), min(hi1, size - l1)
+                if h0 <= lo0 or h1 <= lo1:
+                    continue
+                t0w, s0w, a0w, m0w = (x[lo0:h0] for x in (t0, s0, a0, m0))
+                t1w, s1w, a1w, m1w = (x[lo1:h1] for x in (t1, s1, a1, m1))
+                time = c.edge_time_us[r] + t0w[:, None] + t1w[None, :]
+                held = c.edge_activation[r] + a0w[:, None] + a1w[None, :]
+                mask = m0w[:, None] | m1w[None, :]
+                moe = ((mask & cuts.moe_bits) != 0) | c.edge_moe[r]
+                memory = (c.edge_static[r] + s0w[:, None] + s1w[None, :] + -(-(held * frac.numerator) // frac.denominator)
+                          + np.maximum(peak_of[mask], c.edge_peak[r]) + np.where(moe, c.dispatch_mb, 0)
+                          + c.workspace_mb)
+                ok = (time <= slowest_us) & (memory <= cap_mb)
+                if not ok.any():
+                    continue
+                nxt[p_lo:p_hi, lo0 + l0:h0 + l0, lo1 + l1:h1 + l1] |= prev[p_lo:p_hi, lo0:h0, lo1:h1] & ok[None]
+        nxt &= below
         reach.append(nxt)
-    finals = reach[-1][np.arange(size), np.arange(size), n]
-    if finals.min() >= inf:
+    ends = [p1 for p1 in range(size) if reach[-1][p1, p1, n]]
+    if not ends:
         return None
-    p1 = int(np.argmin(finals))
-    worst, e0, e1 = int(finals[p1]), p1, n
+    p1, e0, e1 = ends[0], ends[0], n
     firsts, seconds = [], []
     for r in range(pp - 1, -1, -1):
         prev = reach[r]
-        step = next((l0, l1) for l0, l1, value in _pair_values(cuts, r, pieces, peak_of, slowest_us, cap_mb, minimise)
-                    if l0 <= e0 and l1 <= e1 - p1 and value[e0 - l0, e1 - l1] <= worst
-                    and prev[p1, e0 - l0, e1 - l1] <= worst)
-        firsts.append(step[0])
-        seconds.append(step[1])
-        e0, e1 = e0 - step[0], e1 - step[1]
+        for l0 in range(1, min(longest, e0) + 1):
+            l1 = next((l1 for l1 in range(1, min(longest, e1) + 1) if prev[p1, e0 - l0, e1 - l1]
+                       and cuts.fits_pair(r, e0 - l0, e0, e1 - l1, e1, slowest_us, cap_mb)), None)
+            if l1 is not None:
+                break
+        firsts.append(l0)
+        seconds.append(l1)
+        e0, e1 = e0 - l0, e1 - l1
     return tuple(reversed(firsts)) + tuple(reversed(seconds))
-
-
-def _pair_values(cuts: InterleavedCuts, r: int, pieces: list, peak_of: np.ndarray, slowest_us: int, cap_mb: int,
-                 minimise: str):  # noqa: ANN202 - a generator of (l0, l1, values)
-    """For rank r and every pair of piece lengths: the value (time, memory, or 0) of holding the pieces
-    starting at (s0, s1), as an array over (s0, s1), where both bounds hold (elsewhere the maximum int)."""
-    c = cuts.c
-    frac = c.inflight[r]
-    inf = np.iinfo(np.int64).max
-    for l0, (t0, s0, a0, m0) in enumerate(pieces, start=1):
-        for l1, (t1, s1, a1, m1) in enumerate(pieces, start=1):
-            time = c.edge_time_us[r] + t0[:, None] + t1[None, :]
-            held = c.edge_activation[r] + a0[:, None] + a1[None, :]
-            mask = m0[:, None] | m1[None, :]
-            moe = ((mask & cuts.moe_bits) != 0) | c.edge_moe[r]
-            memory = (c.edge_static[r] + s0[:, None] + s1[None, :] + -(-(held * frac.numerator) // frac.denominator)
-                      + np.maximum(peak_of[mask], c.edge_peak[r]) + np.where(moe, c.dispatch_mb, 0)
-                      + c.workspace_mb)
-            ok = (time <= slowest_us) & (memory <= cap_mb)
-            if ok.any():
-                value = time if minimise == "time" else memory if minimise == "memory" else np.zeros_like(time)
-                out = np.full((cuts.n + 1, cuts.n + 1), inf, dtype=np.int64)
-                out[:ok.shape[0], :ok.shape[1]] = np.where(ok, value, inf)
-                yield l0, l1, out
