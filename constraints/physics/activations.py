@@ -5,6 +5,13 @@ element; FP32 router logits and loss softmax, 4 bytes). Tensors of the sequence-
 (width h) are split by TP when sequence parallelism is on; projections by TP; routed-expert rows
 arrive through the EP dispatch (k per token, ETP-gathered) with width f/ETP. The seed warns that
 the real peak must be measured under the real schedule (seed 000 §显存): this is the model of it.
+
+Hybrid mixers keep, per token: a Mamba-2 layer its norm and in_proj inputs, the in_proj output
+(z, x, B, C, dt), the conv output (x, B, C), the scan output, the gated norm's output and the FP32 chunk
+states the SSD kernel saves for its backward (H·P·N per chunk of MAMBA_CHUNK tokens, Dao & Gu 2024 §6;
+mamba_chunk_scan_combined); a gated DeltaNet the same with q, k, v, z, beta, alpha and its H_v·d_k·d_v
+chunk states every GDN_CHUNK tokens (flash-linear-attention chunk_gated_delta_rule). All split by TP (heads).
+A parallel attention+MLP block saves its one normed input once.
 """
 
 from __future__ import annotations
@@ -17,10 +24,18 @@ from parasol.problems.model.architecture import (
     Block,
     BlockKind,
     DSV4Attention,
+    GatedDeltaNet,
     GQAAttention,
+    MambaMixer,
+    Mixer,
     MLAAttention,
     ModelArchitecture,
 )
+
+MAMBA_CHUNK = 128
+"""Tokens per SSD chunk (Megatron mamba_mixer.py chunk_size default 128)."""
+GDN_CHUNK = 64
+"""Tokens per chunk of the chunked gated delta rule (flash-linear-attention chunk size 64)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +87,41 @@ def _attention_bytes(model: ModelArchitecture, block: Block, ctx: ActivationCont
     return norm_in + proj_in + lora + q + kv + indexer + out
 
 
+def _mamba_bytes(model: ModelArchitecture, mamba: MambaMixer, ctx: ActivationContext) -> float:
+    """One Mamba-2 layer per token: norm and in_proj inputs, in_proj output, conv output, scan output,
+    gated-norm output (all BF16, /TP) and the FP32 chunk states."""
+    hs = model.hidden_size / ctx.sp_split
+    keep_in = BF16_BYTES * hs * model.hc_mult + (0.0 if ctx.drops("layernorm") else BF16_BYTES * hs)
+    in_proj = 2 * mamba.d_inner + 2 * mamba.num_groups * mamba.state_size + mamba.num_heads
+    widths = in_proj + mamba.conv_channels + 2 * mamba.d_inner
+    states = FP32_BYTES * mamba.d_inner * mamba.state_size / MAMBA_CHUNK
+    return keep_in + (BF16_BYTES * widths + states) / ctx.tp
+
+
+def _gdn_bytes(model: ModelArchitecture, gdn: GatedDeltaNet, ctx: ActivationContext) -> float:
+    """One gated DeltaNet per token: norm and in_proj inputs, in_proj output, conv output, rule output,
+    gated-norm output (BF16, /TP) and the FP32 chunk states."""
+    hs = model.hidden_size / ctx.sp_split
+    keep_in = BF16_BYTES * hs * model.hc_mult + (0.0 if ctx.drops("layernorm") else BF16_BYTES * hs)
+    in_proj = 2 * gdn.key_width + 2 * gdn.value_width + 2 * gdn.num_value_heads
+    widths = in_proj + gdn.conv_channels + 2 * gdn.value_width
+    states = FP32_BYTES * gdn.num_value_heads * gdn.key_head_dim * gdn.value_head_dim / GDN_CHUNK
+    return keep_in + (BF16_BYTES * widths + states) / ctx.tp
+
+
+def _mixer_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -> float:
+    """Saved tensors of one block's token mixer, by kind."""
+    if block.mixer is Mixer.none:
+        return 0.0
+    if block.mixer is Mixer.mamba:
+        assert model.mamba is not None
+        return _mamba_bytes(model, model.mamba, ctx)
+    if block.mixer is Mixer.gdn:
+        assert model.linear_attention is not None
+        return _gdn_bytes(model, model.linear_attention, ctx)
+    return _attention_bytes(model, block, ctx)
+
+
 def _mlp_bytes(model: ModelArchitecture, ctx: ActivationContext) -> float:
     """Dense MLP: norm input, fc1 input, fc1 output and activation output per token."""
     mlp = model.dense_mlp
@@ -99,7 +149,10 @@ def _moe_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -
     f = moe.expert_intermediate_size / ctx.etp
     fc1 = BF16_BYTES * f * (2 if moe.activation.gated else 1)
     act = 0.0 if ctx.drops("moe_act") else BF16_BYTES * f
-    routed = rows * (BF16_BYTES * h + fc1 + act + BF16_BYTES * h)
+    width = moe.expert_width(h)
+    routed = rows * (BF16_BYTES * width + fc1 + act + BF16_BYTES * width)
+    if moe.latent_size:
+        routed += BF16_BYTES * moe.latent_size
     shared = 0.0
     if moe.shared_width and not ctx.drops("shared_experts"):
         fs = moe.shared_width / ctx.tp
@@ -109,8 +162,16 @@ def _moe_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -
 
 def block_bytes_per_token(model: ModelArchitecture, block: Block, ctx: ActivationContext) -> float:
     """All activations one block keeps per token of the rank's microbatch (before full recompute)."""
-    mlp = _mlp_bytes(model, ctx) if block.mlp is BlockKind.dense else _moe_bytes(model, block, ctx)
-    return _attention_bytes(model, block, ctx) + mlp
+    if block.mlp is BlockKind.none:
+        mlp = 0.0
+    elif block.mlp is BlockKind.dense:
+        mlp = _mlp_bytes(model, ctx)
+    else:
+        mlp = _moe_bytes(model, block, ctx)
+    shared_input = 0.0
+    if model.parallel_attention_mlp and block.sublayers == 2:
+        shared_input = BF16_BYTES * model.hidden_size * model.hc_mult / ctx.sp_split
+    return _mixer_bytes(model, block, ctx) + mlp - shared_input
 
 
 def block_input_bytes_per_token(model: ModelArchitecture, ctx: ActivationContext) -> float:
