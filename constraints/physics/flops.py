@@ -129,16 +129,10 @@ def dsv4_core_flops(att: DSV4Attention, ratio: int, seq_len: int) -> float:
 
 
 def attention_core_flops(model: ModelArchitecture, block: Block, seq_len: int) -> float:
-    """Forward core-mixer FLOPs per query token of one block: attention by kind (windowed where the block
-    is local), the Mamba-2 scan, the gated delta rule, or none."""
-    if block.mixer is Mixer.none:
+    """Forward core-attention FLOPs per query token of one block, by attention kind (windowed where the
+    block is local); 0 for a block without softmax attention."""
+    if block.mixer is not Mixer.attention:
         return 0.0
-    if block.mixer is Mixer.mamba:
-        assert model.mamba is not None
-        return mamba_scan_flops(model.mamba)
-    if block.mixer is Mixer.gdn:
-        assert model.linear_attention is not None
-        return gdn_core_flops(model.linear_attention)
     att = model.attention
     if isinstance(att, GQAAttention):
         return gqa_core_flops(att, seq_len, block.window)
@@ -146,6 +140,25 @@ def attention_core_flops(model: ModelArchitecture, block: Block, seq_len: int) -
         return mla_core_flops(att, seq_len)
     assert isinstance(att, DSV4Attention)
     return dsv4_core_flops(att, block.compress_ratio or 0, seq_len)
+
+
+def scan_flops(model: ModelArchitecture, block: Block) -> float:
+    """Forward FLOPs per token of a block's linear-recurrence kernel: the Mamba-2 scan or the gated delta
+    rule; 0 for other blocks."""
+    if block.mixer is Mixer.mamba:
+        assert model.mamba is not None
+        return mamba_scan_flops(model.mamba)
+    if block.mixer is Mixer.gdn:
+        assert model.linear_attention is not None
+        return gdn_core_flops(model.linear_attention)
+    return 0.0
+
+
+def materialised_core_flops(model: ModelArchitecture, block: Block, seq_len: int) -> float:
+    """Core attention per query token when the S×S scores are materialised (no fused kernel): every
+    query meets all S keys, the causal mask or sliding window applied to the computed scores."""
+    core = attention_core_flops(model, block, seq_len)
+    return core * seq_len / mean_window_keys(seq_len, block.window)
 
 
 @dataclass(frozen=True)
@@ -160,9 +173,11 @@ class BlockFlops:
     routed_gemm: float
     """The top_k routed experts a token visits: grouped GEMMs after the EP dispatch."""
     attention_core: float
-    """Scores and weighted sum (flash attention), causal; a Mamba-2 scan or gated delta rule."""
+    """Scores and weighted sum (flash attention), causal or windowed."""
     mla_up_projection: float = 0.0
     """MLA's query and key/value up-projections (part of attention_gemm), what mla_up_proj recompute repeats."""
+    scan: float = 0.0
+    """A Mamba-2 scan or gated delta rule: a chain of memory- and latency-bound kernels, priced apart."""
 
     @property
     def gemm(self) -> float:
@@ -172,7 +187,7 @@ class BlockFlops:
     @property
     def total(self) -> float:
         """Every forward FLOP of the block per token."""
-        return self.attention_gemm + self.mlp_gemm + self.routed_gemm + self.attention_core
+        return self.attention_gemm + self.mlp_gemm + self.routed_gemm + self.attention_core + self.scan
 
 
 def block_flops(model: ModelArchitecture, block: Block, seq_len: int) -> BlockFlops:
@@ -195,7 +210,8 @@ def _block_flops(model: ModelArchitecture, block: Block, seq_len: int) -> BlockF
         assert model.moe is not None
         routed = per_weight * model.moe.top_k * bp.per_expert
     return BlockFlops(attention, mlp, routed, attention_core_flops(model, block, seq_len),
-                      mla_up_projection_flops(model) if block.mixer is Mixer.attention else 0.0)
+                      mla_up_projection_flops(model) if block.mixer is Mixer.attention else 0.0,
+                      scan_flops(model, block))
 
 
 def mla_up_projection_flops(model: ModelArchitecture) -> float:
