@@ -46,6 +46,7 @@ def _compute_model_consts(problem: Problem) -> dict[str, int]:
         "is_moe": int(moe is not None),
         "multi_latent_attention": int(isinstance(model.attention, MLAAttention | DSV4Attention)),
         "hybrid_model": int(isinstance(model.attention, DSV4Attention)),
+        "hybrid_layers": int(model.layer_pattern is not None),
         "sequence_parallel": int(training.sequence_parallel),
         "sequence_parallel_requested": int(sequence_parallel_requested(training)),
         "packed_sequences": int(training.packed_sequences),

@@ -67,7 +67,8 @@ def _attention_bytes(model: ModelArchitecture, block: Block, ctx: ActivationCont
     proj_in = 0.0 if ctx.drops("layernorm") else BF16_BYTES * hs
     if isinstance(att, GQAAttention):
         kv_heads = max(att.num_kv_heads / ctx.tp, 1)
-        qkv = BF16_BYTES * (att.num_heads / ctx.tp + 2 * kv_heads) * att.head_dim
+        gate = att.num_heads / ctx.tp if att.output_gate else 0.0
+        qkv = BF16_BYTES * (att.num_heads / ctx.tp + 2 * kv_heads + gate) * att.head_dim
         out = BF16_BYTES * att.num_heads * att.head_dim / ctx.tp + FP32_BYTES * att.num_heads / ctx.tp
         return norm_in + proj_in + qkv + out
     if isinstance(att, MLAAttention):

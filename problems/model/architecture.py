@@ -143,6 +143,9 @@ class GQAAttention(Strict):
     sliding_window: int | None = Field(default=None, ge=1, description="keys a local-attention query sees")
     window_skip_freq: int | tuple[int, ...] | None = Field(
         default=None, description="global layers among local ones: every N-th, or 1 local / 0 global per layer")
+    output_gate: bool = Field(
+        default=False, description="a sigmoid gate on the attention output, projected with the queries "
+                                   "(Qwen3-Next; Megatron --attention-output-gate, transformer_config.py:278)")
 
     @model_validator(mode="after")
     def _groups_divide_heads(self) -> GQAAttention:

@@ -90,10 +90,11 @@ def gdn_params(hidden: int, gdn: GatedDeltaNet) -> int:
 
 
 def gqa_params(hidden: int, att: GQAAttention, norm_channels: int) -> int:
-    """Q, K, V and output projections (+ biases, + per-head q/k norms)."""
+    """Q, K, V and output projections (+ biases, + per-head q/k norms); an output gate doubles the query
+    projection (the gate is projected with the queries)."""
     q = att.num_heads * att.head_dim
     kv = att.num_kv_heads * att.head_dim
-    total = hidden * q + 2 * hidden * kv + q * hidden
+    total = hidden * q * (2 if att.output_gate else 1) + 2 * hidden * kv + q * hidden
     if att.bias:
         total += q + 2 * kv + hidden
     if att.qk_norm:
