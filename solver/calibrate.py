@@ -308,15 +308,23 @@ def fit_all(runs: list[PreparedRun], names: tuple[str, ...] = FIT_NAMES) -> dict
     return {g: fit(rs, g, names) for g, rs in by_gpu_file(runs).items()}
 
 
+def _described(runs: list[PreparedRun]) -> str:
+    """'N runs of M models: …' for a calibration file."""
+    models = sorted({r.model_id for r in runs})
+    return f"{len(runs)} runs of {len(models)} models: {', '.join(models)}"
+
+
 def coefficient_file(result: FitResult, runs: list[PreparedRun], gpu_type: str) -> CoefficientFile:
     """The calibration file of one fit: every coefficient with its unit, default and source."""
-    models = sorted({r.model_id for r in runs})
-    fitted_on = f"{len(runs)} runs of {len(models)} models: {', '.join(models)}"
+    fitted_on = _described(runs)
     values = result.coefficients.values()
+    scanning = [r for r in runs if uses_scan(r)]
+    plain = [r for r in runs if not uses_scan(r)] or runs
+    stage_runs = {n: _described(scanning if n in SCAN_NAMES else plain) for n in result.names}
     coefficients = tuple(
         Coefficient(name=spec.name, unit=spec.unit, value=round(values[spec.name], 6), default=spec.default,
                     source="fitted" if spec.name in result.names else spec.source,
-                    fitted_on=fitted_on if spec.name in result.names else "")
+                    fitted_on=stage_runs.get(spec.name, ""))
         for spec in SPEC_BY_NAME.values())
     ape = result.ape
     return CoefficientFile(
