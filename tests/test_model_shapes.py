@@ -151,15 +151,16 @@ def test_parallel_attention_mlp_shares_its_norm_and_reduction() -> None:
     assert saved == 2 * h
 
 
-def test_mamba_activations_include_chunk_states() -> None:
-    """Per token a Mamba-2 layer keeps its BF16 tensors and the FP32 SSD chunk states H·P·N per 128 tokens,
-    divided by TP (heads split)."""
+def test_mamba_activations_follow_the_fused_kernel() -> None:
+    """Per token a Mamba-2 layer keeps its norm and in_proj inputs (h each, /TP under SP), the in_proj output
+    the fused conv+scan saves (2·d_inner + 2·G·N + H) and the gated norm's input and output (d_inner each);
+    the conv output and chunk states are recomputed (mamba_ssm MambaSplitConv1dScanCombinedFn)."""
     model = load_model("nemotron-3-nano-30b-a3b")
     ctx1, ctx2 = (ActivationContext(tp=t, etp=1, sequence_parallel=True, recompute=Recompute.none,
                                     modules=frozenset()) for t in (1, 2))
     one, two = (block_bytes_per_token(model, model.blocks[0], c) for c in (ctx1, ctx2))
-    states = 4 * 4096 * 128 / 128
-    assert one > states and two == pytest.approx(one / 2)
+    assert one == 2 * (2 * 2688 + (2 * 4096 + 2 * 8 * 128 + 64) + 2 * 4096)
+    assert two == pytest.approx(one / 2)
 
 
 def test_model_flops_of_nano_are_close_to_its_published_active_count() -> None:
@@ -303,3 +304,12 @@ def test_hf_qwen3_next_config(tmp_path) -> None:  # noqa: ANN001 - pytest tmp_pa
     assert [b.mixer for b in model.blocks[:4]] == [Mixer.gdn] * 3 + [Mixer.attention]
     assert round(model_params(model).total / 1e9) == 80
     assert model.attention.output_gate
+
+
+def test_hybrid_layers_are_distinct_block_kinds() -> None:
+    """Memory and the solver price one block per kind: Nano's M, E and * layers are three kinds, and
+    gpt-oss's local and global layers two."""
+    from parasol.constraints.physics.memory import block_kind
+    nano, oss = load_model("nemotron-3-nano-30b-a3b"), load_model("gpt-oss-120b")
+    assert len({block_kind(b) for b in nano.blocks}) == 3
+    assert len({block_kind(b) for b in oss.blocks}) == 2

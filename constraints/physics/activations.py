@@ -7,10 +7,12 @@ arrive through the EP dispatch (k per token, ETP-gathered) with width f/ETP. The
 the real peak must be measured under the real schedule (seed 000 §显存): this is the model of it.
 
 Hybrid mixers keep, per token: a Mamba-2 layer its norm and in_proj inputs, the in_proj output
-(z, x, B, C, dt), the conv output (x, B, C), the scan output, the gated norm's output and the FP32 chunk
-states the SSD kernel saves for its backward (H·P·N per chunk of MAMBA_CHUNK tokens, Dao & Gu 2024 §6;
-mamba_chunk_scan_combined); a gated DeltaNet the same with q, k, v, z, beta, alpha and its H_v·d_k·d_v
-chunk states every GDN_CHUNK tokens (flash-linear-attention chunk_gated_delta_rule). All split by TP (heads).
+(z, x, B, C, dt), which the fused conv+scan saves (mamba_ssm ssd_combined.py
+MambaSplitConv1dScanCombinedFn, checkpoint_lvl 1: the conv output and the SSD chunk states are recomputed
+in the backward), and the gated norm's input and output (mamba_mixer.py:707-733: the norm and out_proj
+run outside the fused function); a gated DeltaNet its norm and in_proj inputs, the in_proj output, the
+conv output (the delta rule's q, k, v), the rule's output and the gated norm's output (chunk states are
+recomputed in the backward, flash-linear-attention chunk_gated_delta_rule). All split by TP (heads).
 A parallel attention+MLP block saves its one normed input once.
 """
 
@@ -32,10 +34,6 @@ from parasol.problems.model.architecture import (
     ModelArchitecture,
 )
 
-MAMBA_CHUNK = 128
-"""Tokens per SSD chunk (Megatron mamba_mixer.py chunk_size default 128)."""
-GDN_CHUNK = 64
-"""Tokens per chunk of the chunked gated delta rule (flash-linear-attention chunk size 64)."""
 
 
 @dataclass(frozen=True)
@@ -89,25 +87,21 @@ def _attention_bytes(model: ModelArchitecture, block: Block, ctx: ActivationCont
 
 
 def _mamba_bytes(model: ModelArchitecture, mamba: MambaMixer, ctx: ActivationContext) -> float:
-    """One Mamba-2 layer per token: norm and in_proj inputs, in_proj output, conv output, scan output,
-    gated-norm output (all BF16, /TP) and the FP32 chunk states."""
+    """One Mamba-2 layer per token: norm and in_proj inputs, the in_proj output, the gated norm's input
+    and output (BF16, /TP)."""
     hs = model.hidden_size / ctx.sp_split
     keep_in = BF16_BYTES * hs * model.hc_mult + (0.0 if ctx.drops("layernorm") else BF16_BYTES * hs)
     in_proj = 2 * mamba.d_inner + 2 * mamba.num_groups * mamba.state_size + mamba.num_heads
-    widths = in_proj + mamba.conv_channels + 2 * mamba.d_inner
-    states = FP32_BYTES * mamba.d_inner * mamba.state_size / MAMBA_CHUNK
-    return keep_in + (BF16_BYTES * widths + states) / ctx.tp
+    return keep_in + BF16_BYTES * (in_proj + 2 * mamba.d_inner) / ctx.tp
 
 
 def _gdn_bytes(model: ModelArchitecture, gdn: GatedDeltaNet, ctx: ActivationContext) -> float:
-    """One gated DeltaNet per token: norm and in_proj inputs, in_proj output, conv output, rule output,
-    gated-norm output (BF16, /TP) and the FP32 chunk states."""
+    """One gated DeltaNet per token: norm and in_proj inputs, the in_proj output, the conv output, the
+    rule's output and the gated norm's output (BF16, /TP)."""
     hs = model.hidden_size / ctx.sp_split
     keep_in = BF16_BYTES * hs * model.hc_mult + (0.0 if ctx.drops("layernorm") else BF16_BYTES * hs)
     in_proj = 2 * gdn.key_width + 2 * gdn.value_width + 2 * gdn.num_value_heads
-    widths = in_proj + gdn.conv_channels + 2 * gdn.value_width
-    states = FP32_BYTES * gdn.num_value_heads * gdn.key_head_dim * gdn.value_head_dim / GDN_CHUNK
-    return keep_in + (BF16_BYTES * widths + states) / ctx.tp
+    return keep_in + BF16_BYTES * (in_proj + gdn.conv_channels + 2 * gdn.value_width) / ctx.tp
 
 
 def _mixer_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -> float:
