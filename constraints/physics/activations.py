@@ -35,7 +35,6 @@ from parasol.problems.model.architecture import (
 )
 
 
-
 @dataclass(frozen=True)
 class ActivationContext:
     """What sharding and recompute choices the per-token counts depend on."""
