@@ -313,3 +313,19 @@ def test_hybrid_layers_are_distinct_block_kinds() -> None:
     nano, oss = load_model("nemotron-3-nano-30b-a3b"), load_model("gpt-oss-120b")
     assert len({block_kind(b) for b in nano.blocks}) == 3
     assert len({block_kind(b) for b in oss.blocks}) == 2
+
+
+def test_mamba_heads_and_groups_split_over_tp() -> None:
+    """mamba_mixer.py:262,270: Mamba-2 heads and groups divide by TP; Nano's 8 groups refuse TP 16 (its
+    32 attention heads would allow it) and take TP 8 (rule tp-sharded-linear-dims)."""
+    from parasol.constraints.evaluate import facts_for
+    from parasol.constraints.rules.divisibility import TPShardedLinearDims
+    from parasol.problems.loader import load_problem_text
+    from parasol.problems.mapping_input import build_mapping
+    problem = load_problem_text(
+        "name: n\nmodel: nemotron-3-nano-30b-a3b\ntraining: {seq_len: 8192, global_batch: 64, precision: bf16}\n"
+        "hardware: {preset: h100-hgx, gpus: 16}\n", source="n.yaml")
+    rule = TPShardedLinearDims()
+    wide, fits = (facts_for(problem, build_mapping(problem, {"tp": tp, "ep": "1"})) for tp in ("16", "8"))
+    assert rule.slack(wide) < 0 and "Mamba-2 groups 8" in rule.message(wide)
+    assert rule.slack(fits) >= 0
