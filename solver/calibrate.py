@@ -82,6 +82,8 @@ ASSUMPTIONS = (
     "gpt-oss attention (learnable sinks) runs unfused except in containers 26.06 and 26.08 (UNFUSED_ATTENTION).",
     "GB200/GB300 jobs use 64-GPU NVLink segments (16 of 18 trays per rack; GPU_TOPOLOGY_OVERRIDES).",
     "MoE runs use Megatron's flex dispatcher (DeepEP/Hybrid-EP, deduplicated per NVLink domain).",
+    "Nemotron 3 Super and Ultra train without MTP layers (their Megatron-LM launch files list none; the tables "
+    "do not say).",
 )
 
 
