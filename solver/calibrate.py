@@ -1,6 +1,6 @@
 """Fit the step-time coefficients to measured runs, and check them by leave-one-model-out.
 
-A measured run (hardware/calibration.py, the format of ../shared/reference/measured-configs.yaml)
+A measured run (hardware/calibration.py, the format of reference/measured-configs.yaml)
 becomes a problem (catalog model, hardware preset of its GPU type, the run's batch and precision)
 and a mapping; its coefficient-free workload is built once. The fit then chooses, per GPU type,
 the few coefficients in FIT_NAMES that minimise the squared error of log(tokens/s/GPU), with a
