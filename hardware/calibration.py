@@ -29,6 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parasol.errors import InputError
+from parasol.files import read_input_text
 
 COEFFICIENT_PACKAGE = "parasol.hardware.coefficients"
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -321,10 +322,9 @@ class MeasuredRun(BaseModel):
 def read_runs(path: str | Path) -> list[MeasuredRun]:
     """Read a RUNS.yaml file (`entries:` list, or a bare list) into MeasuredRun records."""
     p = Path(path)
+    text = read_input_text(p, "runs file", "RUNS")
     try:
-        data = yaml.load(p.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"Cannot read runs file {str(p)!r}: {exc}.", fix="give a readable YAML file.") from None
+        data = yaml.load(text, Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         raise InputError(f"Runs file {str(p)!r} is not valid YAML: {exc}.", file=str(p),
                          fix="fix the YAML syntax.") from None

@@ -1,13 +1,15 @@
 """The `parasol` command line: models, hardware, explain (solve and sweep build on the same pieces).
 
-Exit codes: 0 feasible / success, 1 infeasible mapping, 2 bad input. Bad input never shows a
-traceback: every ParasolError becomes one paragraph on stderr.
+Exit codes: 0 feasible / success, 1 infeasible (no mapping fits), 2 bad input, 3 internal error (a bug
+in parasol), 130 interrupted. Bad input never shows a traceback: every ParasolError becomes one
+paragraph on stderr; an internal error prints one line, and its traceback only with `--debug`.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import traceback
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -26,6 +28,10 @@ from parasol.solver.outputs.render import hardware_table, models_table, print_ex
 
 EXIT_INFEASIBLE = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130
+EXIT_CODES_HELP = ("Exit codes: 0 feasible / done, 1 infeasible (no mapping fits), 2 bad input, "
+                   "3 internal error (a bug in parasol: please report it), 130 interrupted.")
 
 
 def _console() -> Console:
@@ -61,13 +67,46 @@ def _billions(x: float | None) -> str:
     return "-" if x is None else f"{x / 1e9:,.2f}"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def internal_error_line(exc: BaseException) -> str:
+    """The one line an uncaught exception prints: it is a bug, what it was, and how to report it."""
+    what = one_paragraph(f"{type(exc).__name__}: {exc}")
+    return (f"internal error (a bug in parasol, not in your input): {short_text(what)}. Please report it on parasol's issue "
+            "tracker with the command line, the input files and `parasol --version`; rerun with `parasol --debug …` for the traceback.")
+
+
+def short_text(text: str, limit: int = 200) -> str:
+    """Text cut to `limit` characters, so that one huge value cannot flood the terminal."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class ParasolGroup(click.Group):
+    """The command group: an uncaught exception exits with its own code (3) and one line, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted.", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except Exception as exc:  # every other exception is a bug: one line, the traceback on --debug
+            if ctx.obj and ctx.obj.get("debug"):
+                traceback.print_exc()
+            click.echo(f"error: {internal_error_line(exc)}", err=True)
+            sys.exit(EXIT_INTERNAL)
+
+
+@click.group(cls=ParasolGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
 @click.version_option(package_name="parasol")
-def main() -> None:
+@click.option("--debug", is_flag=True, help="on an internal error (exit 3) also print the Python traceback")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
     """parasol: plan the parallel mapping of an LLM training run (CP-SAT)."""
+    ctx.obj = {"debug": debug}
 
 
-@main.command()
+@main.command(epilog=EXIT_CODES_HELP)
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
 @reports_errors
 def models(as_json: bool) -> None:
@@ -90,7 +129,7 @@ def models(as_json: bool) -> None:
     _console().print(models_table(table_rows))
 
 
-@main.command()
+@main.command(epilog=EXIT_CODES_HELP)
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
 @reports_errors
 def hardware(as_json: bool) -> None:
@@ -111,7 +150,7 @@ def hardware(as_json: bool) -> None:
     _console().print(hardware_table(rows))
 
 
-@main.command()
+@main.command(epilog=EXIT_CODES_HELP)
 @click.argument("problem", type=click.Path(), required=False)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="pin a mapping field: gpus, tp, pp, cp, ep, etp, vpp, mbs, gbs, seq_len, recompute, layout")
@@ -150,7 +189,7 @@ def explain(problem: str | None, sets: tuple[str, ...], megatron_args: str | Non
     sys.exit(0 if result.feasible else EXIT_INFEASIBLE)
 
 
-@main.command()
+@main.command(epilog=EXIT_CODES_HELP)
 @click.argument("runs", type=click.Path(dir_okay=False))
 @click.option("--gpu-type", "gpu_type", metavar="T",
               help="fit only this GPU type: a gpu_type of the runs (e.g. GB200-NVL72) or a file stem (gb200)")
@@ -193,7 +232,7 @@ def _report_path(ctx: click.Context, param: click.Parameter, value: str | None) 
     return value
 
 
-@main.command()
+@main.command(epilog=EXIT_CODES_HELP)
 @click.argument("problem", type=click.Path())
 @click.option("--top", default=10, show_default=True, type=click.IntRange(1, 1000),
               help="mappings to return: whole Pareto fronts until at least this many")
@@ -285,7 +324,7 @@ def _emit_megatron(prob: Any, result: Any, picked: int | None, out: str | None, 
         click.echo("\n".join(e["script"] for e in emitted), nl=False)
 
 
-@main.command()
+@main.command(epilog=EXIT_CODES_HELP)
 @click.argument("problem", type=click.Path())
 @click.option("--gpus", "sizes", required=True, metavar="SIZES",
               help="cluster sizes: 256,512,1024, a range 1024..65536x2 (×2 steps) or 1024..4096+1024, mixed with commas")
@@ -341,8 +380,10 @@ def sweep(problem: str, sizes: str, weak: bool, backend: str, workers: int | Non
 
 
 def solve_main() -> None:
-    """The design card's `solve problem.yaml`: a short alias of `parasol solve`."""
-    main(["solve", *sys.argv[1:]])
+    """The design card's `solve problem.yaml`: a short alias of `parasol solve` (`--debug` goes to the group)."""
+    args = sys.argv[1:]
+    debug = ["--debug"] if "--debug" in args else []
+    main([*debug, "solve", *(a for a in args if a != "--debug")])
 
 
 if __name__ == "__main__":
