@@ -7,8 +7,8 @@ from __future__ import annotations
 
 MAX_GPUS = 1 << 20
 """Largest job (1,048,576 GPUs, ten times today's largest runs); also bounds TP, PP, CP, EP, ETP."""
-MAX_LAYERS = 1 << 14
-"""Most decoder blocks (16,384), MTP blocks, dense lead-in blocks, virtual stages, and blocks per stage."""
+MAX_LAYERS = 1 << 10
+"""Most decoder blocks (1,024; the cut search keeps tables quadratic in it), MTP blocks, dense lead-in blocks, virtual stages, and blocks per stage."""
 MAX_SEQ_LEN = 1 << 24
 """Longest sequence (16,777,216 tokens)."""
 MAX_GLOBAL_BATCH = 1 << 24
@@ -25,15 +25,21 @@ MAX_FACTOR = 1024.0
 """Largest MoE capacity factor or dispatch headroom."""
 MAX_WORKSPACE_GB = 1024.0
 """Largest per-GPU workspace reserve (GB)."""
+MIN_TIME_LIMIT_S = 0.1
+"""Shortest `--time-limit` (seconds)."""
 MAX_TIME_LIMIT_S = 86_400.0
-"""Longest `--time-limit` (one day); it must also be finite and positive."""
+"""Longest `--time-limit` (one day); it must be finite."""
+MAX_CHOICES = 64
+"""Most values one degree (or the training-pool size) may list under `search:`."""
 MAX_SWEEP_SIZES = 64
 """Most cluster sizes in one `sweep --gpus`."""
 MAX_RESTRICTIONS = 1_000
 """Most `restrictions:` entries in one problem."""
 MAX_EXPRESSION_CHARS = 2_000
-"""Longest restriction expression or `--moe-layer-freq` / layout pattern text."""
+"""Longest `--moe-layer-freq` or pipeline-layout text (a restriction has its own 500, constraints/rules/user.py)."""
 MAX_NESTING = 64
 """Deepest nesting of brackets in an expression, or of lists/objects in a YAML or JSON input."""
 MAX_INPUT_BYTES = 16 << 20
-"""Largest file parasol reads (16 MiB): problem files, HF configs, launch scripts, runs files."""
+"""Largest file parasol reads (16 MiB): HF configs, launch scripts, runs files."""
+MAX_PROBLEM_BYTES = 1 << 20
+"""Largest problem file (1 MiB; the bundled ones are under 10 KB)."""

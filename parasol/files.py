@@ -26,9 +26,9 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def read_input_bytes(path: str | Path, what: str, field: str | None = None) -> bytes:
+def read_input_bytes(path: str | Path, what: str, field: str | None = None, limit: int = MAX_INPUT_BYTES) -> bytes:
     """The bytes of an input file: it must exist, be a regular file (not a device, pipe or folder) and
-    hold at most MAX_INPUT_BYTES; the file is remembered as an input."""
+    hold at most `limit` bytes; the file is remembered as an input."""
     p = Path(path)
     try:
         st = p.stat()
@@ -44,17 +44,17 @@ def read_input_bytes(path: str | Path, what: str, field: str | None = None) -> b
     if not stat.S_ISREG(st.st_mode):
         raise InputError(f"The {what} {str(p)!r} is not a regular file (a device, pipe or socket).", field=field,
                          fix="save the input to an ordinary file and pass that file.")
-    if st.st_size > MAX_INPUT_BYTES:
+    if st.st_size > limit:
         raise InputError(f"The {what} {str(p)!r} holds {st.st_size:,} bytes, more than parasol reads "
-                         f"({MAX_INPUT_BYTES:,}).", field=field, fix="check that this is the intended file.")
+                         f"({limit:,}).", field=field, fix="check that this is the intended file.")
     try:
         with p.open("rb") as fh:
-            data = fh.read(MAX_INPUT_BYTES + 1)
+            data = fh.read(limit + 1)
     except OSError as exc:
         raise InputError(f"Cannot read the {what} {str(p)!r}: {exc.strerror or exc}.", field=field,
                          fix="check the file's permissions.") from None
-    if len(data) > MAX_INPUT_BYTES:
-        raise InputError(f"The {what} {str(p)!r} holds more than {MAX_INPUT_BYTES:,} bytes.", field=field,
+    if len(data) > limit:
+        raise InputError(f"The {what} {str(p)!r} holds more than {limit:,} bytes.", field=field,
                          fix="check that this is the intended file.")
     _READ.add((st.st_dev, st.st_ino))
     return data
@@ -70,11 +70,11 @@ def read_input_text(path: str | Path, what: str, field: str | None = None) -> st
                          f"{exc.start:,}).", field=field, fix="save the file as UTF-8 text.") from None
 
 
-def check_output(path: str | Path, field: str) -> Path:
-    """Refuse an output path that is a file parasol read in this run (or a folder where a file is meant)."""
+def check_output(path: str | Path, field: str, inputs: tuple[str | Path, ...] = ()) -> Path:
+    """Refuse an output path that is a file parasol read in this run, or one of `inputs` (read later)."""
     p = Path(path)
     ident = _identity(p)
-    if ident is not None and ident in _READ:
+    if ident is not None and (ident in _READ or ident in {_identity(Path(i)) for i in inputs}):
         raise InputError(f"{field} {str(p)!r} is an input of this command; writing it would destroy the input.",
                          field=field, value=str(p), fix="choose another output path.")
     return p

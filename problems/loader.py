@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from parasol.bounds import MAX_PROBLEM_BYTES
 from parasol.errors import CatalogError, InputError, dotted, validation_input_error
 from parasol.files import read_input_bytes
 from parasol.hardware.presets import HardwarePreset, hardware_from_spec
@@ -430,5 +431,5 @@ def load_problem(path: str | Path) -> Problem:
     p = Path(path)
     if p.is_dir() or not p.exists():
         raise _not_a_file(p)
-    raw = read_input_bytes(p, "problem file")
+    raw = read_input_bytes(p, "problem file", limit=MAX_PROBLEM_BYTES)
     return load_problem_text(_decode(raw, str(p)), source=str(p), base_dir=p.parent)

@@ -8,6 +8,7 @@ paragraph on stderr; an internal error prints one line, and its traceback only w
 from __future__ import annotations
 
 import json
+import math
 import sys
 import traceback
 from collections.abc import Callable
@@ -16,10 +17,13 @@ from typing import Any
 
 import click
 import yaml
+from click.core import ParameterSource
 from pydantic import ValidationError
 from rich.console import Console
 
+from parasol.bounds import MAX_TIME_LIMIT_S, MIN_TIME_LIMIT_S
 from parasol.errors import ParasolError, dotted, one_paragraph, short
+from parasol.files import check_output
 from parasol.hardware.presets import load_preset, preset_names
 from parasol.problems.inputs import explain_inputs, launch_text
 from parasol.problems.model.catalog import catalog_names, load_model, model_summary
@@ -59,6 +63,10 @@ def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             click.echo(f"error: {one_paragraph(str(exc))}", err=True)
         except (ValidationError, yaml.YAMLError) as exc:
             click.echo(f"error: {one_paragraph(_escaped_input_error(exc))}", err=True)
+        except OSError as exc:
+            name = f" {short(exc.filename)}" if exc.filename else ""
+            click.echo(f"error: Cannot read or write{name}: {exc.strerror or exc}. Fix: check the path and its "
+                       "permissions.", err=True)
         sys.exit(EXIT_BAD_INPUT)
     return wrapper
 
@@ -208,7 +216,9 @@ def calibrate(runs: str, gpu_type: str | None, out: str) -> None:
     from parasol.solver.calibrate import ASSUMPTIONS, calibrate_runs, write_calibration
     from parasol.solver.outputs.render import calibration_tables
 
-    report = calibrate_runs(read_runs(runs), gpu_type)
+    measured = read_runs(runs)
+    check_output(out, "--out")
+    report = calibrate_runs(measured, gpu_type)
     written = write_calibration(report, Path(out))
     console = _console()
     console.print(calibration_tables(report))
@@ -216,6 +226,22 @@ def calibrate(runs: str, gpu_type: str | None, out: str) -> None:
         console.print(f"assumption: {note}", markup=False)
     for path in written:
         console.print(f"wrote {path}", markup=False)
+
+
+def _time_limit(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """--time-limit: finite seconds from MIN_TIME_LIMIT_S to MAX_TIME_LIMIT_S (click's FloatRange lets NaN through)."""
+    if not math.isfinite(value) or not MIN_TIME_LIMIT_S <= value <= MAX_TIME_LIMIT_S:
+        raise click.BadParameter(f"{value} is not a number of seconds from {MIN_TIME_LIMIT_S} to {MAX_TIME_LIMIT_S:,.0f}.",
+                                 ctx=ctx, param=param)
+    return value
+
+
+def _check_pick(count: int, pick: int, picked: bool) -> None:
+    """--pick N must name one of the `count` (at least one) listed mappings."""
+    if pick > count:
+        given = f"--pick {pick}" if picked else f"mapping {pick}"
+        raise ParasolError(f"{given} but the answer has {count} mapping(s). Fix: pick one of those listed "
+                           f"(--pick 1 to {count}).")
 
 
 def _report_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -236,7 +262,7 @@ def _report_path(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.argument("problem", type=click.Path())
 @click.option("--top", default=10, show_default=True, type=click.IntRange(1, 1000),
               help="mappings to return: whole Pareto fronts until at least this many")
-@click.option("--time-limit", "time_limit", default=60.0, show_default=True, type=click.FloatRange(0.1, 86400),
+@click.option("--time-limit", "time_limit", default=60.0, show_default=True, type=float, callback=_time_limit,
               help="seconds for the search; a cut-off search returns the best found, marked feasible")
 @click.option("--out", "out", type=click.Path(file_okay=False), help="write the solution file into this folder")
 @click.option("--rank-map", "rank_map", type=click.Path(dir_okay=False),
@@ -262,14 +288,22 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
     from parasol.solver.search.solve import why_not_optimal
 
     prob = load_problem(problem)
+    for path, field in ((rank_map, "--rank-map"), (report, "--report")):
+        if path:
+            check_output(path, field)
+    if rank_map:
+        check_output(Path(rank_map).with_suffix(".hosts.txt"), "--rank-map")
+    if out and Path(out).exists() and not Path(out).is_dir():
+        raise ParasolError(f"--out {out!r} is a file, not a folder. Fix: give a folder path.")
     result = solve_pools(prob, top=top, time_limit_s=time_limit)
+    picked = click.get_current_context().get_parameter_source("pick") is ParameterSource.COMMANDLINE
     if out:
         path = write_solution(result, prob, Path(out))
         click.echo(f"solution written to {path}", err=True)
-    if rank_map:
-        if pick > len(result.mappings):
-            raise ParasolError(f"--pick {pick} but the answer has {len(result.mappings)} mapping(s); "
-                               "Fix: pick one of those listed.")
+    if rank_map and not result.mappings:
+        click.echo("no mapping: the rank map is not written.", err=True)
+    elif rank_map:
+        _check_pick(len(result.mappings), pick, picked)
         path = write_rank_map(result.mappings[pick - 1].explanation.mapping, prob, Path(rank_map))
         click.echo(f"rank map written to {path}", err=True)
         hosts = write_host_order(result.mappings[pick - 1].explanation.mapping, prob, Path(rank_map).with_suffix(".hosts.txt"))
@@ -280,10 +314,7 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
         written = write_solve_report(prob, result.as_dict(), Path(report), pick)
         click.echo(f"report written to {written[0]}", err=True)
     if emit:
-        from click.core import ParameterSource
-
-        picked = pick if click.get_current_context().get_parameter_source("pick") is ParameterSource.COMMANDLINE else None
-        _emit_megatron(prob, result, picked, out, as_json)
+        _emit_megatron(prob, result, pick if picked else None, out, as_json)
         sys.exit(0 if result.mappings else EXIT_INFEASIBLE)
     why = why_not_optimal(result, prob, time_limit)
     if as_json:
@@ -305,8 +336,8 @@ def _emit_megatron(prob: Any, result: Any, picked: int | None, out: str | None, 
     from parasol.solver.outputs.writers import write_launch_files
 
     count = len(result.mappings)
-    if picked is not None and picked > count:
-        raise ParasolError(f"--pick {picked} but the answer has {count} mapping(s); Fix: pick one of those listed.")
+    if picked is not None and count:
+        _check_pick(count, picked, True)
     name = prob.spec.name or Path(prob.source).stem
     emitted = []
     for k in range(1, count + 1) if picked is None else (picked,):
@@ -339,7 +370,7 @@ def _emit_megatron(prob: Any, result: Any, picked: int | None, out: str | None, 
 @click.option("--ray-address", "ray_address", metavar="ADDRESS", help="a running Ray cluster, e.g. ray://head:10001")
 @click.option("--top", default=1, show_default=True, type=click.IntRange(1, 1000),
               help="mappings per size: whole Pareto fronts until at least this many (1: the first front)")
-@click.option("--time-limit", "time_limit", default=60.0, show_default=True, type=click.FloatRange(0.1, 86400),
+@click.option("--time-limit", "time_limit", default=60.0, show_default=True, type=float, callback=_time_limit,
               help="seconds of search per size; a cut-off size returns what it found (feasible) or timeout")
 @click.option("--plot", "plot", type=click.Path(dir_okay=False), metavar="FILE.png",
               help="draw step time, tokens/s/GPU and scaling efficiency against the GPU count")
@@ -360,6 +391,9 @@ def sweep(problem: str, sizes: str, weak: bool, backend: str, workers: int | Non
     from parasol.solver.sweep.tables import print_sweep, progress_bar
 
     gpus = parse_sizes(sizes)
+    for path, field in ((plot, "--plot"), (report, "--report")):
+        if path:
+            check_output(path, field, inputs=(problem,))
     with progress_bar(len(gpus), sys.stderr.isatty()) as tick:
         result = run_sweep(problem, gpus, weak=weak, backend=backend, workers=workers, top=top,
                            time_limit_s=time_limit, ray_address=ray_address, progress=tick)

@@ -171,10 +171,14 @@ def head_flops(model: ModelArchitecture) -> float:
 
 
 def forward_flops_per_token(model: ModelArchitecture, seq_len: int) -> float:
-    """Forward FLOPs per token of the whole model: every block, the head, and each MTP block with its head."""
-    blocks = sum(block_flops(model, b, seq_len).total for b in model.blocks)
-    mtp = sum(block_flops(model, b, seq_len).total + head_flops(model) for b in model.mtp_blocks)
-    return blocks + head_flops(model) + mtp
+    """Forward FLOPs per token of the whole model: every block, the head, and each MTP block with its head
+    (memoised per model and sequence length: the search asks once per row)."""
+    table = memo_table(model, "forward_flops_per_token")
+    if seq_len not in table:
+        blocks = sum(block_flops(model, b, seq_len).total for b in model.blocks)
+        mtp = sum(block_flops(model, b, seq_len).total + head_flops(model) for b in model.mtp_blocks)
+        table[seq_len] = blocks + head_flops(model) + mtp
+    return table[seq_len]
 
 
 def model_flops_per_token(model: ModelArchitecture, seq_len: int) -> float:
