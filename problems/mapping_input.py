@@ -81,22 +81,42 @@ def build_mapping(problem: Problem, overrides: dict[str, object]) -> Mapping:
         raise InputError(
             f"Invalid mapping value for `{key}`: {err['msg']}.", field=key, value=data.get(key),
             expected=expected, fix=f"correct --set {key}=… (or the problem's mapping.{key}).",
+            **_where(problem, key, overrides),
         ) from None
-    return within_model(problem, mapping)
+    return within_model(problem, mapping, overrides)
 
 
-def within_model(problem: Problem, mapping: Mapping) -> Mapping:
+PROBLEM_KEYS = {"gpus": ("hardware", "gpus"), "gbs": ("training", "global_batch"), "seq_len": ("training", "seq_len")}
+"""Where a mapping field comes from in the problem file when it is not in its `mapping:` section."""
+
+
+def _where(problem: Problem, key: str, overrides: dict[str, object]) -> dict:
+    """file and line of a mapping field the problem file set (nothing when --set or a launch line did)."""
+    if key in overrides or not problem.lines:
+        return {}
+    if problem.spec.mapping is not None and key in problem.spec.mapping.model_fields_set:
+        path: tuple[str, ...] = ("mapping", key)
+    else:
+        path = PROBLEM_KEYS.get(key, ("mapping", key))
+    return {"file": problem.source, "line": problem.line_of(*path)}
+
+
+def within_model(problem: Problem, mapping: Mapping, overrides: dict[str, object] | None = None) -> Mapping:
     """Reject degrees no rule can even judge: a degree above the GPU count, or more virtual stages
-    than blocks (parasol places at least one block per virtual stage)."""
+    than blocks (parasol places at least one block per virtual stage); errors in the problem's own
+    `mapping:` name its file and line."""
+    given = overrides or {}
     degrees = {"tp": mapping.tp, "pp": mapping.pp, "cp": mapping.cp, "ep": mapping.ep, "etp": mapping.expert_tp}
     for key, value in degrees.items():
         if value > mapping.gpus:
             raise InputError(f"`{key}` ({value}) exceeds the GPU count ({mapping.gpus}).", field=key, value=value,
-                             expected=f"at most {mapping.gpus}", fix=f"lower {key}, or raise gpus.")
+                             expected=f"at most {mapping.gpus}", fix=f"lower {key}, or raise gpus.",
+                             **_where(problem, key, given))
     blocks = problem.model.num_layers
     if mapping.layout is None and mapping.pp * mapping.vpp > blocks:
         raise InputError(
             f"PP·VPP = {mapping.pp * mapping.vpp} virtual stages exceed the model's {blocks} blocks.",
             field="vpp" if mapping.vpp > 1 else "pp", value=mapping.vpp if mapping.vpp > 1 else mapping.pp,
-            expected=f"PP·VPP at most {blocks}", fix="lower pp or vpp, or give an explicit layout.")
+            expected=f"PP·VPP at most {blocks}", fix="lower pp or vpp, or give an explicit layout.",
+            **_where(problem, "vpp" if mapping.vpp > 1 else "pp", given))
     return mapping

@@ -21,7 +21,7 @@ from click.core import ParameterSource
 from pydantic import ValidationError
 from rich.console import Console
 
-from parasol.bounds import MAX_TIME_LIMIT_S, MIN_TIME_LIMIT_S
+from parasol.bounds import MAX_GPUS, MAX_TIME_LIMIT_S, MIN_TIME_LIMIT_S
 from parasol.errors import ParasolError, dotted, one_paragraph, short
 from parasol.files import check_output
 from parasol.hardware.presets import load_preset, preset_names
@@ -167,7 +167,7 @@ def hardware(as_json: bool) -> None:
 @click.option("--megatron-args-file", type=click.Path(dir_okay=False), metavar="SCRIPT",
               help="a launch script (backslash continuations, NAME=value and NAME=( … ) arrays are read)")
 @click.option("--hardware", "preset", metavar="PRESET", help="without PROBLEM: the hardware preset (`parasol hardware`)")
-@click.option("--gpus", type=int, help="without PROBLEM: GPUs in the job (default: torchrun's nproc_per_node × nnodes)")
+@click.option("--gpus", type=click.IntRange(1, MAX_GPUS), help="without PROBLEM: GPUs in the job (default: torchrun's nproc_per_node × nnodes)")
 @click.option("--model", "model_name", metavar="NAME",
               help="without PROBLEM: a catalog model instead of the launch line's model flags")
 @click.option("--json", "as_json", is_flag=True, help="print the account as JSON (the BRIEF's contract)")
