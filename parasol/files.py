@@ -33,8 +33,8 @@ def read_input_bytes(path: str | Path, what: str, field: str | None = None, limi
     try:
         st = p.stat()
     except FileNotFoundError:
-        raise InputError(f"The {what} {str(p)!r} does not exist.", field=field, file=str(p),
-                         fix="check the path (relative paths start at the current folder).") from None
+        raise InputError(f"The {what} {str(p)!r} was not found (no such file).", field=field,
+                         fix="check the path.") from None
     except (OSError, ValueError) as exc:
         raise InputError(f"Cannot open the {what} {str(p)!r}: {getattr(exc, 'strerror', None) or exc}.",
                          field=field, fix="check the path and its permissions.") from None

@@ -5,6 +5,7 @@ Sources: issue 13 (the reproductions), parasol/bounds.py (the bounds), solver/cl
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -148,3 +149,27 @@ def test_nothing_reads_outside_the_repository() -> None:
             text = path.read_text(encoding="utf-8")
             offenders += [f"{path.relative_to(ROOT)}: {r}" for r in reaches if r in text]
     assert offenders == []
+
+
+LLAMA_HF = {"model_type": "llama", "hidden_size": 4096, "vocab_size": 32000, "num_hidden_layers": 32,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336}
+
+
+@pytest.mark.parametrize("text", [
+    json.dumps({**LLAMA_HF, "num_attention_heads": 0}),
+    json.dumps({**LLAMA_HF, "num_attention_heads": "32"}),
+    json.dumps({**LLAMA_HF, "num_attention_heads": None}),
+    json.dumps({**LLAMA_HF, "num_attention_heads": [32]}),
+    json.dumps({**LLAMA_HF, "hidden_act": ["silu"]}),
+    json.dumps({**LLAMA_HF, "num_hidden_layers": 1e300}),
+    json.dumps(LLAMA_HF)[:-1] + ', "vocab_size": ' + "9" * 5000 + "}",
+    json.dumps(LLAMA_HF)[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+], ids=["zero-heads", "text", "null", "list", "act-list", "huge-float", "5000-digits", "deep"])
+def test_odd_hf_config_values_are_bad_input(tmp_path: Path, text: str) -> None:
+    (tmp_path / "config.json").write_text(text, encoding="utf-8")
+    problem = tmp_path / "p.yaml"
+    problem.write_text("model: {hf_config: config.json}\ntraining: {seq_len: 4096, global_batch: 64}\n"
+                       "hardware: {preset: h100-hgx, gpus: 8}\n", encoding="utf-8")
+    result = run("explain", str(problem))
+    assert result.exit_code == 2, result.output
+    assert "config.json" in result.output and "Traceback" not in result.output
