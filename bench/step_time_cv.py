@@ -3,7 +3,7 @@
     python bench/step_time_cv.py [RUNS.yaml]
 
 Leave-one-model-out cross-validation over the measured runs (default
-../shared/reference/measured-configs.yaml): for every GPU type and every model measured on it, the
+reference/measured-configs.yaml): for every GPU type and every model measured on it, the
 coefficients are fitted on that GPU type's other models and the held-out model's runs are predicted.
 Prints the median absolute percentage error of tokens/s/GPU (overall and per GPU type), the Spearman
 rank correlation of predicted and measured tokens/s/GPU inside every (model, GPU type) group with at
@@ -39,7 +39,7 @@ from parasol.solver.calibrate import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_RUNS = ROOT.parent / "shared" / "reference" / "measured-configs.yaml"
+DEFAULT_RUNS = ROOT / "reference" / "measured-configs.yaml"
 
 
 def median(values: list[float] | np.ndarray) -> float:

@@ -10,7 +10,7 @@ one file per GPU type; `coefficients_for_gpu` finds the file for a preset's GPU 
 H200 share the H100's GH100 silicon and use its file; links are priced by the topology, not here).
 Without a file, every coefficient takes its default.
 
-Measured runs use the format of ../shared/reference/measured-configs.yaml: one entry per run with
+Measured runs use the format of reference/measured-configs.yaml: one entry per run with
 model, GPUs, gpu_type, seq_len, gbs, mbs, tp, pp, cp, ep, etp, vpp, precision and
 measured.tokens_per_s_per_gpu, so a team can fit its own cluster. This module only reads and
 writes; the fit lives in solver/calibrate.py. It imports nothing above the hardware layer.
@@ -29,6 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parasol.errors import InputError
+from parasol.files import read_input_text
 
 COEFFICIENT_PACKAGE = "parasol.hardware.coefficients"
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -329,17 +330,16 @@ class MeasuredRun(BaseModel):
 def read_runs(path: str | Path) -> list[MeasuredRun]:
     """Read a RUNS.yaml file (`entries:` list, or a bare list) into MeasuredRun records."""
     p = Path(path)
+    text = read_input_text(p, "runs file", "RUNS")
     try:
-        data = yaml.load(p.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"Cannot read runs file {str(p)!r}: {exc}.", fix="give a readable YAML file.") from None
+        data = yaml.load(text, Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         raise InputError(f"Runs file {str(p)!r} is not valid YAML: {exc}.", file=str(p),
                          fix="fix the YAML syntax.") from None
     entries = data.get("entries") if isinstance(data, dict) else data
     if not isinstance(entries, list) or not entries:
         raise InputError("A runs file needs a non-empty `entries:` list.", file=str(p), field="entries",
-                         fix="use the format of ../shared/reference/measured-configs.yaml.")
+                         fix="use the format of reference/measured-configs.yaml.")
     runs = []
     for i, entry in enumerate(entries):
         try:
@@ -349,7 +349,7 @@ def read_runs(path: str | Path) -> list[MeasuredRun]:
             raise InputError(f"Run {i} is invalid: {err['msg']}.", file=str(p),
                              field=f"entries.{i}." + ".".join(str(x) for x in err["loc"]),
                              value=err.get("input") if not isinstance(err.get("input"), dict) else None,
-                             fix="compare with an entry of ../shared/reference/measured-configs.yaml.") from None
+                             fix="compare with an entry of reference/measured-configs.yaml.") from None
     return runs
 
 

@@ -1,6 +1,6 @@
 """Fit the step-time coefficients to measured runs, and check them by leave-one-model-out.
 
-A measured run (hardware/calibration.py, the format of ../shared/reference/measured-configs.yaml)
+A measured run (hardware/calibration.py, the format of reference/measured-configs.yaml)
 becomes a problem (catalog model, hardware preset of its GPU type, the run's batch and precision)
 and a mapping; its coefficient-free workload is built once. The fit then chooses, per GPU type,
 the few coefficients in FIT_NAMES that minimise the squared error of log(tokens/s/GPU), with a
@@ -29,6 +29,7 @@ from parasol.constraints.physics.dtypes import BF16_BYTES
 from parasol.constraints.physics.pricing import batch, price
 from parasol.constraints.physics.workload import StepSettings, Workload, build_workload
 from parasol.errors import InputError, ParasolError
+from parasol.files import output_folder, writing
 from parasol.hardware.calibration import (
     GPU_PRESETS,
     GPU_TOPOLOGY_OVERRIDES,
@@ -445,11 +446,8 @@ def write_calibration(report: CalibrationReport, out: Path) -> list[Path]:
         targets = {stem: out / f"{stem}.yaml" for stem in report.files}
     written = []
     for stem, path in targets.items():
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(dump_coefficient_file(report.files[stem]), encoding="utf-8")
-        except OSError as exc:
-            raise InputError(f"Cannot write {str(path)!r}: {exc}.", field="--out", value=str(out),
-                             fix="give a writable directory or file.") from None
+        output_folder(path.parent, "--out")
+        with writing(path, "--out") as target:
+            target.write_text(dump_coefficient_file(report.files[stem]), encoding="utf-8")
         written.append(path)
     return written

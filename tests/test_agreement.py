@@ -2,7 +2,7 @@
 
 Source: the BRIEF (a constraint evaluates a mapping in plain Python and posts itself into CP-SAT
 behind one literal; "(a) and (b) must agree on every mapping: a property test holds them together");
-rule ids and conditions from ../shared/reference/megatron-rules.yaml.
+rule ids and conditions from reference/megatron-rules.yaml.
 
 For each seeded random, fully specified mapping (degrees drawn from small sets that include invalid
 values, explicit layouts valid and broken, Megatron flags and training switches redrawn from their

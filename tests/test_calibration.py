@@ -2,7 +2,7 @@
 measured runs are read, resolved or excluded with a reason, and the catalog entries added for the
 measured models reproduce their published parameter counts.
 
-Sources: ../shared/reference/measured-configs.yaml (the run format and its entries), hardware/calibration.py
+Sources: reference/measured-configs.yaml (the run format and its entries), hardware/calibration.py
 (coefficient names, units, defaults, sources), and each model's card or report as cited in its catalog file.
 """
 
@@ -41,7 +41,7 @@ from parasol.solver.calibrate import (
 )
 from parasol.solver.cli import main
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+REFERENCE = Path(__file__).resolve().parents[1] / "reference"
 
 
 def _run(i: int, **fields: object) -> MeasuredRun:

@@ -12,7 +12,7 @@ from parasol.errors import CatalogError, InputError
 from parasol.problems.model.architecture import ModelArchitecture
 from parasol.problems.model.catalog import catalog_names, load_model, model_summary
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+REFERENCE = Path(__file__).resolve().parents[1] / "reference"
 EXPECTED = {
     "deepseek-v4-pro", "deepseek-v4-flash", "deepseek-v3", "deepseek-v3.1", "deepseek-v2", "qwen3-235b-a22b", "qwen3-30b-a3b",
     "mixtral-8x7b", "mixtral-8x22b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "gpt-3-175b",

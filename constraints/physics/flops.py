@@ -12,7 +12,7 @@ Conventions (the ones Megatron-LM's own throughput counter and the seed use):
 - Core attention (scores and the weighted sum) is counted with the causal mask: a query at position
   p sees p keys, on average S/2 for a sequence of S tokens. Megatron's counter does the same; with
   it, Llama 3 8B at S = 8192 costs 51.5 GFLOP per token, which is what the Megatron-Bridge tables
-  imply (744 TFLOP/s at 14,451 tokens/s, ../shared/reference/measured-configs.yaml).
+  imply (744 TFLOP/s at 14,451 tokens/s, reference/measured-configs.yaml).
 - DeepSeek-V4 hybrid attention: every query sees a sliding window of raw tokens plus compressed
   entries: all p/128 of them in an HCA block (ratio 128), at most index_topk of the p/4 entries
   in a CSA block (ratio 4), whose lightning indexer also scores every compressed entry. Query and
@@ -231,10 +231,14 @@ def head_flops(model: ModelArchitecture) -> float:
 
 
 def forward_flops_per_token(model: ModelArchitecture, seq_len: int) -> float:
-    """Forward FLOPs per token of the whole model: every block, the head, and each MTP block with its head."""
-    blocks = sum(block_flops(model, b, seq_len).total for b in model.blocks)
-    mtp = sum(block_flops(model, b, seq_len).total + head_flops(model) for b in model.mtp_blocks)
-    return blocks + head_flops(model) + mtp
+    """Forward FLOPs per token of the whole model: every block, the head, and each MTP block with its head
+    (memoised per model and sequence length: the search asks once per row)."""
+    table = memo_table(model, "forward_flops_per_token")
+    if seq_len not in table:
+        blocks = sum(block_flops(model, b, seq_len).total for b in model.blocks)
+        mtp = sum(block_flops(model, b, seq_len).total + head_flops(model) for b in model.mtp_blocks)
+        table[seq_len] = blocks + head_flops(model) + mtp
+    return table[seq_len]
 
 
 def model_flops_per_token(model: ModelArchitecture, seq_len: int) -> float:

@@ -1,7 +1,7 @@
 """Divisibility rules: the world and expert grids, attention heads and query groups versus TP, the
 hidden size versus the heads, and the widths every tensor-parallel linear layer splits.
 
-Sources: ../shared/reference/megatron-rules.yaml (Megatron-LM main@d98e8a64). The rank-order and
+Sources: reference/megatron-rules.yaml (Megatron-LM main@d98e8a64). The rank-order and
 distributed-optimizer rules of the same yaml category live in constraints/rules/feature.py.
 """
 

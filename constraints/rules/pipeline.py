@@ -21,7 +21,7 @@ How parasol's `layout` maps onto Megatron's mechanisms (first match wins; `pipel
 The CP-SAT side reads the same choice from v.options, v.consts["hybrid_model"] and
 v.consts["layout_explicit"] (mapping_consts; 0 when absent, as in a search without a fixed layout).
 
-Sources: ../shared/reference/megatron-rules.yaml (Megatron-LM main@d98e8a64) and megatron-groups.md
+Sources: reference/megatron-rules.yaml (Megatron-LM main@d98e8a64) and megatron-groups.md
 §2.3; the interleaved-schedule microbatch rules are in constraints/rules/schedule.py.
 """
 

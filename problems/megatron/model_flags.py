@@ -267,7 +267,50 @@ def model_from_flags(c: Context, tp: int) -> ModelArchitecture | None:
     if freq is not None or (layer_wise and "G" in (c.pattern.layers if c.pattern else "")):
         data["linear_attention"] = _gdn(f)
         data["linear_attention_freq"] = freq
-    return architecture_from_dict(data, where="model from --megatron-args")
+    try:
+        return architecture_from_dict(data, where=LAUNCH_MODEL)
+    except InputError as exc:
+        raise as_flag_error(exc) from None
+
+
+CATALOG_HINT = " Complete examples are in problems/catalog/."
+"""The schema errors' hint for problem files, dropped for a launch line."""
+LAUNCH_MODEL = "launch-model"
+"""The place name of the launch line's model while it is validated (replaced by the flag in errors)."""
+FIELD_FLAGS = {
+    "num_layers": "--num-layers", "hidden_size": "--hidden-size", "vocab_size": "--padded-vocab-size",
+    "attention.num_heads": "--num-attention-heads", "attention.num_kv_heads": "--num-query-groups",
+    "attention.head_dim": "--kv-channels", "attention.q_lora_rank": "--q-lora-rank",
+    "attention.kv_lora_rank": "--kv-lora-rank", "attention.qk_nope_head_dim": "--qk-head-dim",
+    "attention.qk_rope_head_dim": "--qk-pos-emb-head-dim", "attention.v_head_dim": "--v-head-dim",
+    "dense_mlp.intermediate_size": "--ffn-hidden-size", "moe.num_experts": "--num-experts",
+    "moe.top_k": "--moe-router-topk", "moe.expert_intermediate_size": "--moe-ffn-hidden-size",
+    "moe.shared_intermediate_size": "--moe-shared-expert-intermediate-size", "mtp_layers": "--mtp-num-layers",
+    "max_context": "--max-position-embeddings", "learned_position_embeddings": "--max-position-embeddings",
+    "layer_pattern": "--hybrid-layer-pattern", "attention.sliding_window": "--window-size",
+    "attention.window_skip_freq": "--window-attn-skip-freq", "mamba.num_heads": "--mamba-num-heads",
+    "mamba.head_dim": "--mamba-head-dim", "mamba.num_groups": "--mamba-num-groups",
+    "mamba.state_size": "--mamba-state-dim", "linear_attention_freq": "--linear-attention-freq",
+    "linear_attention.num_key_heads": "--linear-num-key-heads",
+    "linear_attention.num_value_heads": "--linear-num-value-heads",
+    "linear_attention.key_head_dim": "--linear-key-head-dim",
+    "linear_attention.value_head_dim": "--linear-value-head-dim",
+    "linear_attention.conv_kernel": "--linear-conv-kernel-dim", "moe.latent_size": "--moe-latent-size",
+}
+"""The launch flag that sets each architecture field (errors name the flag the user wrote)."""
+
+
+def as_flag_error(exc: InputError) -> InputError:
+    """A schema error on the launch line's model, reworded to name the flag instead of the field."""
+    field = exc.field or ""
+    inner = field.removeprefix(LAUNCH_MODEL + ".")
+    flag = FIELD_FLAGS.get(inner, f"the launch line's model ({inner})")
+    def reword(text: str | None) -> str | None:
+        if text is None:
+            return None
+        return text.replace(f"`{field}`", f"`{flag}`").replace(field, flag).replace(CATALOG_HINT, "")
+    return InputError(reword(exc.detail) or "", field=flag, value=exc.value, expected=exc.expected,
+                      fix=reword(exc.fix))
 
 
 def compare_reference(c: Context) -> None:

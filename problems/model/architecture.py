@@ -17,7 +17,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PositiveInt,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -25,11 +24,23 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from parasol.bounds import MAX_EXPERTS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH
 from parasol.errors import type_atoms, validation_input_error
 
 MAX_NUMBER = 2**53
 """Largest magnitude any number in a schema object may have: no real size is larger, and beyond it
 floating point loses whole numbers (so 1e30 GPUs or a 10**30-token sequence is an input error)."""
+MAX_HC_STREAMS = 64
+"""Most mHC residual streams (V4 uses 4)."""
+
+Width = Annotated[int, Field(ge=1, le=MAX_WIDTH)]
+"""A hidden, FFN, head or rank size, or a head count: 1 .. MAX_WIDTH."""
+Experts = Annotated[int, Field(ge=1, le=MAX_EXPERTS)]
+"""A count of experts: 1 .. MAX_EXPERTS."""
+Layers = Annotated[int, Field(ge=1, le=MAX_LAYERS)]
+"""A count of blocks: 1 .. MAX_LAYERS."""
+Vocab = Annotated[int, Field(ge=1, le=MAX_VOCAB)]
+"""A vocabulary size: 1 .. MAX_VOCAB."""
 
 
 def _number_atoms(annotation: Any) -> frozenset[Any]:
@@ -135,12 +146,12 @@ class GQAAttention(Strict):
     (global) per layer; unset with a window, every layer is local."""
 
     kind: Literal["gqa"] = "gqa"
-    num_heads: PositiveInt
-    num_kv_heads: PositiveInt
-    head_dim: PositiveInt
+    num_heads: Width
+    num_kv_heads: Width
+    head_dim: Width
     qk_norm: bool = False
     bias: bool = False
-    sliding_window: int | None = Field(default=None, ge=1, description="keys a local-attention query sees")
+    sliding_window: int | None = Field(default=None, ge=1, le=MAX_WIDTH, description="keys a local-attention query sees")
     window_skip_freq: int | tuple[int, ...] | None = Field(
         default=None, description="global layers among local ones: every N-th, or 1 local / 0 global per layer")
     output_gate: bool = Field(
@@ -156,9 +167,9 @@ class GQAAttention(Strict):
         freq = self.window_skip_freq
         if freq is not None and self.sliding_window is None:
             raise ValueError("window_skip_freq needs sliding_window (the local layers' window)")
-        if isinstance(freq, int) and freq < 1:
-            raise ValueError(f"window_skip_freq ({freq}) must be at least 1")
-        if isinstance(freq, tuple) and any(v not in (0, 1) for v in freq):
+        if isinstance(freq, int) and not 1 <= freq <= MAX_LAYERS:
+            raise ValueError(f"window_skip_freq ({freq}) must be from 1 to {MAX_LAYERS}")
+        if isinstance(freq, tuple) and (len(freq) > MAX_LAYERS or any(v not in (0, 1) for v in freq)):
             raise ValueError("window_skip_freq as a list holds 1 (local) or 0 (global) per layer")
         return self
 
@@ -178,12 +189,12 @@ class MLAAttention(Strict):
     """DeepSeek multi-head latent attention (V2/V3): low-rank query and joint KV compression."""
 
     kind: Literal["mla"] = "mla"
-    num_heads: PositiveInt
-    q_lora_rank: int | None = Field(default=None, ge=1)
-    kv_lora_rank: PositiveInt
-    qk_nope_head_dim: PositiveInt
-    qk_rope_head_dim: PositiveInt
-    v_head_dim: PositiveInt
+    num_heads: Width
+    q_lora_rank: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
+    kv_lora_rank: Width
+    qk_nope_head_dim: Width
+    qk_rope_head_dim: Width
+    v_head_dim: Width
 
     @property
     def num_kv_heads(self) -> int:
@@ -199,19 +210,19 @@ class DSV4Attention(Strict):
     or heavily compressed (HCA, ratio 128) KV; the ratio is per block, see Block.compress_ratio."""
 
     kind: Literal["dsv4_hybrid"] = "dsv4_hybrid"
-    num_heads: PositiveInt
-    head_dim: PositiveInt
-    num_kv_heads: PositiveInt = 1
-    q_lora_rank: PositiveInt
-    o_groups: PositiveInt
-    o_lora_rank: PositiveInt
-    qk_rope_head_dim: PositiveInt
-    sliding_window: PositiveInt = 128
-    index_n_heads: PositiveInt
-    index_head_dim: PositiveInt
-    index_topk: PositiveInt
+    num_heads: Width
+    head_dim: Width
+    num_kv_heads: Width = 1
+    q_lora_rank: Width
+    o_groups: Width
+    o_lora_rank: Width
+    qk_rope_head_dim: Width
+    sliding_window: Width = 128
+    index_n_heads: Width
+    index_head_dim: Width
+    index_topk: Width
     compress_ratios: tuple[int, ...] = Field(
-        description="one ratio per main block then per MTP block: 0 window only, 4 CSA, 128 HCA"
+        max_length=2 * MAX_LAYERS, description="one ratio per main block then per MTP block: 0 window only, 4 CSA, 128 HCA"
     )
 
     @model_validator(mode="after")
@@ -251,11 +262,11 @@ class MambaMixer(Strict):
     z, x (d_inner each), B, C (groups × state each) and dt (one per head), a depthwise causal conv over
     x, B, C, the chunked state-space scan, a gated RMSNorm over d_inner, out_proj back to hidden."""
 
-    num_heads: PositiveInt
-    head_dim: PositiveInt = 64
-    state_size: PositiveInt = 128
-    num_groups: PositiveInt = 8
-    conv_kernel: PositiveInt = 4
+    num_heads: Width
+    head_dim: Width = 64
+    state_size: Width = 128
+    num_groups: Width = 8
+    conv_kernel: Width = 4
 
     @model_validator(mode="after")
     def _groups_divide_heads(self) -> MambaMixer:
@@ -281,11 +292,11 @@ class GatedDeltaNet(Strict):
     value head), a depthwise conv over q, k, v, the delta-rule recurrence on a key×value state per value
     head, a gated RMSNorm per value head, out_proj back to hidden."""
 
-    num_key_heads: PositiveInt
-    num_value_heads: PositiveInt
-    key_head_dim: PositiveInt = 128
-    value_head_dim: PositiveInt = 128
-    conv_kernel: PositiveInt = 4
+    num_key_heads: Width
+    num_value_heads: Width
+    key_head_dim: Width = 128
+    value_head_dim: Width = 128
+    conv_kernel: Width = 4
     conv_bias: bool = False
 
     @property
@@ -305,7 +316,7 @@ class GatedDeltaNet(Strict):
 class DenseMLP(Strict):
     """A dense feed-forward block."""
 
-    intermediate_size: PositiveInt
+    intermediate_size: Width
     activation: Activation = Activation.swiglu
     bias: bool = False
 
@@ -313,20 +324,20 @@ class DenseMLP(Strict):
 class MoE(Strict):
     """Routed experts (top-k of num_experts) plus optional always-on shared experts."""
 
-    num_experts: PositiveInt
-    top_k: PositiveInt
-    expert_intermediate_size: PositiveInt
-    num_shared_experts: int = Field(default=0, ge=0)
+    num_experts: Experts
+    top_k: Experts
+    expert_intermediate_size: Width
+    num_shared_experts: int = Field(default=0, ge=0, le=MAX_EXPERTS)
     shared_intermediate_size: int | None = Field(
-        default=None, ge=1, description="total width of the shared experts; default num_shared x expert size"
+        default=None, ge=1, le=MAX_WIDTH, description="total width of the shared experts; default num_shared x expert size"
     )
     activation: Activation = Activation.swiglu
     router_bias: bool = Field(default=False, description="per-expert score-correction bias (DeepSeek noaux_tc)")
     num_hash_layers: int = Field(
-        default=0, ge=0, description="first MoE layers routed by a token-id hash table instead of a learned gate"
+        default=0, ge=0, le=MAX_LAYERS, description="first MoE layers routed by a token-id hash table instead of a learned gate"
     )
     latent_size: int | None = Field(
-        default=None, ge=1, description="LatentMoE: routed experts run on this width between a down and an up "
+        default=None, ge=1, le=MAX_WIDTH, description="LatentMoE: routed experts run on this width between a down and an up "
                                         "projection (Megatron --moe-latent-size, moe_layer.py:265-303)")
 
     @field_validator("top_k")
@@ -413,18 +424,18 @@ class ModelArchitecture(Strict):
     """A decoder-only LLM: embedding, blocks, final norm, output head and optional MTP blocks."""
 
     name: str
-    hidden_size: PositiveInt
-    vocab_size: PositiveInt
-    num_layers: PositiveInt
+    hidden_size: Width
+    vocab_size: Vocab
+    num_layers: Layers
     attention: Attention
     dense_mlp: DenseMLP | None = None
     moe: MoE | None = None
-    first_dense_layers: int = Field(default=0, ge=0, description="leading blocks with a dense MLP in an MoE model")
+    first_dense_layers: int = Field(default=0, ge=0, le=MAX_LAYERS, description="leading blocks with a dense MLP in an MoE model")
     norm: Norm = Norm.rmsnorm
     tied_embeddings: bool = False
-    learned_position_embeddings: int = Field(default=0, ge=0, description="rows of a learned position table")
-    mtp_layers: int = Field(default=0, ge=0, description="multi-token-prediction blocks after the last block")
-    hc_mult: PositiveInt = Field(default=1, description="mHC residual streams (V4: 4); 1 is a plain residual")
+    learned_position_embeddings: int = Field(default=0, ge=0, le=MAX_SEQ_LEN, description="rows of a learned position table")
+    mtp_layers: int = Field(default=0, ge=0, le=MAX_LAYERS, description="multi-token-prediction blocks after the last block")
+    hc_mult: int = Field(default=1, ge=1, le=MAX_HC_STREAMS, description="mHC residual streams (V4: 4); 1 is a plain residual")
     layer_pattern: str | None = Field(
         default=None, description="hybrid model, one layer per symbol (Megatron --hybrid-layer-pattern): M Mamba-2, "
                                   "G gated DeltaNet, * attention, - dense MLP, E MoE; num_layers is its length")
@@ -437,7 +448,7 @@ class ModelArchitecture(Strict):
     parallel_attention_mlp: bool = Field(
         default=False, description="attention and MLP read the same normed input and their outputs are summed "
                                    "(GPT-J, PaLM, Command R): one norm and one TP reduction per block")
-    max_context: int | None = Field(default=None, ge=1)
+    max_context: int | None = Field(default=None, ge=1, le=MAX_NUMBER)
     published: PublishedCounts = PublishedCounts()
     notes: str = ""
 
@@ -480,8 +491,8 @@ class ModelArchitecture(Strict):
                 raise ValueError("linear_attention_freq needs linear_attention (the gated DeltaNet's shape)")
             if self.layer_pattern is not None:
                 raise ValueError("give linear layers either in layer_pattern (G) or by linear_attention_freq")
-            if isinstance(freq, int) and freq < 1:
-                raise ValueError(f"linear_attention_freq ({freq}) must be at least 1")
+            if isinstance(freq, int) and not 1 <= freq <= MAX_LAYERS:
+                raise ValueError(f"linear_attention_freq ({freq}) must be from 1 to {MAX_LAYERS}")
             if isinstance(freq, tuple) and (len(freq) != self.num_layers or any(v not in (0, 1) for v in freq)):
                 raise ValueError(f"linear_attention_freq as a list needs one 0/1 per layer ({self.num_layers})")
         if self.parallel_attention_mlp and self.layer_pattern is not None:

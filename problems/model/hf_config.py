@@ -40,14 +40,37 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from parasol.bounds import MAX_NESTING
 from parasol.errors import InputError
+from parasol.files import read_input_text
 from parasol.problems.model.architecture import ModelArchitecture, architecture_from_dict
 
 Config = dict[str, Any]
+MAX_NUMBER_DIGITS = 30
+"""Longest whole number read from a config.json (any real size has far fewer digits)."""
 
 GATED_ACTIVATIONS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu"}
 PLAIN_ACTIVATIONS = {"relu2": "squared_relu", "relu": "relu", "gelu": "gelu"}
 """`mlp_hidden_act` of Nemotron-H configs: non-gated MLPs."""
+
+
+def _bounded_int(text: str) -> int:
+    """A JSON whole number, refused beyond MAX_NUMBER_DIGITS digits before Python converts it."""
+    if len(text.lstrip("-")) > MAX_NUMBER_DIGITS:
+        raise ValueError(f"a whole number of {len(text):,} digits")
+    return int(text)
+
+
+def nesting_depth(text: str) -> int:
+    """Deepest bracket nesting of a JSON text (brackets inside strings counted too: an upper bound)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
 
 
 class _Reader:
@@ -68,6 +91,15 @@ class _Reader:
             )
         return self.config[key]
 
+    def whole(self, key: str) -> int:
+        """A required key that other sizes are computed from: a positive whole number."""
+        value = self.req(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"HuggingFace config key `{key}` must be a positive whole number.", field=key,
+                             value=value, expected="a whole number of at least 1", file=str(self.path),
+                             fix="use the model's config.json unchanged.")
+        return value
+
     def get(self, key: str, default: Any) -> Any:
         """An optional key; null counts as absent."""
         value = self.config.get(key)
@@ -84,7 +116,7 @@ class _Reader:
     def activation(self) -> str:
         """The gated MLP activation named by `hidden_act`."""
         act = self.get("hidden_act", "silu")
-        if act not in GATED_ACTIVATIONS:
+        if not isinstance(act, str) or act not in GATED_ACTIVATIONS:
             raise self.unsupported("hidden_act", "one of " + ", ".join(GATED_ACTIVATIONS))
         return GATED_ACTIVATIONS[act]
 
@@ -99,14 +131,15 @@ class _Reader:
         }
 
     def gqa(self, qk_norm: bool = False) -> Config:
-        """Grouped-query attention; head_dim defaults to hidden / heads as in the HF classes; local layers
-        from `sliding_window` and `layer_types`."""
-        heads = self.req("num_attention_heads")
+        """Grouped-query attention; head_dim (or Nemotron-H's attention_head_dim) defaults to hidden / heads
+        as in the HF classes; local layers from `sliding_window` and `layer_types`."""
+        heads = self.whole("num_attention_heads")
+        head_dim = self.get("head_dim", self.get("attention_head_dim", None))
         return {
             "kind": "gqa",
             "num_heads": heads,
             "num_kv_heads": self.get("num_key_value_heads", heads),
-            "head_dim": self.get("head_dim", self.get("attention_head_dim", self.req("hidden_size") // heads)),
+            "head_dim": head_dim if head_dim is not None else self.whole("hidden_size") // heads,
             "qk_norm": qk_norm,
             "bias": self.get("attention_bias", False),
             **self.window(),
@@ -307,14 +340,20 @@ BUILDERS: dict[str, Callable[[_Reader], Config]] = {
 
 
 def _read_json(path: Path) -> Config:
-    """Parse the file as a JSON object, reporting a missing file or bad JSON with its location."""
+    """Parse the file as a JSON object, reporting a missing file or bad JSON with its location; numbers
+    with thousands of digits and nesting deeper than MAX_NESTING are refused before they are built."""
+    text = read_input_text(path, "HuggingFace config", "model.hf_config")
+    if nesting_depth(text) > MAX_NESTING:
+        raise InputError(f"HuggingFace config nests lists or objects more than {MAX_NESTING} deep.", file=str(path),
+                         fix="use the model's config.json unchanged.")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("HuggingFace config file not found.", file=str(path),
-                         fix="check the `hf_config` path (relative paths start at the problem file).") from None
+        data = json.loads(text, parse_int=_bounded_int)
     except json.JSONDecodeError as exc:
         raise InputError(f"HuggingFace config is not valid JSON: {exc.msg}.", file=str(path), line=exc.lineno,
+                         fix="use the model's config.json unchanged.") from None
+    except ValueError as exc:
+        raise InputError(f"HuggingFace config holds an unreadable number: {exc}.", file=str(path),
+                         expected=f"numbers of at most {MAX_NUMBER_DIGITS} digits",
                          fix="use the model's config.json unchanged.") from None
     if not isinstance(data, dict):
         raise InputError("HuggingFace config must be a JSON object.", file=str(path),
