@@ -8,10 +8,13 @@ on the row's degree variables, so a row that breaks a rule is excluded by CP-SAT
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
 from itertools import product
 
 from parasol.constraints.physics.exchanges import links_for
+from parasol.errors import InputError
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, Mapping, RankOrder, Recompute
 
@@ -132,16 +135,32 @@ def expert_tp_choices(problem: Problem, tp: int, listed: tuple[int, ...]) -> tup
     return listed if problem.spec.search.etp is not None else tuple(sorted({1, tp}))
 
 
-def enumerate_rows(problem: Problem, domains: dict[str, tuple[int, ...]] | None = None) -> tuple[Row, ...]:
+CLOCK_EVERY = 4096
+"""Degree combinations enumerated between two looks at the clock."""
+
+
+def _too_large(doms: dict[str, tuple[int, ...]]) -> InputError:
+    """The search space could not even be listed within the time limit."""
+    size = math.prod(len(doms[n]) for n in DEGREES)
+    return InputError(f"The search space has {size:,} degree combinations, too many to list within the time "
+                      "limit.", field="search", expected="short lists of values per degree under `search:`",
+                      fix="narrow `search:` (e.g. powers of two only), or raise --time-limit.")
+
+
+def enumerate_rows(problem: Problem, domains: dict[str, tuple[int, ...]] | None = None,
+                   deadline: float | None = None) -> tuple[Row, ...]:
     """Every row of the search space with a whole folding identity and at least one block per stage (ETP
-    per TP as expert_tp_choices says)."""
+    per TP as expert_tp_choices says); past `deadline` (time.perf_counter()) a search space too large to
+    list raises InputError."""
     doms = domains or search_domains(problem)
     gpus, gbs = problem.gpus, problem.training.global_batch
     blocks = problem.model.num_layers
     orders = rank_order_choices(problem)
     rows = []
     others = [doms[n] for n in DEGREES if n != "etp"]
-    for tp, pp, cp, ep, vpp, mbs in product(*others):
+    for k, (tp, pp, cp, ep, vpp, mbs) in enumerate(product(*others)):
+        if deadline is not None and k % CLOCK_EVERY == 0 and time.perf_counter() > deadline:
+            raise _too_large(doms)
         for etp in expert_tp_choices(problem, tp, doms["etp"]):
             if pp * vpp <= blocks and whole_folding(gpus, gbs, tp, pp, cp, ep, etp, mbs):
                 rows.extend(_rows(problem, orders, Row(pp, vpp, tp, cp, ep, etp, mbs, Recompute.none.value)))
