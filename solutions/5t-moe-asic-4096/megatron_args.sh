@@ -19,7 +19,7 @@ torchrun --nnodes 512 --nproc-per-node 8 --node-rank "${NODE_RANK}" --master-add
     --micro-batch-size 1 \
     --global-batch-size 256 \
     --seq-length 131072 \
-    --pipeline-model-parallel-layout 'Et*3|(t*4|)*14,(t*5|)*2,(t*4|)*14,t*3L' \
+    --pipeline-model-parallel-layout 'Et*4|(t*4|)*30,t*4L' \
     --recompute-granularity full \
     --recompute-method uniform \
     --recompute-num-layers 1 \
