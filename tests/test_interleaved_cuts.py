@@ -165,3 +165,22 @@ def test_dense_tp_beyond_a_node_keeps_its_rows(etp: str | None) -> None:
     assert all(r.etp == r.tp for r in rows)
     keys = [(r.pp, r.tp, r.recompute, r.rank_order) for r in rows]
     assert len(keys) == len(set(keys))
+
+
+def test_undecided_steps_mark_the_staircase_unproved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no search budget and no CP-SAT work, a VPP-3 row's questions stay open: the staircase says it
+    is unproved (solve then answers `feasible`, not `optimal`), and with the budgets back it is proved."""
+    from dataclasses import replace
+
+    from parasol.solver.search import cut_program, interleaved
+
+    problem = load_problem_text(GENERATED[3], source="generated-3.yaml")
+    model = AdditiveTime(problem)
+    counts, usable = _setup(problem, model)
+    base = next(r for r in enumerate_rows(problem) if r.vpp == 2 and r.pp == 2)
+    c = row_costs(problem, replace(base, vpp=3), model)
+    assert row_staircase(c, counts, usable).proved
+    monkeypatch.setattr(interleaved, "FIRST_BUDGET", 0)
+    monkeypatch.setattr(interleaved, "NODE_BUDGET", 0)
+    monkeypatch.setattr(cut_program, "CUT_PROOF_WORK", 0.0)
+    assert not row_staircase(c, counts, usable).proved
