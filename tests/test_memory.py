@@ -95,3 +95,15 @@ def test_every_stage_reports_usable_hbm_and_slack(v4_1024) -> None:
     for s in ledger.stages:
         assert s.slack_gb == pytest.approx((usable - s.total_bytes) / 1e9)
     assert ledger.peak.total_bytes == max(s.total_bytes for s in ledger.stages)
+
+
+def test_routed_expert_rows_follow_the_sequence_parallel_split() -> None:
+    """Mixtral 8x22B MoE sublayer at TP2 ETP2 with SP: the layer sees b·S/(CP·TP) tokens, each sends
+    k = 2 rows that the ETP group all-gathers, so 2·2/2 = 2 rows per token of b·S/CP, each holding the
+    permuted input h, fc1 2·f/ETP, act f/ETP and fc2 output h (token_dispatcher.py:728-751)."""
+    model = load_model("mixtral-8x22b")
+    h, f, e = 6144, 16384, 8
+    ctx = ActivationContext(tp=2, etp=2, sequence_parallel=True, recompute=Recompute.none, modules=frozenset())
+    moe = 2 * h / 2 + 2 * h / 2 + 4 * e / 2 + (2 * 2 / 2) * (2 * h + 2 * 2 * f / 2 + 2 * f / 2 + 2 * h)
+    attention = 2 * h / 2 + 2 * h / 2 + 2 * (48 / 2 + 2 * 8 / 2) * 128 + 2 * 48 * 128 / 2 + 4 * 48 / 2
+    assert block_bytes_per_token(model, model.blocks[0], ctx) == pytest.approx(attention + moe)

@@ -3,7 +3,9 @@
 An estimate built tensor by tensor (flash attention: no score matrix; BF16 tensors, 2 bytes per
 element; FP32 router logits and loss softmax, 4 bytes). Tensors of the sequence-parallel region
 (width h) are split by TP when sequence parallelism is on; projections by TP; routed-expert rows
-arrive through the EP dispatch (k per token, ETP-gathered) with width f/ETP. The seed warns that
+arrive through the EP dispatch: the MoE layer's input is the rank's sequence-parallel shard (b·S/(CP·TP)
+tokens), each token sends k rows over EP and the expert-TP group all-gathers them (×ETP), each of
+width f/ETP (Megatron-LM token_dispatcher.py:728-751, moe_layer.py:636). The seed warns that
 the real peak must be measured under the real schedule (seed 000 §显存): this is the model of it.
 """
 
@@ -86,7 +88,8 @@ def _mlp_bytes(model: ModelArchitecture, ctx: ActivationContext) -> float:
 
 
 def _moe_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -> float:
-    """MoE: router input and logits, k dispatched rows in and out of the experts, shared experts."""
+    """MoE: router input and logits, k·ETP/TP dispatched rows per token of b·S/CP in and out of the
+    experts (the dispatch buffer's count), shared experts."""
     moe = model.moe
     assert moe is not None
     h = model.hidden_size
@@ -94,8 +97,8 @@ def _moe_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -
     keep_in = BF16_BYTES * hs * model.hc_mult
     if ctx.drops("moe"):
         return keep_in
-    router = (0.0 if ctx.drops("layernorm") else BF16_BYTES * hs) + (0.0 if block.hash_routed else FP32_BYTES * moe.num_experts)
-    rows = moe.top_k * ctx.etp
+    router = (0.0 if ctx.drops("layernorm") else BF16_BYTES * hs) + (0.0 if block.hash_routed else FP32_BYTES * moe.num_experts / ctx.sp_split)
+    rows = moe.top_k * ctx.etp / ctx.sp_split
     f = moe.expert_intermediate_size / ctx.etp
     fc1 = BF16_BYTES * f * (2 if moe.activation.gated else 1)
     act = 0.0 if ctx.drops("moe_act") else BF16_BYTES * f
