@@ -79,17 +79,23 @@ def build_mapping(problem: Problem, overrides: dict[str, object]) -> Mapping:
 
 
 def within_model(problem: Problem, mapping: Mapping) -> Mapping:
-    """Reject degrees no rule can even judge: a degree above the GPU count, or more virtual stages
-    than blocks (parasol places at least one block per virtual stage)."""
+    """Reject degrees no rule can even judge: a degree above the GPU count, or more virtual stages than
+    blocks plus the embedding/loss slots Megatron counts with account_for_*_in_pipeline_split (a virtual
+    stage may then hold only the embedding or the loss: transformer_block.py:187-200 builds >= 0 layers)."""
     degrees = {"tp": mapping.tp, "pp": mapping.pp, "cp": mapping.cp, "ep": mapping.ep, "etp": mapping.expert_tp}
     for key, value in degrees.items():
         if value > mapping.gpus:
             raise InputError(f"`{key}` ({value}) exceeds the GPU count ({mapping.gpus}).", field=key, value=value,
                              expected=f"at most {mapping.gpus}", fix=f"lower {key}, or raise gpus.")
     blocks = problem.model.num_layers
-    if mapping.layout is None and mapping.pp * mapping.vpp > blocks:
+    options = problem.spec.framework.options
+    room = blocks + int(options.account_for_embedding_in_pipeline_split) + int(options.account_for_loss_in_pipeline_split)
+    if mapping.layout is None and mapping.pp * mapping.vpp > room:
+        slots = "" if room == blocks else f" plus {room - blocks} embedding/loss slot(s)"
         raise InputError(
-            f"PP·VPP = {mapping.pp * mapping.vpp} virtual stages exceed the model's {blocks} blocks.",
+            f"PP·VPP = {mapping.pp * mapping.vpp} virtual stages exceed the model's {blocks} blocks{slots}.",
             field="vpp" if mapping.vpp > 1 else "pp", value=mapping.vpp if mapping.vpp > 1 else mapping.pp,
-            expected=f"PP·VPP at most {blocks}", fix="lower pp or vpp, or give an explicit layout.")
+            expected=f"PP·VPP at most {room}",
+            fix="lower pp or vpp, give an explicit layout, or let the embedding and loss take a stage "
+                "(framework.options.account_for_embedding/loss_in_pipeline_split).")
     return mapping
