@@ -53,7 +53,7 @@ def facts_for(problem, mapping: Mapping, options: MegatronOptions | None = None)
     ledger = None
     if layout_is_valid(problem.model, mapping, derived.layout):
         ledger = memory_ledger(problem.model, mapping, derived, problem.training,
-                               problem.hardware.gpu.usable_hbm_bytes)
+                               problem.hardware.gpu.usable_hbm_bytes, opts)
     return Facts(problem=problem, mapping=mapping, derived=derived, options=opts, ledger=ledger)
 
 

@@ -58,7 +58,6 @@ FIT_NAMES: tuple[str, ...] = (
     "layer_overhead_us",
     "moe_layer_overhead_us",
     "grouped_gemm_half_tokens",
-    "overlap_tp",
 )
 """The coefficients fitted per GPU type; the rest keep their defaults (sources in hardware/calibration.py)."""
 
@@ -150,7 +149,8 @@ def problem_of(run: MeasuredRun, model: ModelArchitecture, model_id: str, precis
         name=run.id, model=model_id,
         training=Training(seq_len=run.seq_len, global_batch=run.gbs, micro_batch=run.mbs,
                           precision=Precision.bf16 if precision == "bf16" else Precision.fp8,
-                          grad_dtype="bf16", sequence_parallel=True),
+                          grad_dtype="bf16", sequence_parallel=True,
+                          fsdp="megatron-fsdp" if run.fsdp else "none"),
         hardware=HardwareSection(gpus=run.gpus, preset=preset, topology=topology),
     )
     hardware = hardware_from_spec({"preset": preset, **({"topology": topology} if topology else {})})

@@ -22,7 +22,11 @@ from parasol.problems.derived import Derived, stage_of_virtual
 from parasol.problems.mapping import Mapping, Recompute
 from parasol.problems.model.architecture import Block, ModelArchitecture
 from parasol.problems.model.params import BlockParams, block_params
+from parasol.problems.options import MegatronOptions
 from parasol.problems.schema import Optimizer, Training
+
+NO_OPTIONS = MegatronOptions()
+"""Megatron options as a problem that sets none has them (no offloading)."""
 
 GB = 1e9
 
@@ -190,23 +194,42 @@ def _ceil(x: Fraction | float) -> int:
     return math.ceil(x)
 
 
+def fsdp_on(training: Training) -> bool:
+    """Whether weights and gradients are fully sharded (Megatron-FSDP optim_grads_params or torch FSDP2)."""
+    return training.fsdp != "none"
+
+
+def optimizer_on_device(options: MegatronOptions) -> Fraction:
+    """Share of the optimizer state kept in HBM: 1 − --optimizer-offload-fraction under
+    --optimizer-cpu-offload (Megatron-LM arguments.py:2918-2922), else all of it."""
+    if not options.optimizer_cpu_offload:
+        return Fraction(1)
+    return 1 - Fraction(options.optimizer_offload_fraction).limit_denominator(10**6)
+
+
 def _param_bytes(dense: Fraction, expert: Fraction, matrix: Fraction, m: Mapping, d: Derived,
-                 training: Training) -> tuple[int, int, int, int]:
-    """(dense weights, expert weights, gradients, optimizer) bytes for parameters on one rank."""
+                 training: Training, options: MegatronOptions) -> tuple[int, int, int, int]:
+    """(dense weights, expert weights, gradients, optimizer) bytes for parameters on one rank. The
+    distributed optimizer shards the optimizer state over dp-cp (dense) and expert DP; FSDP (ZeRO-3)
+    shards weights and gradients the same way (Megatron-FSDP optim_grads_params)."""
     grad_bytes = 4 if training.grad_dtype == "fp32" else 2
-    dense_shard = d.dp_attn * m.cp if training.distributed_optimizer else Fraction(1)
-    expert_shard = d.dp_expert if training.distributed_optimizer else Fraction(1)
+    sharded = training.distributed_optimizer or fsdp_on(training)
+    dense_shard = d.dp_attn * m.cp if sharded else Fraction(1)
+    expert_shard = d.dp_expert if sharded else Fraction(1)
     dense_matrix = max(matrix - expert, Fraction(0))
     opt = ((dense_matrix * _optimizer_bytes_per_param(training, True)
             + (dense - dense_matrix) * _optimizer_bytes_per_param(training, False)) / dense_shard
-           + expert * _optimizer_bytes_per_param(training, True) / expert_shard)
+           + expert * _optimizer_bytes_per_param(training, True) / expert_shard) * optimizer_on_device(options)
+    if fsdp_on(training):
+        dense, expert = dense / dense_shard, expert / expert_shard
     return _ceil(dense * BF16_BYTES), _ceil(expert * BF16_BYTES), _ceil((dense + expert) * grad_bytes), _ceil(opt)
 
 
-def activation_context(m: Mapping, training: Training) -> ActivationContext:
-    """The sharding and recompute choices activations depend on."""
+def activation_context(m: Mapping, training: Training, options: MegatronOptions = NO_OPTIONS) -> ActivationContext:
+    """The sharding, recompute and offload choices activations depend on."""
     return ActivationContext(tp=m.tp, etp=m.expert_tp, sequence_parallel=training.sequence_parallel,
-                             recompute=m.recompute, modules=frozenset(training.recompute_modules))
+                             recompute=m.recompute, modules=frozenset(training.recompute_modules),
+                             offloaded=frozenset(options.offload_modules))
 
 
 def tokens_on_rank(m: Mapping) -> Fraction:
@@ -215,23 +238,23 @@ def tokens_on_rank(m: Mapping) -> Fraction:
 
 
 def block_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
-                       block: Block) -> Contribution:
+                       block: Block, options: MegatronOptions = NO_OPTIONS) -> Contribution:
     """What one block adds to the rank that holds it: its parameter state and saved activations."""
     bp = block_params(model, block)
     dense, expert, matrix = _rank_params(bp, m, d.experts_per_rank or Fraction(0))
-    wd, we, g, o = _param_bytes(dense, expert, matrix, m, d, training)
-    ctx = activation_context(m, training)
+    wd, we, g, o = _param_bytes(dense, expert, matrix, m, d, training, options)
+    ctx = activation_context(m, training, options)
     tokens = tokens_on_rank(m)
     act = _ceil(Fraction(saved_bytes_per_token(model, block, ctx)) * tokens)
     peak = 0
     if m.recompute is Recompute.full:
-        full = ActivationContext(ctx.tp, ctx.etp, ctx.sequence_parallel, Recompute.none, ctx.modules)
+        full = ActivationContext(ctx.tp, ctx.etp, ctx.sequence_parallel, Recompute.none, ctx.modules, ctx.offloaded)
         peak = _ceil(Fraction(saved_bytes_per_token(model, block, full)) * tokens)
     return Contribution(wd, we, g, o, act, peak, bool(bp.num_experts), dense, expert)
 
 
 def edge_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
-                      first: bool, last: bool) -> Contribution:
+                      first: bool, last: bool, options: MegatronOptions = NO_OPTIONS) -> Contribution:
     """Embedding on the first stage; output head, final norm, loss softmax, MTP blocks and (for MTP
     with PP > 1) a copy of the input embedding on the last stage."""
     h = model.hidden_size
@@ -243,14 +266,14 @@ def edge_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training
         head_copies = 0 if model.tied_embeddings and m.pp == 1 else 1
         mtp_embed = 1 if model.mtp_layers and m.pp > 1 else 0
         params += vocab_rows * (head_copies + mtp_embed) + h
-    wd, we, g, o = _param_bytes(params, Fraction(0), Fraction(0), m, d, training)
+    wd, we, g, o = _param_bytes(params, Fraction(0), Fraction(0), m, d, training, options)
     act = 0
     if last:
         act = _ceil(Fraction(logits_bytes_per_token(model, m.tp)) * tokens_on_rank(m) * (1 + model.mtp_layers))
     edge = Contribution(wd, we, g, o, act, 0, False, params, Fraction(0))
     if last:
         for b in model.mtp_blocks:
-            edge = edge + block_contribution(model, m, d, training, b)
+            edge = edge + block_contribution(model, m, d, training, b, options)
     return edge
 
 
@@ -268,8 +291,23 @@ def block_kind(block: Block) -> tuple:
     return (block.mlp, block.compress_ratio, block.hash_routed, block.mtp)
 
 
+def fsdp_buffer_bytes(model: ModelArchitecture, m: Mapping, d: Derived, training: Training) -> int:
+    """FSDP's unsharded units: the largest block's BF16 weights gathered twice (the unit computing and
+    the one prefetched, Megatron-FSDP's default prefetch of one unit) and its gradients once, before
+    their reduce-scatter; 0 without FSDP."""
+    if not fsdp_on(training):
+        return 0
+    grad_bytes = 4 if training.grad_dtype == "fp32" else 2
+    largest = Fraction(0)
+    for b in (*model.blocks, *model.mtp_blocks):
+        dense, expert, _ = _rank_params(block_params(model, b), m, d.experts_per_rank or Fraction(0))
+        largest = max(largest, dense + expert)
+    return _ceil(largest * (2 * BF16_BYTES + grad_bytes))
+
+
 def stage_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
-                 stage: int, blocks: list[int], usable_bytes: float) -> StageLedger:
+                 stage: int, blocks: list[int], usable_bytes: float,
+                 options: MegatronOptions = NO_OPTIONS) -> StageLedger:
     """Ledger of one stage's heaviest rank: the exact integer sum of its blocks' contributions."""
     first, last = stage == 0, stage == m.pp - 1
     counts: dict[tuple, tuple[Block, int]] = {}
@@ -277,42 +315,52 @@ def stage_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Tra
         b = model.blocks[i]
         blk, n = counts.get(block_kind(b), (b, 0))
         counts[block_kind(b)] = (blk, n + 1)
-    total = edge_contribution(model, m, d, training, first, last)
+    total = edge_contribution(model, m, d, training, first, last, options)
     for blk, n in counts.values():
-        total = total + block_contribution(model, m, d, training, blk).times(n)
-    return assemble_stage(model, m, d, training, stage, tuple(blocks), total, usable_bytes)
+        total = total + block_contribution(model, m, d, training, blk, options).times(n)
+    return assemble_stage(model, m, d, training, stage, tuple(blocks), total, usable_bytes, options)
 
 
 def assemble_stage(model: ModelArchitecture, m: Mapping, d: Derived, training: Training, stage: int,
-                   blocks: tuple[int, ...], total: Contribution, usable_bytes: float) -> StageLedger:
+                   blocks: tuple[int, ...], total: Contribution, usable_bytes: float,
+                   options: MegatronOptions = NO_OPTIONS) -> StageLedger:
     """Turn a stage's summed contributions into named ledger terms."""
     inflight = inflight_microbatches(stage, m.pp, m.vpp, d.num_microbatches)
     act = _ceil(inflight * total.activation)
     dispatch = dispatch_buffer_bytes(model, m, training) if total.moe else 0
     moe_count = sum(1 for i in blocks if model.blocks[i].mlp.value == "moe")
     opt_name = "Muon" if training.optimizer is Optimizer.muon else "Adam"
-    dense_shard = d.dp_attn * m.cp if training.distributed_optimizer else 1
+    sharded = training.distributed_optimizer or fsdp_on(training)
+    dense_shard = d.dp_attn * m.cp if sharded else 1
     shard_note = (f"sharded over D_a·CP = {float(dense_shard):g} (dense) and D_e = {float(d.dp_expert):g} (experts)"
-                  if training.distributed_optimizer else "not sharded (distributed optimizer off)")
+                  if sharded else "not sharded (distributed optimizer off)")
+    if options.optimizer_cpu_offload:
+        shard_note += f"; {options.optimizer_offload_fraction:g} of it on the host (--optimizer-cpu-offload)"
+    fsdp = fsdp_on(training)
+    weight_note = f", sharded over data parallelism ({training.fsdp})" if fsdp else ""
+    offload_note = f"; inputs of {', '.join(options.offload_modules)} offloaded to the host" if options.offload_modules else ""
     headroom = training.capacity_factor or training.dispatch_headroom
     epr = float(d.experts_per_rank or 0)
     terms = (
         MemoryTerm("weights (dense)", total.weights_dense,
                    "BF16 2 B × dense params on the rank (attention, MLP, shared experts /TP; norms, router; "
-                   "embedding on the first stage, head on the last)"),
+                   "embedding on the first stage, head on the last)" + weight_note),
         MemoryTerm("weights (routed experts)", total.weights_expert,
-                   f"BF16 2 B × MoE layers ({moe_count}) × E/EP ({epr:g}) × P_expert / ETP ({m.expert_tp})"),
+                   f"BF16 2 B × MoE layers ({moe_count}) × E/EP ({epr:g}) × P_expert / ETP ({m.expert_tp})" + weight_note),
         MemoryTerm("gradients", total.gradients,
-                   f"{training.grad_dtype.upper()} × every local param (DDP grad buffer, not sharded)"),
+                   f"{training.grad_dtype.upper()} × every local param "
+                   + ("(sharded like the weights)" if fsdp else "(DDP grad buffer, not sharded)")),
         MemoryTerm("optimizer state", total.optimizer, f"{opt_name}: FP32 master + moments, {shard_note}"),
         MemoryTerm("activations", act,
                    f"{total.activation / GB:.3f} GB per microbatch × {float(inflight):g} in flight "
-                   f"({'1F1B' if m.vpp == 1 else 'interleaved'}; recompute {m.recompute.value})"),
+                   f"({'1F1B' if m.vpp == 1 else 'interleaved'}; recompute {m.recompute.value}{offload_note})"),
         MemoryTerm("recompute working set", total.recompute_peak,
                    "one block's full activations while it is recomputed (full recompute only)"),
         MemoryTerm("MoE dispatch buffer", dispatch,
                    f"k·ETP·b·S/(CP·TP) received rows × {headroom:g} "
                    f"({'capacity factor' if training.capacity_factor else 'dropless headroom'}) × h × 2 B"),
+        MemoryTerm("FSDP unit buffers", fsdp_buffer_bytes(model, m, d, training),
+                   "largest block's unsharded weights × 2 (computing + prefetched) and its gradients (FSDP only)"),
         MemoryTerm("workspace", workspace_bytes(training), "training.workspace_gb (GEMM, attention, NCCL buffers)"),
     )
     return StageLedger(stage=stage, blocks=blocks, moe_blocks=moe_count, dense_params=float(total.dense_params),
@@ -326,10 +374,10 @@ def workspace_bytes(training: Training) -> int:
 
 
 def memory_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
-                  usable_bytes: float) -> MemoryLedger:
+                  usable_bytes: float, options: MegatronOptions = NO_OPTIONS) -> MemoryLedger:
     """Ledgers of all stages; the layout must cover the blocks with PP·VPP virtual stages."""
     ranges = stage_block_ranges(d.layout, m.pp)
-    stages = tuple(stage_ledger(model, m, d, training, s, ranges[s], usable_bytes) for s in range(m.pp))
+    stages = tuple(stage_ledger(model, m, d, training, s, ranges[s], usable_bytes, options) for s in range(m.pp))
     assumptions = (
         "Weights BF16 (2 B/param) for BF16 and FP8 runs (FP8 copies are transient).",
         "Gradient buffer holds every local parameter (Megatron DDP); the distributed optimizer shards only "

@@ -134,8 +134,11 @@ STEP_ASSUMPTIONS = (
     "through the Amdahl shares fp8_tensor_fraction and fp4_tensor_fraction of their dense peaks.",
     "TP uses sequence parallelism when the problem says so; CP is ring attention (GQA/MLA) or the V4 "
     "compressed-KV all-gather; EP is an all-to-all with NVLink and NIC shares moving at once.",
-    "The data-parallel reduction overlaps the last microbatch's backward and the parameter gather the "
-    "first forward (distributed optimizer); FSDP gathers parameters every microbatch.",
+    "Overlap follows the Megatron switches: with --overlap-grad-reduce the data-parallel reduction hides in "
+    "the last microbatch's backward, with --overlap-param-gather the parameter gather in the first forward, "
+    "with --tp-comm-overlap TP inside the block's GEMMs, with --overlap-p2p-communication pipeline sends "
+    "beside the stage's compute; each hides at most its window and nothing when off. FSDP gathers "
+    "parameters every microbatch.",
 )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from itertools import groupby
 
+from parasol.constraints.physics.activations import ActivationContext, saved_bytes_per_token
 from parasol.constraints.physics.comm import (
     NO_COMM,
     CommTerm,
@@ -94,6 +95,20 @@ class StepSettings:
     (seed 003 §4: a fixed-size whole-group all-to-all moves at least CF times the ideal)."""
     fixed_size_all_to_all: bool = False
     """The collective sends fixed buffers whatever the routing, so routing skew does not change its bytes."""
+    tp_overlap: bool = True
+    """--tp-comm-overlap: TP all-gathers/reduce-scatters run inside the adjacent GEMMs (userbuffers)."""
+    grad_reduce_overlap: bool = True
+    """--overlap-grad-reduce: bucketed gradient reductions run during the last microbatch's backward."""
+    param_gather_overlap: bool = True
+    """--overlap-param-gather: parameter all-gathers run during the first microbatch's forward."""
+    p2p_overlap: bool = True
+    """--overlap-p2p-communication: steady-state pipeline sends/receives run beside compute."""
+    ep_overlap: bool = False
+    """--overlap-moe-expert-parallel-comm: one microbatch's dispatch/combine runs behind another's compute."""
+    optimizer_offload_fraction: float = 0.0
+    """Share of the optimizer state and step on the host (--optimizer-cpu-offload)."""
+    offload_modules: tuple[str, ...] = ()
+    """Modules whose saved inputs go to the host and back (--fine-grained-activation-offloading)."""
 
 
 def settings_for(problem, options: MegatronOptions | None = None) -> StepSettings:  # noqa: ANN001 - Problem
@@ -105,7 +120,26 @@ def settings_for(problem, options: MegatronOptions | None = None) -> StepSetting
     return StepSettings(precision=training.precision.value,
                         grad_reduce_bytes=FP32_BYTES if training.grad_dtype == "fp32" else BF16_BYTES,
                         dispatcher=opts.moe_token_dispatcher_type, dispatch_amplification=amplification,
-                        fixed_size_all_to_all=fixed)
+                        fixed_size_all_to_all=fixed, fsdp=training.fsdp != "none", **overlap_settings(training, opts))
+
+
+def overlap_settings(training: Training, opts: MegatronOptions) -> dict:
+    """Which transfers may hide behind compute, from the Megatron flags; an unset flag (None) is parasol's
+    choice, on wherever Megatron allows it (TP overlap needs SP and no deterministic mode, arguments.py:1441;
+    the parameter gather needs the distributed optimizer or FSDP, arguments.py:1027)."""
+    def chosen(flag: bool | None, allowed: bool) -> bool:
+        return allowed if flag is None else flag
+
+    sharded = training.distributed_optimizer or training.fsdp != "none"
+    return {
+        "tp_overlap": chosen(opts.tp_comm_overlap, training.sequence_parallel and not opts.deterministic_mode),
+        "grad_reduce_overlap": chosen(opts.overlap_grad_reduce, True),
+        "param_gather_overlap": chosen(opts.overlap_param_gather, sharded),
+        "p2p_overlap": opts.overlap_p2p_comm,
+        "ep_overlap": opts.overlap_moe_expert_parallel_comm,
+        "optimizer_offload_fraction": opts.optimizer_offload_fraction if opts.optimizer_cpu_offload else 0.0,
+        "offload_modules": tuple(opts.offload_modules),
+    }
 
 
 @dataclass(frozen=True)
@@ -138,6 +172,10 @@ class StageWork:
     dp_expert_gather: CommTerm
     optimizer_bytes: float
     optimizer_flops: float
+    optimizer_params: float
+    """Trainable parameters whose optimizer step this rank runs (its shard)."""
+    offload_bytes: float
+    """Activation bytes of one microbatch this rank copies to the host in forward and back in backward."""
 
 
 @dataclass(frozen=True)
@@ -167,6 +205,15 @@ class Workload:
     model_flops_per_token: float
     hardware_flops_per_token: float
     precision: str
+    tp_overlap: float = 1.0
+    grad_reduce_overlap: float = 1.0
+    param_gather_overlap: float = 1.0
+    p2p_overlap: float = 1.0
+    ep_overlap: float = 0.0
+    """The overlap switches of StepSettings as 0/1 (pricing multiplies the hideable time by them)."""
+    optimizer_offload_fraction: float = 0.0
+    host_bytes_per_s: float = 64e9
+    """GPU to host bandwidth per direction (offloaded activations and optimizer state)."""
 
 
 @dataclass(frozen=True)
@@ -285,6 +332,7 @@ def _data_parallel_terms(ctx: _StageContext, sums: _StageSums, first: bool) -> d
     ns = 0.0 if settings.frozen_weights else sums.ns_dense / dense_shard + sums.ns_routed * routed_here / expert_shard
     terms["optimizer_bytes"] = local * per_param
     terms["optimizer_flops"] = ns
+    terms["optimizer_params"] = local
     return terms
 
 
@@ -293,8 +341,11 @@ def stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Train
     """Work of one pipeline rank holding `held` blocks (MTP blocks included on the last stage)."""
     ctx = _StageContext(model, m, d, training, settings, links)
     sums = _StageSums()
+    offloaded = 0.0
     for b, run in groupby(held):
-        sums.add_block(ctx, b, sum(1 for _ in run))
+        count = sum(1 for _ in run)
+        sums.add_block(ctx, b, count)
+        offloaded += count * offloaded_bytes(model, m, training, settings, b)
     sums.add_edges(ctx, first, last)
     return StageWork(
         blocks=len(held), moe_blocks=sum(b.mlp is BlockKind.moe for b in held),
@@ -303,7 +354,21 @@ def stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Train
         recompute_gemm_flops=sums.r_gemm, recompute_grouped_flops=sums.r_grouped,
         recompute_attention_flops=sums.r_attention, recompute_memory_bytes=sums.r_memory,
         tp=sums.tp, cp=sums.cp, ep=sums.ep, recompute_comm=sums.r_comm, **_data_parallel_terms(ctx, sums, first),
+        offload_bytes=offloaded,
     )
+
+
+def offloaded_bytes(model: ModelArchitecture, m: Mapping, training: Training, settings: StepSettings,
+                    block: Block) -> float:
+    """Bytes of one block's saved activations per microbatch that fine-grained offloading sends to the
+    host: what the ledger no longer holds for the offloaded modules."""
+    if not settings.offload_modules:
+        return 0.0
+    ctx = ActivationContext(tp=m.tp, etp=m.expert_tp, sequence_parallel=training.sequence_parallel,
+                            recompute=m.recompute, modules=frozenset(training.recompute_modules))
+    off = replace(ctx, offloaded=frozenset(settings.offload_modules))
+    tokens = m.mbs * m.seq_len / m.cp
+    return (saved_bytes_per_token(model, block, ctx) - saved_bytes_per_token(model, block, off)) * tokens
 
 
 def routed(problem, mapping: Mapping, settings: StepSettings) -> StepSettings:  # noqa: ANN001 - Problem
@@ -343,6 +408,10 @@ def build_workload(problem, mapping: Mapping, derived: Derived,  # noqa: ANN001 
             (1 + 1) / (1 + BACKWARD_TO_FORWARD) if settings.frozen_weights else 1.0),
         hardware_flops_per_token=hardware_flops_per_token(model, m.seq_len, m.recompute, modules),
         precision=settings.precision,
+        tp_overlap=float(settings.tp_overlap), grad_reduce_overlap=float(settings.grad_reduce_overlap),
+        param_gather_overlap=float(settings.param_gather_overlap), p2p_overlap=float(settings.p2p_overlap),
+        ep_overlap=float(settings.ep_overlap), optimizer_offload_fraction=settings.optimizer_offload_fraction,
+        host_bytes_per_s=problem.hardware.topology.host_link_gb_s * 1e9,
     )
 
 
