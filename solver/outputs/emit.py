@@ -24,6 +24,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from parasol.constraints.physics.workload import overlap_settings
 from parasol.constraints.rules.pipeline import PipelineSplit, pipeline_split
 from parasol.errors import InputError
 from parasol.problems.derived import derive, interleaved_even_layout, stage_layer_totals
@@ -135,6 +136,37 @@ def degree_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
     if mapping.rank_order is RankOrder.dp_last:
         flags.append(_flag("--use-tp-pp-dp-mapping"))
     return FlagGroup("parallel degrees", f"{ARGS}:2373,3156,3216; {MPC}:55-130", tuple(flags))
+
+
+def sharding_and_overlap_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
+    """FSDP (--use-megatron-fsdp with --data-parallel-sharding-strategy optim_grads_params, arguments.py:3190,
+    or --use-torch-fsdp2), the overlap switches the step model prices as on (--overlap-grad-reduce
+    3121, --overlap-param-gather 3148, --tp-comm-overlap with TP > 1 and SP, 1441), --delay-wgrad-compute,
+    the optimizer's host share (--optimizer-cpu-offload, --optimizer-offload-fraction, 2918-2922) and
+    fine-grained activation offloading (--fine-grained-activation-offloading --offload-modules,
+    transformer_config.py:1323-1345)."""
+    training, options = problem.training, problem.spec.framework.options
+    overlap = overlap_settings(training, options)
+    flags = []
+    if training.fsdp == "megatron-fsdp":
+        flags += [_flag("--use-megatron-fsdp"), _flag("--data-parallel-sharding-strategy", "optim_grads_params")]
+    elif training.fsdp == "torch-fsdp2":
+        flags.append(_flag("--use-torch-fsdp2"))
+    if overlap["grad_reduce_overlap"]:
+        flags.append(_flag("--overlap-grad-reduce"))
+        if overlap["param_gather_overlap"]:
+            flags.append(_flag("--overlap-param-gather"))
+    if overlap["tp_overlap"] and mapping.tp > 1 and training.sequence_parallel:
+        flags.append(_flag("--tp-comm-overlap"))
+    if options.delay_wgrad_compute:
+        flags.append(_flag("--delay-wgrad-compute"))
+    if options.optimizer_cpu_offload:
+        flags += [_flag("--optimizer-cpu-offload"),
+                  _flag("--optimizer-offload-fraction", options.optimizer_offload_fraction)]
+    if options.offload_modules:
+        flags += [_flag("--fine-grained-activation-offloading"), _flag("--offload-modules", *options.offload_modules)]
+    return FlagGroup("sharding, overlap and offloading", f"{ARGS}:1027-1047,1441,2918-2922,3121,3148,3190; "
+                     f"{CONFIG}:1323-1345", tuple(flags))
 
 
 def batch_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
@@ -390,7 +422,8 @@ def hybrid_pattern(problem: Problem, layout: Sequence[int]) -> str:
 # The whole line, the script and the round trip
 
 
-GROUP_BUILDERS = (degree_flags, batch_flags, pipeline_flags, recompute_flags, moe_flags, context_flags)
+GROUP_BUILDERS = (degree_flags, sharding_and_overlap_flags, batch_flags, pipeline_flags, recompute_flags, moe_flags,
+                  context_flags)
 
 
 def megatron_args(problem: Problem, mapping: Mapping) -> LaunchArgs:
