@@ -12,7 +12,7 @@ from parasol.problems.mapping import MAPPING_KEYS, Mapping, RankOrder
 from parasol.problems.options import MegatronOptions
 from parasol.problems.schema import Training
 
-TRAINING_SET_KEYS = ("fsdp", "distributed_optimizer", "sequence_parallel", "recompute_modules")
+TRAINING_SET_KEYS = ("fsdp", "distributed_optimizer", "sequence_parallel", "recompute_modules", "frozen_base_weights")
 """Training fields `--set` may change (the run's sharding and memory-saving choices)."""
 SETTING_KEYS = (*TRAINING_SET_KEYS, *MegatronOptions.model_fields)
 """Keys `--set` accepts besides the mapping's: training fields and every framework option by its name

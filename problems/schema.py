@@ -67,6 +67,9 @@ class Training(Strict):
     workspace_gb: float = Field(default=2.0, ge=0, description="GEMM/attention/communication workspaces (GB)")
     packed_sequences: bool = Field(default=False, description="packed THD input (needed by DSv4 CP > 1)")
     sequence_parallel: bool = Field(default=True, description="Megatron --sequence-parallel when TP > 1")
+    frozen_base_weights: bool = Field(
+        default=False, description="LoRA/PEFT fine-tuning: the base weights get no gradients and no optimizer "
+                                   "state (adapters are negligible next to them)")
     fsdp: Literal["none", "megatron-fsdp", "torch-fsdp2"] = Field(
         default="none", description="fully sharded data parallelism (ZeRO-3): weights, gradients and optimizer "
                                     "state sharded over data parallelism, weights gathered per use "

@@ -150,7 +150,8 @@ def problem_of(run: MeasuredRun, model: ModelArchitecture, model_id: str, precis
         training=Training(seq_len=run.seq_len, global_batch=run.gbs, micro_batch=run.mbs,
                           precision=Precision.bf16 if precision == "bf16" else Precision.fp8,
                           grad_dtype="bf16", sequence_parallel=True,
-                          fsdp="megatron-fsdp" if run.fsdp else "none"),
+                          fsdp="megatron-fsdp" if run.fsdp else "none",
+                          frozen_base_weights=run.task.lower() == "lora"),
         hardware=HardwareSection(gpus=run.gpus, preset=preset, topology=topology),
     )
     hardware = hardware_from_spec({"preset": preset, **({"topology": topology} if topology else {})})

@@ -222,7 +222,9 @@ def _param_bytes(dense: Fraction, expert: Fraction, matrix: Fraction, m: Mapping
            + expert * _optimizer_bytes_per_param(training, True) / expert_shard) * optimizer_on_device(options)
     if fsdp_on(training):
         dense, expert = dense / dense_shard, expert / expert_shard
-    return _ceil(dense * BF16_BYTES), _ceil(expert * BF16_BYTES), _ceil((dense + expert) * grad_bytes), _ceil(opt)
+    trained = 0 if training.frozen_base_weights else 1
+    return (_ceil(dense * BF16_BYTES), _ceil(expert * BF16_BYTES), _ceil((dense + expert) * grad_bytes * trained),
+            _ceil(opt * trained))
 
 
 def activation_context(m: Mapping, training: Training, options: MegatronOptions = NO_OPTIONS) -> ActivationContext:

@@ -120,7 +120,8 @@ def settings_for(problem, options: MegatronOptions | None = None) -> StepSetting
     return StepSettings(precision=training.precision.value,
                         grad_reduce_bytes=FP32_BYTES if training.grad_dtype == "fp32" else BF16_BYTES,
                         dispatcher=opts.moe_token_dispatcher_type, dispatch_amplification=amplification,
-                        fixed_size_all_to_all=fixed, fsdp=training.fsdp != "none", **overlap_settings(training, opts))
+                        fixed_size_all_to_all=fixed, fsdp=training.fsdp != "none",
+                        frozen_weights=training.frozen_base_weights, **overlap_settings(training, opts))
 
 
 def overlap_settings(training: Training, opts: MegatronOptions) -> dict:
