@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import ValidationError
-
 import dataclasses
+
+from pydantic import ValidationError
 
 from parasol.errors import InputError
 from parasol.problems.loader import Problem

@@ -194,3 +194,16 @@ def test_pp_times_vpp_may_reach_blocks_plus_embedding_and_loss_slots() -> None:
     plain = load_problem_text(QWEN3_235B_512 % ("false", "false"), source="q.yaml")
     with pytest.raises(InputError, match="exceed the model's 94 blocks"):
         build_mapping(plain, sets)
+
+
+def test_set_changes_training_settings_and_options_and_names_a_bad_value() -> None:
+    """--set fsdp=… / overlap_grad_reduce=… reach the problem; a value the field refuses names the key."""
+    from parasol.errors import InputError
+    from parasol.problems.mapping_input import apply_settings, parse_sets, split_sets
+    problem = load_problem_text(SMALL_MOE, source="small-moe-inline.yaml")
+    mapping, settings = split_sets(parse_sets(("tp=2", "fsdp=torch-fsdp2", "overlap_grad_reduce=false")))
+    assert mapping == {"tp": "2"}
+    updated = apply_settings(problem, settings)
+    assert updated.training.fsdp == "torch-fsdp2" and updated.spec.framework.options.overlap_grad_reduce is False
+    with pytest.raises(InputError, match="fsdp"):
+        apply_settings(problem, {"fsdp": "zero9"})

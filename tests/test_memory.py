@@ -11,7 +11,8 @@ import pytest
 
 from parasol.constraints.evaluate import facts_for
 from parasol.constraints.physics.activations import ActivationContext, block_bytes_per_token
-from parasol.constraints.physics.memory import inflight_microbatches, stage_block_ranges
+from parasol.constraints.physics.memory import inflight_microbatches, memory_ledger, stage_block_ranges
+from parasol.problems.derived import derive
 from parasol.problems.loader import load_problem
 from parasol.problems.mapping import Mapping, Recompute
 from parasol.problems.model.catalog import load_model
@@ -107,3 +108,39 @@ def test_routed_expert_rows_follow_the_sequence_parallel_split() -> None:
     moe = 2 * h / 2 + 2 * h / 2 + 4 * e / 2 + (2 * 2 / 2) * (2 * h + 2 * 2 * f / 2 + 2 * f / 2 + 2 * h)
     attention = 2 * h / 2 + 2 * h / 2 + 2 * (48 / 2 + 2 * 8 / 2) * 128 + 2 * 48 * 128 / 2 + 4 * 48 / 2
     assert block_bytes_per_token(model, model.blocks[0], ctx) == pytest.approx(attention + moe)
+
+
+def test_fsdp_shards_weights_and_gradients_over_data_parallelism() -> None:
+    """ZeRO-3 (Megatron-FSDP optim_grads_params): Llama 3.1 8B on 64 GPUs TP1 PP1 holds 1/64 of its
+    weights and gradients, plus the FSDP unit buffers of its largest block (2 × weights + gradients)."""
+    from parasol.problems.loader import load_problem_text
+    text = """
+model: llama-3.1-8b
+training: {seq_len: 8192, global_batch: 512, fsdp: %s, grad_dtype: bf16}
+hardware: {preset: h100-hgx, gpus: 64}
+"""
+    mapping = Mapping(gpus=64, tp=1, pp=1, mbs=1, gbs=512, seq_len=8192)
+    ddp = facts_for(load_problem_text(text % "none", source="a.yaml"), mapping).ledger.peak
+    fsdp = facts_for(load_problem_text(text % "megatron-fsdp", source="b.yaml"), mapping).ledger.peak
+    for term in ("weights (dense)", "gradients"):
+        assert fsdp.term(term).bytes == pytest.approx(ddp.term(term).bytes / 64, rel=1e-6, abs=2)
+    assert fsdp.term("optimizer state").bytes == ddp.term("optimizer state").bytes
+    assert fsdp.term("FSDP unit buffers").bytes > 0 and ddp.term("FSDP unit buffers").bytes == 0
+
+
+def test_offloading_moves_optimizer_state_and_module_inputs_to_the_host() -> None:
+    """--optimizer-cpu-offload --optimizer-offload-fraction 0.75 keeps a quarter of the optimizer state;
+    offloading core_attn's input drops q, k, v (arguments.py:2918-2922, transformer_config.py:1328-1341)."""
+    from parasol.problems.options import MegatronOptions
+    from parasol.problems.schema import Training
+    model = load_model("llama-3.1-8b")
+    mapping = Mapping(gpus=8, tp=1, pp=1, mbs=1, gbs=64, seq_len=4096)
+    d = derive(model, mapping)
+    training = Training(seq_len=4096, global_batch=64)
+    plain = memory_ledger(model, mapping, d, training, 80e9).peak
+    options = MegatronOptions(optimizer_cpu_offload=True, optimizer_offload_fraction=0.75,
+                              offload_modules=("core_attn",))
+    moved = memory_ledger(model, mapping, d, training, 80e9, options).peak
+    assert moved.term("optimizer state").bytes == pytest.approx(plain.term("optimizer state").bytes / 4, abs=2)
+    qkv = 2 * (32 + 2 * 8) * 128 * 4096 * 32
+    assert plain.term("activations").bytes - moved.term("activations").bytes == pytest.approx(qkv, rel=1e-9)
