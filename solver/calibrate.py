@@ -58,8 +58,11 @@ FIT_NAMES: tuple[str, ...] = (
     "layer_overhead_us",
     "moe_layer_overhead_us",
     "grouped_gemm_half_tokens",
+    "fp8_tensor_fraction",
 )
-"""The coefficients fitted per GPU type; the rest keep their defaults (sources in hardware/calibration.py)."""
+"""The coefficients fitted per GPU type; the rest keep their defaults (sources in hardware/calibration.py).
+gemm_efficiency is the BF16 GEMM efficiency and fp8_tensor_fraction the FP8 speed-up over it, both fitted,
+so BF16 runs are not priced with an efficiency fitted on FP8 runs alone (issue 16, cause 9)."""
 
 PRIOR_WEIGHT = 0.05
 """Weight of the pull of log(coefficient) towards log(default), against residuals of log(tokens/s/GPU)."""
