@@ -12,7 +12,8 @@ from parasol.problems.mapping import MAPPING_KEYS, Mapping, RankOrder
 from parasol.problems.options import MegatronOptions
 from parasol.problems.schema import Training
 
-TRAINING_SET_KEYS = ("fsdp", "distributed_optimizer", "sequence_parallel", "recompute_modules", "frozen_base_weights")
+TRAINING_SET_KEYS = ("fsdp", "distributed_optimizer", "sequence_parallel", "recompute_modules", "frozen_base_weights",
+                     "pipeline_schedule")
 """Training fields `--set` may change (the run's sharding and memory-saving choices)."""
 SETTING_KEYS = (*TRAINING_SET_KEYS, *MegatronOptions.model_fields)
 """Keys `--set` accepts besides the mapping's: training fields and every framework option by its name
@@ -110,7 +111,34 @@ def within_model(problem: Problem, mapping: Mapping) -> Mapping:
             expected=f"PP·VPP at most {room}",
             fix="lower pp or vpp, give an explicit layout, or let the embedding and loss take a stage "
                 "(framework.options.account_for_embedding/loss_in_pipeline_split).")
+    dualpipe_requirements(problem.training.pipeline_schedule, mapping)
     return mapping
+
+
+def dualpipe_requirements(schedule: str, mapping: Mapping) -> None:
+    """DualPipe needs an even PP, one stage pair per rank (VPP 1 here) and an even m >= 2·PP
+    (deepseek-ai/DualPipe dualpipe/dualpipe.py:332-333); DualPipeV two chunks per rank (VPP 2) and
+    m >= 2·PP (dualpipe/dualpipev.py:318). Not Megatron rules: DualPipe is not a Megatron schedule."""
+    if schedule == "megatron":
+        return
+    m = mapping
+    need = []
+    if schedule == "dualpipe" and (m.pp < 2 or m.pp % 2):
+        need.append(("pp", m.pp, "an even PP of at least 2"))
+    vpp = 1 if schedule == "dualpipe" else 2
+    if m.vpp != vpp:
+        need.append(("vpp", m.vpp, f"VPP {vpp} ({'the mirrored stage is implied' if vpp == 1 else 'two chunks per rank'})"))
+    dp, rest = divmod(m.gpus, m.tp * m.pp * m.cp)
+    micro, left = divmod(m.gbs, m.mbs * dp) if dp and not rest else (0, 1)
+    # a fractional microbatch count is left to the batch rules
+    if not left and (micro < 2 * m.pp or (schedule == "dualpipe" and micro % 2)):
+        need.append(("gbs", m.gbs, f"{'an even ' if schedule == 'dualpipe' else ''}number of microbatches "
+                                   f">= 2·PP = {2 * m.pp} (it is {micro})"))
+    if need:
+        key, value, expected = need[0]
+        raise InputError(f"The {schedule} schedule cannot run this mapping: `{key}` is {value}.", field=key,
+                         value=value, expected=expected,
+                         fix="change the mapping, or set training.pipeline_schedule: megatron.")
 
 
 def split_sets(sets: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:

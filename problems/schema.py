@@ -70,6 +70,10 @@ class Training(Strict):
     frozen_base_weights: bool = Field(
         default=False, description="LoRA/PEFT fine-tuning: the base weights get no gradients and no optimizer "
                                    "state (adapters are negligible next to them)")
+    pipeline_schedule: Literal["megatron", "dualpipe", "dualpipev"] = Field(
+        default="megatron", description="megatron: 1F1B, interleaved when VPP > 1; dualpipe: DeepSeek's bidirectional "
+        "schedule, each rank holding its stage and the mirrored one (VPP 1); dualpipev: its V-shape cut-in-half "
+        "form, each rank holding chunk k and 2·PP−1−k (VPP 2) (DeepSeek-V3 report §3.2.1; deepseek-ai/DualPipe)")
     fsdp: Literal["none", "megatron-fsdp", "torch-fsdp2"] = Field(
         default="none", description="fully sharded data parallelism (ZeRO-3): weights, gradients and optimizer "
                                     "state sharded over data parallelism, weights gathered per use "

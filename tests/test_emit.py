@@ -327,3 +327,14 @@ def test_a_launch_line_without_overlap_flags_runs_without_overlap(small: Problem
     updated, _, _ = apply_launch(small, parsed, {})
     opts = updated.spec.framework.options
     assert opts.tp_comm_overlap is False and opts.overlap_grad_reduce is False and opts.overlap_param_gather is False
+
+
+def test_dualpipe_cannot_be_emitted_or_searched(small: Problem) -> None:
+    """DualPipe is DeepSeek's schedule, not Megatron's: emit and solve say so instead of guessing."""
+    from parasol.problems.mapping_input import apply_settings
+    dual = apply_settings(small, {"pipeline_schedule": "dualpipe"})
+    mapping = build_mapping(dual, {"pp": "2", "ep": "8"})
+    with pytest.raises(InputError, match="no dualpipe schedule"):
+        megatron_args(dual, mapping)
+    with pytest.raises(InputError, match="pipeline_schedule"):
+        solve(dual, CalibratedStageTimes(dual), top=1, time_limit_s=5)

@@ -144,3 +144,38 @@ def test_offloading_moves_optimizer_state_and_module_inputs_to_the_host() -> Non
     assert moved.term("optimizer state").bytes == pytest.approx(plain.term("optimizer state").bytes / 4, abs=2)
     qkv = 2 * (32 + 2 * 8) * 128 * 4096 * 32
     assert plain.term("activations").bytes - moved.term("activations").bytes == pytest.approx(qkv, rel=1e-9)
+
+
+DUALPIPE_PROBLEM = """
+model: llama-3.1-8b
+training: {seq_len: 4096, global_batch: 64, pipeline_schedule: %s}
+hardware: {preset: h100-hgx, gpus: 8}
+"""
+
+
+def test_dualpipe_holds_two_stages_and_pp_plus_one_stage_microbatches() -> None:
+    """DualPipe on PP 4: rank s holds stage s and its mirror 3 − s (2× parameters) and PP+1 = 5
+    stage-microbatches of activations, i.e. 5/2 of its two-stage set (deepseek-ai/DualPipe README;
+    DeepSeek-V3 report Table 2); rank 0 runs embedding and head."""
+    from parasol.problems.loader import load_problem_text
+    from parasol.problems.mapping_input import build_mapping
+    plain = load_problem_text(DUALPIPE_PROBLEM % "megatron", source="a.yaml")
+    dual = load_problem_text(DUALPIPE_PROBLEM % "dualpipe", source="b.yaml")
+    sets = {"pp": "4", "tp": "2"}
+    one = facts_for(plain, build_mapping(plain, sets)).ledger.stages
+    two = facts_for(dual, build_mapping(dual, sets)).ledger.stages
+    assert two[1].blocks == one[1].blocks + one[2].blocks and two[0].inflight_microbatches == 2.5
+    assert two[1].term("weights (dense)").bytes == one[1].term("weights (dense)").bytes + one[2].term("weights (dense)").bytes
+    assert two[0].term("weights (dense)").bytes == one[0].term("weights (dense)").bytes + one[3].term("weights (dense)").bytes
+
+
+def test_dualpipe_requirements_name_the_field() -> None:
+    """DualPipe needs an even PP and m >= 2·PP (dualpipe/dualpipe.py:332-333)."""
+    from parasol.errors import InputError
+    from parasol.problems.loader import load_problem_text
+    from parasol.problems.mapping_input import build_mapping
+    dual = load_problem_text(DUALPIPE_PROBLEM % "dualpipe", source="b.yaml")
+    with pytest.raises(InputError, match="`pp` is 3"):
+        build_mapping(dual, {"pp": "3"})
+    with pytest.raises(InputError, match="`gbs` is 8"):
+        build_mapping(dual, {"pp": "8", "gbs": "8"})

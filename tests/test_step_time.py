@@ -332,3 +332,22 @@ def test_settings_read_the_overlap_and_offload_options() -> None:
     explicit = settings_for(problem, set_off)
     assert not explicit.tp_overlap and not explicit.grad_reduce_overlap
     assert explicit.optimizer_offload_fraction == 0.5
+
+
+def test_dualpipe_bubble_is_the_papers_and_below_1f1b() -> None:
+    """DualPipe's bubble (PP/2 − 1)(F&B + B − 3W) is below 1F1B's (PP − 1)(F + B) on the same stages
+    (DeepSeek-V3 report Table 2)."""
+    from parasol.problems.loader import load_problem_text
+    from parasol.problems.mapping_input import build_mapping
+    text = """
+model: llama-3.1-8b
+training: {seq_len: 4096, global_batch: 64, pipeline_schedule: %s}
+hardware: {preset: h100-hgx, gpus: 8}
+"""
+    times = {}
+    for schedule in ("megatron", "dualpipe"):
+        problem = load_problem_text(text % schedule, source=f"{schedule}.yaml")
+        mapping = build_mapping(problem, {"pp": "4", "tp": "2"})
+        times[schedule] = step_time(problem, mapping, derive(problem.model, mapping))
+    one, two = times["megatron"], times["dualpipe"]
+    assert 0 < two.breakdown["bubble"] < one.breakdown["bubble"]

@@ -123,6 +123,43 @@ def stage_block_ranges(layout: tuple[int, ...], pp: int) -> list[list[int]]:
     return ranks
 
 
+@dataclass(frozen=True)
+class RankHolding:
+    """What one pipeline rank holds: its blocks and whether it runs the embedding and the head/loss."""
+
+    blocks: list[int]
+    first: bool
+    last: bool
+
+
+def rank_holdings(layout: tuple[int, ...], pp: int, schedule: str = "megatron") -> list[RankHolding]:
+    """Blocks and edges per rank. Megatron: virtual stage k on rank k % PP. DualPipe: PP stages, rank s
+    holds stage s and its mirror PP−1−s (two copies of the model; dualpipe/dualpipe.py builds each rank
+    from modules[rank] and modules[num_ranks − 1 − rank]). DualPipeV: 2·PP chunks in a V, rank s holds
+    chunks s and 2·PP−1−s, so rank 0 runs both the embedding and the loss."""
+    if schedule == "megatron":
+        ranges = stage_block_ranges(layout, pp)
+        return [RankHolding(ranges[s], s == 0, s == pp - 1) for s in range(pp)]
+    starts = [sum(layout[:k]) for k in range(len(layout))]
+    chunk = [list(range(starts[k], starts[k] + layout[k])) for k in range(len(layout))]
+    if schedule == "dualpipe":
+        return [RankHolding(chunk[s] + chunk[pp - 1 - s], s in (0, pp - 1), s in (0, pp - 1)) for s in range(pp)]
+    return [RankHolding(chunk[s] + chunk[2 * pp - 1 - s], s == 0, s == 0) for s in range(pp)]
+
+
+def schedule_inflight(schedule: str, stage: int, pp: int, vpp: int, m: Fraction | int) -> Fraction:
+    """Microbatches in flight in units of the rank's whole layer set. DualPipe and DualPipeV hold PP+1
+    stage-microbatches of activations per device, PP counting stages (DualPipe README table, DeepSeek-V3
+    report Table 2): a DualPipe rank's set is two of PP stages, a DualPipeV rank's two of 2·PP chunks,
+    so (PP+1)/2 and (2·PP+1)/2 sets; a DualPipe microbatch visits one of its two stages."""
+    m = Fraction(m)
+    if schedule == "dualpipe":
+        return min(Fraction(pp + 1, 2), m / 2)
+    if schedule == "dualpipev":
+        return min(Fraction(2 * pp + 1, 2), m)
+    return inflight_microbatches(stage, pp, vpp, m)
+
+
 def inflight_microbatches(stage: int, pp: int, vpp: int, m: Fraction | int) -> Fraction:
     """Microbatches whose activations a stage holds at its peak, in units of its whole layer set.
     1F1B: min(PP − s, m) (warm-up depth). Interleaved: Megatron warms up (PP − s − 1)·2 + (v − 1)·PP
@@ -309,9 +346,10 @@ def fsdp_buffer_bytes(model: ModelArchitecture, m: Mapping, d: Derived, training
 
 def stage_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
                  stage: int, blocks: list[int], usable_bytes: float,
-                 options: MegatronOptions = NO_OPTIONS) -> StageLedger:
-    """Ledger of one stage's heaviest rank: the exact integer sum of its blocks' contributions."""
-    first, last = stage == 0, stage == m.pp - 1
+                 options: MegatronOptions = NO_OPTIONS, edges: tuple[bool, bool] | None = None) -> StageLedger:
+    """Ledger of one stage's heaviest rank: the exact integer sum of its blocks' contributions; `edges`
+    (first, last) say whether it runs the embedding and the head (default: the first and last rank)."""
+    first, last = edges if edges is not None else (stage == 0, stage == m.pp - 1)
     counts: dict[tuple, tuple[Block, int]] = {}
     for i in blocks:
         b = model.blocks[i]
@@ -327,7 +365,7 @@ def assemble_stage(model: ModelArchitecture, m: Mapping, d: Derived, training: T
                    blocks: tuple[int, ...], total: Contribution, usable_bytes: float,
                    options: MegatronOptions = NO_OPTIONS) -> StageLedger:
     """Turn a stage's summed contributions into named ledger terms."""
-    inflight = inflight_microbatches(stage, m.pp, m.vpp, d.num_microbatches)
+    inflight = schedule_inflight(training.pipeline_schedule, stage, m.pp, m.vpp, d.num_microbatches)
     act = _ceil(inflight * total.activation)
     dispatch = dispatch_buffer_bytes(model, m, training) if total.moe else 0
     moe_count = sum(1 for i in blocks if model.blocks[i].mlp.value == "moe")
@@ -355,7 +393,7 @@ def assemble_stage(model: ModelArchitecture, m: Mapping, d: Derived, training: T
         MemoryTerm("optimizer state", total.optimizer, f"{opt_name}: FP32 master + moments, {shard_note}"),
         MemoryTerm("activations", act,
                    f"{total.activation / GB:.3f} GB per microbatch × {float(inflight):g} in flight "
-                   f"({'1F1B' if m.vpp == 1 else 'interleaved'}; recompute {m.recompute.value}{offload_note})"),
+                   f"({schedule_name(training.pipeline_schedule, m.vpp)}; recompute {m.recompute.value}{offload_note})"),
         MemoryTerm("recompute working set", total.recompute_peak,
                    "one block's full activations while it is recomputed (full recompute only)"),
         MemoryTerm("MoE dispatch buffer", dispatch,
@@ -370,6 +408,13 @@ def assemble_stage(model: ModelArchitecture, m: Mapping, d: Derived, training: T
                        terms=terms, usable_bytes=usable_bytes)
 
 
+def schedule_name(schedule: str, vpp: int) -> str:
+    """The pipeline schedule as the ledger names it."""
+    if schedule != "megatron":
+        return {"dualpipe": "DualPipe", "dualpipev": "DualPipeV"}[schedule]
+    return "1F1B" if vpp == 1 else "interleaved"
+
+
 def workspace_bytes(training: Training) -> int:
     """Workspaces as whole bytes."""
     return _ceil(Fraction(training.workspace_gb).limit_denominator(10**6) * 10**9)
@@ -378,8 +423,9 @@ def workspace_bytes(training: Training) -> int:
 def memory_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
                   usable_bytes: float, options: MegatronOptions = NO_OPTIONS) -> MemoryLedger:
     """Ledgers of all stages; the layout must cover the blocks with PP·VPP virtual stages."""
-    ranges = stage_block_ranges(d.layout, m.pp)
-    stages = tuple(stage_ledger(model, m, d, training, s, ranges[s], usable_bytes, options) for s in range(m.pp))
+    held = rank_holdings(d.layout, m.pp, training.pipeline_schedule)
+    stages = tuple(stage_ledger(model, m, d, training, s, r.blocks, usable_bytes, options, (r.first, r.last))
+                   for s, r in enumerate(held))
     assumptions = (
         "Weights BF16 (2 B/param) for BF16 and FP8 runs (FP8 copies are transient).",
         "Gradient buffer holds every local parameter (Megatron DDP); the distributed optimizer shards only "

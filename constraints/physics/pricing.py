@@ -40,7 +40,7 @@ RUN_FIELDS = ("microbatches", "pp", "vpp", "tokens_per_expert", "skew", "weight_
               "precision_level", "peak_flops", "fp8_flops", "bf16_flops",
               "hbm_bytes_per_s", "tokens_per_step", "gpus", "model_flops_per_token", "hardware_flops_per_token",
               "tp_overlap", "grad_reduce_overlap", "param_gather_overlap", "p2p_overlap", "ep_overlap",
-              "optimizer_offload_fraction", "host_bytes_per_s")
+              "optimizer_offload_fraction", "host_bytes_per_s", "schedule")
 
 
 @dataclass(frozen=True)
@@ -229,6 +229,25 @@ def _optimizer_seconds(b: WorkloadBatch, c: Coefs) -> np.ndarray:
     return np.where(b.mask, seconds, 0.0).max(axis=1)
 
 
+def _schedule_seconds(b: WorkloadBatch, t: dict[str, np.ndarray], stage: np.ndarray,
+                      crit: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(pipeline seconds, passes of the slowest rank's stage time). Megatron: schedule.py's formula, m
+    passes. DualPipe: a rank's stage time covers both of its stages, each microbatch visits one of them,
+    so m/2 passes plus the bubble (PP/2 − 1)(F&B + B − 3W); DualPipeV: m passes plus (2·PP/2 − 1)(F&B +
+    B − 3W), PP counting stages there (deepseek-ai/DualPipe README; DeepSeek-V3 report Table 2). One
+    stage's F&B + B − 3W is half the rank's forward + 2 × backward − 3 × weight-gradient time (F&B: a
+    forward and a backward chunk overlapped, compute adding up)."""
+    r = b.run
+    m, pp, vpp, schedule = r["microbatches"], r["pp"], r["vpp"], r["schedule"]
+    wgrad = (t["gemm_b"] - t["gemm"] + t["grouped_b"] - t["grouped"])[crit]
+    chunk = (t["forward"][crit] + 2 * t["backward"][crit] - 3 * wgrad) / 2
+    slowest = stage.max(axis=1)
+    dualpipe = m / 2 * slowest + np.maximum(pp / 2 - 1, 0) * chunk
+    dualpipev = m * slowest + np.maximum(pp - 1, 0) * chunk
+    pipeline = np.where(schedule == 1, dualpipe, np.where(schedule == 2, dualpipev, pipeline_seconds(stage, m, vpp)))
+    return pipeline, np.where(schedule == 1, m / 2, m)
+
+
 def price(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
     """Step time and its parts for every run of the batch under coefficients `c` (scalars or per-run arrays).
 
@@ -243,13 +262,13 @@ def price(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
     exposed = _exposed_per_microbatch(b, c, t)
     stage = np.where(b.mask, compute + exposed["tp"] + exposed["cp"] + exposed["ep"] + exposed["fsdp"]
                      + exposed["offload"], 0.0)
-    m, pp, vpp = r["microbatches"], r["pp"], r["vpp"]
+    m_all, pp, vpp = r["microbatches"], r["pp"], r["vpp"]
     slowest = stage.max(axis=1)
     crit = (np.arange(b.size), stage.argmax(axis=1))
-    pipeline = pipeline_seconds(stage, m, vpp)
+    pipeline, m = _schedule_seconds(b, t, stage, crit)
     p2p = _priced(b.p2p, c, per_stage=False) * vpp
     hidden_p2p = r["p2p_overlap"] * np.minimum(p2p, slowest)
-    exposed_pp = np.where(pp > 1, m * (p2p - hidden_p2p) + (pp - 1) * p2p, 0.0)
+    exposed_pp = np.where(pp > 1, m_all * (p2p - hidden_p2p) + (pp - 1) * p2p, 0.0)
     dp_dense, dp_expert = _data_parallel_exposure(b, c, t)
     optimizer = _optimizer_seconds(b, c)
     grouped = t["grouped"][crit] + t["grouped_b"][crit]

@@ -33,7 +33,7 @@ from parasol.constraints.physics.flops import (
     newton_schulz_flops,
     recomputed_flops,
 )
-from parasol.constraints.physics.memory import stage_block_ranges
+from parasol.constraints.physics.memory import rank_holdings
 from parasol.constraints.physics.routing_load import hot_rank_skew
 from parasol.constraints.physics.traffic import (
     block_memory_bytes,
@@ -60,6 +60,10 @@ m, v (12 B) and the BF16 copy (2 B)."""
 MUON_BYTES_PER_PARAM = 22
 """Muon: read FP32 master, grad and momentum (12 B), write master and momentum (8 B) and the BF16 copy (2 B);
 its Newton–Schulz iterations are priced as GEMMs."""
+
+
+SCHEDULES = ("megatron", "dualpipe", "dualpipev")
+"""Pipeline schedules, in the order of Workload.schedule levels."""
 
 
 PRECISIONS = ("bf16", "fp8", "fp4")
@@ -127,7 +131,9 @@ def settings_for(problem, options: MegatronOptions | None = None) -> StepSetting
 def overlap_settings(training: Training, opts: MegatronOptions) -> dict:
     """Which transfers may hide behind compute, from the Megatron flags; an unset flag (None) is parasol's
     choice, on wherever Megatron allows it (TP overlap needs SP and no deterministic mode, arguments.py:1441;
-    the parameter gather needs the distributed optimizer or FSDP, arguments.py:1027)."""
+    the parameter gather needs the distributed optimizer or FSDP, arguments.py:1027). DualPipe/DualPipeV
+    pair a forward and a backward chunk so that each one's dispatch/combine runs during the other's
+    compute (DeepSeek-V3 report §3.2.1)."""
     def chosen(flag: bool | None, allowed: bool) -> bool:
         return allowed if flag is None else flag
 
@@ -137,7 +143,7 @@ def overlap_settings(training: Training, opts: MegatronOptions) -> dict:
         "grad_reduce_overlap": chosen(opts.overlap_grad_reduce, True),
         "param_gather_overlap": chosen(opts.overlap_param_gather, sharded),
         "p2p_overlap": opts.overlap_p2p_comm,
-        "ep_overlap": opts.overlap_moe_expert_parallel_comm,
+        "ep_overlap": opts.overlap_moe_expert_parallel_comm or training.pipeline_schedule != "megatron",
         "optimizer_offload_fraction": opts.optimizer_offload_fraction if opts.optimizer_cpu_offload else 0.0,
         "offload_modules": tuple(opts.offload_modules),
     }
@@ -213,6 +219,8 @@ class Workload:
     ep_overlap: float = 0.0
     """The overlap switches of StepSettings as 0/1 (pricing multiplies the hideable time by them)."""
     optimizer_offload_fraction: float = 0.0
+    schedule: float = 0.0
+    """Pipeline schedule: 0 Megatron (1F1B/interleaved), 1 DualPipe, 2 DualPipeV."""
     host_bytes_per_s: float = 64e9
     """GPU to host bandwidth per direction (offloaded activations and optimizer state)."""
 
@@ -387,13 +395,11 @@ def build_workload(problem, mapping: Mapping, derived: Derived,  # noqa: ANN001 
     m, d = mapping, derived
     gpu = problem.hardware.gpu
     links = links or links_for(problem.hardware.topology, m)
-    ranges = stage_block_ranges(d.layout, m.pp)
     all_blocks = [*model.blocks, *model.mtp_blocks]
     stages = []
-    for s in range(m.pp):
-        last = s == m.pp - 1
-        held = [all_blocks[i] for i in ranges[s]] + (list(model.mtp_blocks) if last else [])
-        stages.append(stage_work(model, m, d, training, settings, links, held, s == 0, last))
+    for r in rank_holdings(d.layout, m.pp, training.pipeline_schedule):
+        held = [all_blocks[i] for i in r.blocks] + (list(model.mtp_blocks) if r.last else [])
+        stages.append(stage_work(model, m, d, training, settings, links, held, r.first, r.last))
     tokens = m.mbs * m.seq_len / m.cp
     modules = tuple(training.recompute_modules)
     return Workload(
@@ -413,6 +419,7 @@ def build_workload(problem, mapping: Mapping, derived: Derived,  # noqa: ANN001 
         param_gather_overlap=float(settings.param_gather_overlap), p2p_overlap=float(settings.p2p_overlap),
         ep_overlap=float(settings.ep_overlap), optimizer_offload_fraction=settings.optimizer_offload_fraction,
         host_bytes_per_s=problem.hardware.topology.host_link_gb_s * 1e9,
+        schedule=float(SCHEDULES.index(training.pipeline_schedule)),
     )
 
 

@@ -428,6 +428,12 @@ GROUP_BUILDERS = (degree_flags, sharding_and_overlap_flags, batch_flags, pipelin
 
 def megatron_args(problem: Problem, mapping: Mapping) -> LaunchArgs:
     """The parallel part of the Megatron-LM command line for `mapping`, group by group."""
+    if problem.training.pipeline_schedule != "megatron":
+        raise InputError(
+            f"Megatron-LM has no {problem.training.pipeline_schedule} schedule: no launch line can state it.",
+            field="training.pipeline_schedule", value=problem.training.pipeline_schedule, expected="megatron",
+            fix="emit with pipeline_schedule: megatron (1F1B; --overlap-moe-expert-parallel-comm overlaps EP "
+                "all-to-all as DualPipe does), or run DualPipe with deepseek-ai/DualPipe.")
     groups = tuple(g for g in (build(problem, mapping) for build in GROUP_BUILDERS) if g.flags)
     hybrid = any(f.name == "--hybrid-layer-pattern" for g in groups for f in g.flags)
     return LaunchArgs(groups, "pretrain_hybrid.py" if hybrid else "pretrain_gpt.py")
