@@ -132,11 +132,23 @@ class RankHolding:
     last: bool
 
 
+def schedule_fits_layout(layout: tuple[int, ...], pp: int, schedule: str) -> bool:
+    """Whether the layout has the virtual stages the schedule pairs: DualPipe PP stages with PP even,
+    DualPipeV 2·PP chunks; Megatron any PP·VPP (checked by the caller)."""
+    if schedule == "dualpipe":
+        return len(layout) == pp and pp % 2 == 0
+    if schedule == "dualpipev":
+        return len(layout) == 2 * pp
+    return True
+
+
 def rank_holdings(layout: tuple[int, ...], pp: int, schedule: str = "megatron") -> list[RankHolding]:
     """Blocks and edges per rank. Megatron: virtual stage k on rank k % PP. DualPipe: PP stages, rank s
     holds stage s and its mirror PP−1−s (two copies of the model; dualpipe/dualpipe.py builds each rank
     from modules[rank] and modules[num_ranks − 1 − rank]). DualPipeV: 2·PP chunks in a V, rank s holds
     chunks s and 2·PP−1−s, so rank 0 runs both the embedding and the loss."""
+    if not schedule_fits_layout(layout, pp, schedule):
+        raise ValueError(f"{schedule} cannot pair {len(layout)} virtual stages over PP {pp}")
     if schedule == "megatron":
         ranges = stage_block_ranges(layout, pp)
         return [RankHolding(ranges[s], s == 0, s == pp - 1) for s in range(pp)]

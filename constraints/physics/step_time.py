@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from parasol.constraints.physics.exchanges import Links, links_for
-from parasol.constraints.physics.memory import block_kind
+from parasol.constraints.physics.memory import block_kind, schedule_fits_layout
 from parasol.constraints.physics.pricing import BREAKDOWN_KINDS, batch, coefficient_values, price
 from parasol.constraints.physics.workload import (
     StepSettings,
@@ -191,7 +191,8 @@ def step_time_or_none(problem, mapping: Mapping, derived: Derived,  # noqa: ANN0
     a peak for the training precision (rules report each of these failures themselves)."""
     d = derived
     whole = all(x.denominator == 1 for x in (d.dp_attn, d.dp_expert, d.num_microbatches))
-    covers = len(d.layout) == mapping.pp * mapping.vpp and sum(d.layout) == problem.model.num_layers
+    covers = (len(d.layout) == mapping.pp * mapping.vpp and sum(d.layout) == problem.model.num_layers
+              and schedule_fits_layout(d.layout, mapping.pp, problem.training.pipeline_schedule))
     settings = settings_for(problem, options)
     if not (whole and covers and d.num_microbatches > 0) or settings.precision not in problem.hardware.gpu.precisions:
         return None
