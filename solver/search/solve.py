@@ -214,7 +214,7 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         metrics = account.as_dict()["metrics"]
         front = {o.value: round(objective_value(o, metrics, v * SCALES[p].resolution), 9)
                  for o, p, v in zip(objectives, minimised, pt.values, strict=True)}
-        solved.append(SolvedMapping(pt.pareto_rank, pt.optimal, pt.time_units * TIME_UNIT_S,
+        solved.append(SolvedMapping(pt.pareto_rank, pt.optimal, round(pt.time_units * TIME_UNIT_S, 9),
                                     pt.memory_units * MEMORY_UNIT_MB / 1000, front,
                                     {minimised[0].value: round(pt.bound * SCALES[minimised[0]].resolution, 9)},
                                     account))
