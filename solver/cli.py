@@ -131,7 +131,7 @@ def models(as_json: bool) -> None:
             **{k: _billions(r[k]) for k in ("total", "total_with_mtp", "active_with_embedding",
                                              "active_head_only", "active_no_embedding")},
             "name": r["name"],
-            "blocks": f"{r['dense_blocks']}D+{r['moe_blocks']}M" + (f"+{r['mtp_layers']}MTP" if r["mtp_layers"] else ""),
+            "blocks": _blocks_text(r),
             "experts": f"{r['experts']} top-{r['top_k']}" if r["experts"] else "-",
             "published": f"{_billions(pub['total'])} / {_billions(pub['active'])}",
         })
@@ -196,6 +196,16 @@ def explain(problem: str | None, sets: tuple[str, ...], megatron_args: str | Non
         for note in inputs.notes:
             console.print(f"note: {note}", markup=False)
     sys.exit(0 if result.feasible else EXIT_INFEASIBLE)
+
+
+def _blocks_text(summary: dict) -> str:
+    """Blocks of a catalog model: dense D + MoE M (+ MTP), or a hybrid pattern's layers per symbol."""
+    pattern = summary.get("layer_pattern")
+    if pattern:
+        text = "+".join(f"{pattern.count(s)}{s}" for s in "MG*-E" if s in pattern)
+    else:
+        text = f"{summary['dense_blocks']}D+{summary['moe_blocks']}M"
+    return text + (f"+{summary['mtp_layers']}MTP" if summary["mtp_layers"] else "")
 
 
 @main.command(epilog=EXIT_CODES_HELP)

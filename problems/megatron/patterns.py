@@ -9,6 +9,7 @@ from parasol.bounds import MAX_EXPRESSION_CHARS, MAX_LAYERS, MAX_NESTING
 from parasol.errors import InputError
 from parasol.problems.megatron.flags import flag_error
 from parasol.problems.model.architecture import (
+    PATTERN_SYMBOLS,
     BlockKind,
 )
 
@@ -173,6 +174,9 @@ class HybridPattern:
     mlp: tuple[BlockKind, ...]
     ratios: tuple[int | None, ...]
     mtp_depth: int
+    layers: str | None = None
+    """The main pattern without '|', one block per symbol, when it holds Mamba (M) or gated DeltaNet (G)
+    layers: then Megatron's HybridModel counts every symbol as a layer (hybrid_layer_allocation.py:14-25)."""
 
     @property
     def dsv4(self) -> bool:
@@ -180,8 +184,30 @@ class HybridPattern:
         return any(r is not None for r in self.ratios)
 
 
+LAYER_WISE = {"M", "G"}
+"""Symbols that make a pattern layer-wise: one block per symbol (Nemotron-H, Nemotron 3, hybrid GDN)."""
+
+
+def parse_layer_pattern(text: str, flag: str = "--hybrid-layer-pattern") -> HybridPattern:
+    """A Mamba/GDN hybrid pattern: every symbol one block, blocks per `|` segment."""
+    main, *mtp = text.split("/")
+    bad = sorted(set(main) - set(PATTERN_SYMBOLS) - {"|"})
+    if bad:
+        raise hybrid_error(flag, text, f"the symbols {bad} in a Mamba/GDN pattern (parasol reads "
+                                       + ", ".join(PATTERN_SYMBOLS) + " and | there)")
+    segments = tuple(len(segment) for segment in main.split("|"))
+    layers = main.replace("|", "")
+    if not layers or 0 in segments:
+        raise hybrid_error(flag, text, "an empty pipeline segment")
+    mlp = tuple(PATTERN_SYMBOLS[ch][1] for ch in layers)
+    return HybridPattern(segments, mlp, tuple(None for _ in layers), len(mtp), layers)
+
+
 def parse_hybrid_pattern(text: str, flag: str = "--hybrid-layer-pattern") -> HybridPattern:
-    """Blocks per `|` segment, each block an attention symbol followed by its MLP symbol."""
+    """Blocks per `|` segment: one per symbol when the pattern has Mamba or GDN layers, else each block an
+    attention symbol followed by its MLP symbol."""
+    if LAYER_WISE & set(text.split("/")[0]):
+        return parse_layer_pattern(text, flag)
     main, *mtp = text.split("/")
     segments, mlp, ratios = [], [], []
     for segment in main.split("|"):
@@ -199,8 +225,8 @@ def parse_hybrid_pattern(text: str, flag: str = "--hybrid-layer-pattern") -> Hyb
                 mlp.append(_MLP[ch])
                 open_block = False
             else:
-                raise hybrid_error(flag, text, f"the symbol {ch!r} (parasol models * D C H W attention "
-                                                "and - E MLP layers; Mamba/GDN are not modelled)")
+                raise hybrid_error(flag, text, f"the symbol {ch!r} (parasol reads * D C H W attention, "
+                                                "- E MLP, and M G layers)")
         if open_block:
             raise hybrid_error(flag, text, "a segment that ends between a block's attention and its MLP")
         segments.append(count)
