@@ -15,6 +15,8 @@ torchrun --nnodes 288 --nproc-per-node 4 --node-rank "${NODE_RANK}" --master-add
     --expert-model-parallel-size 24 \
     --expert-tensor-parallel-size 1 \
     --use-distributed-optimizer \
+    --overlap-grad-reduce \
+    --overlap-param-gather \
     --micro-batch-size 1 \
     --global-batch-size 4608 \
     --seq-length 8192 \
