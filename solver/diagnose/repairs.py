@@ -254,6 +254,9 @@ def build_repair(problem: Problem, mapping: Mapping, values: dict[str, int | str
     cur = current_values(mapping)
     changes = {f: (cur[f], values[f]) for f in REPAIR_FIELDS if values[f] != cur[f]}
     update = {n: values[n] for n in DEGREES if n != "etp"}
+    if problem.model.moe is None:  # a dense model has no expert grid: ETP follows TP, never a change
+        values = {**values, "etp": values["tp"]}
+        changes.pop("etp", None)
     etp = int(values["etp"])
     implicit = mapping.etp is None and etp == int(values["tp"])
     update["etp"] = None if implicit else etp

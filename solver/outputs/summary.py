@@ -19,6 +19,8 @@ MESSAGE_LINES = 3
 
 def signed(x: float, digits: int = 3) -> str:
     """A slack with its sign, never '-0' (a value that rounds to zero prints as 0)."""
+    if abs(x) < 1e-6:
+        return "0"
     text = f"{x:,.{digits}g}" if abs(x) < 1e4 else f"{x:,.0f}"
     return "0" if text.lstrip("-").strip("0.,") == "" else text
 

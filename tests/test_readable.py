@@ -1,0 +1,127 @@
+"""Answers a person can read: explain on one screen, tables that fit, unknown Megatron flags refused,
+repairs that mend settings and cuts, the Python API (its JSON equal to the CLI's)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from rich.table import Table
+
+import parasol
+from parasol.errors import InputError
+from parasol.problems.megatron.flags import megatron_flag_names
+from parasol.problems.megatron.launch import parse_launch
+from parasol.solver.cli import main
+from parasol.solver.diagnose.conflicts import conflict_note
+from parasol.solver.outputs.render import records, table_text
+from parasol.solver.outputs.summary import signed
+
+ROOT = Path(__file__).resolve().parents[1]
+DSV4 = str(ROOT / "problems" / "deepseek-v4-pro-1024.yaml")
+LLAMA = ["--hardware", "h100-hgx", "--gpus", "256", "--model", "llama-3.1-70b", "--megatron-args",
+         "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 --seq-length 8192 "
+         "--global-batch-size 512 --micro-batch-size 1 --bf16 --lr 1e-4"]
+
+
+def test_explain_fits_one_screen() -> None:
+    """The quick-start mapping: verdict, broken rule, minimal conflict and repairs within 50 lines; no
+    contract table (the problem has no `contract:`)."""
+    out = CliRunner().invoke(main, ["explain", DSV4])
+    assert out.exit_code == 1
+    lines = out.output.splitlines()
+    assert len(lines) <= 50, out.output
+    assert "INFEASIBLE" in lines[3] and "memory-fits-hbm" in out.output
+    assert "Minimal conflict" in out.output and "Best repairs" in out.output
+    assert "contract" not in out.output.lower()
+    assert re.search(r"step time +[\d.]+ s", out.output) and "MFU" in out.output
+
+
+def test_explain_full_keeps_every_table() -> None:
+    full = CliRunner().invoke(main, ["explain", DSV4, "--full"]).output
+    assert "Memory of the heaviest rank per stage" in full and "Parallel groups" in full
+
+
+def test_dense_model_shows_no_moe_fields() -> None:
+    out = CliRunner().invoke(main, ["explain", *LLAMA])
+    assert out.exit_code in (0, 1)
+    assert "ETP" not in out.output and "expert" not in out.output.lower()
+    assert "not modelled (1 known Megatron flag(s)" in out.output and "--lr 1e-4" in out.output
+
+
+def test_conflict_wording_is_checked() -> None:
+    """'mending it makes the mapping pass' only when no other rule is broken."""
+    assert "makes the mapping pass" in conflict_note(["a"], ["a"])
+    other = conflict_note(["a"], ["a", "b"])
+    assert "makes the mapping pass" not in other and "b" in other
+    assert "all of them" in conflict_note(["a", "b"], ["a", "b"])
+
+
+def test_unknown_megatron_flag_is_an_error_with_a_suggestion() -> None:
+    with pytest.raises(InputError, match="did you mean --tensor-model-parallel-size"):
+        parse_launch("--tensor-model-paralel-size 8 --num-layers 4")
+
+
+PARASOL_OPTIONS = {"--set", "--gpus", "--megatron-args-file", "--decoder-first"}
+"""parasol's own options and a prefix named in messages, which launch.py quotes beside Megatron flags."""
+
+
+def test_every_flag_parasol_reads_is_known() -> None:
+    """No reader of problems/megatron or the emitter uses a flag the unknown-flag check would refuse."""
+    known = megatron_flag_names() | PARASOL_OPTIONS
+    sources = [ROOT / "problems" / "megatron" / name for name in ("launch.py", "model_flags.py", "patterns.py")]
+    used = {m for p in sources for m in re.findall(r"""["'](--[a-z][a-z0-9-]*[a-z0-9])["']""",
+                                                 p.read_text(encoding="utf-8"))}
+    assert sorted(used - known) == []
+
+
+def test_full_recompute_without_method_is_mended_by_flags() -> None:
+    """--recompute-granularity full without a method: the repairs add the flags, never turn recompute off."""
+    ex = parasol.explain(DSV4, megatron_args="--recompute-granularity full")
+    repairs = ex.as_dict()["repairs"]
+    assert repairs and all(r["options"].get("recompute_method") == "uniform" for r in repairs)
+    assert all(r["mapping"]["recompute"] == "full" for r in repairs)
+    steps = [r["step_time_s"] for r in repairs]
+    assert steps == sorted(steps)
+
+
+def test_wide_table_prints_records_with_whole_cells() -> None:
+    table = Table(title="t")
+    for col in ("name", "a long column header", "another long column header", "third"):
+        table.add_column(col)
+    table.add_row("qwen3-235b-a22b", "16,384", "36.7891", "gb200-nvl72")
+    from rich.console import Console
+    console = Console(width=40, record=True)
+    console.print(records(table, 40))
+    text = console.export_text()
+    for cell in ("qwen3-235b-a22b", "16,384", "36.7891", "gb200-nvl72"):
+        assert cell in text
+    assert table_text(table, "csv").splitlines()[1] == 'qwen3-235b-a22b,"16,384",36.7891,gb200-nvl72'
+
+
+def test_piped_models_table_names_are_whole() -> None:
+    out = CliRunner().invoke(main, ["models"]).output
+    assert "qwen3-235b-a22b" in out and "llama-3.1-405b" in out and "…" not in out
+
+
+def test_slack_never_prints_minus_zero() -> None:
+    assert signed(-1e-9) == "0" and signed(-2.5) == "-2.5"
+
+
+def test_api_explain_json_equals_cli_json() -> None:
+    cli = json.loads(CliRunner().invoke(main, ["explain", DSV4, "--set", "recompute=full", "--json"]).output)
+    api = json.loads(parasol.explain(DSV4, recompute="full").to_json())
+    assert api == cli
+
+
+def test_api_loads_a_catalog_model_and_a_dict() -> None:
+    p = parasol.load("llama-3.1-8b", hardware="h100-hgx", gpus=8, global_batch=16)
+    assert p.gpus == 8 and p.model.name == "llama-3.1-8b"
+    q = parasol.load({"model": "llama-3.1-8b", "hardware": {"preset": "h100-hgx", "gpus": 8},
+                      "training": {"seq_len": 4096, "global_batch": 16}})
+    assert parasol.explain(q, tp=8).feasible
+    with pytest.raises(InputError):
+        parasol.load("llama-3.1-8b")
