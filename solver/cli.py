@@ -293,13 +293,26 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
         _emit_megatron(prob, result, picked, out, as_json)
         sys.exit(0 if result.mappings else EXIT_INFEASIBLE)
     why = why_not_optimal(result, prob, time_limit)
+    blockers = ()
+    if result.status == "infeasible" and result.rows:
+        from parasol.solver.diagnose.blocking import blocking_rules
+
+        blockers = blocking_rules(prob)
     if as_json:
-        click.echo(json.dumps({**result.as_dict(), **({"reason": why} if why else {})}, indent=2))
+        extra = {**({"reason": why} if why else {}), **({"blocking": [b.as_dict() for b in blockers]} if blockers else {})}
+        click.echo(json.dumps({**result.as_dict(), **extra}, indent=2))
     else:
+        from parasol.solver.diagnose.blocking import blocking_lines
+
         console = _console()
-        show_table(front_table(result, prob), console, fmt)
+        if result.mappings:
+            show_table(front_table(result, prob), console, fmt)
+        if blockers:
+            why = f"no row of the search space meets every rule ({result.rows:,} degree rows)"
         if why:
-            console.print(f"{result.status}: {why}", markup=False)
+            console.print(f"{result.status}: {why}", markup=False, soft_wrap=True)
+        for line in blocking_lines(blockers, result.rows):
+            console.print(line, markup=False, soft_wrap=True)
     sys.exit(0 if result.mappings else EXIT_INFEASIBLE)
 
 

@@ -164,7 +164,9 @@ def test_cli_explain_prints_conflict_and_repairs_and_exits_1() -> None:
     assert {"vpp-microbatch-group-range", "memory-fits-hbm"} <= violated
     assert data["minimal_conflict"] and set(data["minimal_conflict"]) <= violated
     assert data["repairs"] and all(r["changes"] for r in data["repairs"])
-    table = runner.invoke(main, args)
+    table = runner.invoke(main, [*args, "--full"])
     assert table.exit_code == 1
     assert "Minimal conflicting set" in table.output
-    assert "Nearest feasible repairs" in table.output
+    assert "Best feasible repairs" in table.output
+    short = runner.invoke(main, args)
+    assert "Minimal conflict:" in short.output and "Best repairs" in short.output

@@ -125,3 +125,18 @@ def test_api_loads_a_catalog_model_and_a_dict() -> None:
     assert parasol.explain(q, tp=8).feasible
     with pytest.raises(InputError):
         parasol.load("llama-3.1-8b")
+
+
+def test_infeasible_solve_names_the_blocking_rule_and_the_change() -> None:
+    """5t-moe-asic-64: every row breaks contract-state-min-devices; the smallest change is the GPU count
+    the state needs (seed 003 §2), named before the memory ledger."""
+    from parasol.constraints.rules.contract import state_min_devices
+    from parasol.problems.loader import load_problem
+    from parasol.solver.diagnose.blocking import blocking_rules
+
+    problem = load_problem(ROOT / "problems" / "5t-moe-asic-64.yaml")
+    blockers = blocking_rules(problem)
+    assert blockers[0].rule == "contract-state-min-devices"
+    assert blockers[0].change.startswith(f"needs GPUs ≥ {state_min_devices(problem):,}")
+    memory = next(b for b in blockers if b.rule == "memory-fits-hbm")
+    assert "optimizer state" in memory.change
