@@ -140,3 +140,19 @@ def test_infeasible_solve_names_the_blocking_rule_and_the_change() -> None:
     assert blockers[0].change.startswith(f"needs GPUs ≥ {state_min_devices(problem):,}")
     memory = next(b for b in blockers if b.rule == "memory-fits-hbm")
     assert "optimizer state" in memory.change
+
+
+def test_tp_across_nvlink_is_a_warning_or_an_error(tmp_path: Path) -> None:
+    """TP16 on 8-GPU HGX nodes: a counted warning by default; `framework.tp_across_nvlink: error` makes it
+    an error, and CP-SAT agrees with Python under the pinned mapping."""
+    base = {"model": "llama-3.1-8b", "hardware": {"preset": "h100-hgx", "gpus": 32},
+            "training": {"seq_len": 4096, "global_batch": 64}}
+    warned = parasol.explain(base, tp=16).as_dict()
+    assert "tp-group-inside-nvlink-domain" in {w["rule"] for w in warned["warnings"]}
+    strict = {**base, "framework": {"tp_across_nvlink": "error"}}
+    data = parasol.explain(strict, tp=16).as_dict()
+    assert not data["feasible"]
+    assert {v["rule"] for v in data["violations"]} == {"tp-group-inside-nvlink-domain"}
+    assert data["minimal_conflict"] == ["tp-group-inside-nvlink-domain"]
+    assert all(r["mapping"]["tp"] <= 8 for r in data["repairs"]) and data["repairs"]
+    assert parasol.explain(strict, tp=8).feasible

@@ -146,7 +146,7 @@ def summary_lines(ex: Explanation, data: dict, width: int) -> list[str]:
     warnings = data["warnings"]
     if warnings:
         lines += ["", f"[yellow]{len(warnings)} warning(s)[/]: " + escape(", ".join(w.get("rule") or w.get("flag", "") for w in warnings))
-                  + " (--full for what Megatron would rewrite)"]
+                  + " (--full says what each means)"]
     lines.append("[dim]--full: every rule, the groups, the memory ledger and the step-time breakdown; "
                  "--json: every field[/]")
     return lines
