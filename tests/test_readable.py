@@ -156,3 +156,20 @@ def test_tp_across_nvlink_is_a_warning_or_an_error(tmp_path: Path) -> None:
     assert data["minimal_conflict"] == ["tp-group-inside-nvlink-domain"]
     assert all(r["mapping"]["tp"] <= 8 for r in data["repairs"]) and data["repairs"]
     assert parasol.explain(strict, tp=8).feasible
+
+
+def test_hf_config_model_is_named_after_the_published_name(tmp_path: Path) -> None:
+    """`_name_or_path` names the model (not the folder the config sits in); `name:` beside hf_config wins."""
+    from parasol.problems.model.hf_config import architecture_from_hf_config
+
+    config = {"model_type": "llama", "_name_or_path": "meta-llama/Llama-3.1-8B", "hidden_size": 4096,
+              "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "vocab_size": 128256, "hidden_act": "silu"}
+    folder = tmp_path / "p"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    assert architecture_from_hf_config(folder / "config.json").name == "Llama-3.1-8B"
+    problem = parasol.load({"model": {"hf_config": str(folder / "config.json"), "name": "mine"},
+                            "hardware": {"preset": "h100-hgx", "gpus": 8},
+                            "training": {"seq_len": 4096, "global_batch": 16}})
+    assert problem.model.name == "mine"
