@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
 from typing import Any
 
@@ -269,7 +270,8 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
     from parasol.solver.search.solve import why_not_optimal
 
     prob = load_problem(problem)
-    result = solve_pools(prob, top=top, time_limit_s=time_limit)
+    with search_progress(f"solving {Path(problem).name} (time limit {time_limit:g} s)", sys.stderr.isatty()):
+        result = solve_pools(prob, top=top, time_limit_s=time_limit)
     if out:
         path = write_solution(result, prob, Path(out))
         click.echo(f"solution written to {path}", err=True)
@@ -314,6 +316,18 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
         for line in blocking_lines(blockers, result.rows):
             console.print(line, markup=False, soft_wrap=True)
     sys.exit(0 if result.mappings else EXIT_INFEASIBLE)
+
+
+@contextmanager
+def search_progress(what: str, enabled: bool) -> Iterator[None]:
+    """A pulsing bar with the elapsed time on stderr while a search runs (only on a terminal)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn(what), BarColumn(), TimeElapsedColumn(), console=Console(stderr=True),
+                   disable=not enabled, transient=True)
+    with bar:
+        bar.add_task("", total=None)
+        yield
 
 
 def _emit_megatron(prob: Any, result: Any, picked: int | None, out: str | None, as_json: bool) -> None:
