@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ortools.sat.python import cp_model
@@ -274,13 +274,13 @@ def _order_key(repair: Repair) -> tuple:
     return (len(repair.changes), repair.cost, tuple(str(current_values(repair.mapping)[f]) for f in REPAIR_FIELDS))
 
 
-def _rank_key(fewest: int) -> Callable[[Repair], tuple]:
-    """Repairs within one change of the fewest first, fastest modelled step first, then the nearest."""
-    def key(repair: Repair) -> tuple:
-        far = len(repair.changes) > fewest + 1
-        step = repair.step_time_s if repair.step_time_s is not None else math.inf
-        return (far, step, *_order_key(repair))
-    return key
+def _rank_key(repair: Repair) -> tuple:
+    """Fewest changed fields first; among as many changes, those keeping GBS (a batch change alters the
+    training, not only its mapping) before the smallest GBS change; then the fastest modelled step."""
+    gbs = repair.changes.get("gbs")
+    batch = change_cost("gbs", *gbs) if gbs is not None else 0
+    step = repair.step_time_s if repair.step_time_s is not None else math.inf
+    return (len(repair.changes), gbs is not None, batch, step, *_order_key(repair))
 
 
 def sized_problem(problem: Problem, mapping: Mapping, options: MegatronOptions) -> Problem:
@@ -415,8 +415,8 @@ def nearest_repairs(problem: Problem, mapping: Mapping, options: MegatronOptions
                     k: int = 3) -> list[Repair]:
     """Up to k feasible repairs of `mapping`: mended settings (recompute flags, dispatcher), the fewest
     changed degrees, GBS and recompute (never a superset of a nearer repair's changes), and the fastest
-    cut that fits for the mapping's degrees and for each degree repair; ranked by modelled step time among
-    those within one change of the fewest. Each is confirmed by the Python evaluator; empty when the
+    cut that fits for the mapping's degrees and for each degree repair; ranked by the fewest changed fields,
+    then the modelled time per token (TP 32 before TP 64 when it is faster). Each is confirmed by the Python evaluator; empty when the
     mapping is feasible or nothing within the neighbourhood is."""
     opts = options if options is not None else problem.spec.framework.options
     if evaluate(problem, mapping, options=opts).feasible:
@@ -429,10 +429,7 @@ def nearest_repairs(problem: Problem, mapping: Mapping, options: MegatronOptions
         degree = degree_repairs(problem, mapping, mended, max(k, POOL))
         cuts = [c for r in degree if (c := recut(problem, mapping, r, mended)) is not None]
         candidates = degree + cuts + recompute_recuts(problem, mapping, mended)
-    candidates = [priced(problem, with_settings(r, settings), mended) for r in candidates]
-    if candidates:
-        fewest = min(len(r.changes) for r in candidates)
-        candidates = sorted(candidates, key=_rank_key(fewest))
+    candidates = sorted((priced(problem, with_settings(r, settings), mended) for r in candidates), key=_rank_key)
     pool = rollout_pool_repair(problem, mapping, opts)
     return ([pool] if pool is not None else []) + candidates[:k - (pool is not None)]
 
