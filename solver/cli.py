@@ -381,9 +381,11 @@ def _emit_megatron(prob: Any, result: Any, picked: int | None, out: str | None, 
               help="write a report with the scaling curve: FILE.html (self-contained) or FILE.md (PNGs in FILE_files/)")
 @click.option("--json", "as_json", is_flag=True,
               help="print {\"sizes\": [{\"gpus\", \"status\", \"mappings\": [...]}], \"table\", \"notes\"} as JSON")
+@FORMAT
 @reports_errors
 def sweep(problem: str, sizes: str, weak: bool, backend: str, workers: int | None, ray_address: str | None,
-          top: int, time_limit: float, plot: str | None, as_json: bool, report: str | None) -> None:
+          top: int, time_limit: float, plot: str | None, as_json: bool, report: str | None,
+          fmt: str) -> None:
     """Solve PROBLEM at several cluster sizes, in parallel: per size the Pareto front and its best
     mapping, a scaling table (step time, tokens/s, MFU, scaling efficiency, m, bubble, D_a, D_e,
     peak memory) and the problem's own mapping priced at every size. Exit 0 when some size has a mapping."""
@@ -409,7 +411,7 @@ def sweep(problem: str, sizes: str, weak: bool, backend: str, workers: int | Non
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:
-        print_sweep(data, _console())
+        print_sweep(data, _console(), fmt)
     sys.exit(0 if any(s.best is not None for s in result.sizes) else EXIT_INFEASIBLE)
 
 

@@ -70,12 +70,12 @@ def rule_lines(data: dict, width: int) -> list[str]:
     violations = data["violations"]
     if not violations:
         return []
-    out = ["", "[bold]Broken rules[/] (slack < 0 breaks; source; where Megatron fails)"]
+    out = ["", "[bold]Broken rules[/] (negative slack: by how much; where: the Megatron stage that fails)"]
     for v in violations[:MAX_RULES]:
         out.append(f"  [red]{escape(v['rule'])}[/]  slack {signed(v['slack'])} {escape(v['unit'])}")
         out += _wrapped(v["message"], width, "    ")
-        out += _wrapped(f"{v['source']} · {v['stage']}", width, "    [dim]", lines=1)
-        out[-1] += "[/]"
+        stage = v["stage"].split(": ", 1)[-1]
+        out += [f"[dim]{line}[/]" for line in _wrapped(f"source: {v['source']}; where: {stage}", width, "    ", lines=2)]
     if len(violations) > MAX_RULES:
         out.append(f"  … and {len(violations) - MAX_RULES} more (--full lists every rule)")
     return out
@@ -97,7 +97,7 @@ def repair_lines(data: dict, model: ModelArchitecture, width: int) -> list[str]:
     if not repairs:
         return ["No repair found within a factor 4 of the current degrees and up to 3 changed fields "
                 "(try `parasol solve` for the whole space)."]
-    out = ["", f"[bold]Best repairs[/] (fastest modelled step among the fewest changes; usable "
+    out = ["", f"[bold]Best repairs[/] (fewest changes first, then the fastest modelled step; usable "
                f"{data['metrics'].get('usable_hbm_gb', 0):.1f} GB)"]
     for i, r in enumerate(repairs, start=1):
         step = "-" if r.get("step_time_s") is None else f"{r['step_time_s']:,.3f} s"
