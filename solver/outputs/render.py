@@ -228,6 +228,8 @@ def records(table: Table, width: int) -> Group:
         lines = textwrap.wrap("   ".join(p.replace(" ", "\u00a0") for p in pairs), width=max(width - 2, 20))
         parts.append(Text(f"{headers[0]} {row[0]}", style="bold"))
         parts.extend(Text("  " + line.replace("\u00a0", " ")) for line in lines)
+    if table.caption:
+        parts.append(Text(_plain(table.caption), style="dim"))
     return Group(*parts)
 
 
