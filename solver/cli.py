@@ -315,6 +315,13 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
             console.print(f"{result.status}: {why}", markup=False, soft_wrap=True)
         for line in blocking_lines(blockers, result.rows):
             console.print(line, markup=False, soft_wrap=True)
+        if blockers and "contract" in prob.spec.model_fields_set and blockers[0].mapping is not None:
+            from parasol.solver.outputs.render import contract_parts
+
+            closest = explain_mapping(prob, blockers[0].mapping, repairs=0)
+            console.print(f"Contract of the closest row ({blockers[0].closest}):", markup=False)
+            for part in contract_parts(closest.as_dict()):
+                show_table(part, console, fmt)
     sys.exit(0 if result.mappings else EXIT_INFEASIBLE)
 
 

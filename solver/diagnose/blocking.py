@@ -26,6 +26,8 @@ class Blocker:
     closest: str
     message: str
     change: str
+    mapping: Mapping | None = None
+    """The closest row's mapping (for its contract table)."""
 
     def as_dict(self) -> dict:
         return {"rule": self.rule, "rows": self.rows, "closest_row": self.closest, "message": self.message,
@@ -85,7 +87,7 @@ def blocking_rules(problem: Problem) -> tuple[Blocker, ...]:
             continue
         v, mapping, ledger = closest[rule]
         out.append(Blocker(rule, count, _label(mapping), v.message,
-                           _change(problem, rule, v.unit, v.slack, mapping, ledger)))
+                           _change(problem, rule, v.unit, v.slack, mapping, ledger), mapping))
     return tuple(sorted(out, key=lambda b: ("GPUs ≥" not in b.change, b.rule == MEMORY)))
 
 

@@ -410,6 +410,24 @@ def recompute_recuts(problem: Problem, mapping: Mapping, opts: MegatronOptions) 
 POOL = 6
 """Candidate repairs gathered before ranking by modelled step time."""
 
+FULL_RECOMPUTE_FLAGS: dict[str, object] = {"recompute_method": "uniform", "recompute_num_layers": 1}
+"""The flags full recompute needs (--recompute-method uniform --recompute-num-layers 1: every layer)."""
+
+
+def full_recompute_repairs(problem: Problem, mapping: Mapping, opts: MegatronOptions,
+                           settings: dict[str, tuple[object, object]], k: int) -> list[Repair]:
+    """When the launch line gives full recompute no method or layer count, the degree repairs that use
+    full recompute with those flags added (the other repairs cannot set them: selective recompute takes
+    neither)."""
+    missing = {f: v for f, v in FULL_RECOMPUTE_FLAGS.items() if getattr(opts, f) is None}
+    if not missing or mapping.recompute is Recompute.full:
+        return []
+    ready = opts.model_copy(update=missing)
+    found = [r for r in degree_repairs(problem, mapping, ready, k) if r.mapping.recompute is Recompute.full]
+    found += [c for r in found if (c := recut(problem, mapping, r, ready)) is not None]
+    flags = {**settings, **{f: (getattr(opts, f), v) for f, v in missing.items()}}
+    return [priced(problem, with_settings(r, flags), ready) for r in found]
+
 
 def nearest_repairs(problem: Problem, mapping: Mapping, options: MegatronOptions | None = None,
                     k: int = 3) -> list[Repair]:
@@ -429,7 +447,9 @@ def nearest_repairs(problem: Problem, mapping: Mapping, options: MegatronOptions
         degree = degree_repairs(problem, mapping, mended, max(k, POOL))
         cuts = [c for r in degree if (c := recut(problem, mapping, r, mended)) is not None]
         candidates = degree + cuts + recompute_recuts(problem, mapping, mended)
-    candidates = sorted((priced(problem, with_settings(r, settings), mended) for r in candidates), key=_rank_key)
+    candidates = [priced(problem, with_settings(r, settings), mended) for r in candidates]
+    candidates += full_recompute_repairs(problem, mapping, mended, settings, max(k, POOL))
+    candidates = sorted(candidates, key=_rank_key)
     pool = rollout_pool_repair(problem, mapping, opts)
     return ([pool] if pool is not None else []) + candidates[:k - (pool is not None)]
 
