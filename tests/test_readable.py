@@ -173,3 +173,31 @@ def test_hf_config_model_is_named_after_the_published_name(tmp_path: Path) -> No
                             "hardware": {"preset": "h100-hgx", "gpus": 8},
                             "training": {"seq_len": 4096, "global_batch": 16}})
     assert problem.model.name == "mine"
+
+
+def test_api_sweep_of_a_dict_equals_the_cli(tmp_path: Path) -> None:
+    """parasol.sweep on a problem given as a dict (written to a temporary file for the workers) has the
+    content of `parasol sweep --json` on the same problem file (timings aside)."""
+    import yaml
+    from inline_problems import SMALL_MOE
+
+    text = SMALL_MOE + "search: {tp: 1, pp: [1, 2], cp: 1, ep: [1, 2], etp: 1, vpp: 1, mbs: 1, recompute: none}\n"
+    path = tmp_path / "small.yaml"
+    path.write_text(text, encoding="utf-8")
+    api = parasol.sweep(yaml.safe_load(text), [8, 16]).as_dict()
+    cli = json.loads(CliRunner().invoke(main, ["sweep", str(path), "--gpus", "8,16", "--backend", "serial",
+                                               "--json"]).stdout)
+    for data in (api, cli):
+        data.pop("run")
+        data.pop("problem", None)
+        for size in data["sizes"]:
+            size["search"].pop("seconds", None)
+    assert api == cli
+
+
+def test_selective_launch_line_gets_full_recompute_flags() -> None:
+    """A launch line with selective recompute: repairs that switch to full recompute add the flags full
+    recompute needs instead of failing on recompute-full-needs-method."""
+    ex = parasol.explain(DSV4, megatron_args="--recompute-granularity selective --recompute-modules moe_act")
+    full = [r for r in ex.as_dict()["repairs"] if r["mapping"]["recompute"] == "full"]
+    assert full and all(r["options"] == {"recompute_method": "uniform", "recompute_num_layers": 1} for r in full)
