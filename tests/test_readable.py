@@ -201,3 +201,26 @@ def test_selective_launch_line_gets_full_recompute_flags() -> None:
     ex = parasol.explain(DSV4, megatron_args="--recompute-granularity selective --recompute-modules moe_act")
     full = [r for r in ex.as_dict()["repairs"] if r["mapping"]["recompute"] == "full"]
     assert full and all(r["options"] == {"recompute_method": "uniform", "recompute_num_layers": 1} for r in full)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 3, 4, 8, 16])
+def test_placement_rule_agrees_with_cp_sat_as_an_error(tp: int) -> None:
+    """As an error, the TP placement rule's CP-SAT posting holds exactly when its Python slack is >= 0."""
+    from ortools.sat.python import cp_model
+
+    from parasol.constraints.evaluate import facts_for
+    from parasol.constraints.rules.registry import active_constraints
+    from parasol.problems.mapping_input import build_mapping
+    from parasol.solver.diagnose.compile import compile_rules, fixed_domains
+    from parasol.solver.search.cpsat import DIAGNOSIS_LIMIT_S, deterministic_solver
+
+    problem = parasol.load({"model": "llama-3.1-8b", "hardware": {"preset": "h100-hgx", "gpus": 48},
+                            "training": {"seq_len": 4096, "global_batch": 96},
+                            "framework": {"tp_across_nvlink": "error"}})
+    mapping = build_mapping(problem, {"tp": str(tp)})
+    rule = next(r for r in active_constraints(problem) if r.id == "tp-group-inside-nvlink-domain")
+    compiled = compile_rules(problem, [rule], fixed_domains(mapping), problem.spec.framework.options, fixed=mapping)
+    compiled.model.AddAssumptions([compiled.literals[rule.id]])
+    status = deterministic_solver(DIAGNOSIS_LIMIT_S, presolve=False).Solve(compiled.model)
+    holds = rule.slack(facts_for(problem, mapping)) >= 0
+    assert (status in (cp_model.OPTIMAL, cp_model.FEASIBLE)) == holds == (8 % tp == 0)

@@ -39,6 +39,8 @@ class _GroupInsideDomain(Constraint):
                 f"the scale-out network in every layer; use {self.label} ≤ {domain} dividing it")
 
     def post(self, model, v, enforce) -> None:
+        if self.severity is Severity.warning:  # a warning never rejects a mapping, in CP-SAT either
+            return
         v.divides(getattr(v, self.degree), v.consts["gpus_per_nvlink_domain"], f"{self.degree}_domain", enforce)
 
 
