@@ -224,3 +224,16 @@ def test_placement_rule_agrees_with_cp_sat_as_an_error(tp: int) -> None:
     status = deterministic_solver(DIAGNOSIS_LIMIT_S, presolve=False).Solve(compiled.model)
     holds = rule.slack(facts_for(problem, mapping)) >= 0
     assert (status in (cp_model.OPTIMAL, cp_model.FEASIBLE)) == holds == (8 % tp == 0)
+
+
+def test_readme_first_example_is_current(tmp_path: Path) -> None:
+    """The README's first example (its YAML and the printed `parasol explain` output) matches a fresh run."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## A first problem", 1)[1].split("\n## ", 1)[0]
+    problem = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    shown = section.split("```text\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "llama.yaml"
+    path.write_text(problem, encoding="utf-8")
+    result = CliRunner().invoke(main, ["explain", str(path)])
+    assert result.exit_code == 1
+    assert result.output == shown
