@@ -237,3 +237,12 @@ def test_readme_first_example_is_current(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["explain", str(path)])
     assert result.exit_code == 1
     assert result.output == shown
+
+
+def test_recut_skips_mappings_whose_grids_do_not_divide() -> None:
+    """A mapping whose D_a does not divide the batch (GBS 3) gets no cut search, and explain ends cleanly."""
+    import yaml
+    from inline_problems import SMALL_MOE
+
+    result = parasol.explain(yaml.safe_load(SMALL_MOE), gbs=3, pp=1)
+    assert result.as_dict()["mapping"]["gbs"] == 3

@@ -39,8 +39,8 @@ from parasol.problems.options import MegatronOptions
 from parasol.solver.diagnose.compile import RECOMPUTE_CHOICES, CompiledRules, compile_rules
 from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts, row_costs, usable_mb
 from parasol.solver.search.cpsat import DIAGNOSIS_LIMIT_S, deterministic_solver
-from parasol.solver.search.cuts import row_staircase
-from parasol.solver.search.space import Row
+from parasol.solver.search.cuts import row_staircase, some_cut_fits
+from parasol.solver.search.space import Row, whole_folding
 
 REPAIR_FIELDS = (*DEGREES, "gbs", "recompute")
 FACTOR = 4
@@ -299,10 +299,15 @@ def sized_problem(problem: Problem, mapping: Mapping, options: MegatronOptions) 
 def best_cut(problem: Problem, mapping: Mapping, options: MegatronOptions) -> tuple[int, ...] | None:
     """The fastest cut of the blocks over the mapping's (virtual) stages that keeps every stage within
     usable memory (the solver's exact DP, solver/search/cuts.py), or None when no cut fits."""
+    if mapping.pp * mapping.vpp > problem.model.num_layers or not whole_folding(
+            mapping.gpus, mapping.gbs, mapping.tp, mapping.pp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.mbs):
+        return None
     sized = sized_problem(problem, mapping, options)
     row = Row(pp=mapping.pp, vpp=mapping.vpp, tp=mapping.tp, cp=mapping.cp, ep=mapping.ep, etp=mapping.expert_tp,
               mbs=mapping.mbs, recompute=mapping.recompute.value, rank_order=mapping.rank_order.value)
     counts = interval_counts(prefix_counts(sized, block_kinds(sized)))
+    if not some_cut_fits(row_costs(sized, row, None), counts, usable_mb(sized)):
+        return None
     stairs = row_staircase(row_costs(sized, row, CalibratedStageTimes(sized)), counts, usable_mb(sized))
     return stairs.points[0].layout if stairs.points else None
 
