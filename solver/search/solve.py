@@ -34,7 +34,7 @@ from parasol.solver.search.objectives import (
 from parasol.solver.search.pareto import pareto_search
 from parasol.solver.search.program import admissible, compile_program, judged_rules, program_rules
 from parasol.solver.search.prune import pruned
-from parasol.solver.search.space import Row, enumerate_rows
+from parasol.solver.search.space import Row, rows_until
 
 
 @dataclass(frozen=True)
@@ -166,9 +166,9 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     start = time.perf_counter()
     objectives = front_objectives(problem)
     minimised = program_objectives(objectives)
-    rows = enumerate_rows(problem, deadline=start + time_limit_s)
+    rows, listed = rows_until(problem, start + PRICING_SHARE * time_limit_s)
     if not rows:
-        return SolveResult("infeasible", (), 0, 0, 0, time.perf_counter() - start)
+        return SolveResult("infeasible" if listed else "unknown", (), 0, 0, 0, time.perf_counter() - start)
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     usable = usable_mb(problem)
     total_rows = len(rows)
@@ -181,7 +181,7 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         if some_cut_fits(row_costs(problem, r, None), counts, usable):
             kept.append(r)
             costs.append(row_costs(problem, r, time_model))
-    all_priced = screened == len(ordered)
+    all_priced = listed and screened == len(ordered)
     if not kept:
         return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, 0, 0,
                            time.perf_counter() - start, screened)
