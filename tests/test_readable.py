@@ -246,3 +246,18 @@ def test_recut_skips_mappings_whose_grids_do_not_divide() -> None:
 
     result = parasol.explain(yaml.safe_load(SMALL_MOE), gbs=3, pp=1)
     assert result.as_dict()["mapping"]["gbs"] == 3
+
+
+def test_uneven_layout_and_full_recompute_repair_llama_405b_on_pp16() -> None:
+    """Llama 3.1 405B (126 layer slots) on PP16: Megatron's even split is refused and memory overflows;
+    the repair is an explicit uneven cut with full recompute (and the flags full recompute needs)."""
+    out = CliRunner().invoke(main, [
+        "explain", "--hardware", "h100-hgx", "--gpus", "16384", "--model", "llama-3.1-405b", "--json",
+        "--megatron-args", "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 16 --seq-length 8192 "
+                           "--global-batch-size 2048 --micro-batch-size 1 --bf16 --use-distributed-optimizer"])
+    data = json.loads(out.stdout)
+    assert {v["rule"] for v in data["violations"]} == {"layers-divisible-by-pp", "memory-fits-hbm"}
+    repair = data["repairs"][0]
+    assert repair["mapping"]["recompute"] == "full" and "layout" in repair["changes"]
+    assert repair["options"] == {"recompute_method": "uniform", "recompute_num_layers": 1}
+    assert repair["peak_memory_gb"] <= data["metrics"]["usable_hbm_gb"]

@@ -316,8 +316,10 @@ def recut(problem: Problem, original: Mapping, repair: Repair, options: Megatron
     """`repair` with the best cut for its degrees when that is feasible and faster (or the repair alone is
     not feasible); the layout becomes one more change."""
     layout = best_cut(problem, repair.mapping, options)
-    if layout is None or layout == repair.layout:
+    if layout is None or layout == repair.mapping.layout:
         return None
+    if layout == repair.layout and evaluate(problem, repair.mapping, options=options).feasible:
+        return None  # the same blocks per stage as Megatron's own split, which already runs
     cut = repair.mapping.model_copy(update={"layout": layout})
     if not evaluate(problem, cut, options=options).feasible:
         return None
@@ -401,16 +403,22 @@ def degree_repairs(problem: Problem, mapping: Mapping, opts: MegatronOptions, k:
     return repairs
 
 
-def recompute_recuts(problem: Problem, mapping: Mapping, opts: MegatronOptions) -> list[Repair]:
-    """The mapping's own degrees under each recompute level, with the fastest cut that fits memory."""
+def recompute_recuts(problem: Problem, mapping: Mapping, opts: MegatronOptions,
+                     settings: dict[str, tuple[object, object]]) -> list[Repair]:
+    """The mapping's own degrees under each recompute level with the fastest cut that fits memory, priced;
+    full recompute adds --recompute-method uniform --recompute-num-layers 1 when the options lack them."""
     out = []
     cur = current_values(mapping)
     for level in Recompute:
-        values = {**cur, "recompute": level.value}
-        base = build_repair(problem, mapping, values)
-        cut = recut(problem, mapping, base, opts)
+        missing = {f: v for f, v in FULL_RECOMPUTE_FLAGS.items() if getattr(opts, f) is None}
+        if level is not Recompute.full or mapping.recompute is Recompute.full:
+            missing = {}
+        level_opts = opts.model_copy(update=missing) if missing else opts
+        base = build_repair(problem, mapping, {**cur, "recompute": level.value})
+        cut = recut(problem, mapping, base, level_opts)
         if cut is not None:
-            out.append(cut)
+            flags = {**settings, **{f: (getattr(opts, f), v) for f, v in missing.items()}}
+            out.append(priced(problem, with_settings(cut, flags), level_opts))
     return out
 
 
@@ -453,8 +461,10 @@ def nearest_repairs(problem: Problem, mapping: Mapping, options: MegatronOptions
     else:
         degree = degree_repairs(problem, mapping, mended, max(k, POOL))
         cuts = [c for r in degree if (c := recut(problem, mapping, r, mended)) is not None]
-        candidates = degree + cuts + recompute_recuts(problem, mapping, mended)
+        candidates = degree + cuts
     candidates = [priced(problem, with_settings(r, settings), mended) for r in candidates]
+    if not (settings and evaluate(problem, mapping, options=mended).feasible):
+        candidates += recompute_recuts(problem, mapping, mended, settings)
     candidates += full_recompute_repairs(problem, mapping, mended, settings, max(k, POOL))
     candidates = sorted(candidates, key=_rank_key)
     pool = rollout_pool_repair(problem, mapping, opts)
