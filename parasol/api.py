@@ -15,7 +15,7 @@ import yaml
 
 from parasol.errors import InputError
 from parasol.problems.loader import Problem, load_problem, load_problem_text
-from parasol.problems.mapping_input import build_mapping, parse_sets
+from parasol.problems.mapping_input import apply_settings, build_mapping, parse_sets, split_sets
 from parasol.problems.megatron.launch import apply_launch, parse_launch
 from parasol.problems.model.catalog import catalog_names
 from parasol.solver.diagnose.explain import Explanation
@@ -118,14 +118,18 @@ def solve(problem: ProblemLike, *, top: int = 10, time_limit: float = 60.0) -> S
 
 def explain(problem: ProblemLike, *, megatron_args: str | None = None, **sets: Any) -> Explained:
     """One mapping's account (as `parasol explain`): the problem's mapping, overridden by a Megatron
-    launch line and by keyword pins (tp=8, pp=4, recompute="full", layout=(…), …)."""
+    launch line and by keyword pins as `--set` takes them (tp=8, pp=4, recompute="full", layout=(…), and
+    training settings or Megatron options such as fsdp="torch-fsdp2")."""
     prob = load(problem)
-    pinned = parse_sets(tuple(f"{k}={','.join(map(str, v)) if isinstance(v, list | tuple) else v}"
-                              for k, v in sets.items()))
+    pinned, settings = split_sets(parse_sets(tuple(
+        f"{k}={','.join(map(str, v)) if isinstance(v, list | tuple) else v}" for k, v in sets.items())))
     if megatron_args is None:
+        prob = apply_settings(prob, settings)
         return Explained(explain_mapping(prob, build_mapping(prob, pinned)))
     parsed = parse_launch(megatron_args, model=prob.model)
-    updated, mapping, notes = apply_launch(prob, parsed, pinned)
+    updated, _, notes = apply_launch(prob, parsed, pinned)
+    updated = apply_settings(updated, settings)
+    mapping = build_mapping(updated, {**parsed.mapping_fields, **pinned})
     return Explained(explain_mapping(updated, mapping), (*notes, *parsed.notes),
                      tuple(w.as_dict() for w in parsed.warnings))
 

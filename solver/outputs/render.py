@@ -122,8 +122,8 @@ def step_time_parts(data: dict, moe: bool = True) -> list:
     for kind, seconds in step["breakdown_s"].items():
         if kind in ("ep", "dp_expert") and not moe:
             continue
-        label = kind if kind in ("compute", "bubble") else f"exposed {kind} communication" if kind != "optimizer" \
-            else "optimizer step"
+        label = {"compute": "compute", "bubble": "bubble", "optimizer": "optimizer step",
+                 "offload": "exposed activation offload"}.get(kind, f"exposed {kind} communication")
         table.add_row(label, f"{seconds:,.3f}", f"{seconds / total:.1%}" if total else "-")
     parts: list = [table]
     times = [s.get("time_ms") for s in data["stages"]]

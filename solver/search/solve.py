@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from parasol.constraints.evaluate import evaluate
 from parasol.constraints.physics.flops import model_flops_per_token
+from parasol.errors import InputError
 from parasol.problems.derived import default_layout, derive
 from parasol.problems.loader import Problem
 from parasol.problems.schema import Objective
@@ -163,6 +164,13 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     the master program, less the steps `top` other rows dominate (solver/search/prune.py; `prune=False` keeps
     them, for tests). Rows the time limit leaves unscreened make the answer `feasible` (or `unknown`
     when nothing was found), not `optimal` or `infeasible`."""
+    if problem.training.pipeline_schedule != "megatron":
+        raise InputError(
+            f"solve searches Megatron's pipeline schedules; training.pipeline_schedule is "
+            f"{problem.training.pipeline_schedule!r}.", field="training.pipeline_schedule",
+            value=problem.training.pipeline_schedule, expected="megatron",
+            fix="solve with pipeline_schedule: megatron, then judge a DualPipe mapping with `parasol explain "
+                "--set pipeline_schedule=dualpipe` (its memory and bubble are priced there).")
     start = time.perf_counter()
     objectives = front_objectives(problem)
     minimised = program_objectives(objectives)
@@ -206,7 +214,7 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         metrics = account.as_dict()["metrics"]
         front = {o.value: round(objective_value(o, metrics, v * SCALES[p].resolution), 9)
                  for o, p, v in zip(objectives, minimised, pt.values, strict=True)}
-        solved.append(SolvedMapping(pt.pareto_rank, pt.optimal, pt.time_units * TIME_UNIT_S,
+        solved.append(SolvedMapping(pt.pareto_rank, pt.optimal, round(pt.time_units * TIME_UNIT_S, 9),
                                     pt.memory_units * MEMORY_UNIT_MB / 1000, front,
                                     {minimised[0].value: round(pt.bound * SCALES[minimised[0]].resolution, 9)},
                                     account))
