@@ -261,3 +261,11 @@ def test_uneven_layout_and_full_recompute_repair_llama_405b_on_pp16() -> None:
     assert repair["mapping"]["recompute"] == "full" and "layout" in repair["changes"]
     assert repair["options"] == {"recompute_method": "uniform", "recompute_num_layers": 1}
     assert repair["peak_memory_gb"] <= data["metrics"]["usable_hbm_gb"]
+
+
+def test_api_explain_takes_settings_like_set() -> None:
+    """Keyword pins that are training settings or options (as `--set` takes them) reach the problem."""
+    cli = json.loads(CliRunner().invoke(main, ["explain", DSV4, "--set", "recompute=full", "--set",
+                                               "overlap_grad_reduce=false", "--json"]).output)
+    api = parasol.explain(DSV4, recompute="full", overlap_grad_reduce=False).as_dict()
+    assert api == cli
