@@ -75,21 +75,5 @@ def build_mapping(problem: Problem, overrides: dict[str, object]) -> Mapping:
             f"Invalid mapping value for `{key}`: {err['msg']}.", field=key, value=data.get(key),
             expected=expected, fix=f"correct --set {key}=… (or the problem's mapping.{key}).",
         ) from None
-    return within_model(problem, mapping)
-
-
-def within_model(problem: Problem, mapping: Mapping) -> Mapping:
-    """Reject degrees no rule can even judge: a degree above the GPU count, or more virtual stages
-    than blocks (parasol places at least one block per virtual stage)."""
-    degrees = {"tp": mapping.tp, "pp": mapping.pp, "cp": mapping.cp, "ep": mapping.ep, "etp": mapping.expert_tp}
-    for key, value in degrees.items():
-        if value > mapping.gpus:
-            raise InputError(f"`{key}` ({value}) exceeds the GPU count ({mapping.gpus}).", field=key, value=value,
-                             expected=f"at most {mapping.gpus}", fix=f"lower {key}, or raise gpus.")
-    blocks = problem.model.num_layers
-    if mapping.layout is None and mapping.pp * mapping.vpp > blocks:
-        raise InputError(
-            f"PP·VPP = {mapping.pp * mapping.vpp} virtual stages exceed the model's {blocks} blocks.",
-            field="vpp" if mapping.vpp > 1 else "pp", value=mapping.vpp if mapping.vpp > 1 else mapping.pp,
-            expected=f"PP·VPP at most {blocks}", fix="lower pp or vpp, or give an explicit layout.")
     return mapping
+

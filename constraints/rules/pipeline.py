@@ -198,6 +198,45 @@ class VppLayersPerRankDivisible(Constraint):
             v.divides(v.product("pp", "vpp"), slots(v.options, v.consts["num_layers"]), "layers_pp_vpp", on)
 
 
+class VppFromLayersPerVStage(Constraint):
+    """--num-layers-per-virtual-pipeline-stage k: Megatron derives VPP = (L'/PP)/k and asserts both
+    divisions are whole, so PP·VPP·k must equal the L' layer slots."""
+
+    id = "vpp-from-layers-per-vstage"
+    family = Family.pipeline
+    citation = Citation(f"{ARGUMENTS}:953-977", MegatronStage.arguments)
+    unit = "layers"
+    summary = "k given: PP·VPP·k == L + [emb] + [loss]"
+    exact = True
+
+    def in_force(self, f: Facts) -> bool:
+        """Only a launch line with --num-layers-per-virtual-pipeline-stage derives VPP this way."""
+        return f.options.num_layers_per_virtual_pipeline_stage is not None
+
+    def slack(self, f: Facts) -> float:
+        k = f.options.num_layers_per_virtual_pipeline_stage
+        if k is None:
+            return 0.0
+        return -float(abs(slots(f.options, f.model.num_layers) - f.mapping.pp * f.mapping.vpp * k))
+
+    def message(self, f: Facts) -> str:
+        k, n, pp = f.options.num_layers_per_virtual_pipeline_stage, slots(f.options, f.model.num_layers), f.mapping.pp
+        if k is None:
+            return "--num-layers-per-virtual-pipeline-stage is not given"
+        if n % pp:
+            return (f"number of layers of the model must be divisible pipeline model parallel size ({n} layer "
+                    f"slots, PP {pp})")
+        if (n // pp) % k:
+            return (f"number of layers per pipeline stage must be divisible number of layers per virtual pipeline "
+                    f"stage ({n // pp} per rank, {k} per virtual stage)")
+        return f"{n} layer slots over PP {pp} with {k} layers per virtual stage give VPP {n // pp // k}, not {f.mapping.vpp}"
+
+    def post(self, model, v, enforce) -> None:
+        k = v.options.num_layers_per_virtual_pipeline_stage
+        if k is not None:
+            model.Add(k * v.product("pp", "vpp") == slots(v.options, v.consts["num_layers"])).OnlyEnforceIf(enforce)
+
+
 class VppRequiresPPGt1(Constraint):
     """Interleaving needs a pipeline (PP >= 2)."""
 

@@ -15,6 +15,7 @@ from parasol.constraints.rules.deepseek_v4 import DSV4_RULES
 from parasol.constraints.rules.divisibility import (
     HeadsDivisibleByTP,
     HiddenDivisibleByHeads,
+    QueryGroupsDivideHeads,
     QueryGroupsVsTP,
     TPShardedLinearDims,
     WorldDivisibleByExpertGrid,
@@ -78,6 +79,7 @@ from parasol.constraints.rules.pipeline import (
     UnevenMiddleDivisible,
     UnevenMiddleDivisibleByVpp,
     VppLayersPerRankDivisible,
+    VppFromLayersPerVStage,
     VppNoOverlapRequiresPPGt2,
     VppRequiresPPGt1,
 )
@@ -90,7 +92,8 @@ from parasol.problems.memo import memoised
 # first failure; within a stage the rules follow the source order of their checks.
 STAGE_A_ARGUMENTS = (
     WorldDivisibleByModelSize, HierarchicalCPProduct, CPA2AP2PRequiresHierarchical, RecomputeActivationsAlias,
-    EvalGbsDivisible, LayoutValidChars, LayoutStagesDivisibleByPP, LayersDivisibleByPP, VppRequiresPPGt1,
+    EvalGbsDivisible, LayoutValidChars, LayoutStagesDivisibleByPP, LayersDivisibleByPP, VppFromLayersPerVStage,
+    VppRequiresPPGt1,
     VppNoOverlapRequiresPPGt2, NonInterleavedDisablesP2POverlap, HiddenDivisibleByHeads, CPSeqDivisibleBy2CP,
     RecomputeSelectiveNoMethod, SPAutoDisabledWhenTP1, TPCommOverlapRequiresSP, EPRequiresExperts,
     ExpertsDivisibleByEP, DeterministicMode,
@@ -111,7 +114,8 @@ STAGE_C_CONFIG = (
 )
 STAGE_B_MODEL_BUILD = (
     LayoutEmbeddingLossOnce, LayoutDecoderCount, LayoutMtpPlacement, VppLayersPerRankDivisible,
-    AccountForEnoughLayers, HybridNoAttentionPlusMLA, HybridMtpPatternsIdentical, TPShardedLinearDims,
+    AccountForEnoughLayers, HybridNoAttentionPlusMLA, HybridMtpPatternsIdentical, QueryGroupsDivideHeads,
+    TPShardedLinearDims,
     DeepEPNCCLEPNeedEtpEpGt1, NCCLEPNoDropPad,
 )
 STAGE_R_RUNTIME = (SPActivationSeqDivisibleByTP, MoETPRequiresSP, VppMicrobatchGroupRange, VppFinalGroupRemainder)

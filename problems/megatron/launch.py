@@ -98,22 +98,16 @@ def _layers_for_layout(c: Context, model: ModelArchitecture | None) -> int | Non
 
 
 def _vpp_from_layers_per_stage(k: int, layers: int | None, pp: int, options: dict) -> int:
-    """vpp = (L'/PP)/k, L' counting embedding/loss slots when accounted for (rule vpp-from-layers-per-vstage)."""
+    """vpp = (L'/PP)/k, L' counting embedding/loss slots when accounted for; when the divisions are not
+    whole the nearest VPP is kept and rule vpp-from-layers-per-vstage says why Megatron stops."""
     if layers is None:
         raise InputError("--num-layers-per-virtual-pipeline-stage needs the number of layers.",
                          field="--num-layers-per-virtual-pipeline-stage",
                          fix="pass --num-layers or a problem file.")
+    options["num_layers_per_virtual_pipeline_stage"] = k
     total = layers + int(options.get("account_for_embedding_in_pipeline_split", False)) \
         + int(options.get("account_for_loss_in_pipeline_split", False))
-    if total % pp or (total // pp) % k:
-        raise InputError(
-            f"{total} layers over PP {pp} cannot form virtual stages of {k} layers (rule "
-            f"vpp-from-layers-per-vstage, {ARGS}:953-975); Megatron stops at argument validation.",
-            field="--num-layers-per-virtual-pipeline-stage", value=k,
-            expected=f"a divisor of {total}/{pp} layers per pipeline rank",
-            fix="pick another --num-layers-per-virtual-pipeline-stage, or use "
-                "--num-virtual-stages-per-pipeline-rank.")
-    return total // pp // k
+    return max(1, total // pp // k)
 
 
 def _uneven_layout(layers: int, pp: int, vpp: int, first: int | None, last: int | None) -> tuple[int, ...] | None:
@@ -526,12 +520,9 @@ def _standalone_training(parsed: ParsedLaunch, gpus: int, notes: list[str]) -> d
     if "global_batch" not in training:
         m = parsed.mapping_fields
         model_size = m.get("tp", 1) * m.get("pp", 1) * m.get("cp", 1)
-        if gpus % model_size:
-            raise InputError("--global-batch-size is missing and its default MBS·DP is not whole: "
-                             f"{gpus} GPUs / (TP·PP·CP = {model_size}).", field="--global-batch-size",
-                             fix="pass --global-batch-size.")
-        training["global_batch"] = m.get("mbs", 1) * gpus // model_size
-        notes.append(f"--global-batch-size defaults to MBS·DP = {training['global_batch']} (rule gbs-default)")
+        training["global_batch"] = m.get("mbs", 1) * max(1, gpus // model_size)
+        rounded = " (DP rounded down: the world is not divisible by TP·PP·CP)" if gpus % model_size else ""
+        notes.append(f"--global-batch-size defaults to MBS·DP = {training['global_batch']}{rounded} (rule gbs-default)")
     return training
 
 

@@ -135,14 +135,6 @@ class GQAAttention(Strict):
     qk_norm: bool = False
     bias: bool = False
 
-    @model_validator(mode="after")
-    def _groups_divide_heads(self) -> GQAAttention:
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
-            )
-        return self
-
 
 class MLAAttention(Strict):
     """DeepSeek multi-head latent attention (V2/V3): low-rank query and joint KV compression."""

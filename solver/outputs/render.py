@@ -43,6 +43,10 @@ def explain_tables(ex: Explanation) -> Group:
             f"TP{m['tp']} PP{m['pp']} CP{m['cp']} EP{m['ep']} ETP{m['etp']} VPP{m['vpp']} "
             f"MBS{m['mbs']} GBS{m['gbs']} S{m['seq_len']} recompute={m['recompute']}\n"
             f"layout {m['layout']}  →  {verdict}")
+    nodes = data["metrics"]
+    if nodes["idle_gpus"]:
+        head += (f"\npartial nodes: {nodes['ranks_per_node']} ranks on each of {nodes['nodes']} node(s), "
+                 f"{nodes['idle_gpus']} GPU(s) idle")
     parts: list = [Panel(head, title="parasol explain", expand=False)]
 
     derived = Table(title="Derived sizes", show_header=True)

@@ -38,10 +38,6 @@ def training_sizes(problem: Problem) -> tuple[int, ...]:
     rollout = problem.spec.contract.rollout
     cluster = rollout.cluster_devices if rollout is not None else None
     for n in sizes:
-        if n % problem.hardware.topology.gpus_per_node:
-            raise InputError(f"training-pool size {n} is not a whole number of nodes.", field="search.gpus", value=n,
-                             expected=f"multiples of {problem.hardware.topology.gpus_per_node}",
-                             fix="list whole-node sizes.", file=problem.source, line=line)
         if cluster is not None and n >= cluster:
             raise InputError(f"training-pool size {n} leaves no rollout device in a cluster of {cluster}.",
                              field="search.gpus", value=n, expected=f"sizes below contract.rollout.cluster_devices "
