@@ -62,8 +62,6 @@ NOT_MODELLED: dict[str, str] = {
     "rank-capacity-factor-backend": f"{NOT_CARRIED} (--moe-expert-rank-capacity-factor)",
     "allgather-no-variable-seq": f"{NOT_CARRIED} (variable_seq_lengths)",
     "router-padding-for-quantization": f"{NOT_CARRIED} (--moe-router-padding-for-quantization)",
-    "topk1-needs-pre-softmax": f"{NOT_CARRIED} (--moe-router-score-function, --moe-router-pre-softmax)",
-    "group-limited-routing": f"{NOT_CARRIED} (--moe-router-group-topk, --moe-router-num-groups)",
     "expert-bias-score-function": f"{NOT_CARRIED} (--moe-router-enable-expert-bias, score function)",
     "moe-layer-freq-list-length": "parasol builds the MoE layer pattern from first_dense_layers, one entry per "
                                   "block by construction",

@@ -50,12 +50,14 @@ from parasol.constraints.rules.moe import (
     EPA2AOverlap,
     EPRequiresExperts,
     ExpertsDivisibleByEP,
+    GroupLimitedRouting,
     MoEBiasRequiresETP1,
     MoETPRequiresSP,
     NCCLEPNoDropPad,
     NCCLEPRequiresFlex,
     PadRequiresCapacityFactor,
     SharedExpertOverlapDispatcher,
+    TopK1NeedsPreSoftmax,
 )
 from parasol.constraints.rules.pipeline import (
     AccountForDivisible,
@@ -78,8 +80,8 @@ from parasol.constraints.rules.pipeline import (
     UnevenMiddleConsistency,
     UnevenMiddleDivisible,
     UnevenMiddleDivisibleByVpp,
-    VppLayersPerRankDivisible,
     VppFromLayersPerVStage,
+    VppLayersPerRankDivisible,
     VppNoOverlapRequiresPPGt2,
     VppRequiresPPGt1,
 )
@@ -105,7 +107,8 @@ STAGE_I_PROCESS_GROUPS = (
 )
 STAGE_C_CONFIG = (
     SPRequiresTP, HeadsDivisibleByTP, QueryGroupsVsTP, DeepEPFlagRequiresFlex, DeepEPNoPadToCapacity,
-    NCCLEPRequiresFlex, SharedExpertOverlapDispatcher, PadRequiresCapacityFactor, CpuOffloading,
+    NCCLEPRequiresFlex, SharedExpertOverlapDispatcher, PadRequiresCapacityFactor, TopK1NeedsPreSoftmax,
+    GroupLimitedRouting, CpuOffloading,
     RecomputeFullNeedsMethod, RecomputeFullNeedsNumLayers, RecomputeSelectiveNoNumLayers, RecomputeModulePrereqs,
     DeprecatedMoeLayerRecompute, MhcRecomputeModule, FineGrainedOffload, UnevenExcludesAccountFor,
     LayoutExcludesOtherPPArgs, LayoutVppConsistent, UnevenMiddleConsistency, UnevenFirstDivisibleByVpp,

@@ -238,7 +238,15 @@ def _dispatcher_options(c: Context, options: dict) -> None:
             "--moe-enable-deepep", "moe_enable_deepep is deprecated; use --moe-token-dispatcher-type flex "
             "--moe-flex-dispatcher-backend deepep (it requires the flex dispatcher)",
             f"{CONFIG}:1743-1752", MegatronStage.config))
+    _set(options, "moe_router_score_function",
+         f.choice("--moe-router-score-function", ("softmax", "sigmoid", "sqrtsoftplus")))
+    balancing = f.words("--moe-router-load-balancing-type")
+    if balancing is not None:
+        options["moe_router_load_balancing_type"] = tuple(balancing)
+    _set(options, "moe_router_group_topk", f.integer("--moe-router-group-topk"))
+    _set(options, "moe_router_num_groups", f.integer("--moe-router-num-groups"))
     for flag, key in (("--moe-pad-expert-input-to-capacity", "moe_pad_expert_input_to_capacity"),
+                      ("--moe-router-pre-softmax", "moe_router_pre_softmax"),
                       ("--moe-grouped-gemm", "moe_grouped_gemm"),
                       ("--moe-shared-expert-overlap", "moe_shared_expert_overlap"),
                       ("--overlap-moe-expert-parallel-comm", "overlap_moe_expert_parallel_comm")):
