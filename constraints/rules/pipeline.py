@@ -56,7 +56,8 @@ class LayoutCoversBlocks(Constraint):
     id = "layout-covers-blocks"
     family = Family.pipeline
     citation = Citation("Megatron-LM megatron/core/transformer/pipeline_parallel_layer_layout.py "
-                        "(stage count % PP, count(t) == num_layers)", MegatronStage.model_build)
+                        "(stage count % PP, count(t) == num_layers; validate_layer_layout, called from "
+                        "megatron/core/transformer/transformer_config.py:2290)", MegatronStage.config)
     pack = None
     unit = "blocks"
     summary = "len(layout) == PP·VPP and sum(layout) == num_layers"
@@ -139,21 +140,24 @@ EVEN_SPLITS = (PipelineSplit.even, PipelineSplit.account_for)
 
 
 class LayersDivisibleByPP(Constraint):
-    """Megatron's even split gives every pipeline rank L'/PP layer slots."""
+    """Megatron's even split gives every pipeline rank L'/PP layer slots. validate_args asserts it only when
+    no virtual-stage flag is given; with VPP the model build asserts it (vpp-layers-per-rank-divisible), with
+    --num-layers-per-virtual-pipeline-stage vpp-from-layers-per-vstage does."""
 
     id = "layers-divisible-by-pp"
     family = Family.pipeline
-    citation = Citation(f"{ARGUMENTS}:980-998; {BLOCK}:147-158", MegatronStage.arguments)
+    citation = Citation(f"{ARGUMENTS}:985-998; {BLOCK}:147-158", MegatronStage.arguments)
     unit = "layers"
-    summary = "even split: (L + [emb] + [loss]) % PP == 0"
+    summary = "even split, no VPP flag: (L + [emb] + [loss]) % PP == 0"
     exact = True
 
     def in_force(self, f: Facts) -> bool:
-        """Only Megatron's even split (plain or account-for) divides L' by PP."""
-        return split_of(f) in EVEN_SPLITS
+        """Only Megatron's even split (plain or account-for) without virtual stages divides L' by PP here."""
+        return (split_of(f) in EVEN_SPLITS and f.mapping.vpp == 1
+                and f.options.num_layers_per_virtual_pipeline_stage is None)
 
     def slack(self, f: Facts) -> float:
-        if split_of(f) not in EVEN_SPLITS:
+        if not self.in_force(f):
             return 0.0
         return remainder_slack(slots(f.options, f.model.num_layers), f.mapping.pp)
 
@@ -163,8 +167,9 @@ class LayersDivisibleByPP(Constraint):
                 f"{pp}, remainder {n % pp}); give an explicit layout to cut unevenly")
 
     def post(self, model, v, enforce) -> None:
-        if split_of_vars(v) in EVEN_SPLITS:
-            v.divides(v.pp, slots(v.options, v.consts["num_layers"]), "layers_pp", enforce)
+        if split_of_vars(v) in EVEN_SPLITS and v.options.num_layers_per_virtual_pipeline_stage is None:
+            on = v.all_of([enforce, v.at_least("vpp", 2).Not()], "layers_pp_on")
+            v.divides(v.pp, slots(v.options, v.consts["num_layers"]), "layers_pp", on)
 
 
 class VppLayersPerRankDivisible(Constraint):
@@ -660,7 +665,7 @@ class LayoutEmbeddingLossOnce(SettingsRule):
 
     family = Family.pipeline
     id = "layout-embedding-loss-once"
-    citation = Citation(f"{LAYOUT}:94-106", MegatronStage.model_build)
+    citation = Citation(f"{LAYOUT}:94-106 via {CONFIG}:2290", MegatronStage.config)
     summary = "layout: first symbol E, last L, one of each"
 
     def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
@@ -684,7 +689,7 @@ class LayoutDecoderCount(Constraint):
 
     id = "layout-decoder-count"
     family = Family.pipeline
-    citation = Citation(f"{LAYOUT}:107-110", MegatronStage.model_build)
+    citation = Citation(f"{LAYOUT}:107-110 via {CONFIG}:2290", MegatronStage.config)
     unit = "layers"
     summary = "layout: count(t) == num_layers"
     exact = True
@@ -726,7 +731,7 @@ class LayoutMtpPlacement(Constraint):
 
     id = "layout-mtp-placement"
     family = Family.pipeline
-    citation = Citation(f"{LAYOUT}:111-145", MegatronStage.model_build)
+    citation = Citation(f"{LAYOUT}:111-145 via {CONFIG}:2290", MegatronStage.config)
     unit = "settings"
     summary = "layout: count(m) == MTP layers, after the decoders, in one last-virtual stage"
     exact = True

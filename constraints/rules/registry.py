@@ -108,18 +108,16 @@ STAGE_I_PROCESS_GROUPS = (
 STAGE_C_CONFIG = (
     SPRequiresTP, HeadsDivisibleByTP, QueryGroupsVsTP, DeepEPFlagRequiresFlex, DeepEPNoPadToCapacity,
     NCCLEPRequiresFlex, SharedExpertOverlapDispatcher, PadRequiresCapacityFactor, TopK1NeedsPreSoftmax,
-    GroupLimitedRouting, CpuOffloading,
-    RecomputeFullNeedsMethod, RecomputeFullNeedsNumLayers, RecomputeSelectiveNoNumLayers, RecomputeModulePrereqs,
-    DeprecatedMoeLayerRecompute, MhcRecomputeModule, FineGrainedOffload, UnevenExcludesAccountFor,
-    LayoutExcludesOtherPPArgs, LayoutVppConsistent, UnevenMiddleConsistency, UnevenFirstDivisibleByVpp,
-    UnevenLastDivisibleByVpp, UnevenMiddleDivisible, UnevenMiddleDivisibleByVpp, AccountForDivisible,
-    MoEBiasRequiresETP1, EPA2AOverlap,
+    GroupLimitedRouting, CpuOffloading, RecomputeFullNeedsMethod, RecomputeFullNeedsNumLayers,
+    RecomputeSelectiveNoNumLayers, RecomputeModulePrereqs, DeprecatedMoeLayerRecompute, MhcRecomputeModule,
+    FineGrainedOffload, UnevenExcludesAccountFor, LayoutExcludesOtherPPArgs, LayoutVppConsistent,
+    LayoutEmbeddingLossOnce, LayoutDecoderCount, LayoutMtpPlacement, UnevenMiddleConsistency,
+    UnevenFirstDivisibleByVpp, UnevenLastDivisibleByVpp, UnevenMiddleDivisible, UnevenMiddleDivisibleByVpp,
+    AccountForDivisible, MoEBiasRequiresETP1, EPA2AOverlap,
 )
 STAGE_B_MODEL_BUILD = (
-    LayoutEmbeddingLossOnce, LayoutDecoderCount, LayoutMtpPlacement, VppLayersPerRankDivisible,
-    AccountForEnoughLayers, HybridNoAttentionPlusMLA, HybridMtpPatternsIdentical, QueryGroupsDivideHeads,
-    TPShardedLinearDims,
-    DeepEPNCCLEPNeedEtpEpGt1, NCCLEPNoDropPad,
+    VppLayersPerRankDivisible, AccountForEnoughLayers, HybridNoAttentionPlusMLA, HybridMtpPatternsIdentical,
+    QueryGroupsDivideHeads, TPShardedLinearDims, DeepEPNCCLEPNeedEtpEpGt1, NCCLEPNoDropPad,
 )
 STAGE_R_RUNTIME = (SPActivationSeqDivisibleByTP, MoETPRequiresSP, VppMicrobatchGroupRange, VppFinalGroupRemainder)
 PARASOL_RULES = (LayoutCoversBlocks, MemoryFitsHBM)
