@@ -28,7 +28,7 @@ from parasol.problems.megatron.flags import Flags, flag_error
 from parasol.problems.megatron.layout_string import parse_pipeline_layout
 from parasol.problems.megatron.model_flags import MODEL_FLAGS, compare_reference, model_from_flags, model_gaps
 from parasol.problems.megatron.patterns import parse_hybrid_pattern
-from parasol.problems.megatron.shell import SOURCE, launch_command, launcher_gpus, shown
+from parasol.problems.megatron.shell import SOURCE, launch_command, launcher_gpus, launcher_ranks_per_node, shown
 from parasol.problems.megatron.stages import MegatronStage
 from parasol.problems.model.architecture import (
     DSV4Attention,
@@ -56,6 +56,7 @@ class ParsedLaunch:
     notes: tuple[str, ...]
     warnings: tuple[LaunchWarning, ...] = ()
     launcher_gpus: int | None = None
+    launcher_ranks_per_node: int | None = None
     deepseek_v4: bool = False
     model_unavailable: str | None = None
 
@@ -414,6 +415,7 @@ def parse_launch(text: str, *, source: str = SOURCE, model: ModelArchitecture | 
     return ParsedLaunch(
         model=built, mapping_fields=mapping, options=opts, training_fields=training,
         notes=(*c.notes, *f.unused()), warnings=tuple(c.warnings), launcher_gpus=launcher_gpus(command.launcher),
+        launcher_ranks_per_node=launcher_ranks_per_node(command.launcher),
         deepseek_v4=bool(c.pattern and c.pattern.dsv4), model_unavailable=gaps,
     )
 
@@ -553,7 +555,8 @@ def launch_problem(parsed: ParsedLaunch, *, hardware: str, gpus: int | None = No
     packs = ["megatron-core"]
     if parsed.deepseek_v4 or isinstance(model.attention, DSV4Attention):
         packs.append("deepseek-v4")
-    sections = {"training": training, "hardware": {"preset": hardware, "gpus": count},
+    node = {"ranks_per_node": parsed.launcher_ranks_per_node} if parsed.launcher_gpus == count else {}
+    sections = {"training": training, "hardware": {"preset": hardware, "gpus": count, **node},
                 "framework": {"rule_packs": packs, "options": options.model_dump()}}
     problem = problem_from_parts(model, sections, source=SOURCE)
     return problem, build_mapping(problem, {**parsed.mapping_fields, **pinned}), tuple(notes)
