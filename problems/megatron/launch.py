@@ -28,7 +28,13 @@ from parasol.problems.megatron.flags import Flags, flag_error
 from parasol.problems.megatron.layout_string import parse_pipeline_layout
 from parasol.problems.megatron.model_flags import MODEL_FLAGS, compare_reference, model_from_flags, model_gaps
 from parasol.problems.megatron.patterns import parse_hybrid_pattern
-from parasol.problems.megatron.shell import SOURCE, launch_command, launcher_gpus, launcher_ranks_per_node, shown
+from parasol.problems.megatron.shell import (
+    SOURCE,
+    launch_command,
+    launcher_gpus,
+    launcher_ranks_per_node,
+    shown,
+)
 from parasol.problems.megatron.stages import MegatronStage
 from parasol.problems.model.architecture import (
     DSV4Attention,
