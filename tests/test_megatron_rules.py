@@ -160,6 +160,7 @@ ROWS = [
     Row(feature.SPRequiresTP, HOLDS, {"tp": 2}, {"megatron_core_api": True}, SP),
     Row(feature.SPRequiresTP, BROKEN, {"tp": 1}, {"megatron_core_api": True}, SP),
     Row(feature.SPRequiresTP, HOLDS, {"tp": 1}, {"megatron_core_api": True}),
+    Row(feature.SPRequiresTP, HOLDS, {"tp": 4}, {"megatron_core_api": True}, SP),
     Row(feature.SPAutoDisabledWhenTP1, WARNS, {"tp": 1}, training=SP),
     Row(feature.SPAutoDisabledWhenTP1, QUIET, {"tp": 2}, training=SP),
     Row(feature.SPAutoDisabledWhenTP1, QUIET, {"tp": 1}, {"megatron_core_api": True}, SP),
