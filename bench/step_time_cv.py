@@ -3,12 +3,13 @@
     python bench/step_time_cv.py [RUNS.yaml]
 
 Leave-one-model-out cross-validation over the measured runs (default
-../shared/reference/measured-configs.yaml): for every GPU type and every model measured on it, the
+reference/measured-configs.yaml): for every GPU type and every model measured on it, the
 coefficients are fitted on that GPU type's other models and the held-out model's runs are predicted.
 Prints the median absolute percentage error of tokens/s/GPU (overall and per GPU type), the Spearman
 rank correlation of predicted and measured tokens/s/GPU inside every (model, GPU type) group with at
 least three runs, the in-sample error of the bundled fit, the runs left out and why, and seed 000's
 configurations A, B and C on DeepSeek-V4-Pro with their predicted step time and breakdown.
+Then the same split by model family: hybrid models (Mamba-2 / gated DeltaNet layers) and the others.
 Targets (issue 4): median error <= 15%, rank correlation >= 0.8.
 """
 
@@ -34,10 +35,11 @@ from parasol.solver.calibrate import (
     fit_all,
     leave_one_model_out,
     prepare_runs,
+    uses_scan,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_RUNS = ROOT.parent / "shared" / "reference" / "measured-configs.yaml"
+DEFAULT_RUNS = ROOT / "reference" / "measured-configs.yaml"
 
 
 def median(values: list[float] | np.ndarray) -> float:
@@ -70,6 +72,20 @@ def print_cross_validation(held: list[HeldOut]) -> None:
         print(f"  {h.model_id:18s} {h.gpu_file:6s} {len(h.measured):4d} {configs:7d} {shown} {median(h.ape):13.1f}")
     print(f"  median rho over {len(rhos)} groups: {median(rhos):.2f}  (n/a: every run of the group has the "
           "same configuration, so only software versions differ)")
+
+
+def print_by_family(held: list[HeldOut], hybrid_models: set[str]) -> None:
+    """Leave-one-model-out median error and in-group Spearman for models with Mamba-2 / gated DeltaNet
+    layers and for the others."""
+    print("\nBy model family (held-out predictions):")
+    for label, chosen in (("hybrid (Mamba-2 / GDN layers)", [h for h in held if h.model_id in hybrid_models]),
+                          ("transformer", [h for h in held if h.model_id not in hybrid_models])):
+        if not chosen:
+            continue
+        ape = np.concatenate([h.ape for h in chosen])
+        rhos = [h.spearman for h in chosen if h.spearman is not None]
+        print(f"  {label:30s} {len(ape):4d} runs  median APE {median(ape):5.1f}%  within 15%: "
+              f"{np.mean(ape <= 15):4.0%}  median rho {median(rhos):5.2f} over {len(rhos)} groups")
 
 
 def print_in_sample(runs: list) -> None:
@@ -129,7 +145,9 @@ def main(argv: list[str]) -> None:
     kept, dropped = prepare_runs(runs)
     print(f"Runs: {len(runs)} read, {len(kept)} modelled, {len(dropped)} excluded. Fitted per GPU type: "
           f"{', '.join(FIT_NAMES)}.\n")
-    print_cross_validation(leave_one_model_out(kept))
+    held = leave_one_model_out(kept)
+    print_cross_validation(held)
+    print_by_family(held, {r.model_id for r in kept if uses_scan(r)})
     print_in_sample(kept)
     print_exclusions(dropped)
     print("\nAssumptions for the measured runs:")

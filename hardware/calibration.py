@@ -10,7 +10,7 @@ one file per GPU type; `coefficients_for_gpu` finds the file for a preset's GPU 
 H200 share the H100's GH100 silicon and use its file; links are priced by the topology, not here).
 Without a file, every coefficient takes its default.
 
-Measured runs use the format of ../shared/reference/measured-configs.yaml: one entry per run with
+Measured runs use the format of reference/measured-configs.yaml: one entry per run with
 model, GPUs, gpu_type, seq_len, gbs, mbs, tp, pp, cp, ep, etp, vpp, precision and
 measured.tokens_per_s_per_gpu, so a team can fit its own cluster. This module only reads and
 writes; the fit lives in solver/calibrate.py. It imports nothing above the hardware layer.
@@ -29,6 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parasol.errors import InputError
+from parasol.files import read_input_text
 
 COEFFICIENT_PACKAGE = "parasol.hardware.coefficients"
 SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -75,6 +76,13 @@ SPECS: tuple[CoefficientSpec, ...] = (
         "paper: FlashAttention-3 (arXiv 2407.08608) reaches up to 75% of the H100 BF16 peak forward, less "
         "backward and at short sequences; flash attention runs in BF16 in FP8 recipes", 0.25, 0.85,
         "fraction of the BF16 peak flash attention sustains, forward and backward"),
+    CoefficientSpec(
+        "scan_efficiency", "fraction of BF16 dense peak", 0.05,
+        "assumption: the Mamba-2 SSD runs as five kernels (chunk cumsum, BMM, chunk state, state passing, chunk "
+        "scan) bound by memory bandwidth and latency, not tensor cores (PyTorch blog 'Accelerating Mamba2 with "
+        "kernel fusion', 2025), and Megatron's 7·d_inner·N counts less than they do (training.py:887-888), so "
+        "the counted FLOPs run an order of magnitude below flash attention's share", 0.005, 0.85,
+        "fraction of the BF16 peak the Mamba-2 scan / gated delta rule sustains on its counted FLOPs"),
     CoefficientSpec(
         "hbm_efficiency", "fraction of HBM bandwidth", 0.90,
         "assumption: fused elementwise, permute and optimizer kernels stream at 80-90% of HBM bandwidth "
@@ -138,6 +146,7 @@ class StepCoefficients:
     fp4_tensor_fraction: float = SPEC_BY_NAME["fp4_tensor_fraction"].default
     grouped_gemm_half_tokens: float = SPEC_BY_NAME["grouped_gemm_half_tokens"].default
     attention_efficiency: float = SPEC_BY_NAME["attention_efficiency"].default
+    scan_efficiency: float = SPEC_BY_NAME["scan_efficiency"].default
     hbm_efficiency: float = SPEC_BY_NAME["hbm_efficiency"].default
     layer_overhead_us: float = SPEC_BY_NAME["layer_overhead_us"].default
     moe_layer_overhead_us: float = SPEC_BY_NAME["moe_layer_overhead_us"].default
@@ -321,17 +330,16 @@ class MeasuredRun(BaseModel):
 def read_runs(path: str | Path) -> list[MeasuredRun]:
     """Read a RUNS.yaml file (`entries:` list, or a bare list) into MeasuredRun records."""
     p = Path(path)
+    text = read_input_text(p, "runs file", "RUNS")
     try:
-        data = yaml.load(p.read_text(encoding="utf-8"), Loader=SAFE_LOADER)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"Cannot read runs file {str(p)!r}: {exc}.", fix="give a readable YAML file.") from None
+        data = yaml.load(text, Loader=SAFE_LOADER)
     except yaml.YAMLError as exc:
         raise InputError(f"Runs file {str(p)!r} is not valid YAML: {exc}.", file=str(p),
                          fix="fix the YAML syntax.") from None
     entries = data.get("entries") if isinstance(data, dict) else data
     if not isinstance(entries, list) or not entries:
         raise InputError("A runs file needs a non-empty `entries:` list.", file=str(p), field="entries",
-                         fix="use the format of ../shared/reference/measured-configs.yaml.")
+                         fix="use the format of reference/measured-configs.yaml.")
     runs = []
     for i, entry in enumerate(entries):
         try:
@@ -341,7 +349,7 @@ def read_runs(path: str | Path) -> list[MeasuredRun]:
             raise InputError(f"Run {i} is invalid: {err['msg']}.", file=str(p),
                              field=f"entries.{i}." + ".".join(str(x) for x in err["loc"]),
                              value=err.get("input") if not isinstance(err.get("input"), dict) else None,
-                             fix="compare with an entry of ../shared/reference/measured-configs.yaml.") from None
+                             fix="compare with an entry of reference/measured-configs.yaml.") from None
     return runs
 
 
@@ -402,6 +410,9 @@ MODEL_IDS: dict[str, tuple[str, dict]] = {
     "Qwen3_30B_a3B (tokendrop)": ("qwen3-30b-a3b", {}),
     "Qwen3_235B_a22B": ("qwen3-235b-a22b", {}),
     "Qwen3_235B_a22B (tokendrop)": ("qwen3-235b-a22b", {}),
+    "Nemotron_3_Nano": ("nemotron-3-nano-30b-a3b", {}),
+    "Nemotron_3_Super": ("nemotron-3-super-120b-a12b", {}),
+    "Nemotron_3_Ultra": ("nemotron-3-ultra-550b-a55b", {}),
 }
 """Model name in the measured tables → (catalog id, architecture overrides). Token-dropping runs use
 the same architecture: with force-balanced routing (the tables' footnote) every expert gets its
@@ -417,10 +428,7 @@ needs cuDNN 9.18), and the 26.06.01 table footnotes a gpt-oss regression (cudnn-
 these models in other containers are priced with materialised attention scores."""
 
 UNMODELLED_MODELS: dict[str, str] = {
-    "Nemotron_3_Nano": "hybrid Mamba-Transformer MoE: Mamba-2 mixers are not in the block model",
-    "Nemotron_3_Super": "hybrid Mamba-Transformer MoE: Mamba-2 mixers are not in the block model",
-    "Nemotron_3_Ultra": "hybrid Mamba-Transformer MoE: Mamba-2 mixers are not in the block model",
-    "Nemotron_3_5_Lightning": "hybrid Mamba-Transformer MoE: Mamba-2 mixers are not in the block model",
+    "Nemotron_3_5_Lightning": "Nemotron 3.5 Lightning: no public architecture (layer pattern, widths) to build it from",
     "LLAMA4-Scout-LLM": "Llama 4 Scout: chunked/interleaved attention and MoE interleave are not in the catalog",
 }
 """Measured models the step model cannot represent, with the reason printed when they are excluded."""

@@ -1,7 +1,7 @@
 """One accelerator: dense tensor peaks, HBM capacity and bandwidth, and the HBM a job can really use.
 
 Units are decimal: GB = 1e9 bytes, TB/s = 1e12 bytes/s, TFLOP/s = 1e12 FLOP/s, as in the
-datasheets that `shared/reference/hardware-specs.yaml` cites.
+datasheets that `reference/hardware-specs.yaml` cites.
 
 Usable HBM is not the datasheet capacity (seed 003 §1: subtract runtime, communication buffers,
 fragmentation, profiling and checkpoint staging). `runtime_reserve_gb` is that deduction. When a

@@ -18,7 +18,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from parasol.bounds import MAX_PROBLEM_BYTES
 from parasol.errors import CatalogError, InputError, dotted, validation_input_error
+from parasol.files import read_input_bytes
 from parasol.hardware.presets import HardwarePreset, hardware_from_spec
 from parasol.problems.memo import memoised
 from parasol.problems.model.architecture import ModelArchitecture, architecture_from_dict
@@ -289,16 +291,12 @@ def _hf_model(spec: Mapping[str, Any], base_dir: Path) -> ModelArchitecture:
         raise InputError("`model.hf_config` must be the path of a config.json.", field="model.hf_config",
                          value=raw, expected="a file path as text", fix="write e.g. `hf_config: ./config.json`.")
     path = Path(raw) if Path(raw).is_absolute() else base_dir / raw
-    if not path.is_file():
+    if path.is_dir() or not path.exists():
         state = "is a directory" if path.is_dir() else "does not exist"
         raise InputError(f"The HuggingFace config {str(path)!r} {state}.", field="model.hf_config", value=raw,
                          expected="the path of a config.json file",
                          fix=f"check the path (relative paths start at the problem file's folder, {str(base_dir)!r}).")
-    try:
-        return architecture_from_hf_config(path)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"Cannot read the HuggingFace config {str(path)!r}: {exc}.", field="model.hf_config",
-                         value=raw, fix="give a readable UTF-8 config.json.") from None
+    return architecture_from_hf_config(path)
 
 
 def _catalog_model(spec: Mapping[str, Any]) -> ModelArchitecture:
@@ -444,11 +442,7 @@ def _decode(raw: bytes, source: str) -> str:
 def load_problem(path: str | Path) -> Problem:
     """Read and validate a problem file from disk."""
     p = Path(path)
-    if not p.is_file():
+    if p.is_dir() or not p.exists():
         raise _not_a_file(p)
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise InputError(f"Cannot read {str(p)!r}: {exc.strerror or exc}.", file=str(p),
-                         fix="check the file's permissions.") from None
+    raw = read_input_bytes(p, "problem file", limit=MAX_PROBLEM_BYTES)
     return load_problem_text(_decode(raw, str(p)), source=str(p), base_dir=p.parent)

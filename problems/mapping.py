@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import Field, PositiveInt, field_validator
+from pydantic import Field, field_validator
 
+from parasol.bounds import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, MAX_MICRO_BATCH, MAX_SEQ_LEN
 from parasol.problems.model.architecture import Strict
+
+GpuCount = Annotated[int, Field(ge=1, le=MAX_GPUS)]
+"""A GPU count or a parallel degree (TP, PP, CP, EP, ETP): 1 .. MAX_GPUS."""
+LayerCount = Annotated[int, Field(ge=1, le=MAX_LAYERS)]
+"""A count of blocks or virtual stages: 1 .. MAX_LAYERS."""
+MicroBatch = Annotated[int, Field(ge=1, le=MAX_MICRO_BATCH)]
+GlobalBatch = Annotated[int, Field(ge=1, le=MAX_GLOBAL_BATCH)]
+SeqLen = Annotated[int, Field(ge=1, le=MAX_SEQ_LEN)]
 
 DEGREES = ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs")
 """The parallel degrees and the micro-batch size: what a search row fixes and every rule reads."""
@@ -35,19 +45,20 @@ class Mapping(Strict):
     the default split of the blocks over the pipeline stages (see derived.default_layout); `rank_order`
     is the placement of the groups on the GPUs."""
 
-    gpus: PositiveInt
-    tp: PositiveInt = 1
-    pp: PositiveInt = 1
-    cp: PositiveInt = 1
-    ep: PositiveInt = 1
-    etp: PositiveInt | None = None
-    vpp: PositiveInt = 1
-    mbs: PositiveInt = 1
-    gbs: PositiveInt
-    seq_len: PositiveInt
+    gpus: GpuCount
+    tp: GpuCount = 1
+    pp: GpuCount = 1
+    cp: GpuCount = 1
+    ep: GpuCount = 1
+    etp: GpuCount | None = None
+    vpp: LayerCount = 1
+    mbs: MicroBatch = 1
+    gbs: GlobalBatch
+    seq_len: SeqLen
     recompute: Recompute = Recompute.none
-    layout: tuple[int, ...] | None = Field(
-        default=None, description="blocks per pipeline stage (pp*vpp entries, virtual stages in Megatron order)"
+    layout: tuple[Annotated[int, Field(le=MAX_LAYERS)], ...] | None = Field(
+        default=None, max_length=MAX_LAYERS,
+        description="blocks per pipeline stage (pp*vpp entries, virtual stages in Megatron order)"
     )
     rank_order: RankOrder = Field(default=RankOrder.pp_last,
                                   description="how ranks map to groups, hence which groups share a node")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from parasol.errors import InputError
+from parasol.bounds import MAX_LAYERS
+from parasol.errors import InputError, short
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import MAPPING_KEYS, Mapping, RankOrder
 
@@ -12,10 +13,10 @@ from parasol.problems.mapping import MAPPING_KEYS, Mapping, RankOrder
 def parse_layout(text: str) -> tuple[int, ...]:
     """Comma-separated stage layer counts, e.g. '7,8,8,8,8,8,7,7'."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts or not all(p.isdigit() for p in parts):
+    if not parts or not all(p.isdigit() and len(p) <= len(str(MAX_LAYERS)) for p in parts):
         raise InputError(
-            f"Cannot read layout {text!r}.", field="layout", value=text,
-            expected="comma-separated whole numbers of blocks per stage, e.g. 7,8,8,8,8,8,7,7",
+            f"Cannot read layout {short(text)}.", field="layout", value=text,
+            expected=f"comma-separated whole numbers (at most {MAX_LAYERS:,}) of blocks per stage, e.g. 7,8,8,8,8,8,7,7",
             fix="give one count per pipeline stage (PP·VPP of them, in Megatron's virtual-stage order).",
         )
     return tuple(int(p) for p in parts)
@@ -57,6 +58,12 @@ def base_mapping(problem: Problem) -> dict:
     return data
 
 
+def _whole_range(err: dict) -> str:
+    """'a whole number from 1 to N' with the field's own bound (parasol/bounds.py) when it has one."""
+    upper = (err.get("ctx") or {}).get("le")
+    return f"a whole number from 1 to {upper:,}" if isinstance(upper, int) else "a positive whole number"
+
+
 def build_mapping(problem: Problem, overrides: dict[str, object]) -> Mapping:
     """Problem defaults overridden by `overrides` (--set text or a launch line's typed values), validated
     as a Mapping."""
@@ -70,10 +77,26 @@ def build_mapping(problem: Problem, overrides: dict[str, object]) -> Mapping:
         key = str(err["loc"][0]) if err["loc"] else "mapping"
         expected = {"recompute": "one of none, selective, full",
                     "layout": "comma-separated whole numbers of blocks per stage",
-                    "rank_order": f"one of {', '.join(o.value for o in RankOrder)}"}.get(key, "a positive whole number")
+                    "rank_order": f"one of {', '.join(o.value for o in RankOrder)}"}.get(key, _whole_range(err))
         raise InputError(
             f"Invalid mapping value for `{key}`: {err['msg']}.", field=key, value=data.get(key),
             expected=expected, fix=f"correct --set {key}=… (or the problem's mapping.{key}).",
+            **_where(problem, key, overrides),
         ) from None
     return mapping
+
+
+PROBLEM_KEYS = {"gpus": ("hardware", "gpus"), "gbs": ("training", "global_batch"), "seq_len": ("training", "seq_len")}
+"""Where a mapping field comes from in the problem file when it is not in its `mapping:` section."""
+
+
+def _where(problem: Problem, key: str, overrides: dict[str, object]) -> dict:
+    """file and line of a mapping field the problem file set (nothing when --set or a launch line did)."""
+    if key in overrides or not problem.lines:
+        return {}
+    if problem.spec.mapping is not None and key in problem.spec.mapping.model_fields_set:
+        path: tuple[str, ...] = ("mapping", key)
+    else:
+        path = PROBLEM_KEYS.get(key, ("mapping", key))
+    return {"file": problem.source, "line": problem.line_of(*path)}
 

@@ -1,7 +1,7 @@
 """Framework options that are not parallel degrees but that rules read (Megatron-LM flags).
 
 Defaults are Megatron-LM's own defaults (megatron/training/arguments.py at the commits cited in
-../shared/reference/megatron-rules.yaml), so a problem that says nothing gets what Megatron would do.
+reference/megatron-rules.yaml), so a problem that says nothing gets what Megatron would do.
 A problem sets them under `framework.options`; `--megatron-args` overrides them.
 """
 

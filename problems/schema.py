@@ -8,17 +8,24 @@ rule packs, an optional search space, an optional hand-picked mapping and the ob
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, model_validator
 
+from parasol.bounds import (
+    MAX_CHOICES,
+    MAX_FACTOR,
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    MAX_MICRO_BATCH,
+    MAX_RESTRICTIONS,
+    MAX_SEQ_LEN,
+    MAX_WORKSPACE_GB,
+)
 from parasol.problems.contract_spec import Contract
-from parasol.problems.mapping import RankOrder, Recompute
+from parasol.problems.mapping import GpuCount, LayerCount, MicroBatch, RankOrder, Recompute
 from parasol.problems.model.architecture import Strict
 from parasol.problems.options import MegatronOptions
-
-MAX_GPUS = 1 << 20
-"""Largest job parasol plans (1,048,576 GPUs, ten times today's largest runs); rank groups are enumerated."""
 
 RECOMPUTE_MODULES = (
     "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts", "mhc",
@@ -42,9 +49,9 @@ class Optimizer(StrEnum):
 class Training(Strict):
     """The training run: sequence, batch, precision, optimizer and memory-saving choices."""
 
-    seq_len: PositiveInt = Field(description="tokens per packed sequence, e.g. 8192")
-    global_batch: PositiveInt = Field(description="sequences per optimizer step (GBS), e.g. 4096")
-    micro_batch: PositiveInt | None = Field(default=None, description="pin the micro-batch size (MBS)")
+    seq_len: int = Field(ge=1, le=MAX_SEQ_LEN, description="tokens per packed sequence, e.g. 8192")
+    global_batch: int = Field(ge=1, le=MAX_GLOBAL_BATCH, description="sequences per optimizer step (GBS), e.g. 4096")
+    micro_batch: int | None = Field(default=None, ge=1, le=MAX_MICRO_BATCH, description="pin the micro-batch size (MBS)")
     precision: Precision = Precision.bf16
     optimizer: Optimizer = Optimizer.adam
     distributed_optimizer: bool = Field(
@@ -58,13 +65,13 @@ class Training(Strict):
         default=("core_attn",), description="modules recomputed under selective recompute (Megatron default core_attn)"
     )
     capacity_factor: PositiveFloat | None = Field(
-        default=None, description="MoE expert capacity factor; none means dropless routing"
+        default=None, le=MAX_FACTOR, description="MoE expert capacity factor; none means dropless routing"
     )
     dispatch_headroom: float = Field(
-        default=1.5, ge=1.0,
+        default=1.5, ge=1.0, le=MAX_FACTOR,
         description="dropless routing: the dispatch receive buffer is sized for this multiple of the balanced load",
     )
-    workspace_gb: float = Field(default=2.0, ge=0, description="GEMM/attention/communication workspaces (GB)")
+    workspace_gb: float = Field(default=2.0, ge=0, le=MAX_WORKSPACE_GB, description="GEMM/attention/communication workspaces (GB)")
     packed_sequences: bool = Field(default=False, description="packed THD input (needed by DSv4 CP > 1)")
     sequence_parallel: bool = Field(default=True, description="Megatron --sequence-parallel when TP > 1")
 
@@ -72,11 +79,12 @@ class Training(Strict):
 class HardwareSection(Strict):
     """Which cluster: a preset name with optional overrides, or an inline GPU and topology."""
 
-    gpus: PositiveInt = Field(le=MAX_GPUS, description="GPUs in the job (a partial-node job runs the same number "
-                                                         "of ranks on every node it uses)")
-    ranks_per_node: PositiveInt | None = Field(
-        default=None, description="ranks started per node (torchrun --nproc_per_node); default: whole nodes when gpus "
-                                  "fills them, else the largest count that divides gpus")
+    gpus: int = Field(ge=1, le=MAX_GPUS, description="GPUs in the job (a partial-node job runs the same number of "
+                                                      "ranks on every node it uses)")
+    ranks_per_node: int | None = Field(
+        default=None, ge=1, le=MAX_GPUS, description="ranks started per node (torchrun --nproc_per_node); default: "
+                                                     "whole nodes when gpus fills them, else the largest count that "
+                                                     "divides gpus")
     preset: str | None = Field(default=None, description="hardware preset name, see `parasol hardware`")
     gpu: dict | None = Field(default=None, description="GPU fields overriding the preset's")
     topology: dict | None = Field(default=None, description="topology fields overriding the preset's")
@@ -104,7 +112,7 @@ class Framework(Strict):
     options: MegatronOptions = MegatronOptions()
 
 
-Degree = PositiveInt | list[PositiveInt]
+Degree = GpuCount | Annotated[list[GpuCount], Field(max_length=MAX_CHOICES)]
 
 
 class SearchSpace(Strict):
@@ -115,11 +123,11 @@ class SearchSpace(Strict):
     cp: Degree | None = None
     ep: Degree | None = None
     etp: Degree | None = None
-    vpp: Degree | None = None
-    mbs: Degree | None = None
+    vpp: LayerCount | Annotated[list[LayerCount], Field(max_length=MAX_CHOICES)] | None = None
+    mbs: MicroBatch | Annotated[list[MicroBatch], Field(max_length=MAX_CHOICES)] | None = None
     recompute: Recompute | list[Recompute] | None = Field(
         default=None, description="recompute choices the solver may pick (default: none, selective, full)")
-    gpus: PositiveInt | list[PositiveInt] | None = Field(
+    gpus: GpuCount | Annotated[list[GpuCount], Field(max_length=MAX_CHOICES)] | None = Field(
         default=None, description="training-pool sizes the solver may choose (default: hardware.gpus); with "
         "contract.rollout.cluster_devices the rest of the cluster is the rollout pool (seed 003 §8)")
     rank_order: RankOrder | list[RankOrder] | None = Field(
@@ -142,13 +150,13 @@ class Objective(StrEnum):
 class MappingSection(Strict):
     """A hand-picked mapping, checked by `parasol explain` when no --set is given."""
 
-    tp: PositiveInt = 1
-    pp: PositiveInt = 1
-    cp: PositiveInt = 1
-    ep: PositiveInt = 1
-    etp: PositiveInt | None = None
-    vpp: PositiveInt = 1
-    mbs: PositiveInt | None = None
+    tp: GpuCount = 1
+    pp: GpuCount = 1
+    cp: GpuCount = 1
+    ep: GpuCount = 1
+    etp: GpuCount | None = None
+    vpp: LayerCount = 1
+    mbs: MicroBatch | None = None
     recompute: Recompute | None = None
     layout: list[int] | str | None = None
     rank_order: RankOrder | None = None
@@ -179,6 +187,6 @@ class ProblemFile(Strict):
     mapping: MappingSection | None = None
     objectives: tuple[Objective, ...] = (Objective.step_time, Objective.peak_memory)
     restrictions: tuple[Restriction, ...] = Field(
-        default=(), description="user-declared conditions every mapping must meet: 'pp in (4, 8)' or {expr, id, message}")
+        default=(), max_length=MAX_RESTRICTIONS, description="user-declared conditions every mapping must meet: 'pp in (4, 8)' or {expr, id, message}")
     contract: Contract = Field(default=Contract(), description="seed 003's constraint contract inputs "
                                "(problems/contract_spec.py): routing skew, α, reserve, rollout pool, publishing, goodput")

@@ -1,23 +1,29 @@
 """The `parasol` command line: models, hardware, explain (solve and sweep build on the same pieces).
 
-Exit codes: 0 feasible / success, 1 infeasible mapping, 2 bad input. Bad input never shows a
-traceback: every ParasolError becomes one paragraph on stderr.
+Exit codes: 0 feasible / success, 1 infeasible (no mapping fits), 2 bad input, 3 internal error (a bug
+in parasol), 130 interrupted. Bad input never shows a traceback: every ParasolError becomes one
+paragraph on stderr; an internal error prints one line, and its traceback only with `--debug`.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
+import traceback
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
 
 import click
 import yaml
+from click.core import ParameterSource
 from pydantic import ValidationError
 from rich.console import Console
 
+from parasol.bounds import MAX_GPUS, MAX_TIME_LIMIT_S, MIN_TIME_LIMIT_S
 from parasol.errors import ParasolError, dotted, one_paragraph, short
+from parasol.files import check_output
 from parasol.hardware.presets import load_preset, preset_names
 from parasol.problems.inputs import explain_inputs, launch_text
 from parasol.problems.model.catalog import catalog_names, load_model, model_summary
@@ -26,6 +32,10 @@ from parasol.solver.outputs.render import hardware_table, models_table, print_ex
 
 EXIT_INFEASIBLE = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERNAL = 3
+EXIT_INTERRUPTED = 130
+EXIT_CODES_HELP = ("Exit codes: 0 feasible / done, 1 infeasible (no mapping fits), 2 bad input, "
+                   "3 internal error (a bug in parasol: please report it), 130 interrupted.")
 
 
 def _console() -> Console:
@@ -53,6 +63,10 @@ def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             click.echo(f"error: {one_paragraph(str(exc))}", err=True)
         except (ValidationError, yaml.YAMLError) as exc:
             click.echo(f"error: {one_paragraph(_escaped_input_error(exc))}", err=True)
+        except OSError as exc:
+            name = f" {short(exc.filename)}" if exc.filename else ""
+            click.echo(f"error: Cannot read or write{name}: {exc.strerror or exc}. Fix: check the path and its "
+                       "permissions.", err=True)
         sys.exit(EXIT_BAD_INPUT)
     return wrapper
 
@@ -61,13 +75,46 @@ def _billions(x: float | None) -> str:
     return "-" if x is None else f"{x / 1e9:,.2f}"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def internal_error_line(exc: BaseException) -> str:
+    """The one line an uncaught exception prints: it is a bug, what it was, and how to report it."""
+    what = one_paragraph(f"{type(exc).__name__}: {exc}")
+    return (f"internal error (a bug in parasol, not in your input): {short_text(what)}. Please report it on parasol's issue "
+            "tracker with the command line, the input files and `parasol --version`; rerun with `parasol --debug …` for the traceback.")
+
+
+def short_text(text: str, limit: int = 200) -> str:
+    """Text cut to `limit` characters, so that one huge value cannot flood the terminal."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class ParasolGroup(click.Group):
+    """The command group: an uncaught exception exits with its own code (3) and one line, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted.", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except Exception as exc:  # every other exception is a bug: one line, the traceback on --debug
+            if ctx.obj and ctx.obj.get("debug"):
+                traceback.print_exc()
+            click.echo(f"error: {internal_error_line(exc)}", err=True)
+            sys.exit(EXIT_INTERNAL)
+
+
+@click.group(cls=ParasolGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
 @click.version_option(package_name="parasol")
-def main() -> None:
+@click.option("--debug", is_flag=True, help="on an internal error (exit 3) also print the Python traceback")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
     """parasol: plan the parallel mapping of an LLM training run (CP-SAT)."""
+    ctx.obj = {"debug": debug}
 
 
-@main.command()
+@main.command(epilog=EXIT_CODES_HELP)
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
 @reports_errors
 def models(as_json: bool) -> None:
@@ -83,14 +130,14 @@ def models(as_json: bool) -> None:
             **{k: _billions(r[k]) for k in ("total", "total_with_mtp", "active_with_embedding",
                                              "active_head_only", "active_no_embedding")},
             "name": r["name"],
-            "blocks": f"{r['dense_blocks']}D+{r['moe_blocks']}M" + (f"+{r['mtp_layers']}MTP" if r["mtp_layers"] else ""),
+            "blocks": _blocks_text(r),
             "experts": f"{r['experts']} top-{r['top_k']}" if r["experts"] else "-",
             "published": f"{_billions(pub['total'])} / {_billions(pub['active'])}",
         })
     _console().print(models_table(table_rows))
 
 
-@main.command()
+@main.command(epilog=EXIT_CODES_HELP)
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
 @reports_errors
 def hardware(as_json: bool) -> None:
@@ -111,7 +158,7 @@ def hardware(as_json: bool) -> None:
     _console().print(hardware_table(rows))
 
 
-@main.command()
+@main.command(epilog=EXIT_CODES_HELP)
 @click.argument("problem", type=click.Path(), required=False)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="pin a mapping field: gpus, tp, pp, cp, ep, etp, vpp, mbs, gbs, seq_len, recompute, layout")
@@ -120,7 +167,7 @@ def hardware(as_json: bool) -> None:
 @click.option("--megatron-args-file", type=click.Path(dir_okay=False), metavar="SCRIPT",
               help="a launch script (backslash continuations, NAME=value and NAME=( … ) arrays are read)")
 @click.option("--hardware", "preset", metavar="PRESET", help="without PROBLEM: the hardware preset (`parasol hardware`)")
-@click.option("--gpus", type=int, help="without PROBLEM: GPUs in the job (default: torchrun's nproc_per_node × nnodes)")
+@click.option("--gpus", type=click.IntRange(1, MAX_GPUS), help="without PROBLEM: GPUs in the job (default: torchrun's nproc_per_node × nnodes)")
 @click.option("--model", "model_name", metavar="NAME",
               help="without PROBLEM: a catalog model instead of the launch line's model flags")
 @click.option("--json", "as_json", is_flag=True, help="print the account as JSON (the BRIEF's contract)")
@@ -150,7 +197,17 @@ def explain(problem: str | None, sets: tuple[str, ...], megatron_args: str | Non
     sys.exit(0 if result.feasible else EXIT_INFEASIBLE)
 
 
-@main.command()
+def _blocks_text(summary: dict) -> str:
+    """Blocks of a catalog model: dense D + MoE M (+ MTP), or a hybrid pattern's layers per symbol."""
+    pattern = summary.get("layer_pattern")
+    if pattern:
+        text = "+".join(f"{pattern.count(s)}{s}" for s in "MG*-E" if s in pattern)
+    else:
+        text = f"{summary['dense_blocks']}D+{summary['moe_blocks']}M"
+    return text + (f"+{summary['mtp_layers']}MTP" if summary["mtp_layers"] else "")
+
+
+@main.command(epilog=EXIT_CODES_HELP)
 @click.argument("runs", type=click.Path(dir_okay=False))
 @click.option("--gpu-type", "gpu_type", metavar="T",
               help="fit only this GPU type: a gpu_type of the runs (e.g. GB200-NVL72) or a file stem (gb200)")
@@ -169,7 +226,9 @@ def calibrate(runs: str, gpu_type: str | None, out: str) -> None:
     from parasol.solver.calibrate import ASSUMPTIONS, calibrate_runs, write_calibration
     from parasol.solver.outputs.render import calibration_tables
 
-    report = calibrate_runs(read_runs(runs), gpu_type)
+    measured = read_runs(runs)
+    check_output(out, "--out")
+    report = calibrate_runs(measured, gpu_type)
     written = write_calibration(report, Path(out))
     console = _console()
     console.print(calibration_tables(report))
@@ -177,6 +236,22 @@ def calibrate(runs: str, gpu_type: str | None, out: str) -> None:
         console.print(f"assumption: {note}", markup=False)
     for path in written:
         console.print(f"wrote {path}", markup=False)
+
+
+def _time_limit(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    """--time-limit: finite seconds from MIN_TIME_LIMIT_S to MAX_TIME_LIMIT_S (click's FloatRange lets NaN through)."""
+    if not math.isfinite(value) or not MIN_TIME_LIMIT_S <= value <= MAX_TIME_LIMIT_S:
+        raise click.BadParameter(f"{value} is not a number of seconds from {MIN_TIME_LIMIT_S} to {MAX_TIME_LIMIT_S:,.0f}.",
+                                 ctx=ctx, param=param)
+    return value
+
+
+def _check_pick(count: int, pick: int, picked: bool) -> None:
+    """--pick N must name one of the `count` (at least one) listed mappings."""
+    if pick > count:
+        given = f"--pick {pick}" if picked else f"mapping {pick}"
+        raise ParasolError(f"{given} but the answer has {count} mapping(s). Fix: pick one of those listed "
+                           f"(--pick 1 to {count}).")
 
 
 def _report_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
@@ -193,11 +268,11 @@ def _report_path(ctx: click.Context, param: click.Parameter, value: str | None) 
     return value
 
 
-@main.command()
+@main.command(epilog=EXIT_CODES_HELP)
 @click.argument("problem", type=click.Path())
 @click.option("--top", default=10, show_default=True, type=click.IntRange(1, 1000),
               help="mappings to return: whole Pareto fronts until at least this many")
-@click.option("--time-limit", "time_limit", default=60.0, show_default=True, type=click.FloatRange(0.1, 86400),
+@click.option("--time-limit", "time_limit", default=60.0, show_default=True, type=float, callback=_time_limit,
               help="seconds for the search; a cut-off search returns the best found, marked feasible")
 @click.option("--out", "out", type=click.Path(file_okay=False), help="write the solution file into this folder")
 @click.option("--rank-map", "rank_map", type=click.Path(dir_okay=False),
@@ -223,14 +298,22 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
     from parasol.solver.search.solve import why_not_optimal
 
     prob = load_problem(problem)
+    for path, field in ((rank_map, "--rank-map"), (report, "--report")):
+        if path:
+            check_output(path, field)
+    if rank_map:
+        check_output(Path(rank_map).with_suffix(".hosts.txt"), "--rank-map")
+    if out and Path(out).exists() and not Path(out).is_dir():
+        raise ParasolError(f"--out {out!r} is a file, not a folder. Fix: give a folder path.")
     result = solve_pools(prob, top=top, time_limit_s=time_limit)
+    picked = click.get_current_context().get_parameter_source("pick") is ParameterSource.COMMANDLINE
     if out:
         path = write_solution(result, prob, Path(out))
         click.echo(f"solution written to {path}", err=True)
-    if rank_map:
-        if pick > len(result.mappings):
-            raise ParasolError(f"--pick {pick} but the answer has {len(result.mappings)} mapping(s); "
-                               "Fix: pick one of those listed.")
+    if rank_map and not result.mappings:
+        click.echo("no mapping: the rank map is not written.", err=True)
+    elif rank_map:
+        _check_pick(len(result.mappings), pick, picked)
         path = write_rank_map(result.mappings[pick - 1].explanation.mapping, prob, Path(rank_map))
         click.echo(f"rank map written to {path}", err=True)
         hosts = write_host_order(result.mappings[pick - 1].explanation.mapping, prob, Path(rank_map).with_suffix(".hosts.txt"))
@@ -241,10 +324,7 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
         written = write_solve_report(prob, result.as_dict(), Path(report), pick)
         click.echo(f"report written to {written[0]}", err=True)
     if emit:
-        from click.core import ParameterSource
-
-        picked = pick if click.get_current_context().get_parameter_source("pick") is ParameterSource.COMMANDLINE else None
-        _emit_megatron(prob, result, picked, out, as_json)
+        _emit_megatron(prob, result, pick if picked else None, out, as_json)
         sys.exit(0 if result.mappings else EXIT_INFEASIBLE)
     why = why_not_optimal(result, prob, time_limit)
     if as_json:
@@ -266,8 +346,8 @@ def _emit_megatron(prob: Any, result: Any, picked: int | None, out: str | None, 
     from parasol.solver.outputs.writers import write_launch_files
 
     count = len(result.mappings)
-    if picked is not None and picked > count:
-        raise ParasolError(f"--pick {picked} but the answer has {count} mapping(s); Fix: pick one of those listed.")
+    if picked is not None and count:
+        _check_pick(count, picked, True)
     name = prob.spec.name or Path(prob.source).stem
     emitted = []
     for k in range(1, count + 1) if picked is None else (picked,):
@@ -285,7 +365,7 @@ def _emit_megatron(prob: Any, result: Any, picked: int | None, out: str | None, 
         click.echo("\n".join(e["script"] for e in emitted), nl=False)
 
 
-@main.command()
+@main.command(epilog=EXIT_CODES_HELP)
 @click.argument("problem", type=click.Path())
 @click.option("--gpus", "sizes", required=True, metavar="SIZES",
               help="cluster sizes: 256,512,1024, a range 1024..65536x2 (×2 steps) or 1024..4096+1024, mixed with commas")
@@ -300,7 +380,7 @@ def _emit_megatron(prob: Any, result: Any, picked: int | None, out: str | None, 
 @click.option("--ray-address", "ray_address", metavar="ADDRESS", help="a running Ray cluster, e.g. ray://head:10001")
 @click.option("--top", default=1, show_default=True, type=click.IntRange(1, 1000),
               help="mappings per size: whole Pareto fronts until at least this many (1: the first front)")
-@click.option("--time-limit", "time_limit", default=60.0, show_default=True, type=click.FloatRange(0.1, 86400),
+@click.option("--time-limit", "time_limit", default=60.0, show_default=True, type=float, callback=_time_limit,
               help="seconds of search per size; a cut-off size returns what it found (feasible) or timeout")
 @click.option("--plot", "plot", type=click.Path(dir_okay=False), metavar="FILE.png",
               help="draw step time, tokens/s/GPU and scaling efficiency against the GPU count")
@@ -321,6 +401,9 @@ def sweep(problem: str, sizes: str, weak: bool, backend: str, workers: int | Non
     from parasol.solver.sweep.tables import print_sweep, progress_bar
 
     gpus = parse_sizes(sizes)
+    for path, field in ((plot, "--plot"), (report, "--report")):
+        if path:
+            check_output(path, field, inputs=(problem,))
     with progress_bar(len(gpus), sys.stderr.isatty()) as tick:
         result = run_sweep(problem, gpus, weak=weak, backend=backend, workers=workers, top=top,
                            time_limit_s=time_limit, ray_address=ray_address, progress=tick)
@@ -341,8 +424,10 @@ def sweep(problem: str, sizes: str, weak: bool, backend: str, workers: int | Non
 
 
 def solve_main() -> None:
-    """The design card's `solve problem.yaml`: a short alias of `parasol solve`."""
-    main(["solve", *sys.argv[1:]])
+    """The design card's `solve problem.yaml`: a short alias of `parasol solve` (`--debug` goes to the group)."""
+    args = sys.argv[1:]
+    debug = ["--debug"] if "--debug" in args else []
+    main([*debug, "solve", *(a for a in args if a != "--debug")])
 
 
 if __name__ == "__main__":

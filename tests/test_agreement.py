@@ -2,11 +2,11 @@
 
 Source: the BRIEF (a constraint evaluates a mapping in plain Python and posts itself into CP-SAT
 behind one literal; "(a) and (b) must agree on every mapping: a property test holds them together");
-rule ids and conditions from ../shared/reference/megatron-rules.yaml.
+rule ids and conditions from reference/megatron-rules.yaml.
 
 For each seeded random, fully specified mapping (degrees drawn from small sets that include invalid
 values, explicit layouts valid and broken, Megatron flags and training switches redrawn from their
-types, so that flag rules meet both verdicts) on four problems, the
+types, so that flag rules meet both verdicts) on five problems, the
 CP-SAT model pins every degree (single-value domains) and holds every active rule behind its
 literal (iterating constraints.registry.active_constraints, so rules added later are covered). The
 rules whose Python slack is >= 0 must be satisfiable together (which implies each one alone), and
@@ -54,6 +54,23 @@ hardware: {preset: h100-hgx, gpus: 128}
 framework: {rule_packs: [megatron-core]}
 """
 
+HYBRID = """
+name: hybrid-mamba-inline
+model:
+  name: hybrid-inline
+  hidden_size: 1024
+  vocab_size: 32000
+  num_layers: 12
+  layer_pattern: "MEM*EM-ME*EM"
+  attention: {kind: gqa, num_heads: 16, num_kv_heads: 4, head_dim: 64, sliding_window: 512}
+  mamba: {num_heads: 32, head_dim: 64, state_size: 64, num_groups: 4}
+  dense_mlp: {intermediate_size: 4096, activation: squared_relu}
+  moe: {num_experts: 16, top_k: 2, expert_intermediate_size: 512, activation: squared_relu, latent_size: 256}
+training: {seq_len: 4096, global_batch: 256, precision: bf16, optimizer: adam, recompute: none}
+hardware: {preset: h100-hgx, gpus: 64}
+framework: {rule_packs: [megatron-core]}
+"""
+
 
 FLIP = 0.12
 SMALL_INTS = (1, 2, 3, 4, 8)
@@ -62,12 +79,14 @@ MODULE_NAMES = ("core_attn", "attn_proj", "qkv_linear", "expert_fc1", "moe_act",
 KEPT_TRAINING = ("seq_len", "global_batch", "micro_batch", "recompute", "workspace_gb", "dispatch_headroom")
 
 def _problems() -> dict[str, Problem]:
-    """The two bundled DeepSeek-V4-Pro problems, a dense Llama and a small MoE written inline."""
+    """The two bundled DeepSeek-V4-Pro problems, a dense Llama, a small MoE and a small hybrid Mamba model
+    (local attention, LatentMoE) written inline."""
     return {
         "v4-1024": load_problem(PROBLEMS / "deepseek-v4-pro-1024.yaml"),
         "v4-8192": load_problem(PROBLEMS / "deepseek-v4-pro-8192.yaml"),
         "llama-dense": load_problem_text(LLAMA, source="llama-inline.yaml"),
         "small-moe": load_problem_text(SMALL_MOE, source="small-moe-inline.yaml"),
+        "hybrid-mamba": load_problem_text(HYBRID, source="hybrid-inline.yaml"),
     }
 
 
@@ -199,10 +218,10 @@ def problems() -> dict[str, Problem]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["v4-1024", "v4-8192", "llama-dense", "small-moe"])
+@pytest.mark.parametrize("name", ["v4-1024", "v4-8192", "llama-dense", "small-moe", "hybrid-mamba"])
 def test_every_rule_agrees_on_random_mappings(problems: dict[str, Problem], name: str) -> None:
     """BRIEF: Python and CP-SAT verdicts agree for every active rule on 500 seeded random mappings per
-    problem (2,000 in all), invalid degrees, broken layouts and redrawn flags included."""
+    problem (2,500 in all), invalid degrees, broken layouts and redrawn flags included."""
     problem = problems[name]
     rng = random.Random(f"agreement-{name}")
     failures = []

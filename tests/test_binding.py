@@ -4,7 +4,7 @@ a conditional rule whose condition does not concern the mapping reports slack 0 
 (`in_force`).
 
 Sources: the BRIEF ("each mapping carries its per-constraint slack with the binding constraints marked");
-../shared/reference/megatron-rules.yaml for the rule ids and conditions; seed 000 §PP 和 microbatch
+reference/megatron-rules.yaml for the rule ids and conditions; seed 000 §PP 和 microbatch
 (m = GBS/(MBS·D_a), the interleaved schedule needs PP <= m); seed 000's configuration A and seed 003's 5T
 problem for the two bundled mappings.
 """

@@ -2,7 +2,7 @@
 measured runs are read, resolved or excluded with a reason, and the catalog entries added for the
 measured models reproduce their published parameter counts.
 
-Sources: ../shared/reference/measured-configs.yaml (the run format and its entries), hardware/calibration.py
+Sources: reference/measured-configs.yaml (the run format and its entries), hardware/calibration.py
 (coefficient names, units, defaults, sources), and each model's card or report as cited in its catalog file.
 """
 
@@ -31,15 +31,17 @@ from parasol.problems.model.catalog import load_model, published_active, publish
 from parasol.problems.model.params import model_params
 from parasol.solver.calibrate import (
     FIT_NAMES,
+    SCAN_NAMES,
     Exclusion,
     PreparedRun,
     fit,
     predict,
     prepare_run,
+    uses_scan,
 )
 from parasol.solver.cli import main
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+REFERENCE = Path(__file__).resolve().parents[1] / "reference"
 
 
 def _run(i: int, **fields: object) -> MeasuredRun:
@@ -100,11 +102,12 @@ def _reference_entries() -> list[dict]:
 
 
 def _tiny_runs_file(tmp_path: Path) -> Path:
-    """Six GB200 entries of measured-configs.yaml (Llama 3 8B and 70B, Qwen3-30B) plus one hybrid
-    Mamba model the step model excludes."""
+    """GB200 entries of measured-configs.yaml (Llama 3 8B and 70B, Qwen3-30B, the hybrid Mamba Nemotron 3
+    Nano) plus Nemotron 3.5 Lightning, whose architecture is not public and which is excluded."""
     entries = _reference_entries()
     wanted = ["mbridge-25.11-pretrain-llama3_8b-gb200", "mbridge-26.04.01-pretrain-llama3_70b-gb200",
-              "mbridge-26.02-pretrain-qwen3_30b_a3b-gb200", "mbridge-26.06-pretrain-nemotron_3_nano-gb200"]
+              "mbridge-26.02-pretrain-qwen3_30b_a3b-gb200", "mbridge-26.06-pretrain-nemotron_3_nano-gb200",
+              "mbridge-26.08-pretrain-nemotron_3_5_lightning-gb200"]
     chosen = [e for e in entries if any(e["id"].startswith(w) for w in wanted)]
     path = tmp_path / "runs.yaml"
     path.write_text(yaml.safe_dump({"entries": chosen}))
@@ -117,13 +120,15 @@ def test_calibrate_cli_round_trip(tmp_path: Path) -> None:
     runs = _tiny_runs_file(tmp_path)
     result = CliRunner().invoke(main, ["calibrate", str(runs), "--out", str(tmp_path / "cal")])
     assert result.exit_code == 0, result.output
-    assert "median APE" in result.output and "Mamba" in result.output
+    assert "median APE" in result.output and "Lightning" in result.output
     written = read_coefficient_file(tmp_path / "cal" / "gb200.yaml")
     assert written.gpu_type == "GB200-NVL72" and written.fit_error["runs"] >= 5
     by_name = {c.name: c for c in written.coefficients}
     assert set(by_name) == {s.name for s in SPECS}
     for name in FIT_NAMES:
-        assert by_name[name].source == "fitted" and "llama-3-8b" in by_name[name].fitted_on
+        stage_model = "nemotron-3-nano-30b-a3b" if name in SCAN_NAMES else "llama-3-8b"
+        assert by_name[name].source == "fitted" and stage_model in by_name[name].fitted_on
+    assert "nemotron" not in by_name["gemm_efficiency"].fitted_on
     assert all(c.unit and c.source for c in written.coefficients)
     single = CliRunner().invoke(main, ["calibrate", str(runs), "--gpu-type", "gb200", "--out",
                                        str(tmp_path / "one.yaml")])
@@ -160,12 +165,12 @@ def test_every_reference_run_is_read() -> None:
 
 
 @pytest.mark.parametrize(("fields", "reason"), [
-    (dict(model="Nemotron_3_Nano", gpus=8, ep=8, mbs=2, seq_len=8192, gbs=512), "Mamba"),
+    (dict(model="Nemotron_3_5_Lightning", gpus=8, ep=8, mbs=2, seq_len=8192, gbs=512), "no public architecture"),
     (dict(model="Falcon-180B", gpus=8, mbs=1, seq_len=2048, gbs=8), "no catalog entry"),
     (dict(model="LLAMA3_8B", gpus=8, tp=3, mbs=1, seq_len=8192, gbs=8), "do not divide"),
 ])
 def test_unmodelled_runs_are_excluded_with_a_reason(fields: dict, reason: str) -> None:
-    """Hybrid Mamba models, unknown models and inconsistent rows are left out, saying why."""
+    """A model without a public architecture, unknown models and inconsistent rows are left out, saying why."""
     result = prepare_run(_run(0, **fields))
     assert isinstance(result, Exclusion) and reason in result.reason
 
@@ -210,3 +215,17 @@ def test_added_moe_models_match_published_active(name: str, tolerance: float) ->
     model = load_model(name)
     active = published_active(model_params(model), model.published.active_convention)
     assert active / model.published.active == pytest.approx(1.0, abs=tolerance)
+
+
+def test_hybrid_runs_fit_only_the_scan_efficiency(tmp_path: Path) -> None:
+    """The two-stage fit: adding Nemotron 3 Nano's GB200 runs leaves the shared coefficients as the
+    transformer runs alone fit them and moves only scan_efficiency, to a value far below flash attention's."""
+    kept = [r for r in (prepare_run(run) for run in read_runs(_tiny_runs_file(tmp_path)))
+            if isinstance(r, PreparedRun)]
+    plain = [r for r in kept if not uses_scan(r)]
+    assert 0 < len(plain) < len(kept)
+    both, alone = fit(kept, "gb200").coefficients, fit(plain, "gb200").coefficients
+    for name in FIT_NAMES:
+        if name not in SCAN_NAMES:
+            assert getattr(both, name) == pytest.approx(getattr(alone, name))
+    assert both.scan_efficiency != alone.scan_efficiency and both.scan_efficiency < both.attention_efficiency

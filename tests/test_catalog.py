@@ -12,7 +12,7 @@ from parasol.errors import CatalogError, InputError
 from parasol.problems.model.architecture import ModelArchitecture
 from parasol.problems.model.catalog import catalog_names, load_model, model_summary
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+REFERENCE = Path(__file__).resolve().parents[1] / "reference"
 EXPECTED = {
     "deepseek-v4-pro", "deepseek-v4-flash", "deepseek-v3", "deepseek-v3.1", "deepseek-v2", "qwen3-235b-a22b", "qwen3-30b-a3b",
     "mixtral-8x7b", "mixtral-8x22b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "gpt-3-175b",
@@ -20,6 +20,9 @@ EXPECTED = {
     # added for the measured runs of reference/measured-configs.yaml (step-time calibration, issue 4)
     "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3-8b", "llama-3-70b", "kimi-k2", "gpt-oss-120b",
     "nemotron-4-15b", "nemotron-3-8b", "nemotron-3-22b", "gpt-3-5b", "gpt-3-20b",
+    # model shapes of issue 16: hybrid Mamba (the Nemotron 3 ones serve measured-configs.yaml) and sliding window
+    "nemotron-h-8b", "nemotron-3-nano-30b-a3b", "nemotron-3-super-120b-a12b", "nemotron-3-ultra-550b-a55b",
+    "mistral-7b",
 }
 
 
@@ -42,10 +45,12 @@ def test_entry_validates_and_is_named_after_its_file(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_entry_cites_its_source(name: str) -> None:
     """Each YAML file opens with comments citing model-specs.yaml or the seed it comes from (entries added
-    for measured-configs.yaml cite their primary sources and the measured runs they serve)."""
+    for measured-configs.yaml cite their primary sources and the measured runs they serve, the model-shape
+    entries of issue 16 their paper or Megatron-LM launch file)."""
     text = files("parasol.problems.catalog").joinpath(f"{name}.yaml").read_text(encoding="utf-8")
     assert text.startswith("#")
-    assert "model-specs.yaml" in text or "seed 003" in text or "measured-configs.yaml" in text
+    assert any(cite in text for cite in ("model-specs.yaml", "seed 003", "measured-configs.yaml", "arXiv",
+                                         "Megatron-LM main@"))
 
 
 def test_catalog_covers_reference_shapes() -> None:

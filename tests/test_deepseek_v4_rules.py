@@ -1,7 +1,7 @@
 """DeepSeek-V4 rule pack and the seed-claims pack on problems/deepseek-v4-pro-8192.yaml.
 
 Sources: seed 000 §先确定模型与实现 (the V4 path's restrictions), §CP (C: 8192/4 = 2,048 local rows
-against D_window 128); ../shared/reference/megatron-rules.yaml ids dsv4-*, hybrid-pattern-*,
+against D_window 128); reference/megatron-rules.yaml ids dsv4-*, hybrid-pattern-*,
 contiguous-cp-mtp-tp-sp, packing-scheduler-moe-dispatcher; megatron-groups.md §3 (seed claims that
 Megatron dev@d48bd6be does not enforce). Every case also checks that CP-SAT agrees with Python.
 """

@@ -3,7 +3,7 @@ order that makes the placement real, and the round trip through `explain --megat
 
 Flags and grammar: Megatron-LM main@d98e8a64 megatron/training/arguments.py (3095-3120, 3652-3659, 925-999),
 pipeline_parallel_layer_layout.py:94-145,282-321, transformer_config.py:532-560,2294-2368, and dev@d48bd6be
-hybrid_layer_allocation.py:14-29 for DeepSeek-V4's C/H/W symbols; ../shared/reference/megatron-rules.yaml ids
+hybrid_layer_allocation.py:14-29 for DeepSeek-V4's C/H/W symbols; reference/megatron-rules.yaml ids
 layout-*, uneven-*, hybrid-pattern-*; rank order megatron-groups.md §1.2-1.5."""
 
 from __future__ import annotations

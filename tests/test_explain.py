@@ -3,7 +3,7 @@ and nearest repairs that the Python evaluator confirms.
 
 Sources: seed 000 §PP 和 microbatch (B = 8,192 GPUs TP1 PP8 CP1 EP64, m = 4; the interleaved VPP
 schedule needs PP <= microbatch group <= m, so B with VPP is rejected: 8 > 4);
-../shared/reference/megatron-cases.yaml C02 (B with VPP2: vpp-microbatch-group-range), C03 (group
+reference/megatron-cases.yaml C02 (B with VPP2: vpp-microbatch-group-range), C03 (group
 size 4 < PP 8) and C05 (10 % 4 = 2: vpp-final-group-remainder); megatron-rules.yaml for the ids.
 """
 

@@ -138,7 +138,7 @@ def test_wrong_type_names_line_field_and_value() -> None:
     """A text where a number belongs: line of the key, dotted field, the value and the expected type."""
     err = error_of(f"model: deepseek-v3\n{RUN}".replace("seq_len: 4096", "seq_len: 4k"))
     assert (err.file, err.line, err.field, err.value) == ("p.yaml", 3, "training.seq_len", "4k")
-    assert err.expected is not None and err.expected.startswith("a whole number > 0")
+    assert err.expected is not None and err.expected.startswith("a whole number >= 1 and <= 16,777,216")
     assert str(err).startswith("p.yaml:3: Wrong type for `training.seq_len`: got text.")
 
 

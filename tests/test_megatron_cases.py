@@ -1,4 +1,4 @@
-"""The configurations of ../shared/reference/megatron-cases.yaml judged by parasol: the verdict Megatron
+"""The configurations of reference/megatron-cases.yaml judged by parasol: the verdict Megatron
 gives each one, the rule that rejects it, and the derived dp / edp / microbatches.
 
 Megatron does not judge memory, so the memory rule is left out of these verdicts. C02, C03 and C05 are
@@ -18,7 +18,7 @@ from parasol.constraints.rules.registry import active_constraints
 from parasol.problems.loader import Problem, load_problem_text
 from parasol.problems.mapping import Mapping
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
+REFERENCE = Path(__file__).resolve().parents[1] / "reference"
 CASES = {case["id"]: case for case in yaml.safe_load((REFERENCE / "megatron-cases.yaml").read_text())}
 HEAD_DIM = 128
 # Case keys that are Megatron flags parasol carries in framework.options.

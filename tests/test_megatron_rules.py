@@ -1,6 +1,6 @@
 """The Megatron-Core rule pack, rule by rule: a trivially feasible mapping, a forced violation and the
 boundary (the CP-SAT primer's three tests), each judged in Python and by CP-SAT with every degree fixed
-to the mapping's value; the two must agree. Every id of ../shared/reference/megatron-rules.yaml is
+to the mapping's value; the two must agree. Every id of reference/megatron-rules.yaml is
 either a rule or listed in constraints/rules/coverage.py, and the schema-enforced ids are rejected at load.
 
 Each row cites its rule by id (megatron-rules.yaml); the numbers are chosen to sit on either side of
@@ -34,7 +34,7 @@ from parasol.problems.model.architecture import MoE
 from parasol.problems.options import MegatronOptions
 from parasol.problems.schema import Training
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
+REFERENCE = Path(__file__).resolve().parents[1] / "reference"
 RULE_IDS = [r["id"] for r in yaml.safe_load((REFERENCE / "megatron-rules.yaml").read_text())]
 HOLDS, BROKEN, WARNS, QUIET = "holds", "broken", "warns", "quiet"
 

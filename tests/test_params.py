@@ -18,7 +18,7 @@ from parasol.problems.model.params_dsv4 import (
     mhc_head_params,
 )
 
-REFERENCE = Path(__file__).resolve().parents[1].parent / "shared" / "reference"
+REFERENCE = Path(__file__).resolve().parents[1] / "reference"
 SPECS = {m["id"]: m for m in yaml.safe_load((REFERENCE / "model-specs.yaml").read_text())["models"]}
 CATALOGUED = [
     "deepseek-v4-pro", "deepseek-v4-flash", "deepseek-v3", "deepseek-v2", "qwen3-235b-a22b", "qwen3-30b-a3b",

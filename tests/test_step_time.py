@@ -2,7 +2,7 @@
 
 Sources: seed 000 (§PP 和 microbatch: the 1F1B bubble; §CP 降低气泡之后: C halves B's bubble but adds
 CP exchange and cuts each expert GEMM to a quarter of the tokens; §公开实验: MFU counts active experts
-only), ../shared/reference/measured-configs.yaml (Megatron-Bridge's own FLOPs per token), and the
+only), reference/measured-configs.yaml (Megatron-Bridge's own FLOPs per token), and the
 formulas cited in constraints/physics/comm.py and constraints/physics/step_time.py.
 """
 

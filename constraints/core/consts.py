@@ -22,6 +22,15 @@ def _attention_consts(attention) -> dict[str, int]:  # noqa: ANN001 - Attention
     return {"num_heads": heads, "num_query_groups": groups, "attn_proj_width": heads * attention.head_dim}
 
 
+def _mixer_consts(model) -> dict[str, int]:  # noqa: ANN001 - ModelArchitecture
+    """Heads (and Mamba groups) of the Mamba-2 and gated DeltaNet mixers the model's blocks use (0: none)."""
+    mixers = {b.mixer.value for b in model.blocks}
+    mamba = model.mamba if "mamba" in mixers else None
+    gdn = model.linear_attention if "gdn" in mixers else None
+    return {"mamba_heads": mamba.num_heads if mamba else 0, "mamba_groups": mamba.num_groups if mamba else 0,
+            "gdn_key_heads": gdn.num_key_heads if gdn else 0, "gdn_value_heads": gdn.num_value_heads if gdn else 0}
+
+
 def model_consts(problem: Problem) -> dict[str, int]:
     """The problem's numbers and flags the rules read (model_consts computed once per Problem: Python rules
     read them on every slack call)."""
@@ -47,6 +56,8 @@ def _compute_model_consts(problem: Problem) -> dict[str, int]:
         "is_moe": int(moe is not None),
         "multi_latent_attention": int(isinstance(model.attention, MLAAttention | DSV4Attention)),
         "hybrid_model": int(isinstance(model.attention, DSV4Attention)),
+        "hybrid_layers": int(model.layer_pattern is not None),
+        **_mixer_consts(model),
         "sequence_parallel": int(training.sequence_parallel),
         "sequence_parallel_requested": int(sequence_parallel_requested(training)),
         "packed_sequences": int(training.packed_sequences),

@@ -5,6 +5,15 @@ element; FP32 router logits and loss softmax, 4 bytes). Tensors of the sequence-
 (width h) are split by TP when sequence parallelism is on; projections by TP; routed-expert rows
 arrive through the EP dispatch (k per token, ETP-gathered) with width f/ETP. The seed warns that
 the real peak must be measured under the real schedule (seed 000 §显存): this is the model of it.
+
+Hybrid mixers keep, per token: a Mamba-2 layer its norm and in_proj inputs, the in_proj output
+(z, x, B, C, dt), which the fused conv+scan saves (mamba_ssm ssd_combined.py
+MambaSplitConv1dScanCombinedFn, checkpoint_lvl 1: the conv output and the SSD chunk states are recomputed
+in the backward), and the gated norm's input and output (mamba_mixer.py:707-733: the norm and out_proj
+run outside the fused function); a gated DeltaNet its norm and in_proj inputs, the in_proj output, the
+conv output (the delta rule's q, k, v), the rule's output and the gated norm's output (chunk states are
+recomputed in the backward, flash-linear-attention chunk_gated_delta_rule). All split by TP (heads).
+A parallel attention+MLP block saves its one normed input once.
 """
 
 from __future__ import annotations
@@ -17,7 +26,10 @@ from parasol.problems.model.architecture import (
     Block,
     BlockKind,
     DSV4Attention,
+    GatedDeltaNet,
     GQAAttention,
+    MambaMixer,
+    Mixer,
     MLAAttention,
     ModelArchitecture,
 )
@@ -52,7 +64,8 @@ def _attention_bytes(model: ModelArchitecture, block: Block, ctx: ActivationCont
     proj_in = 0.0 if ctx.drops("layernorm") else BF16_BYTES * hs
     if isinstance(att, GQAAttention):
         kv_heads = max(att.num_kv_heads / ctx.tp, 1)
-        qkv = BF16_BYTES * (att.num_heads / ctx.tp + 2 * kv_heads) * att.head_dim
+        gate = att.num_heads / ctx.tp if att.output_gate else 0.0
+        qkv = BF16_BYTES * (att.num_heads / ctx.tp + 2 * kv_heads + gate) * att.head_dim
         out = BF16_BYTES * att.num_heads * att.head_dim / ctx.tp + FP32_BYTES * att.num_heads / ctx.tp
         return norm_in + proj_in + qkv + out
     if isinstance(att, MLAAttention):
@@ -70,6 +83,37 @@ def _attention_bytes(model: ModelArchitecture, block: Block, ctx: ActivationCont
     indexer = (BF16_BYTES * att.index_n_heads * att.index_head_dim + FP32_BYTES * att.index_topk) if ratio == 4 else 0.0
     out = BF16_BYTES * heads * att.head_dim + FP32_BYTES * heads
     return norm_in + proj_in + lora + q + kv + indexer + out
+
+
+def _mamba_bytes(model: ModelArchitecture, mamba: MambaMixer, ctx: ActivationContext) -> float:
+    """One Mamba-2 layer per token: norm and in_proj inputs, the in_proj output, the gated norm's input
+    and output (BF16, /TP)."""
+    hs = model.hidden_size / ctx.sp_split
+    keep_in = BF16_BYTES * hs * model.hc_mult + (0.0 if ctx.drops("layernorm") else BF16_BYTES * hs)
+    in_proj = 2 * mamba.d_inner + 2 * mamba.num_groups * mamba.state_size + mamba.num_heads
+    return keep_in + BF16_BYTES * (in_proj + 2 * mamba.d_inner) / ctx.tp
+
+
+def _gdn_bytes(model: ModelArchitecture, gdn: GatedDeltaNet, ctx: ActivationContext) -> float:
+    """One gated DeltaNet per token: norm and in_proj inputs, the in_proj output, the conv output, the
+    rule's output and the gated norm's output (BF16, /TP)."""
+    hs = model.hidden_size / ctx.sp_split
+    keep_in = BF16_BYTES * hs * model.hc_mult + (0.0 if ctx.drops("layernorm") else BF16_BYTES * hs)
+    in_proj = 2 * gdn.key_width + 2 * gdn.value_width + 2 * gdn.num_value_heads
+    return keep_in + BF16_BYTES * (in_proj + gdn.conv_channels + 2 * gdn.value_width) / ctx.tp
+
+
+def _mixer_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -> float:
+    """Saved tensors of one block's token mixer, by kind."""
+    if block.mixer is Mixer.none:
+        return 0.0
+    if block.mixer is Mixer.mamba:
+        assert model.mamba is not None
+        return _mamba_bytes(model, model.mamba, ctx)
+    if block.mixer is Mixer.gdn:
+        assert model.linear_attention is not None
+        return _gdn_bytes(model, model.linear_attention, ctx)
+    return _attention_bytes(model, block, ctx)
 
 
 def _mlp_bytes(model: ModelArchitecture, ctx: ActivationContext) -> float:
@@ -99,7 +143,10 @@ def _moe_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -
     f = moe.expert_intermediate_size / ctx.etp
     fc1 = BF16_BYTES * f * (2 if moe.activation.gated else 1)
     act = 0.0 if ctx.drops("moe_act") else BF16_BYTES * f
-    routed = rows * (BF16_BYTES * h + fc1 + act + BF16_BYTES * h)
+    width = moe.expert_width(h)
+    routed = rows * (BF16_BYTES * width + fc1 + act + BF16_BYTES * width)
+    if moe.latent_size:
+        routed += BF16_BYTES * moe.latent_size
     shared = 0.0
     if moe.shared_width and not ctx.drops("shared_experts"):
         fs = moe.shared_width / ctx.tp
@@ -109,8 +156,16 @@ def _moe_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -
 
 def block_bytes_per_token(model: ModelArchitecture, block: Block, ctx: ActivationContext) -> float:
     """All activations one block keeps per token of the rank's microbatch (before full recompute)."""
-    mlp = _mlp_bytes(model, ctx) if block.mlp is BlockKind.dense else _moe_bytes(model, block, ctx)
-    return _attention_bytes(model, block, ctx) + mlp
+    if block.mlp is BlockKind.none:
+        mlp = 0.0
+    elif block.mlp is BlockKind.dense:
+        mlp = _mlp_bytes(model, ctx)
+    else:
+        mlp = _moe_bytes(model, block, ctx)
+    shared_input = 0.0
+    if model.parallel_attention_mlp and block.sublayers == 2:
+        shared_input = BF16_BYTES * model.hidden_size * model.hc_mult / ctx.sp_split
+    return _mixer_bytes(model, block, ctx) + mlp - shared_input
 
 
 def block_input_bytes_per_token(model: ModelArchitecture, ctx: ActivationContext) -> float:

@@ -27,6 +27,7 @@ from parasol.problems.model.architecture import (
     BlockKind,
     DSV4Attention,
     GQAAttention,
+    Mixer,
     MLAAttention,
     ModelArchitecture,
 )
@@ -60,6 +61,16 @@ def _placed_links(topology, gpus: int, tp: int, cp: int, pp: int, ep: int, etp: 
     return Links(*(group_link(topology, grid, kind) for kind in ("tp", "cp", "ep", "pp", "dp_cp", "dp_expert")))
 
 
+def tp_regions(model: ModelArchitecture, block: Block) -> int:
+    """TP regions of a block: its mixer, and its dense MLP or shared experts; a parallel attention+MLP
+    block sums both outputs before one reduction (one region)."""
+    mlp = block.mlp is BlockKind.dense or (block.mlp is BlockKind.moe and bool(model.moe and model.moe.shared_width))
+    regions = int(block.mixer is not Mixer.none) + int(mlp)
+    if model.parallel_attention_mlp and regions == 2:
+        return 1
+    return regions
+
+
 def tp_comm(model: ModelArchitecture, block: Block | None, tokens: float, tp_link: GroupLink, sp: bool) -> CommTerm:
     """TP collectives of one block's forward (or, for block None, the output head's input gather).
 
@@ -71,7 +82,7 @@ def tp_comm(model: ModelArchitecture, block: Block | None, tokens: float, tp_lin
     nbytes = tokens * model.hidden_size * BF16_BYTES
     if block is None:
         return all_gather(nbytes, tp_link) if sp else NO_COMM
-    regions = 2 if block.mlp is BlockKind.dense or (model.moe and model.moe.shared_width) else 1
+    regions = tp_regions(model, block)
     if sp:
         return (all_gather(nbytes, tp_link) + reduce_scatter(nbytes, tp_link)).scaled(regions)
     return ring_all_reduce(nbytes, tp_link).scaled(regions)
@@ -103,10 +114,21 @@ def cp_comm(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_l
     return halo + all_gather(cp * tokens / ratio * width * BF16_BYTES, cp_link)
 
 
+def _linear_mixer_widths(model: ModelArchitecture, block: Block) -> tuple[int, int]:
+    """(channels into the mixer's scan, channels out of it) of a Mamba-2 or gated DeltaNet block."""
+    if block.mixer is Mixer.mamba:
+        assert model.mamba is not None
+        return model.mamba.conv_channels + model.mamba.num_heads, model.mamba.d_inner
+    assert model.linear_attention is not None
+    gdn = model.linear_attention
+    return gdn.conv_channels + 2 * gdn.num_value_heads, gdn.value_width
+
+
 def ep_comm(model: ModelArchitecture, tokens: float, tp: int, etp: int, ep_link: GroupLink, skew: float,
             dispatcher: str) -> CommTerm:
     """EP dispatch plus combine of one MoE block's forward, by Megatron token dispatcher, for the rank's
-    T = b·S/(CP·TP) tokens (ETP copies each) of h BF16 values, the busiest rank receiving `skew`×:
+    T = b·S/(CP·TP) tokens (ETP copies each) of h BF16 values (the latent width under LatentMoE, which
+    projects before the dispatch, moe_layer.py:488-491), the busiest rank receiving `skew`×:
 
     - alltoall: two all-to-alls of k·T·h values per rank;
     - flex (DeepEP, Hybrid-EP): two deduplicating hierarchical dispatches (constraints/physics/comm.py);
@@ -114,7 +136,7 @@ def ep_comm(model: ModelArchitecture, tokens: float, tp: int, etp: int, ep_link:
     moe = model.moe
     if moe is None or ep_link.size <= 1:
         return NO_COMM
-    token_bytes = tokens / tp * etp * model.hidden_size * BF16_BYTES * skew
+    token_bytes = tokens / tp * etp * moe.expert_width(model.hidden_size) * BF16_BYTES * skew
     if dispatcher == "flex":
         return deduplicated_dispatch(token_bytes, moe.top_k, ep_link).scaled(2)
     if dispatcher == "allgather":

@@ -12,11 +12,19 @@ Conventions (the ones Megatron-LM's own throughput counter and the seed use):
 - Core attention (scores and the weighted sum) is counted with the causal mask: a query at position
   p sees p keys, on average S/2 for a sequence of S tokens. Megatron's counter does the same; with
   it, Llama 3 8B at S = 8192 costs 51.5 GFLOP per token, which is what the Megatron-Bridge tables
-  imply (744 TFLOP/s at 14,451 tokens/s, ../shared/reference/measured-configs.yaml).
+  imply (744 TFLOP/s at 14,451 tokens/s, reference/measured-configs.yaml).
 - DeepSeek-V4 hybrid attention: every query sees a sliding window of raw tokens plus compressed
   entries: all p/128 of them in an HCA block (ratio 128), at most index_topk of the p/4 entries
   in a CSA block (ratio 4), whose lightning indexer also scores every compressed entry. Query and
   value widths are head_dim (one latent KV head shared by all query heads, V4 inference/model.py).
+- Sliding-window (local) attention: a query at position p sees min(p, W) keys (Mistral 7B, Jiang et al.
+  2023 §2; Gemma 2, Team Gemma 2024 §2.2), W − W(W−1)/(2S) on average for W ≤ S.
+- Mamba-2 mixers (Dao & Gu 2024, SSD): projections and the depthwise conv are weights (2 per weight per
+  token), and the chunked scan costs 7·d_inner·N per token, the coefficient of Megatron's own counter
+  (megatron/training/training.py:885-903), which the measured tables' TFLOP/s use.
+- Gated DeltaNet (Yang et al. 2024): projections and conv as weights, and the delta rule 4 products of a
+  key×value state per value head per token (K·Kᵀ, V·Kᵀ, the state update and S·Q: 2·4·H_v·d_k·d_v;
+  Megatron's counter, training.py:938-962, with d_k = d_v).
 - Embedding lookups cost no FLOPs; the output head costs 2·V·h per token on the last stage, and each
   MTP block computes its own logits through the shared head.
 
@@ -35,7 +43,10 @@ from parasol.problems.model.architecture import (
     Block,
     BlockKind,
     DSV4Attention,
+    GatedDeltaNet,
     GQAAttention,
+    MambaMixer,
+    Mixer,
     MLAAttention,
     ModelArchitecture,
 )
@@ -62,9 +73,32 @@ def mean_capped_keys(seq_len: int, stride: int, cap: int) -> float:
     return (below + (seq_len - knee) * cap) / seq_len
 
 
-def gqa_core_flops(att: GQAAttention, seq_len: int) -> float:
-    """Scores and weighted sum of multi-head / grouped-query attention per query token: 4·H·d·S/2."""
-    return 2 * 2 * att.num_heads * att.head_dim * mean_causal_keys(seq_len)
+def mean_window_keys(seq_len: int, window: int | None) -> float:
+    """Keys a query sees on average under a causal mask limited to the last `window` positions (itself
+    included): mean over p = 1..S of min(p, W) = W − W(W−1)/(2S) for W ≤ S; (S + 1)/2 when global."""
+    if window is None or window >= seq_len:
+        return mean_causal_keys(seq_len)
+    return window - window * (window - 1) / (2 * seq_len)
+
+
+def gqa_core_flops(att: GQAAttention, seq_len: int, window: int | None = None) -> float:
+    """Scores and weighted sum of multi-head / grouped-query attention per query token: 4·H·d·keys, keys
+    S/2 under the causal mask or the sliding window's mean."""
+    return 2 * 2 * att.num_heads * att.head_dim * mean_window_keys(seq_len, window)
+
+
+MAMBA_SCAN_FLOPS = 7
+"""Forward scan FLOPs per inner channel per state entry per token (Megatron training.py:885-903)."""
+
+
+def mamba_scan_flops(mamba: MambaMixer) -> float:
+    """Mamba-2 chunked scan per token: 7·d_inner·N (independent of the sequence length)."""
+    return MAMBA_SCAN_FLOPS * mamba.d_inner * mamba.state_size
+
+
+def gdn_core_flops(gdn: GatedDeltaNet) -> float:
+    """Gated delta rule per token: 4 products with the d_k×d_v state of each value head, 2 FLOPs each."""
+    return 2 * 4 * gdn.num_value_heads * gdn.key_head_dim * gdn.value_head_dim
 
 
 def mla_core_flops(att: MLAAttention, seq_len: int) -> float:
@@ -95,14 +129,36 @@ def dsv4_core_flops(att: DSV4Attention, ratio: int, seq_len: int) -> float:
 
 
 def attention_core_flops(model: ModelArchitecture, block: Block, seq_len: int) -> float:
-    """Forward core-attention FLOPs per query token of one block, by attention kind."""
+    """Forward core-attention FLOPs per query token of one block, by attention kind (windowed where the
+    block is local); 0 for a block without softmax attention."""
+    if block.mixer is not Mixer.attention:
+        return 0.0
     att = model.attention
     if isinstance(att, GQAAttention):
-        return gqa_core_flops(att, seq_len)
+        return gqa_core_flops(att, seq_len, block.window)
     if isinstance(att, MLAAttention):
         return mla_core_flops(att, seq_len)
     assert isinstance(att, DSV4Attention)
     return dsv4_core_flops(att, block.compress_ratio or 0, seq_len)
+
+
+def scan_flops(model: ModelArchitecture, block: Block) -> float:
+    """Forward FLOPs per token of a block's linear-recurrence kernel: the Mamba-2 scan or the gated delta
+    rule; 0 for other blocks."""
+    if block.mixer is Mixer.mamba:
+        assert model.mamba is not None
+        return mamba_scan_flops(model.mamba)
+    if block.mixer is Mixer.gdn:
+        assert model.linear_attention is not None
+        return gdn_core_flops(model.linear_attention)
+    return 0.0
+
+
+def materialised_core_flops(model: ModelArchitecture, block: Block, seq_len: int) -> float:
+    """Core attention per query token when the S×S scores are materialised (no fused kernel): every
+    query meets all S keys, the causal mask or sliding window applied to the computed scores."""
+    core = attention_core_flops(model, block, seq_len)
+    return core * seq_len / mean_window_keys(seq_len, block.window)
 
 
 @dataclass(frozen=True)
@@ -110,15 +166,18 @@ class BlockFlops:
     """Forward FLOPs per token of one block, split by how the work runs on a GPU."""
 
     attention_gemm: float
-    """Q/K/V/output projections (and V4's compressor and indexer projections, mHC mixing)."""
+    """Q/K/V/output projections (and V4's compressor and indexer projections, mHC mixing; a Mamba-2 or gated
+    DeltaNet mixer's projections and conv)."""
     mlp_gemm: float
     """Dense MLP, shared experts and the router: ordinary GEMMs sharded over TP."""
     routed_gemm: float
     """The top_k routed experts a token visits: grouped GEMMs after the EP dispatch."""
     attention_core: float
-    """Scores and weighted sum (flash attention), causal."""
+    """Scores and weighted sum (flash attention), causal or windowed."""
     mla_up_projection: float = 0.0
     """MLA's query and key/value up-projections (part of attention_gemm), what mla_up_proj recompute repeats."""
+    scan: float = 0.0
+    """A Mamba-2 scan or gated delta rule: a chain of memory- and latency-bound kernels, priced apart."""
 
     @property
     def gemm(self) -> float:
@@ -128,7 +187,7 @@ class BlockFlops:
     @property
     def total(self) -> float:
         """Every forward FLOP of the block per token."""
-        return self.attention_gemm + self.mlp_gemm + self.routed_gemm + self.attention_core
+        return self.attention_gemm + self.mlp_gemm + self.routed_gemm + self.attention_core + self.scan
 
 
 def block_flops(model: ModelArchitecture, block: Block, seq_len: int) -> BlockFlops:
@@ -151,7 +210,8 @@ def _block_flops(model: ModelArchitecture, block: Block, seq_len: int) -> BlockF
         assert model.moe is not None
         routed = per_weight * model.moe.top_k * bp.per_expert
     return BlockFlops(attention, mlp, routed, attention_core_flops(model, block, seq_len),
-                      mla_up_projection_flops(model))
+                      mla_up_projection_flops(model) if block.mixer is Mixer.attention else 0.0,
+                      scan_flops(model, block))
 
 
 def mla_up_projection_flops(model: ModelArchitecture) -> float:
@@ -171,10 +231,14 @@ def head_flops(model: ModelArchitecture) -> float:
 
 
 def forward_flops_per_token(model: ModelArchitecture, seq_len: int) -> float:
-    """Forward FLOPs per token of the whole model: every block, the head, and each MTP block with its head."""
-    blocks = sum(block_flops(model, b, seq_len).total for b in model.blocks)
-    mtp = sum(block_flops(model, b, seq_len).total + head_flops(model) for b in model.mtp_blocks)
-    return blocks + head_flops(model) + mtp
+    """Forward FLOPs per token of the whole model: every block, the head, and each MTP block with its head
+    (memoised per model and sequence length: the search asks once per row)."""
+    table = memo_table(model, "forward_flops_per_token")
+    if seq_len not in table:
+        blocks = sum(block_flops(model, b, seq_len).total for b in model.blocks)
+        mtp = sum(block_flops(model, b, seq_len).total + head_flops(model) for b in model.mtp_blocks)
+        table[seq_len] = blocks + head_flops(model) + mtp
+    return table[seq_len]
 
 
 def model_flops_per_token(model: ModelArchitecture, seq_len: int) -> float:

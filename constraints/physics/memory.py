@@ -255,17 +255,18 @@ def edge_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training
 
 
 def dispatch_buffer_bytes(model: ModelArchitecture, m: Mapping, training: Training) -> int:
-    """MoE receive buffer: k·ETP·b·S/(CP·TP) rows × capacity factor (or dropless headroom) × h × 2 B."""
+    """MoE receive buffer: k·ETP·b·S/(CP·TP) rows × capacity factor (or dropless headroom) × h × 2 B (the
+    latent width under LatentMoE, which dispatches projected rows)."""
     if model.moe is None:
         return 0
     rows = Fraction(model.moe.top_k * m.expert_tp * m.mbs * m.seq_len, m.cp * m.tp)
     headroom = Fraction(training.capacity_factor or training.dispatch_headroom).limit_denominator(10**6)
-    return _ceil(rows * headroom * model.hidden_size * BF16_BYTES)
+    return _ceil(rows * headroom * model.moe.expert_width(model.hidden_size) * BF16_BYTES)
 
 
 def block_kind(block: Block) -> tuple:
     """Blocks with equal keys contribute equally to memory and time (the solver's block types)."""
-    return (block.mlp, block.compress_ratio, block.hash_routed, block.mtp)
+    return (block.mlp, block.compress_ratio, block.hash_routed, block.mtp, block.mixer, block.window)
 
 
 def stage_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,

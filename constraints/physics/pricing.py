@@ -20,6 +20,11 @@ ATTENTION_BACKWARD = 2.5
 counts for its backward pass (Dao 2023, arXiv 2307.08691)."""
 
 
+SCAN_BACKWARD = 2.0
+"""Mamba-2 scan / gated-delta-rule backward over forward time: a gradient for each of its products
+(the 2× of any matmul chain, flops.py BACKWARD_TO_FORWARD)."""
+
+
 MEMORY_BACKWARD = 2.0
 """Memory-bound backward over forward: each kernel reads its saved input and writes a gradient."""
 
@@ -33,7 +38,7 @@ COMM_FIELDS = ("tp", "cp", "ep", "recompute_comm", "fsdp_gather", "fsdp_reduce",
 
 STAGE_FIELDS = ("blocks", "moe_blocks", "dense_weights", "expert_weights", "gemm_flops", "grouped_flops", "attention_flops", "memory_bytes", "recompute_gemm_flops",
                 "recompute_grouped_flops", "recompute_attention_flops", "recompute_memory_bytes",
-                "optimizer_bytes", "optimizer_flops")
+                "optimizer_bytes", "optimizer_flops", "scan_flops", "recompute_scan_flops")
 
 
 RUN_FIELDS = ("microbatches", "pp", "vpp", "tokens_per_expert", "skew", "weight_bytes", "main_grad_bytes",
@@ -128,6 +133,7 @@ def _compute_times(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
     grouped_eff = np.where(tpe > 0, tpe / np.maximum(tpe + c["grouped_gemm_half_tokens"], 1e-9), 1.0)
     sec_grouped = sec_per_flop / _col(grouped_eff) * _col(r["skew"])
     sec_attn = _col(1.0 / (r["bf16_flops"] * c["attention_efficiency"]))
+    sec_scan = _col(1.0 / (r["bf16_flops"] * c["scan_efficiency"]))
     sec_byte = _col(1.0 / (r["hbm_bytes_per_s"] * c["hbm_efficiency"]))
     weight_grads = np.where(b.frozen, 0.0, 1.0)[:, None]
     w_read = _col(r["weight_bytes"]) * sec_byte
@@ -145,13 +151,15 @@ def _compute_times(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
     t["grouped"], t["grouped_b"] = gemm_passes(s["grouped_flops"], s["expert_weights"], sec_grouped)
     t["ideal_grouped"] = sum(gemm_passes(s["grouped_flops"], s["expert_weights"], sec_per_flop * _col(r["skew"])))
     t["attention"] = s["attention_flops"] * sec_attn
+    t["scan"] = s["scan_flops"] * sec_scan
     t["memory"] = s["memory_bytes"] * sec_byte
     t["overhead"] = (_col(c["layer_overhead_us"]) * s["blocks"]
                      + _col(c["moe_layer_overhead_us"]) * s["moe_blocks"]) * 1e-6
     t["recompute"] = (s["recompute_gemm_flops"] * sec_per_flop + s["recompute_grouped_flops"] * sec_grouped
-                      + s["recompute_attention_flops"] * sec_attn + s["recompute_memory_bytes"] * sec_byte)
-    t["forward"] = t["gemm"] + t["grouped"] + t["attention"] + t["memory"] + t["overhead"]
-    t["backward"] = (t["gemm_b"] + t["grouped_b"] + ATTENTION_BACKWARD * t["attention"]
+                      + s["recompute_attention_flops"] * sec_attn + s["recompute_memory_bytes"] * sec_byte
+                      + s["recompute_scan_flops"] * sec_scan)
+    t["forward"] = t["gemm"] + t["grouped"] + t["attention"] + t["scan"] + t["memory"] + t["overhead"]
+    t["backward"] = (t["gemm_b"] + t["grouped_b"] + ATTENTION_BACKWARD * t["attention"] + SCAN_BACKWARD * t["scan"]
                      + MEMORY_BACKWARD * t["memory"] + 2 * t["overhead"] + t["recompute"])
     return t
 
@@ -202,7 +210,7 @@ def price(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
 
     Returns arrays: per-run 'step', breakdown kinds (BREAKDOWN_KINDS, summing to 'step'), 'pipeline',
     'critical' (the slowest stage), the critical stage's compute parts per step ('gemm', 'grouped',
-    'attention', 'memory', 'overhead', 'recompute', 'grouped_loss': time lost to grouped-GEMM
+    'attention', 'scan', 'memory', 'overhead', 'recompute', 'grouped_loss': time lost to grouped-GEMM
     inefficiency), and per-stage 'forward', 'backward', 'stage' (forward + backward + exposed
     TP/CP/EP/FSDP of one microbatch)."""
     r = b.run
@@ -239,6 +247,7 @@ def price(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
         "gemm": m * (t["gemm"][crit] + t["gemm_b"][crit]),
         "grouped": m * grouped,
         "attention": m * t["attention"][crit] * (1 + ATTENTION_BACKWARD),
+        "scan": m * t["scan"][crit] * (1 + SCAN_BACKWARD),
         "memory": m * t["memory"][crit] * (1 + MEMORY_BACKWARD),
         "overhead": m * t["overhead"][crit] * 3,
         "recompute": m * t["recompute"][crit],

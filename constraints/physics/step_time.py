@@ -149,7 +149,8 @@ def result_from_prices(w: Workload, p: dict[str, np.ndarray], source: str, i: in
     return StepTime(
         step_time_s=step,
         breakdown={k: float(p[k][i]) for k in BREAKDOWN_KINDS},
-        compute_parts={k: float(p[k][i]) for k in ("gemm", "grouped", "attention", "memory", "overhead", "recompute")},
+        compute_parts={k: float(p[k][i]) for k in ("gemm", "grouped", "attention", "scan", "memory", "overhead",
+                                                                "recompute")},
         grouped_gemm_loss_s=float(p["grouped_loss"][i]),
         stage_forward_s=tuple(float(x) for x in p["forward"][i, :n]),
         stage_backward_s=tuple(float(x) for x in p["backward"][i, :n]),

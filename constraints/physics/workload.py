@@ -28,6 +28,7 @@ from parasol.constraints.physics.flops import (
     block_flops,
     hardware_flops_per_token,
     head_flops,
+    materialised_core_flops,
     model_flops_per_token,
     newton_schulz_flops,
     recomputed_flops,
@@ -45,6 +46,7 @@ from parasol.problems.mapping import Mapping, Recompute
 from parasol.problems.model.architecture import (
     Block,
     BlockKind,
+    Mixer,
     ModelArchitecture,
 )
 from parasol.problems.model.params import block_params
@@ -138,6 +140,9 @@ class StageWork:
     dp_expert_gather: CommTerm
     optimizer_bytes: float
     optimizer_flops: float
+    scan_flops: float = 0.0
+    """Mamba-2 scan and gated-delta-rule FLOPs (forward, per microbatch)."""
+    recompute_scan_flops: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -206,6 +211,8 @@ class _StageSums:
     expert_weights: float = 0.0
     ns_dense: float = 0.0
     ns_routed: float = 0.0
+    scan: float = 0.0
+    r_scan: float = 0.0
 
     def add_block(self, ctx: _StageContext, b: Block, count: int = 1) -> None:
         """Add `count` copies of one block's GEMMs, attention, memory traffic, TP/CP/EP exchanges and
@@ -218,13 +225,14 @@ class _StageSums:
         bf = block_flops(model, b, m.seq_len)
         share = count * ctx.tokens / m.tp
         nbytes = block_memory_bytes(model, b, ctx.tokens, m.tp, sp, settings.precision != "bf16")
-        if settings.unfused_attention:
-            bf = replace(bf, attention_core=2 * bf.attention_core)
+        if settings.unfused_attention and b.mixer is Mixer.attention:
+            bf = replace(bf, attention_core=materialised_core_flops(model, b, m.seq_len))
             nbytes += unfused_attention_bytes(model, ctx.tokens, m.tp, m.seq_len)
         nbytes *= count
         self.gemm += bf.gemm * share
         self.grouped += bf.routed_gemm * share
         self.attention += bf.attention_core * share
+        self.scan += bf.scan * share
         self.memory += nbytes
         block_tp = tp_comm(model, b, ctx.tokens, ctx.links.tp, sp).scaled(count)
         received = settings.dispatch_amplification * (1.0 if settings.fixed_size_all_to_all else settings.hot_expert_skew)
@@ -236,6 +244,7 @@ class _StageSums:
         self.r_gemm += again.gemm * share
         self.r_grouped += again.routed_gemm * share
         self.r_attention += again.attention_core * share
+        self.r_scan += again.scan * share
         if m.recompute is Recompute.full:
             self.r_memory += nbytes
             self.r_comm = self.r_comm + block_tp + block_ep
@@ -303,6 +312,7 @@ def stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Train
         recompute_gemm_flops=sums.r_gemm, recompute_grouped_flops=sums.r_grouped,
         recompute_attention_flops=sums.r_attention, recompute_memory_bytes=sums.r_memory,
         tp=sums.tp, cp=sums.cp, ep=sums.ep, recompute_comm=sums.r_comm, **_data_parallel_terms(ctx, sums, first),
+        scan_flops=sums.scan, recompute_scan_flops=sums.r_scan,
     )
 
 

@@ -1,6 +1,6 @@
 """Batch arithmetic: GBS = MBS·D_a·m with m a whole number >= 1 (CP and EP add no samples).
 
-Sources: ../shared/reference/megatron-rules.yaml (gbs-divisible-by-mbs-dp, num-microbatches,
+Sources: reference/megatron-rules.yaml (gbs-divisible-by-mbs-dp, num-microbatches,
 eval-gbs-divisible); seed 000 §PP 和 microbatch (B = b·D_a·m).
 """
 

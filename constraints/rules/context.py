@@ -1,7 +1,7 @@
 """Context-parallel rules of Megatron-Core: the sequence splits into 2·CP load-balanced chunks, and the
 hierarchical CP communication needs its group sizes.
 
-Sources: ../shared/reference/megatron-rules.yaml (cp-seq-divisible-by-2cp, cp-a2a-p2p-requires-
+Sources: reference/megatron-rules.yaml (cp-seq-divisible-by-2cp, cp-a2a-p2p-requires-
 hierarchical, hierarchical-cp-product; Megatron-LM main@d98e8a64) and megatron-groups.md §2.4. The
 DeepSeek-V4 CP rules are in constraints/rules/deepseek_v4.py.
 """

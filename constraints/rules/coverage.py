@@ -1,4 +1,4 @@
-"""Which Megatron-LM rules of ../shared/reference/megatron-rules.yaml parasol does not model, and why.
+"""Which Megatron-LM rules of reference/megatron-rules.yaml parasol does not model, and why.
 
 Every rule id of that file is either a Constraint's `id` (registry.builtin_constraints) or a key of
 NOT_MODELLED; tests/test_megatron_rules.py holds the two together. A rule is left out when it reads

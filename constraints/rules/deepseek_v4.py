@@ -1,7 +1,7 @@
 """DeepSeek-V4 rule pack: what Megatron-LM's V4 hybrid-attention path (CSA/HCA + sliding window)
 accepts, read from the dev branch where the path lives.
 
-Sources: ../shared/reference/megatron-rules.yaml (ids dsv4-*, hybrid-pattern-*, contiguous-cp-*,
+Sources: reference/megatron-rules.yaml (ids dsv4-*, hybrid-pattern-*, contiguous-cp-*,
 packing-scheduler-moe-dispatcher; Megatron-LM dev@d48bd6be, hybrid-pattern rules main@d98e8a64) and
 megatron-groups.md §3 (the seed's claims checked against that code) for the enforcement stages.
 

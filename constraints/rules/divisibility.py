@@ -1,7 +1,7 @@
 """Divisibility rules: the world and expert grids, attention heads and query groups versus TP, the
 hidden size versus the heads, and the widths every tensor-parallel linear layer splits.
 
-Sources: ../shared/reference/megatron-rules.yaml (Megatron-LM main@d98e8a64). The rank-order and
+Sources: reference/megatron-rules.yaml (Megatron-LM main@d98e8a64). The rank-order and
 distributed-optimizer rules of the same yaml category live in constraints/rules/feature.py.
 """
 
@@ -176,6 +176,10 @@ SHARDED_WIDTHS = (
     ("attn_proj_width", "attention output projection input (heads x v_head_dim)", "tp"),
     ("shared_ffn_hidden_size", "shared-expert ffn_hidden_size", "tp"),
     ("expert_ffn_hidden_size", "routed-expert ffn_hidden_size", "etp"),
+    ("mamba_heads", "Mamba-2 heads", "tp"),
+    ("mamba_groups", "Mamba-2 groups", "tp"),
+    ("gdn_key_heads", "gated DeltaNet key heads", "tp"),
+    ("gdn_value_heads", "gated DeltaNet value heads", "tp"),
 )
 
 
@@ -186,13 +190,15 @@ def sharded_widths(consts: dict[str, int]) -> list[tuple[str, str, int, str]]:
 
 class TPShardedLinearDims(Constraint):
     """Every tensor-parallel linear splits its width evenly: dense and shared-expert MLPs and the attention
-    projection over TP, the routed experts' grouped linears over ETP."""
+    projection over TP, the routed experts' grouped linears over ETP, and a Mamba-2 or gated DeltaNet
+    mixer's heads (and Mamba groups) over TP."""
 
     id = "tp-sharded-linear-dims"
     family = Family.divisibility
     citation = Citation("Megatron-LM megatron/core/utils.py:590-599 via megatron/core/tensor_parallel/layers.py:"
-                        "1038,1408 and megatron/core/extensions/transformer_engine.py:1265-1267,2455-2472",
-                        MegatronStage.model_build)
+                        "1038,1408 and megatron/core/extensions/transformer_engine.py:1265-1267,2455-2472; "
+                        "megatron/core/ssm/mamba_mixer.py:262,270; megatron/core/ssm/gated_delta_net/common.py:"
+                        "183-187", MegatronStage.model_build)
     unit = "columns"
     summary = "ffn, shared ffn, heads x v_dim % TP == 0; expert ffn % ETP == 0"
     exact = True

@@ -14,7 +14,7 @@ uniform --recompute-num-layers 1 when the options leave both unset. So the two f
 flags that are given: an explicit `recompute_method: null` (or a launch line that names full but no
 method, which --megatron-args passes as an explicit None) is what Megatron rejects.
 
-Sources: ../shared/reference/megatron-rules.yaml (Megatron-LM main@d98e8a64), megatron-groups.md §1.2,
+Sources: reference/megatron-rules.yaml (Megatron-LM main@d98e8a64), megatron-groups.md §1.2,
 §2.5 and §2.7.
 """
 

@@ -1,7 +1,7 @@
 """MoE rules: experts spread evenly over EP; EP needs experts; MoE with TP needs sequence parallelism;
 the token dispatcher and its flex backends, capacity padding, and the EP all-to-all overlap.
 
-Sources: ../shared/reference/megatron-rules.yaml (Megatron-LM main@d98e8a64) and megatron-groups.md
+Sources: reference/megatron-rules.yaml (Megatron-LM main@d98e8a64) and megatron-groups.md
 §2.6. The capacity factor is the problem's `training.capacity_factor` (None = dropless); the deprecated
 --moe-enable-deepep selects the deepep backend (transformer_config.py:1743-1752).
 """

@@ -2,8 +2,9 @@
 way of describing the cut.
 
 How parasol's `layout` maps onto Megatron's mechanisms (first match wins; `pipeline_split`):
-1. hybrid pattern: a --hybrid-layer-pattern option, or a DeepSeek-V4 model (Megatron builds V4 as a
-   HybridModel whose pattern's `|` marks the stages, seed 000 §61 个块怎样分给流水线). The pattern
+1. hybrid pattern: a --hybrid-layer-pattern option, a DeepSeek-V4 model (Megatron builds V4 as a
+   HybridModel whose pattern's `|` marks the stages, seed 000 §61 个块怎样分给流水线) or a model with a
+   layer_pattern (Mamba/GDN hybrids, built by pretrain_hybrid.py; arguments.py:799-862). The pattern
    rules are the deepseek-v4 pack's (constraints/rules/deepseek_v4.py); here only the two pattern-text rules.
 2. layout string: a --pipeline-model-parallel-layout option. Its text is parsed with
    problems/megatron/layout_string.py and judged by the layout-* rules (stages % PP, VPP, E/L/t/m counts).
@@ -20,7 +21,7 @@ How parasol's `layout` maps onto Megatron's mechanisms (first match wins; `pipel
 The CP-SAT side reads the same choice from v.options, v.consts["hybrid_model"] and
 v.consts["layout_explicit"] (mapping_consts; 0 when absent, as in a search without a fixed layout).
 
-Sources: ../shared/reference/megatron-rules.yaml (Megatron-LM main@d98e8a64) and megatron-groups.md
+Sources: reference/megatron-rules.yaml (Megatron-LM main@d98e8a64) and megatron-groups.md
 §2.3; the interleaved-schedule microbatch rules are in constraints/rules/schedule.py.
 """
 
@@ -110,13 +111,15 @@ def pipeline_split(options: MegatronOptions, hybrid_model: bool, layout_explicit
 
 def split_of(f: Facts) -> PipelineSplit:
     """The mechanism of one mapping (Python side)."""
-    return pipeline_split(f.options, bool(model_consts(f.problem)["hybrid_model"]),
+    consts = model_consts(f.problem)
+    return pipeline_split(f.options, bool(consts["hybrid_model"] or consts["hybrid_layers"]),
                           bool(mapping_consts(f)["layout_explicit"]))
 
 
 def split_of_vars(v) -> PipelineSplit:  # noqa: ANN001 - DecisionVars
     """The mechanism the CP-SAT side sees (the same constants)."""
-    return pipeline_split(v.options, bool(v.consts["hybrid_model"]), bool(v.consts.get("layout_explicit", 0)))
+    hybrid = bool(v.consts["hybrid_model"] or v.consts.get("hybrid_layers", 0))
+    return pipeline_split(v.options, hybrid, bool(v.consts.get("layout_explicit", 0)))
 
 
 def uneven_set(options: MegatronOptions) -> bool:

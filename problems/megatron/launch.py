@@ -19,6 +19,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from parasol.errors import InputError
+from parasol.files import read_input_text
 from parasol.problems.derived import interleaved_even_layout
 from parasol.problems.loader import Problem, problem_from_parts
 from parasol.problems.mapping import Mapping
@@ -428,12 +429,7 @@ def parse_launch(text: str, *, source: str = SOURCE, model: ModelArchitecture | 
 
 def read_launch_file(path: str | Path) -> str:
     """The text of a launch script."""
-    p = Path(path)
-    try:
-        return p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"Cannot read the launch script {str(p)!r}: {exc}.", field="--megatron-args-file",
-                         fix="give a readable UTF-8 shell script.") from None
+    return read_input_text(path, "launch script", "--megatron-args-file")
 
 
 def _set_value(value: object) -> str:

@@ -17,12 +17,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from parasol.bounds import MAX_EXPRESSION_CHARS, MAX_LAYERS
 from parasol.errors import InputError
 
 LAYER_SYMBOLS = {"E": "embedding", "L": "loss", "t": "decoder layer", "m": "MTP layer"}
 STAGE_SEPARATOR = "|"
 FIELD = "pipeline_model_parallel_layout"
 EXAMPLE = "Ettt|(tt|)*29,m|L"
+MAX_SYMBOLS = 4 * MAX_LAYERS
+"""Most symbols a layout may expand to (decoder and MTP layers, stage separators, E and L are each at
+most MAX_LAYERS): a repeat count beyond it is refused before anything is built."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,9 @@ def parse_pipeline_layout(text: str, num_layers: int) -> ParsedLayout:
     if not text:
         raise _error("The pipeline layout is empty.", text, None, "give one stage per virtual stage, "
                      f"separated by '|', e.g. {EXAMPLE}")
+    if len(text) > MAX_EXPRESSION_CHARS:
+        raise _error(f"The pipeline layout has {len(text):,} characters, more than {MAX_EXPRESSION_CHARS:,}.",
+                     text[:40] + "...", None, "fold repeated stages with (body)*n")
     expanded = _expand(text)
     return ParsedLayout(text=text, num_layers=num_layers, stages=tuple(expanded.split(STAGE_SEPARATOR)))
 
@@ -88,18 +95,22 @@ def _expand(text: str) -> str:
     where = [i for i, ch in enumerate(text) if ch != ","]
     s = "".join(text[i] for i in where)
     out: list[str] = []
-    k = 0
+    size = k = 0
     while k < len(s):
         ch = s[k]
         if ch == "(":
             body, k = _group(s, k, text, where)
             count, k = _repeat(s, k, text, where, required=True)
-            out.append(body * count)
         elif ch in LAYER_SYMBOLS or ch == STAGE_SEPARATOR:
+            body = ch
             count, k = _repeat(s, k + 1, text, where, required=False)
-            out.append(ch * count)
         else:
             raise _bad_char(text, where[k])
+        size += len(body) * count
+        if size > MAX_SYMBOLS:
+            raise _error(f"The pipeline layout expands to more than {MAX_SYMBOLS:,} symbols.", text, None,
+                         f"check the repeat counts (a model has at most {MAX_LAYERS:,} layers)")
+        out.append(body * count)
     return "".join(out)
 
 
@@ -128,6 +139,9 @@ def _group(s: str, start: int, text: str, where: list[int]) -> tuple[str, int]:
         if ch not in LAYER_SYMBOLS and ch != STAGE_SEPARATOR:
             raise _bad_char(text, pos)
         count, k = _repeat(s[:close], k + 1, text, where, required=False)
+        if count > MAX_SYMBOLS:
+            raise _error(f"The repeat count at position {pos} of the pipeline layout is above {MAX_SYMBOLS:,}.",
+                         text, pos, f"check the repeat counts (a model has at most {MAX_LAYERS:,} layers)")
         out.append(ch * count)
     body = "".join(out)
     if close == start + 1:
@@ -151,6 +165,9 @@ def _repeat(s: str, start: int, text: str, where: list[int], *, required: bool) 
     if end == start + 1:
         raise _error(f"'*' at position {pos} of the pipeline layout is not followed by a count.", text, pos,
                      "write the repeat count after '*', e.g. t*8")
+    if end - start - 1 > len(str(MAX_SYMBOLS)):
+        raise _error(f"The repeat count at position {pos} of the pipeline layout is above {MAX_SYMBOLS:,}.", text,
+                     pos, f"check the repeat counts (a model has at most {MAX_LAYERS:,} layers)")
     return int(s[start + 1:end]), end
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from parasol.errors import InputError
 from parasol.problems.megatron.context import Context, LaunchWarning
-from parasol.problems.megatron.flags import Flags
-from parasol.problems.megatron.patterns import leading_dense, moe_pattern, parse_layer_freq
+from parasol.problems.megatron.flags import Flags, flag_error
+from parasol.problems.megatron.patterns import ListExpr, leading_dense, moe_pattern, parse_layer_freq
 from parasol.problems.megatron.stages import MegatronStage
 from parasol.problems.model.architecture import (
     BlockKind,
@@ -27,7 +27,11 @@ MODEL_FLAGS = (
     "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--qk-layernorm", "--swiglu",
     "--squared-relu", "--quick-geglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights",
     "--normalization", "--padded-vocab-size", "--vocab-size", "--make-vocab-size-divisible-by",
-    "--mtp-num-layers", "--max-position-embeddings", "--position-embedding-type",
+    "--mtp-num-layers", "--max-position-embeddings", "--position-embedding-type", "--window-size",
+    "--window-attn-skip-freq", "--mamba-num-heads", "--mamba-head-dim", "--mamba-num-groups", "--mamba-state-dim",
+    "--experimental-attention-variant", "--linear-attention-freq", "--linear-num-key-heads",
+    "--linear-num-value-heads", "--linear-key-head-dim", "--linear-value-head-dim", "--linear-conv-kernel-dim",
+    "--moe-latent-size",
 )
 """Flags that describe the model; with a problem file they are compared with its model, not used."""
 DEFAULT_VOCAB = 50257
@@ -99,11 +103,70 @@ def _attention(c: Context, hidden: int, heads: int) -> dict:
                            f"--kv-channels: Megatron stops at validate_args (rule hidden-divisible-by-heads); "
                            f"parasol accounted head_dim {head_dim}")
     return {"kind": "gqa", "num_heads": heads, "num_kv_heads": kv_heads, "head_dim": head_dim,
-            "qk_norm": f.switch("--qk-layernorm"), "bias": not f.given("--disable-bias-linear")}
+            "qk_norm": f.switch("--qk-layernorm"), "bias": not f.given("--disable-bias-linear"), **_window(c)}
+
+
+def _window(c: Context) -> dict:
+    """Sliding-window attention: --window-size L,R (keys L + 1 with R 0; -1 is unbounded,
+    transformer_config.py:247-249) and --window-attn-skip-freq (an int N or a 0/1 list, 1 local,
+    arguments.py:2384-2393)."""
+    f = c.flags
+    text = f.one("--window-size")
+    if text is None:
+        return {}
+    parts = [p.strip() for p in text.strip("()[] ").split(",")]
+    if len(parts) != 2 or not all(p.lstrip("-").isdigit() for p in parts):
+        raise flag_error("--window-size", text, "two integers 'left,right' such as 4095,0")
+    left, right = (int(p) for p in parts)
+    if left < 0:
+        return {}
+    if right != 0:
+        c.notes.append(f"--window-size {text}: parasol prices the causal part of the window ({left + 1} keys)")
+    out: dict = {"sliding_window": left + 1}
+    freq = f.one("--window-attn-skip-freq")
+    if freq is not None:
+        value = ListExpr(freq, "--window-attn-skip-freq").parse()
+        out["window_skip_freq"] = value if isinstance(value, int) else tuple(value)
+    return out
+
+
+def _mamba(f: Flags, hidden: int) -> dict:
+    """Mamba-2 mixer from --mamba-* flags with Megatron's defaults (transformer_config.py:1259-1269; heads
+    default to 2·hidden / head dim, mamba_mixer.py:245-251)."""
+    head_dim = f.integer("--mamba-head-dim") or 64
+    return {"num_heads": f.integer("--mamba-num-heads") or 2 * hidden // head_dim, "head_dim": head_dim,
+            "state_size": f.integer("--mamba-state-dim") or 128, "num_groups": f.integer("--mamba-num-groups") or 8}
+
+
+def _gdn(f: Flags) -> dict:
+    """Gated DeltaNet from --linear-* flags with Megatron's defaults (transformer_config.py:370-383)."""
+    return {"num_key_heads": f.integer("--linear-num-key-heads") or 16,
+            "num_value_heads": f.integer("--linear-num-value-heads") or 32,
+            "key_head_dim": f.integer("--linear-key-head-dim") or 128,
+            "value_head_dim": f.integer("--linear-value-head-dim") or 128,
+            "conv_kernel": f.integer("--linear-conv-kernel-dim") or 4}
+
+
+def _linear_freq(c: Context) -> int | tuple[int, ...] | None:
+    """--linear-attention-freq with a gated DeltaNet variant (experimental_attention_variant_module_specs.py:
+    459-476); None for other models."""
+    f = c.flags
+    variant = f.one("--experimental-attention-variant")
+    if variant not in ("gdn", "gated_delta_net"):
+        return None
+    text = f.one("--linear-attention-freq")
+    if text is None:
+        raise InputError("--experimental-attention-variant gated_delta_net needs --linear-attention-freq "
+                         "(transformer_config.py:1472-1477).", field="--linear-attention-freq",
+                         fix="pass --linear-attention-freq N (N−1 linear layers per softmax layer) or a 0/1 list.")
+    value = ListExpr(text, "--linear-attention-freq").parse()
+    return value if isinstance(value, int) else tuple(value)
 
 
 def _blocks_mlp(c: Context, num_layers: int) -> list[int]:
     """MoE (1) / dense (0) per block, from the hybrid pattern or --moe-layer-freq."""
+    if c.pattern is not None and c.pattern.layers is not None:
+        return [1] * num_layers
     if c.pattern is not None:
         return [1 if k is BlockKind.moe else 0 for k in c.pattern.mlp]
     text = c.flags.one("--moe-layer-freq")
@@ -121,7 +184,8 @@ def _moe(c: Context, hidden: int, ffn: int, activation: str, num_layers: int) ->
     moe = {"num_experts": experts, "top_k": f.integer("--moe-router-topk") or 2,
            "expert_intermediate_size": f.integer("--moe-ffn-hidden-size") or ffn,
            "num_shared_experts": 1 if shared else 0, "shared_intermediate_size": shared,
-           "activation": activation, "router_bias": f.switch("--moe-router-enable-expert-bias")}
+           "activation": activation, "router_bias": f.switch("--moe-router-enable-expert-bias"),
+           "latent_size": f.integer("--moe-latent-size")}
     flag = "--hybrid-layer-pattern" if c.pattern is not None else "--moe-layer-freq"
     return moe, leading_dense(_blocks_mlp(c, num_layers), flag)
 
@@ -176,14 +240,16 @@ def model_from_flags(c: Context, tp: int) -> ModelArchitecture | None:
     mtp = f.integer("--mtp-num-layers", minimum=0) or 0
     if c.pattern is not None and c.pattern.mtp_depth and not mtp:
         mtp = c.pattern.mtp_depth
+    layer_wise = c.pattern is not None and c.pattern.layers is not None
+    dense = moe is None or first_dense or (layer_wise and "-" in (c.pattern.layers or ""))
+    freq = _linear_freq(c)
     data = {
         "name": "megatron-args",
         "hidden_size": hidden,
         "vocab_size": _vocab(c, tp),
         "num_layers": layers,
         "attention": _attention(c, hidden, heads),
-        "dense_mlp": {"intermediate_size": ffn, "activation": activation, "bias": bias}
-        if moe is None or first_dense else None,
+        "dense_mlp": {"intermediate_size": ffn, "activation": activation, "bias": bias} if dense else None,
         "moe": moe,
         "first_dense_layers": first_dense,
         "norm": {"RMSNorm": "rmsnorm", "LayerNorm": "layernorm"}[
@@ -194,7 +260,56 @@ def model_from_flags(c: Context, tp: int) -> ModelArchitecture | None:
         "max_context": max_positions,
         "notes": "built from a Megatron-LM launch line",
     }
-    return architecture_from_dict(data, where="model from --megatron-args")
+    if layer_wise:
+        data["layer_pattern"] = c.pattern.layers if c.pattern else None
+        data["mamba"] = _mamba(f, hidden) if "M" in (c.pattern.layers if c.pattern else "") else None
+    if freq is not None or (layer_wise and "G" in (c.pattern.layers if c.pattern else "")):
+        data["linear_attention"] = _gdn(f)
+        data["linear_attention_freq"] = freq
+    try:
+        return architecture_from_dict(data, where=LAUNCH_MODEL)
+    except InputError as exc:
+        raise as_flag_error(exc) from None
+
+
+CATALOG_HINT = " Complete examples are in problems/catalog/."
+"""The schema errors' hint for problem files, dropped for a launch line."""
+LAUNCH_MODEL = "launch-model"
+"""The place name of the launch line's model while it is validated (replaced by the flag in errors)."""
+FIELD_FLAGS = {
+    "num_layers": "--num-layers", "hidden_size": "--hidden-size", "vocab_size": "--padded-vocab-size",
+    "attention.num_heads": "--num-attention-heads", "attention.num_kv_heads": "--num-query-groups",
+    "attention.head_dim": "--kv-channels", "attention.q_lora_rank": "--q-lora-rank",
+    "attention.kv_lora_rank": "--kv-lora-rank", "attention.qk_nope_head_dim": "--qk-head-dim",
+    "attention.qk_rope_head_dim": "--qk-pos-emb-head-dim", "attention.v_head_dim": "--v-head-dim",
+    "dense_mlp.intermediate_size": "--ffn-hidden-size", "moe.num_experts": "--num-experts",
+    "moe.top_k": "--moe-router-topk", "moe.expert_intermediate_size": "--moe-ffn-hidden-size",
+    "moe.shared_intermediate_size": "--moe-shared-expert-intermediate-size", "mtp_layers": "--mtp-num-layers",
+    "max_context": "--max-position-embeddings", "learned_position_embeddings": "--max-position-embeddings",
+    "layer_pattern": "--hybrid-layer-pattern", "attention.sliding_window": "--window-size",
+    "attention.window_skip_freq": "--window-attn-skip-freq", "mamba.num_heads": "--mamba-num-heads",
+    "mamba.head_dim": "--mamba-head-dim", "mamba.num_groups": "--mamba-num-groups",
+    "mamba.state_size": "--mamba-state-dim", "linear_attention_freq": "--linear-attention-freq",
+    "linear_attention.num_key_heads": "--linear-num-key-heads",
+    "linear_attention.num_value_heads": "--linear-num-value-heads",
+    "linear_attention.key_head_dim": "--linear-key-head-dim",
+    "linear_attention.value_head_dim": "--linear-value-head-dim",
+    "linear_attention.conv_kernel": "--linear-conv-kernel-dim", "moe.latent_size": "--moe-latent-size",
+}
+"""The launch flag that sets each architecture field (errors name the flag the user wrote)."""
+
+
+def as_flag_error(exc: InputError) -> InputError:
+    """A schema error on the launch line's model, reworded to name the flag instead of the field."""
+    field = exc.field or ""
+    inner = field.removeprefix(LAUNCH_MODEL + ".")
+    flag = FIELD_FLAGS.get(inner, f"the launch line's model ({inner})")
+    def reword(text: str | None) -> str | None:
+        if text is None:
+            return None
+        return text.replace(f"`{field}`", f"`{flag}`").replace(field, flag).replace(CATALOG_HINT, "")
+    return InputError(reword(exc.detail) or "", field=flag, value=exc.value, expected=exc.expected,
+                      fix=reword(exc.fix))
 
 
 def compare_reference(c: Context) -> None:
@@ -219,6 +334,9 @@ def compare_reference(c: Context) -> None:
         if pattern != [b.mlp is BlockKind.moe for b in ref.blocks]:
             c.notes.append("--moe-layer-freq differs from the problem model's dense/MoE blocks; the problem's "
                            "model is used")
+    if c.pattern is not None and c.pattern.layers is not None and c.pattern.layers != ref.layer_pattern:
+        c.notes.append("--hybrid-layer-pattern's layers differ from the problem model's layer_pattern; the "
+                       "problem's model is used")
     if c.pattern is not None and isinstance(ref.attention, DSV4Attention):
         ratios = tuple(ref.attention.compress_ratios[:ref.num_layers])
         if c.pattern.dsv4 and tuple(c.pattern.ratios) != ratios:

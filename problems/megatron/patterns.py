@@ -5,24 +5,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from parasol.bounds import MAX_EXPRESSION_CHARS, MAX_LAYERS, MAX_NESTING
 from parasol.errors import InputError
 from parasol.problems.megatron.flags import flag_error
 from parasol.problems.model.architecture import (
+    PATTERN_SYMBOLS,
     BlockKind,
 )
 
 ARGS = "Megatron-LM megatron/training/arguments.py"
 CONFIG = "Megatron-LM megatron/core/transformer/transformer_config.py"
-
-
-MAX_LAYERS = 100_000
+MAX_VALUE = 10**9
+"""Largest number a list expression may hold or compute (a layer count or frequency is far smaller)."""
 
 
 class ListExpr:
-    """Recursive-descent reader of Megatron's list form: ints, [..], (..), + and * (arguments.py:245-253)."""
+    """Recursive-descent reader of Megatron's list form: ints, [..], (..), + and * (arguments.py:245-253);
+    text, nesting, numbers and lists are bounded (MAX_EXPRESSION_CHARS, MAX_NESTING, MAX_VALUE, MAX_LAYERS)."""
 
     def __init__(self, text: str, flag: str) -> None:
-        self.text, self.flag, self.pos = text, flag, 0
+        self.text, self.flag, self.pos, self.depth = text, flag, 0, 0
 
     def fail(self, why: str) -> InputError:
         """The error naming the flag, the text and where reading stopped."""
@@ -41,6 +43,9 @@ class ListExpr:
 
     def parse(self) -> int | list[int]:
         """The whole expression."""
+        if len(self.text) > MAX_EXPRESSION_CHARS:
+            self.pos = MAX_EXPRESSION_CHARS
+            raise self.fail(f"the text is longer than {MAX_EXPRESSION_CHARS:,} characters")
         value = self.expr()
         if self.pos != len(self.text):
             raise self.fail(f"unexpected {self.peek()!r}")
@@ -55,6 +60,8 @@ class ListExpr:
             if isinstance(value, list) != isinstance(right, list):
                 raise self.fail("cannot add a list and a number")
             value = value + right  # type: ignore[operator]
+            if isinstance(value, list) and len(value) > MAX_LAYERS:
+                raise self.fail(f"the list would exceed {MAX_LAYERS:,} layers")
         return value
 
     def term(self) -> int | list[int]:
@@ -68,6 +75,8 @@ class ListExpr:
             lists = [x for x in (value, right) if isinstance(x, list)]
             if lists and len(lists[0]) * (right if isinstance(value, list) else value) > MAX_LAYERS:
                 raise self.fail(f"the list would exceed {MAX_LAYERS:,} layers")
+            if not lists and value * right > MAX_VALUE:  # type: ignore[operator]
+                raise self.fail(f"the product exceeds {MAX_VALUE:,}")
             value = value * right  # type: ignore[operator]
         return value
 
@@ -78,27 +87,38 @@ class ListExpr:
             start = self.pos
             while self.peek().isdigit():
                 self.pos += 1
+            if self.pos - start > len(str(MAX_VALUE)) or int(self.text[start:self.pos]) > MAX_VALUE:
+                raise self.fail(f"a number above {MAX_VALUE:,}")
             return int(self.text[start:self.pos])
+        if ch and ch in "([":
+            self.depth += 1
+            if self.depth > MAX_NESTING:
+                raise self.fail(f"brackets nested more than {MAX_NESTING} deep")
+            value = self.group(ch)
+            self.depth -= 1
+            return value
+        raise self.fail(f"unexpected {ch!r}" if ch else "the expression ends early")
+
+    def group(self, ch: str) -> int | list[int]:
+        """A (parenthesised expression) or a [list], its opening bracket `ch` next."""
         if ch == "(":
             self.pos += 1
             value = self.expr()
             self.take(")")
             return value
-        if ch == "[":
-            self.pos += 1
-            items: list[int] = []
-            while self.peek() != "]":
-                item = self.expr()
-                if isinstance(item, list):
-                    raise self.fail("nested lists are not layer patterns")
-                items.append(item)
-                if self.peek() == ",":
-                    self.pos += 1
-                elif self.peek() != "]":
-                    raise self.fail("expected ',' or ']'")
-            self.pos += 1
-            return items
-        raise self.fail(f"unexpected {ch!r}" if ch else "the expression ends early")
+        self.pos += 1
+        items: list[int] = []
+        while self.peek() != "]":
+            item = self.expr()
+            if isinstance(item, list):
+                raise self.fail("nested lists are not layer patterns")
+            items.append(item)
+            if self.peek() == ",":
+                self.pos += 1
+            elif self.peek() != "]":
+                raise self.fail("expected ',' or ']'")
+        self.pos += 1
+        return items
 
 
 def parse_layer_freq(text: str, flag: str = "--moe-layer-freq") -> int | list[int]:
@@ -154,6 +174,9 @@ class HybridPattern:
     mlp: tuple[BlockKind, ...]
     ratios: tuple[int | None, ...]
     mtp_depth: int
+    layers: str | None = None
+    """The main pattern without '|', one block per symbol, when it holds Mamba (M) or gated DeltaNet (G)
+    layers: then Megatron's HybridModel counts every symbol as a layer (hybrid_layer_allocation.py:14-25)."""
 
     @property
     def dsv4(self) -> bool:
@@ -161,8 +184,30 @@ class HybridPattern:
         return any(r is not None for r in self.ratios)
 
 
+LAYER_WISE = {"M", "G"}
+"""Symbols that make a pattern layer-wise: one block per symbol (Nemotron-H, Nemotron 3, hybrid GDN)."""
+
+
+def parse_layer_pattern(text: str, flag: str = "--hybrid-layer-pattern") -> HybridPattern:
+    """A Mamba/GDN hybrid pattern: every symbol one block, blocks per `|` segment."""
+    main, *mtp = text.split("/")
+    bad = sorted(set(main) - set(PATTERN_SYMBOLS) - {"|"})
+    if bad:
+        raise hybrid_error(flag, text, f"the symbols {bad} in a Mamba/GDN pattern (parasol reads "
+                                       + ", ".join(PATTERN_SYMBOLS) + " and | there)")
+    segments = tuple(len(segment) for segment in main.split("|"))
+    layers = main.replace("|", "")
+    if not layers or 0 in segments:
+        raise hybrid_error(flag, text, "an empty pipeline segment")
+    mlp = tuple(PATTERN_SYMBOLS[ch][1] for ch in layers)
+    return HybridPattern(segments, mlp, tuple(None for _ in layers), len(mtp), layers)
+
+
 def parse_hybrid_pattern(text: str, flag: str = "--hybrid-layer-pattern") -> HybridPattern:
-    """Blocks per `|` segment, each block an attention symbol followed by its MLP symbol."""
+    """Blocks per `|` segment: one per symbol when the pattern has Mamba or GDN layers, else each block an
+    attention symbol followed by its MLP symbol."""
+    if LAYER_WISE & set(text.split("/")[0]):
+        return parse_layer_pattern(text, flag)
     main, *mtp = text.split("/")
     segments, mlp, ratios = [], [], []
     for segment in main.split("|"):
@@ -180,8 +225,8 @@ def parse_hybrid_pattern(text: str, flag: str = "--hybrid-layer-pattern") -> Hyb
                 mlp.append(_MLP[ch])
                 open_block = False
             else:
-                raise hybrid_error(flag, text, f"the symbol {ch!r} (parasol models * D C H W attention "
-                                                "and - E MLP layers; Mamba/GDN are not modelled)")
+                raise hybrid_error(flag, text, f"the symbol {ch!r} (parasol reads * D C H W attention, "
+                                                "- E MLP, and M G layers)")
         if open_block:
             raise hybrid_error(flag, text, "a segment that ends between a block's attention and its MLP")
         segments.append(count)

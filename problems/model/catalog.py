@@ -79,6 +79,7 @@ def model_summary(model: ModelArchitecture) -> dict[str, Any]:
         "dense_blocks": model.num_layers - moe_blocks,
         "moe_blocks": moe_blocks,
         "mtp_layers": model.mtp_layers,
+        "layer_pattern": model.layer_pattern,
         "experts": model.moe.num_experts if model.moe else 0,
         "top_k": model.moe.top_k if model.moe else 0,
         "total": params.total,

@@ -14,6 +14,19 @@ Supported `model_type`s and the keys read (HF names on the left of each mapping)
   (`num_experts`, `num_experts_per_tok`, `moe_intermediate_size`), no shared expert.
 - `mixtral`: GQA, every block MoE (`num_local_experts`, `num_experts_per_tok`, `intermediate_size`).
 - `llama`: GQA, dense `intermediate_size`, optional `attention_bias` / `mlp_bias`.
+- `mistral`: as `llama`, every layer local with `sliding_window` keys (null: global).
+- `nemotron_h` (Nemotron-H, Nemotron 3): `hybrid_override_pattern` (one layer per symbol: M Mamba-2,
+  * attention, - MLP, E MoE), Mamba-2 (`mamba_num_heads`, `mamba_head_dim`, `ssm_state_size`, `n_groups`,
+  `conv_kernel`), GQA (`head_dim` or `attention_head_dim`), MLP `intermediate_size` with `mlp_hidden_act`
+  (relu2 → squared ReLU), MoE (`n_routed_experts`, `num_experts_per_tok`, `moe_intermediate_size`,
+  `moe_shared_expert_intermediate_size`, `moe_latent_size`).
+- `qwen3_next`: gated DeltaNet (`linear_num_key_heads`, `linear_num_value_heads`, `linear_key_head_dim`,
+  `linear_value_head_dim`, `linear_conv_kernel_dim`) in the blocks `layer_types` marks linear_attention
+  (or all but every `full_attention_interval`-th), GQA with q/k norm and an output gate, MoE
+  (`num_experts`, `num_experts_per_tok`, `moe_intermediate_size`, `shared_expert_intermediate_size`).
+
+Sliding windows: `sliding_window` with `layer_types` (sliding_attention / full_attention per layer) in the
+GQA models above makes those layers local (window_skip_freq as a 1/0 list).
 
 Common keys: `hidden_size`, `vocab_size`, `num_hidden_layers`, `num_attention_heads`,
 `max_position_embeddings`, `tie_word_embeddings` (default false, as in these models' HF classes),
@@ -27,12 +40,37 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from parasol.bounds import MAX_NESTING
 from parasol.errors import InputError
+from parasol.files import read_input_text
 from parasol.problems.model.architecture import ModelArchitecture, architecture_from_dict
 
 Config = dict[str, Any]
+MAX_NUMBER_DIGITS = 30
+"""Longest whole number read from a config.json (any real size has far fewer digits)."""
 
 GATED_ACTIVATIONS = {"silu": "swiglu", "swish": "swiglu", "gelu": "geglu", "gelu_pytorch_tanh": "geglu"}
+PLAIN_ACTIVATIONS = {"relu2": "squared_relu", "relu": "relu", "gelu": "gelu"}
+"""`mlp_hidden_act` of Nemotron-H configs: non-gated MLPs."""
+
+
+def _bounded_int(text: str) -> int:
+    """A JSON whole number, refused beyond MAX_NUMBER_DIGITS digits before Python converts it."""
+    if len(text.lstrip("-")) > MAX_NUMBER_DIGITS:
+        raise ValueError(f"a whole number of {len(text):,} digits")
+    return int(text)
+
+
+def nesting_depth(text: str) -> int:
+    """Deepest bracket nesting of a JSON text (brackets inside strings counted too: an upper bound)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
 
 
 class _Reader:
@@ -53,6 +91,15 @@ class _Reader:
             )
         return self.config[key]
 
+    def whole(self, key: str) -> int:
+        """A required key that other sizes are computed from: a positive whole number."""
+        value = self.req(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"HuggingFace config key `{key}` must be a positive whole number.", field=key,
+                             value=value, expected="a whole number of at least 1", file=str(self.path),
+                             fix="use the model's config.json unchanged.")
+        return value
+
     def get(self, key: str, default: Any) -> Any:
         """An optional key; null counts as absent."""
         value = self.config.get(key)
@@ -69,7 +116,7 @@ class _Reader:
     def activation(self) -> str:
         """The gated MLP activation named by `hidden_act`."""
         act = self.get("hidden_act", "silu")
-        if act not in GATED_ACTIVATIONS:
+        if not isinstance(act, str) or act not in GATED_ACTIVATIONS:
             raise self.unsupported("hidden_act", "one of " + ", ".join(GATED_ACTIVATIONS))
         return GATED_ACTIVATIONS[act]
 
@@ -84,16 +131,39 @@ class _Reader:
         }
 
     def gqa(self, qk_norm: bool = False) -> Config:
-        """Grouped-query attention; head_dim defaults to hidden / heads as in the HF classes."""
-        heads = self.req("num_attention_heads")
+        """Grouped-query attention; head_dim (or Nemotron-H's attention_head_dim) defaults to hidden / heads
+        as in the HF classes; local layers from `sliding_window` and `layer_types`."""
+        heads = self.whole("num_attention_heads")
+        head_dim = self.get("head_dim", self.get("attention_head_dim", None))
         return {
             "kind": "gqa",
             "num_heads": heads,
             "num_kv_heads": self.get("num_key_value_heads", heads),
-            "head_dim": self.get("head_dim", self.req("hidden_size") // heads),
+            "head_dim": head_dim if head_dim is not None else self.whole("hidden_size") // heads,
             "qk_norm": qk_norm,
             "bias": self.get("attention_bias", False),
+            **self.window(),
         }
+
+    def window(self) -> Config:
+        """`sliding_window` keys on the layers `layer_types` marks sliding_attention (all without it)."""
+        window = self.get("sliding_window", None)
+        if window is None:
+            return {}
+        types = self.get("layer_types", None)
+        if types is None:
+            return {"sliding_window": window}
+        known = {"sliding_attention": 1, "full_attention": 0}
+        if any(t not in known for t in types if t != "linear_attention"):
+            raise self.unsupported("layer_types", "sliding_attention, full_attention or linear_attention")
+        return {"sliding_window": window, "window_skip_freq": [known.get(t, 0) for t in types]}
+
+    def plain_activation(self, key: str) -> str:
+        """A non-gated MLP activation (`mlp_hidden_act`)."""
+        act = self.get(key, "relu2")
+        if act not in PLAIN_ACTIVATIONS:
+            raise self.unsupported(key, "one of " + ", ".join(PLAIN_ACTIVATIONS))
+        return PLAIN_ACTIVATIONS[act]
 
     def deepseek_moe(self) -> Config:
         """DeepSeek routed plus shared experts; noaux_tc routing carries a per-expert bias."""
@@ -199,6 +269,63 @@ def _llama(r: _Reader) -> Config:
     }
 
 
+def _mistral(r: _Reader) -> Config:
+    """Mistral: Llama's layout with a sliding window on every layer."""
+    return _llama(r)
+
+
+def _nemotron_h(r: _Reader) -> Config:
+    """Nemotron-H / Nemotron 3: a hybrid layer pattern of Mamba-2, attention, MLP and MoE layers."""
+    pattern = r.req("hybrid_override_pattern")
+    data: Config = {
+        **r.common(),
+        "num_layers": len(pattern),
+        "layer_pattern": pattern,
+        "attention": r.gqa(),
+        "mamba": {"num_heads": r.req("mamba_num_heads"), "head_dim": r.get("mamba_head_dim", 64),
+                  "state_size": r.get("ssm_state_size", 128), "num_groups": r.get("n_groups", 8),
+                  "conv_kernel": r.get("conv_kernel", 4)},
+    }
+    activation = r.plain_activation("mlp_hidden_act")
+    if "-" in pattern:
+        data["dense_mlp"] = {"intermediate_size": r.req("intermediate_size"), "activation": activation,
+                             "bias": r.get("mlp_bias", False)}
+    if "E" in pattern:
+        shared = r.get("moe_shared_expert_intermediate_size", None)
+        data["moe"] = {"num_experts": r.req("n_routed_experts"), "top_k": r.req("num_experts_per_tok"),
+                       "expert_intermediate_size": r.req("moe_intermediate_size"),
+                       "num_shared_experts": 1 if shared else 0, "shared_intermediate_size": shared,
+                       "activation": activation, "router_bias": True,
+                       "latent_size": r.get("moe_latent_size", None)}
+    if r.get("num_hidden_layers", len(pattern)) != len(pattern):
+        raise r.unsupported("num_hidden_layers", f"the length of hybrid_override_pattern ({len(pattern)})")
+    return data
+
+
+def _qwen3_next(r: _Reader) -> Config:
+    """Qwen3-Next: gated DeltaNet and gated softmax attention blocks, every block MoE with a shared expert."""
+    types = r.get("layer_types", None)
+    if types is not None:
+        freq: Any = [1 if t == "linear_attention" else 0 for t in types]
+    else:
+        freq = r.req("full_attention_interval")
+    shared = r.get("shared_expert_intermediate_size", None)
+    return {
+        **r.common(),
+        "attention": {**r.gqa(qk_norm=True), "output_gate": True},
+        "linear_attention": {"num_key_heads": r.req("linear_num_key_heads"),
+                             "num_value_heads": r.req("linear_num_value_heads"),
+                             "key_head_dim": r.get("linear_key_head_dim", 128),
+                             "value_head_dim": r.get("linear_value_head_dim", 128),
+                             "conv_kernel": r.get("linear_conv_kernel_dim", 4)},
+        "linear_attention_freq": freq,
+        "moe": {"num_experts": r.req("num_experts"), "top_k": r.req("num_experts_per_tok"),
+                "expert_intermediate_size": r.req("moe_intermediate_size"),
+                "num_shared_experts": 1 if shared else 0, "shared_intermediate_size": shared,
+                "activation": r.activation()},
+    }
+
+
 BUILDERS: dict[str, Callable[[_Reader], Config]] = {
     "deepseek_v2": _deepseek_mla,
     "deepseek_v3": _deepseek_mla,
@@ -206,18 +333,27 @@ BUILDERS: dict[str, Callable[[_Reader], Config]] = {
     "qwen3_moe": _qwen3_moe,
     "mixtral": _mixtral,
     "llama": _llama,
+    "mistral": _mistral,
+    "nemotron_h": _nemotron_h,
+    "qwen3_next": _qwen3_next,
 }
 
 
 def _read_json(path: Path) -> Config:
-    """Parse the file as a JSON object, reporting a missing file or bad JSON with its location."""
+    """Parse the file as a JSON object, reporting a missing file or bad JSON with its location; numbers
+    with thousands of digits and nesting deeper than MAX_NESTING are refused before they are built."""
+    text = read_input_text(path, "HuggingFace config", "model.hf_config")
+    if nesting_depth(text) > MAX_NESTING:
+        raise InputError(f"HuggingFace config nests lists or objects more than {MAX_NESTING} deep.", file=str(path),
+                         fix="use the model's config.json unchanged.")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("HuggingFace config file not found.", file=str(path),
-                         fix="check the `hf_config` path (relative paths start at the problem file).") from None
+        data = json.loads(text, parse_int=_bounded_int)
     except json.JSONDecodeError as exc:
         raise InputError(f"HuggingFace config is not valid JSON: {exc.msg}.", file=str(path), line=exc.lineno,
+                         fix="use the model's config.json unchanged.") from None
+    except ValueError as exc:
+        raise InputError(f"HuggingFace config holds an unreadable number: {exc}.", file=str(path),
+                         expected=f"numbers of at most {MAX_NUMBER_DIGITS} digits",
                          fix="use the model's config.json unchanged.") from None
     if not isinstance(data, dict):
         raise InputError("HuggingFace config must be a JSON object.", file=str(path),

@@ -17,7 +17,10 @@ from parasol.problems.model.architecture import (
     BlockKind,
     DenseMLP,
     DSV4Attention,
+    GatedDeltaNet,
     GQAAttention,
+    MambaMixer,
+    Mixer,
     MLAAttention,
     ModelArchitecture,
     MoE,
@@ -64,14 +67,34 @@ def mlp_params(hidden: int, intermediate: int, activation: Activation, bias: boo
 def expert_params(model: ModelArchitecture) -> int:
     """One routed expert; for DeepSeek-V4-Pro 3·7168·3072 = 66,060,288 (seed 000)."""
     assert model.moe is not None
-    return mlp_params(model.hidden_size, model.moe.expert_intermediate_size, model.moe.activation)
+    return mlp_params(model.moe.expert_width(model.hidden_size), model.moe.expert_intermediate_size,
+                      model.moe.activation)
+
+
+def mamba_params(hidden: int, mamba: MambaMixer) -> int:
+    """One Mamba-2 mixer (mamba_mixer.py:281-460): in_proj h·(2·d_inner + 2·G·N + H), the conv's weights
+    and bias over d_inner + 2·G·N channels, dt_bias, A_log and D per head, the gated norm over d_inner and
+    out_proj d_inner·h."""
+    in_proj = hidden * (2 * mamba.d_inner + 2 * mamba.num_groups * mamba.state_size + mamba.num_heads)
+    conv = mamba.conv_channels * (mamba.conv_kernel + 1)
+    return in_proj + conv + 3 * mamba.num_heads + mamba.d_inner + mamba.d_inner * hidden
+
+
+def gdn_params(hidden: int, gdn: GatedDeltaNet) -> int:
+    """One gated DeltaNet (gated_delta_net/common.py:181-290): in_proj h·(2·qk + 2·v + 2·H_v), the depthwise
+    conv over 2·qk + v channels (bias optional), dt_bias and A_log per value head, the gated norm over a
+    value head and out_proj v·h."""
+    in_proj = hidden * (2 * gdn.key_width + 2 * gdn.value_width + 2 * gdn.num_value_heads)
+    conv = gdn.conv_channels * (gdn.conv_kernel + int(gdn.conv_bias))
+    return in_proj + conv + 2 * gdn.num_value_heads + gdn.value_head_dim + gdn.value_width * hidden
 
 
 def gqa_params(hidden: int, att: GQAAttention, norm_channels: int) -> int:
-    """Q, K, V and output projections (+ biases, + per-head q/k norms)."""
+    """Q, K, V and output projections (+ biases, + per-head q/k norms); an output gate doubles the query
+    projection (the gate is projected with the queries)."""
     q = att.num_heads * att.head_dim
     kv = att.num_kv_heads * att.head_dim
-    total = hidden * q + 2 * hidden * kv + q * hidden
+    total = hidden * q * (2 if att.output_gate else 1) + 2 * hidden * kv + q * hidden
     if att.bias:
         total += q + 2 * kv + hidden
     if att.qk_norm:
@@ -93,7 +116,15 @@ def mla_params(hidden: int, att: MLAAttention, norm_channels: int) -> int:
 
 
 def attention_params(model: ModelArchitecture, block: Block) -> int:
-    """Parameters of one block's attention, by attention kind."""
+    """Parameters of one block's token mixer: attention by kind, a Mamba-2 or gated DeltaNet mixer, or none."""
+    if block.mixer is Mixer.none:
+        return 0
+    if block.mixer is Mixer.mamba:
+        assert model.mamba is not None
+        return mamba_params(model.hidden_size, model.mamba)
+    if block.mixer is Mixer.gdn:
+        assert model.linear_attention is not None
+        return gdn_params(model.hidden_size, model.linear_attention)
     att = model.attention
     per = model.norm.params_per_channel
     if isinstance(att, GQAAttention):
@@ -107,9 +138,20 @@ def attention_params(model: ModelArchitecture, block: Block) -> int:
 def _router_params(model: ModelArchitecture, moe: MoE, block: Block) -> int:
     """Gate weight [experts, h] plus the score-correction bias; V4's hash-routed layers keep the
     weight (it still weights the chosen experts) but have no bias, and their int32 token-to-expert
-    table is not a trained parameter."""
+    table is not a trained parameter. LatentMoE adds its down and up projections h·ℓ each, replicated
+    over TP like the gate (moe_layer.py:279-303, parallel_mode="duplicated")."""
     bias = moe.num_experts if moe.router_bias and not block.hash_routed else 0
-    return moe.num_experts * model.hidden_size + bias
+    latent = 2 * model.hidden_size * moe.latent_size if moe.latent_size else 0
+    return moe.num_experts * model.hidden_size + bias + latent
+
+
+def block_norm_params(model: ModelArchitecture, block: Block) -> int:
+    """Pre-norms of a block: one per sublayer (a hybrid layer has one), one shared by a parallel
+    attention+MLP block."""
+    per = model.hidden_size * model.norm.params_per_channel
+    if model.parallel_attention_mlp and block.sublayers == 2:
+        return per
+    return block.sublayers * per
 
 
 def block_params(model: ModelArchitecture, block: Block) -> BlockParams:
@@ -123,11 +165,13 @@ def block_params(model: ModelArchitecture, block: Block) -> BlockParams:
 def _block_params(model: ModelArchitecture, block: Block) -> BlockParams:
     """block_params, computed."""
     h = model.hidden_size
-    norms = 2 * h * model.norm.params_per_channel
+    norms = block_norm_params(model, block)
     extra = mhc_block_params(h, model.hc_mult)
     if block.mtp:
         extra += mtp_extra_params(model)
     att = attention_params(model, block)
+    if block.mlp is BlockKind.none:
+        return BlockParams(att, 0, 0, 0, 0, norms, extra)
     if block.mlp is BlockKind.dense:
         mlp: DenseMLP = model.dense_mlp  # type: ignore[assignment]
         return BlockParams(att, mlp_params(h, mlp.intermediate_size, mlp.activation, mlp.bias), 0, 0, 0,
@@ -135,7 +179,7 @@ def _block_params(model: ModelArchitecture, block: Block) -> BlockParams:
     moe = model.moe
     assert moe is not None
     shared = mlp_params(h, moe.shared_width, moe.activation) if moe.shared_width else 0
-    routed = moe.num_experts * mlp_params(h, moe.expert_intermediate_size, moe.activation)
+    routed = moe.num_experts * mlp_params(moe.expert_width(h), moe.expert_intermediate_size, moe.activation)
     return BlockParams(att, 0, shared, _router_params(model, moe, block), routed, norms, extra, moe.num_experts)
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
+from parasol.bounds import MAX_GLOBAL_BATCH
 from parasol.constraints.core.base import Constraint, Facts, Severity
 from parasol.constraints.evaluate import evaluate
 from parasol.constraints.physics import rollout as rollout_formulas
@@ -101,14 +102,15 @@ def neighbourhood(problem: Problem, mapping: Mapping) -> dict[str, list[int]]:
 
 
 def gbs_candidates(problem: Problem, mapping: Mapping) -> list[int]:
-    """The current GBS, doubled and quadrupled, and the multiples of MBS·D_a just below and above it."""
+    """The current GBS, doubled and quadrupled, and the multiples of MBS·D_a just below and above it
+    (none above MAX_GLOBAL_BATCH)."""
     gbs = mapping.gbs
     values = {gbs, 2 * gbs, FACTOR * gbs}
     dp = derive(problem.model, mapping).dp_attn
     if dp.denominator == 1:
         step = mapping.mbs * int(dp)
         values |= {x for x in ((gbs // step) * step, -(-gbs // step) * step) if x > 0 and gbs <= x * FACTOR}
-    return sorted(values)
+    return sorted(v for v in values if v <= MAX_GLOBAL_BATCH)
 
 
 def _log_cost(old: int, new: int) -> int:

@@ -29,7 +29,8 @@ from parasol.errors import InputError
 from parasol.problems.derived import derive, interleaved_even_layout, stage_layer_totals
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping, RankOrder, Recompute
-from parasol.problems.model.architecture import Block, BlockKind, DSV4Attention
+from parasol.problems.megatron.patterns import LAYER_WISE
+from parasol.problems.model.architecture import PATTERN_SYMBOLS, Block, BlockKind, DSV4Attention
 
 MAIN = "Megatron-LM main@d98e8a64 "
 DEV = "Megatron-LM dev@d48bd6be "
@@ -106,8 +107,9 @@ def _is_moe(problem: Problem) -> bool:
 
 
 def _hybrid_model(problem: Problem) -> bool:
-    """Whether Megatron builds the model as a HybridModel (DeepSeek-V4 attention; decision_vars' hybrid_model)."""
-    return isinstance(problem.model.attention, DSV4Attention)
+    """Whether Megatron builds the model as a HybridModel: DeepSeek-V4 attention or a Mamba/GDN layer
+    pattern (consts' hybrid_model, hybrid_layers)."""
+    return isinstance(problem.model.attention, DSV4Attention) or problem.model.layer_pattern is not None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -358,8 +360,12 @@ def layout_string(problem: Problem, layout: Sequence[int]) -> str:
 
 
 def _block_symbols(block: Block) -> str:
-    """A V4 block in the hybrid pattern: its attention symbol by compress ratio, then its MLP symbol."""
-    return HYBRID_ATTENTION[block.compress_ratio] + HYBRID_MLP[block.mlp]
+    """A block in the hybrid pattern: a layer-pattern block's one symbol (hybrid_layer_allocation.py:14-25),
+    or a V4 block's attention symbol by compress ratio, then its MLP symbol."""
+    for symbol, (mixer, mlp) in PATTERN_SYMBOLS.items():
+        if block.compress_ratio is None and not block.mtp and (mixer, mlp) == (block.mixer, block.mlp):
+            return symbol
+    return HYBRID_ATTENTION.get(block.compress_ratio, "*") + HYBRID_MLP[block.mlp]
 
 
 def _pattern_blocks(problem: Problem) -> tuple[list[str], str]:
@@ -369,6 +375,8 @@ def _pattern_blocks(problem: Problem) -> tuple[list[str], str]:
     if given is not None:
         main, sep, mtp = given.partition("/")
         flat = main.replace("|", "")
+        if LAYER_WISE & set(flat):
+            return list(flat), sep + mtp
         return [flat[i:i + 2] for i in range(0, len(flat), 2)], sep + mtp
     model = problem.model
     mtp = "".join("/" + _block_symbols(b) for b in model.mtp_blocks)

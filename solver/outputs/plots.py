@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from parasol.files import writing
 from parasol.problems.mapping import DEGREES
 
 if TYPE_CHECKING:
@@ -431,5 +432,7 @@ def scaling_plot(sweep_dict: dict, path: Path) -> Path:
             for axis in (ax, bx):
                 axis.text(0.5, 0.5, "no size has a mapping", ha="center", va="center", transform=axis.transAxes)
         fig.suptitle(f"{sweep_dict['model']} on {sweep_dict['gpu']}: {sweep_dict['scaling']} scaling")
-        path.write_bytes(png_bytes(fig))
+        png = png_bytes(fig)
+    with writing(path, "--plot") as out:
+        out.write_bytes(png)
     return path

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from parasol.errors import InputError
+from parasol.files import check_output
 from parasol.problems.derived import stage_of_virtual
 from parasol.problems.megatron.layout_string import run_length
 from parasol.solver.outputs import plots
@@ -477,6 +478,7 @@ def write_report(path: str | Path, *, solve: dict | None = None, user: dict | No
         raise InputError(f"The report path {str(path)!r} is a directory.", field="--report", value=str(path),
                          expected="a file name", fix="add a file name, e.g. DIR/report.html.")
     blocks = report_blocks(solve=solve, user=user, sweep=sweep, title=title, context=context, pick=pick)
+    check_output(path, "--report")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if kind == "html":

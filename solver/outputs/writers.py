@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 from rich.table import Table
 
+from parasol.files import output_folder, writing
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, Mapping
 from parasol.problems.megatron.layout_string import run_length
@@ -54,10 +55,10 @@ def front_table(result: SolveResult, problem: Problem) -> Table:
 
 def write_solution(result: SolveResult, problem: Problem, directory: Path) -> Path:
     """Write the `solve --json` object to DIR/<problem name>.json; returns the path."""
-    directory.mkdir(parents=True, exist_ok=True)
+    output_folder(directory, "--out")
     name = problem.spec.name or Path(problem.source).stem
-    path = directory / f"{name}.json"
-    path.write_text(json.dumps(result.as_dict(), indent=2) + "\n", encoding="utf-8")
+    with writing(directory / f"{name}.json", "--out") as path:
+        path.write_text(json.dumps(result.as_dict(), indent=2) + "\n", encoding="utf-8")
     return path
 
 
@@ -84,7 +85,7 @@ def write_rank_map(mapping: Mapping, problem: Problem, path: Path) -> Path:
     real (launch rank r on node r // G, GPU r % G)."""
     topo = problem.hardware.topology
     rows = rank_rows(mapping, topo.gpus_per_node, topo.gpus_per_nvlink_domain)
-    with path.open("w", newline="", encoding="utf-8") as fh:
+    with writing(path, "--rank-map") as out, out.open("w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
@@ -162,7 +163,8 @@ def host_order_text(mapping: Mapping, problem: Problem) -> str:
 
 def write_host_order(mapping: Mapping, problem: Problem, path: Path) -> Path:
     """Write the host order (host_order_text) to `path`; returns the path."""
-    path.write_text(host_order_text(mapping, problem), encoding="utf-8")
+    with writing(path, "the host order file") as out:
+        out.write_text(host_order_text(mapping, problem), encoding="utf-8")
     return path
 
 
@@ -171,7 +173,8 @@ def write_launch_files(problem: Problem, mapping: Mapping, directory: Path, pref
     script's NODE_RANK refers to) for one mapping; returns both paths."""
     from parasol.solver.outputs.emit import launch_script
 
-    directory.mkdir(parents=True, exist_ok=True)
+    output_folder(directory, "--out")
     script = directory / f"{prefix}megatron_args.sh"
-    script.write_text(launch_script(problem, mapping, title), encoding="utf-8")
+    with writing(script, "--out") as out:
+        out.write_text(launch_script(problem, mapping, title), encoding="utf-8")
     return script, write_host_order(mapping, problem, directory / f"{prefix}hosts.txt")

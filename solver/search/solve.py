@@ -166,7 +166,7 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     start = time.perf_counter()
     objectives = front_objectives(problem)
     minimised = program_objectives(objectives)
-    rows = enumerate_rows(problem)
+    rows = enumerate_rows(problem, deadline=start + time_limit_s)
     if not rows:
         return SolveResult("infeasible", (), 0, 0, 0, time.perf_counter() - start)
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))

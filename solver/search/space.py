@@ -8,10 +8,13 @@ on the row's degree variables, so a row that breaks a rule is excluded by CP-SAT
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
 from itertools import product
 
 from parasol.constraints.physics.exchanges import links_for
+from parasol.errors import InputError
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, Mapping, RankOrder, Recompute
 
@@ -129,15 +132,31 @@ def expert_tp_choices(problem: Problem, tp: int) -> tuple[int, ...]:
     return (tp,) if problem.model.moe is None else tuple(sorted({1, tp}))
 
 
-def enumerate_rows(problem: Problem, domains: dict[str, tuple[int, ...]] | None = None) -> tuple[Row, ...]:
-    """Every row of the search space with a whole folding identity and at least one block per stage."""
+CLOCK_EVERY = 4096
+"""Degree combinations enumerated between two looks at the clock."""
+
+
+def _too_large(doms: dict[str, tuple[int, ...]]) -> InputError:
+    """The search space could not even be listed within the time limit."""
+    size = math.prod(len(doms[n]) for n in DEGREES)
+    return InputError(f"The search space has {size:,} degree combinations, too many to list within the time "
+                      "limit.", field="search", expected="short lists of values per degree under `search:`",
+                      fix="narrow `search:` (e.g. powers of two only), or raise --time-limit.")
+
+
+def enumerate_rows(problem: Problem, domains: dict[str, tuple[int, ...]] | None = None,
+                   deadline: float | None = None) -> tuple[Row, ...]:
+    """Every row of the search space with a whole folding identity and at least one block per stage;
+    past `deadline` (time.perf_counter()) a search space too large to list raises InputError."""
     doms = domains or search_domains(problem)
     gpus, gbs = problem.gpus, problem.training.global_batch
     blocks = problem.model.num_layers
     free_etp = problem.spec.search.etp is None
     orders = rank_order_choices(problem)
     rows = []
-    for tp, pp, cp, ep, etp, vpp, mbs in product(*(doms[n] for n in DEGREES)):
+    for k, (tp, pp, cp, ep, etp, vpp, mbs) in enumerate(product(*(doms[n] for n in DEGREES))):
+        if deadline is not None and k % CLOCK_EVERY == 0 and time.perf_counter() > deadline:
+            raise _too_large(doms)
         if pp * vpp > blocks or (free_etp and etp not in expert_tp_choices(problem, tp)):
             continue
         if not whole_folding(gpus, gbs, tp, pp, cp, ep, etp, mbs):

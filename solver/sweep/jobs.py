@@ -12,9 +12,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from parasol.errors import InputError, ParasolError
+from parasol.bounds import MAX_GPUS, MAX_SWEEP_SIZES
+from parasol.errors import InputError, ParasolError, short
 from parasol.problems.mapping import DEGREES
-from parasol.problems.schema import MAX_GPUS
 
 if TYPE_CHECKING:
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from parasol.solver.diagnose.explain import Explanation
     from parasol.solver.search.solve import SolveResult
 
-MAX_SIZES = 64
+MAX_SIZES = MAX_SWEEP_SIZES
 """Most sizes one sweep runs (a range with a small step could otherwise ask for thousands)."""
 
 GRACE_S = 30.0
@@ -34,7 +34,7 @@ EFFICIENCY_FLOOR = 0.5
 
 BACKENDS = ("local", "ray", "serial")
 
-_NUMBER = r"\d[\d_]*"
+_NUMBER = r"\d(?:_?\d){0,9}"
 _ITEM = re.compile(rf"^(?P<lo>{_NUMBER})(?:\.\.(?P<hi>{_NUMBER})(?:(?P<op>[x*+])(?P<by>{_NUMBER}))?)?$")
 _SIZES_EXPECTED = "whole numbers separated by commas, or ranges A..BxF (A, A·F, A·F², … up to B) and A..B+S"
 
@@ -50,6 +50,9 @@ def _range(item: str, lo: int, hi: int, op: str | None, by: int | None) -> list[
     """The sizes of one range item: geometric with `x`/`*` (default ×2), arithmetic with `+`."""
     if hi < lo:
         raise _size_error(item, f"The range {item!r} ends below its start.", f"write {hi}..{lo}.")
+    if hi > MAX_GPUS:
+        raise _size_error(item, f"The range {item!r} ends above the largest job parasol plans ({MAX_GPUS:,} GPUs).",
+                          f"end the range at or below {MAX_GPUS:,}.")
     if op in (None, "x", "*"):
         factor = 2 if by is None else by
         if factor < 2:
@@ -61,7 +64,7 @@ def _range(item: str, lo: int, hi: int, op: str | None, by: int | None) -> list[
         return out
     if not by:
         raise _size_error(item, f"The step of {item!r} must be at least 1.", f"write {lo}..{hi}+{lo}.")
-    return list(range(lo, hi + 1, by))[:MAX_SIZES + 1]
+    return list(range(lo, hi + 1, by)[:MAX_SIZES + 1])
 
 
 def parse_sizes(text: str) -> tuple[int, ...]:
@@ -73,7 +76,7 @@ def parse_sizes(text: str) -> tuple[int, ...]:
         item = raw.strip().replace(" ", "")
         match = _ITEM.match(item)
         if not match:
-            raise _size_error(raw.strip(), f"Cannot read the --gpus item {raw.strip()!r}.",
+            raise _size_error(raw.strip(), f"Cannot read the --gpus item {short(raw.strip())}; numbers have at most 10 digits.",
                               "write e.g. --gpus 1024,2048,4096 or --gpus 1024..8192x2.")
         lo = int(match["lo"])
         hi = int(match["hi"]) if match["hi"] else None
