@@ -39,7 +39,8 @@ class Evaluation:
 
 
 def layout_is_valid(model, mapping: Mapping, layout: tuple[int, ...]) -> bool:  # noqa: ANN001
-    """A ledger can be built when the layout has PP·VPP stages covering every block."""
+    """A ledger can be built when the layout has PP·VPP stages covering every block (without an explicit
+    layout, more virtual stages than blocks leave the layout empty: derived.resolve_layout)."""
     return len(layout) == mapping.pp * mapping.vpp and sum(layout) == model.num_layers
 
 

@@ -84,3 +84,15 @@ def test_the_launcher_sets_ranks_per_node() -> None:
     code, data = explain("torchrun --nproc_per_node 4 --nnodes 2 pretrain_gpt.py " + BASE, None)
     assert code == 0
     assert (data["metrics"]["ranks_per_node"], data["metrics"]["nodes"], data["metrics"]["idle_gpus"]) == (4, 2, 8)
+
+
+def test_set_gpus_places_the_ranks_of_that_job(tmp_path) -> None:  # noqa: ANN001 - pytest's tmp_path
+    """`--set gpus=9` on a 64-GPU problem judges a 9-GPU job: 3 ranks on each of 3 nodes."""
+    from inline_problems import SMALL_MOE
+
+    path = tmp_path / "small.yaml"
+    path.write_text(SMALL_MOE)
+    result = CliRunner().invoke(main, ["explain", str(path), "--set", "gpus=9", "--set", "gbs=36", "--json"])
+    assert result.exit_code in (0, 1), result.output
+    metrics = json.loads(result.output)["metrics"]
+    assert (metrics["nodes"], metrics["ranks_per_node"], metrics["idle_gpus"]) == (3, 3, 15)

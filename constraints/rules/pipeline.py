@@ -64,8 +64,15 @@ class LayoutCoversBlocks(Constraint):
     summary = "len(layout) == PP·VPP and sum(layout) == num_layers"
     exact = True
 
+    def in_force(self, f: Facts) -> bool:
+        """Only an explicit layout can miss; Megatron's default split covers the blocks by construction
+        (more virtual stages than blocks is virtual-stages-within-blocks)."""
+        return f.mapping.layout is not None
+
     def slack(self, f: Facts) -> float:
         layout, m = f.derived.layout, f.mapping
+        if m.layout is None:
+            return 0.0
         if len(layout) != m.pp * m.vpp:
             return -float(abs(len(layout) - m.pp * m.vpp))
         return -float(abs(sum(layout) - f.model.num_layers))
@@ -83,6 +90,35 @@ class LayoutCoversBlocks(Constraint):
         if v.consts["layout_blocks"] != v.consts["num_layers"]:
             model.AddBoolOr([enforce.Not()])
         model.Add(v.product("pp", "vpp") == stages).OnlyEnforceIf(enforce)
+
+
+class VirtualStagesWithinBlocks(Constraint):
+    """Without an explicit layout every virtual stage holds at least one block: parasol's default cut, and
+    Megatron's even split and hybrid pattern that realise it, have no empty stage, so PP·VPP <= blocks."""
+
+    id = "virtual-stages-within-blocks"
+    family = Family.pipeline
+    citation = Citation("parasol problems/derived.py default_layout (one block or more per virtual stage)")
+    pack = None
+    unit = "virtual stages"
+    summary = "no explicit layout: PP·VPP <= num_layers"
+
+    def in_force(self, f: Facts) -> bool:
+        """Only parasol's own cut (no explicit layout) places a block on every virtual stage."""
+        return f.mapping.layout is None
+
+    def slack(self, f: Facts) -> float:
+        m = f.mapping
+        return float(f.model.num_layers - m.pp * m.vpp) if m.layout is None else 0.0
+
+    def message(self, f: Facts) -> str:
+        m = f.mapping
+        return (f"PP·VPP = {m.pp}·{m.vpp} = {m.pp * m.vpp} virtual stages for {f.model.num_layers} blocks: a virtual "
+                "stage would hold no block (give an explicit layout, or lower PP or VPP)")
+
+    def post(self, model, v, enforce) -> None:
+        if not v.consts.get("layout_explicit", 0):
+            model.Add(v.product("pp", "vpp") <= v.consts["num_layers"]).OnlyEnforceIf(enforce)
 
 
 class PipelineSplit(StrEnum):

@@ -80,6 +80,7 @@ from parasol.constraints.rules.pipeline import (
     UnevenMiddleConsistency,
     UnevenMiddleDivisible,
     UnevenMiddleDivisibleByVpp,
+    VirtualStagesWithinBlocks,
     VppFromLayersPerVStage,
     VppLayersPerRankDivisible,
     VppNoOverlapRequiresPPGt2,
@@ -120,7 +121,7 @@ STAGE_B_MODEL_BUILD = (
     QueryGroupsDivideHeads, TPShardedLinearDims, DeepEPNCCLEPNeedEtpEpGt1, NCCLEPNoDropPad,
 )
 STAGE_R_RUNTIME = (SPActivationSeqDivisibleByTP, MoETPRequiresSP, VppMicrobatchGroupRange, VppFinalGroupRemainder)
-PARASOL_RULES = (LayoutCoversBlocks, MemoryFitsHBM)
+PARASOL_RULES = (LayoutCoversBlocks, VirtualStagesWithinBlocks, MemoryFitsHBM)
 
 
 def builtin_constraints() -> tuple[Constraint, ...]:

@@ -53,6 +53,8 @@ class MemoryOracle:
         key = (*(degrees[name] for name in DEGREES), recompute)
         if key in self.cache:
             return self.cache[key]
+        if self.layout is None and degrees["pp"] * degrees["vpp"] > self.problem.model.num_layers:
+            return False  # no ledger without a block on every virtual stage (constraints/evaluate.py)
         if self.screen is not None and not self.screen(degrees, recompute):
             return False
         facts = facts_for(self.problem, self.mapping(degrees, recompute), self.options)
