@@ -152,11 +152,13 @@ def test_scaling_efficiency_is_against_the_smallest_size_with_a_mapping() -> Non
 
 
 def test_serial_sweep_reports_every_size(small: Path) -> None:
-    """BRIEF contract: `sweep --json` is {"sizes": [{"gpus", "status", "mappings"}]}; a bad size is in
-    the list with its reason, the others are solved, in GPU order."""
+    """BRIEF contract: `sweep --json` is {"sizes": [{"gpus", "status", "mappings"}]}; a size with no
+    mapping (12 GPUs on partial nodes: GBS 256 does not fold onto them) is in the list with its reason,
+    the others are solved, in GPU order."""
     data = run_sweep(small, (64, 12, 8), backend="serial").as_dict()
     assert [s["gpus"] for s in data["sizes"]] == [8, 12, 64]
-    assert [s["status"] for s in data["sizes"]] == ["optimal", "error", "optimal"]
+    assert [s["status"] for s in data["sizes"]] == ["optimal", "infeasible", "optimal"]
+    assert "12 GPUs" in data["sizes"][1]["reason"]
     for s in (data["sizes"][0], data["sizes"][2]):
         assert s["mappings"] and all(m["feasible"] and m["pareto_rank"] == 1 for m in s["mappings"])
         assert s["best"]["step_time_s"] == min(m["metrics"]["step_time_s"] for m in s["mappings"])
@@ -244,7 +246,7 @@ def test_cli_json(small: Path) -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert [(s["gpus"], s["status"], bool(s["mappings"])) for s in data["sizes"]] == [(8, "optimal", True),
-                                                                                       (12, "error", False)]
+                                                                                       (12, "infeasible", False)]
     assert data["scaling"] == "strong" and data["table"][0]["step_time_s"] > 0
 
 
