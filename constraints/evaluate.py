@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parasol.constraints.core.base import Constraint, Facts, Verdict
-from parasol.constraints.physics.memory import MemoryLedger, memory_ledger
+from parasol.constraints.physics.memory import MemoryLedger, memory_ledger, schedule_fits_layout
 from parasol.constraints.rules.registry import active_constraints
 from parasol.problems.derived import derive
 from parasol.problems.mapping import Mapping, RankOrder
@@ -38,10 +38,12 @@ class Evaluation:
         return self.facts.ledger
 
 
-def layout_is_valid(model, mapping: Mapping, layout: tuple[int, ...]) -> bool:  # noqa: ANN001
-    """A ledger can be built when the layout has PP·VPP stages covering every block (without an explicit
-    layout, more virtual stages than blocks leave the layout empty: derived.resolve_layout)."""
-    return len(layout) == mapping.pp * mapping.vpp and sum(layout) == model.num_layers
+def layout_is_valid(model, mapping: Mapping, layout: tuple[int, ...], schedule: str = "megatron") -> bool:  # noqa: ANN001
+    """A ledger can be built when the layout has PP·VPP stages covering every block, paired as the
+    pipeline schedule needs (DualPipe: even PP, VPP 1; DualPipeV: VPP 2); without an explicit layout,
+    more virtual stages than blocks leave the layout empty (derived.resolve_layout)."""
+    return (len(layout) == mapping.pp * mapping.vpp and sum(layout) == model.num_layers
+            and schedule_fits_layout(layout, mapping.pp, schedule))
 
 
 def facts_for(problem, mapping: Mapping, options: MegatronOptions | None = None) -> Facts:  # noqa: ANN001
@@ -52,9 +54,9 @@ def facts_for(problem, mapping: Mapping, options: MegatronOptions | None = None)
         mapping = mapping.model_copy(update={"rank_order": RankOrder.dp_last})
     derived = derive(problem.model, mapping)
     ledger = None
-    if layout_is_valid(problem.model, mapping, derived.layout):
+    if layout_is_valid(problem.model, mapping, derived.layout, problem.training.pipeline_schedule):
         ledger = memory_ledger(problem.model, mapping, derived, problem.training,
-                               problem.hardware.gpu.usable_hbm_bytes)
+                               problem.hardware.gpu.usable_hbm_bytes, opts)
     return Facts(problem=problem, mapping=mapping, derived=derived, options=opts, ledger=ledger)
 
 

@@ -108,30 +108,16 @@ SPECS: tuple[CoefficientSpec, ...] = (
         "bandwidth)", 0.05, 1.0,
         "achievable fraction of the nominal NIC rate"),
     CoefficientSpec(
-        "overlap_tp", "fraction hidden", 0.70,
-        "paper: TP communication overlap (Megatron --tp-comm-overlap, userbuffers, on in the NeMo and "
-        "Megatron-Bridge recipes) hides most but not all AG/RS behind GEMMs (Wang et al., ASPLOS 2023)", 0.0, 1.0,
-        "share of TP all-gather/reduce-scatter time hidden behind the block's GEMMs"),
-    CoefficientSpec(
         "overlap_cp", "fraction hidden", 0.50,
         "paper: ring attention overlaps each KV exchange with the previous chunk's attention (Liu et al., "
         "arXiv 2310.01889; Megatron CP p2p); about half hides once the causal chunks shrink", 0.0, 1.0,
         "share of CP KV exchange hidden behind core attention"),
     CoefficientSpec(
         "overlap_ep", "fraction hidden", 0.30,
-        "assumption: dispatch/combine overlap with shared experts and, with 1F1B A2A overlap, the other "
-        "microbatch's compute (Megatron --overlap-moe-expert-parallel-comm, DualPipe)", 0.0, 1.0,
+        "assumption: without --overlap-moe-expert-parallel-comm, dispatch/combine still overlap shared "
+        "experts and the dispatcher's own pipelining; with it, EP hides behind the other microbatch's "
+        "compute mechanistically (constraints/physics/pricing.py)", 0.0, 1.0,
         "share of EP dispatch/combine time hidden behind compute"),
-    CoefficientSpec(
-        "overlap_pp", "fraction hidden", 0.90,
-        "paper: --overlap-p2p-communication posts sends and receives asynchronously in the steady state "
-        "(Narayanan et al., arXiv 2104.04473)", 0.0, 1.0,
-        "share of steady-state pipeline send/receive time hidden"),
-    CoefficientSpec(
-        "overlap_dp", "fraction hidden", 0.90,
-        "paper: bucketed gradient reduce-scatter overlaps the last microbatch's backward and the parameter "
-        "all-gather the next step's first forward (Megatron --overlap-grad-reduce/--overlap-param-gather)",
-        0.0, 1.0, "share of data-parallel reduce-scatter/all-gather that can hide inside its window"),
 )
 
 SPEC_BY_NAME = {s.name: s for s in SPECS}
@@ -152,11 +138,8 @@ class StepCoefficients:
     moe_layer_overhead_us: float = SPEC_BY_NAME["moe_layer_overhead_us"].default
     nvlink_efficiency: float = SPEC_BY_NAME["nvlink_efficiency"].default
     network_efficiency: float = SPEC_BY_NAME["network_efficiency"].default
-    overlap_tp: float = SPEC_BY_NAME["overlap_tp"].default
     overlap_cp: float = SPEC_BY_NAME["overlap_cp"].default
     overlap_ep: float = SPEC_BY_NAME["overlap_ep"].default
-    overlap_pp: float = SPEC_BY_NAME["overlap_pp"].default
-    overlap_dp: float = SPEC_BY_NAME["overlap_dp"].default
     source: str = "defaults"
     """Where the values come from: 'defaults' or the coefficient file and its fit."""
 

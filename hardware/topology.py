@@ -86,6 +86,9 @@ class ClusterTopology(BaseModel):
     spine_oversubscription: float = Field(default=1.0, ge=1.0, description="leaf down-link to up-link bandwidth ratio; 1 is non-blocking")
     nvlink_gb_s: PositiveFloat = Field(description="scale-up bandwidth per GPU, GB/s per direction")
     nic_gb_s: PositiveFloat = Field(description="scale-out NIC bandwidth per GPU, GB/s per direction")
+    host_link_gb_s: PositiveFloat = Field(
+        default=64.0, description="GPU to host-memory bandwidth per GPU, GB/s per direction (offloading); "
+                                  "default PCIe Gen5 x16, 64 GB/s (PCI-SIG)")
     nvlink_latency_us: NonNegativeFloat = Field(description="per-hop latency inside an NVLink domain, us")
     rack_latency_us: NonNegativeFloat = Field(description="per-hop latency NIC to NIC through a leaf switch, us")
     spine_latency_us: NonNegativeFloat = Field(description="per-hop latency NIC to NIC through the spine, us")

@@ -87,6 +87,10 @@ def _middle_first(stages: int, count: int) -> list[int]:
     return order + ends[:count - len(order)]
 
 
+MAX_PIPELINE_SLOTS = 2
+"""Virtual stages that may hold no block: one for the embedding, one for the loss (account_for_*)."""
+
+
 def stage_of_virtual(virtual_index: int, pp: int) -> int:
     """Pipeline rank that runs virtual stage k (Megatron: pp_rank = k % PP, layout docs §2.3)."""
     return virtual_index % pp
@@ -131,11 +135,12 @@ class Derived:
 
 
 def resolve_layout(model: ModelArchitecture, mapping: Mapping) -> tuple[int, ...]:
-    """The mapping's layout, or the default split over PP·VPP virtual stages; empty when there are more
-    virtual stages than blocks (no default cut exists: rule virtual-stages-within-blocks)."""
+    """The mapping's layout, or the default split over PP·VPP virtual stages; empty when the virtual stages
+    outnumber the blocks plus the embedding and loss slots (no default cut exists: rule
+    virtual-stages-within-blocks)."""
     if mapping.layout is not None:
         return mapping.layout
-    if mapping.pp * mapping.vpp > model.num_layers:
+    if mapping.pp * mapping.vpp > model.num_layers + MAX_PIPELINE_SLOTS:
         return ()
     return default_layout(model.num_layers, mapping.pp * mapping.vpp)
 

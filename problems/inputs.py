@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from parasol.errors import InputError
 from parasol.problems.loader import Problem, load_problem
 from parasol.problems.mapping import Mapping
-from parasol.problems.mapping_input import build_mapping, parse_sets
+from parasol.problems.mapping_input import apply_settings, build_mapping, parse_sets, split_sets
 from parasol.problems.megatron.context import LaunchWarning
 from parasol.problems.megatron.launch import apply_launch, launch_problem, parse_launch, read_launch_file
 from parasol.problems.megatron.shell import SOURCE
@@ -53,15 +53,18 @@ def explain_inputs(problem_path: str | None, sets: tuple[str, ...], launch: tupl
                    hardware: str | None = None, gpus: int | None = None,
                    model_name: str | None = None) -> ExplainInputs:
     """Problem file (+ launch line) + --set, or hardware + launch line alone: what `explain` judges."""
-    pinned = parse_sets(sets)
+    pinned, settings = split_sets(parse_sets(sets))
     if problem_path is not None:
         _no_problem_options(hardware, gpus, model_name)
         problem = load_problem(problem_path)
         if launch is None:
+            problem = apply_settings(problem, settings)
             mapping = build_mapping(problem, pinned)
             return ExplainInputs(placed(problem, mapping), mapping)
         parsed = parse_launch(launch[0], source=launch[1], model=problem.model)
-        updated, mapping, notes = apply_launch(problem, parsed, pinned)
+        updated, _, notes = apply_launch(problem, parsed, pinned)
+        updated = apply_settings(updated, settings)
+        mapping = build_mapping(updated, {**parsed.mapping_fields, **pinned})
         return ExplainInputs(placed(updated, mapping), mapping, (*notes, *parsed.notes), parsed.warnings)
     if launch is None or hardware is None:
         raise InputError("Nothing to explain: give PROBLEM.yaml, or --hardware PRESET with --megatron-args "
@@ -71,6 +74,7 @@ def explain_inputs(problem_path: str | None, sets: tuple[str, ...], launch: tupl
     if gpus is not None and gpus < 1:
         raise InputError("--gpus must be at least 1.", field="--gpus", value=gpus, fix="pass the job's GPU count.")
     parsed = parse_launch(launch[0], source=launch[1])
-    problem, mapping, notes = launch_problem(parsed, hardware=hardware, gpus=gpus, model_name=model_name,
-                                             sets=pinned)
+    problem, _, notes = launch_problem(parsed, hardware=hardware, gpus=gpus, model_name=model_name, sets=pinned)
+    problem = apply_settings(problem, settings)
+    mapping = build_mapping(problem, {**parsed.mapping_fields, **pinned})
     return ExplainInputs(problem, mapping, (*notes, *parsed.notes), parsed.warnings)

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from pydantic import ValidationError
 
 from parasol.bounds import MAX_LAYERS
 from parasol.errors import InputError, short
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import MAPPING_KEYS, Mapping, RankOrder
+from parasol.problems.options import MegatronOptions
+from parasol.problems.schema import Training
+
+TRAINING_SET_KEYS = ("fsdp", "distributed_optimizer", "sequence_parallel", "recompute_modules", "frozen_base_weights",
+                     "pipeline_schedule")
+"""Training fields `--set` may change (the run's sharding and memory-saving choices)."""
+SETTING_KEYS = (*TRAINING_SET_KEYS, *MegatronOptions.model_fields)
+"""Keys `--set` accepts besides the mapping's: training fields and every framework option by its name
+(e.g. --set overlap_grad_reduce=false, --set fsdp=megatron-fsdp, --set offload_modules=core_attn,moe_act)."""
 
 
 def parse_layout(text: str) -> tuple[int, ...]:
@@ -31,9 +42,11 @@ def parse_sets(items: tuple[str, ...]) -> dict[str, str]:
         if not sep or not value.strip():
             raise InputError(f"Cannot read --set {item!r}.", field="--set", value=item,
                              expected="key=value, e.g. --set tp=1", fix="write each setting as key=value.")
-        if key not in MAPPING_KEYS:
+        if key not in MAPPING_KEYS and key not in SETTING_KEYS:
             raise InputError(f"Unknown --set key {key!r}.", field="--set", value=item,
-                             expected=f"one of {', '.join(MAPPING_KEYS)}", fix="use one of the listed keys.")
+                             expected=f"one of {', '.join(MAPPING_KEYS)}, or a training setting "
+                                      f"({', '.join(TRAINING_SET_KEYS)}) or framework option name",
+                             fix="use one of the listed keys.")
         if key in out:
             raise InputError(f"--set {key} is given twice.", field="--set", value=item,
                              fix=f"keep one --set {key}=….")
@@ -83,6 +96,7 @@ def build_mapping(problem: Problem, overrides: dict[str, object]) -> Mapping:
             expected=expected, fix=f"correct --set {key}=… (or the problem's mapping.{key}).",
             **_where(problem, key, overrides),
         ) from None
+    dualpipe_requirements(problem.training.pipeline_schedule, mapping)
     return mapping
 
 
@@ -100,3 +114,70 @@ def _where(problem: Problem, key: str, overrides: dict[str, object]) -> dict:
         path = PROBLEM_KEYS.get(key, ("mapping", key))
     return {"file": problem.source, "line": problem.line_of(*path)}
 
+
+def dualpipe_requirements(schedule: str, mapping: Mapping) -> None:
+    """DualPipe needs an even PP, one stage pair per rank (VPP 1 here) and an even m >= 2·PP
+    (deepseek-ai/DualPipe dualpipe/dualpipe.py:332-333); DualPipeV two chunks per rank (VPP 2) and
+    m >= 2·PP (dualpipe/dualpipev.py:318). Not Megatron rules: DualPipe is not a Megatron schedule."""
+    if schedule == "megatron":
+        return
+    m = mapping
+    need = []
+    if schedule == "dualpipe" and (m.pp < 2 or m.pp % 2):
+        need.append(("pp", m.pp, "an even PP of at least 2"))
+    vpp = 1 if schedule == "dualpipe" else 2
+    if m.vpp != vpp:
+        need.append(("vpp", m.vpp, f"VPP {vpp} ({'the mirrored stage is implied' if vpp == 1 else 'two chunks per rank'})"))
+    dp, rest = divmod(m.gpus, m.tp * m.pp * m.cp)
+    micro, left = divmod(m.gbs, m.mbs * dp) if dp and not rest else (0, 1)
+    # a fractional microbatch count is left to the batch rules
+    if not left and (micro < 2 * m.pp or (schedule == "dualpipe" and micro % 2)):
+        need.append(("gbs", m.gbs, f"{'an even ' if schedule == 'dualpipe' else ''}number of microbatches "
+                                   f">= 2·PP = {2 * m.pp} (it is {micro})"))
+    if need:
+        key, value, expected = need[0]
+        raise InputError(f"The {schedule} schedule cannot run this mapping: `{key}` is {value}.", field=key,
+                         value=value, expected=expected,
+                         fix="change the mapping, or set training.pipeline_schedule: megatron.")
+
+
+def split_sets(sets: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(mapping keys, training/option keys) of parsed --set pins."""
+    mapping = {k: v for k, v in sets.items() if k in MAPPING_KEYS}
+    return mapping, {k: v for k, v in sets.items() if k not in MAPPING_KEYS}
+
+
+def _setting_value(model: type, key: str, text: str) -> object:
+    """A --set text as the field wants it: comma lists for tuple fields, 'none' for an unset choice."""
+    annotation = str(model.model_fields[key].annotation)
+    if "tuple" in annotation:
+        return tuple(p.strip() for p in text.split(",") if p.strip())
+    if text.lower() in ("none", "null") and "None" in annotation:
+        return None
+    return text
+
+
+def apply_settings(problem: Problem, settings: dict[str, str]) -> Problem:
+    """The problem with --set's training fields and framework options replaced, validated as the
+    problem file's would be (what the file left unset stays unset); a bad value names the key."""
+    if not settings:
+        return problem
+    spec = problem.spec
+    training = spec.training.model_dump(include=spec.training.model_fields_set)
+    options = spec.framework.options.model_dump(include=spec.framework.options.model_fields_set)
+    for key, text in settings.items():
+        if key in TRAINING_SET_KEYS:
+            training[key] = _setting_value(Training, key, text)
+        else:
+            options[key] = _setting_value(MegatronOptions, key, text)
+    try:
+        new_training = Training.model_validate(training)
+        new_options = MegatronOptions.model_validate(options)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = str(err["loc"][0]) if err["loc"] else "--set"
+        raise InputError(f"Invalid --set {key}: {err['msg']}.", field=key, value=settings.get(key),
+                         fix=f"correct --set {key}=… (see the training and framework.options fields).") from None
+    framework = spec.framework.model_copy(update={"options": new_options})
+    new_spec = spec.model_copy(update={"training": new_training, "framework": framework})
+    return dataclasses.replace(problem, spec=new_spec)

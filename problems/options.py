@@ -57,13 +57,30 @@ class MegatronOptions(Strict):
         default=False, description="--dynamic-context-parallel (dev; seed 000: the V4 path supports static CP only)")
     num_distributed_optimizer_instances: PositiveInt = 1
     use_tp_pp_dp_mapping: bool = Field(default=False, description="order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp")
-    offload_modules: tuple[str, ...] = Field(default=(), description="fine-grained activation offload modules")
+    offload_modules: tuple[str, ...] = Field(
+        default=(), description="--fine-grained-activation-offloading --offload-modules: modules whose inputs "
+                                "are kept on the host (transformer_config.py:1323-1345)")
     cpu_offloading: bool = False
     recompute_method: Literal["uniform", "block"] | None = None
     recompute_num_layers: PositiveInt | None = None
     kv_channels: PositiveInt | None = Field(
         default=None, description="--kv-channels (default hidden_size / num_attention_heads)")
-    tp_comm_overlap: bool = Field(default=False, description="--tp-comm-overlap (needs sequence parallelism)")
+    tp_comm_overlap: bool | None = Field(
+        default=None, description="--tp-comm-overlap (needs sequence parallelism); none: parasol's choice, on "
+                                  "when TP > 1 with sequence parallelism (a launch line without the flag: off)")
+    overlap_grad_reduce: bool | None = Field(
+        default=None, description="--overlap-grad-reduce (arguments.py:3121); none: parasol's choice, on "
+                                  "(a launch line without the flag: off)")
+    overlap_param_gather: bool | None = Field(
+        default=None, description="--overlap-param-gather (arguments.py:3148; needs the distributed optimizer or "
+                                  "FSDP and --overlap-grad-reduce, 1027-1029); none: on where allowed")
+    delay_wgrad_compute: bool = Field(
+        default=False, description="--delay-wgrad-compute (needs --overlap-moe-expert-parallel-comm, "
+                                   "transformer_config.py:3073-3077): weight gradients run behind the EP combine")
+    optimizer_cpu_offload: bool = Field(default=False, description="--optimizer-cpu-offload (arguments.py:2918)")
+    optimizer_offload_fraction: float = Field(
+        default=1.0, ge=0.0, le=1.0, description="--optimizer-offload-fraction: share of the optimizer state "
+                                                 "on the host (arguments.py:2922)")
     cross_entropy_loss_fusion: bool = Field(default=False, description="--cross-entropy-loss-fusion")
     megatron_core_api: bool = Field(
         default=False, description="judge as a direct Megatron Core user (configs built in code, no validate_args): "

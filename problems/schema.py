@@ -74,6 +74,18 @@ class Training(Strict):
     workspace_gb: float = Field(default=2.0, ge=0, le=MAX_WORKSPACE_GB, description="GEMM/attention/communication workspaces (GB)")
     packed_sequences: bool = Field(default=False, description="packed THD input (needed by DSv4 CP > 1)")
     sequence_parallel: bool = Field(default=True, description="Megatron --sequence-parallel when TP > 1")
+    frozen_base_weights: bool = Field(
+        default=False, description="LoRA/PEFT fine-tuning: the base weights get no gradients and no optimizer "
+                                   "state (adapters are negligible next to them)")
+    pipeline_schedule: Literal["megatron", "dualpipe", "dualpipev"] = Field(
+        default="megatron", description="megatron: 1F1B, interleaved when VPP > 1; dualpipe: DeepSeek's bidirectional "
+        "schedule, each rank holding its stage and the mirrored one (VPP 1); dualpipev: its V-shape cut-in-half "
+        "form, each rank holding chunk k and 2·PP−1−k (VPP 2) (DeepSeek-V3 report §3.2.1; deepseek-ai/DualPipe)")
+    fsdp: Literal["none", "megatron-fsdp", "torch-fsdp2"] = Field(
+        default="none", description="fully sharded data parallelism (ZeRO-3): weights, gradients and optimizer "
+                                    "state sharded over data parallelism, weights gathered per use "
+                                    "(--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params, "
+                                    "or --use-torch-fsdp2)")
 
 
 class HardwareSection(Strict):

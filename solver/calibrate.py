@@ -59,10 +59,12 @@ FIT_NAMES: tuple[str, ...] = (
     "layer_overhead_us",
     "moe_layer_overhead_us",
     "grouped_gemm_half_tokens",
-    "overlap_tp",
     "scan_efficiency",
+    "fp8_tensor_fraction",
 )
-"""The coefficients fitted per GPU type; the rest keep their defaults (sources in hardware/calibration.py)."""
+"""The coefficients fitted per GPU type; the rest keep their defaults (sources in hardware/calibration.py).
+gemm_efficiency is the BF16 GEMM efficiency and fp8_tensor_fraction the FP8 speed-up over it, both fitted,
+so BF16 runs are not priced with an efficiency fitted on FP8 runs alone (issue 16, cause 9)."""
 
 SCAN_NAMES: tuple[str, ...] = ("scan_efficiency",)
 """Coefficients only runs with Mamba-2 / gated DeltaNet layers exercise: fitted on those runs after the rest."""
@@ -157,7 +159,9 @@ def problem_of(run: MeasuredRun, model: ModelArchitecture, model_id: str, precis
         name=run.id, model=model_id,
         training=Training(seq_len=run.seq_len, global_batch=run.gbs, micro_batch=run.mbs,
                           precision=Precision.bf16 if precision == "bf16" else Precision.fp8,
-                          grad_dtype="bf16", sequence_parallel=True),
+                          grad_dtype="bf16", sequence_parallel=True,
+                          fsdp="megatron-fsdp" if run.fsdp else "none",
+                          frozen_base_weights=run.task.lower() == "lora"),
         hardware=HardwareSection(gpus=run.gpus, preset=preset, topology=topology),
     )
     hardware = hardware_from_spec({"preset": preset, **({"topology": topology} if topology else {})})

@@ -78,8 +78,9 @@ def _billions(x: float | None) -> str:
 def internal_error_line(exc: BaseException) -> str:
     """The one line an uncaught exception prints: it is a bug, what it was, and how to report it."""
     what = one_paragraph(f"{type(exc).__name__}: {exc}")
-    return (f"internal error (a bug in parasol, not in your input): {short_text(what)}. Please report it on parasol's issue "
-            "tracker with the command line, the input files and `parasol --version`; rerun with `parasol --debug …` for the traceback.")
+    return (f"internal error (a bug in parasol, not in your input): {short_text(what)}. Please report it on "
+            "parasol's issue tracker with the command line, the input files and `parasol --version`; rerun with "
+            "`parasol --debug …` for the traceback.")
 
 
 def short_text(text: str, limit: int = 200) -> str:

@@ -186,11 +186,21 @@ def given_group_size_verdicts() -> list[Verdict]:
     return list(evaluate(problem, build_mapping(problem, {"vpp": "2"}), options=options).verdicts)
 
 
+def given_core_api_sp_verdicts() -> list[Verdict]:
+    """A Megatron Core user asking for sequence parallelism at TP 2 (at the bound) and TP 4 (room), so
+    sp-requires-tp meets both verdicts without depending on the random draws."""
+    text = SMALL_MOE.replace("precision: bf16,", "precision: bf16, sequence_parallel: true,").replace(
+        "framework: {rule_packs: [megatron-core]}", "framework: {rule_packs: [megatron-core], options: {megatron_core_api: true}}")
+    problem = load_problem_text(text, source="small-moe-core-api.yaml")
+    return [v for tp in ("2", "4") for v in evaluate(problem, build_mapping(problem, {"tp": tp, "ep": "8", "etp": "1"})).verdicts]
+
+
 def sampled_verdicts() -> list[Verdict]:
     """Verdicts of every megatron-rules row of tests/test_megatron_rules.py, of configuration A with a
-    given microbatch group size, and of every active rule on seeded random mappings and settings of
-    tests/test_agreement.py's four problems."""
-    verdicts = [row.rule().judge(row.build()) for row in ROWS] + given_group_size_verdicts()
+    given microbatch group size, of a Megatron Core user's sequence parallelism, and of every active rule
+    on seeded random mappings and settings of tests/test_agreement.py's four problems."""
+    verdicts = ([row.rule().judge(row.build()) for row in ROWS] + given_group_size_verdicts()
+                + given_core_api_sp_verdicts())
     rng = random.Random(20240611)
     for problem in _problems().values():
         for _ in range(RANDOM_MAPPINGS_PER_PROBLEM):

@@ -74,7 +74,7 @@ def test_fit_recovers_known_coefficients() -> None:
     prepared = [prepare_run(_run(i, **spec)) for i, spec in enumerate(SYNTHETIC)]
     assert all(isinstance(r, PreparedRun) for r in prepared)
     truth = StepCoefficients(gemm_efficiency=0.62, attention_efficiency=0.5, layer_overhead_us=60.0,
-                             moe_layer_overhead_us=400.0, grouped_gemm_half_tokens=900.0, overlap_tp=0.4)
+                             moe_layer_overhead_us=400.0, grouped_gemm_half_tokens=900.0)
     tokens = predict(prepared, {"gb200": truth})
     runs = [_with_measured(r, float(t)) for r, t in zip(prepared, tokens, strict=True)]
     result = fit(runs, "gb200", FIT_NAMES, prior_weight=0.0)

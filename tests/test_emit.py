@@ -296,3 +296,45 @@ def test_cli_emit_then_explain(tmp_path: Path) -> None:
     back = json.loads(explained.stdout)
     assert back["feasible"] and back["notes"] == []
     assert {k: back["mapping"][k] for k in emitted[0]["mapping"]} == emitted[0]["mapping"]
+
+
+def test_sharding_overlap_and_offload_flags_round_trip(small: Problem) -> None:
+    """FSDP, the overlap switches parasol prices as on, delayed wgrad and offloading are emitted as
+    Megatron flags and read back into the same training and options (arguments.py:2918-2922,3121,3148,3190)."""
+    from parasol.problems.mapping_input import apply_settings
+    from parasol.problems.megatron.launch import apply_launch, parse_launch
+    problem = apply_settings(small, {"fsdp": "megatron-fsdp", "optimizer_cpu_offload": "true",
+                                     "optimizer_offload_fraction": "0.5", "offload_modules": "core_attn,attn_proj"})
+    mapping = build_mapping(problem, {"tp": "2", "ep": "8", "etp": "1"})
+    line = megatron_args(problem, mapping).text()
+    for flag in ("--use-megatron-fsdp", "--data-parallel-sharding-strategy optim_grads_params",
+                 "--overlap-grad-reduce", "--overlap-param-gather", "--tp-comm-overlap", "--optimizer-cpu-offload",
+                 "--optimizer-offload-fraction 0.5", "--fine-grained-activation-offloading",
+                 "--offload-modules core_attn attn_proj"):
+        assert flag in line
+    updated, back, _ = apply_launch(problem, parse_launch(launch_script(problem, mapping, "t"), model=problem.model), {})
+    assert back == mapping and updated.training.fsdp == "megatron-fsdp"
+    opts = updated.spec.framework.options
+    assert opts.overlap_grad_reduce and opts.overlap_param_gather and opts.tp_comm_overlap
+    assert opts.optimizer_offload_fraction == 0.5 and opts.offload_modules == ("core_attn", "attn_proj")
+
+
+def test_a_launch_line_without_overlap_flags_runs_without_overlap(small: Problem) -> None:
+    """Megatron's overlap switches are store_true: a line without them is priced with nothing hidden."""
+    from parasol.problems.megatron.launch import apply_launch, parse_launch
+    parsed = parse_launch("--tensor-model-parallel-size 2 --expert-model-parallel-size 8 --sequence-parallel",
+                          model=small.model)
+    updated, _, _ = apply_launch(small, parsed, {})
+    opts = updated.spec.framework.options
+    assert opts.tp_comm_overlap is False and opts.overlap_grad_reduce is False and opts.overlap_param_gather is False
+
+
+def test_dualpipe_cannot_be_emitted_or_searched(small: Problem) -> None:
+    """DualPipe is DeepSeek's schedule, not Megatron's: emit and solve say so instead of guessing."""
+    from parasol.problems.mapping_input import apply_settings
+    dual = apply_settings(small, {"pipeline_schedule": "dualpipe"})
+    mapping = build_mapping(dual, {"pp": "2", "ep": "8"})
+    with pytest.raises(InputError, match="no dualpipe schedule"):
+        megatron_args(dual, mapping)
+    with pytest.raises(InputError, match="pipeline_schedule"):
+        solve(dual, CalibratedStageTimes(dual), top=1, time_limit_s=5)

@@ -168,3 +168,42 @@ def test_cli_explain_prints_conflict_and_repairs_and_exits_1() -> None:
     assert table.exit_code == 1
     assert "Minimal conflicting set" in table.output
     assert "Nearest feasible repairs" in table.output
+
+
+QWEN3_235B_512 = """
+name: qwen3-235b-pp32
+model: qwen3-235b-a22b
+training: {seq_len: 4096, global_batch: 1024, precision: bf16}
+hardware: {preset: h100-hgx, gpus: 512}
+framework:
+  options: {account_for_embedding_in_pipeline_split: %s, account_for_loss_in_pipeline_split: %s}
+"""
+
+
+def test_pp_times_vpp_may_reach_blocks_plus_embedding_and_loss_slots() -> None:
+    """PP32 × VPP3 = 96 virtual stages = 94 blocks + embedding + loss: Megatron builds >= 0 layers in
+    the first and last virtual stage (transformer_block.py:187-200), so the mapping is judged."""
+    from parasol.errors import InputError
+    from parasol.problems.mapping_input import build_mapping
+    sets = {"pp": "32", "vpp": "3", "ep": "16"}
+    accounted = load_problem_text(QWEN3_235B_512 % ("true", "true"), source="q.yaml")
+    mapping = build_mapping(accounted, sets)
+    result = evaluate(accounted, mapping)
+    assert result.ledger is not None and not result.skipped
+    assert result.facts.derived.layout[0] == 0 and result.facts.derived.layout[-1] == 0
+    plain = load_problem_text(QWEN3_235B_512 % ("false", "false"), source="q.yaml")
+    with pytest.raises(InputError, match="exceed the model's 94 blocks"):
+        build_mapping(plain, sets)
+
+
+def test_set_changes_training_settings_and_options_and_names_a_bad_value() -> None:
+    """--set fsdp=… / overlap_grad_reduce=… reach the problem; a value the field refuses names the key."""
+    from parasol.errors import InputError
+    from parasol.problems.mapping_input import apply_settings, parse_sets, split_sets
+    problem = load_problem_text(SMALL_MOE, source="small-moe-inline.yaml")
+    mapping, settings = split_sets(parse_sets(("tp=2", "fsdp=torch-fsdp2", "overlap_grad_reduce=false")))
+    assert mapping == {"tp": "2"}
+    updated = apply_settings(problem, settings)
+    assert updated.training.fsdp == "torch-fsdp2" and updated.spec.framework.options.overlap_grad_reduce is False
+    with pytest.raises(InputError, match="fsdp"):
+        apply_settings(problem, {"fsdp": "zero9"})

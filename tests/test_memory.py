@@ -11,7 +11,8 @@ import pytest
 
 from parasol.constraints.evaluate import facts_for
 from parasol.constraints.physics.activations import ActivationContext, block_bytes_per_token
-from parasol.constraints.physics.memory import inflight_microbatches, stage_block_ranges
+from parasol.constraints.physics.memory import inflight_microbatches, memory_ledger, stage_block_ranges
+from parasol.problems.derived import derive
 from parasol.problems.loader import load_problem
 from parasol.problems.mapping import Mapping, Recompute
 from parasol.problems.model.catalog import load_model
@@ -95,3 +96,86 @@ def test_every_stage_reports_usable_hbm_and_slack(v4_1024) -> None:
     for s in ledger.stages:
         assert s.slack_gb == pytest.approx((usable - s.total_bytes) / 1e9)
     assert ledger.peak.total_bytes == max(s.total_bytes for s in ledger.stages)
+
+
+def test_routed_expert_rows_follow_the_sequence_parallel_split() -> None:
+    """Mixtral 8x22B MoE sublayer at TP2 ETP2 with SP: the layer sees b·S/(CP·TP) tokens, each sends
+    k = 2 rows that the ETP group all-gathers, so 2·2/2 = 2 rows per token of b·S/CP, each holding the
+    permuted input h, fc1 2·f/ETP, act f/ETP and fc2 output h (token_dispatcher.py:728-751)."""
+    model = load_model("mixtral-8x22b")
+    h, f, e = 6144, 16384, 8
+    ctx = ActivationContext(tp=2, etp=2, sequence_parallel=True, recompute=Recompute.none, modules=frozenset())
+    moe = 2 * h / 2 + 2 * h / 2 + 4 * e / 2 + (2 * 2 / 2) * (2 * h + 2 * 2 * f / 2 + 2 * f / 2 + 2 * h)
+    attention = 2 * h / 2 + 2 * h / 2 + 2 * (48 / 2 + 2 * 8 / 2) * 128 + 2 * 48 * 128 / 2 + 4 * 48 / 2
+    assert block_bytes_per_token(model, model.blocks[0], ctx) == pytest.approx(attention + moe)
+
+
+def test_fsdp_shards_weights_and_gradients_over_data_parallelism() -> None:
+    """ZeRO-3 (Megatron-FSDP optim_grads_params): Llama 3.1 8B on 64 GPUs TP1 PP1 holds 1/64 of its
+    weights and gradients, plus the FSDP unit buffers of its largest block (2 × weights + gradients)."""
+    from parasol.problems.loader import load_problem_text
+    text = """
+model: llama-3.1-8b
+training: {seq_len: 8192, global_batch: 512, fsdp: %s, grad_dtype: bf16}
+hardware: {preset: h100-hgx, gpus: 64}
+"""
+    mapping = Mapping(gpus=64, tp=1, pp=1, mbs=1, gbs=512, seq_len=8192)
+    ddp = facts_for(load_problem_text(text % "none", source="a.yaml"), mapping).ledger.peak
+    fsdp = facts_for(load_problem_text(text % "megatron-fsdp", source="b.yaml"), mapping).ledger.peak
+    for term in ("weights (dense)", "gradients"):
+        assert fsdp.term(term).bytes == pytest.approx(ddp.term(term).bytes / 64, rel=1e-6, abs=2)
+    assert fsdp.term("optimizer state").bytes == ddp.term("optimizer state").bytes
+    assert fsdp.term("FSDP unit buffers").bytes > 0 and ddp.term("FSDP unit buffers").bytes == 0
+
+
+def test_offloading_moves_optimizer_state_and_module_inputs_to_the_host() -> None:
+    """--optimizer-cpu-offload --optimizer-offload-fraction 0.75 keeps a quarter of the optimizer state;
+    offloading core_attn's input drops q, k, v (arguments.py:2918-2922, transformer_config.py:1328-1341)."""
+    from parasol.problems.options import MegatronOptions
+    from parasol.problems.schema import Training
+    model = load_model("llama-3.1-8b")
+    mapping = Mapping(gpus=8, tp=1, pp=1, mbs=1, gbs=64, seq_len=4096)
+    d = derive(model, mapping)
+    training = Training(seq_len=4096, global_batch=64)
+    plain = memory_ledger(model, mapping, d, training, 80e9).peak
+    options = MegatronOptions(optimizer_cpu_offload=True, optimizer_offload_fraction=0.75,
+                              offload_modules=("core_attn",))
+    moved = memory_ledger(model, mapping, d, training, 80e9, options).peak
+    assert moved.term("optimizer state").bytes == pytest.approx(plain.term("optimizer state").bytes / 4, abs=2)
+    qkv = 2 * (32 + 2 * 8) * 128 * 4096 * 32
+    assert plain.term("activations").bytes - moved.term("activations").bytes == pytest.approx(qkv, rel=1e-9)
+
+
+DUALPIPE_PROBLEM = """
+model: llama-3.1-8b
+training: {seq_len: 4096, global_batch: 64, pipeline_schedule: %s}
+hardware: {preset: h100-hgx, gpus: 8}
+"""
+
+
+def test_dualpipe_holds_two_stages_and_pp_plus_one_stage_microbatches() -> None:
+    """DualPipe on PP 4: rank s holds stage s and its mirror 3 − s (2× parameters) and PP+1 = 5
+    stage-microbatches of activations, i.e. 5/2 of its two-stage set (deepseek-ai/DualPipe README;
+    DeepSeek-V3 report Table 2); rank 0 runs embedding and head."""
+    from parasol.problems.loader import load_problem_text
+    from parasol.problems.mapping_input import build_mapping
+    plain = load_problem_text(DUALPIPE_PROBLEM % "megatron", source="a.yaml")
+    dual = load_problem_text(DUALPIPE_PROBLEM % "dualpipe", source="b.yaml")
+    sets = {"pp": "4", "tp": "2"}
+    one = facts_for(plain, build_mapping(plain, sets)).ledger.stages
+    two = facts_for(dual, build_mapping(dual, sets)).ledger.stages
+    assert two[1].blocks == one[1].blocks + one[2].blocks and two[0].inflight_microbatches == 2.5
+    assert two[1].term("weights (dense)").bytes == one[1].term("weights (dense)").bytes + one[2].term("weights (dense)").bytes
+    assert two[0].term("weights (dense)").bytes == one[0].term("weights (dense)").bytes + one[3].term("weights (dense)").bytes
+
+
+def test_dualpipe_requirements_name_the_field() -> None:
+    """DualPipe needs an even PP and m >= 2·PP (dualpipe/dualpipe.py:332-333)."""
+    from parasol.errors import InputError
+    from parasol.problems.loader import load_problem_text
+    from parasol.problems.mapping_input import build_mapping
+    dual = load_problem_text(DUALPIPE_PROBLEM % "dualpipe", source="b.yaml")
+    with pytest.raises(InputError, match="`pp` is 3"):
+        build_mapping(dual, {"pp": "3"})
+    with pytest.raises(InputError, match="`gbs` is 8"):
+        build_mapping(dual, {"pp": "8", "gbs": "8"})

@@ -35,7 +35,7 @@ from parasol.constraints.physics.memory import block_kind, stage_block_ranges
 from parasol.constraints.physics.pricing import BREAKDOWN_KINDS
 from parasol.constraints.physics.schedule import pipeline_seconds
 from parasol.constraints.physics.step_time import CalibratedStageTimes, step_time, step_time_or_none
-from parasol.constraints.physics.workload import StepSettings, settings_for
+from parasol.constraints.physics.workload import StepSettings, build_workload, settings_for
 from parasol.errors import InputError
 from parasol.hardware.calibration import StepCoefficients, coefficients_for_gpu
 from parasol.hardware.topology import Level
@@ -300,3 +300,54 @@ def test_fixed_capacity_amplifies_the_dispatch() -> None:
     capped = problem.spec.model_copy(update={"training": problem.training.model_copy(update={"capacity_factor": 1.25})})
     assert settings_for(replace(problem, spec=capped)).dispatch_amplification == 1.25
     assert settings_for(problem).dispatch_amplification == 1.0
+
+
+def test_overlap_switches_hide_transfers_only_when_on() -> None:
+    """--overlap-grad-reduce/--overlap-param-gather off: the whole DP reduction and gather are exposed;
+    on: at most the last backward/first forward they run beside hides them (param_and_grad_buffer.py).
+    --tp-comm-overlap off exposes every TP exchange; on, TP hides inside the GEMMs."""
+    problem = load_problem(f"{PROBLEMS}/deepseek-v4-pro-1024.yaml")
+    mapping = Mapping(gpus=1024, tp=2, pp=8, cp=1, ep=64, etp=1, mbs=1, gbs=4096, seq_len=8192)
+    d = derive(problem.model, mapping)
+    on = step_time(problem, mapping, d, settings=StepSettings(dispatcher="flex"))
+    off = step_time(problem, mapping, d, settings=StepSettings(
+        dispatcher="flex", tp_overlap=False, grad_reduce_overlap=False, param_gather_overlap=False))
+    work = build_workload(problem, mapping, d, StepSettings(dispatcher="flex"))
+    assert off.breakdown["tp"] > on.breakdown["tp"] >= 0
+    dp_off = off.breakdown["dp_dense"] + off.breakdown["dp_expert"]
+    dp_on = on.breakdown["dp_dense"] + on.breakdown["dp_expert"]
+    assert dp_off > dp_on and off.step_time_s > on.step_time_s
+    assert work.grad_reduce_overlap == 1.0 and work.tp_overlap == 1.0
+
+
+def test_settings_read_the_overlap_and_offload_options() -> None:
+    """Unset overlap flags are parasol's choice (on where Megatron allows); explicit flags win; the
+    optimizer's host share follows --optimizer-offload-fraction."""
+    problem = load_problem(f"{PROBLEMS}/deepseek-v4-pro-1024.yaml")
+    options = problem.spec.framework.options
+    chosen = settings_for(problem, options)
+    assert chosen.tp_overlap and chosen.grad_reduce_overlap and chosen.param_gather_overlap
+    set_off = options.model_copy(update={"tp_comm_overlap": False, "overlap_grad_reduce": False,
+                                         "optimizer_cpu_offload": True, "optimizer_offload_fraction": 0.5})
+    explicit = settings_for(problem, set_off)
+    assert not explicit.tp_overlap and not explicit.grad_reduce_overlap
+    assert explicit.optimizer_offload_fraction == 0.5
+
+
+def test_dualpipe_bubble_is_the_papers_and_below_1f1b() -> None:
+    """DualPipe's bubble (PP/2 − 1)(F&B + B − 3W) is below 1F1B's (PP − 1)(F + B) on the same stages
+    (DeepSeek-V3 report Table 2)."""
+    from parasol.problems.loader import load_problem_text
+    from parasol.problems.mapping_input import build_mapping
+    text = """
+model: llama-3.1-8b
+training: {seq_len: 4096, global_batch: 64, pipeline_schedule: %s}
+hardware: {preset: h100-hgx, gpus: 8}
+"""
+    times = {}
+    for schedule in ("megatron", "dualpipe"):
+        problem = load_problem_text(text % schedule, source=f"{schedule}.yaml")
+        mapping = build_mapping(problem, {"pp": "4", "tp": "2"})
+        times[schedule] = step_time(problem, mapping, derive(problem.model, mapping))
+    one, two = times["megatron"], times["dualpipe"]
+    assert 0 < two.breakdown["bubble"] < one.breakdown["bubble"]

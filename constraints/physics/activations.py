@@ -3,7 +3,9 @@
 An estimate built tensor by tensor (flash attention: no score matrix; BF16 tensors, 2 bytes per
 element; FP32 router logits and loss softmax, 4 bytes). Tensors of the sequence-parallel region
 (width h) are split by TP when sequence parallelism is on; projections by TP; routed-expert rows
-arrive through the EP dispatch (k per token, ETP-gathered) with width f/ETP. The seed warns that
+arrive through the EP dispatch: the MoE layer's input is the rank's sequence-parallel shard (b·S/(CP·TP)
+tokens), each token sends k rows over EP and the expert-TP group all-gathers them (×ETP), each of
+width f/ETP (Megatron-LM token_dispatcher.py:728-751, moe_layer.py:636). The seed warns that
 the real peak must be measured under the real schedule (seed 000 §显存): this is the model of it.
 
 Hybrid mixers keep, per token: a Mamba-2 layer its norm and in_proj inputs, the in_proj output
@@ -44,6 +46,8 @@ class ActivationContext:
     sequence_parallel: bool
     recompute: Recompute
     modules: frozenset[str]
+    offloaded: frozenset[str] = frozenset()
+    """Modules whose inputs fine-grained activation offloading keeps on the host (--offload-modules)."""
 
     @property
     def sp_split(self) -> int:
@@ -54,34 +58,40 @@ class ActivationContext:
         """Whether selective recompute frees this module's internal tensors."""
         return self.recompute is Recompute.selective and module in self.modules
 
+    def kept(self, module: str) -> float:
+        """1 when the input this module saves stays in HBM, 0 when it is offloaded to the host
+        (Megatron-LM transformer_config.py:1328-1341: each listed module offloads its input)."""
+        return 0.0 if module in self.offloaded else 1.0
+
 
 def _attention_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -> float:
     """Saved tensors of one attention sublayer per token (inputs of each projection, q/k/v, output)."""
     h = model.hidden_size
     att = model.attention
     hs = h / ctx.sp_split
-    norm_in = BF16_BYTES * hs * model.hc_mult
-    proj_in = 0.0 if ctx.drops("layernorm") else BF16_BYTES * hs
+    norm_in = BF16_BYTES * hs * model.hc_mult * ctx.kept("attn_norm")
+    proj_in = 0.0 if ctx.drops("layernorm") else BF16_BYTES * hs * ctx.kept("qkv_linear")
+    core, proj = ctx.kept("core_attn"), ctx.kept("attn_proj")
     if isinstance(att, GQAAttention):
         kv_heads = max(att.num_kv_heads / ctx.tp, 1)
         gate = att.num_heads / ctx.tp if att.output_gate else 0.0
-        qkv = BF16_BYTES * (att.num_heads / ctx.tp + 2 * kv_heads + gate) * att.head_dim
-        out = BF16_BYTES * att.num_heads * att.head_dim / ctx.tp + FP32_BYTES * att.num_heads / ctx.tp
+        qkv = BF16_BYTES * (att.num_heads / ctx.tp + 2 * kv_heads + gate) * att.head_dim * core
+        out = BF16_BYTES * att.num_heads * att.head_dim / ctx.tp * proj + FP32_BYTES * att.num_heads / ctx.tp
         return norm_in + proj_in + qkv + out
     if isinstance(att, MLAAttention):
         heads = att.num_heads / ctx.tp
         lora = BF16_BYTES * ((att.q_lora_rank or 0) + att.kv_lora_rank + att.qk_rope_head_dim)
-        up = 0.0 if ctx.drops("mla_up_proj") else BF16_BYTES * heads * (2 * att.head_dim + att.v_head_dim)
-        out = BF16_BYTES * heads * att.v_head_dim + FP32_BYTES * heads
+        up = 0.0 if ctx.drops("mla_up_proj") else BF16_BYTES * heads * (2 * att.head_dim + att.v_head_dim) * core
+        out = BF16_BYTES * heads * att.v_head_dim * proj + FP32_BYTES * heads
         return norm_in + proj_in + lora + up + out
     assert isinstance(att, DSV4Attention)
     heads = att.num_heads / ctx.tp
     ratio = block.compress_ratio or 0
     lora = BF16_BYTES * (att.q_lora_rank + att.o_groups * att.o_lora_rank)
-    q = BF16_BYTES * heads * att.head_dim
-    kv = BF16_BYTES * att.num_kv_heads * att.head_dim * (1 + (1 / ratio if ratio else 0))
+    q = BF16_BYTES * heads * att.head_dim * core
+    kv = BF16_BYTES * att.num_kv_heads * att.head_dim * (1 + (1 / ratio if ratio else 0)) * core
     indexer = (BF16_BYTES * att.index_n_heads * att.index_head_dim + FP32_BYTES * att.index_topk) if ratio == 4 else 0.0
-    out = BF16_BYTES * heads * att.head_dim + FP32_BYTES * heads
+    out = BF16_BYTES * heads * att.head_dim * proj + FP32_BYTES * heads
     return norm_in + proj_in + lora + q + kv + indexer + out
 
 
@@ -121,7 +131,7 @@ def _mlp_bytes(model: ModelArchitecture, ctx: ActivationContext) -> float:
     mlp = model.dense_mlp
     assert mlp is not None
     hs = model.hidden_size / ctx.sp_split
-    keep_in = BF16_BYTES * hs * model.hc_mult + (0.0 if ctx.drops("layernorm") else BF16_BYTES * hs)
+    keep_in = BF16_BYTES * hs * model.hc_mult * ctx.kept("mlp_norm") + (0.0 if ctx.drops("layernorm") else BF16_BYTES * hs)
     if ctx.drops("mlp"):
         return keep_in
     f = mlp.intermediate_size / ctx.tp
@@ -130,21 +140,22 @@ def _mlp_bytes(model: ModelArchitecture, ctx: ActivationContext) -> float:
 
 
 def _moe_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -> float:
-    """MoE: router input and logits, k dispatched rows in and out of the experts, shared experts."""
+    """MoE: router input and logits, k·ETP/TP dispatched rows per token of b·S/CP in and out of the
+    experts (the dispatch buffer's count), shared experts."""
     moe = model.moe
     assert moe is not None
     h = model.hidden_size
     hs = h / ctx.sp_split
-    keep_in = BF16_BYTES * hs * model.hc_mult
+    keep_in = BF16_BYTES * hs * model.hc_mult * ctx.kept("mlp_norm")
     if ctx.drops("moe"):
         return keep_in
-    router = (0.0 if ctx.drops("layernorm") else BF16_BYTES * hs) + (0.0 if block.hash_routed else FP32_BYTES * moe.num_experts)
-    rows = moe.top_k * ctx.etp
+    router = (0.0 if ctx.drops("layernorm") else BF16_BYTES * hs) + (0.0 if block.hash_routed else FP32_BYTES * moe.num_experts / ctx.sp_split)
+    rows = moe.top_k * ctx.etp / ctx.sp_split
     f = moe.expert_intermediate_size / ctx.etp
     fc1 = BF16_BYTES * f * (2 if moe.activation.gated else 1)
     act = 0.0 if ctx.drops("moe_act") else BF16_BYTES * f
     width = moe.expert_width(h)
-    routed = rows * (BF16_BYTES * width + fc1 + act + BF16_BYTES * width)
+    routed = rows * (BF16_BYTES * width * ctx.kept("expert_fc1") + fc1 * ctx.kept("moe_act") + act + BF16_BYTES * width)
     if moe.latent_size:
         routed += BF16_BYTES * moe.latent_size
     shared = 0.0

@@ -22,7 +22,11 @@ from parasol.problems.derived import Derived, stage_of_virtual
 from parasol.problems.mapping import Mapping, Recompute
 from parasol.problems.model.architecture import Block, ModelArchitecture
 from parasol.problems.model.params import BlockParams, block_params
+from parasol.problems.options import MegatronOptions
 from parasol.problems.schema import Optimizer, Training
+
+NO_OPTIONS = MegatronOptions()
+"""Megatron options as a problem that sets none has them (no offloading)."""
 
 GB = 1e9
 
@@ -119,6 +123,55 @@ def stage_block_ranges(layout: tuple[int, ...], pp: int) -> list[list[int]]:
     return ranks
 
 
+@dataclass(frozen=True)
+class RankHolding:
+    """What one pipeline rank holds: its blocks and whether it runs the embedding and the head/loss."""
+
+    blocks: list[int]
+    first: bool
+    last: bool
+
+
+def schedule_fits_layout(layout: tuple[int, ...], pp: int, schedule: str) -> bool:
+    """Whether the layout has the virtual stages the schedule pairs: DualPipe PP stages with PP even,
+    DualPipeV 2·PP chunks; Megatron any PP·VPP (checked by the caller)."""
+    if schedule == "dualpipe":
+        return len(layout) == pp and pp % 2 == 0
+    if schedule == "dualpipev":
+        return len(layout) == 2 * pp
+    return True
+
+
+def rank_holdings(layout: tuple[int, ...], pp: int, schedule: str = "megatron") -> list[RankHolding]:
+    """Blocks and edges per rank. Megatron: virtual stage k on rank k % PP. DualPipe: PP stages, rank s
+    holds stage s and its mirror PP−1−s (two copies of the model; dualpipe/dualpipe.py builds each rank
+    from modules[rank] and modules[num_ranks − 1 − rank]). DualPipeV: 2·PP chunks in a V, rank s holds
+    chunks s and 2·PP−1−s, so rank 0 runs both the embedding and the loss."""
+    if not schedule_fits_layout(layout, pp, schedule):
+        raise ValueError(f"{schedule} cannot pair {len(layout)} virtual stages over PP {pp}")
+    if schedule == "megatron":
+        ranges = stage_block_ranges(layout, pp)
+        return [RankHolding(ranges[s], s == 0, s == pp - 1) for s in range(pp)]
+    starts = [sum(layout[:k]) for k in range(len(layout))]
+    chunk = [list(range(starts[k], starts[k] + layout[k])) for k in range(len(layout))]
+    if schedule == "dualpipe":
+        return [RankHolding(chunk[s] + chunk[pp - 1 - s], s in (0, pp - 1), s in (0, pp - 1)) for s in range(pp)]
+    return [RankHolding(chunk[s] + chunk[2 * pp - 1 - s], s == 0, s == 0) for s in range(pp)]
+
+
+def schedule_inflight(schedule: str, stage: int, pp: int, vpp: int, m: Fraction | int) -> Fraction:
+    """Microbatches in flight in units of the rank's whole layer set. DualPipe and DualPipeV hold PP+1
+    stage-microbatches of activations per device, PP counting stages (DualPipe README table, DeepSeek-V3
+    report Table 2): a DualPipe rank's set is two of PP stages, a DualPipeV rank's two of 2·PP chunks,
+    so (PP+1)/2 and (2·PP+1)/2 sets; a DualPipe microbatch visits one of its two stages."""
+    m = Fraction(m)
+    if schedule == "dualpipe":
+        return min(Fraction(pp + 1, 2), m / 2)
+    if schedule == "dualpipev":
+        return min(Fraction(2 * pp + 1, 2), m)
+    return inflight_microbatches(stage, pp, vpp, m)
+
+
 def inflight_microbatches(stage: int, pp: int, vpp: int, m: Fraction | int) -> Fraction:
     """Microbatches whose activations a stage holds at its peak, in units of its whole layer set.
     1F1B: min(PP − s, m) (warm-up depth). Interleaved: Megatron warms up (PP − s − 1)·2 + (v − 1)·PP
@@ -190,23 +243,44 @@ def _ceil(x: Fraction | float) -> int:
     return math.ceil(x)
 
 
+def fsdp_on(training: Training) -> bool:
+    """Whether weights and gradients are fully sharded (Megatron-FSDP optim_grads_params or torch FSDP2)."""
+    return training.fsdp != "none"
+
+
+def optimizer_on_device(options: MegatronOptions) -> Fraction:
+    """Share of the optimizer state kept in HBM: 1 − --optimizer-offload-fraction under
+    --optimizer-cpu-offload (Megatron-LM arguments.py:2918-2922), else all of it."""
+    if not options.optimizer_cpu_offload:
+        return Fraction(1)
+    return 1 - Fraction(options.optimizer_offload_fraction).limit_denominator(10**6)
+
+
 def _param_bytes(dense: Fraction, expert: Fraction, matrix: Fraction, m: Mapping, d: Derived,
-                 training: Training) -> tuple[int, int, int, int]:
-    """(dense weights, expert weights, gradients, optimizer) bytes for parameters on one rank."""
+                 training: Training, options: MegatronOptions) -> tuple[int, int, int, int]:
+    """(dense weights, expert weights, gradients, optimizer) bytes for parameters on one rank. The
+    distributed optimizer shards the optimizer state over dp-cp (dense) and expert DP; FSDP (ZeRO-3)
+    shards weights and gradients the same way (Megatron-FSDP optim_grads_params)."""
     grad_bytes = 4 if training.grad_dtype == "fp32" else 2
-    dense_shard = d.dp_attn * m.cp if training.distributed_optimizer else Fraction(1)
-    expert_shard = d.dp_expert if training.distributed_optimizer else Fraction(1)
+    sharded = training.distributed_optimizer or fsdp_on(training)
+    dense_shard = d.dp_attn * m.cp if sharded else Fraction(1)
+    expert_shard = d.dp_expert if sharded else Fraction(1)
     dense_matrix = max(matrix - expert, Fraction(0))
     opt = ((dense_matrix * _optimizer_bytes_per_param(training, True)
             + (dense - dense_matrix) * _optimizer_bytes_per_param(training, False)) / dense_shard
-           + expert * _optimizer_bytes_per_param(training, True) / expert_shard)
-    return _ceil(dense * BF16_BYTES), _ceil(expert * BF16_BYTES), _ceil((dense + expert) * grad_bytes), _ceil(opt)
+           + expert * _optimizer_bytes_per_param(training, True) / expert_shard) * optimizer_on_device(options)
+    if fsdp_on(training):
+        dense, expert = dense / dense_shard, expert / expert_shard
+    trained = 0 if training.frozen_base_weights else 1
+    return (_ceil(dense * BF16_BYTES), _ceil(expert * BF16_BYTES), _ceil((dense + expert) * grad_bytes * trained),
+            _ceil(opt * trained))
 
 
-def activation_context(m: Mapping, training: Training) -> ActivationContext:
-    """The sharding and recompute choices activations depend on."""
+def activation_context(m: Mapping, training: Training, options: MegatronOptions = NO_OPTIONS) -> ActivationContext:
+    """The sharding, recompute and offload choices activations depend on."""
     return ActivationContext(tp=m.tp, etp=m.expert_tp, sequence_parallel=training.sequence_parallel,
-                             recompute=m.recompute, modules=frozenset(training.recompute_modules))
+                             recompute=m.recompute, modules=frozenset(training.recompute_modules),
+                             offloaded=frozenset(options.offload_modules))
 
 
 def tokens_on_rank(m: Mapping) -> Fraction:
@@ -215,23 +289,23 @@ def tokens_on_rank(m: Mapping) -> Fraction:
 
 
 def block_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
-                       block: Block) -> Contribution:
+                       block: Block, options: MegatronOptions = NO_OPTIONS) -> Contribution:
     """What one block adds to the rank that holds it: its parameter state and saved activations."""
     bp = block_params(model, block)
     dense, expert, matrix = _rank_params(bp, m, d.experts_per_rank or Fraction(0))
-    wd, we, g, o = _param_bytes(dense, expert, matrix, m, d, training)
-    ctx = activation_context(m, training)
+    wd, we, g, o = _param_bytes(dense, expert, matrix, m, d, training, options)
+    ctx = activation_context(m, training, options)
     tokens = tokens_on_rank(m)
     act = _ceil(Fraction(saved_bytes_per_token(model, block, ctx)) * tokens)
     peak = 0
     if m.recompute is Recompute.full:
-        full = ActivationContext(ctx.tp, ctx.etp, ctx.sequence_parallel, Recompute.none, ctx.modules)
+        full = ActivationContext(ctx.tp, ctx.etp, ctx.sequence_parallel, Recompute.none, ctx.modules, ctx.offloaded)
         peak = _ceil(Fraction(saved_bytes_per_token(model, block, full)) * tokens)
     return Contribution(wd, we, g, o, act, peak, bool(bp.num_experts), dense, expert)
 
 
 def edge_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
-                      first: bool, last: bool) -> Contribution:
+                      first: bool, last: bool, options: MegatronOptions = NO_OPTIONS) -> Contribution:
     """Embedding on the first stage; output head, final norm, loss softmax, MTP blocks and (for MTP
     with PP > 1) a copy of the input embedding on the last stage."""
     h = model.hidden_size
@@ -243,14 +317,14 @@ def edge_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training
         head_copies = 0 if model.tied_embeddings and m.pp == 1 else 1
         mtp_embed = 1 if model.mtp_layers and m.pp > 1 else 0
         params += vocab_rows * (head_copies + mtp_embed) + h
-    wd, we, g, o = _param_bytes(params, Fraction(0), Fraction(0), m, d, training)
+    wd, we, g, o = _param_bytes(params, Fraction(0), Fraction(0), m, d, training, options)
     act = 0
     if last:
         act = _ceil(Fraction(logits_bytes_per_token(model, m.tp)) * tokens_on_rank(m) * (1 + model.mtp_layers))
     edge = Contribution(wd, we, g, o, act, 0, False, params, Fraction(0))
     if last:
         for b in model.mtp_blocks:
-            edge = edge + block_contribution(model, m, d, training, b)
+            edge = edge + block_contribution(model, m, d, training, b, options)
     return edge
 
 
@@ -269,56 +343,89 @@ def block_kind(block: Block) -> tuple:
     return (block.mlp, block.compress_ratio, block.hash_routed, block.mtp, block.mixer, block.window)
 
 
+def fsdp_buffer_bytes(model: ModelArchitecture, m: Mapping, d: Derived, training: Training) -> int:
+    """FSDP's unsharded units: the largest block's BF16 weights gathered twice (the unit computing and
+    the one prefetched, Megatron-FSDP's default prefetch of one unit) and its gradients once, before
+    their reduce-scatter; 0 without FSDP."""
+    if not fsdp_on(training):
+        return 0
+    grad_bytes = 4 if training.grad_dtype == "fp32" else 2
+    largest = Fraction(0)
+    for b in (*model.blocks, *model.mtp_blocks):
+        dense, expert, _ = _rank_params(block_params(model, b), m, d.experts_per_rank or Fraction(0))
+        largest = max(largest, dense + expert)
+    return _ceil(largest * (2 * BF16_BYTES + grad_bytes))
+
+
 def stage_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
-                 stage: int, blocks: list[int], usable_bytes: float) -> StageLedger:
-    """Ledger of one stage's heaviest rank: the exact integer sum of its blocks' contributions."""
-    first, last = stage == 0, stage == m.pp - 1
+                 stage: int, blocks: list[int], usable_bytes: float,
+                 options: MegatronOptions = NO_OPTIONS, edges: tuple[bool, bool] | None = None) -> StageLedger:
+    """Ledger of one stage's heaviest rank: the exact integer sum of its blocks' contributions; `edges`
+    (first, last) say whether it runs the embedding and the head (default: the first and last rank)."""
+    first, last = edges if edges is not None else (stage == 0, stage == m.pp - 1)
     counts: dict[tuple, tuple[Block, int]] = {}
     for i in blocks:
         b = model.blocks[i]
         blk, n = counts.get(block_kind(b), (b, 0))
         counts[block_kind(b)] = (blk, n + 1)
-    total = edge_contribution(model, m, d, training, first, last)
+    total = edge_contribution(model, m, d, training, first, last, options)
     for blk, n in counts.values():
-        total = total + block_contribution(model, m, d, training, blk).times(n)
-    return assemble_stage(model, m, d, training, stage, tuple(blocks), total, usable_bytes)
+        total = total + block_contribution(model, m, d, training, blk, options).times(n)
+    return assemble_stage(model, m, d, training, stage, tuple(blocks), total, usable_bytes, options)
 
 
 def assemble_stage(model: ModelArchitecture, m: Mapping, d: Derived, training: Training, stage: int,
-                   blocks: tuple[int, ...], total: Contribution, usable_bytes: float) -> StageLedger:
+                   blocks: tuple[int, ...], total: Contribution, usable_bytes: float,
+                   options: MegatronOptions = NO_OPTIONS) -> StageLedger:
     """Turn a stage's summed contributions into named ledger terms."""
-    inflight = inflight_microbatches(stage, m.pp, m.vpp, d.num_microbatches)
+    inflight = schedule_inflight(training.pipeline_schedule, stage, m.pp, m.vpp, d.num_microbatches)
     act = _ceil(inflight * total.activation)
     dispatch = dispatch_buffer_bytes(model, m, training) if total.moe else 0
     moe_count = sum(1 for i in blocks if model.blocks[i].mlp.value == "moe")
     opt_name = "Muon" if training.optimizer is Optimizer.muon else "Adam"
-    dense_shard = d.dp_attn * m.cp if training.distributed_optimizer else 1
+    sharded = training.distributed_optimizer or fsdp_on(training)
+    dense_shard = d.dp_attn * m.cp if sharded else 1
     shard_note = (f"sharded over D_a·CP = {float(dense_shard):g} (dense) and D_e = {float(d.dp_expert):g} (experts)"
-                  if training.distributed_optimizer else "not sharded (distributed optimizer off)")
+                  if sharded else "not sharded (distributed optimizer off)")
+    if options.optimizer_cpu_offload:
+        shard_note += f"; {options.optimizer_offload_fraction:g} of it on the host (--optimizer-cpu-offload)"
+    fsdp = fsdp_on(training)
+    weight_note = f", sharded over data parallelism ({training.fsdp})" if fsdp else ""
+    offload_note = f"; inputs of {', '.join(options.offload_modules)} offloaded to the host" if options.offload_modules else ""
     headroom = training.capacity_factor or training.dispatch_headroom
     epr = float(d.experts_per_rank or 0)
     terms = (
         MemoryTerm("weights (dense)", total.weights_dense,
                    "BF16 2 B × dense params on the rank (attention, MLP, shared experts /TP; norms, router; "
-                   "embedding on the first stage, head on the last)"),
+                   "embedding on the first stage, head on the last)" + weight_note),
         MemoryTerm("weights (routed experts)", total.weights_expert,
-                   f"BF16 2 B × MoE layers ({moe_count}) × E/EP ({epr:g}) × P_expert / ETP ({m.expert_tp})"),
+                   f"BF16 2 B × MoE layers ({moe_count}) × E/EP ({epr:g}) × P_expert / ETP ({m.expert_tp})" + weight_note),
         MemoryTerm("gradients", total.gradients,
-                   f"{training.grad_dtype.upper()} × every local param (DDP grad buffer, not sharded)"),
+                   f"{training.grad_dtype.upper()} × every local param "
+                   + ("(sharded like the weights)" if fsdp else "(DDP grad buffer, not sharded)")),
         MemoryTerm("optimizer state", total.optimizer, f"{opt_name}: FP32 master + moments, {shard_note}"),
         MemoryTerm("activations", act,
                    f"{total.activation / GB:.3f} GB per microbatch × {float(inflight):g} in flight "
-                   f"({'1F1B' if m.vpp == 1 else 'interleaved'}; recompute {m.recompute.value})"),
+                   f"({schedule_name(training.pipeline_schedule, m.vpp)}; recompute {m.recompute.value}{offload_note})"),
         MemoryTerm("recompute working set", total.recompute_peak,
                    "one block's full activations while it is recomputed (full recompute only)"),
         MemoryTerm("MoE dispatch buffer", dispatch,
                    f"k·ETP·b·S/(CP·TP) received rows × {headroom:g} "
                    f"({'capacity factor' if training.capacity_factor else 'dropless headroom'}) × h × 2 B"),
+        MemoryTerm("FSDP unit buffers", fsdp_buffer_bytes(model, m, d, training),
+                   "largest block's unsharded weights × 2 (computing + prefetched) and its gradients (FSDP only)"),
         MemoryTerm("workspace", workspace_bytes(training), "training.workspace_gb (GEMM, attention, NCCL buffers)"),
     )
     return StageLedger(stage=stage, blocks=blocks, moe_blocks=moe_count, dense_params=float(total.dense_params),
                        expert_params=float(total.expert_params), inflight_microbatches=float(inflight),
                        terms=terms, usable_bytes=usable_bytes)
+
+
+def schedule_name(schedule: str, vpp: int) -> str:
+    """The pipeline schedule as the ledger names it."""
+    if schedule != "megatron":
+        return {"dualpipe": "DualPipe", "dualpipev": "DualPipeV"}[schedule]
+    return "1F1B" if vpp == 1 else "interleaved"
 
 
 def workspace_bytes(training: Training) -> int:
@@ -327,10 +434,11 @@ def workspace_bytes(training: Training) -> int:
 
 
 def memory_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
-                  usable_bytes: float) -> MemoryLedger:
+                  usable_bytes: float, options: MegatronOptions = NO_OPTIONS) -> MemoryLedger:
     """Ledgers of all stages; the layout must cover the blocks with PP·VPP virtual stages."""
-    ranges = stage_block_ranges(d.layout, m.pp)
-    stages = tuple(stage_ledger(model, m, d, training, s, ranges[s], usable_bytes) for s in range(m.pp))
+    held = rank_holdings(d.layout, m.pp, training.pipeline_schedule)
+    stages = tuple(stage_ledger(model, m, d, training, s, r.blocks, usable_bytes, options, (r.first, r.last))
+                   for s, r in enumerate(held))
     assumptions = (
         "Weights BF16 (2 B/param) for BF16 and FP8 runs (FP8 copies are transient).",
         "Gradient buffer holds every local parameter (Megatron DDP); the distributed optimizer shards only "

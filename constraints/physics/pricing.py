@@ -29,7 +29,7 @@ MEMORY_BACKWARD = 2.0
 """Memory-bound backward over forward: each kernel reads its saved input and writes a gradient."""
 
 
-BREAKDOWN_KINDS = ("compute", "tp", "cp", "ep", "pp", "dp_dense", "dp_expert", "optimizer", "bubble")
+BREAKDOWN_KINDS = ("compute", "tp", "cp", "ep", "pp", "dp_dense", "dp_expert", "optimizer", "offload", "bubble")
 
 
 COMM_FIELDS = ("tp", "cp", "ep", "recompute_comm", "fsdp_gather", "fsdp_reduce", "dp_dense_reduce",
@@ -38,12 +38,15 @@ COMM_FIELDS = ("tp", "cp", "ep", "recompute_comm", "fsdp_gather", "fsdp_reduce",
 
 STAGE_FIELDS = ("blocks", "moe_blocks", "dense_weights", "expert_weights", "gemm_flops", "grouped_flops", "attention_flops", "memory_bytes", "recompute_gemm_flops",
                 "recompute_grouped_flops", "recompute_attention_flops", "recompute_memory_bytes",
-                "optimizer_bytes", "optimizer_flops", "scan_flops", "recompute_scan_flops")
+                "optimizer_bytes", "optimizer_flops", "scan_flops", "recompute_scan_flops", "optimizer_params",
+                "offload_bytes")
 
 
 RUN_FIELDS = ("microbatches", "pp", "vpp", "tokens_per_expert", "skew", "weight_bytes", "main_grad_bytes",
               "precision_level", "peak_flops", "fp8_flops", "bf16_flops",
-              "hbm_bytes_per_s", "tokens_per_step", "gpus", "model_flops_per_token", "hardware_flops_per_token")
+              "hbm_bytes_per_s", "tokens_per_step", "gpus", "model_flops_per_token", "hardware_flops_per_token",
+              "tp_overlap", "grad_reduce_overlap", "param_gather_overlap", "p2p_overlap", "ep_overlap",
+              "optimizer_offload_fraction", "host_bytes_per_s", "schedule")
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,12 @@ def _hidden(comm: np.ndarray, overlap: np.ndarray | float, window: np.ndarray) -
     return np.minimum(_col(overlap) * comm, window)
 
 
+def _behind(comm: np.ndarray, switch: np.ndarray, window: np.ndarray) -> np.ndarray:
+    """Transfer hidden behind the compute it runs beside when its overlap switch is on (all of it up to
+    the window's length), nothing when off: the mechanism, not a fitted share."""
+    return _col(switch) * np.minimum(comm, window)
+
+
 def seconds_per_gemm_flop(r: dict[str, np.ndarray], c: Coefs) -> np.ndarray:
     """GEMM seconds per FLOP by precision: 1/(e_gemm·BF16 peak) for BF16; FP8 halves the share
     fp8_tensor_fraction of that time in proportion to its peak (Amdahl), and FP4 does the same to the
@@ -165,44 +174,87 @@ def _compute_times(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
 
 
 def _exposed_per_microbatch(b: WorkloadBatch, c: Coefs, t: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Exposed TP, CP, EP and FSDP seconds of one microbatch per stage: forward + backward exchanges
-    (CP's backward moves K, V and their gradients), each hidden up to its overlap share and window."""
+    """Exposed TP, CP, EP, FSDP and activation-offload seconds of one microbatch per stage: forward +
+    backward exchanges (CP's backward moves K, V and their gradients). With --tp-comm-overlap TP hides
+    inside the block's GEMMs; with --overlap-moe-expert-parallel-comm EP hides behind the other
+    microbatch's compute (else up to the overlap_ep share: shared-expert and dispatcher overlap); FSDP's
+    gathers and reduce-scatters hide behind compute under --overlap-param-gather/--overlap-grad-reduce;
+    ring CP hides up to overlap_cp behind attention; offloaded activations go to the host during the
+    forward and return during the backward."""
+    r = b.run
     compute = t["forward"] + t["backward"]
     n = PASSES_PER_MICROBATCH
     tp = n["tp"] * _priced(b.comm["tp"], c) + n["recompute_comm"] * _priced(b.comm["recompute_comm"], c)
     cp = n["cp"] * _priced(b.comm["cp"], c)
     ep = n["ep"] * _priced(b.comm["ep"], c)
-    fsdp = n["fsdp_gather"] * _priced(b.comm["fsdp_gather"], c) + n["fsdp_reduce"] * _priced(b.comm["fsdp_reduce"], c)
+    gather = n["fsdp_gather"] * _priced(b.comm["fsdp_gather"], c)
+    reduce = n["fsdp_reduce"] * _priced(b.comm["fsdp_reduce"], c)
     gemm_window = t["gemm"] + t["gemm_b"] + t["grouped"] + t["grouped_b"]
+    ep_free = _col(r["ep_overlap"])
+    ep_hidden = ep_free * np.minimum(ep, compute) + (1 - ep_free) * _hidden(ep, c["overlap_ep"], compute)
+    fsdp_hideable = _col(r["param_gather_overlap"]) * gather + _col(r["grad_reduce_overlap"]) * reduce
+    host = b.stage["offload_bytes"] / _col(r["host_bytes_per_s"])
     return {
-        "tp": tp - _hidden(tp, c["overlap_tp"], gemm_window),
+        "tp": tp - _behind(tp, r["tp_overlap"], gemm_window),
         "cp": cp - _hidden(cp, c["overlap_cp"], (1 + ATTENTION_BACKWARD) * t["attention"]),
-        "ep": ep - _hidden(ep, c["overlap_ep"], compute),
-        "fsdp": fsdp - _hidden(fsdp, c["overlap_dp"], compute),
+        "ep": ep - ep_hidden,
+        "fsdp": gather + reduce - np.minimum(fsdp_hideable, compute),
+        "offload": np.maximum(host - t["forward"], 0.0) + np.maximum(host - t["backward"], 0.0),
     }
 
 
 def _data_parallel_exposure(b: WorkloadBatch, c: Coefs, t: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Exposed (dense, expert) DP seconds per step: the gradient reduce-scatter hides in the last
-    microbatch's backward and the parameter all-gather in the first forward, each up to overlap_dp;
-    the slowest stage counts."""
+    """Exposed (dense, expert) DP seconds per step: with --overlap-grad-reduce the bucketed gradient
+    reduce-scatter runs during the last microbatch's backward, with --overlap-param-gather the parameter
+    all-gather during the first forward (Megatron-LM distributed/param_and_grad_buffer.py), each hidden up
+    to that window; off, each is exposed whole. The slowest stage counts."""
+    r = b.run
     dense_reduce, expert_reduce = _priced(b.comm["dp_dense_reduce"], c), _priced(b.comm["dp_expert_reduce"], c)
     dense_gather, expert_gather = _priced(b.comm["dp_dense_gather"], c), _priced(b.comm["dp_expert_gather"], c)
     reduce, gather = dense_reduce + expert_reduce, dense_gather + expert_gather
-    exposed = reduce - _hidden(reduce, c["overlap_dp"], t["backward"]) + gather - _hidden(
-        gather, c["overlap_dp"], t["forward"])
+    exposed = reduce - _behind(reduce, r["grad_reduce_overlap"], t["backward"]) + gather - _behind(
+        gather, r["param_gather_overlap"], t["forward"])
     exposed = np.where(b.mask, exposed, 0.0)
     total = reduce + gather
     dense_share = np.where(total > 0, (dense_reduce + dense_gather) / np.maximum(total, 1e-30), 0.0)
     return (exposed * dense_share).max(axis=1), (exposed * (1 - dense_share)).max(axis=1)
 
 
+HOST_STEP_BYTES_PER_PARAM = 4
+"""Host-offloaded optimizer step: each parameter's FP32 gradient goes to the host (4 B) while its
+updated BF16 weight comes back (2 B) on the other direction, so 4 B per parameter bound the link."""
+
+
 def _optimizer_seconds(b: WorkloadBatch, c: Coefs) -> np.ndarray:
-    """Optimizer step of the slowest stage: its state traffic through HBM and Muon's Newton–Schulz GEMMs."""
+    """Optimizer step of the slowest stage: its state traffic through HBM and Muon's Newton–Schulz GEMMs
+    for the share kept on the GPU; the host share (--optimizer-offload-fraction) is bound by the
+    gradient and weight transfers over the host link."""
     s, r = b.stage, b.run
-    seconds = (s["optimizer_bytes"] / _col(r["hbm_bytes_per_s"] * c["hbm_efficiency"])
-               + s["optimizer_flops"] / _col(r["bf16_flops"] * c["gemm_efficiency"]))
+    on_host = _col(r["optimizer_offload_fraction"])
+    device = (s["optimizer_bytes"] / _col(r["hbm_bytes_per_s"] * c["hbm_efficiency"])
+              + s["optimizer_flops"] / _col(r["bf16_flops"] * c["gemm_efficiency"]))
+    host = s["optimizer_params"] * HOST_STEP_BYTES_PER_PARAM / _col(r["host_bytes_per_s"])
+    seconds = (1 - on_host) * device + on_host * host
     return np.where(b.mask, seconds, 0.0).max(axis=1)
+
+
+def _schedule_seconds(b: WorkloadBatch, t: dict[str, np.ndarray], stage: np.ndarray,
+                      crit: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(pipeline seconds, passes of the slowest rank's stage time). Megatron: schedule.py's formula, m
+    passes. DualPipe: a rank's stage time covers both of its stages, each microbatch visits one of them,
+    so m/2 passes plus the bubble (PP/2 − 1)(F&B + B − 3W); DualPipeV: m passes plus (2·PP/2 − 1)(F&B +
+    B − 3W), PP counting stages there (deepseek-ai/DualPipe README; DeepSeek-V3 report Table 2). One
+    stage's F&B + B − 3W is half the rank's forward + 2 × backward − 3 × weight-gradient time (F&B: a
+    forward and a backward chunk overlapped, compute adding up)."""
+    r = b.run
+    m, pp, vpp, schedule = r["microbatches"], r["pp"], r["vpp"], r["schedule"]
+    wgrad = (t["gemm_b"] - t["gemm"] + t["grouped_b"] - t["grouped"])[crit]
+    chunk = (t["forward"][crit] + 2 * t["backward"][crit] - 3 * wgrad) / 2
+    slowest = stage.max(axis=1)
+    dualpipe = m / 2 * slowest + np.maximum(pp / 2 - 1, 0) * chunk
+    dualpipev = m * slowest + np.maximum(pp - 1, 0) * chunk
+    pipeline = np.where(schedule == 1, dualpipe, np.where(schedule == 2, dualpipev, pipeline_seconds(stage, m, vpp)))
+    return pipeline, np.where(schedule == 1, m / 2, m)
 
 
 def price(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
@@ -217,13 +269,15 @@ def price(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
     t = _compute_times(b, c)
     compute = t["forward"] + t["backward"]
     exposed = _exposed_per_microbatch(b, c, t)
-    stage = np.where(b.mask, compute + exposed["tp"] + exposed["cp"] + exposed["ep"] + exposed["fsdp"], 0.0)
-    m, pp, vpp = r["microbatches"], r["pp"], r["vpp"]
+    stage = np.where(b.mask, compute + exposed["tp"] + exposed["cp"] + exposed["ep"] + exposed["fsdp"]
+                     + exposed["offload"], 0.0)
+    m_all, pp, vpp = r["microbatches"], r["pp"], r["vpp"]
     slowest = stage.max(axis=1)
     crit = (np.arange(b.size), stage.argmax(axis=1))
-    pipeline = pipeline_seconds(stage, m, vpp)
+    pipeline, m = _schedule_seconds(b, t, stage, crit)
     p2p = _priced(b.p2p, c, per_stage=False) * vpp
-    exposed_pp = np.where(pp > 1, (m * (1 - c["overlap_pp"]) + (pp - 1)) * p2p, 0.0)
+    hidden_p2p = r["p2p_overlap"] * np.minimum(p2p, slowest)
+    exposed_pp = np.where(pp > 1, m_all * (p2p - hidden_p2p) + (pp - 1) * p2p, 0.0)
     dp_dense, dp_expert = _data_parallel_exposure(b, c, t)
     optimizer = _optimizer_seconds(b, c)
     grouped = t["grouped"][crit] + t["grouped_b"][crit]
@@ -237,6 +291,7 @@ def price(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
         "dp_dense": dp_dense + m * exposed["fsdp"][crit],
         "dp_expert": dp_expert,
         "optimizer": optimizer,
+        "offload": m * exposed["offload"][crit],
         "bubble": pipeline - m * slowest,
         "pipeline": pipeline,
         "critical": crit[1],

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from parasol.constraints.physics.exchanges import Links, links_for
-from parasol.constraints.physics.memory import block_kind
+from parasol.constraints.physics.memory import block_kind, schedule_fits_layout
 from parasol.constraints.physics.pricing import BREAKDOWN_KINDS, batch, coefficient_values, price
 from parasol.constraints.physics.workload import (
     StepSettings,
@@ -134,8 +134,11 @@ STEP_ASSUMPTIONS = (
     "through the Amdahl shares fp8_tensor_fraction and fp4_tensor_fraction of their dense peaks.",
     "TP uses sequence parallelism when the problem says so; CP is ring attention (GQA/MLA) or the V4 "
     "compressed-KV all-gather; EP is an all-to-all with NVLink and NIC shares moving at once.",
-    "The data-parallel reduction overlaps the last microbatch's backward and the parameter gather the "
-    "first forward (distributed optimizer); FSDP gathers parameters every microbatch.",
+    "Overlap follows the Megatron switches: with --overlap-grad-reduce the data-parallel reduction hides in "
+    "the last microbatch's backward, with --overlap-param-gather the parameter gather in the first forward, "
+    "with --tp-comm-overlap TP inside the block's GEMMs, with --overlap-p2p-communication pipeline sends "
+    "beside the stage's compute; each hides at most its window and nothing when off. FSDP gathers "
+    "parameters every microbatch.",
 )
 
 
@@ -189,7 +192,8 @@ def step_time_or_none(problem, mapping: Mapping, derived: Derived,  # noqa: ANN0
     a peak for the training precision (rules report each of these failures themselves)."""
     d = derived
     whole = all(x.denominator == 1 for x in (d.dp_attn, d.dp_expert, d.num_microbatches))
-    covers = len(d.layout) == mapping.pp * mapping.vpp and sum(d.layout) == problem.model.num_layers
+    covers = (len(d.layout) == mapping.pp * mapping.vpp and sum(d.layout) == problem.model.num_layers
+              and schedule_fits_layout(d.layout, mapping.pp, problem.training.pipeline_schedule))
     settings = settings_for(problem, options)
     if not (whole and covers and d.num_microbatches > 0) or settings.precision not in problem.hardware.gpu.precisions:
         return None

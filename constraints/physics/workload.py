@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from itertools import groupby
 
+from parasol.constraints.physics.activations import ActivationContext, saved_bytes_per_token
 from parasol.constraints.physics.comm import (
     NO_COMM,
     CommTerm,
@@ -33,7 +34,7 @@ from parasol.constraints.physics.flops import (
     newton_schulz_flops,
     recomputed_flops,
 )
-from parasol.constraints.physics.memory import stage_block_ranges
+from parasol.constraints.physics.memory import rank_holdings
 from parasol.constraints.physics.routing_load import hot_rank_skew
 from parasol.constraints.physics.traffic import (
     block_memory_bytes,
@@ -61,6 +62,10 @@ m, v (12 B) and the BF16 copy (2 B)."""
 MUON_BYTES_PER_PARAM = 22
 """Muon: read FP32 master, grad and momentum (12 B), write master and momentum (8 B) and the BF16 copy (2 B);
 its Newton–Schulz iterations are priced as GEMMs."""
+
+
+SCHEDULES = ("megatron", "dualpipe", "dualpipev")
+"""Pipeline schedules, in the order of Workload.schedule levels."""
 
 
 PRECISIONS = ("bf16", "fp8", "fp4")
@@ -96,6 +101,20 @@ class StepSettings:
     (seed 003 §4: a fixed-size whole-group all-to-all moves at least CF times the ideal)."""
     fixed_size_all_to_all: bool = False
     """The collective sends fixed buffers whatever the routing, so routing skew does not change its bytes."""
+    tp_overlap: bool = True
+    """--tp-comm-overlap: TP all-gathers/reduce-scatters run inside the adjacent GEMMs (userbuffers)."""
+    grad_reduce_overlap: bool = True
+    """--overlap-grad-reduce: bucketed gradient reductions run during the last microbatch's backward."""
+    param_gather_overlap: bool = True
+    """--overlap-param-gather: parameter all-gathers run during the first microbatch's forward."""
+    p2p_overlap: bool = True
+    """--overlap-p2p-communication: steady-state pipeline sends/receives run beside compute."""
+    ep_overlap: bool = False
+    """--overlap-moe-expert-parallel-comm: one microbatch's dispatch/combine runs behind another's compute."""
+    optimizer_offload_fraction: float = 0.0
+    """Share of the optimizer state and step on the host (--optimizer-cpu-offload)."""
+    offload_modules: tuple[str, ...] = ()
+    """Modules whose saved inputs go to the host and back (--fine-grained-activation-offloading)."""
 
 
 def settings_for(problem, options: MegatronOptions | None = None) -> StepSettings:  # noqa: ANN001 - Problem
@@ -107,7 +126,29 @@ def settings_for(problem, options: MegatronOptions | None = None) -> StepSetting
     return StepSettings(precision=training.precision.value,
                         grad_reduce_bytes=FP32_BYTES if training.grad_dtype == "fp32" else BF16_BYTES,
                         dispatcher=opts.moe_token_dispatcher_type, dispatch_amplification=amplification,
-                        fixed_size_all_to_all=fixed)
+                        fixed_size_all_to_all=fixed, fsdp=training.fsdp != "none",
+                        frozen_weights=training.frozen_base_weights, **overlap_settings(training, opts))
+
+
+def overlap_settings(training: Training, opts: MegatronOptions) -> dict:
+    """Which transfers may hide behind compute, from the Megatron flags; an unset flag (None) is parasol's
+    choice, on wherever Megatron allows it (TP overlap needs SP and no deterministic mode, arguments.py:1441;
+    the parameter gather needs the distributed optimizer or FSDP, arguments.py:1027). DualPipe/DualPipeV
+    pair a forward and a backward chunk so that each one's dispatch/combine runs during the other's
+    compute (DeepSeek-V3 report §3.2.1)."""
+    def chosen(flag: bool | None, allowed: bool) -> bool:
+        return allowed if flag is None else flag
+
+    sharded = training.distributed_optimizer or training.fsdp != "none"
+    return {
+        "tp_overlap": chosen(opts.tp_comm_overlap, training.sequence_parallel and not opts.deterministic_mode),
+        "grad_reduce_overlap": chosen(opts.overlap_grad_reduce, True),
+        "param_gather_overlap": chosen(opts.overlap_param_gather, sharded),
+        "p2p_overlap": opts.overlap_p2p_comm,
+        "ep_overlap": opts.overlap_moe_expert_parallel_comm or training.pipeline_schedule != "megatron",
+        "optimizer_offload_fraction": opts.optimizer_offload_fraction if opts.optimizer_cpu_offload else 0.0,
+        "offload_modules": tuple(opts.offload_modules),
+    }
 
 
 @dataclass(frozen=True)
@@ -140,6 +181,10 @@ class StageWork:
     dp_expert_gather: CommTerm
     optimizer_bytes: float
     optimizer_flops: float
+    optimizer_params: float
+    """Trainable parameters whose optimizer step this rank runs (its shard)."""
+    offload_bytes: float
+    """Activation bytes of one microbatch this rank copies to the host in forward and back in backward."""
     scan_flops: float = 0.0
     """Mamba-2 scan and gated-delta-rule FLOPs (forward, per microbatch)."""
     recompute_scan_flops: float = 0.0
@@ -172,6 +217,17 @@ class Workload:
     model_flops_per_token: float
     hardware_flops_per_token: float
     precision: str
+    tp_overlap: float = 1.0
+    grad_reduce_overlap: float = 1.0
+    param_gather_overlap: float = 1.0
+    p2p_overlap: float = 1.0
+    ep_overlap: float = 0.0
+    """The overlap switches of StepSettings as 0/1 (pricing multiplies the hideable time by them)."""
+    optimizer_offload_fraction: float = 0.0
+    schedule: float = 0.0
+    """Pipeline schedule: 0 Megatron (1F1B/interleaved), 1 DualPipe, 2 DualPipeV."""
+    host_bytes_per_s: float = 64e9
+    """GPU to host bandwidth per direction (offloaded activations and optimizer state)."""
 
 
 @dataclass(frozen=True)
@@ -294,6 +350,7 @@ def _data_parallel_terms(ctx: _StageContext, sums: _StageSums, first: bool) -> d
     ns = 0.0 if settings.frozen_weights else sums.ns_dense / dense_shard + sums.ns_routed * routed_here / expert_shard
     terms["optimizer_bytes"] = local * per_param
     terms["optimizer_flops"] = ns
+    terms["optimizer_params"] = local
     return terms
 
 
@@ -302,8 +359,11 @@ def stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Train
     """Work of one pipeline rank holding `held` blocks (MTP blocks included on the last stage)."""
     ctx = _StageContext(model, m, d, training, settings, links)
     sums = _StageSums()
+    offloaded = 0.0
     for b, run in groupby(held):
-        sums.add_block(ctx, b, sum(1 for _ in run))
+        count = sum(1 for _ in run)
+        sums.add_block(ctx, b, count)
+        offloaded += count * offloaded_bytes(model, m, training, settings, b)
     sums.add_edges(ctx, first, last)
     return StageWork(
         blocks=len(held), moe_blocks=sum(b.mlp is BlockKind.moe for b in held),
@@ -312,8 +372,21 @@ def stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Train
         recompute_gemm_flops=sums.r_gemm, recompute_grouped_flops=sums.r_grouped,
         recompute_attention_flops=sums.r_attention, recompute_memory_bytes=sums.r_memory,
         tp=sums.tp, cp=sums.cp, ep=sums.ep, recompute_comm=sums.r_comm, **_data_parallel_terms(ctx, sums, first),
-        scan_flops=sums.scan, recompute_scan_flops=sums.r_scan,
+        offload_bytes=offloaded, scan_flops=sums.scan, recompute_scan_flops=sums.r_scan,
     )
+
+
+def offloaded_bytes(model: ModelArchitecture, m: Mapping, training: Training, settings: StepSettings,
+                    block: Block) -> float:
+    """Bytes of one block's saved activations per microbatch that fine-grained offloading sends to the
+    host: what the ledger no longer holds for the offloaded modules."""
+    if not settings.offload_modules:
+        return 0.0
+    ctx = ActivationContext(tp=m.tp, etp=m.expert_tp, sequence_parallel=training.sequence_parallel,
+                            recompute=m.recompute, modules=frozenset(training.recompute_modules))
+    off = replace(ctx, offloaded=frozenset(settings.offload_modules))
+    tokens = m.mbs * m.seq_len / m.cp
+    return (saved_bytes_per_token(model, block, ctx) - saved_bytes_per_token(model, block, off)) * tokens
 
 
 def routed(problem, mapping: Mapping, settings: StepSettings) -> StepSettings:  # noqa: ANN001 - Problem
@@ -331,13 +404,11 @@ def build_workload(problem, mapping: Mapping, derived: Derived,  # noqa: ANN001 
     m, d = mapping, derived
     gpu = problem.hardware.gpu
     links = links or links_for(problem.hardware.topology, m)
-    ranges = stage_block_ranges(d.layout, m.pp)
     all_blocks = [*model.blocks, *model.mtp_blocks]
     stages = []
-    for s in range(m.pp):
-        last = s == m.pp - 1
-        held = [all_blocks[i] for i in ranges[s]] + (list(model.mtp_blocks) if last else [])
-        stages.append(stage_work(model, m, d, training, settings, links, held, s == 0, last))
+    for r in rank_holdings(d.layout, m.pp, training.pipeline_schedule):
+        held = [all_blocks[i] for i in r.blocks] + (list(model.mtp_blocks) if r.last else [])
+        stages.append(stage_work(model, m, d, training, settings, links, held, r.first, r.last))
     tokens = m.mbs * m.seq_len / m.cp
     modules = tuple(training.recompute_modules)
     return Workload(
@@ -353,6 +424,11 @@ def build_workload(problem, mapping: Mapping, derived: Derived,  # noqa: ANN001 
             (1 + 1) / (1 + BACKWARD_TO_FORWARD) if settings.frozen_weights else 1.0),
         hardware_flops_per_token=hardware_flops_per_token(model, m.seq_len, m.recompute, modules),
         precision=settings.precision,
+        tp_overlap=float(settings.tp_overlap), grad_reduce_overlap=float(settings.grad_reduce_overlap),
+        param_gather_overlap=float(settings.param_gather_overlap), p2p_overlap=float(settings.p2p_overlap),
+        ep_overlap=float(settings.ep_overlap), optimizer_offload_fraction=settings.optimizer_offload_fraction,
+        host_bytes_per_s=problem.hardware.topology.host_link_gb_s * 1e9,
+        schedule=float(SCHEDULES.index(training.pipeline_schedule)),
     )
 
 

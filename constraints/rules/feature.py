@@ -148,7 +148,7 @@ class TPCommOverlapRequiresSP(Constraint):
 
     def in_force(self, f: Facts) -> bool:
         """Only --tp-comm-overlap needs SP and TP >= 2."""
-        return f.options.tp_comm_overlap
+        return bool(f.options.tp_comm_overlap)
 
     def slack(self, f: Facts) -> float:
         if not f.options.tp_comm_overlap:

@@ -93,15 +93,17 @@ class LayoutCoversBlocks(Constraint):
 
 
 class VirtualStagesWithinBlocks(Constraint):
-    """Without an explicit layout every virtual stage holds at least one block: parasol's default cut, and
-    Megatron's even split and hybrid pattern that realise it, have no empty stage, so PP·VPP <= blocks."""
+    """Without an explicit layout every virtual stage holds a block, or the embedding or the loss when
+    account_for_*_in_pipeline_split gives them a slot (transformer_block.py:187-200 builds >= 0 layers):
+    parasol's default cut, and Megatron's even split and hybrid pattern that realise it, have no empty
+    stage, so PP·VPP <= blocks + those slots."""
 
     id = "virtual-stages-within-blocks"
     family = Family.pipeline
-    citation = Citation("parasol problems/derived.py default_layout (one block or more per virtual stage)")
+    citation = Citation("parasol problems/derived.py default_layout (a block or a slot per virtual stage)")
     pack = None
     unit = "virtual stages"
-    summary = "no explicit layout: PP·VPP <= num_layers"
+    summary = "no explicit layout: PP·VPP <= L + [emb] + [loss]"
 
     def in_force(self, f: Facts) -> bool:
         """Only parasol's own cut (no explicit layout) places a block on every virtual stage."""
@@ -109,16 +111,16 @@ class VirtualStagesWithinBlocks(Constraint):
 
     def slack(self, f: Facts) -> float:
         m = f.mapping
-        return float(f.model.num_layers - m.pp * m.vpp) if m.layout is None else 0.0
+        return float(slots(f.options, f.model.num_layers) - m.pp * m.vpp) if m.layout is None else 0.0
 
     def message(self, f: Facts) -> str:
-        m = f.mapping
-        return (f"PP·VPP = {m.pp}·{m.vpp} = {m.pp * m.vpp} virtual stages for {f.model.num_layers} blocks: a virtual "
-                "stage would hold no block (give an explicit layout, or lower PP or VPP)")
+        m, room = f.mapping, slots(f.options, f.model.num_layers)
+        return (f"PP·VPP = {m.pp}·{m.vpp} = {m.pp * m.vpp} virtual stages for {room} blocks and slots: a virtual "
+                "stage would hold nothing (give an explicit layout, or lower PP or VPP)")
 
     def post(self, model, v, enforce) -> None:
         if not v.consts.get("layout_explicit", 0):
-            model.Add(v.product("pp", "vpp") <= v.consts["num_layers"]).OnlyEnforceIf(enforce)
+            model.Add(v.product("pp", "vpp") <= slots(v.options, v.consts["num_layers"])).OnlyEnforceIf(enforce)
 
 
 class PipelineSplit(StrEnum):

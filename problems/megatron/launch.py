@@ -319,11 +319,32 @@ def _other_options(c: Context, options: dict) -> None:
         options["rampup_batch_size"] = tuple(int(r) for r in rampup)
     for flag, key in (("--deterministic-mode", "deterministic_mode"), ("--cpu-offloading", "cpu_offloading"),
                       ("--calculate-per-token-loss", "calculate_per_token_loss"),
-                      ("--tp-comm-overlap", "tp_comm_overlap"),
                       ("--cross-entropy-loss-fusion", "cross_entropy_loss_fusion"),
-                      ("--dynamic-context-parallel", "dynamic_context_parallel")):
+                      ("--dynamic-context-parallel", "dynamic_context_parallel"),
+                      ("--delay-wgrad-compute", "delay_wgrad_compute"),
+                      ("--optimizer-cpu-offload", "optimizer_cpu_offload")):
         if f.switch(flag):
             options[key] = True
+    _overlap_options(c, options)
+
+
+def _overlap_options(c: Context, options: dict) -> None:
+    """The overlap switches a launch line sets: absent means off, as in Megatron (arguments.py:3121,3148;
+    --tp-comm-overlap), so the line's run is priced as it runs; the host share of the optimizer; the
+    fine-grained offloading switch that --offload-modules needs (transformer_config.py:2127-2131)."""
+    f = c.flags
+    for flag, key in (("--tp-comm-overlap", "tp_comm_overlap"), ("--overlap-grad-reduce", "overlap_grad_reduce"),
+                      ("--overlap-param-gather", "overlap_param_gather")):
+        options[key] = f.switch(flag)
+    fraction = f.number("--optimizer-offload-fraction")
+    if fraction is not None:
+        if not 0.0 <= fraction <= 1.0:
+            raise flag_error("--optimizer-offload-fraction", str(fraction), "a number from 0 to 1")
+        options["optimizer_offload_fraction"] = fraction
+    fine_grained = f.switch("--fine-grained-activation-offloading")
+    if options.get("offload_modules") and not fine_grained:
+        c.notes.append("--offload-modules without --fine-grained-activation-offloading: Megatron offloads "
+                       "nothing; parasol judged the modules as offloaded")
 
 
 def _hybrid_option(c: Context, options: dict) -> None:
@@ -359,6 +380,9 @@ def _training(c: Context, mapping: dict) -> dict:
         c.notes.append("--fp16: parasol models 16-bit training as BF16 (same bytes per value)")
     if f.switch("--use-distributed-optimizer"):
         out["distributed_optimizer"] = True
+    fsdp = _fsdp(c)
+    if fsdp is not None:
+        out["fsdp"] = fsdp
     if f.switch("--sequence-parallel"):
         out["sequence_parallel"] = True
     modules = f.words("--recompute-modules")
@@ -376,6 +400,23 @@ def _training(c: Context, mapping: dict) -> dict:
     if f.one("--sequence-packing-scheduler") is not None:
         out["packed_sequences"] = True
     return out
+
+
+def _fsdp(c: Context) -> str | None:
+    """--use-megatron-fsdp (with --data-parallel-sharding-strategy, default optim_grads_params,
+    arguments.py:3190) or --use-torch-fsdp2: the fully sharded run parasol models; a Megatron-FSDP
+    strategy that keeps weights whole is judged as the distributed optimizer and noted."""
+    f = c.flags
+    strategy = f.choice("--data-parallel-sharding-strategy", ("no_shard", "optim", "optim_grads", "optim_grads_params"))
+    if f.switch("--use-torch-fsdp2"):
+        return "torch-fsdp2"
+    if not f.switch("--use-megatron-fsdp"):
+        return None
+    if strategy in (None, "optim_grads_params"):
+        return "megatron-fsdp"
+    c.notes.append(f"--data-parallel-sharding-strategy {strategy}: parasol models full sharding only; judged "
+                   "with the weights and gradients whole" + (" and the optimizer state sharded" if strategy != "no_shard" else ""))
+    return "none"
 
 
 def _options(c: Context) -> dict:

@@ -73,6 +73,16 @@ def nesting_depth(text: str) -> int:
     return deepest
 
 
+HF_KEYS = {
+    "num_layers": "num_hidden_layers", "attention.num_heads": "num_attention_heads",
+    "attention.num_kv_heads": "num_key_value_heads", "dense_mlp.intermediate_size": "intermediate_size",
+    "moe.top_k": "num_experts_per_tok", "moe.num_shared_experts": "n_shared_experts",
+    "first_dense_layers": "first_k_dense_replace", "mtp_layers": "num_nextn_predict_layers",
+    "max_context": "max_position_embeddings", "hc_mult": "hc_mult", "moe.num_hash_layers": "num_hash_layers",
+}
+"""The config.json key behind an architecture field where the names differ (errors name the user's key)."""
+
+
 class _Reader:
     """Reads keys of one config.json, raising InputError that names the file and the key."""
 
@@ -376,5 +386,10 @@ def architecture_from_hf_config(path: Path | str, *, name: str | None = None) ->
     try:
         return architecture_from_dict(data, where="hf_config")
     except InputError as exc:
-        raise InputError(exc.detail, field=exc.field, value=exc.value, expected=exc.expected, fix=exc.fix,
-                         file=str(path)) from None
+        field = exc.field or ""
+        inner = field.removeprefix("hf_config.")
+        key = HF_KEYS.get(inner, inner.rsplit(".", 1)[-1])
+        def reword(text: str | None) -> str | None:
+            return None if text is None else text.replace(field, key)
+        raise InputError(reword(exc.detail) or "", field=key, value=exc.value, expected=exc.expected,
+                         fix=reword(exc.fix), file=str(path)) from None

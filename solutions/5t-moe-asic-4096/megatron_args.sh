@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# parasol: Megatron-LM launch flags for 5t-moe-asic-4096, mapping 1 of 8 (Pareto rank 1)
-#   TP8 PP16 CP8 EP64 ETP1 VPP2 MBS1 GBS256 seq 131072, recompute full; 4,096 GPUs = 512 nodes x 8 GPUs.
+# parasol: Megatron-LM launch flags for 5t-moe-asic-4096, mapping 1 of 11 (Pareto rank 1)
+#   TP8 PP16 CP8 EP32 ETP1 VPP1 MBS1 GBS256 seq 131072, recompute full; 4,096 GPUs = 512 nodes x 8 GPUs.
 # Run it on every host of the host order (hosts.txt) with NODE_RANK = the host's line (0-based) and
 # MASTER_ADDR = the first host: global rank = NODE_RANK * GPUs per node + local rank, the order in
 # which Megatron's groups (tp-cp-ep-dp-pp) land on the nodes as parasol judged them.
@@ -12,14 +12,16 @@ torchrun --nnodes 512 --nproc-per-node 8 --node-rank "${NODE_RANK}" --master-add
     --tensor-model-parallel-size 8 \
     --pipeline-model-parallel-size 16 \
     --context-parallel-size 8 \
-    --expert-model-parallel-size 64 \
+    --expert-model-parallel-size 32 \
     --expert-tensor-parallel-size 1 \
     --sequence-parallel \
     --use-distributed-optimizer \
+    --overlap-grad-reduce \
+    --overlap-param-gather \
+    --tp-comm-overlap \
     --micro-batch-size 1 \
     --global-batch-size 256 \
     --seq-length 131072 \
-    --pipeline-model-parallel-layout 'Et*3|(t*4|)*14,(t*5|)*2,(t*4|)*14,t*3L' \
     --recompute-granularity full \
     --recompute-method uniform \
     --recompute-num-layers 1 \

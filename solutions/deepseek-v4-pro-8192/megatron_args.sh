@@ -15,6 +15,8 @@ torchrun --nnodes 1024 --nproc-per-node 8 --node-rank "${NODE_RANK}" --master-ad
     --expert-model-parallel-size 64 \
     --expert-tensor-parallel-size 1 \
     --use-distributed-optimizer \
+    --overlap-grad-reduce \
+    --overlap-param-gather \
     --micro-batch-size 1 \
     --global-batch-size 4096 \
     --seq-length 8192 \

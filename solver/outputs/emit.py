@@ -24,6 +24,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from parasol.constraints.physics.workload import overlap_settings
 from parasol.constraints.rules.pipeline import PipelineSplit, pipeline_split
 from parasol.errors import InputError
 from parasol.problems.derived import derive, interleaved_even_layout, stage_layer_totals
@@ -137,6 +138,37 @@ def degree_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
     if mapping.rank_order is RankOrder.dp_last:
         flags.append(_flag("--use-tp-pp-dp-mapping"))
     return FlagGroup("parallel degrees", f"{ARGS}:2373,3156,3216; {MPC}:55-130", tuple(flags))
+
+
+def sharding_and_overlap_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
+    """FSDP (--use-megatron-fsdp with --data-parallel-sharding-strategy optim_grads_params, arguments.py:3190,
+    or --use-torch-fsdp2), the overlap switches the step model prices as on (--overlap-grad-reduce
+    3121, --overlap-param-gather 3148, --tp-comm-overlap with TP > 1 and SP, 1441), --delay-wgrad-compute,
+    the optimizer's host share (--optimizer-cpu-offload, --optimizer-offload-fraction, 2918-2922) and
+    fine-grained activation offloading (--fine-grained-activation-offloading --offload-modules,
+    transformer_config.py:1323-1345)."""
+    training, options = problem.training, problem.spec.framework.options
+    overlap = overlap_settings(training, options)
+    flags = []
+    if training.fsdp == "megatron-fsdp":
+        flags += [_flag("--use-megatron-fsdp"), _flag("--data-parallel-sharding-strategy", "optim_grads_params")]
+    elif training.fsdp == "torch-fsdp2":
+        flags.append(_flag("--use-torch-fsdp2"))
+    if overlap["grad_reduce_overlap"]:
+        flags.append(_flag("--overlap-grad-reduce"))
+        if overlap["param_gather_overlap"]:
+            flags.append(_flag("--overlap-param-gather"))
+    if overlap["tp_overlap"] and mapping.tp > 1 and training.sequence_parallel:
+        flags.append(_flag("--tp-comm-overlap"))
+    if options.delay_wgrad_compute:
+        flags.append(_flag("--delay-wgrad-compute"))
+    if options.optimizer_cpu_offload:
+        flags += [_flag("--optimizer-cpu-offload"),
+                  _flag("--optimizer-offload-fraction", options.optimizer_offload_fraction)]
+    if options.offload_modules:
+        flags += [_flag("--fine-grained-activation-offloading"), _flag("--offload-modules", *options.offload_modules)]
+    return FlagGroup("sharding, overlap and offloading", f"{ARGS}:1027-1047,1441,2918-2922,3121,3148,3190; "
+                     f"{CONFIG}:1323-1345", tuple(flags))
 
 
 def batch_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
@@ -398,11 +430,18 @@ def hybrid_pattern(problem: Problem, layout: Sequence[int]) -> str:
 # The whole line, the script and the round trip
 
 
-GROUP_BUILDERS = (degree_flags, batch_flags, pipeline_flags, recompute_flags, moe_flags, context_flags)
+GROUP_BUILDERS = (degree_flags, sharding_and_overlap_flags, batch_flags, pipeline_flags, recompute_flags, moe_flags,
+                  context_flags)
 
 
 def megatron_args(problem: Problem, mapping: Mapping) -> LaunchArgs:
     """The parallel part of the Megatron-LM command line for `mapping`, group by group."""
+    if problem.training.pipeline_schedule != "megatron":
+        raise InputError(
+            f"Megatron-LM has no {problem.training.pipeline_schedule} schedule: no launch line can state it.",
+            field="training.pipeline_schedule", value=problem.training.pipeline_schedule, expected="megatron",
+            fix="emit with pipeline_schedule: megatron (1F1B; --overlap-moe-expert-parallel-comm overlaps EP "
+                "all-to-all as DualPipe does), or run DualPipe with deepseek-ai/DualPipe.")
     groups = tuple(g for g in (build(problem, mapping) for build in GROUP_BUILDERS) if g.flags)
     hybrid = any(f.name == "--hybrid-layer-pattern" for g in groups for f in g.flags)
     return LaunchArgs(groups, "pretrain_hybrid.py" if hybrid else "pretrain_gpt.py")

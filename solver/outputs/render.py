@@ -107,8 +107,8 @@ def step_time_parts(data: dict) -> list:
     table.add_column("seconds", justify="right")
     table.add_column("share", justify="right")
     for kind, seconds in step["breakdown_s"].items():
-        label = kind if kind in ("compute", "bubble") else f"exposed {kind} communication" if kind != "optimizer" \
-            else "optimizer step"
+        label = {"compute": "compute", "bubble": "bubble", "optimizer": "optimizer step",
+                 "offload": "exposed activation offload"}.get(kind, f"exposed {kind} communication")
         table.add_row(label, f"{seconds:,.3f}", f"{seconds / total:.1%}" if total else "-")
     parts: list = [table]
     times = [s.get("time_ms") for s in data["stages"]]

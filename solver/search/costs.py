@@ -22,6 +22,7 @@ from parasol.constraints.physics.memory import (
     block_kind,
     dispatch_buffer_bytes,
     edge_contribution,
+    fsdp_buffer_bytes,
     inflight_microbatches,
     workspace_bytes,
 )
@@ -148,14 +149,14 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None) -> 
     only, all times zero, for the cheap first pass that finds the rows with a cut that fits)."""
     mapping = row.mapping(problem)
     d = derive(problem.model, mapping)
-    training = problem.training
+    training, options = problem.training, problem.spec.framework.options
     representatives = {}
     for b in problem.model.blocks:
         representatives.setdefault(block_kind(b), b)
     kinds = block_kinds(problem)
     pp = row.pp
-    edges = [edge_contribution(problem.model, mapping, d, training, s == 0, s == pp - 1) for s in range(pp)]
-    per_kind = [block_contribution(problem.model, mapping, d, training, representatives[k]) for k in kinds]
+    edges = [edge_contribution(problem.model, mapping, d, training, s == 0, s == pp - 1, options) for s in range(pp)]
+    per_kind = [block_contribution(problem.model, mapping, d, training, representatives[k], options) for k in kinds]
     return RowCosts(
         row=row,
         derived=d,
@@ -170,7 +171,7 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None) -> 
         edge_moe=tuple(c.moe for c in edges),
         inflight=tuple(inflight_microbatches(s, pp, row.vpp, d.num_microbatches) for s in range(pp)),
         dispatch_mb=_mb(dispatch_buffer_bytes(problem.model, mapping, training)),
-        workspace_mb=_mb(workspace_bytes(training)),
+        workspace_mb=_mb(workspace_bytes(training)) + _mb(fsdp_buffer_bytes(problem.model, mapping, d, training)),
         kind_time_us=tuple(_us(t) for t in time_model.block_times_s(mapping, d, [representatives[k] for k in kinds]))
         if time_model else (0,) * len(kinds),
         edge_time_us=tuple(_us(t) for t in time_model.edge_times_s(mapping, d)) if time_model else (0,) * pp,

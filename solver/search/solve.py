@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from parasol.constraints.evaluate import evaluate
 from parasol.constraints.physics.flops import model_flops_per_token
+from parasol.errors import InputError
 from parasol.problems.derived import default_layout, derive
 from parasol.problems.loader import Problem
 from parasol.problems.schema import Objective
@@ -34,7 +35,7 @@ from parasol.solver.search.objectives import (
 from parasol.solver.search.pareto import pareto_search
 from parasol.solver.search.program import admissible, compile_program, judged_rules, program_rules
 from parasol.solver.search.prune import pruned
-from parasol.solver.search.space import Row, enumerate_rows
+from parasol.solver.search.space import Row, rows_until
 
 
 @dataclass(frozen=True)
@@ -163,12 +164,19 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     the master program, less the steps `top` other rows dominate (solver/search/prune.py; `prune=False` keeps
     them, for tests). Rows the time limit leaves unscreened make the answer `feasible` (or `unknown`
     when nothing was found), not `optimal` or `infeasible`."""
+    if problem.training.pipeline_schedule != "megatron":
+        raise InputError(
+            f"solve searches Megatron's pipeline schedules; training.pipeline_schedule is "
+            f"{problem.training.pipeline_schedule!r}.", field="training.pipeline_schedule",
+            value=problem.training.pipeline_schedule, expected="megatron",
+            fix="solve with pipeline_schedule: megatron, then judge a DualPipe mapping with `parasol explain "
+                "--set pipeline_schedule=dualpipe` (its memory and bubble are priced there).")
     start = time.perf_counter()
     objectives = front_objectives(problem)
     minimised = program_objectives(objectives)
-    rows = enumerate_rows(problem, deadline=start + time_limit_s)
+    rows, listed = rows_until(problem, start + PRICING_SHARE * time_limit_s)
     if not rows:
-        return SolveResult("infeasible", (), 0, 0, 0, time.perf_counter() - start)
+        return SolveResult("infeasible" if listed else "unknown", (), 0, 0, 0, time.perf_counter() - start)
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     usable = usable_mb(problem)
     total_rows = len(rows)
@@ -181,7 +189,7 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         if some_cut_fits(row_costs(problem, r, None), counts, usable):
             kept.append(r)
             costs.append(row_costs(problem, r, time_model))
-    all_priced = screened == len(ordered)
+    all_priced = listed and screened == len(ordered)
     if not kept:
         return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, 0, 0,
                            time.perf_counter() - start, screened)
@@ -206,7 +214,7 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         metrics = account.as_dict()["metrics"]
         front = {o.value: round(objective_value(o, metrics, v * SCALES[p].resolution), 9)
                  for o, p, v in zip(objectives, minimised, pt.values, strict=True)}
-        solved.append(SolvedMapping(pt.pareto_rank, pt.optimal, pt.time_units * TIME_UNIT_S,
+        solved.append(SolvedMapping(pt.pareto_rank, pt.optimal, round(pt.time_units * TIME_UNIT_S, 9),
                                     pt.memory_units * MEMORY_UNIT_MB / 1000, front,
                                     {minimised[0].value: round(pt.bound * SCALES[minimised[0]].resolution, 9)},
                                     account))

@@ -8,13 +8,11 @@ on the row's degree variables, so a row that breaks a rule is excluded by CP-SAT
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from itertools import product
 
 from parasol.constraints.physics.exchanges import links_for
-from parasol.errors import InputError
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, Mapping, RankOrder, Recompute
 
@@ -136,18 +134,15 @@ CLOCK_EVERY = 4096
 """Degree combinations enumerated between two looks at the clock."""
 
 
-def _too_large(doms: dict[str, tuple[int, ...]]) -> InputError:
-    """The search space could not even be listed within the time limit."""
-    size = math.prod(len(doms[n]) for n in DEGREES)
-    return InputError(f"The search space has {size:,} degree combinations, too many to list within the time "
-                      "limit.", field="search", expected="short lists of values per degree under `search:`",
-                      fix="narrow `search:` (e.g. powers of two only), or raise --time-limit.")
+def enumerate_rows(problem: Problem, domains: dict[str, tuple[int, ...]] | None = None) -> tuple[Row, ...]:
+    """Every row of the search space with a whole folding identity and at least one block per stage."""
+    return rows_until(problem, None, domains)[0]
 
 
-def enumerate_rows(problem: Problem, domains: dict[str, tuple[int, ...]] | None = None,
-                   deadline: float | None = None) -> tuple[Row, ...]:
-    """Every row of the search space with a whole folding identity and at least one block per stage;
-    past `deadline` (time.perf_counter()) a search space too large to list raises InputError."""
+def rows_until(problem: Problem, deadline: float | None,
+               domains: dict[str, tuple[int, ...]] | None = None) -> tuple[tuple[Row, ...], bool]:
+    """The rows of enumerate_rows listed until `deadline` (time.perf_counter(), None: no limit), and
+    whether the listing is complete (a search space too large for the time limit is cut short)."""
     doms = domains or search_domains(problem)
     gpus, gbs = problem.gpus, problem.training.global_batch
     blocks = problem.model.num_layers
@@ -156,7 +151,7 @@ def enumerate_rows(problem: Problem, domains: dict[str, tuple[int, ...]] | None 
     rows = []
     for k, (tp, pp, cp, ep, etp, vpp, mbs) in enumerate(product(*(doms[n] for n in DEGREES))):
         if deadline is not None and k % CLOCK_EVERY == 0 and time.perf_counter() > deadline:
-            raise _too_large(doms)
+            return tuple(sorted(rows)), False
         if pp * vpp > blocks or (free_etp and etp not in expert_tp_choices(problem, tp)):
             continue
         if not whole_folding(gpus, gbs, tp, pp, cp, ep, etp, mbs):
@@ -164,4 +159,4 @@ def enumerate_rows(problem: Problem, domains: dict[str, tuple[int, ...]] | None 
         base = Row(pp, vpp, tp, cp, ep, etp, mbs, Recompute.none.value)
         rows.extend(Row(pp, vpp, tp, cp, ep, etp, mbs, r.value, o.value) for r in recompute_choices(problem)
                     for o in distinct_orders(problem, orders, base))
-    return tuple(sorted(rows))
+    return tuple(sorted(rows)), True
