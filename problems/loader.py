@@ -281,11 +281,16 @@ def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, An
 
 
 def _hf_model(spec: Mapping[str, Any], base_dir: Path) -> ModelArchitecture:
-    """`{hf_config: path}`: a HuggingFace config.json, relative to the problem file's folder."""
-    extra = sorted(set(spec) - {"hf_config"})
+    """`{hf_config: path, name: optional}`: a HuggingFace config.json, relative to the problem file's folder."""
+    extra = sorted(set(spec) - {"hf_config", "name"})
     if extra:
         raise InputError(f"`model.hf_config` cannot be combined with {', '.join(extra)}.", field=f"model.{extra[0]}",
-                         fix="give only `hf_config: path/to/config.json`, or use {catalog: name, ...} overrides.")
+                         fix="give only `hf_config: path/to/config.json` (and `name:`), or use {catalog: name, ...} "
+                             "overrides.")
+    name = spec.get("name")
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise InputError("`model.name` must be text.", field="model.name", value=name, expected="a model name",
+                         fix="write e.g. `name: Llama-3.1-70B`, or leave it out.")
     raw = spec["hf_config"]
     if not isinstance(raw, str) or not raw.strip():
         raise InputError("`model.hf_config` must be the path of a config.json.", field="model.hf_config",
@@ -296,7 +301,7 @@ def _hf_model(spec: Mapping[str, Any], base_dir: Path) -> ModelArchitecture:
         raise InputError(f"The HuggingFace config {str(path)!r} {state}.", field="model.hf_config", value=raw,
                          expected="the path of a config.json file",
                          fix=f"check the path (relative paths start at the problem file's folder, {str(base_dir)!r}).")
-    return architecture_from_hf_config(path)
+    return architecture_from_hf_config(path, name=name)
 
 
 def _catalog_model(spec: Mapping[str, Any]) -> ModelArchitecture:

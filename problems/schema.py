@@ -122,6 +122,9 @@ class Framework(Strict):
     name: Literal["megatron-lm"] = "megatron-lm"
     rule_packs: tuple[RulePack, ...] = (RulePack.megatron_core,)
     options: MegatronOptions = MegatronOptions()
+    tp_across_nvlink: Literal["warning", "error"] = Field(
+        default="warning", description="a TP or ETP group that does not fit whole NVLink domains (crosses a node "
+                                       "on HGX): a warning, or an error that rules the mapping out")
 
 
 Degree = GpuCount | Annotated[list[GpuCount], Field(max_length=MAX_CHOICES)]

@@ -50,7 +50,7 @@ from parasol.problems.derived import derive
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
 from parasol.problems.model.architecture import ModelArchitecture, architecture_from_dict
-from parasol.problems.model.catalog import load_model
+from parasol.problems.model.catalog import catalog_names, load_model
 from parasol.problems.schema import HardwareSection, Precision, ProblemFile, Training
 
 FIT_NAMES: tuple[str, ...] = (
@@ -124,9 +124,10 @@ def _architecture(name: str) -> tuple[str, ModelArchitecture] | str:
     """Catalog architecture of a measured model name, or the reason it cannot be modelled."""
     if name in UNMODELLED_MODELS:
         return UNMODELLED_MODELS[name]
-    if name not in MODEL_IDS:
-        return f"model {name!r} has no catalog entry (add it to MODEL_IDS in hardware/calibration.py)"
-    model_id, overrides = MODEL_IDS[name]
+    if name not in MODEL_IDS and name not in catalog_names():
+        return (f"model {name!r} is neither a catalog name (`parasol models`) nor a name of the measured tables; "
+                "write the catalog name in the runs file")
+    model_id, overrides = MODEL_IDS.get(name, (name, {}))
     model = load_model(model_id)
     if overrides:
         model = architecture_from_dict({**model.model_dump(mode="json"), **overrides})
@@ -427,8 +428,8 @@ def calibrate_runs(runs: list[MeasuredRun], gpu_type: str | None = None,
     kept, dropped = prepare_runs(runs)
     if not kept:
         raise InputError("None of the runs can be modelled.", field="entries",
-                         fix="check the model names (MODEL_IDS) and gpu_type values (GPU_PRESETS) in "
-                             "hardware/calibration.py; the exclusion reasons are: "
+                         fix="use catalog model names (`parasol models`) and the GPU types of `parasol hardware` "
+                             "in the runs file; the exclusion reasons are: "
                              + "; ".join(sorted({d.reason for d in dropped})))
     chosen = select_gpu_type(kept, gpu_type)
     fits, files = {}, {}

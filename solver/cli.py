@@ -11,7 +11,8 @@ import json
 import math
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
 from typing import Any
 
@@ -28,7 +29,14 @@ from parasol.hardware.presets import load_preset, preset_names
 from parasol.problems.inputs import explain_inputs, launch_text
 from parasol.problems.model.catalog import catalog_names, load_model, model_summary
 from parasol.solver.diagnose.explain import explain as explain_mapping
-from parasol.solver.outputs.render import hardware_table, models_table, print_explanation
+from parasol.solver.outputs.render import (
+    TABLE_FORMATS,
+    hardware_table,
+    models_table,
+    print_explanation,
+    show_table,
+)
+from parasol.solver.outputs.summary import summary_lines
 
 EXIT_INFEASIBLE = 1
 EXIT_BAD_INPUT = 2
@@ -38,8 +46,24 @@ EXIT_CODES_HELP = ("Exit codes: 0 feasible / done, 1 infeasible (no mapping fits
                    "3 internal error (a bug in parasol: please report it), 130 interrupted.")
 
 
+WIDE = 100_000
+"""Console width when stdout is not a terminal: tables print whole, nothing is cut or wrapped."""
+TEXT_WIDTH = 100
+"""Wrap width of explain's text lines when stdout is not a terminal."""
+
+
 def _console() -> Console:
-    return Console(width=max(Console().width, 120))
+    """The terminal's own width on a terminal; otherwise wide enough that no table is cut."""
+    console = Console()
+    return console if console.is_terminal else Console(width=WIDE)
+
+
+def _text_width(console: Console) -> int:
+    return console.width if console.is_terminal else TEXT_WIDTH
+
+
+FORMAT = click.option("--format", "fmt", type=click.Choice(TABLE_FORMATS), default="table", show_default=True,
+                      help="table: fitted to the terminal (rows as records when too wide); csv or md: plain text")
 
 
 def _escaped_input_error(exc: ValidationError | yaml.YAMLError) -> str:
@@ -117,8 +141,9 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 @main.command(epilog=EXIT_CODES_HELP)
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
+@FORMAT
 @reports_errors
-def models(as_json: bool) -> None:
+def models(as_json: bool, fmt: str) -> None:
     """List the model catalog with total and active parameters (three vendor conventions)."""
     rows = [model_summary(load_model(name)) for name in catalog_names()]
     if as_json:
@@ -135,13 +160,14 @@ def models(as_json: bool) -> None:
             "experts": f"{r['experts']} top-{r['top_k']}" if r["experts"] else "-",
             "published": f"{_billions(pub['total'])} / {_billions(pub['active'])}",
         })
-    _console().print(models_table(table_rows))
+    show_table(models_table(table_rows), _console(), fmt)
 
 
 @main.command(epilog=EXIT_CODES_HELP)
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of a table")
+@FORMAT
 @reports_errors
-def hardware(as_json: bool) -> None:
+def hardware(as_json: bool, fmt: str) -> None:
     """List the hardware presets: GPU, usable HBM, node and NVLink-domain sizes, link bandwidths."""
     presets = {name: load_preset(name) for name in preset_names()}
     if as_json:
@@ -156,13 +182,13 @@ def hardware(as_json: bool) -> None:
             "nvlink": f"{t.nvlink_gb_s:g}", "nic": f"{t.nic_gb_s:g}",
             "quirks": "fixed-size all-to-all" if t.fixed_size_all_to_all else "",
         })
-    _console().print(hardware_table(rows))
+    show_table(hardware_table(rows), _console(), fmt)
 
 
 @main.command(epilog=EXIT_CODES_HELP)
 @click.argument("problem", type=click.Path(), required=False)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="pin a mapping field: gpus, tp, pp, cp, ep, etp, vpp, mbs, gbs, seq_len, recompute, layout")
+              help="pin a mapping field: gpus, tp, pp, cp, ep, etp, vpp, mbs, gbs, seq_len, recompute, layout, rank_order")
 @click.option("--megatron-args", "megatron_args", metavar="TEXT",
               help="a Megatron-LM launch line; its flags override the problem's mapping, training and options")
 @click.option("--megatron-args-file", type=click.Path(dir_okay=False), metavar="SCRIPT",
@@ -171,31 +197,51 @@ def hardware(as_json: bool) -> None:
 @click.option("--gpus", type=click.IntRange(1, MAX_GPUS), help="without PROBLEM: GPUs in the job (default: torchrun's nproc_per_node × nnodes)")
 @click.option("--model", "model_name", metavar="NAME",
               help="without PROBLEM: a catalog model instead of the launch line's model flags")
-@click.option("--json", "as_json", is_flag=True, help="print the account as JSON (the BRIEF's contract)")
+@click.option("--full", is_flag=True, help="print every table: all rules, derived sizes, groups, the memory ledger, "
+                                           "the step-time breakdown")
+@click.option("--json", "as_json", is_flag=True, help="print the whole account as JSON (every field)")
 @reports_errors
 def explain(problem: str | None, sets: tuple[str, ...], megatron_args: str | None, megatron_args_file: str | None,
-            preset: str | None, gpus: int | None, model_name: str | None, as_json: bool) -> None:
-    """Account for one mapping: derived sizes, every rule's verdict, groups and per-stage memory.
+            preset: str | None, gpus: int | None, model_name: str | None, full: bool, as_json: bool) -> None:
+    """Say whether one mapping can run and why not: the broken rules with their slack, source and
+    Megatron stage, a minimal conflict, the best repairs, step time, throughput, MFU and memory.
 
     The mapping comes from PROBLEM.yaml, a Megatron-LM launch line (--megatron-args or
     --megatron-args-file) and --set; without PROBLEM, the launch line alone describes the run on
-    --hardware PRESET. Flags parasol does not model are listed as notes."""
+    --hardware PRESET. Unknown Megatron flags are an error; known flags parasol does not model are
+    listed in one line. Exit 0 feasible, 1 infeasible, 2 bad input."""
     launch = launch_text(megatron_args, megatron_args_file)
     inputs = explain_inputs(problem, sets, launch, hardware=preset, gpus=gpus, model_name=model_name)
     result = explain_mapping(inputs.problem, inputs.mapping)
+    data = result.as_dict()
+    data["warnings"] = [*data["warnings"], *(w.as_dict() for w in inputs.warnings)]
+    data["notes"] = list(inputs.notes)
     if as_json:
-        data = result.as_dict()
-        data["warnings"] = [*data["warnings"], *(w.as_dict() for w in inputs.warnings)]
-        data["notes"] = list(inputs.notes)
         click.echo(json.dumps(data, indent=2))
     else:
         console = _console()
-        print_explanation(result, console)
-        for w in inputs.warnings:
-            console.print(f"warning ({w.flag}): {w.message} [{w.source}]", markup=False)
-        for note in inputs.notes:
-            console.print(f"note: {note}", markup=False)
+        if full:
+            print_explanation(result, console)
+            for w in inputs.warnings:
+                console.print(f"warning ({w.flag}): {w.message} [{w.source}]", markup=False)
+        else:
+            for line in summary_lines(result, data, _text_width(console)):
+                console.print(line, soft_wrap=True)
+        for line in note_lines(inputs.notes):
+            console.print(line, markup=False, soft_wrap=not full)
     sys.exit(0 if result.feasible else EXIT_INFEASIBLE)
+
+
+def note_lines(notes: tuple[str, ...]) -> list[str]:
+    """Launch-line notes: the known Megatron flags parasol does not model in one line, then the others."""
+    from parasol.problems.megatron.flags import NOT_MODELLED
+
+    skipped = [n.removeprefix(NOT_MODELLED) for n in notes if n.startswith(NOT_MODELLED)]
+    lines = [f"note: {n}" for n in notes if not n.startswith(NOT_MODELLED)]
+    if skipped:
+        lines.append(f"not modelled ({len(skipped)} known Megatron flag(s) parasol does not model): "
+                     + ", ".join(skipped))
+    return lines
 
 
 def _blocks_text(summary: dict) -> str:
@@ -284,12 +330,13 @@ def _report_path(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("--report", "report", type=click.Path(dir_okay=False), metavar="FILE", callback=_report_path,
               help="write a report with plots: FILE.html (self-contained) or FILE.md (PNGs in FILE_files/); "
                    "its account is of mapping --pick")
+@FORMAT
 @click.option("--emit", "emit", type=click.Choice(["megatron"]),
               help="print the Megatron-LM launch flags of every listed mapping (only mapping N with --pick N) "
                    "instead of the table; with --out also write <name>.<k>.megatron_args.sh and <name>.<k>.hosts.txt")
 @reports_errors
 def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: str | None, pick: int,
-          as_json: bool, report: str | None, emit: str | None) -> None:
+          as_json: bool, report: str | None, fmt: str, emit: str | None) -> None:
     """Pareto-ranked feasible mappings (step time × peak memory), each with its slack report."""
     from pathlib import Path
 
@@ -306,7 +353,8 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
         check_output(Path(rank_map).with_suffix(".hosts.txt"), "--rank-map")
     if out and Path(out).exists() and not Path(out).is_dir():
         raise ParasolError(f"--out {out!r} is a file, not a folder. Fix: give a folder path.")
-    result = solve_pools(prob, top=top, time_limit_s=time_limit)
+    with search_progress(f"solving {Path(problem).name} (time limit {time_limit:g} s)", sys.stderr.isatty()):
+        result = solve_pools(prob, top=top, time_limit_s=time_limit)
     picked = click.get_current_context().get_parameter_source("pick") is ParameterSource.COMMANDLINE
     if out:
         path = write_solution(result, prob, Path(out))
@@ -328,14 +376,46 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
         _emit_megatron(prob, result, pick if picked else None, out, as_json)
         sys.exit(0 if result.mappings else EXIT_INFEASIBLE)
     why = why_not_optimal(result, prob, time_limit)
+    blockers = ()
+    if result.status == "infeasible" and result.rows:
+        from parasol.solver.diagnose.blocking import blocking_rules
+
+        blockers = blocking_rules(prob)
     if as_json:
-        click.echo(json.dumps({**result.as_dict(), **({"reason": why} if why else {})}, indent=2))
+        extra = {**({"reason": why} if why else {}), **({"blocking": [b.as_dict() for b in blockers]} if blockers else {})}
+        click.echo(json.dumps({**result.as_dict(), **extra}, indent=2))
     else:
+        from parasol.solver.diagnose.blocking import blocking_lines
+
         console = _console()
-        console.print(front_table(result, prob))
+        if result.mappings:
+            show_table(front_table(result, prob), console, fmt)
+        if blockers:
+            why = f"no row of the search space meets every rule ({result.rows:,} degree rows)"
         if why:
-            console.print(f"{result.status}: {why}", markup=False)
+            console.print(f"{result.status}: {why}", markup=False, soft_wrap=True)
+        for line in blocking_lines(blockers, result.rows):
+            console.print(line, markup=False, soft_wrap=True)
+        if blockers and "contract" in prob.spec.model_fields_set and blockers[0].mapping is not None:
+            from parasol.solver.outputs.render import contract_parts
+
+            closest = explain_mapping(prob, blockers[0].mapping, repairs=0)
+            console.print(f"Contract of the closest row ({blockers[0].closest}):", markup=False)
+            for part in contract_parts(closest.as_dict()):
+                show_table(part, console, fmt)
     sys.exit(0 if result.mappings else EXIT_INFEASIBLE)
+
+
+@contextmanager
+def search_progress(what: str, enabled: bool) -> Iterator[None]:
+    """A pulsing bar with the elapsed time on stderr while a search runs (only on a terminal)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn(what), BarColumn(), TimeElapsedColumn(), console=Console(stderr=True),
+                   disable=not enabled, transient=True)
+    with bar:
+        bar.add_task("", total=None)
+        yield
 
 
 def _emit_megatron(prob: Any, result: Any, picked: int | None, out: str | None, as_json: bool) -> None:
@@ -389,9 +469,11 @@ def _emit_megatron(prob: Any, result: Any, picked: int | None, out: str | None, 
               help="write a report with the scaling curve: FILE.html (self-contained) or FILE.md (PNGs in FILE_files/)")
 @click.option("--json", "as_json", is_flag=True,
               help="print {\"sizes\": [{\"gpus\", \"status\", \"mappings\": [...]}], \"table\", \"notes\"} as JSON")
+@FORMAT
 @reports_errors
 def sweep(problem: str, sizes: str, weak: bool, backend: str, workers: int | None, ray_address: str | None,
-          top: int, time_limit: float, plot: str | None, as_json: bool, report: str | None) -> None:
+          top: int, time_limit: float, plot: str | None, as_json: bool, report: str | None,
+          fmt: str) -> None:
     """Solve PROBLEM at several cluster sizes, in parallel: per size the Pareto front and its best
     mapping, a scaling table (step time, tokens/s, MFU, scaling efficiency, m, bubble, D_a, D_e,
     peak memory) and the problem's own mapping priced at every size. Exit 0 when some size has a mapping."""
@@ -420,7 +502,7 @@ def sweep(problem: str, sizes: str, weak: bool, backend: str, workers: int | Non
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:
-        print_sweep(data, _console())
+        print_sweep(data, _console(), fmt)
     sys.exit(0 if any(s.best is not None for s in result.sizes) else EXIT_INFEASIBLE)
 
 
@@ -428,7 +510,7 @@ def solve_main() -> None:
     """The design card's `solve problem.yaml`: a short alias of `parasol solve` (`--debug` goes to the group)."""
     args = sys.argv[1:]
     debug = ["--debug"] if "--debug" in args else []
-    main([*debug, "solve", *(a for a in args if a != "--debug")])
+    main([*debug, "solve", *(a for a in args if a != "--debug")], prog_name="parasol")
 
 
 if __name__ == "__main__":

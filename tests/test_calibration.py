@@ -166,13 +166,19 @@ def test_every_reference_run_is_read() -> None:
 
 @pytest.mark.parametrize(("fields", "reason"), [
     (dict(model="Nemotron_3_5_Lightning", gpus=8, ep=8, mbs=2, seq_len=8192, gbs=512), "no public architecture"),
-    (dict(model="Falcon-180B", gpus=8, mbs=1, seq_len=2048, gbs=8), "no catalog entry"),
+    (dict(model="Falcon-180B", gpus=8, mbs=1, seq_len=2048, gbs=8), "neither a catalog name"),
     (dict(model="LLAMA3_8B", gpus=8, tp=3, mbs=1, seq_len=8192, gbs=8), "do not divide"),
 ])
 def test_unmodelled_runs_are_excluded_with_a_reason(fields: dict, reason: str) -> None:
     """A model without a public architecture, unknown models and inconsistent rows are left out, saying why."""
     result = prepare_run(_run(0, **fields))
     assert isinstance(result, Exclusion) and reason in result.reason
+
+
+def test_catalog_names_are_accepted() -> None:
+    """A runs file may name the model as the catalog does (`parasol models`), e.g. llama-3-8b."""
+    result = prepare_run(_run(0, model="llama-3-8b", gpus=8, tp=1, mbs=1, seq_len=8192, gbs=8))
+    assert not isinstance(result, Exclusion), result
 
 
 def test_precision_labels() -> None:

@@ -60,7 +60,7 @@ def test_explain_bad_set_exits_2_without_traceback() -> None:
 
 
 def test_explain_human_output_prints_the_ledger() -> None:
-    result = run("explain", PROBLEM, "--set", "pp=16", "--set", "recompute=full")
+    result = run("explain", PROBLEM, "--set", "pp=16", "--set", "recompute=full", "--full")
     assert result.exit_code == 0
     assert "Memory of the heaviest rank per stage" in result.output
     assert "FEASIBLE" in result.output

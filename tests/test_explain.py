@@ -77,12 +77,16 @@ def test_seed_b_with_vpp2_breaks_the_microbatch_group_range_by_4(b_vpp2) -> None
 
 def test_seed_b_with_vpp2_has_a_minimal_conflict_and_confirmed_repairs(roomy: Problem, b_vpp2) -> None:
     """Seed 000 / megatron-cases C02-C03: the fix is more microbatches (GBS 8192 gives m = 8) or no VPP;
-    every repair re-checks feasible in the Python evaluator and changes few fields."""
+    every repair re-checks feasible in the Python evaluator and changes few fields; among as many changes
+    the ones keeping GBS come first, fastest modelled step first."""
     assert b_vpp2.conflict == ("vpp-microbatch-group-range",)
     assert len(b_vpp2.repairs) >= 2
     texts = [r.text for r in b_vpp2.repairs]
     assert "drop VPP (vpp 2 → 1)" in texts
-    assert "raise GBS to 8192" in texts
+    more = [r.text for r in explain(roomy, seed_b(vpp=2), repairs=8).repairs]
+    assert "raise GBS to 8192" in more and more.index("raise GBS to 8192") > more.index("drop VPP (vpp 2 → 1)")
+    kept = [r.step_time_s for r in b_vpp2.repairs if "gbs" not in r.changes and len(r.changes) == 1]
+    assert kept == sorted(kept)
     for repair in b_vpp2.repairs:
         assert evaluate(roomy, repair.mapping).feasible
         assert 1 <= len(repair.changes) <= 2
@@ -164,10 +168,12 @@ def test_cli_explain_prints_conflict_and_repairs_and_exits_1() -> None:
     assert {"vpp-microbatch-group-range", "memory-fits-hbm"} <= violated
     assert data["minimal_conflict"] and set(data["minimal_conflict"]) <= violated
     assert data["repairs"] and all(r["changes"] for r in data["repairs"])
-    table = runner.invoke(main, args)
+    table = runner.invoke(main, [*args, "--full"])
     assert table.exit_code == 1
     assert "Minimal conflicting set" in table.output
-    assert "Nearest feasible repairs" in table.output
+    assert "Best feasible repairs" in table.output
+    short = runner.invoke(main, args)
+    assert "Minimal conflict:" in short.output and "Best repairs" in short.output
 
 
 QWEN3_235B_512 = """

@@ -62,6 +62,7 @@ def _compute_model_consts(problem: Problem) -> dict[str, int]:
         "sequence_parallel_requested": int(sequence_parallel_requested(training)),
         "packed_sequences": int(training.packed_sequences),
         "capacity_factor_set": int(training.capacity_factor is not None),
+        "gpus_per_nvlink_domain": problem.hardware.topology.gpus_per_nvlink_domain,
     }
     consts |= {f"recompute_{name}": int(name in training.recompute_modules) for name in RECOMPUTE_MODULES}
     consts |= _dsv4_consts(problem)

@@ -86,6 +86,7 @@ from parasol.constraints.rules.pipeline import (
     VppNoOverlapRequiresPPGt2,
     VppRequiresPPGt1,
 )
+from parasol.constraints.rules.placement import placement_constraints
 from parasol.constraints.rules.schedule import VppFinalGroupRemainder, VppMicrobatchGroupRange
 from parasol.constraints.rules.seed_claims import SEED_CLAIM_RULES
 from parasol.constraints.rules.user import user_constraints
@@ -133,6 +134,7 @@ def builtin_constraints() -> tuple[Constraint, ...]:
 
 def active_constraints(problem) -> tuple[Constraint, ...]:  # noqa: ANN001 - Problem
     """The rules that apply to `problem` (its model kind and rule packs), then its own restrictions, then
-    seed 003's contract rules when it has a `contract:` section; built once per problem."""
+    seed 003's contract rules when it has a `contract:` section; the TP/ETP placement rules sit after the
+    built-in ones (at the problem's severity); built once per problem."""
     return memoised(problem, "rules", lambda: tuple(c for c in builtin_constraints() if c.active(problem))
-                    + user_constraints(problem) + contract_constraints(problem))
+                    + placement_constraints(problem) + user_constraints(problem) + contract_constraints(problem))

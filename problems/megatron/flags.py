@@ -3,11 +3,37 @@ that name the flag on a bad value, and what the flag readers share (notes, warni
 
 from __future__ import annotations
 
+import difflib
+from functools import cache
+from importlib import resources
+
 from parasol.errors import InputError
 from parasol.problems.megatron.shell import placeholder, shown, unresolved_names
 
 ARGS = "Megatron-LM megatron/training/arguments.py"
+NOT_MODELLED = "not modelled: "
+"""The prefix of the note for a known Megatron flag that no parasol reader uses."""
 CONFIG = "Megatron-LM megatron/core/transformer/transformer_config.py"
+
+
+@cache
+def megatron_flag_names() -> frozenset[str]:
+    """Every flag Megatron-LM's parser accepts (problems/megatron/megatron_flags.txt, read from its source)."""
+    text = resources.files("parasol.problems.megatron").joinpath("megatron_flags.txt").read_text(encoding="utf-8")
+    return frozenset(line.strip() for line in text.splitlines() if line.startswith("--"))
+
+
+def unknown_flag_error(unknown: list[str]) -> InputError:
+    """Megatron's own refusal of flags its parser does not know, with the closest known names."""
+    hints = []
+    for flag in unknown:
+        negated = flag.startswith(("--no-", "--disable-"))
+        names = sorted(n for n in megatron_flag_names() if negated or not n.startswith(("--no-", "--disable-")))
+        close = difflib.get_close_matches(flag, names, n=2, cutoff=0.75)
+        hints.append(f"{flag} (did you mean {' or '.join(close)}?)" if close else flag)
+    return InputError(f"Megatron-LM would stop at unrecognized arguments: {', '.join(hints)}.",
+                      field=unknown[0], expected="a flag of Megatron-LM's megatron/training/arguments.py",
+                      fix="correct the spelling, or remove the flag.")
 
 
 class Flags:
@@ -32,6 +58,12 @@ class Flags:
             else:
                 self.values[name] += (word,)
                 self.history[name][-1] = self.values[name]
+
+    def check_known(self) -> None:
+        """Refuse flags Megatron's parser does not know, as Megatron does (argparse, allow_abbrev=False)."""
+        unknown = [name for name in self.values if name not in megatron_flag_names()]
+        if unknown:
+            raise unknown_flag_error(unknown)
 
     def given(self, name: str) -> bool:
         """Whether the flag appears (does not count as reading it)."""
@@ -121,7 +153,7 @@ class Flags:
             if name in self.used:
                 continue
             text = shown(" ".join(values))
-            notes.append(f"not modelled: {name}" + (f" {text}" if text else ""))
+            notes.append(f"{NOT_MODELLED}{name}" + (f" {text}" if text else ""))
         return notes
 
     def repeat_notes(self) -> list[str]:

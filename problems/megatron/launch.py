@@ -435,6 +435,7 @@ def parse_launch(text: str, *, source: str = SOURCE, model: ModelArchitecture | 
     flags split."""
     command = launch_command(text, source)
     f = Flags(command.words)
+    f.check_known()
     c = Context(flags=f, reference=model, notes=list(command.notes))
     options: dict = {}
     _hybrid_option(c, options)

@@ -371,8 +371,17 @@ def _read_json(path: Path) -> Config:
     return data
 
 
+def default_name(raw: dict[str, Any], path: Path, model_type: str) -> str:
+    """The model's published name from `_name_or_path`, else the config's folder (else its model_type)."""
+    published = raw.get("_name_or_path")
+    if isinstance(published, str) and published.strip("/ "):
+        return published.strip("/ ").rsplit("/", 1)[-1]
+    return path.resolve().parent.name or model_type
+
+
 def architecture_from_hf_config(path: Path | str, *, name: str | None = None) -> ModelArchitecture:
-    """Read a HuggingFace config.json of a supported model type; name defaults to the folder's name."""
+    """Read a HuggingFace config.json of a supported model type; the name defaults to the last part of
+    the config's `_name_or_path` (e.g. Llama-3.1-70B), else the folder's name; a problem may give `name:`."""
     path = Path(path)
     reader = _Reader(_read_json(path), path)
     model_type = reader.req("model_type")
@@ -382,7 +391,7 @@ def architecture_from_hf_config(path: Path | str, *, name: str | None = None) ->
             expected="one of " + ", ".join(sorted(BUILDERS)), file=str(path),
             fix="describe the model inline in the problem file (see problems/catalog/ for examples).",
         )
-    data = {"name": name or path.resolve().parent.name or model_type, **BUILDERS[model_type](reader)}
+    data = {"name": name or default_name(reader.config, path, model_type), **BUILDERS[model_type](reader)}
     try:
         return architecture_from_dict(data, where="hf_config")
     except InputError as exc:

@@ -62,3 +62,19 @@ def minimal_conflict(problem: Problem, mapping: Mapping, options: MegatronOption
     found = {literal_index[i] for i in cp.SufficientAssumptionsForInfeasibility() if i in literal_index}
     core = [r for r in order if r in found] or order
     return tuple(shrink(compiled, core))
+
+
+def conflict_note(conflict: Sequence[str], broken: Sequence[str]) -> str:
+    """What the minimal set says about this mapping, checked against its broken rules: 'dropping any one
+    makes the mapping pass' only when that holds for every member (no other rule is broken)."""
+    if not conflict:
+        return ""
+    others = [r for r in broken if r not in conflict]
+    passes_without = all(set(broken) <= {member} for member in conflict)
+    if passes_without:
+        return "the only broken rule: mending it makes the mapping pass"
+    if not others:
+        return ("every member is broken and needed for the conflict; the mapping passes only when all "
+                "of them are mended")
+    return (f"these rules alone already rule the mapping out; {len(others)} more broken rule(s) must be "
+            f"mended too: {', '.join(others)}")

@@ -13,6 +13,7 @@ from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
 from parasol.problems.options import MegatronOptions
 from parasol.problems.rank_groups import GroupPlacement, placements
+from parasol.solver.diagnose.conflicts import conflict_note
 
 if TYPE_CHECKING:
     from parasol.solver.diagnose.repairs import Repair
@@ -100,6 +101,7 @@ class Explanation:
             ],
             "assumptions": list(ledger.assumptions) if ledger is not None else [],
             "minimal_conflict": list(self.conflict),
+            "minimal_conflict_note": conflict_note(self.conflict, [v.rule for v in ev.violations]),
             "repairs": [r.as_dict() for r in self.repairs],
             "step_time": self.step.as_dict() if self.step is not None else None,
             "contract": list(self.contract),

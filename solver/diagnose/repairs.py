@@ -17,9 +17,10 @@ agreement property test, tests/test_agreement.py, exists to prevent).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from ortools.sat.python import cp_model
 
@@ -27,14 +28,19 @@ from parasol.bounds import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, MAX_MICRO_BAT
 from parasol.constraints.core.base import Constraint, Facts, Severity
 from parasol.constraints.evaluate import evaluate
 from parasol.constraints.physics import rollout as rollout_formulas
+from parasol.constraints.physics.step_time import CalibratedStageTimes, step_time_or_none
 from parasol.constraints.rules import contract
 from parasol.constraints.rules.registry import active_constraints
 from parasol.problems.derived import derive, resolve_layout
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, Mapping, Recompute
+from parasol.problems.megatron.layout_string import run_length
 from parasol.problems.options import MegatronOptions
 from parasol.solver.diagnose.compile import RECOMPUTE_CHOICES, CompiledRules, compile_rules
+from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts, row_costs, usable_mb
 from parasol.solver.search.cpsat import DIAGNOSIS_LIMIT_S, deterministic_solver
+from parasol.solver.search.cuts import row_staircase, some_cut_fits
+from parasol.solver.search.space import Row, whole_folding
 
 REPAIR_FIELDS = (*DEGREES, "gbs", "recompute")
 FACTOR = 4
@@ -50,17 +56,26 @@ class Repair:
     """A feasible mapping near the user's, what it changes and how to say it in one line."""
 
     mapping: Mapping
-    changes: dict[str, tuple[int | str, int | str]]
+    changes: dict[str, tuple[int | str | None, int | str | None]]
     text: str
     cost: int
     layout: tuple[int, ...]
+    step_time_s: float | None = None
+    """The repaired mapping's modelled step time (None when the step-time model cannot price it)."""
+    peak_memory_gb: float | None = None
+    """The repaired mapping's heaviest stage (memory ledger), GB."""
+    options: dict[str, object] = field(default_factory=dict)
+    """Megatron options the repair sets (e.g. recompute_method), beside the mapping."""
 
     def as_dict(self) -> dict:
-        """JSON-ready: the mapping keys of --set (layout as the list of stage block counts), the changes
-        and the text."""
+        """JSON-ready: the mapping keys of --set (layout as the list of stage block counts), the options it
+        sets, the changes, the text, and the modelled step time and peak memory."""
         mapping = self.mapping.as_dict()
         mapping["layout"] = list(self.layout)
-        return {"mapping": mapping, "changes": {k: list(v) for k, v in self.changes.items()}, "text": self.text}
+        return {"mapping": mapping, "options": dict(self.options),
+                "changes": {k: list(v) for k, v in self.changes.items()}, "text": self.text,
+                "step_time_s": None if self.step_time_s is None else round(self.step_time_s, 6),
+                "peak_memory_gb": None if self.peak_memory_gb is None else round(self.peak_memory_gb, 4)}
 
 
 def current_values(mapping: Mapping) -> dict[str, int | str]:
@@ -126,7 +141,7 @@ def change_cost(field: str, old: int | str, new: int | str) -> int:
     return _log_cost(int(old), int(new))
 
 
-def describe(field: str, old: int | str, new: int | str) -> str:
+def describe(field: str, old: object, new: object) -> str:
     """One change in words: 'raise GBS to 8192', 'drop VPP (vpp 2 → 1)', 'set CP=4'."""
     if field == "recompute":
         action = "turn recompute off" if new == Recompute.none.value else f"use {new} recompute"
@@ -135,6 +150,8 @@ def describe(field: str, old: int | str, new: int | str) -> str:
         return f"drop VPP (vpp {old} → 1)"
     if field == "gbs":
         return f"{'raise' if int(new) > int(old) else 'lower'} GBS to {new}"
+    if field in OPTION_FLAGS:
+        return f"remove {OPTION_FLAGS[field]}" if new is None else f"add {OPTION_FLAGS[field]} {new}"
     return f"set {LABEL[field]}={new}"
 
 
@@ -240,8 +257,14 @@ def build_repair(problem: Problem, mapping: Mapping, values: dict[str, int | str
     cur = current_values(mapping)
     changes = {f: (cur[f], values[f]) for f in REPAIR_FIELDS if values[f] != cur[f]}
     update = {n: values[n] for n in DEGREES if n != "etp"}
+    if problem.model.moe is None:  # a dense model has no expert grid: ETP follows TP, never a change
+        values = {**values, "etp": values["tp"]}
+        changes.pop("etp", None)
     etp = int(values["etp"])
-    update["etp"] = None if mapping.etp is None and etp == int(values["tp"]) else etp
+    implicit = mapping.etp is None and etp == int(values["tp"])
+    update["etp"] = None if implicit else etp
+    if mapping.etp is None and not implicit and "etp" not in changes:
+        changes["etp"] = (cur["etp"], etp)  # ETP followed TP; keeping it when TP moves is a change to say
     repaired = mapping.model_copy(update={**update, "gbs": values["gbs"], "recompute": Recompute(str(values["recompute"]))})
     text = ", ".join(describe(f, old, new) for f, (old, new) in changes.items())
     cost = sum(change_cost(f, old, new) for f, (old, new) in changes.items())
@@ -254,14 +277,116 @@ def _order_key(repair: Repair) -> tuple:
     return (len(repair.changes), repair.cost, tuple(str(current_values(repair.mapping)[f]) for f in REPAIR_FIELDS))
 
 
-def nearest_repairs(problem: Problem, mapping: Mapping, options: MegatronOptions | None = None,
-                    k: int = 3) -> list[Repair]:
-    """Up to k feasible mappings nearest to `mapping` (fewest fields changed, then least change; never a
-    superset of a nearer repair's changes), each confirmed by the Python evaluator; empty when the
-    mapping is feasible or nothing within the neighbourhood is."""
-    opts = options if options is not None else problem.spec.framework.options
-    if evaluate(problem, mapping, options=opts).feasible:
-        return []
+def _rank_key(repair: Repair) -> tuple:
+    """Fewest changed fields first; among as many changes, those keeping GBS (a batch change alters the
+    training, not only its mapping) before the smallest GBS change; then the fastest modelled step."""
+    gbs = repair.changes.get("gbs")
+    batch = change_cost("gbs", *gbs) if gbs is not None else 0
+    step = repair.step_time_s if repair.step_time_s is not None else math.inf
+    return (len(repair.changes), gbs is not None, batch, step, *_order_key(repair))
+
+
+def sized_problem(problem: Problem, mapping: Mapping, options: MegatronOptions) -> Problem:
+    """`problem` at the mapping's GPUs, global batch and sequence length, under `options`, so the search's
+    cost tables price this mapping."""
+    spec = problem.spec
+    training = spec.training.model_copy(update={"global_batch": mapping.gbs, "seq_len": mapping.seq_len})
+    framework = spec.framework.model_copy(update={"options": options})
+    spec = spec.model_copy(update={"hardware": spec.hardware.model_copy(update={"gpus": mapping.gpus}),
+                                   "training": training, "framework": framework})
+    return dataclasses.replace(problem, spec=spec)
+
+
+def best_cut(problem: Problem, mapping: Mapping, options: MegatronOptions) -> tuple[int, ...] | None:
+    """The fastest cut of the blocks over the mapping's (virtual) stages that keeps every stage within
+    usable memory (the solver's exact DP, solver/search/cuts.py), or None when no cut fits."""
+    if mapping.pp * mapping.vpp > problem.model.num_layers or not whole_folding(
+            mapping.gpus, mapping.gbs, mapping.tp, mapping.pp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.mbs):
+        return None
+    sized = sized_problem(problem, mapping, options)
+    row = Row(pp=mapping.pp, vpp=mapping.vpp, tp=mapping.tp, cp=mapping.cp, ep=mapping.ep, etp=mapping.expert_tp,
+              mbs=mapping.mbs, recompute=mapping.recompute.value, rank_order=mapping.rank_order.value)
+    counts = interval_counts(prefix_counts(sized, block_kinds(sized)))
+    if not some_cut_fits(row_costs(sized, row, None), counts, usable_mb(sized)):
+        return None
+    stairs = row_staircase(row_costs(sized, row, CalibratedStageTimes(sized)), counts, usable_mb(sized))
+    return stairs.points[0].layout if stairs.points else None
+
+
+def recut(problem: Problem, original: Mapping, repair: Repair, options: MegatronOptions) -> Repair | None:
+    """`repair` with the best cut for its degrees when that is feasible and faster (or the repair alone is
+    not feasible); the layout becomes one more change."""
+    layout = best_cut(problem, repair.mapping, options)
+    if layout is None or layout == repair.mapping.layout:
+        return None
+    if layout == repair.layout and evaluate(problem, repair.mapping, options=options).feasible:
+        return None  # the same blocks per stage as Megatron's own split, which already runs
+    cut = repair.mapping.model_copy(update={"layout": layout})
+    if not evaluate(problem, cut, options=options).feasible:
+        return None
+    changes = {**repair.changes, "layout": (run_length(resolve_layout(problem.model, original)), run_length(layout))}
+    text = ", ".join(filter(None, [repair.text, f"cut the blocks {run_length(layout)} (fastest cut that fits)"]))
+    return Repair(mapping=cut, changes=changes, text=text, cost=repair.cost + SCALE, layout=layout,
+                  options=repair.options)
+
+
+def priced(problem: Problem, repair: Repair, options: MegatronOptions) -> Repair:
+    """`repair` with its modelled step time and peak memory."""
+    facts = evaluate(problem, repair.mapping, options=options).facts
+    step = step_time_or_none(problem, repair.mapping, facts.derived, options=facts.options)
+    peak = facts.ledger.peak.total_gb if facts.ledger is not None else None
+    return replace(repair, step_time_s=None if step is None else step.step_time_s, peak_memory_gb=peak)
+
+
+OPTION_FLAGS = {"recompute_method": "--recompute-method", "recompute_num_layers": "--recompute-num-layers",
+                "moe_token_dispatcher_type": "--moe-token-dispatcher-type"}
+"""Megatron options a repair may set, with their flags."""
+OPTION_TRIALS: tuple[dict[str, object], ...] = (
+    {"recompute_method": "uniform", "recompute_num_layers": 1},
+    {"recompute_method": "uniform"},
+    {"recompute_num_layers": 1},
+    {"recompute_method": None},
+    {"recompute_num_layers": None},
+    {"moe_token_dispatcher_type": "alltoall"},
+    {"moe_token_dispatcher_type": "flex"},
+    {"moe_token_dispatcher_type": "allgather"},
+)
+"""Settings tried, in order, against broken settings rules (full recompute needs a method and a layer
+count; selective takes neither; some MoE features need a given dispatcher)."""
+
+
+def _broken(problem: Problem, mapping: Mapping, options: MegatronOptions) -> set[str]:
+    return {v.rule for v in evaluate(problem, mapping, options=options).violations}
+
+
+def settings_fixes(problem: Problem, mapping: Mapping,
+                   options: MegatronOptions) -> tuple[MegatronOptions, dict[str, tuple[object, object]]]:
+    """Options that mend broken settings rules without breaking others, applied one trial at a time while
+    the set of broken rules shrinks; returns the mended options and the option changes."""
+    broken = _broken(problem, mapping, options)
+    changes: dict[str, tuple[object, object]] = {}
+    for trial in OPTION_TRIALS:
+        if all(getattr(options, k) == v for k, v in trial.items()) or not broken:
+            continue
+        candidate = options.model_copy(update=trial)
+        after = _broken(problem, mapping, candidate)
+        if after < broken:
+            changes.update({k: (getattr(options, k), v) for k, v in trial.items() if getattr(options, k) != v})
+            options, broken = candidate, after
+    return options, changes
+
+
+def with_settings(repair: Repair, changes: dict[str, tuple[object, object]]) -> Repair:
+    """`repair` that also sets the mended options (counted as one change per option)."""
+    if not changes:
+        return repair
+    said = ", ".join(describe(f, old, new) for f, (old, new) in changes.items())
+    return replace(repair, changes={**changes, **repair.changes}, text=", ".join(filter(None, [said, repair.text])),
+                   options={**repair.options, **{k: new for k, (_, new) in changes.items()}})
+
+
+def degree_repairs(problem: Problem, mapping: Mapping, opts: MegatronOptions, k: int) -> list[Repair]:
+    """Up to about k feasible mappings that change the fewest degrees, GBS and recompute (CP-SAT rounds)."""
     rules = tuple(r for r in active_constraints(problem) if r.severity is Severity.error)
     repairs: list[Repair] = []
     for changes in range(1, MAX_CHANGES + 1):
@@ -276,8 +401,75 @@ def nearest_repairs(problem: Problem, mapping: Mapping, options: MegatronOptions
         repairs.extend(sorted(found, key=_order_key))
         if len(repairs) >= k or (repairs and changes >= WIDEN_UNTIL):
             break
+    return repairs
+
+
+def recompute_recuts(problem: Problem, mapping: Mapping, opts: MegatronOptions,
+                     settings: dict[str, tuple[object, object]]) -> list[Repair]:
+    """The mapping's own degrees under each recompute level with the fastest cut that fits memory, priced;
+    full recompute adds --recompute-method uniform --recompute-num-layers 1 when the options lack them."""
+    out = []
+    cur = current_values(mapping)
+    for level in Recompute:
+        missing = {f: v for f, v in FULL_RECOMPUTE_FLAGS.items() if getattr(opts, f) is None}
+        if level is not Recompute.full or mapping.recompute is Recompute.full:
+            missing = {}
+        level_opts = opts.model_copy(update=missing) if missing else opts
+        base = build_repair(problem, mapping, {**cur, "recompute": level.value})
+        cut = recut(problem, mapping, base, level_opts)
+        if cut is not None:
+            flags = {**settings, **{f: (getattr(opts, f), v) for f, v in missing.items()}}
+            out.append(priced(problem, with_settings(cut, flags), level_opts))
+    return out
+
+
+POOL = 6
+"""Candidate repairs gathered before ranking by modelled step time."""
+
+FULL_RECOMPUTE_FLAGS: dict[str, object] = {"recompute_method": "uniform", "recompute_num_layers": 1}
+"""The flags full recompute needs (--recompute-method uniform --recompute-num-layers 1: every layer)."""
+
+
+def full_recompute_repairs(problem: Problem, mapping: Mapping, opts: MegatronOptions,
+                           settings: dict[str, tuple[object, object]], k: int) -> list[Repair]:
+    """When the launch line gives full recompute no method or layer count, the degree repairs that use
+    full recompute with those flags added (the other repairs cannot set them: selective recompute takes
+    neither)."""
+    missing = {f: v for f, v in FULL_RECOMPUTE_FLAGS.items() if getattr(opts, f) is None}
+    if not missing or mapping.recompute is Recompute.full:
+        return []
+    ready = opts.model_copy(update=missing)
+    found = [r for r in degree_repairs(problem, mapping, ready, k) if r.mapping.recompute is Recompute.full]
+    found += [c for r in found if (c := recut(problem, mapping, r, ready)) is not None]
+    flags = {**settings, **{f: (getattr(opts, f), v) for f, v in missing.items()}}
+    return [priced(problem, with_settings(r, flags), ready) for r in found]
+
+
+def nearest_repairs(problem: Problem, mapping: Mapping, options: MegatronOptions | None = None,
+                    k: int = 3) -> list[Repair]:
+    """Up to k feasible repairs of `mapping`: mended settings (recompute flags, dispatcher), the fewest
+    changed degrees, GBS and recompute (never a superset of a nearer repair's changes), and the fastest
+    cut that fits for the mapping's degrees and for each degree repair; ranked by the fewest changed fields,
+    then the modelled time per token (TP 32 before TP 64 when it is faster). Each is confirmed by the Python evaluator; empty when the
+    mapping is feasible or nothing within the neighbourhood is."""
+    opts = options if options is not None else problem.spec.framework.options
+    if evaluate(problem, mapping, options=opts).feasible:
+        return []
+    mended, settings = settings_fixes(problem, mapping, opts)
+    candidates: list[Repair] = []
+    if settings and evaluate(problem, mapping, options=mended).feasible:
+        candidates.append(build_repair(problem, mapping, current_values(mapping)))
+    else:
+        degree = degree_repairs(problem, mapping, mended, max(k, POOL))
+        cuts = [c for r in degree if (c := recut(problem, mapping, r, mended)) is not None]
+        candidates = degree + cuts
+    candidates = [priced(problem, with_settings(r, settings), mended) for r in candidates]
+    if not (settings and evaluate(problem, mapping, options=mended).feasible):
+        candidates += recompute_recuts(problem, mapping, mended, settings)
+    candidates += full_recompute_repairs(problem, mapping, mended, settings, max(k, POOL))
+    candidates = sorted(candidates, key=_rank_key)
     pool = rollout_pool_repair(problem, mapping, opts)
-    return ([pool] if pool is not None else []) + repairs[:k - (pool is not None)]
+    return ([pool] if pool is not None else []) + candidates[:k - (pool is not None)]
 
 
 POOL_CANDIDATES = 64

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import csv
+import io
+import textwrap
 from typing import TYPE_CHECKING
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
+from rich.errors import MarkupError
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from parasol.constraints.core.base import Verdict
+from parasol.problems.megatron.layout_string import run_length
 from parasol.solver.diagnose.explain import Explanation
+from parasol.solver.outputs.summary import degrees_text, signed
 
 if TYPE_CHECKING:
     from parasol.solver.calibrate import CalibrationReport
@@ -40,8 +47,7 @@ def explain_tables(ex: Explanation) -> Group:
     verdict = "[bold green]FEASIBLE[/]" if ex.feasible else f"[bold red]INFEASIBLE[/] ({len(data['violations'])} rule(s) broken)"
     m = data["mapping"]
     head = (f"{ex.problem.model.name} on {m['gpus']:,} × {ex.problem.hardware.gpu.name}: "
-            f"TP{m['tp']} PP{m['pp']} CP{m['cp']} EP{m['ep']} ETP{m['etp']} VPP{m['vpp']} "
-            f"MBS{m['mbs']} GBS{m['gbs']} S{m['seq_len']} recompute={m['recompute']}\n"
+            f"{degrees_text(ex.problem.model, m, data['derived'])}\n"
             f"layout {m['layout']}  →  {verdict}")
     nodes = data["metrics"]
     if nodes["idle_gpus"]:
@@ -49,11 +55,12 @@ def explain_tables(ex: Explanation) -> Group:
                  f"{nodes['idle_gpus']} GPU(s) idle")
     parts: list = [Panel(head, title="parasol explain", expand=False)]
 
+    hidden = () if ex.problem.model.moe is not None else MOE_FIELDS
     derived = Table(title="Derived sizes", show_header=True)
     derived.add_column("quantity")
     derived.add_column("value", justify="right")
     for key, value in data["derived"].items():
-        if key not in ("layout",) and value is not None:
+        if key not in ("layout", *hidden) and value is not None:
             derived.add_row(key, _fmt(value))
     parts.append(derived)
 
@@ -62,13 +69,14 @@ def explain_tables(ex: Explanation) -> Group:
     for col in ("rule", "holds", "slack", "message", "source / Megatron stage"):
         rules.add_column(col, overflow="fold")
     for v in ex.evaluation.verdicts:
-        rules.add_row(v.rule, verdict_status(v), f"{v.slack:g} {v.unit}",
+        rules.add_row(v.rule, verdict_status(v), f"{signed(v.slack, 6)} {v.unit}",
                       v.message if not v.holds or v.family.value == "memory" else v.citation.source.split(";")[0],
                       f"{v.citation.source}\n[dim]{v.citation.stage.value}[/]" if not v.holds else "")
     for rule, why in ex.evaluation.skipped:
         rules.add_row(rule, "[yellow]?[/]", "", why, "")
     parts.append(rules)
-    parts.extend(contract_parts(data))
+    if has_contract(ex):
+        parts.extend(contract_parts(data))
     parts.extend(repair_parts(ex))
 
     if data["groups"]:
@@ -92,11 +100,20 @@ def explain_tables(ex: Explanation) -> Group:
                                   for s in data["stages"]))
         parts.append(ledger)
         parts.append("[dim]" + "\n".join(f"• {a}" for a in data["assumptions"]) + "[/]")
-    parts.extend(step_time_parts(data))
+    parts.extend(step_time_parts(data, moe=ex.problem.model.moe is not None))
     return Group(*parts)
 
 
-def step_time_parts(data: dict) -> list:
+MOE_FIELDS = ("dp_expert", "tokens_per_ep_dispatch", "assignments_per_expert", "experts_per_rank")
+"""Derived sizes that mean something only for MoE models."""
+
+
+def has_contract(ex: Explanation) -> bool:
+    """Whether the problem file has a `contract:` section (only then is its table printed)."""
+    return "contract" in ex.problem.spec.model_fields_set
+
+
+def step_time_parts(data: dict, moe: bool = True) -> list:
     """The predicted step time: its breakdown (they sum to the step), per-stage microbatch times, throughput."""
     step = data.get("step_time")
     if not step:
@@ -107,6 +124,8 @@ def step_time_parts(data: dict) -> list:
     table.add_column("seconds", justify="right")
     table.add_column("share", justify="right")
     for kind, seconds in step["breakdown_s"].items():
+        if kind in ("ep", "dp_expert") and not moe:
+            continue
         label = {"compute": "compute", "bubble": "bubble", "optimizer": "optimizer step",
                  "offload": "exposed activation offload"}.get(kind, f"exposed {kind} communication")
         table.add_row(label, f"{seconds:,.3f}", f"{seconds / total:.1%}" if total else "-")
@@ -148,20 +167,23 @@ def repair_parts(ex: Explanation) -> list:
         return []
     parts: list = []
     if ex.conflict:
-        parts.append(f"[bold]Minimal conflicting set[/]: {', '.join(ex.conflict)} "
-                     "[dim](every member is needed: dropping any one makes the mapping pass)[/]")
+        note = ex.as_dict()["minimal_conflict_note"]
+        parts.append(f"[bold]Minimal conflicting set[/]: {', '.join(ex.conflict)} [dim]({note})[/]")
     if not ex.repairs:
         parts.append("[bold]Nearest feasible repairs[/]: none within a factor 4 of the current degrees "
                      "and up to 3 changed fields")
         return parts
-    table = Table(title="Nearest feasible repairs (fewest changed fields, then the smallest change)")
-    for col in ("#", "repair", "changes", "mapping"):
+    table = Table(title="Best feasible repairs (fastest modelled step among the fewest changed fields)")
+    for col in ("#", "repair", "mapping", "step s", "peak GB"):
         table.add_column(col, overflow="fold")
     for i, r in enumerate(ex.repairs, start=1):
-        m = r.mapping
-        table.add_row(str(i), r.text, ", ".join(f"{f} {old} → {new}" for f, (old, new) in r.changes.items()),
-                      f"TP{m.tp} PP{m.pp} CP{m.cp} EP{m.ep} ETP{m.expert_tp} VPP{m.vpp} MBS{m.mbs} GBS{m.gbs} "
-                      f"recompute={m.recompute.value}")
+        d = r.as_dict()
+        m = d["mapping"]
+        dp = {"dp_attn": m["gpus"] / (m["tp"] * m["pp"] * m["cp"]), "dp_expert": m["gpus"] / (m["etp"] * m["ep"] * m["pp"])}
+        dp = {k: int(v) if float(v).is_integer() else v for k, v in dp.items()}
+        table.add_row(str(i), r.text, f"{degrees_text(ex.problem.model, m, dp)}, layout {run_length(m['layout'])}",
+                      "-" if r.step_time_s is None else f"{r.step_time_s:,.3f}",
+                      "-" if r.peak_memory_gb is None else f"{r.peak_memory_gb:,.1f}")
     parts.append(table)
     return parts
 
@@ -169,6 +191,78 @@ def repair_parts(ex: Explanation) -> list:
 def print_explanation(ex: Explanation, console: Console) -> None:
     """Print the explain tables."""
     console.print(explain_tables(ex))
+
+
+TABLE_FORMATS = ("table", "csv", "md")
+"""`--format`: a terminal table (records when it does not fit), CSV or a Markdown table."""
+
+
+def _plain(cell: object) -> str:
+    """A cell's text without styles."""
+    if isinstance(cell, Text):
+        return cell.plain
+    try:
+        return Text.from_markup(str(cell)).plain
+    except MarkupError:
+        return str(cell)
+
+
+def table_cells(table: Table) -> tuple[list[str], list[list[str]]]:
+    """The headers and rows of `table` as plain text."""
+    headers = [_plain(c.header).replace("\n", " ") for c in table.columns]
+    columns = [[_plain(cell) for cell in c.cells] for c in table.columns]
+    return headers, [list(row) for row in zip(*columns, strict=True)]
+
+
+def natural_width(table: Table) -> int:
+    """Columns `table` needs to print without wrapping any cell."""
+    console = Console(width=100_000, file=io.StringIO())
+    return console.measure(table).maximum
+
+
+def records(table: Table, width: int) -> Group:
+    """`table` as one block per row ('header value' pairs wrapped between pairs), so a table wider than
+    the terminal still prints every number and name whole."""
+    headers, rows = table_cells(table)
+    parts: list = []
+    if table.title:
+        parts.append(Text.from_markup(f"[bold]{table.title}[/]") if isinstance(table.title, str) else table.title)
+    for row in rows:
+        pairs = [f"{h}: {v}" for h, v in zip(headers[1:], row[1:], strict=True) if v not in ("", "-")]
+        lines = textwrap.wrap("   ".join(p.replace(" ", "\u00a0") for p in pairs), width=max(width - 2, 20))
+        parts.append(Text(f"{headers[0]} {row[0]}", style="bold"))
+        parts.extend(Text("  " + line.replace("\u00a0", " ")) for line in lines)
+    if table.caption:
+        parts.append(Text(_plain(table.caption), style="dim"))
+    return Group(*parts)
+
+
+def fitted(table: Table, width: int) -> RenderableType:
+    """`table` when it fits `width` columns; otherwise its rows as records (nothing cut inside a cell)."""
+    return table if natural_width(table) <= width else records(table, width)
+
+
+def table_text(table: Table, fmt: str) -> str:
+    """`table` as CSV or a Markdown table (plain text, every cell whole)."""
+    headers, rows = table_cells(table)
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(headers)
+        writer.writerows(rows)
+        return out.getvalue()
+    def md(cells: list[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+    title = f"{_plain(table.title)}\n\n" if table.title else ""
+    return title + "\n".join([md(headers), md(["---"] * len(headers)), *map(md, rows)]) + "\n"
+
+
+def show_table(table: Table, console: Console, fmt: str = "table") -> None:
+    """Print `table` in `fmt`: on the console fitted to its width, or as CSV / Markdown text."""
+    if fmt == "table":
+        console.print(fitted(table, console.width))
+    else:
+        console.file.write(table_text(table, fmt))
 
 
 def models_table(rows: list[dict]) -> Table:

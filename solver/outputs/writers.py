@@ -31,7 +31,7 @@ def front_table(result: SolveResult, problem: Problem) -> Table:
     pooled = bool(accounts) and {d["mapping"]["gpus"] for d in accounts} != {problem.gpus}
     goodput = any("effective_tokens_per_s" in d["metrics"] for d in accounts)
     orders = len({d["mapping"]["rank_order"] for d in accounts}) > 1
-    columns = ("rank", *(("GPUs",) if pooled else ()), "TP", "PP", "CP", "EP", "ETP", "VPP", "MBS", "recompute",
+    columns = ("front", *(("GPUs",) if pooled else ()), "TP", "PP", "CP", "EP", "ETP", "VPP", "MBS", "recompute",
                *(("rank order",) if orders else ()), "m",
                "bubble", "blocks per stage", "step s", "tok/s/GPU", "MFU", "peak GB", "net TB",
                *(("eff. tok/s",) if goodput else ()))

@@ -111,9 +111,17 @@ def reference_table(sweep: dict) -> Table:
     return table
 
 
-def print_sweep(sweep: dict, console: Console) -> None:
-    """The tables and notes of a sweep on `console`."""
-    console.print(scaling_tables(sweep))
+def print_sweep(sweep: dict, console: Console, fmt: str = "table") -> None:
+    """The tables and notes of a sweep on `console`: tables fitted to its width (or CSV / Markdown)."""
+    from rich.table import Table
+
+    from parasol.solver.outputs.render import show_table
+
+    for part in scaling_tables(sweep).renderables:
+        if isinstance(part, Table):
+            show_table(part, console, fmt)
+        else:
+            console.print(part, markup=False, soft_wrap=True)
 
 
 @contextmanager
