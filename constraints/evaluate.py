@@ -40,7 +40,8 @@ class Evaluation:
 
 def layout_is_valid(model, mapping: Mapping, layout: tuple[int, ...], schedule: str = "megatron") -> bool:  # noqa: ANN001
     """A ledger can be built when the layout has PP·VPP stages covering every block, paired as the
-    pipeline schedule needs (DualPipe: even PP, VPP 1; DualPipeV: VPP 2)."""
+    pipeline schedule needs (DualPipe: even PP, VPP 1; DualPipeV: VPP 2); without an explicit layout,
+    more virtual stages than blocks leave the layout empty (derived.resolve_layout)."""
     return (len(layout) == mapping.pp * mapping.vpp and sum(layout) == model.num_layers
             and schedule_fits_layout(layout, mapping.pp, schedule))
 

@@ -1,7 +1,10 @@
 """Cluster topology: where a rank sits (node, NVLink domain, rack) and the bandwidth between ranks.
 
 Ranks follow the launcher layout `rank = node_index * gpus_per_node + local_rank`, so nodes,
-NVLink domains and racks are contiguous rank ranges. Four levels separate two ranks:
+NVLink domains and racks are contiguous rank ranges. A job that does not fill whole nodes runs the
+same number of ranks on every node it uses (torchrun's --nproc_per_node): `for_job` gives the
+topology of its ranks, with fewer ranks per node, domain and rack and the idle GPUs counted, so
+every group that now crosses a node pays the NIC bandwidth. Four levels separate two ranks:
 
 - `same_gpu`: one rank; no link is crossed.
 - `nvlink_domain`: the scale-up fabric (NVLink/NVSwitch): 8 GPUs on HGX, 72 on GB200 NVL72, where
@@ -29,6 +32,7 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     model_validator,
@@ -88,6 +92,8 @@ class ClusterTopology(BaseModel):
     nvlink_latency_us: NonNegativeFloat = Field(description="per-hop latency inside an NVLink domain, us")
     rack_latency_us: NonNegativeFloat = Field(description="per-hop latency NIC to NIC through a leaf switch, us")
     spine_latency_us: NonNegativeFloat = Field(description="per-hop latency NIC to NIC through the spine, us")
+    idle_gpus_per_node: NonNegativeInt = Field(
+        default=0, description="GPUs of each node a partial-node job leaves unused (set by for_job; 0 in presets)")
     fixed_size_all_to_all: bool = Field(
         default=False,
         description="the collective library offers only fixed-size whole-group all-to-all (seed 003)",
@@ -128,23 +134,44 @@ class ClusterTopology(BaseModel):
         """GPUs under one leaf-switch group."""
         return self.nodes_per_rack * self.gpus_per_node
 
-    def validate_gpu_count(self, gpus: int) -> int:
-        """Check a job fills whole nodes (launchers place ranks node by node); returns the node count."""
+    def _fits_domains(self, k: int) -> bool:
+        """Whether k ranks per node keep NVLink domains contiguous rank ranges of one size."""
+        d, g = self.gpus_per_nvlink_domain, self.gpus_per_node
+        return d >= g or k % d == 0 or k <= d
+
+    def ranks_per_node(self, gpus: int, pinned: int | None = None) -> int:
+        """Ranks the launcher starts on each node: `pinned` when given (it must divide the job and fit a
+        node), the whole node when the job fills whole nodes, else the largest count that divides it."""
         g = self.gpus_per_node
-        if isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0 and gpus % g == 0:
-            return gpus // g
-        if isinstance(gpus, int | float) and not isinstance(gpus, bool) and gpus > g:
-            lower = int(gpus) // g * g
-            fix = f"use {lower} or {lower + g} GPUs ({lower // g} or {lower // g + 1} nodes)."
-        else:
-            fix = f"use at least {g} GPUs (one node)."
-        raise InputError(
-            "The GPU count must be a positive whole number of nodes.",
-            field="hardware.gpus",
-            value=gpus,
-            expected=f"a multiple of gpus_per_node ({g})",
-            fix=fix,
-        )
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+            raise InputError("The GPU count must be a positive whole number.", field="hardware.gpus", value=gpus,
+                             expected="an integer >= 1", fix="give the number of GPUs the job runs on.")
+        if pinned is not None:
+            if pinned > g or gpus % pinned or not self._fits_domains(pinned):
+                raise InputError(
+                    f"{pinned} ranks per node cannot place {gpus} GPUs on nodes of {g}.",
+                    field="hardware.ranks_per_node", value=pinned,
+                    expected=f"at most {g}, dividing {gpus}" + ("" if self._fits_domains(pinned) else
+                                                                f", a multiple of {self.gpus_per_nvlink_domain}"),
+                    fix="pick a divisor of the GPU count, or drop hardware.ranks_per_node.")
+            return pinned
+        return max(k for k in range(1, min(g, gpus) + 1) if gpus % k == 0 and self._fits_domains(k))
+
+    def validate_gpu_count(self, gpus: int, ranks_per_node: int | None = None) -> int:
+        """Check a job size (any positive count: a partial job places the same ranks on every node it
+        uses); returns the number of nodes it occupies."""
+        return gpus // self.ranks_per_node(gpus, ranks_per_node)
+
+    def for_job(self, gpus: int, ranks_per_node: int | None = None) -> ClusterTopology:
+        """The topology of a job's ranks: itself for whole nodes; with k < gpus_per_node ranks per node,
+        nodes, NVLink domains and racks hold k/gpus_per_node of their GPUs as ranks and the rest idle."""
+        k = self.ranks_per_node(gpus, ranks_per_node)
+        g, d = self.gpus_per_node, self.gpus_per_nvlink_domain
+        if k == g:
+            return self
+        domain = d // g * k if d >= g else (d if k % d == 0 else k)
+        return self.model_copy(update={"gpus_per_node": k, "gpus_per_nvlink_domain": domain,
+                                       "idle_gpus_per_node": self.idle_gpus_per_node + g - k})
 
     def node_of(self, rank: int) -> int:
         """Node index of a rank under the launcher layout."""

@@ -68,10 +68,27 @@ def default_layout(num_blocks: int, stages: int) -> tuple[int, ...]:
     since the first stage also holds the embedding and the last the head, loss and MTP."""
     base, extra = divmod(num_blocks, stages)
     counts = [base] * stages
-    order = sorted(range(stages), key=lambda s: (s in (0, stages - 1), abs(2 * s - (stages - 1)), s))
-    for s in order[:extra]:
+    for s in _middle_first(stages, extra):
         counts[s] += 1
     return tuple(counts)
+
+
+def _middle_first(stages: int, count: int) -> list[int]:
+    """The first `count` stages in the order (end stage last, nearest the middle first, lower index first),
+    built outward from the middle so that a cut of a million stages costs only `count` steps."""
+    order: list[int] = []
+    lo, hi = (stages - 1) // 2, stages // 2
+    while len(order) < count and lo >= 1:
+        for s in ((lo,) if lo == hi else (lo, hi)):
+            if s < stages - 1 and len(order) < count:
+                order.append(s)
+        lo, hi = lo - 1, hi + 1
+    ends = [0] if stages == 1 else [0, stages - 1]
+    return order + ends[:count - len(order)]
+
+
+MAX_PIPELINE_SLOTS = 2
+"""Virtual stages that may hold no block: one for the embedding, one for the loss (account_for_*)."""
 
 
 def stage_of_virtual(virtual_index: int, pp: int) -> int:
@@ -118,18 +135,21 @@ class Derived:
 
 
 def resolve_layout(model: ModelArchitecture, mapping: Mapping) -> tuple[int, ...]:
-    """The mapping's layout, or the default split over PP·VPP virtual stages."""
+    """The mapping's layout, or the default split over PP·VPP virtual stages; empty when the virtual stages
+    outnumber the blocks plus the embedding and loss slots (no default cut exists: rule
+    virtual-stages-within-blocks)."""
     if mapping.layout is not None:
         return mapping.layout
+    if mapping.pp * mapping.vpp > model.num_layers + MAX_PIPELINE_SLOTS:
+        return ()
     return default_layout(model.num_layers, mapping.pp * mapping.vpp)
 
 
 def stage_layer_totals(layout: tuple[int, ...], pp: int) -> tuple[int, ...]:
-    """Blocks each pipeline rank holds, summing its virtual stages (k goes to rank k % PP)."""
-    totals = [0] * pp
-    for k, n in enumerate(layout):
-        totals[stage_of_virtual(k, pp)] += n
-    return tuple(totals)
+    """Blocks each pipeline rank holds, summing its virtual stages (k goes to rank k % PP, so the layout is
+    VPP consecutive rows of PP stages, summed column by column)."""
+    rows = [layout[start:start + pp] for start in range(0, len(layout), pp)]
+    return tuple(map(sum, zip(*rows, strict=True)))
 
 
 def interleaved_even_layout(rank_totals: Sequence[int], vpp: int) -> tuple[int, ...]:

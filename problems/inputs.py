@@ -43,6 +43,12 @@ def _no_problem_options(hardware: str | None, gpus: int | None, model_name: str 
                          fix="edit the problem file (or use --set gpus=N), or drop PROBLEM.yaml.")
 
 
+def placed(problem: Problem, mapping: Mapping) -> Problem:
+    """The problem on the mapping's GPU count (`--set gpus=N`), so that its ranks are placed on nodes as a
+    job of that size is (partial nodes included)."""
+    return problem if mapping.gpus == problem.gpus else problem.resized(mapping.gpus)
+
+
 def explain_inputs(problem_path: str | None, sets: tuple[str, ...], launch: tuple[str, str] | None, *,
                    hardware: str | None = None, gpus: int | None = None,
                    model_name: str | None = None) -> ExplainInputs:
@@ -53,12 +59,13 @@ def explain_inputs(problem_path: str | None, sets: tuple[str, ...], launch: tupl
         problem = load_problem(problem_path)
         if launch is None:
             problem = apply_settings(problem, settings)
-            return ExplainInputs(problem, build_mapping(problem, pinned))
+            mapping = build_mapping(problem, pinned)
+            return ExplainInputs(placed(problem, mapping), mapping)
         parsed = parse_launch(launch[0], source=launch[1], model=problem.model)
         updated, _, notes = apply_launch(problem, parsed, pinned)
         updated = apply_settings(updated, settings)
         mapping = build_mapping(updated, {**parsed.mapping_fields, **pinned})
-        return ExplainInputs(updated, mapping, (*notes, *parsed.notes), parsed.warnings)
+        return ExplainInputs(placed(updated, mapping), mapping, (*notes, *parsed.notes), parsed.warnings)
     if launch is None or hardware is None:
         raise InputError("Nothing to explain: give PROBLEM.yaml, or --hardware PRESET with --megatron-args "
                          "(or --megatron-args-file).", field="PROBLEM",

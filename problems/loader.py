@@ -22,6 +22,7 @@ from parasol.bounds import MAX_PROBLEM_BYTES
 from parasol.errors import CatalogError, InputError, dotted, validation_input_error
 from parasol.files import read_input_bytes
 from parasol.hardware.presets import HardwarePreset, hardware_from_spec
+from parasol.problems.memo import memoised
 from parasol.problems.model.architecture import ModelArchitecture, architecture_from_dict
 from parasol.problems.model.catalog import load_model
 from parasol.problems.model.hf_config import architecture_from_hf_config
@@ -46,12 +47,23 @@ class Problem:
     source: str
     spec: ProblemFile
     model: ModelArchitecture
-    hardware: HardwarePreset
+    cluster: HardwarePreset
+    """The cluster as described (whole nodes); `hardware` is it as the job's ranks see it."""
     lines: dict[Path_, int]
 
     @property
     def gpus(self) -> int:
         return self.spec.hardware.gpus
+
+    @property
+    def hardware(self) -> HardwarePreset:
+        """The cluster with the job's rank layout (hardware/topology.py for_job): partial nodes hold fewer
+        ranks; built once per problem."""
+        def build() -> HardwarePreset:
+            topology = self.cluster.topology.for_job(self.gpus, self.spec.hardware.ranks_per_node)
+            return self.cluster if topology is self.cluster.topology else self.cluster.model_copy(
+                update={"topology": topology})
+        return memoised(self, "job_hardware", build)
 
     @property
     def training(self):  # noqa: ANN201 - pydantic Training
@@ -62,13 +74,14 @@ class Problem:
         return _line_for(self.lines, path)
 
     def resized(self, gpus: int, global_batch: int | None = None) -> Problem:
-        """The same problem on `gpus` GPUs (a whole number of nodes, else the topology's error), with
-        `global_batch` sequences per step when given; the search's own size choices are dropped."""
-        self.hardware.topology.validate_gpu_count(gpus)
+        """The same problem on `gpus` GPUs (placed by the topology's rank layout, its ranks per node
+        re-chosen), with `global_batch` sequences per step when given; the search's own size choices are
+        dropped."""
+        self.cluster.topology.validate_gpu_count(gpus)
         spec = self.spec
         training = spec.training if global_batch is None else spec.training.model_copy(
             update={"global_batch": global_batch})
-        spec = spec.model_copy(update={"hardware": spec.hardware.model_copy(update={"gpus": gpus}),
+        spec = spec.model_copy(update={"hardware": spec.hardware.model_copy(update={"gpus": gpus, "ranks_per_node": None}),
                                        "training": training,
                                        "search": spec.search.model_copy(update={"gpus": None})})
         return dataclasses.replace(self, spec=spec)
@@ -345,7 +358,7 @@ def load_problem_text(text: str, source: str = "<problem>", base_dir: Path | Non
     model = resolve_model(spec.model, base_dir or Path.cwd(), lines, source)
     hardware = _resolve_hardware(spec, lines, source)
     check_routing_fits_model(spec, model, lines, source)
-    return Problem(source=source, spec=spec, model=model, hardware=hardware, lines=lines)
+    return Problem(source=source, spec=spec, model=model, cluster=hardware, lines=lines)
 
 
 def check_routing_fits_model(spec: ProblemFile, model: ModelArchitecture, lines: dict[Path_, int], source: str) -> None:
@@ -384,7 +397,7 @@ def _resolve_hardware(spec: ProblemFile, lines: dict[Path_, int], source: str) -
                                        ("topology", spec.hardware.topology)) if v is not None}
     try:
         hardware = hardware_from_spec(hw_spec)
-        hardware.topology.validate_gpu_count(spec.hardware.gpus)
+        hardware.topology.validate_gpu_count(spec.hardware.gpus, spec.hardware.ranks_per_node)
     except InputError as exc:
         where = _field_path(exc.field) if str(exc.field).startswith("hardware") else ("hardware",)
         raise _attach(exc, source, _line_for(lines, where)) from None
@@ -399,7 +412,7 @@ def problem_from_parts(model: ModelArchitecture, sections: dict, source: str = "
     except ValidationError as exc:
         raise validation_error(exc, ProblemFile, {}, source) from None
     check_routing_fits_model(spec, model, {}, source)
-    return Problem(source=source, spec=spec, model=model, hardware=_resolve_hardware(spec, {}, source), lines={})
+    return Problem(source=source, spec=spec, model=model, cluster=_resolve_hardware(spec, {}, source), lines={})
 
 
 def _not_a_file(p: Path) -> InputError:

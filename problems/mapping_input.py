@@ -96,7 +96,8 @@ def build_mapping(problem: Problem, overrides: dict[str, object]) -> Mapping:
             expected=expected, fix=f"correct --set {key}=… (or the problem's mapping.{key}).",
             **_where(problem, key, overrides),
         ) from None
-    return within_model(problem, mapping, overrides)
+    dualpipe_requirements(problem.training.pipeline_schedule, mapping)
+    return mapping
 
 
 PROBLEM_KEYS = {"gpus": ("hardware", "gpus"), "gbs": ("training", "global_batch"), "seq_len": ("training", "seq_len")}
@@ -112,34 +113,6 @@ def _where(problem: Problem, key: str, overrides: dict[str, object]) -> dict:
     else:
         path = PROBLEM_KEYS.get(key, ("mapping", key))
     return {"file": problem.source, "line": problem.line_of(*path)}
-
-
-def within_model(problem: Problem, mapping: Mapping, overrides: dict[str, object] | None = None) -> Mapping:
-    """Reject degrees no rule can even judge: a degree above the GPU count, or more virtual stages than
-    blocks plus the embedding/loss slots Megatron counts with account_for_*_in_pipeline_split (a virtual
-    stage may then hold only the embedding or the loss: transformer_block.py:187-200 builds >= 0 layers);
-    errors in the problem's own `mapping:` name its file and line."""
-    given = overrides or {}
-    degrees = {"tp": mapping.tp, "pp": mapping.pp, "cp": mapping.cp, "ep": mapping.ep, "etp": mapping.expert_tp}
-    for key, value in degrees.items():
-        if value > mapping.gpus:
-            raise InputError(f"`{key}` ({value}) exceeds the GPU count ({mapping.gpus}).", field=key, value=value,
-                             expected=f"at most {mapping.gpus}", fix=f"lower {key}, or raise gpus.",
-                             **_where(problem, key, given))
-    blocks = problem.model.num_layers
-    options = problem.spec.framework.options
-    room = blocks + int(options.account_for_embedding_in_pipeline_split) + int(options.account_for_loss_in_pipeline_split)
-    if mapping.layout is None and mapping.pp * mapping.vpp > room:
-        slots = "" if room == blocks else f" plus {room - blocks} embedding/loss slot(s)"
-        raise InputError(
-            f"PP·VPP = {mapping.pp * mapping.vpp} virtual stages exceed the model's {blocks} blocks{slots}.",
-            field="vpp" if mapping.vpp > 1 else "pp", value=mapping.vpp if mapping.vpp > 1 else mapping.pp,
-            expected=f"PP·VPP at most {room}",
-            fix="lower pp or vpp, give an explicit layout, or let the embedding and loss take a stage "
-                "(framework.options.account_for_embedding/loss_in_pipeline_split).",
-            **_where(problem, "vpp" if mapping.vpp > 1 else "pp", given))
-    dualpipe_requirements(problem.training.pipeline_schedule, mapping)
-    return mapping
 
 
 def dualpipe_requirements(schedule: str, mapping: Mapping) -> None:

@@ -24,6 +24,8 @@ class MegatronOptions(Strict):
         default=None, description="--decoder-first-pipeline-num-layers")
     decoder_last_pipeline_num_layers: PositiveInt | None = Field(
         default=None, description="--decoder-last-pipeline-num-layers")
+    num_layers_per_virtual_pipeline_stage: PositiveInt | None = Field(
+        default=None, description="--num-layers-per-virtual-pipeline-stage (Megatron derives VPP = L'/PP/k)")
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
     pipeline_model_parallel_layout: str | None = Field(
@@ -32,6 +34,13 @@ class MegatronOptions(Strict):
         default=None, description="--hybrid-layer-pattern (V4 path: | separates pipeline stages)")
     moe_token_dispatcher_type: Literal["allgather", "alltoall", "flex"] = "allgather"
     moe_flex_dispatcher_backend: Literal["deepep", "hybridep", "ncclep"] = "deepep"
+    moe_router_score_function: Literal["softmax", "sigmoid", "sqrtsoftplus"] = Field(
+        default="softmax", description="--moe-router-score-function")
+    moe_router_pre_softmax: bool = Field(default=False, description="--moe-router-pre-softmax")
+    moe_router_load_balancing_type: tuple[str, ...] = Field(
+        default=("aux_loss",), description="--moe-router-load-balancing-type (one value, or one per layer group)")
+    moe_router_group_topk: PositiveInt | None = Field(default=None, description="--moe-router-group-topk")
+    moe_router_num_groups: PositiveInt | None = Field(default=None, description="--moe-router-num-groups")
     moe_pad_expert_input_to_capacity: bool = False
     moe_grouped_gemm: bool = True
     moe_shared_expert_overlap: bool = False

@@ -91,7 +91,12 @@ class Training(Strict):
 class HardwareSection(Strict):
     """Which cluster: a preset name with optional overrides, or an inline GPU and topology."""
 
-    gpus: int = Field(ge=1, le=MAX_GPUS, description="GPUs in the job; a whole number of nodes")
+    gpus: int = Field(ge=1, le=MAX_GPUS, description="GPUs in the job (a partial-node job runs the same number of "
+                                                      "ranks on every node it uses)")
+    ranks_per_node: int | None = Field(
+        default=None, ge=1, le=MAX_GPUS, description="ranks started per node (torchrun --nproc_per_node); default: "
+                                                     "whole nodes when gpus fills them, else the largest count that "
+                                                     "divides gpus")
     preset: str | None = Field(default=None, description="hardware preset name, see `parasol hardware`")
     gpu: dict | None = Field(default=None, description="GPU fields overriding the preset's")
     topology: dict | None = Field(default=None, description="topology fields overriding the preset's")

@@ -166,7 +166,7 @@ def problem_of(run: MeasuredRun, model: ModelArchitecture, model_id: str, precis
         hardware=HardwareSection(gpus=run.gpus, preset=preset, topology=topology),
     )
     hardware = hardware_from_spec({"preset": preset, **({"topology": topology} if topology else {})})
-    return Problem(source=f"run {run.id}", spec=spec, model=model, hardware=hardware, lines={})
+    return Problem(source=f"run {run.id}", spec=spec, model=model, cluster=hardware, lines={})
 
 
 def prepare_run(run: MeasuredRun) -> PreparedRun | Exclusion:

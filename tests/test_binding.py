@@ -39,6 +39,7 @@ INEQUALITIES = {
     "vpp-requires-pp-gt-1",                 # PP >= 2
     "vpp-no-overlap-requires-pp-gt-2",      # PP >= 3
     "account-for-enough-layers",            # L' >= PP·VPP
+    "virtual-stages-within-blocks",         # no explicit layout: PP·VPP <= blocks
     "vpp-microbatch-group-range",           # PP <= N <= m
     "dsv4-cp-local-rows-ge-window",         # local rows >= D_window
     "memory-fits-hbm",                      # peak <= usable HBM
@@ -74,13 +75,13 @@ def test_every_builtin_rule_declares_exact_deliberately() -> None:
 
 def test_configuration_a_with_full_recompute_binds_nothing(v4: Problem) -> None:
     """Seed 000 configuration A (TP1 PP8 CP1 EP64, m = 32) with full recompute: m - 1 = 31, ETP·EP - 2 =
-    62 and the memory margin are the only inequalities in force, none at zero slack; before the change
-    79 of 84 rules were marked binding."""
+    62, 61 blocks - PP·VPP = 53 and the memory margin are the only inequalities in force, none at zero
+    slack; before the change 79 of 84 rules were marked binding."""
     ev = evaluate(v4, build_mapping(v4, {"recompute": "full"}))
-    assert len(ev.verdicts) == 86  # 84 before the TP and ETP placement rules (constraints/rules/placement.py)
+    assert len(ev.verdicts) == 90  # 84, + the TP and ETP placement rules (constraints/rules/placement.py), + 4 of issue 17
     assert binding_ids(ev.verdicts) == []
     assert in_force_inequalities(ev.verdicts) == ["num-microbatches", "deepep-ncclep-need-etp-ep-gt-1",
-                                                  "memory-fits-hbm"]
+                                                  "virtual-stages-within-blocks", "memory-fits-hbm"]
     slack = {v.rule: v.slack for v in ev.verdicts}
     assert (slack["num-microbatches"], slack["deepep-ncclep-need-etp-ep-gt-1"]) == (31.0, 62.0)
 
@@ -92,7 +93,7 @@ def test_5t_mapping_binds_nothing() -> None:
     ev = evaluate(problem, build_mapping(problem, {}))
     assert binding_ids(ev.verdicts) == []
     assert in_force_inequalities(ev.verdicts) == [
-        "num-microbatches", "memory-fits-hbm", "contract-state-min-devices", "contract-rollout-pool-exists",
+        "num-microbatches", "virtual-stages-within-blocks", "memory-fits-hbm", "contract-state-min-devices", "contract-rollout-pool-exists",
         "contract-expert-capacity", "contract-ep-compute-comm-ratio", "contract-staleness-seconds",
         "contract-rollout-supply", "contract-staleness-versions", "contract-staleness-tokens",
         "contract-exposed-cp-share"]

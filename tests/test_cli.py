@@ -66,10 +66,12 @@ def test_explain_human_output_prints_the_ledger() -> None:
     assert "FEASIBLE" in result.output
 
 
-def test_explain_rejects_degrees_no_rule_can_judge() -> None:
-    """A degree above the GPU count, or more virtual stages than blocks, is bad input (exit 2) rather
-    than a mapping to account for (it used to hang building a layout of 2^20 stages)."""
-    for flag, field in (("pp=1048576", "`pp`"), ("vpp=1000", "`vpp`")):
-        result = run("explain", PROBLEM, "--set", flag)
-        assert result.exit_code == 2
-        assert field in result.output and "Traceback" not in result.output
+def test_explain_judges_degrees_beyond_the_world_and_the_blocks() -> None:
+    """A degree above the GPU count, or more virtual stages than blocks, is a verdict (exit 1) naming the
+    rule, quickly (it once hung building a layout of 2^20 stages; no default cut exists there)."""
+    for flag, rule in (("pp=1048576", "world-divisible-by-model-size"), ("vpp=1000", "virtual-stages-within-blocks")):
+        result = run("explain", PROBLEM, "--set", flag, "--json")
+        assert result.exit_code == 1, result.output
+        assert rule in {v["rule"] for v in json.loads(result.output)["violations"]}
+
+

@@ -132,15 +132,22 @@ def test_group_span_of_strided_and_single_groups() -> None:
         topo.group_span([1, 1])
 
 
-def test_bad_gpu_count_names_the_field_and_nearest_counts() -> None:
+def test_partial_node_jobs_place_the_same_ranks_on_every_node() -> None:
+    """Any positive job size is placed (torchrun starts the same --nproc_per_node on every node): whole
+    nodes when it fills them, else the largest count per node that divides it; a pin must divide it."""
     topo = load_preset("h100-hgx").topology
     assert topo.validate_gpu_count(1024) == 128
+    assert [topo.ranks_per_node(n) for n in (4, 7, 9, 12, 27, 63, 1030)] == [4, 7, 3, 6, 3, 7, 5]
+    assert topo.for_job(1024) is topo
+    job = topo.for_job(9)
+    assert (job.gpus_per_node, job.gpus_per_nvlink_domain, job.idle_gpus_per_node) == (3, 3, 5)
+    assert job.group_span(range(9)).nodes == 3 and job.group_span(range(9)).level is Level.rack
+    assert topo.for_job(16, ranks_per_node=4).gpus_per_node == 4
+    nvl72 = load_preset("gb200-nvl72").topology.for_job(54)
+    assert (nvl72.gpus_per_node, nvl72.gpus_per_nvlink_domain) == (3, 54)
     with pytest.raises(InputError) as err:
-        topo.validate_gpu_count(1030)
-    e = err.value
-    assert (e.field, e.value) == ("hardware.gpus", 1030)
-    assert e.expected == "a multiple of gpus_per_node (8)"
-    assert "1024" in e.fix and "1032" in e.fix
+        topo.for_job(12, ranks_per_node=5)
+    assert err.value.field == "hardware.ranks_per_node" and "dividing 12" in err.value.expected
     with pytest.raises(InputError, match="hardware.gpus"):
         topo.validate_gpu_count(0)
 

@@ -223,7 +223,7 @@ CASES = [
     Case("gpus-1e30", edited("  gpus:", "  gpus: 1000000000000000000000000000000", "hardware.gpus"),
          ("at most 1,048,576",)),
     Case("gpus-zero", mutated(("hardware", "gpus"), 0), ("at least 1",)),
-    Case("gpus-not-whole-nodes", edited("  gpus:", "  gpus: 1020", "hardware.gpus"), ("1016 or 1024",)),
+    Case("ranks-per-node-not-dividing", mutated(("hardware", "ranks_per_node"), 7), ("dividing 1024",)),
     Case("vocab-zero", inline_model(lambda m: m.update(vocab_size=0), "model.vocab_size"), ("at least 1",)),
     Case("dense-lead-in-too-long", mutated(("model",), {"catalog": "deepseek-v3", "first_dense_layers": 99},
                                            "model.first_dense_layers"), ("exceeds num_layers",)),

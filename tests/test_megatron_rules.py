@@ -96,6 +96,7 @@ class Row:
 
 
 MOE = {"experts": 64}
+TOP1 = MOE | {"model": {"moe": {"num_experts": 64, "top_k": 1, "expert_intermediate_size": 4096}}}
 SP = {"sequence_parallel": True}
 LAYOUT4 = "Et*8|t*8|t*8|t*8L"
 FULL = {"recompute": "full"}
@@ -116,6 +117,9 @@ ROWS = [
     Row(divisibility.QueryGroupsVsTP, HOLDS, {"tp": 4}, problem={"groups": 8}),
     Row(divisibility.QueryGroupsVsTP, BROKEN, {"tp": 8}, problem={"heads": 96, "groups": 12}),
     Row(divisibility.QueryGroupsVsTP, HOLDS, {"tp": 16}, problem={"groups": 8}),
+    Row(divisibility.QueryGroupsDivideHeads, HOLDS, problem={"groups": 8}),
+    Row(divisibility.QueryGroupsDivideHeads, BROKEN, problem={"groups": 12}),
+    Row(divisibility.QueryGroupsDivideHeads, BROKEN, {"tp": 8}, problem={"heads": 8, "groups": 3}),
     Row(divisibility.HiddenDivisibleByHeads, HOLDS),
     Row(divisibility.HiddenDivisibleByHeads, BROKEN, problem={"hidden": 4100}),
     Row(divisibility.HiddenDivisibleByHeads, HOLDS, options={"kv_channels": 128}, problem={"hidden": 4100}),
@@ -156,6 +160,7 @@ ROWS = [
     Row(feature.SPRequiresTP, HOLDS, {"tp": 2}, {"megatron_core_api": True}, SP),
     Row(feature.SPRequiresTP, BROKEN, {"tp": 1}, {"megatron_core_api": True}, SP),
     Row(feature.SPRequiresTP, HOLDS, {"tp": 1}, {"megatron_core_api": True}),
+    Row(feature.SPRequiresTP, HOLDS, {"tp": 4}, {"megatron_core_api": True}, SP),
     Row(feature.SPAutoDisabledWhenTP1, WARNS, {"tp": 1}, training=SP),
     Row(feature.SPAutoDisabledWhenTP1, QUIET, {"tp": 2}, training=SP),
     Row(feature.SPAutoDisabledWhenTP1, QUIET, {"tp": 1}, {"megatron_core_api": True}, SP),
@@ -236,6 +241,18 @@ ROWS = [
         {"capacity_factor": 1.25}, problem=MOE),
     Row(moe.PadRequiresCapacityFactor, BROKEN, {}, {"moe_pad_expert_input_to_capacity": True}, problem=MOE),
     Row(moe.PadRequiresCapacityFactor, HOLDS, problem=MOE),
+    Row(moe.TopK1NeedsPreSoftmax, HOLDS, problem=MOE),
+    Row(moe.TopK1NeedsPreSoftmax, BROKEN, problem=TOP1),
+    Row(moe.TopK1NeedsPreSoftmax, HOLDS, {}, {"moe_router_pre_softmax": True}, problem=TOP1),
+    Row(moe.TopK1NeedsPreSoftmax, HOLDS, {}, {"moe_router_load_balancing_type": ("sinkhorn",)}, problem=TOP1),
+    Row(moe.TopK1NeedsPreSoftmax, BROKEN, {}, {"moe_router_load_balancing_type": ("sinkhorn", "aux_loss")},
+        problem=TOP1),
+    Row(moe.TopK1NeedsPreSoftmax, HOLDS, {}, {"moe_router_score_function": "sigmoid"}, problem=TOP1),
+    Row(moe.GroupLimitedRouting, HOLDS, {}, {"moe_router_group_topk": 4, "moe_router_num_groups": 8}, problem=MOE),
+    Row(moe.GroupLimitedRouting, BROKEN, {}, {"moe_router_group_topk": 4}, problem=MOE),
+    Row(moe.GroupLimitedRouting, BROKEN, {}, {"moe_router_group_topk": 4, "moe_router_num_groups": 3}, problem=MOE),
+    Row(moe.GroupLimitedRouting, BROKEN, {}, {"moe_router_group_topk": 16, "moe_router_num_groups": 8}, problem=MOE),
+    Row(moe.GroupLimitedRouting, HOLDS, {}, {"moe_router_num_groups": 3}, problem=MOE),
     Row(moe.SharedExpertOverlapDispatcher, HOLDS, {}, {"moe_shared_expert_overlap": True,
                                                       "moe_token_dispatcher_type": "alltoall"},
         problem=MOE | {"model": {"moe": {"num_experts": 64, "top_k": 2, "expert_intermediate_size": 512,
@@ -263,6 +280,11 @@ ROWS = [
     Row(moe.EPA2AOverlap, BROKEN, {"ep": 8}, {"overlap_moe_expert_parallel_comm": True}, problem=MOE),
     # pipeline: even split, VPP
     Row(pipeline.LayersDivisibleByPP, HOLDS, {"pp": 4}),
+    Row(pipeline.LayersDivisibleByPP, HOLDS, {"pp": 4, "vpp": 2}, problem={"layers": 30}),
+    Row(pipeline.VppFromLayersPerVStage, HOLDS, {"pp": 4, "vpp": 2}, {"num_layers_per_virtual_pipeline_stage": 4}),
+    Row(pipeline.VppFromLayersPerVStage, BROKEN, {"pp": 4, "vpp": 1}, {"num_layers_per_virtual_pipeline_stage": 3}),
+    Row(pipeline.VppFromLayersPerVStage, BROKEN, {"pp": 4, "vpp": 2}, {"num_layers_per_virtual_pipeline_stage": 2}),
+    Row(pipeline.VppFromLayersPerVStage, HOLDS, {"pp": 4, "vpp": 2}),
     Row(pipeline.LayersDivisibleByPP, BROKEN, {"pp": 4}, problem={"layers": 30}),
     Row(pipeline.LayersDivisibleByPP, HOLDS, {"pp": 4, "layout": (8, 8, 7, 7)}, problem={"layers": 30}),
     Row(pipeline.LayersDivisibleByPP, HOLDS, {"pp": 4}, {"account_for_embedding_in_pipeline_split": True,

@@ -7,6 +7,8 @@ megatron-groups.md §1.3 (dense gradients reduced over dp-cp, expert gradients o
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from parasol.constraints.evaluate import facts_for
@@ -78,6 +80,20 @@ def test_gqa_dense_block_activation_per_token() -> None:
     attention = 2 * h + 2 * h + 2 * (32 + 16) * 128 + 2 * 4096 + 4 * 32
     mlp = 2 * h + 2 * h + 2 * 2 * f + 2 * f
     assert block_bytes_per_token(model, model.blocks[0], ctx) == attention + mlp
+
+
+def test_fp8_keeps_linear_inputs_in_one_byte() -> None:
+    """Under an FP8 recipe Transformer Engine saves each linear layer's input quantized, 1 B per element
+    (TransformerEngine pytorch/module/linear.py `_Linear.forward`: row-wise data discarded, column-wise
+    FP8 data saved for the weight gradient). Llama 3.1 8B block, TP1: the qkv, proj, fc1 and fc2 inputs
+    (h, 32·128, h, f) drop to 1 B; norm inputs, q/k/v, LSE and the SwiGLU input stay."""
+    model = load_model("llama-3.1-8b")
+    bf16 = ActivationContext(tp=1, etp=1, sequence_parallel=True, recompute=Recompute.none, modules=frozenset())
+    fp8 = replace(bf16, gemm_input_bytes=1)
+    h, f = 4096, 14336
+    saved = h + 32 * 128 + h + f
+    assert block_bytes_per_token(model, model.blocks[0], bf16) - block_bytes_per_token(model, model.blocks[0], fp8) \
+        == saved
 
 
 def test_full_recompute_keeps_only_block_inputs(v4_1024) -> None:

@@ -112,13 +112,12 @@ def test_weak_batch_that_is_not_whole_is_an_error_for_that_size(tmp_path: Path) 
     assert "12.5" in rejected[0].reason and "not a whole number" in rejected[0].reason
 
 
-def test_size_not_a_whole_number_of_nodes_is_reported(small: Path) -> None:
-    """A size that is not a whole number of 8-GPU nodes comes back as `error` with the topology's
-    reason and fix (hardware/topology.py validate_gpu_count), without solving."""
-    job = SizeJob(SMALL, str(small), str(small.parent), 12, 256, 1, 10.0)
+def test_size_not_a_whole_number_of_nodes_is_solved_on_partial_nodes(small: Path) -> None:
+    """A size that is not a whole number of 8-GPU nodes (12, GBS 48) is solved with 6 ranks on each of 2 nodes
+    (hardware/topology.py for_job), not refused."""
+    job = SizeJob(SMALL, str(small), str(small.parent), 12, 48, 1, 10.0)
     result = run_size(job)
-    assert result.status == "error" and result.mappings == ()
-    assert "whole number of nodes" in result.reason and "16 GPUs" in result.reason
+    assert result.status != "error" and result.mappings, result.reason
 
 
 # --- the table ---------------------------------------------------------------------------------------
@@ -153,11 +152,13 @@ def test_scaling_efficiency_is_against_the_smallest_size_with_a_mapping() -> Non
 
 
 def test_serial_sweep_reports_every_size(small: Path) -> None:
-    """BRIEF contract: `sweep --json` is {"sizes": [{"gpus", "status", "mappings"}]}; a bad size is in
-    the list with its reason, the others are solved, in GPU order."""
+    """BRIEF contract: `sweep --json` is {"sizes": [{"gpus", "status", "mappings"}]}; a size with no
+    mapping (12 GPUs on partial nodes: GBS 256 does not fold onto them) is in the list with its reason,
+    the others are solved, in GPU order."""
     data = run_sweep(small, (64, 12, 8), backend="serial").as_dict()
     assert [s["gpus"] for s in data["sizes"]] == [8, 12, 64]
-    assert [s["status"] for s in data["sizes"]] == ["optimal", "error", "optimal"]
+    assert [s["status"] for s in data["sizes"]] == ["optimal", "infeasible", "optimal"]
+    assert "12 GPUs" in data["sizes"][1]["reason"]
     for s in (data["sizes"][0], data["sizes"][2]):
         assert s["mappings"] and all(m["feasible"] and m["pareto_rank"] == 1 for m in s["mappings"])
         assert s["best"]["step_time_s"] == min(m["metrics"]["step_time_s"] for m in s["mappings"])
@@ -245,7 +246,7 @@ def test_cli_json(small: Path) -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert [(s["gpus"], s["status"], bool(s["mappings"])) for s in data["sizes"]] == [(8, "optimal", True),
-                                                                                       (12, "error", False)]
+                                                                                       (12, "infeasible", False)]
     assert data["scaling"] == "strong" and data["table"][0]["step_time_s"] > 0
 
 

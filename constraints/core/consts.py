@@ -45,6 +45,7 @@ def _compute_model_consts(problem: Problem) -> dict[str, int]:
     consts = {
         **_attention_consts(model.attention),
         "num_experts": moe.num_experts if moe else 0,
+        "moe_top_k": moe.top_k if moe else 0,
         "num_layers": model.num_layers,
         "hidden_size": model.hidden_size,
         "ffn_hidden_size": dense.intermediate_size if dense and (moe is None or model.first_dense_layers) else 0,

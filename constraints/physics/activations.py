@@ -16,6 +16,11 @@ run outside the fused function); a gated DeltaNet its norm and in_proj inputs, t
 conv output (the delta rule's q, k, v), the rule's output and the gated norm's output (chunk states are
 recomputed in the backward, flash-linear-attention chunk_gated_delta_rule). All split by TP (heads).
 A parallel attention+MLP block saves its one normed input once.
+
+Under an FP8 recipe the input each Transformer Engine linear layer keeps for its weight gradient is the
+quantized copy, 1 byte per element (TransformerEngine pytorch/module/linear.py, `_Linear.forward`: the
+input is quantized, its row-wise data discarded and the column-wise FP8 data saved); the norm inputs,
+attention q/k/v, the SwiGLU input and the expert outputs stay BF16.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ class ActivationContext:
     modules: frozenset[str]
     offloaded: frozenset[str] = frozenset()
     """Modules whose inputs fine-grained activation offloading keeps on the host (--offload-modules)."""
+    gemm_input_bytes: float = BF16_BYTES
+    """Bytes per element of a saved linear-layer input: 2 in BF16, 1 under an FP8 recipe."""
 
     @property
     def sp_split(self) -> int:
@@ -70,19 +77,19 @@ def _attention_bytes(model: ModelArchitecture, block: Block, ctx: ActivationCont
     att = model.attention
     hs = h / ctx.sp_split
     norm_in = BF16_BYTES * hs * model.hc_mult * ctx.kept("attn_norm")
-    proj_in = 0.0 if ctx.drops("layernorm") else BF16_BYTES * hs * ctx.kept("qkv_linear")
+    proj_in = 0.0 if ctx.drops("layernorm") else ctx.gemm_input_bytes * hs * ctx.kept("qkv_linear")
     core, proj = ctx.kept("core_attn"), ctx.kept("attn_proj")
     if isinstance(att, GQAAttention):
         kv_heads = max(att.num_kv_heads / ctx.tp, 1)
         gate = att.num_heads / ctx.tp if att.output_gate else 0.0
         qkv = BF16_BYTES * (att.num_heads / ctx.tp + 2 * kv_heads + gate) * att.head_dim * core
-        out = BF16_BYTES * att.num_heads * att.head_dim / ctx.tp * proj + FP32_BYTES * att.num_heads / ctx.tp
+        out = ctx.gemm_input_bytes * att.num_heads * att.head_dim / ctx.tp * proj + FP32_BYTES * att.num_heads / ctx.tp
         return norm_in + proj_in + qkv + out
     if isinstance(att, MLAAttention):
         heads = att.num_heads / ctx.tp
         lora = BF16_BYTES * ((att.q_lora_rank or 0) + att.kv_lora_rank + att.qk_rope_head_dim)
         up = 0.0 if ctx.drops("mla_up_proj") else BF16_BYTES * heads * (2 * att.head_dim + att.v_head_dim) * core
-        out = BF16_BYTES * heads * att.v_head_dim * proj + FP32_BYTES * heads
+        out = ctx.gemm_input_bytes * heads * att.v_head_dim * proj + FP32_BYTES * heads
         return norm_in + proj_in + lora + up + out
     assert isinstance(att, DSV4Attention)
     heads = att.num_heads / ctx.tp
@@ -91,7 +98,7 @@ def _attention_bytes(model: ModelArchitecture, block: Block, ctx: ActivationCont
     q = BF16_BYTES * heads * att.head_dim * core
     kv = BF16_BYTES * att.num_kv_heads * att.head_dim * (1 + (1 / ratio if ratio else 0)) * core
     indexer = (BF16_BYTES * att.index_n_heads * att.index_head_dim + FP32_BYTES * att.index_topk) if ratio == 4 else 0.0
-    out = BF16_BYTES * heads * att.head_dim * proj + FP32_BYTES * heads
+    out = ctx.gemm_input_bytes * heads * att.head_dim * proj + FP32_BYTES * heads
     return norm_in + proj_in + lora + q + kv + indexer + out
 
 
@@ -131,12 +138,13 @@ def _mlp_bytes(model: ModelArchitecture, ctx: ActivationContext) -> float:
     mlp = model.dense_mlp
     assert mlp is not None
     hs = model.hidden_size / ctx.sp_split
-    keep_in = BF16_BYTES * hs * model.hc_mult * ctx.kept("mlp_norm") + (0.0 if ctx.drops("layernorm") else BF16_BYTES * hs)
+    fc1_in = 0.0 if ctx.drops("layernorm") else ctx.gemm_input_bytes * hs
+    keep_in = BF16_BYTES * hs * model.hc_mult * ctx.kept("mlp_norm") + fc1_in
     if ctx.drops("mlp"):
         return keep_in
     f = mlp.intermediate_size / ctx.tp
     fc1 = BF16_BYTES * f * (2 if mlp.activation.gated else 1)
-    return keep_in + fc1 + BF16_BYTES * f
+    return keep_in + fc1 + ctx.gemm_input_bytes * f
 
 
 def _moe_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -> float:
@@ -153,15 +161,16 @@ def _moe_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -
     rows = moe.top_k * ctx.etp / ctx.sp_split
     f = moe.expert_intermediate_size / ctx.etp
     fc1 = BF16_BYTES * f * (2 if moe.activation.gated else 1)
-    act = 0.0 if ctx.drops("moe_act") else BF16_BYTES * f
+    act = 0.0 if ctx.drops("moe_act") else ctx.gemm_input_bytes * f
     width = moe.expert_width(h)
-    routed = rows * (BF16_BYTES * width * ctx.kept("expert_fc1") + fc1 * ctx.kept("moe_act") + act + BF16_BYTES * width)
+    routed = rows * (ctx.gemm_input_bytes * width * ctx.kept("expert_fc1") + fc1 * ctx.kept("moe_act") + act
+                     + BF16_BYTES * width)
     if moe.latent_size:
         routed += BF16_BYTES * moe.latent_size
     shared = 0.0
     if moe.shared_width and not ctx.drops("shared_experts"):
         fs = moe.shared_width / ctx.tp
-        shared = BF16_BYTES * fs * (2 if moe.activation.gated else 1) + BF16_BYTES * fs
+        shared = BF16_BYTES * fs * (2 if moe.activation.gated else 1) + ctx.gemm_input_bytes * fs
     return keep_in + router + routed + shared
 
 

@@ -9,7 +9,7 @@ rank is any of them. Bytes are exact integers where the formula is; GB are decim
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from parasol.constraints.physics.activations import (
@@ -17,13 +17,13 @@ from parasol.constraints.physics.activations import (
     logits_bytes_per_token,
     saved_bytes_per_token,
 )
-from parasol.constraints.physics.dtypes import BF16_BYTES
+from parasol.constraints.physics.dtypes import BF16_BYTES, FP8_BYTES
 from parasol.problems.derived import Derived, stage_of_virtual
 from parasol.problems.mapping import Mapping, Recompute
 from parasol.problems.model.architecture import Block, ModelArchitecture
 from parasol.problems.model.params import BlockParams, block_params
 from parasol.problems.options import MegatronOptions
-from parasol.problems.schema import Optimizer, Training
+from parasol.problems.schema import Optimizer, Precision, Training
 
 NO_OPTIONS = MegatronOptions()
 """Megatron options as a problem that sets none has them (no offloading)."""
@@ -280,7 +280,8 @@ def activation_context(m: Mapping, training: Training, options: MegatronOptions 
     """The sharding, recompute and offload choices activations depend on."""
     return ActivationContext(tp=m.tp, etp=m.expert_tp, sequence_parallel=training.sequence_parallel,
                              recompute=m.recompute, modules=frozenset(training.recompute_modules),
-                             offloaded=frozenset(options.offload_modules))
+                             offloaded=frozenset(options.offload_modules),
+                             gemm_input_bytes=FP8_BYTES if training.precision is Precision.fp8 else BF16_BYTES)
 
 
 def tokens_on_rank(m: Mapping) -> Fraction:
@@ -299,7 +300,7 @@ def block_contribution(model: ModelArchitecture, m: Mapping, d: Derived, trainin
     act = _ceil(Fraction(saved_bytes_per_token(model, block, ctx)) * tokens)
     peak = 0
     if m.recompute is Recompute.full:
-        full = ActivationContext(ctx.tp, ctx.etp, ctx.sequence_parallel, Recompute.none, ctx.modules, ctx.offloaded)
+        full = replace(ctx, recompute=Recompute.none)
         peak = _ceil(Fraction(saved_bytes_per_token(model, block, full)) * tokens)
     return Contribution(wd, we, g, o, act, peak, bool(bp.num_experts), dense, expert)
 

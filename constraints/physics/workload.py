@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from itertools import groupby
 
-from parasol.constraints.physics.activations import ActivationContext, saved_bytes_per_token
+from parasol.constraints.physics.activations import saved_bytes_per_token
 from parasol.constraints.physics.comm import (
     NO_COMM,
     CommTerm,
@@ -34,7 +34,7 @@ from parasol.constraints.physics.flops import (
     newton_schulz_flops,
     recomputed_flops,
 )
-from parasol.constraints.physics.memory import rank_holdings
+from parasol.constraints.physics.memory import activation_context, rank_holdings
 from parasol.constraints.physics.routing_load import hot_rank_skew
 from parasol.constraints.physics.traffic import (
     block_memory_bytes,
@@ -382,8 +382,7 @@ def offloaded_bytes(model: ModelArchitecture, m: Mapping, training: Training, se
     host: what the ledger no longer holds for the offloaded modules."""
     if not settings.offload_modules:
         return 0.0
-    ctx = ActivationContext(tp=m.tp, etp=m.expert_tp, sequence_parallel=training.sequence_parallel,
-                            recompute=m.recompute, modules=frozenset(training.recompute_modules))
+    ctx = activation_context(m, training)
     off = replace(ctx, offloaded=frozenset(settings.offload_modules))
     tokens = m.mbs * m.seq_len / m.cp
     return (saved_bytes_per_token(model, block, ctx) - saved_bytes_per_token(model, block, off)) * tokens

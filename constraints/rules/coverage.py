@@ -28,9 +28,8 @@ NOT_MODELLED: dict[str, str] = {
     "rl-seq-packing-mbs1": f"{NOT_CARRIED} (--rl-use-sequence-packing)",
     "vpp-args-mutually-exclusive": "parasol has one VPP degree; the one other source it carries, the layout "
                                    "string, is held to it by layout-vpp-consistent",
-    "vpp-from-layers-per-vstage": "parasol states VPP as virtual stages per rank; "
-                                  "--num-layers-per-virtual-pipeline-stage is not carried",
-    "vpp-layers-per-vstage-excludes-uneven": "--num-layers-per-virtual-pipeline-stage is not carried",
+    "vpp-layers-per-vstage-excludes-uneven": "the launch reader refuses the flag pair before any rule "
+                                             "(problems/megatron/launch.py _check_vpp_sources)",
     "vpp-one-is-none": "a normalisation: parasol's VPP 1 is the non-interleaved schedule",
     "interleaved-no-overlap-with-batch-p2p": "the CLI sets batch_p2p_comm = not overlap_p2p_comm, so never both",
     "overlap-p2p-warmup-flush": f"{NOT_CARRIED} (--overlap-p2p-communication-warmup-flush)",
@@ -63,8 +62,6 @@ NOT_MODELLED: dict[str, str] = {
     "rank-capacity-factor-backend": f"{NOT_CARRIED} (--moe-expert-rank-capacity-factor)",
     "allgather-no-variable-seq": f"{NOT_CARRIED} (variable_seq_lengths)",
     "router-padding-for-quantization": f"{NOT_CARRIED} (--moe-router-padding-for-quantization)",
-    "topk1-needs-pre-softmax": f"{NOT_CARRIED} (--moe-router-score-function, --moe-router-pre-softmax)",
-    "group-limited-routing": f"{NOT_CARRIED} (--moe-router-group-topk, --moe-router-num-groups)",
     "expert-bias-score-function": f"{NOT_CARRIED} (--moe-router-enable-expert-bias, score function)",
     "moe-layer-freq-list-length": "parasol builds the MoE layer pattern from first_dense_layers, one entry per "
                                   "block by construction",

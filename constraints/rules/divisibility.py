@@ -111,6 +111,36 @@ class QueryGroupsVsTP(Constraint):
         model.AddAllowedAssignments([v.tp], [(t,) for t in allowed]).OnlyEnforceIf(enforce)
 
 
+class QueryGroupsDivideHeads(Constraint):
+    """Every query group holds the same number of query heads. Megatron's validation accepts any group
+    count; the model build fails: TE's DotProductAttention asserts heads % groups == 0, and the local
+    path divides heads by groups when groups < TP (utils.divide) or reshapes QKV per group in forward."""
+
+    id = "query-groups-divide-heads"
+    family = Family.divisibility
+    citation = Citation("Megatron-LM megatron/core/transformer/attention.py:349-365,1843-1880 "
+                        "(Transformer Engine DotProductAttention: num_attention_heads % num_gqa_groups == 0)",
+                        MegatronStage.model_build)
+    unit = "heads"
+    summary = "num_attention_heads % num_query_groups == 0"
+    exact = True
+
+    def applies(self, problem) -> bool:
+        return isinstance(problem.model.attention, GQAAttention)
+
+    def slack(self, f: Facts) -> float:
+        return remainder_slack(f.model.attention.num_heads, f.model.attention.num_kv_heads)
+
+    def message(self, f: Facts) -> str:
+        heads, groups = f.model.attention.num_heads, f.model.attention.num_kv_heads
+        return (f"num_attention_heads ({heads}) is not divisible by num_query_groups ({groups}): every query "
+                "group must hold the same number of heads (the attention layer cannot be built)")
+
+    def post(self, model, v, enforce) -> None:
+        if v.consts["num_heads"] % v.consts["num_query_groups"]:
+            model.AddBoolOr([enforce.Not()])
+
+
 class HiddenDivisibleByHeads(Constraint):
     """Without --kv-channels Megatron sets kv_channels = hidden / heads, which must be whole."""
 

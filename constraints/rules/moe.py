@@ -246,6 +246,44 @@ class PadRequiresCapacityFactor(MoERule):
         return []
 
 
+class TopK1NeedsPreSoftmax(MoERule):
+    """Top-1 routing with a softmax score applied after the top-k has a zero gradient (softmax over one
+    value), so Megatron's config asks for --moe-router-pre-softmax unless Sinkhorn balances the load."""
+
+    id = "topk1-needs-pre-softmax"
+    citation = Citation(f"{CONFIG}:2661-2669", MegatronStage.config)
+    summary = "top-k 1 and softmax score -> pre-softmax, or sinkhorn load balancing"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        sinkhorn = options.moe_router_load_balancing_type == ("sinkhorn",)
+        if (consts["moe_top_k"] == 1 and options.moe_router_score_function == "softmax"
+                and not options.moe_router_pre_softmax and not sinkhorn):
+            return ["Please use --moe-router-pre-softmax when topk is 1."]
+        return []
+
+
+class GroupLimitedRouting(MoERule):
+    """Group-limited routing (--moe-router-group-topk) needs the number of groups, which must divide the
+    experts and be at least the groups each token may pick."""
+
+    id = "group-limited-routing"
+    citation = Citation(f"{CONFIG}:2671-2689", MegatronStage.config)
+    summary = "moe_router_group_topk -> num_groups set, E % num_groups == 0, group_topk <= num_groups"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        topk, groups, experts = options.moe_router_group_topk, options.moe_router_num_groups, consts["num_experts"]
+        if topk is None:
+            return []
+        if groups is None:
+            return ["When using group limited routing, moe_router_num_groups must be specified."]
+        bad = []
+        if experts % groups:
+            bad.append(f"num_moe_experts ({experts}) should be divisible by moe_router_num_groups ({groups}).")
+        if topk > groups:
+            bad.append(f"moe_router_group_topk ({topk}) should be smaller than moe_router_num_groups ({groups}).")
+        return bad
+
+
 class SharedExpertOverlapDispatcher(MoERule):
     """Overlapping the shared experts with dispatch needs the alltoall or flex dispatcher."""
 

@@ -57,14 +57,22 @@ class LayoutCoversBlocks(Constraint):
     id = "layout-covers-blocks"
     family = Family.pipeline
     citation = Citation("Megatron-LM megatron/core/transformer/pipeline_parallel_layer_layout.py "
-                        "(stage count % PP, count(t) == num_layers)", MegatronStage.model_build)
+                        "(stage count % PP, count(t) == num_layers; validate_layer_layout, called from "
+                        "megatron/core/transformer/transformer_config.py:2290)", MegatronStage.config)
     pack = None
     unit = "blocks"
     summary = "len(layout) == PP·VPP and sum(layout) == num_layers"
     exact = True
 
+    def in_force(self, f: Facts) -> bool:
+        """Only an explicit layout can miss; Megatron's default split covers the blocks by construction
+        (more virtual stages than blocks is virtual-stages-within-blocks)."""
+        return f.mapping.layout is not None
+
     def slack(self, f: Facts) -> float:
         layout, m = f.derived.layout, f.mapping
+        if m.layout is None:
+            return 0.0
         if len(layout) != m.pp * m.vpp:
             return -float(abs(len(layout) - m.pp * m.vpp))
         return -float(abs(sum(layout) - f.model.num_layers))
@@ -82,6 +90,37 @@ class LayoutCoversBlocks(Constraint):
         if v.consts["layout_blocks"] != v.consts["num_layers"]:
             model.AddBoolOr([enforce.Not()])
         model.Add(v.product("pp", "vpp") == stages).OnlyEnforceIf(enforce)
+
+
+class VirtualStagesWithinBlocks(Constraint):
+    """Without an explicit layout every virtual stage holds a block, or the embedding or the loss when
+    account_for_*_in_pipeline_split gives them a slot (transformer_block.py:187-200 builds >= 0 layers):
+    parasol's default cut, and Megatron's even split and hybrid pattern that realise it, have no empty
+    stage, so PP·VPP <= blocks + those slots."""
+
+    id = "virtual-stages-within-blocks"
+    family = Family.pipeline
+    citation = Citation("parasol problems/derived.py default_layout (a block or a slot per virtual stage)")
+    pack = None
+    unit = "virtual stages"
+    summary = "no explicit layout: PP·VPP <= L + [emb] + [loss]"
+
+    def in_force(self, f: Facts) -> bool:
+        """Only parasol's own cut (no explicit layout) places a block on every virtual stage."""
+        return f.mapping.layout is None
+
+    def slack(self, f: Facts) -> float:
+        m = f.mapping
+        return float(slots(f.options, f.model.num_layers) - m.pp * m.vpp) if m.layout is None else 0.0
+
+    def message(self, f: Facts) -> str:
+        m, room = f.mapping, slots(f.options, f.model.num_layers)
+        return (f"PP·VPP = {m.pp}·{m.vpp} = {m.pp * m.vpp} virtual stages for {room} blocks and slots: a virtual "
+                "stage would hold nothing (give an explicit layout, or lower PP or VPP)")
+
+    def post(self, model, v, enforce) -> None:
+        if not v.consts.get("layout_explicit", 0):
+            model.Add(v.product("pp", "vpp") <= slots(v.options, v.consts["num_layers"])).OnlyEnforceIf(enforce)
 
 
 class PipelineSplit(StrEnum):
@@ -142,21 +181,24 @@ EVEN_SPLITS = (PipelineSplit.even, PipelineSplit.account_for)
 
 
 class LayersDivisibleByPP(Constraint):
-    """Megatron's even split gives every pipeline rank L'/PP layer slots."""
+    """Megatron's even split gives every pipeline rank L'/PP layer slots. validate_args asserts it only when
+    no virtual-stage flag is given; with VPP the model build asserts it (vpp-layers-per-rank-divisible), with
+    --num-layers-per-virtual-pipeline-stage vpp-from-layers-per-vstage does."""
 
     id = "layers-divisible-by-pp"
     family = Family.pipeline
-    citation = Citation(f"{ARGUMENTS}:980-998; {BLOCK}:147-158", MegatronStage.arguments)
+    citation = Citation(f"{ARGUMENTS}:985-998; {BLOCK}:147-158", MegatronStage.arguments)
     unit = "layers"
-    summary = "even split: (L + [emb] + [loss]) % PP == 0"
+    summary = "even split, no VPP flag: (L + [emb] + [loss]) % PP == 0"
     exact = True
 
     def in_force(self, f: Facts) -> bool:
-        """Only Megatron's even split (plain or account-for) divides L' by PP."""
-        return split_of(f) in EVEN_SPLITS
+        """Only Megatron's even split (plain or account-for) without virtual stages divides L' by PP here."""
+        return (split_of(f) in EVEN_SPLITS and f.mapping.vpp == 1
+                and f.options.num_layers_per_virtual_pipeline_stage is None)
 
     def slack(self, f: Facts) -> float:
-        if split_of(f) not in EVEN_SPLITS:
+        if not self.in_force(f):
             return 0.0
         return remainder_slack(slots(f.options, f.model.num_layers), f.mapping.pp)
 
@@ -166,8 +208,9 @@ class LayersDivisibleByPP(Constraint):
                 f"{pp}, remainder {n % pp}); give an explicit layout to cut unevenly")
 
     def post(self, model, v, enforce) -> None:
-        if split_of_vars(v) in EVEN_SPLITS:
-            v.divides(v.pp, slots(v.options, v.consts["num_layers"]), "layers_pp", enforce)
+        if split_of_vars(v) in EVEN_SPLITS and v.options.num_layers_per_virtual_pipeline_stage is None:
+            on = v.all_of([enforce, v.at_least("vpp", 2).Not()], "layers_pp_on")
+            v.divides(v.pp, slots(v.options, v.consts["num_layers"]), "layers_pp", on)
 
 
 class VppLayersPerRankDivisible(Constraint):
@@ -199,6 +242,45 @@ class VppLayersPerRankDivisible(Constraint):
         if split_of_vars(v) in EVEN_SPLITS:
             on = v.all_of([enforce, v.at_least("pp", 2), v.at_least("vpp", 2)], "vpp_layers_on")
             v.divides(v.product("pp", "vpp"), slots(v.options, v.consts["num_layers"]), "layers_pp_vpp", on)
+
+
+class VppFromLayersPerVStage(Constraint):
+    """--num-layers-per-virtual-pipeline-stage k: Megatron derives VPP = (L'/PP)/k and asserts both
+    divisions are whole, so PP·VPP·k must equal the L' layer slots."""
+
+    id = "vpp-from-layers-per-vstage"
+    family = Family.pipeline
+    citation = Citation(f"{ARGUMENTS}:953-977", MegatronStage.arguments)
+    unit = "layers"
+    summary = "k given: PP·VPP·k == L + [emb] + [loss]"
+    exact = True
+
+    def in_force(self, f: Facts) -> bool:
+        """Only a launch line with --num-layers-per-virtual-pipeline-stage derives VPP this way."""
+        return f.options.num_layers_per_virtual_pipeline_stage is not None
+
+    def slack(self, f: Facts) -> float:
+        k = f.options.num_layers_per_virtual_pipeline_stage
+        if k is None:
+            return 0.0
+        return -float(abs(slots(f.options, f.model.num_layers) - f.mapping.pp * f.mapping.vpp * k))
+
+    def message(self, f: Facts) -> str:
+        k, n, pp = f.options.num_layers_per_virtual_pipeline_stage, slots(f.options, f.model.num_layers), f.mapping.pp
+        if k is None:
+            return "--num-layers-per-virtual-pipeline-stage is not given"
+        if n % pp:
+            return (f"number of layers of the model must be divisible pipeline model parallel size ({n} layer "
+                    f"slots, PP {pp})")
+        if (n // pp) % k:
+            return (f"number of layers per pipeline stage must be divisible number of layers per virtual pipeline "
+                    f"stage ({n // pp} per rank, {k} per virtual stage)")
+        return f"{n} layer slots over PP {pp} with {k} layers per virtual stage give VPP {n // pp // k}, not {f.mapping.vpp}"
+
+    def post(self, model, v, enforce) -> None:
+        k = v.options.num_layers_per_virtual_pipeline_stage
+        if k is not None:
+            model.Add(k * v.product("pp", "vpp") == slots(v.options, v.consts["num_layers"])).OnlyEnforceIf(enforce)
 
 
 class VppRequiresPPGt1(Constraint):
@@ -624,7 +706,7 @@ class LayoutEmbeddingLossOnce(SettingsRule):
 
     family = Family.pipeline
     id = "layout-embedding-loss-once"
-    citation = Citation(f"{LAYOUT}:94-106", MegatronStage.model_build)
+    citation = Citation(f"{LAYOUT}:94-106 via {CONFIG}:2290", MegatronStage.config)
     summary = "layout: first symbol E, last L, one of each"
 
     def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
@@ -648,7 +730,7 @@ class LayoutDecoderCount(Constraint):
 
     id = "layout-decoder-count"
     family = Family.pipeline
-    citation = Citation(f"{LAYOUT}:107-110", MegatronStage.model_build)
+    citation = Citation(f"{LAYOUT}:107-110 via {CONFIG}:2290", MegatronStage.config)
     unit = "layers"
     summary = "layout: count(t) == num_layers"
     exact = True
@@ -690,7 +772,7 @@ class LayoutMtpPlacement(Constraint):
 
     id = "layout-mtp-placement"
     family = Family.pipeline
-    citation = Citation(f"{LAYOUT}:111-145", MegatronStage.model_build)
+    citation = Citation(f"{LAYOUT}:111-145 via {CONFIG}:2290", MegatronStage.config)
     unit = "settings"
     summary = "layout: count(m) == MTP layers, after the decoders, in one last-virtual stage"
     exact = True

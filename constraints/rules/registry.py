@@ -15,6 +15,7 @@ from parasol.constraints.rules.deepseek_v4 import DSV4_RULES
 from parasol.constraints.rules.divisibility import (
     HeadsDivisibleByTP,
     HiddenDivisibleByHeads,
+    QueryGroupsDivideHeads,
     QueryGroupsVsTP,
     TPShardedLinearDims,
     WorldDivisibleByExpertGrid,
@@ -49,12 +50,14 @@ from parasol.constraints.rules.moe import (
     EPA2AOverlap,
     EPRequiresExperts,
     ExpertsDivisibleByEP,
+    GroupLimitedRouting,
     MoEBiasRequiresETP1,
     MoETPRequiresSP,
     NCCLEPNoDropPad,
     NCCLEPRequiresFlex,
     PadRequiresCapacityFactor,
     SharedExpertOverlapDispatcher,
+    TopK1NeedsPreSoftmax,
 )
 from parasol.constraints.rules.pipeline import (
     AccountForDivisible,
@@ -77,6 +80,8 @@ from parasol.constraints.rules.pipeline import (
     UnevenMiddleConsistency,
     UnevenMiddleDivisible,
     UnevenMiddleDivisibleByVpp,
+    VirtualStagesWithinBlocks,
+    VppFromLayersPerVStage,
     VppLayersPerRankDivisible,
     VppNoOverlapRequiresPPGt2,
     VppRequiresPPGt1,
@@ -91,7 +96,8 @@ from parasol.problems.memo import memoised
 # first failure; within a stage the rules follow the source order of their checks.
 STAGE_A_ARGUMENTS = (
     WorldDivisibleByModelSize, HierarchicalCPProduct, CPA2AP2PRequiresHierarchical, RecomputeActivationsAlias,
-    EvalGbsDivisible, LayoutValidChars, LayoutStagesDivisibleByPP, LayersDivisibleByPP, VppRequiresPPGt1,
+    EvalGbsDivisible, LayoutValidChars, LayoutStagesDivisibleByPP, LayersDivisibleByPP, VppFromLayersPerVStage,
+    VppRequiresPPGt1,
     VppNoOverlapRequiresPPGt2, NonInterleavedDisablesP2POverlap, HiddenDivisibleByHeads, CPSeqDivisibleBy2CP,
     RecomputeSelectiveNoMethod, SPAutoDisabledWhenTP1, TPCommOverlapRequiresSP, EPRequiresExperts,
     ExpertsDivisibleByEP, DeterministicMode,
@@ -103,20 +109,20 @@ STAGE_I_PROCESS_GROUPS = (
 )
 STAGE_C_CONFIG = (
     SPRequiresTP, HeadsDivisibleByTP, QueryGroupsVsTP, DeepEPFlagRequiresFlex, DeepEPNoPadToCapacity,
-    NCCLEPRequiresFlex, SharedExpertOverlapDispatcher, PadRequiresCapacityFactor, CpuOffloading,
-    RecomputeFullNeedsMethod, RecomputeFullNeedsNumLayers, RecomputeSelectiveNoNumLayers, RecomputeModulePrereqs,
-    DeprecatedMoeLayerRecompute, MhcRecomputeModule, FineGrainedOffload, UnevenExcludesAccountFor,
-    LayoutExcludesOtherPPArgs, LayoutVppConsistent, UnevenMiddleConsistency, UnevenFirstDivisibleByVpp,
-    UnevenLastDivisibleByVpp, UnevenMiddleDivisible, UnevenMiddleDivisibleByVpp, AccountForDivisible,
-    MoEBiasRequiresETP1, EPA2AOverlap,
+    NCCLEPRequiresFlex, SharedExpertOverlapDispatcher, PadRequiresCapacityFactor, TopK1NeedsPreSoftmax,
+    GroupLimitedRouting, CpuOffloading, RecomputeFullNeedsMethod, RecomputeFullNeedsNumLayers,
+    RecomputeSelectiveNoNumLayers, RecomputeModulePrereqs, DeprecatedMoeLayerRecompute, MhcRecomputeModule,
+    FineGrainedOffload, UnevenExcludesAccountFor, LayoutExcludesOtherPPArgs, LayoutVppConsistent,
+    LayoutEmbeddingLossOnce, LayoutDecoderCount, LayoutMtpPlacement, UnevenMiddleConsistency,
+    UnevenFirstDivisibleByVpp, UnevenLastDivisibleByVpp, UnevenMiddleDivisible, UnevenMiddleDivisibleByVpp,
+    AccountForDivisible, MoEBiasRequiresETP1, EPA2AOverlap,
 )
 STAGE_B_MODEL_BUILD = (
-    LayoutEmbeddingLossOnce, LayoutDecoderCount, LayoutMtpPlacement, VppLayersPerRankDivisible,
-    AccountForEnoughLayers, HybridNoAttentionPlusMLA, HybridMtpPatternsIdentical, TPShardedLinearDims,
-    DeepEPNCCLEPNeedEtpEpGt1, NCCLEPNoDropPad,
+    VppLayersPerRankDivisible, AccountForEnoughLayers, HybridNoAttentionPlusMLA, HybridMtpPatternsIdentical,
+    QueryGroupsDivideHeads, TPShardedLinearDims, DeepEPNCCLEPNeedEtpEpGt1, NCCLEPNoDropPad,
 )
 STAGE_R_RUNTIME = (SPActivationSeqDivisibleByTP, MoETPRequiresSP, VppMicrobatchGroupRange, VppFinalGroupRemainder)
-PARASOL_RULES = (LayoutCoversBlocks, MemoryFitsHBM)
+PARASOL_RULES = (LayoutCoversBlocks, VirtualStagesWithinBlocks, MemoryFitsHBM)
 
 
 def builtin_constraints() -> tuple[Constraint, ...]:

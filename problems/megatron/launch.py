@@ -29,7 +29,13 @@ from parasol.problems.megatron.flags import Flags, flag_error
 from parasol.problems.megatron.layout_string import parse_pipeline_layout
 from parasol.problems.megatron.model_flags import MODEL_FLAGS, compare_reference, model_from_flags, model_gaps
 from parasol.problems.megatron.patterns import parse_hybrid_pattern
-from parasol.problems.megatron.shell import SOURCE, launch_command, launcher_gpus, shown
+from parasol.problems.megatron.shell import (
+    SOURCE,
+    launch_command,
+    launcher_gpus,
+    launcher_ranks_per_node,
+    shown,
+)
 from parasol.problems.megatron.stages import MegatronStage
 from parasol.problems.model.architecture import (
     DSV4Attention,
@@ -57,6 +63,7 @@ class ParsedLaunch:
     notes: tuple[str, ...]
     warnings: tuple[LaunchWarning, ...] = ()
     launcher_gpus: int | None = None
+    launcher_ranks_per_node: int | None = None
     deepseek_v4: bool = False
     model_unavailable: str | None = None
 
@@ -99,22 +106,16 @@ def _layers_for_layout(c: Context, model: ModelArchitecture | None) -> int | Non
 
 
 def _vpp_from_layers_per_stage(k: int, layers: int | None, pp: int, options: dict) -> int:
-    """vpp = (L'/PP)/k, L' counting embedding/loss slots when accounted for (rule vpp-from-layers-per-vstage)."""
+    """vpp = (L'/PP)/k, L' counting embedding/loss slots when accounted for; when the divisions are not
+    whole the nearest VPP is kept and rule vpp-from-layers-per-vstage says why Megatron stops."""
     if layers is None:
         raise InputError("--num-layers-per-virtual-pipeline-stage needs the number of layers.",
                          field="--num-layers-per-virtual-pipeline-stage",
                          fix="pass --num-layers or a problem file.")
+    options["num_layers_per_virtual_pipeline_stage"] = k
     total = layers + int(options.get("account_for_embedding_in_pipeline_split", False)) \
         + int(options.get("account_for_loss_in_pipeline_split", False))
-    if total % pp or (total // pp) % k:
-        raise InputError(
-            f"{total} layers over PP {pp} cannot form virtual stages of {k} layers (rule "
-            f"vpp-from-layers-per-vstage, {ARGS}:953-975); Megatron stops at argument validation.",
-            field="--num-layers-per-virtual-pipeline-stage", value=k,
-            expected=f"a divisor of {total}/{pp} layers per pipeline rank",
-            fix="pick another --num-layers-per-virtual-pipeline-stage, or use "
-                "--num-virtual-stages-per-pipeline-rank.")
-    return total // pp // k
+    return max(1, total // pp // k)
 
 
 def _uneven_layout(layers: int, pp: int, vpp: int, first: int | None, last: int | None) -> tuple[int, ...] | None:
@@ -245,7 +246,15 @@ def _dispatcher_options(c: Context, options: dict) -> None:
             "--moe-enable-deepep", "moe_enable_deepep is deprecated; use --moe-token-dispatcher-type flex "
             "--moe-flex-dispatcher-backend deepep (it requires the flex dispatcher)",
             f"{CONFIG}:1743-1752", MegatronStage.config))
+    _set(options, "moe_router_score_function",
+         f.choice("--moe-router-score-function", ("softmax", "sigmoid", "sqrtsoftplus")))
+    balancing = f.words("--moe-router-load-balancing-type")
+    if balancing is not None:
+        options["moe_router_load_balancing_type"] = tuple(balancing)
+    _set(options, "moe_router_group_topk", f.integer("--moe-router-group-topk"))
+    _set(options, "moe_router_num_groups", f.integer("--moe-router-num-groups"))
     for flag, key in (("--moe-pad-expert-input-to-capacity", "moe_pad_expert_input_to_capacity"),
+                      ("--moe-router-pre-softmax", "moe_router_pre_softmax"),
                       ("--moe-grouped-gemm", "moe_grouped_gemm"),
                       ("--moe-shared-expert-overlap", "moe_shared_expert_overlap"),
                       ("--overlap-moe-expert-parallel-comm", "overlap_moe_expert_parallel_comm")):
@@ -455,6 +464,7 @@ def parse_launch(text: str, *, source: str = SOURCE, model: ModelArchitecture | 
     return ParsedLaunch(
         model=built, mapping_fields=mapping, options=opts, training_fields=training,
         notes=(*c.notes, *f.unused()), warnings=tuple(c.warnings), launcher_gpus=launcher_gpus(command.launcher),
+        launcher_ranks_per_node=launcher_ranks_per_node(command.launcher),
         deepseek_v4=bool(c.pattern and c.pattern.dsv4), model_unavailable=gaps,
     )
 
@@ -564,12 +574,9 @@ def _standalone_training(parsed: ParsedLaunch, gpus: int, notes: list[str]) -> d
     if "global_batch" not in training:
         m = parsed.mapping_fields
         model_size = m.get("tp", 1) * m.get("pp", 1) * m.get("cp", 1)
-        if gpus % model_size:
-            raise InputError("--global-batch-size is missing and its default MBS·DP is not whole: "
-                             f"{gpus} GPUs / (TP·PP·CP = {model_size}).", field="--global-batch-size",
-                             fix="pass --global-batch-size.")
-        training["global_batch"] = m.get("mbs", 1) * gpus // model_size
-        notes.append(f"--global-batch-size defaults to MBS·DP = {training['global_batch']} (rule gbs-default)")
+        training["global_batch"] = m.get("mbs", 1) * max(1, gpus // model_size)
+        rounded = " (DP rounded down: the world is not divisible by TP·PP·CP)" if gpus % model_size else ""
+        notes.append(f"--global-batch-size defaults to MBS·DP = {training['global_batch']}{rounded} (rule gbs-default)")
     return training
 
 
@@ -592,7 +599,8 @@ def launch_problem(parsed: ParsedLaunch, *, hardware: str, gpus: int | None = No
     packs = ["megatron-core"]
     if parsed.deepseek_v4 or isinstance(model.attention, DSV4Attention):
         packs.append("deepseek-v4")
-    sections = {"training": training, "hardware": {"preset": hardware, "gpus": count},
+    node = {"ranks_per_node": parsed.launcher_ranks_per_node} if parsed.launcher_gpus == count else {}
+    sections = {"training": training, "hardware": {"preset": hardware, "gpus": count, **node},
                 "framework": {"rule_packs": packs, "options": options.model_dump()}}
     problem = problem_from_parts(model, sections, source=SOURCE)
     return problem, build_mapping(problem, {**parsed.mapping_fields, **pinned}), tuple(notes)

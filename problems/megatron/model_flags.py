@@ -97,12 +97,11 @@ def _attention(c: Context, hidden: int, heads: int) -> dict:
                        "(argument_utils.py:330-333) and uses one KV head per query head")
     head_dim = f.integer("--kv-channels")
     if head_dim is None:
+        head_dim = max(1, hidden // heads)
         if hidden % heads:
-            raise InputError(
-                f"--hidden-size {hidden} is not a multiple of --num-attention-heads {heads} and "
-                "--kv-channels is not given (rule hidden-divisible-by-heads, arguments.py:1331-1333).",
-                field="--kv-channels", fix="pass --kv-channels (the head dimension).")
-        head_dim = hidden // heads
+            c.notes.append(f"--hidden-size {hidden} is not a multiple of --num-attention-heads {heads} and no "
+                           f"--kv-channels: Megatron stops at validate_args (rule hidden-divisible-by-heads); "
+                           f"parasol accounted head_dim {head_dim}")
     return {"kind": "gqa", "num_heads": heads, "num_kv_heads": kv_heads, "head_dim": head_dim,
             "qk_norm": f.switch("--qk-layernorm"), "bias": not f.given("--disable-bias-linear"), **_window(c)}
 

@@ -218,8 +218,8 @@ def launch_command(text: str, source: str = SOURCE) -> Command:
     return Command(tuple(words), (), tuple(notes))
 
 
-def launcher_gpus(launcher: tuple[str, ...]) -> int | None:
-    """GPUs torchrun starts: --nproc_per_node × --nnodes (1 node when absent), when both are numbers."""
+def _launcher_counts(launcher: tuple[str, ...]) -> tuple[int, int] | None:
+    """torchrun's (--nproc_per_node, --nnodes) (1 node when absent), when both are numbers."""
     values: dict[str, str] = {}
     for i, w in enumerate(launcher):
         name, eq, val = w.partition("=")
@@ -229,4 +229,16 @@ def launcher_gpus(launcher: tuple[str, ...]) -> int | None:
     nodes = values.get("--nnodes", "1")
     if per_node is None or not per_node.isdigit() or not nodes.isdigit():
         return None
-    return int(per_node) * int(nodes)
+    return int(per_node), int(nodes)
+
+
+def launcher_gpus(launcher: tuple[str, ...]) -> int | None:
+    """GPUs torchrun starts: --nproc_per_node × --nnodes (1 node when absent), when both are numbers."""
+    counts = _launcher_counts(launcher)
+    return None if counts is None else counts[0] * counts[1]
+
+
+def launcher_ranks_per_node(launcher: tuple[str, ...]) -> int | None:
+    """Ranks torchrun starts on each node (--nproc_per_node), when it is a number."""
+    counts = _launcher_counts(launcher)
+    return None if counts is None else counts[0]

@@ -160,10 +160,6 @@ class GQAAttention(Strict):
 
     @model_validator(mode="after")
     def _groups_divide_heads(self) -> GQAAttention:
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
-            )
         freq = self.window_skip_freq
         if freq is not None and self.sliding_window is None:
             raise ValueError("window_skip_freq needs sliding_window (the local layers' window)")

@@ -18,7 +18,7 @@ from parasol.constraints.core.consts import mapping_consts, model_consts
 from parasol.constraints.core.decision_vars import DecisionVars
 from parasol.constraints.evaluate import facts_for
 from parasol.constraints.rules.capacity import MemoryFitsHBM
-from parasol.problems.derived import derive
+from parasol.problems.derived import MAX_PIPELINE_SLOTS, derive
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, Mapping, Recompute
 from parasol.problems.options import MegatronOptions
@@ -53,6 +53,8 @@ class MemoryOracle:
         key = (*(degrees[name] for name in DEGREES), recompute)
         if key in self.cache:
             return self.cache[key]
+        if self.layout is None and degrees["pp"] * degrees["vpp"] > self.problem.model.num_layers + MAX_PIPELINE_SLOTS:
+            return False  # no default cut, so no ledger (problems/derived.py resolve_layout)
         if self.screen is not None and not self.screen(degrees, recompute):
             return False
         facts = facts_for(self.problem, self.mapping(degrees, recompute), self.options)

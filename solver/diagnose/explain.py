@@ -64,6 +64,7 @@ class Explanation:
             metrics["peak_memory_gb"] = round(ledger.peak.total_gb, 4)
             metrics["peak_memory_stage"] = ledger.peak.stage
             metrics["usable_hbm_gb"] = round(ledger.peak.usable_bytes / 1e9, 4)
+        metrics.update(node_metrics(self.problem))
         if self.step is not None:
             metrics.update(step_metrics(self.step))
             for entry, ms in zip(stages, self.step.stage_time_s, strict=False):
@@ -105,6 +106,14 @@ class Explanation:
             "step_time": self.step.as_dict() if self.step is not None else None,
             "contract": list(self.contract),
         }
+
+
+def node_metrics(problem: Problem) -> dict:
+    """Where the job's ranks sit: nodes used, ranks per node and the GPUs those nodes leave idle (a
+    partial-node job, hardware/topology.py for_job)."""
+    topo = problem.hardware.topology
+    nodes = -(-problem.gpus // topo.gpus_per_node)
+    return {"nodes": nodes, "ranks_per_node": topo.gpus_per_node, "idle_gpus": nodes * topo.idle_gpus_per_node}
 
 
 def step_metrics(step: StepTime) -> dict:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from ortools.sat.python import cp_model
 
-from parasol.bounds import MAX_GLOBAL_BATCH
+from parasol.bounds import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, MAX_MICRO_BATCH
 from parasol.constraints.core.base import Constraint, Facts, Severity
 from parasol.constraints.evaluate import evaluate
 from parasol.constraints.physics import rollout as rollout_formulas
@@ -107,7 +107,8 @@ def neighbourhood(problem: Problem, mapping: Mapping) -> dict[str, list[int]]:
     search = problem.spec.search
     out: dict[str, list[int]] = {}
     for name in DEGREES:
-        values = _near(int(cur[name]), powers if name in ("vpp", "mbs") else divisors)
+        ceiling = {"vpp": MAX_LAYERS, "mbs": MAX_MICRO_BATCH}.get(name, MAX_GPUS)
+        values = [x for x in _near(int(cur[name]), powers if name in ("vpp", "mbs") else divisors) if x <= ceiling]
         allowed = getattr(search, name)
         if allowed is not None:
             allowed_set = {allowed} if isinstance(allowed, int) else set(allowed)

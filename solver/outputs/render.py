@@ -49,6 +49,10 @@ def explain_tables(ex: Explanation) -> Group:
     head = (f"{ex.problem.model.name} on {m['gpus']:,} × {ex.problem.hardware.gpu.name}: "
             f"{degrees_text(ex.problem.model, m, data['derived'])}\n"
             f"layout {m['layout']}  →  {verdict}")
+    nodes = data["metrics"]
+    if nodes["idle_gpus"]:
+        head += (f"\npartial nodes: {nodes['ranks_per_node']} ranks on each of {nodes['nodes']} node(s), "
+                 f"{nodes['idle_gpus']} GPU(s) idle")
     parts: list = [Panel(head, title="parasol explain", expand=False)]
 
     hidden = () if ex.problem.model.moe is not None else MOE_FIELDS

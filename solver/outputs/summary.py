@@ -56,8 +56,11 @@ def head_lines(ex: Explanation, data: dict) -> list[str]:
     broken = len(data["violations"])
     verdict = ("[bold green]FEASIBLE[/]" if ex.feasible
                else f"[bold red]INFEASIBLE[/]: {broken} rule{'s' if broken != 1 else ''} broken")
+    nodes = data["metrics"]
+    partial = (f" ({nodes['ranks_per_node']} ranks on each of {nodes['nodes']} nodes, {nodes['idle_gpus']} GPUs idle)"
+               if nodes["idle_gpus"] else "")
     return [
-        f"[bold]{escape(ex.problem.model.name)}[/] on {m['gpus']:,} × {escape(ex.problem.hardware.gpu.name)}",
+        f"[bold]{escape(ex.problem.model.name)}[/] on {m['gpus']:,} × {escape(ex.problem.hardware.gpu.name)}{partial}",
         f"mapping  {degrees_text(ex.problem.model, m, data['derived'])}",
         f"layout   {run_length(m['layout'])} blocks per stage; {_num(data['derived']['num_microbatches'])} "
         f"microbatches, bubble {data['derived']['bubble_fraction']:.1%}",

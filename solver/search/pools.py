@@ -24,8 +24,8 @@ from parasol.solver.search.solve import SolvedMapping, SolveResult, solve
 
 
 def training_sizes(problem: Problem) -> tuple[int, ...]:
-    """The training-pool sizes to try: `search.gpus` (whole nodes, each leaving a rollout device when
-    the cluster is split), else the problem's own GPU count."""
+    """The training-pool sizes to try: `search.gpus` (any counts, partial nodes included, each leaving a
+    rollout device when the cluster is split), else the problem's own GPU count."""
     chosen = problem.spec.search.gpus
     if chosen is None:
         return (problem.gpus,)
@@ -33,15 +33,11 @@ def training_sizes(problem: Problem) -> tuple[int, ...]:
     line = problem.line_of("search", "gpus")
     if not sizes:
         raise InputError("search.gpus lists no training-pool size.", field="search.gpus", value=[],
-                         expected="one or more whole-node GPU counts", fix="list sizes, or remove search.gpus.",
+                         expected="one or more GPU counts", fix="list sizes, or remove search.gpus.",
                          file=problem.source, line=line)
     rollout = problem.spec.contract.rollout
     cluster = rollout.cluster_devices if rollout is not None else None
     for n in sizes:
-        if n % problem.hardware.topology.gpus_per_node:
-            raise InputError(f"training-pool size {n} is not a whole number of nodes.", field="search.gpus", value=n,
-                             expected=f"multiples of {problem.hardware.topology.gpus_per_node}",
-                             fix="list whole-node sizes.", file=problem.source, line=line)
         if cluster is not None and n >= cluster:
             raise InputError(f"training-pool size {n} leaves no rollout device in a cluster of {cluster}.",
                              field="search.gpus", value=n, expected=f"sizes below contract.rollout.cluster_devices "

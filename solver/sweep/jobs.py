@@ -70,7 +70,7 @@ def _range(item: str, lo: int, hi: int, op: str | None, by: int | None) -> list[
 def parse_sizes(text: str) -> tuple[int, ...]:
     """GPU counts from `--gpus`: `256,512,1024`, `1024..65536x2` or `1024..4096+1024`, mixed with
     commas; repeats dropped, ascending. Bad items, zero, more than MAX_SIZES sizes or more than
-    MAX_GPUS GPUs are input errors (a size that is not a whole number of nodes is reported per size)."""
+    MAX_GPUS GPUs are input errors (a size that is not a whole number of nodes runs on partial nodes)."""
     sizes: set[int] = set()
     for raw in text.split(","):
         item = raw.strip().replace(" ", "")
