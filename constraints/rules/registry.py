@@ -81,8 +81,11 @@ from parasol.constraints.rules.pipeline import (
     UnevenMiddleDivisible,
     UnevenMiddleDivisibleByVpp,
     VirtualStagesWithinBlocks,
+    VppArgsMutuallyExclusive,
     VppFromLayersPerVStage,
+    VppFromVirtualStagesPerRank,
     VppLayersPerRankDivisible,
+    VppLayersPerVStageExcludesUneven,
     VppNoOverlapRequiresPPGt2,
     VppRequiresPPGt1,
 )
@@ -96,8 +99,8 @@ from parasol.problems.memo import memoised
 # first failure; within a stage the rules follow the source order of their checks.
 STAGE_A_ARGUMENTS = (
     WorldDivisibleByModelSize, HierarchicalCPProduct, CPA2AP2PRequiresHierarchical, RecomputeActivationsAlias,
-    EvalGbsDivisible, LayoutValidChars, LayoutStagesDivisibleByPP, LayersDivisibleByPP, VppFromLayersPerVStage,
-    VppRequiresPPGt1,
+    EvalGbsDivisible, LayoutValidChars, LayoutStagesDivisibleByPP, LayersDivisibleByPP, VppArgsMutuallyExclusive,
+    VppFromLayersPerVStage, VppLayersPerVStageExcludesUneven, VppFromVirtualStagesPerRank, VppRequiresPPGt1,
     VppNoOverlapRequiresPPGt2, NonInterleavedDisablesP2POverlap, HiddenDivisibleByHeads, CPSeqDivisibleBy2CP,
     RecomputeSelectiveNoMethod, SPAutoDisabledWhenTP1, TPCommOverlapRequiresSP, EPRequiresExperts,
     ExpertsDivisibleByEP, DeterministicMode,
