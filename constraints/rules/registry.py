@@ -21,6 +21,7 @@ from parasol.constraints.rules.divisibility import (
     WorldDivisibleByExpertGrid,
     WorldDivisibleByModelSize,
 )
+from parasol.constraints.rules.dualpipe import DUALPIPE_RULES
 from parasol.constraints.rules.feature import (
     CpuOffloading,
     DeprecatedMoeLayerRecompute,
@@ -131,7 +132,7 @@ PARASOL_RULES = (LayoutCoversBlocks, VirtualStagesWithinBlocks, MemoryFitsHBM)
 def builtin_constraints() -> tuple[Constraint, ...]:
     """All built-in rules, one instance each, in reporting order (Megatron's stage order first)."""
     stages = (STAGE_A_ARGUMENTS, STAGE_G_GLOBAL_VARS, STAGE_I_PROCESS_GROUPS, STAGE_C_CONFIG, STAGE_B_MODEL_BUILD,
-              STAGE_R_RUNTIME, DSV4_RULES, SEED_CLAIM_RULES, PARASOL_RULES)
+              STAGE_R_RUNTIME, DSV4_RULES, SEED_CLAIM_RULES, DUALPIPE_RULES, PARASOL_RULES)
     return tuple(rule() for stage in stages for rule in stage)
 
 
