@@ -73,6 +73,26 @@ def test_conflicting_virtual_stage_flags_are_the_only_stage_a_verdict() -> None:
     assert data["minimal_conflict"] == ["vpp-args-mutually-exclusive"]
 
 
+@pytest.mark.parametrize(("schedule", "extra", "rule"), [
+    ("dualpipe", " --pipeline-model-parallel-size 1", "dualpipe-even-pp"),
+    ("dualpipe", " --pipeline-model-parallel-size 2 --global-batch-size 8", "dualpipe-microbatches"),
+    ("dualpipe", " --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2",
+     "dualpipe-stages-per-rank"),
+    ("dualpipev", " --pipeline-model-parallel-size 2", "dualpipev-stages-per-rank"),
+    ("dualpipev", " --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+     "--global-batch-size 8", "dualpipev-microbatches"),
+])
+def test_dualpipe_requirements_are_verdicts(schedule: str, extra: str, rule: str) -> None:
+    """deepseek-ai/DualPipe dualpipe.py:332-333 (even PP, even m >= 2·PP), dualpipev.py:318 (m >= 2·PP) and the
+    stages a rank holds: parasol rules with their source, not bad input."""
+    argv = ["explain", "--hardware", "h100-hgx", "--gpus", "8", "--megatron-args", BASE + extra,
+            "--set", f"pipeline_schedule={schedule}", "--json"]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 1, result.output
+    broken = {v["rule"]: v for v in json.loads(result.output)["violations"]}
+    assert broken[rule]["slack"] < 0 and broken[rule]["source"].startswith("deepseek-ai/DualPipe")
+
+
 def test_missing_gbs_on_a_world_the_model_size_does_not_divide_is_a_verdict() -> None:
     """--global-batch-size defaults to MBS·DP; when TP·PP·CP does not divide the world DP is rounded down
     and world-divisible-by-model-size says why Megatron stops."""
