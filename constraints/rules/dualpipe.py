@@ -84,8 +84,10 @@ class DualPipeVStagesPerRank(DualPipeStagesPerRank):
 
 
 def dualpipe_microbatch_slack(pp: int, vpp: int, m: int | None, option: int | None) -> int:
-    """min(m − 2·PP, −(m % 2)) for whole m (an even m >= 2·PP holds); 0 when m is not whole."""
-    return 0 if m is None else min(m - 2 * pp, -(m % 2))
+    """m − 2·PP for an even whole m, at most −1 for an odd one; 0 when m is not whole."""
+    if m is None:
+        return 0
+    return m - 2 * pp if m % 2 == 0 else min(m - 2 * pp, -1)
 
 
 def dualpipev_microbatch_slack(pp: int, vpp: int, m: int | None, option: int | None) -> int:
