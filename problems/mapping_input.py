@@ -96,7 +96,6 @@ def build_mapping(problem: Problem, overrides: dict[str, object]) -> Mapping:
             expected=expected, fix=f"correct --set {key}=… (or the problem's mapping.{key}).",
             **_where(problem, key, overrides),
         ) from None
-    dualpipe_requirements(problem.training.pipeline_schedule, mapping)
     return mapping
 
 
@@ -113,32 +112,6 @@ def _where(problem: Problem, key: str, overrides: dict[str, object]) -> dict:
     else:
         path = PROBLEM_KEYS.get(key, ("mapping", key))
     return {"file": problem.source, "line": problem.line_of(*path)}
-
-
-def dualpipe_requirements(schedule: str, mapping: Mapping) -> None:
-    """DualPipe needs an even PP, one stage pair per rank (VPP 1 here) and an even m >= 2·PP
-    (deepseek-ai/DualPipe dualpipe/dualpipe.py:332-333); DualPipeV two chunks per rank (VPP 2) and
-    m >= 2·PP (dualpipe/dualpipev.py:318). Not Megatron rules: DualPipe is not a Megatron schedule."""
-    if schedule == "megatron":
-        return
-    m = mapping
-    need = []
-    if schedule == "dualpipe" and (m.pp < 2 or m.pp % 2):
-        need.append(("pp", m.pp, "an even PP of at least 2"))
-    vpp = 1 if schedule == "dualpipe" else 2
-    if m.vpp != vpp:
-        need.append(("vpp", m.vpp, f"VPP {vpp} ({'the mirrored stage is implied' if vpp == 1 else 'two chunks per rank'})"))
-    dp, rest = divmod(m.gpus, m.tp * m.pp * m.cp)
-    micro, left = divmod(m.gbs, m.mbs * dp) if dp and not rest else (0, 1)
-    # a fractional microbatch count is left to the batch rules
-    if not left and (micro < 2 * m.pp or (schedule == "dualpipe" and micro % 2)):
-        need.append(("gbs", m.gbs, f"{'an even ' if schedule == 'dualpipe' else ''}number of microbatches "
-                                   f">= 2·PP = {2 * m.pp} (it is {micro})"))
-    if need:
-        key, value, expected = need[0]
-        raise InputError(f"The {schedule} schedule cannot run this mapping: `{key}` is {value}.", field=key,
-                         value=value, expected=expected,
-                         fix="change the mapping, or set training.pipeline_schedule: megatron.")
 
 
 def split_sets(sets: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:

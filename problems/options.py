@@ -26,6 +26,8 @@ class MegatronOptions(Strict):
         default=None, description="--decoder-last-pipeline-num-layers")
     num_layers_per_virtual_pipeline_stage: PositiveInt | None = Field(
         default=None, description="--num-layers-per-virtual-pipeline-stage (Megatron derives VPP = L'/PP/k)")
+    num_virtual_stages_per_pipeline_rank: PositiveInt | None = Field(
+        default=None, description="--num-virtual-stages-per-pipeline-rank (Megatron takes it as VPP)")
     account_for_embedding_in_pipeline_split: bool = False
     account_for_loss_in_pipeline_split: bool = False
     pipeline_model_parallel_layout: str | None = Field(

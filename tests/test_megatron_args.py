@@ -288,11 +288,21 @@ def test_layout_string_and_uneven_first_last_stages() -> None:
     assert "layout" not in odd.mapping_fields  # 61 blocks cannot give every rank an even count: rules judge it
 
 
-def test_two_sources_of_virtual_stages_are_rejected() -> None:
-    """Rule vpp-args-mutually-exclusive (arguments.py:927-939): one source of virtual stages only."""
+def test_two_sources_of_virtual_stages_are_carried_for_the_rules() -> None:
+    """Rule vpp-args-mutually-exclusive (arguments.py:927-939) judges two virtual-stage flags, so the launch
+    reader keeps both values (VPP from the layers per virtual stage: 16/4/2)."""
+    parsed = parse_launch("--pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 3 "
+                          "--num-layers-per-virtual-pipeline-stage 2 --num-layers 16")
+    assert parsed.mapping_fields["vpp"] == 2
+    assert (parsed.options.num_virtual_stages_per_pipeline_rank, parsed.options.num_layers_per_virtual_pipeline_stage) \
+        == (3, 2)
+
+
+def test_a_virtual_stage_flag_beside_a_segmented_hybrid_pattern_is_refused() -> None:
+    """arguments.py:814-838: a hybrid pattern with `|` segments sets the virtual stages itself."""
     with pytest.raises(InputError, match="cannot be set together"):
-        parse_launch("--pipeline-model-parallel-size 4 --num-virtual-stages-per-pipeline-rank 2 "
-                     "--num-layers-per-virtual-pipeline-stage 2 --num-layers 16")
+        parse_launch("--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+                     "--hybrid-layer-pattern M*|M*|M*|M*")
 
 
 def test_rewritten_and_deprecated_flags() -> None:

@@ -185,13 +185,17 @@ def test_dualpipe_holds_two_stages_and_pp_plus_one_stage_microbatches() -> None:
     assert two[0].term("weights (dense)").bytes == one[0].term("weights (dense)").bytes + one[3].term("weights (dense)").bytes
 
 
-def test_dualpipe_requirements_name_the_field() -> None:
-    """DualPipe needs an even PP and m >= 2·PP (dualpipe/dualpipe.py:332-333)."""
-    from parasol.errors import InputError
+def test_dualpipe_requirements_are_rules() -> None:
+    """DualPipe needs an even PP and an even m >= 2·PP (dualpipe/dualpipe.py:332-333): the mapping builds and
+    the parasol rules dualpipe-even-pp and dualpipe-microbatches say what is wrong (not an input error)."""
+    from parasol.constraints.evaluate import evaluate
     from parasol.problems.loader import load_problem_text
     from parasol.problems.mapping_input import build_mapping
     dual = load_problem_text(DUALPIPE_PROBLEM % "dualpipe", source="b.yaml")
-    with pytest.raises(InputError, match="`pp` is 3"):
-        build_mapping(dual, {"pp": "3"})
-    with pytest.raises(InputError, match="`gbs` is 8"):
-        build_mapping(dual, {"pp": "8", "gbs": "8"})
+    broken = lambda sets: {v.rule for v in evaluate(dual, build_mapping(dual, sets)).verdicts  # noqa: E731
+                           if not v.holds}
+    assert "dualpipe-even-pp" in broken({"pp": "1"})
+    assert "dualpipe-microbatches" in broken({"pp": "8", "gbs": "8"})
+    assert not {"dualpipe-even-pp", "dualpipe-microbatches"} & broken({"pp": "2", "gbs": "64"})
+
+

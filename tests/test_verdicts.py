@@ -1,8 +1,8 @@
 """A launch line Megatron-LM would refuse gets a verdict (exit 1: rule ids, slack, source, stage, minimal
 conflict), never exit 2; any world size is judged, on partial nodes (issue 17).
 
-Sources: Megatron-LM main@d98e8a64 arguments.py:424-434 (world vs TP·PP·CP), 953-977 (layers per virtual
-stage), 1331-1333 (hidden vs heads); parallel_state.py:870-884 (world vs ETP·EP·PP); attention.py:349-365
+Sources: Megatron-LM main@d98e8a64 arguments.py:424-434 (world vs TP·PP·CP), 927-939 (one virtual-stage
+flag), 953-977 (layers per virtual stage; 954-956 not with uneven first/last stages), 1331-1333 (hidden vs heads); parallel_state.py:870-884 (world vs ETP·EP·PP); attention.py:349-365
 (query groups vs heads at the model build); transformer_config.py:2661-2689 (router checks).
 """
 
@@ -38,6 +38,16 @@ def explain(args: str, gpus: int | None = 8) -> tuple[int, dict]:
     (" --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 8", "vpp-layers-per-rank-divisible", "B"),
     (" --num-layers 12 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 4",
      "vpp-from-layers-per-vstage", "A"),
+    (" --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 "
+     "--num-virtual-stages-per-pipeline-rank 2", "vpp-args-mutually-exclusive", "A"),
+    (" --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 "
+     "--pipeline-model-parallel-layout Et*4|t*4L", "vpp-args-mutually-exclusive", "A"),
+    (" --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+     "--pipeline-model-parallel-layout Et*2|t*2|t*2|t*2L", "vpp-args-mutually-exclusive", "A"),
+    (" --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 "
+     "--decoder-first-pipeline-num-layers 4", "vpp-layers-per-vstage-excludes-uneven", "A"),
+    (" --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 "
+     "--decoder-last-pipeline-num-layers 4", "vpp-layers-per-vstage-excludes-uneven", "A"),
     (" --hidden-size 1001", "hidden-divisible-by-heads", "A"),
     (" --group-query-attention --num-query-groups 3", "query-groups-divide-heads", "B"),
     (MOE.replace("topk 2", "topk 1"), "topk1-needs-pre-softmax", "C"),
@@ -50,6 +60,37 @@ def test_a_mapping_that_cannot_run_is_a_verdict(extra: str, rule: str, stage: st
     broken = {v["rule"]: v for v in data["violations"]}
     assert rule in broken and broken[rule]["slack"] < 0 and broken[rule]["stage"].startswith(stage)
     assert broken[rule]["source"].startswith("Megatron-LM") and data["minimal_conflict"]
+
+
+def test_conflicting_virtual_stage_flags_are_the_only_stage_a_verdict() -> None:
+    """Two virtual-stage flags that would each give a runnable VPP: Megatron stops at the one-flag assert
+    (arguments.py:927-939) and derives nothing, so that rule alone is broken at argument validation."""
+    code, data = explain(BASE + " --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 "
+                                "--num-virtual-stages-per-pipeline-rank 3")
+    assert code == 1
+    at_a = [v["rule"] for v in data["violations"] if v["stage"].startswith("A")]
+    assert at_a == ["vpp-args-mutually-exclusive"]
+    assert data["minimal_conflict"] == ["vpp-args-mutually-exclusive"]
+
+
+@pytest.mark.parametrize(("schedule", "extra", "rule"), [
+    ("dualpipe", " --pipeline-model-parallel-size 1", "dualpipe-even-pp"),
+    ("dualpipe", " --pipeline-model-parallel-size 2 --global-batch-size 8", "dualpipe-microbatches"),
+    ("dualpipe", " --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2",
+     "dualpipe-stages-per-rank"),
+    ("dualpipev", " --pipeline-model-parallel-size 2", "dualpipev-stages-per-rank"),
+    ("dualpipev", " --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+     "--global-batch-size 8", "dualpipev-microbatches"),
+])
+def test_dualpipe_requirements_are_verdicts(schedule: str, extra: str, rule: str) -> None:
+    """deepseek-ai/DualPipe dualpipe.py:332-333 (even PP, even m >= 2·PP), dualpipev.py:318 (m >= 2·PP) and the
+    stages a rank holds: parasol rules with their source, not bad input."""
+    argv = ["explain", "--hardware", "h100-hgx", "--gpus", "8", "--megatron-args", BASE + extra,
+            "--set", f"pipeline_schedule={schedule}", "--json"]
+    result = CliRunner().invoke(main, argv)
+    assert result.exit_code == 1, result.output
+    broken = {v["rule"]: v for v in json.loads(result.output)["violations"]}
+    assert broken[rule]["slack"] < 0 and broken[rule]["source"].startswith("deepseek-ai/DualPipe")
 
 
 def test_missing_gbs_on_a_world_the_model_size_does_not_divide_is_a_verdict() -> None:

@@ -26,10 +26,6 @@ NOT_MODELLED: dict[str, str] = {
     "step-schedule-excludes-decrease": f"{NOT_CARRIED} (--step-batch-size-schedule, --decrease-batch-size-if-needed)",
     "step-schedule-runtime-divisible": f"{NOT_CARRIED} (--step-batch-size-schedule)",
     "rl-seq-packing-mbs1": f"{NOT_CARRIED} (--rl-use-sequence-packing)",
-    "vpp-args-mutually-exclusive": "parasol has one VPP degree; the one other source it carries, the layout "
-                                   "string, is held to it by layout-vpp-consistent",
-    "vpp-layers-per-vstage-excludes-uneven": "the launch reader refuses the flag pair before any rule "
-                                             "(problems/megatron/launch.py _check_vpp_sources)",
     "vpp-one-is-none": "a normalisation: parasol's VPP 1 is the non-interleaved schedule",
     "interleaved-no-overlap-with-batch-p2p": "the CLI sets batch_p2p_comm = not overlap_p2p_comm, so never both",
     "overlap-p2p-warmup-flush": f"{NOT_CARRIED} (--overlap-p2p-communication-warmup-flush)",

@@ -301,19 +301,22 @@ def _pattern_conflicts(options: MegatronOptions) -> list[str]:
     """Flags that may not be combined with --hybrid-layer-pattern (arguments.py:814-838)."""
     if options.hybrid_layer_pattern is None:
         return []
-    flags = [("pipeline_model_parallel_layout", options.pipeline_model_parallel_layout is not None),
+    flags = [("num_layers_per_virtual_pipeline_stage", options.num_layers_per_virtual_pipeline_stage is not None),
+             ("num_virtual_stages_per_pipeline_rank", options.num_virtual_stages_per_pipeline_rank is not None),
+             ("pipeline_model_parallel_layout", options.pipeline_model_parallel_layout is not None),
              ("account_for_embedding_in_pipeline_split", options.account_for_embedding_in_pipeline_split),
              ("account_for_loss_in_pipeline_split", options.account_for_loss_in_pipeline_split)]
     return [name for name, on in flags if on]
 
 
 class HybridPatternExcludesVppArgs(DSv4Rule):
-    """The V4 path takes its stages from the hybrid pattern: no layout string, no account-for flags."""
+    """The V4 path takes its stages from the hybrid pattern: no virtual-stage flag, no layout string, no
+    account-for flags."""
 
     id = "hybrid-pattern-excludes-vpp-args"
     family = Family.pipeline
     citation = Citation(MAIN + "megatron/training/arguments.py:814-838", MegatronStage.arguments)
-    summary = "hybrid_layer_pattern -> no pipeline layout string, no account-for-embedding/loss"
+    summary = "hybrid_layer_pattern -> no virtual-stage flags, no pipeline layout string, no account-for-embedding/loss"
 
     def slack(self, f: Facts) -> float:
         return float(-len(_pattern_conflicts(f.options)))

@@ -244,9 +244,18 @@ class VppLayersPerRankDivisible(Constraint):
             v.divides(v.product("pp", "vpp"), slots(v.options, v.consts["num_layers"]), "layers_pp_vpp", on)
 
 
+def vpp_flags_given(options: MegatronOptions) -> list[str]:
+    """The virtual-stage flags set, of the three Megatron accepts one of."""
+    return [flag for flag, on in (
+        ("--num-layers-per-virtual-pipeline-stage", options.num_layers_per_virtual_pipeline_stage is not None),
+        ("--num-virtual-stages-per-pipeline-rank", options.num_virtual_stages_per_pipeline_rank is not None),
+        ("--pipeline-model-parallel-layout", options.pipeline_model_parallel_layout is not None)) if on]
+
+
 class VppFromLayersPerVStage(Constraint):
     """--num-layers-per-virtual-pipeline-stage k: Megatron derives VPP = (L'/PP)/k and asserts both
-    divisions are whole, so PP·VPP·k must equal the L' layer slots."""
+    divisions are whole, so PP·VPP·k must equal the L' layer slots. Only when k is the one virtual-stage flag:
+    beside another, Megatron stops at vpp-args-mutually-exclusive before deriving anything."""
 
     id = "vpp-from-layers-per-vstage"
     family = Family.pipeline
@@ -255,12 +264,16 @@ class VppFromLayersPerVStage(Constraint):
     summary = "k given: PP·VPP·k == L + [emb] + [loss]"
     exact = True
 
+    def _k(self, options: MegatronOptions) -> int | None:
+        alone = vpp_flags_given(options) == ["--num-layers-per-virtual-pipeline-stage"]
+        return options.num_layers_per_virtual_pipeline_stage if alone else None
+
     def in_force(self, f: Facts) -> bool:
-        """Only a launch line with --num-layers-per-virtual-pipeline-stage derives VPP this way."""
-        return f.options.num_layers_per_virtual_pipeline_stage is not None
+        """Only a launch line whose VPP comes from --num-layers-per-virtual-pipeline-stage derives it this way."""
+        return self._k(f.options) is not None
 
     def slack(self, f: Facts) -> float:
-        k = f.options.num_layers_per_virtual_pipeline_stage
+        k = self._k(f.options)
         if k is None:
             return 0.0
         return -float(abs(slots(f.options, f.model.num_layers) - f.mapping.pp * f.mapping.vpp * k))
@@ -278,9 +291,76 @@ class VppFromLayersPerVStage(Constraint):
         return f"{n} layer slots over PP {pp} with {k} layers per virtual stage give VPP {n // pp // k}, not {f.mapping.vpp}"
 
     def post(self, model, v, enforce) -> None:
-        k = v.options.num_layers_per_virtual_pipeline_stage
+        k = self._k(v.options)
         if k is not None:
             model.Add(k * v.product("pp", "vpp") == slots(v.options, v.consts["num_layers"])).OnlyEnforceIf(enforce)
+
+
+class VppArgsMutuallyExclusive(SettingsRule):
+    """Megatron takes the virtual stages from one flag: layers per virtual stage, virtual stages per rank or the
+    layout string."""
+
+    family = Family.pipeline
+    id = "vpp-args-mutually-exclusive"
+    citation = Citation(f"{ARGUMENTS}:927-939", MegatronStage.arguments)
+    summary = "at most one of --num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank, " \
+              "--pipeline-model-parallel-layout"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        given = vpp_flags_given(options)
+        if len(given) <= 1:
+            return []
+        return [f"No more than one of the following arguments can be set at the same time: {', '.join(given)}"]
+
+
+class VppLayersPerVStageExcludesUneven(SettingsRule):
+    """When VPP comes from --num-layers-per-virtual-pipeline-stage (no layout string, no virtual stages per rank),
+    uneven first/last stages are refused: they need --num-virtual-stages-per-pipeline-rank."""
+
+    family = Family.pipeline
+    id = "vpp-layers-per-vstage-excludes-uneven"
+    citation = Citation(f"{ARGUMENTS}:953-956", MegatronStage.arguments)
+    summary = "layers per virtual stage given -> no decoder first/last pipeline num layers"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        if vpp_flags_given(options) != ["--num-layers-per-virtual-pipeline-stage"] or not uneven_set(options):
+            return []
+        return ["please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline parallel degree when "
+                f"enable uneven pipeline parallelism (--num-layers-per-virtual-pipeline-stage "
+                f"{options.num_layers_per_virtual_pipeline_stage} is given)"]
+
+
+class VppFromVirtualStagesPerRank(Constraint):
+    """--num-virtual-stages-per-pipeline-rank v alone (no other virtual-stage flag, no hybrid pattern): Megatron
+    takes VPP = v, so the mapping's VPP is v."""
+
+    id = "vpp-from-virtual-stages-per-rank"
+    family = Family.pipeline
+    citation = Citation(f"{ARGUMENTS}:976-979", MegatronStage.arguments)
+    unit = "virtual stages"
+    summary = "v given alone: VPP == v"
+    exact = True
+
+    def _v(self, options: MegatronOptions) -> int | None:
+        alone = vpp_flags_given(options) == ["--num-virtual-stages-per-pipeline-rank"]
+        return options.num_virtual_stages_per_pipeline_rank if alone and options.hybrid_layer_pattern is None else None
+
+    def in_force(self, f: Facts) -> bool:
+        """Only a launch line whose VPP comes from --num-virtual-stages-per-pipeline-rank."""
+        return self._v(f.options) is not None
+
+    def slack(self, f: Facts) -> float:
+        v = self._v(f.options)
+        return 0.0 if v is None else -float(abs(f.mapping.vpp - v))
+
+    def message(self, f: Facts) -> str:
+        return (f"--num-virtual-stages-per-pipeline-rank {f.options.num_virtual_stages_per_pipeline_rank} sets VPP; "
+                f"the mapping has VPP {f.mapping.vpp}")
+
+    def post(self, model, v, enforce) -> None:
+        n = self._v(v.options)
+        if n is not None:
+            model.Add(v.vpp == n).OnlyEnforceIf(enforce)
 
 
 class VppRequiresPPGt1(Constraint):

@@ -21,6 +21,7 @@ from parasol.constraints.rules.divisibility import (
     WorldDivisibleByExpertGrid,
     WorldDivisibleByModelSize,
 )
+from parasol.constraints.rules.dualpipe import DUALPIPE_RULES
 from parasol.constraints.rules.feature import (
     CpuOffloading,
     DeprecatedMoeLayerRecompute,
@@ -81,8 +82,11 @@ from parasol.constraints.rules.pipeline import (
     UnevenMiddleDivisible,
     UnevenMiddleDivisibleByVpp,
     VirtualStagesWithinBlocks,
+    VppArgsMutuallyExclusive,
     VppFromLayersPerVStage,
+    VppFromVirtualStagesPerRank,
     VppLayersPerRankDivisible,
+    VppLayersPerVStageExcludesUneven,
     VppNoOverlapRequiresPPGt2,
     VppRequiresPPGt1,
 )
@@ -96,8 +100,8 @@ from parasol.problems.memo import memoised
 # first failure; within a stage the rules follow the source order of their checks.
 STAGE_A_ARGUMENTS = (
     WorldDivisibleByModelSize, HierarchicalCPProduct, CPA2AP2PRequiresHierarchical, RecomputeActivationsAlias,
-    EvalGbsDivisible, LayoutValidChars, LayoutStagesDivisibleByPP, LayersDivisibleByPP, VppFromLayersPerVStage,
-    VppRequiresPPGt1,
+    EvalGbsDivisible, LayoutValidChars, LayoutStagesDivisibleByPP, LayersDivisibleByPP, VppArgsMutuallyExclusive,
+    VppFromLayersPerVStage, VppLayersPerVStageExcludesUneven, VppFromVirtualStagesPerRank, VppRequiresPPGt1,
     VppNoOverlapRequiresPPGt2, NonInterleavedDisablesP2POverlap, HiddenDivisibleByHeads, CPSeqDivisibleBy2CP,
     RecomputeSelectiveNoMethod, SPAutoDisabledWhenTP1, TPCommOverlapRequiresSP, EPRequiresExperts,
     ExpertsDivisibleByEP, DeterministicMode,
@@ -128,7 +132,7 @@ PARASOL_RULES = (LayoutCoversBlocks, VirtualStagesWithinBlocks, MemoryFitsHBM)
 def builtin_constraints() -> tuple[Constraint, ...]:
     """All built-in rules, one instance each, in reporting order (Megatron's stage order first)."""
     stages = (STAGE_A_ARGUMENTS, STAGE_G_GLOBAL_VARS, STAGE_I_PROCESS_GROUPS, STAGE_C_CONFIG, STAGE_B_MODEL_BUILD,
-              STAGE_R_RUNTIME, DSV4_RULES, SEED_CLAIM_RULES, PARASOL_RULES)
+              STAGE_R_RUNTIME, DSV4_RULES, SEED_CLAIM_RULES, DUALPIPE_RULES, PARASOL_RULES)
     return tuple(rule() for stage in stages for rule in stage)
 
 

@@ -147,22 +147,20 @@ def _accounted_layout(layers: int, pp: int, vpp: int, embedding: bool, loss: boo
     return tuple(counts) if min(counts) >= 0 else None
 
 
-def _check_vpp_sources(c: Context, k: int | None, v: int | None, layout_text: str | None) -> None:
-    """The flags that set virtual stages; Megatron accepts one (rules vpp-args-mutually-exclusive,
-    hybrid-pattern-excludes-vpp-args, vpp-layers-per-vstage-excludes-uneven)."""
+def _check_hybrid_vpp_sources(c: Context, k: int | None, v: int | None, layout_text: str | None) -> None:
+    """A hybrid pattern with `|` segments sets the virtual stages itself; another virtual-stage flag beside it
+    is refused here (arguments.py:814-838). Conflicts among the other flags are rules (vpp-args-mutually-exclusive,
+    vpp-layers-per-vstage-excludes-uneven)."""
+    if c.pattern is None or len(c.pattern.segments) <= 1:
+        return
     given = [name for name, on in (("--num-layers-per-virtual-pipeline-stage", k is not None),
                                    ("--num-virtual-stages-per-pipeline-rank", v is not None),
-                                   ("--pipeline-model-parallel-layout", layout_text is not None),
-                                   ("--hybrid-layer-pattern", c.pattern is not None and len(c.pattern.segments) > 1))
-             if on]
-    uneven = c.flags.given("--decoder-first-pipeline-num-layers") or c.flags.given("--decoder-last-pipeline-num-layers")
-    if len(given) > 1 or (k is not None and uneven):
-        clash = given if len(given) > 1 else [given[0], "--decoder-first/last-pipeline-num-layers"]
+                                   ("--pipeline-model-parallel-layout", layout_text is not None)) if on]
+    if given:
         raise InputError(
-            f"{' and '.join(clash)} cannot be set together: Megatron takes the virtual pipeline stages from "
-            f"one source and stops at argument validation ({ARGS}:799-862,927-939).",
-            field=clash[0], fix="keep one way of describing the virtual stages (with uneven first/last "
-                                "stages use --num-virtual-stages-per-pipeline-rank).")
+            f"{given[0]} and --hybrid-layer-pattern cannot be set together: Megatron takes the virtual pipeline "
+            f"stages from the pattern's `|` segments and stops at argument validation ({ARGS}:814-838).",
+            field=given[0], fix="describe the virtual stages with the pattern's `|` segments only.")
 
 
 def _pipeline(c: Context, model: ModelArchitecture | None, pp: int, options: dict) -> dict:
@@ -174,9 +172,10 @@ def _pipeline(c: Context, model: ModelArchitecture | None, pp: int, options: dic
     layout_text = f.one("--pipeline-model-parallel-layout")
     if layout_text is not None:
         options["pipeline_model_parallel_layout"] = layout_text
-    _check_vpp_sources(c, k, v, layout_text)
+    _check_hybrid_vpp_sources(c, k, v, layout_text)
     out: dict = {}
     if v is not None:
+        options["num_virtual_stages_per_pipeline_rank"] = v
         out["vpp"] = v
     if k is not None:
         out["vpp"] = _vpp_from_layers_per_stage(k, layers, pp, options)

@@ -28,6 +28,7 @@ from parasol.bounds import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, MAX_MICRO_BAT
 from parasol.constraints.core.base import Constraint, Facts, Severity
 from parasol.constraints.evaluate import evaluate
 from parasol.constraints.physics import rollout as rollout_formulas
+from parasol.constraints.physics.memory import schedule_fits_layout
 from parasol.constraints.physics.step_time import CalibratedStageTimes, step_time_or_none
 from parasol.constraints.rules import contract
 from parasol.constraints.rules.registry import active_constraints
@@ -299,8 +300,12 @@ def sized_problem(problem: Problem, mapping: Mapping, options: MegatronOptions) 
 
 def best_cut(problem: Problem, mapping: Mapping, options: MegatronOptions) -> tuple[int, ...] | None:
     """The fastest cut of the blocks over the mapping's (virtual) stages that keeps every stage within
-    usable memory (the solver's exact DP, solver/search/cuts.py), or None when no cut fits."""
-    if mapping.pp * mapping.vpp > problem.model.num_layers or not whole_folding(
+    usable memory (the solver's exact DP, solver/search/cuts.py), or None when no cut fits or the pipeline
+    schedule cannot pair the PP·VPP stages (DualPipe: even PP, VPP 1; DualPipeV: VPP 2)."""
+    stages = mapping.pp * mapping.vpp
+    if not schedule_fits_layout((1,) * stages, mapping.pp, problem.training.pipeline_schedule):
+        return None
+    if stages > problem.model.num_layers or not whole_folding(
             mapping.gpus, mapping.gbs, mapping.tp, mapping.pp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.mbs):
         return None
     sized = sized_problem(problem, mapping, options)
