@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import yaml
@@ -37,6 +37,9 @@ from parasol.solver.outputs.render import (
     show_table,
 )
 from parasol.solver.outputs.summary import summary_lines
+
+if TYPE_CHECKING:
+    from parasol.solver.search.solve import SearchProgress
 
 EXIT_INFEASIBLE = 1
 EXIT_BAD_INPUT = 2
@@ -353,8 +356,8 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
         check_output(Path(rank_map).with_suffix(".hosts.txt"), "--rank-map")
     if out and Path(out).exists() and not Path(out).is_dir():
         raise ParasolError(f"--out {out!r} is a file, not a folder. Fix: give a folder path.")
-    with search_progress(f"solving {Path(problem).name} (time limit {time_limit:g} s)", sys.stderr.isatty()):
-        result = solve_pools(prob, top=top, time_limit_s=time_limit)
+    with search_progress(f"solving {Path(problem).name} (time limit {time_limit:g} s)", sys.stderr.isatty()) as tick:
+        result = solve_pools(prob, top=top, time_limit_s=time_limit, progress=tick)
     picked = click.get_current_context().get_parameter_source("pick") is ParameterSource.COMMANDLINE
     if out:
         path = write_solution(result, prob, Path(out))
@@ -407,15 +410,21 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
 
 
 @contextmanager
-def search_progress(what: str, enabled: bool) -> Iterator[None]:
-    """A pulsing bar with the elapsed time on stderr while a search runs (only on a terminal)."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+def search_progress(what: str, enabled: bool) -> Iterator[Callable[[SearchProgress], None]]:
+    """A bar on stderr while a search runs (only on a terminal): rows priced of the rows listed, then the
+    Pareto fronts and mappings found, with the elapsed time. Yields the callback the search reports to."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    bar = Progress(TextColumn(what), BarColumn(), TimeElapsedColumn(), console=Console(stderr=True),
-                   disable=not enabled, transient=True)
+    bar = Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[found]}"),
+                   TimeElapsedColumn(), console=Console(stderr=True), disable=not enabled, transient=True)
+
+    def tick(p: SearchProgress) -> None:
+        found = f"rows priced; {p.fronts} front(s), {p.mappings} mapping(s)" if p.fronts else "rows priced"
+        bar.update(task, completed=p.rows_screened, total=p.rows_total, found=found)
+
     with bar:
-        bar.add_task("", total=None)
-        yield
+        task = bar.add_task("", total=None, found="listing rows")
+        yield tick
 
 
 def _emit_megatron(prob: Any, result: Any, picked: int | None, out: str | None, as_json: bool) -> None:

@@ -70,6 +70,22 @@ def test_solve_is_deterministic(v4_result) -> None:
 
 
 @pytest.mark.slow
+def test_progress_reports_rows_priced_then_fronts_found() -> None:
+    """The progress callback (the terminal bar of `parasol solve`) hears every row screened, in order,
+    then each Pareto front with the mappings found so far; the answer is the same as without it."""
+    problem = load_problem(V4_1024)
+    heard = []
+    result = solve(problem, CalibratedStageTimes(problem), top=6, progress=heard.append)
+    rows = [p for p in heard if not p.fronts]
+    fronts = [p for p in heard if p.fronts]
+    assert [p.rows_screened for p in rows] == list(range(1, len(rows) + 1))
+    assert rows[-1].rows_screened == result.rows_screened
+    assert [p.fronts for p in fronts] == list(range(1, len(fronts) + 1))
+    assert fronts[-1].mappings == len(result.mappings)
+    plain = solve(problem, CalibratedStageTimes(problem), top=6)
+    assert [m.front_values for m in plain.mappings] == [m.front_values for m in result.mappings]
+
+
 def test_gb200_ep_groups_stay_in_a_domain_or_pay() -> None:
     """GB200 NVL72 (72-GPU domains of 4-GPU nodes): a returned mapping whose EP group straddles two
     NVLink domains says so in its groups and pays for it: its exposed EP time is more than twice that

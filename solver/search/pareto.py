@@ -137,8 +137,10 @@ def one_front(search: Search, rank: int, excluded: set[int]) -> list[Point]:
 
 
 def pareto_search(program: Program, top: int, time_limit_s: float,
-                  objectives: tuple[Objective, Objective] = DEFAULT_OBJECTIVES) -> SearchOutcome:
-    """Fronts of rank 1, 2, ... over `objectives` until `top` points are found or no row is left."""
+                  objectives: tuple[Objective, Objective] = DEFAULT_OBJECTIVES,
+                  on_front: Callable[[int, int], None] | None = None) -> SearchOutcome:
+    """Fronts of rank 1, 2, ... over `objectives` until `top` points are found or no row is left;
+    `on_front(fronts, points)` hears of each front as it is found (a progress display)."""
     start = time.perf_counter()
     search = Search(program, time_limit_s, objectives)
     points: list[Point] = []
@@ -150,6 +152,8 @@ def pareto_search(program: Program, top: int, time_limit_s: float,
             break
         points.extend(front)
         excluded |= {pt.row_index for pt in front}
+        if on_front is not None:
+            on_front(rank, len(points))
         if len(points) >= top or len(excluded) == sum(bool(st.points) for st in program.staircases):
             break
         rank += 1

@@ -20,7 +20,7 @@ from parasol.problems.loader import Problem
 from parasol.problems.schema import Objective
 from parasol.solver.search.dominance import nondominated
 from parasol.solver.search.objectives import front_objectives, program_objectives, sort_key
-from parasol.solver.search.solve import SolvedMapping, SolveResult, solve
+from parasol.solver.search.solve import OnProgress, SolvedMapping, SolveResult, solve
 
 
 def training_sizes(problem: Problem) -> tuple[int, ...]:
@@ -76,18 +76,20 @@ def merged_status(results: list[SolveResult], found: bool) -> str:
     return "feasible" if found else "unknown"
 
 
-def solve_pools(problem: Problem, top: int = 10, time_limit_s: float = 60.0) -> SolveResult:
+def solve_pools(problem: Problem, top: int = 10, time_limit_s: float = 60.0,
+                progress: OnProgress | None = None) -> SolveResult:
     """Solve every training-pool size (the time limit shared evenly) and merge their fronts; one size
-    with a plain objective is exactly `solve`."""
+    with a plain objective is exactly `solve`. `progress` hears how far each size's search has got."""
     sizes = training_sizes(problem)
     objectives = front_objectives(problem)
     if sizes == (problem.gpus,) and program_objectives(objectives) == objectives:
-        return solve(problem, CalibratedStageTimes(problem), top=top, time_limit_s=time_limit_s)
+        return solve(problem, CalibratedStageTimes(problem), top=top, time_limit_s=time_limit_s, progress=progress)
     start = time.perf_counter()
     results = []
     for n in sizes:
         sub = problem.resized(n)
-        results.append(solve(sub, CalibratedStageTimes(sub), top=top, time_limit_s=time_limit_s / len(sizes)))
+        results.append(solve(sub, CalibratedStageTimes(sub), top=top, time_limit_s=time_limit_s / len(sizes),
+                             progress=progress))
     mappings = ranked(objectives, [sm for r in results for sm in r.mappings], top)
     return SolveResult(merged_status(results, bool(mappings)), tuple(mappings), sum(r.rows for r in results),
                        sum(r.rows_fitting for r in results), sum(r.master_solves for r in results),

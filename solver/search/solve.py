@@ -4,6 +4,7 @@ the Pareto search, and every returned mapping re-judged in Python with its full 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from parasol.constraints.evaluate import evaluate
@@ -156,8 +157,21 @@ def rows_pass_rules(problem: Problem, row: Row) -> bool:
     return evaluate(problem, mapping, program_rules(problem) + judged_rules(problem, "row")).feasible
 
 
+@dataclass(frozen=True)
+class SearchProgress:
+    """How far a search has got: rows screened of the rows listed, Pareto fronts and mappings found."""
+
+    rows_screened: int
+    rows_total: int
+    fronts: int = 0
+    mappings: int = 0
+
+
+OnProgress = Callable[[SearchProgress], None]
+
+
 def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limit_s: float = 60.0,
-          prune: bool = True) -> SolveResult:
+          prune: bool = True, progress: OnProgress | None = None) -> SolveResult:
     """The Pareto-ranked feasible mappings of `problem` (up to `top`, whole fronts). Rows are taken
     most promising first within PRICING_SHARE of the time limit: a row whose every cut overflows
     memory is set aside before any time is priced, the rest get cost tables and staircases, and go to
@@ -187,6 +201,8 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         if time.perf_counter() - start > PRICING_SHARE * time_limit_s:
             break
         screened += 1
+        if progress is not None:
+            progress(SearchProgress(screened, len(ordered)))
         if some_cut_fits(row_costs(problem, r, None), counts, usable):
             kept.append(r)
             costs.append(row_costs(problem, r, time_model))
@@ -206,7 +222,9 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
                         lambda i: rows_pass_rules(problem, rows[i]))
     program = compile_program(problem, rows, tuple(costs), stairs, row_values=per_row)
     remaining = max(time_limit_s - (time.perf_counter() - start), 0.1)
-    outcome = pareto_search(program, top, remaining, minimised)
+    on_front = None if progress is None else \
+        (lambda fronts, found: progress(SearchProgress(screened, len(ordered), fronts, found)))
+    outcome = pareto_search(program, top, remaining, minimised, on_front)
     solved = []
     for pt in outcome.points:
         account = explain(problem, rows[pt.row_index].mapping(problem, pt.layout), repairs=0)
