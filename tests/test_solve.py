@@ -16,7 +16,8 @@ from parasol.problems.loader import load_problem
 from parasol.problems.mapping import Mapping
 from parasol.solver.cli import main
 from parasol.solver.diagnose.explain import explain
-from parasol.solver.search.solve import solve
+from parasol.solver.search.solve import priced_first, solve
+from parasol.solver.search.space import enumerate_rows
 
 V4_1024 = "problems/deepseek-v4-pro-1024.yaml"
 GB200 = "problems/deepseek-v4-pro-gb200-nvl72.yaml"
@@ -84,6 +85,16 @@ def test_progress_reports_rows_priced_then_fronts_found() -> None:
     assert fronts[-1].mappings == len(result.mappings)
     plain = solve(problem, CalibratedStageTimes(problem), top=6)
     assert [m.front_values for m in plain.mappings] == [m.front_values for m in result.mappings]
+
+
+def test_row_ordering_stops_at_the_pricing_deadline() -> None:
+    """The most-promising-first ordering is inside the time limit: past its deadline the remaining rows
+    keep their listing order (issue 13: the limit bounds the whole command, ordering included)."""
+    problem = load_problem(V4_1024)
+    rows = enumerate_rows(problem)
+    assert priced_first(problem, rows, deadline=0.0) == rows
+    ordered = priced_first(problem, rows)
+    assert sorted(ordered) == sorted(rows) and ordered != rows
 
 
 def test_gb200_ep_groups_stay_in_a_domain_or_pay() -> None:

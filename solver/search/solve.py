@@ -3,6 +3,7 @@ the Pareto search, and every returned mapping re-judged in Python with its full 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -135,10 +136,17 @@ def ideal_step_s(problem: Problem, row: Row) -> float:
     return flops / (problem.gpus * peak) * stretch
 
 
-def priced_first(problem: Problem, rows: tuple[Row, ...]) -> tuple[Row, ...]:
+def priced_first(problem: Problem, rows: tuple[Row, ...], deadline: float = math.inf) -> tuple[Row, ...]:
     """Rows in the order their step time is priced: most promising first, so a time limit that cuts
-    pricing short keeps the rows most likely on the front (ties in row order)."""
-    return tuple(sorted(rows, key=lambda r: (ideal_step_s(problem, r), r)))
+    pricing short keeps the rows most likely on the front (ties in row order). Ordering stops at
+    `deadline` (a perf_counter time): rows not reached by then follow in listing order, so the time
+    limit bounds this pass too."""
+    keyed: list[tuple[float, Row]] = []
+    for i, r in enumerate(rows):
+        if time.perf_counter() > deadline:
+            return tuple(r for _, r in sorted(keyed)) + rows[i:]
+        keyed.append((ideal_step_s(problem, r), r))
+    return tuple(r for _, r in sorted(keyed))
 
 
 def _point_value(objective: Objective, row: int, q: CutPoint, per_row: dict[Objective, tuple[int, ...]]) -> int:
@@ -194,7 +202,7 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     usable = usable_mb(problem)
     total_rows = len(rows)
-    ordered = priced_first(problem, rows)
+    ordered = priced_first(problem, rows, start + PRICING_SHARE * time_limit_s)
     row_rules, cut_rules = judged_rules(problem, "row"), judged_rules(problem, "cut")
     kept, costs, staircases, screened = [], [], [], 0
     for r in ordered:
