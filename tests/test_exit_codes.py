@@ -141,11 +141,12 @@ def test_no_pick_hint_without_pick(tmp_path: Path) -> None:
 
 
 def test_nothing_reads_outside_the_repository() -> None:
-    """No source, test or benchmark reaches for a sibling folder (a fresh clone has none)."""
-    reaches = ("parents[" + "2]", "parent." + "parent", '/ "sha' + 'red"', "/work/" + "shared")
+    """No source, test, benchmark or data file reaches for, or cites, a sibling folder (a fresh clone has
+    none: the seeds, the brief and the reference data are in reference/)."""
+    reaches = ("parents[" + "2]", "parent." + "parent", '/ "sha' + 'red"', "/work/" + "shared", "../" + "shared")
     offenders = []
     for folder in ("parasol", "hardware", "problems", "constraints", "solver", "tests", "bench"):
-        for path in (ROOT / folder).rglob("*.py"):
+        for path in sorted(p for ext in ("py", "yaml", "md", "txt") for p in (ROOT / folder).rglob(f"*.{ext}")):
             text = path.read_text(encoding="utf-8")
             offenders += [f"{path.relative_to(ROOT)}: {r}" for r in reaches if r in text]
     assert offenders == []

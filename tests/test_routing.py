@@ -1,8 +1,8 @@
 """MoE routing, capacity and fixed-size all-to-all accounting (constraints/physics/routing.py).
 
-Sources: ../shared/seeds/003_60f510f8d159d310.md §4 (assignments, k·T/E, capacity, 80% used / 20%
+Sources: reference/seeds/003_60f510f8d159d310.md §4 (assignments, k·T/E, capacity, 80% used / 20%
 padding, fixed-size all-to-all amplified by at least CF) and §6 (EP compute/communication ratio);
-../shared/seeds/000_431f34d635186976.md §CP (k·T/E = 8,192 / 2,048); ../shared/BRIEF.md "Seed 003"
+reference/seeds/000_431f34d635186976.md §CP (k·T/E = 8,192 / 2,048); reference/BRIEF.md "Seed 003"
 table; Megatron-LM moe_utils.py:248-266, moe_layer.py:186-196, token_dispatcher.py:517-540.
 """
 

@@ -1,7 +1,7 @@
 """Every number of the BRIEF's seed tables that the foundation touches, reproduced exactly.
 
-Sources: ../shared/seeds/000_431f34d635186976.md (DeepSeek-V4-Pro, 1,024 / 8,192 GPUs, configs A/B/C)
-and ../shared/seeds/003_60f510f8d159d310.md (5T MoE state ledger), as tabulated in ../shared/BRIEF.md.
+Sources: reference/seeds/000_431f34d635186976.md (DeepSeek-V4-Pro, 1,024 / 8,192 GPUs, configs A/B/C)
+and reference/seeds/003_60f510f8d159d310.md (5T MoE state ledger), as tabulated in reference/BRIEF.md.
 """
 
 from __future__ import annotations
