@@ -212,7 +212,7 @@ def explain(problem: str | None, sets: tuple[str, ...], megatron_args: str | Non
     The mapping comes from PROBLEM.yaml, a Megatron-LM launch line (--megatron-args or
     --megatron-args-file) and --set; without PROBLEM, the launch line alone describes the run on
     --hardware PRESET. Unknown Megatron flags are an error; known flags parasol does not model are
-    listed in one line. Exit 0 feasible, 1 infeasible, 2 bad input."""
+    listed in one line."""
     launch = launch_text(megatron_args, megatron_args_file)
     inputs = explain_inputs(problem, sets, launch, hardware=preset, gpus=gpus, model_name=model_name)
     result = explain_mapping(inputs.problem, inputs.mapping)
