@@ -14,16 +14,22 @@ from pathlib import Path
 from parasol.bounds import MAX_INPUT_BYTES
 from parasol.errors import InputError
 
-_READ: set[tuple[int, int]] = set()
-"""(device, inode) of every file read by this process: outputs must not replace one of them."""
+_READ: set[tuple[int, int, int]] = set()
+"""(device, inode, modification time) of every file read by this command: outputs must not replace one.
+The time tells a file from a later one that reuses a deleted file's inode."""
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
+def _identity(path: Path) -> tuple[int, int, int] | None:
     try:
         st = path.stat()
     except (OSError, ValueError):
         return None
-    return st.st_dev, st.st_ino
+    return st.st_dev, st.st_ino, st.st_mtime_ns
+
+
+def forget_reads() -> None:
+    """Start a new command: the files earlier commands of this process read are not its inputs."""
+    _READ.clear()
 
 
 def read_input_bytes(path: str | Path, what: str, field: str | None = None, limit: int = MAX_INPUT_BYTES) -> bytes:
@@ -56,7 +62,7 @@ def read_input_bytes(path: str | Path, what: str, field: str | None = None, limi
     if len(data) > limit:
         raise InputError(f"The {what} {str(p)!r} holds more than {limit:,} bytes.", field=field,
                          fix="check that this is the intended file.")
-    _READ.add((st.st_dev, st.st_ino))
+    _READ.add((st.st_dev, st.st_ino, st.st_mtime_ns))
     return data
 
 

@@ -24,7 +24,7 @@ from rich.console import Console
 
 from parasol.bounds import MAX_GPUS, MAX_TIME_LIMIT_S, MIN_TIME_LIMIT_S
 from parasol.errors import ParasolError, dotted, one_paragraph, short
-from parasol.files import check_output
+from parasol.files import check_output, forget_reads
 from parasol.hardware.presets import load_preset, preset_names
 from parasol.problems.inputs import explain_inputs, launch_text
 from parasol.problems.model.catalog import catalog_names, load_model, model_summary
@@ -139,6 +139,7 @@ class ParasolGroup(click.Group):
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:
     """parasol: plan the parallel mapping of an LLM training run (CP-SAT)."""
+    forget_reads()
     ctx.obj = {"debug": debug}
 
 

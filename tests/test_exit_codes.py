@@ -174,3 +174,15 @@ def test_odd_hf_config_values_are_bad_input(tmp_path: Path, text: str) -> None:
     result = run("explain", str(problem))
     assert result.exit_code == 2, result.output
     assert "config.json" in result.output and "Traceback" not in result.output
+
+
+def test_a_file_an_earlier_command_read_is_not_an_input_of_the_next(tmp_path: Path) -> None:
+    """The never-overwrite guard is per command: in one process (the API, a notebook, the test runner) a
+    file read by an earlier command may be an output of a later one."""
+    earlier = tmp_path / "earlier.yaml"
+    earlier.write_text(Path(ASIC).read_text(encoding="utf-8"), encoding="utf-8")
+    assert run("explain", str(earlier)).exit_code in (0, 1)
+    refused = run("solve", str(earlier), "--time-limit", "0.2", "--rank-map", str(earlier))
+    assert refused.exit_code == 2 and "is an input of this command" in refused.output
+    allowed = run("solve", ASIC, "--time-limit", "0.2", "--rank-map", str(earlier))
+    assert "is an input of this command" not in allowed.output
