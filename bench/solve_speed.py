@@ -1,7 +1,12 @@
 """Speed of `parasol solve` (issue 5): CLI start to output on DeepSeek-V4-Pro at 1,024, 8,192 and
 131,072 GPUs (median of 5 on this machine), and the solver against the brute-force reference.
 
-Run: python bench/solve_speed.py [--runs 5]
+`--default-space` (issue 15): problems as a new user writes them (a catalog model, a hardware preset,
+no `search:` section) across model families (dense, MoE with and without MTP, DeepSeek-V4) and sizes
+(256 to 131,072 GPUs), each solved once in this process: time to the answer, its status, rows listed,
+rows priced in full (a cut fits in memory), and the time spent in the CP-SAT master.
+
+Run: python bench/solve_speed.py [--runs 5] | python bench/solve_speed.py --default-space [--only NAME]
 """
 
 from __future__ import annotations
@@ -68,11 +73,75 @@ def reference_ratio(count: int) -> list[tuple[int, float, float]]:
     return out
 
 
+V4_LINES = ("  packed_sequences: true\nframework:\n  rule_packs: [megatron-core, deepseek-v4]\n"
+            "  options:\n    cp_partition_mode: contiguous\n")
+"""What a DeepSeek-V4 problem adds: packed sequences and the V4 rule pack with its CP sharding."""
+DEFAULT_SPACE = (
+    # (name, catalog model, preset, GPUs, seq_len, global batch, precision, optimizer, extra lines)
+    ("qwen3-235b-256", "qwen3-235b-a22b", "h100-hgx", 256, 4096, 1024, "bf16", "adam", ""),
+    ("mixtral-8x22b-512", "mixtral-8x22b", "h100-hgx", 512, 4096, 2048, "bf16", "adam", ""),
+    ("deepseek-v3-2048", "deepseek-v3", "h800-hgx", 2048, 4096, 15360, "fp8", "adam", ""),
+    ("gpt-3-175b-4096", "gpt-3-175b", "a100-hgx", 4096, 2048, 1536, "bf16", "adam", ""),
+    ("deepseek-v4-pro-8192", "deepseek-v4-pro", "h800-hgx", 8192, 8192, 4096, "bf16", "muon",
+     V4_LINES),
+    ("llama-3.1-405b-16384", "llama-3.1-405b", "h100-hgx", 16384, 8192, 2048, "bf16", "adam", ""),
+    ("deepseek-v4-flash-32768", "deepseek-v4-flash", "h800-hgx", 32768, 8192, 8192, "bf16", "muon", V4_LINES),
+    ("deepseek-v4-pro-131072", "deepseek-v4-pro", "h800-hgx", 131072, 8192, 65536, "bf16", "muon", V4_LINES),
+)
+"""The default-space set: what a user writes first for each family and size (no `search:` section)."""
+
+
+def default_space_text(model: str, preset: str, gpus: int, seq: int, gbs: int, precision: str, optimizer: str,
+                       extra: str) -> str:
+    """A problem file as a new user writes it: catalog model, preset, training run, nothing else."""
+    return (f"model: {model}\ntraining:\n  seq_len: {seq}\n  global_batch: {gbs}\n  precision: {precision}\n"
+            f"  optimizer: {optimizer}\n{extra.split('framework:')[0]}hardware:\n  preset: {preset}\n"
+            f"  gpus: {gpus}\n" + ("framework:" + extra.split("framework:")[1] if "framework:" in extra else ""))
+
+
+def default_space(only: str | None, time_limit: float) -> None:
+    """Solve each default-space problem once in this process and print its figures."""
+    import parasol.solver.search.solve as solve_module
+    from parasol.constraints.physics.step_time import CalibratedStageTimes
+    from parasol.problems.loader import load_problem_text
+
+    master = [0.0]
+    search = solve_module.pareto_search
+
+    def timed_search(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - a pass-through timer
+        start = time.perf_counter()
+        try:
+            return search(*args, **kwargs)
+        finally:
+            master[0] += time.perf_counter() - start
+
+    solve_module.pareto_search = timed_search
+    print(f"{'problem':<26} {'status':>8} {'time s':>7} {'rows':>7} {'priced':>7} {'master s':>8}  best step / memory")
+    for name, *spec in DEFAULT_SPACE:
+        if only and only not in name:
+            continue
+        problem = load_problem_text(default_space_text(*spec))
+        master[0] = 0.0
+        start = time.perf_counter()
+        result = solve_module.solve(problem, CalibratedStageTimes(problem), top=10, time_limit_s=time_limit)
+        seconds = time.perf_counter() - start
+        best = min(result.mappings, key=lambda m: m.front_values.get("step_time", 0), default=None)
+        what = "-" if best is None else " / ".join(f"{v:.3f}" for v in best.front_values.values())
+        print(f"{name:<26} {result.status:>8} {seconds:7.2f} {result.rows:7,} {result.rows_fitting:7,} "
+              f"{master[0]:8.2f}  {what}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--reference", type=int, default=6, help="generated problems to compare")
+    parser.add_argument("--default-space", action="store_true", help="the default-space set (issue 15)")
+    parser.add_argument("--only", help="default-space problems whose name contains this")
+    parser.add_argument("--time-limit", type=float, default=600.0, help="default-space solve time limit (s)")
     args = parser.parse_args()
+    if args.default_space:
+        default_space(args.only, args.time_limit)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         cases = [("1,024", ROOT / "problems/deepseek-v4-pro-1024.yaml"),

@@ -128,6 +128,10 @@ class Framework(Strict):
 
 
 Degree = GpuCount | Annotated[list[GpuCount], Field(max_length=MAX_CHOICES)]
+Dispatcher = Literal["allgather", "alltoall", "flex"]
+"""A Megatron MoE token dispatcher (--moe-token-dispatcher-type)."""
+CPCommType = Literal["p2p", "a2a", "allgather", "a2a+p2p"]
+"""A Megatron CP communication type (--cp-comm-type)."""
 
 
 class SearchSpace(Strict):
@@ -149,6 +153,14 @@ class SearchSpace(Strict):
         default=None, description="rank orders the solver may pick (default: Megatron's tp-cp-ep-dp-pp, and "
         "tp-cp-ep-pp-dp where it is legal and places groups differently; framework.options."
         "use_tp_pp_dp_mapping pins it)")
+    dispatcher: Dispatcher | Annotated[list[Dispatcher], Field(min_length=1, max_length=3)] | None = Field(
+        default=None, description="MoE token dispatchers the solver may pick for rows with EP > 1 (default: "
+        "framework.options.moe_token_dispatcher_type when the problem sets it, else allgather, alltoall and, "
+        "on GPUs with FP8 whose all-to-all is not fixed-size, flex)")
+    cp_comm_type: CPCommType | Annotated[list[CPCommType], Field(min_length=1, max_length=4)] | None = Field(
+        default=None, description="CP communication types the solver may pick for rows with CP > 1 (default: "
+        "framework.options.cp_comm_type when the problem sets it, else p2p, a2a and allgather for GQA/MHA "
+        "attention, the option's value for MLA and DeepSeek-V4 attention)")
 
 
 class Objective(StrEnum):

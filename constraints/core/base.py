@@ -143,6 +143,9 @@ class Constraint(ABC):
     solver_judges: str | None = None
     """How `solve` applies a rule whose CP-SAT side enumerates mappings in Python: "row" (judged once per
     degree row), "cut" (judged per stage cut, as it reads the step time); None: posted in the program."""
+    reads_choices: bool = False
+    """The rule reads an option `solve` chooses per row (the MoE token dispatcher, the CP communication
+    type; solver/search/space.py): `solve` judges it per row in Python under the row's options."""
 
     def active(self, problem: Problem) -> bool:
         """Whether the rule judges this problem: its pack is switched on and it applies."""

@@ -88,22 +88,30 @@ def tp_comm(model: ModelArchitecture, block: Block | None, tokens: float, tp_lin
     return ring_all_reduce(nbytes, tp_link).scaled(regions)
 
 
-def cp_comm(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_link: GroupLink) -> CommTerm:
-    """CP exchange of one block's forward attention.
+def cp_comm(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_link: GroupLink,
+            comm_type: str = "p2p") -> CommTerm:
+    """CP exchange of one block's forward attention, by Megatron's --cp-comm-type (Transformer Engine's
+    context-parallel attention).
 
-    GQA/MLA (ring attention, --cp-comm-type p2p): CP−1 steps, each passing the local K and V chunk
-    (MLA: per-head keys and values after the up-projection). V4 hybrid: the compressed KV entries
-    (and CSA index keys) are all-gathered and the sliding window's halo rows come from the previous
-    rank."""
+    GQA/MLA: p2p (ring attention): CP−1 steps, each passing the local K and V chunk (MLA: per-head keys
+    and values after the up-projection); allgather: the K and V of the whole sequence gathered at once;
+    a2a (DeepSpeed-Ulysses, arXiv 2309.14509 §3.1): Q, K and V all-to-all from sequence to head shards
+    before the attention and its output back (cp_a2a_bytes); a2a+p2p is priced as p2p. V4 hybrid: the
+    compressed KV entries (and CSA index keys) are all-gathered and the sliding window's halo rows come
+    from the previous rank, whatever the type."""
     cp = cp_link.size
     if cp <= 1:
         return NO_COMM
     att = model.attention
-    if isinstance(att, GQAAttention):
-        width = 2 * max(att.num_kv_heads / tp, 1) * att.head_dim
-        return point_to_point(tokens * width * BF16_BYTES, cp_link).scaled(cp - 1)
-    if isinstance(att, MLAAttention):
-        width = att.num_heads / tp * (att.qk_nope_head_dim + att.qk_rope_head_dim + att.v_head_dim)
+    if isinstance(att, GQAAttention | MLAAttention):
+        if isinstance(att, GQAAttention):
+            width = 2 * max(att.num_kv_heads / tp, 1) * att.head_dim
+        else:
+            width = att.num_heads / tp * (att.qk_nope_head_dim + att.qk_rope_head_dim + att.v_head_dim)
+        if comm_type == "allgather":
+            return all_gather(cp * tokens * width * BF16_BYTES, cp_link)
+        if comm_type == "a2a" and isinstance(att, GQAAttention):
+            return all_to_all(cp_a2a_bytes(att, tokens, tp), cp_link)
         return point_to_point(tokens * width * BF16_BYTES, cp_link).scaled(cp - 1)
     assert isinstance(att, DSV4Attention)
     ratio = block.compress_ratio or 0
@@ -112,6 +120,15 @@ def cp_comm(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_l
         return halo
     width = att.head_dim + (att.index_head_dim if ratio == CSA_RATIO else 0)
     return halo + all_gather(cp * tokens / ratio * width * BF16_BYTES, cp_link)
+
+
+def cp_a2a_bytes(att: GQAAttention, tokens: float, tp: int) -> float:
+    """Bytes a rank sends in the all-to-alls of one Ulysses attention forward: its `tokens` of Q (heads/TP),
+    K and V (KV heads/TP each) and of the attention output (heads/TP), BF16 (arXiv 2309.14509 §3.1:
+    4·N·h/P per rank for multi-head attention, N tokens, hidden h, P ranks)."""
+    heads = att.num_heads / tp
+    kv_heads = max(att.num_kv_heads / tp, 1)
+    return tokens * (2 * heads + 2 * kv_heads) * att.head_dim * BF16_BYTES
 
 
 def _linear_mixer_widths(model: ModelArchitecture, block: Block) -> tuple[int, int]:

@@ -217,6 +217,20 @@ class CalibratedStageTimes:
             self.kinds.setdefault(block_kind(b), b)
         self._links: dict[Mapping, Links] = {}
         self._workloads: dict[Mapping, Workload] = {}
+        self._siblings: dict[int, CalibratedStageTimes] = {}
+
+    def for_problem(self, problem) -> CalibratedStageTimes:  # noqa: ANN001 - Problem
+        """The model of `problem`, a variant of this one's problem with other framework options (a row's
+        dispatcher or CP communication type): this model when it is the same problem, else a sibling with
+        the same coefficients and group placements, built once per problem."""
+        if problem is self.problem:
+            return self
+        sibling = self._siblings.get(id(problem))
+        if sibling is None or sibling.problem is not problem:
+            sibling = CalibratedStageTimes(problem, self.coefficients)
+            sibling._links = self._links
+            self._siblings[id(problem)] = sibling
+        return sibling
 
     def links(self, mapping: Mapping) -> Links:
         """Group placement of a mapping, computed once."""

@@ -96,6 +96,8 @@ class StepSettings:
     and the scores' HBM traffic instead of a fused causal kernel."""
     dispatcher: str = "alltoall"
     """Megatron's MoE token dispatcher (--moe-token-dispatcher-type): allgather, alltoall or flex."""
+    cp_comm: str = "p2p"
+    """Megatron's CP communication type (--cp-comm-type): p2p, a2a, allgather or a2a+p2p."""
     dispatch_amplification: float = 1.0
     """EP bytes sent over the balanced k·T·h: the capacity factor when expert buffers are fixed-size
     (seed 003 §4: a fixed-size whole-group all-to-all moves at least CF times the ideal)."""
@@ -125,7 +127,8 @@ def settings_for(problem, options: MegatronOptions | None = None) -> StepSetting
     amplification = training.capacity_factor or (training.dispatch_headroom if fixed else 1.0)
     return StepSettings(precision=training.precision.value,
                         grad_reduce_bytes=FP32_BYTES if training.grad_dtype == "fp32" else BF16_BYTES,
-                        dispatcher=opts.moe_token_dispatcher_type, dispatch_amplification=amplification,
+                        dispatcher=opts.moe_token_dispatcher_type, cp_comm=opts.cp_comm_type,
+                        dispatch_amplification=amplification,
                         fixed_size_all_to_all=fixed, fsdp=training.fsdp != "none",
                         frozen_weights=training.frozen_base_weights, **overlap_settings(training, opts))
 
@@ -295,7 +298,7 @@ class _StageSums:
         block_ep = NO_COMM if b.mlp is not BlockKind.moe else ep_comm(
             model, ctx.tokens, m.tp, m.expert_tp, ctx.links.ep, received, settings.dispatcher).scaled(count)
         self.tp, self.ep = self.tp + block_tp, self.ep + block_ep
-        self.cp = self.cp + cp_comm(model, b, ctx.tokens, m.tp, ctx.links.cp).scaled(count)
+        self.cp = self.cp + cp_comm(model, b, ctx.tokens, m.tp, ctx.links.cp, settings.cp_comm).scaled(count)
         again = recomputed_flops(m.recompute, tuple(ctx.training.recompute_modules), bf)
         self.r_gemm += again.gemm * share
         self.r_grouped += again.routed_gemm * share

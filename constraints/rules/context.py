@@ -11,7 +11,9 @@ from __future__ import annotations
 from math import prod
 
 from parasol.constraints.core.base import Citation, Constraint, Facts, Family, remainder_slack
+from parasol.constraints.core.consts import model_consts
 from parasol.problems.megatron.stages import MegatronStage
+from parasol.problems.model.architecture import GQAAttention
 
 ARGUMENTS = "Megatron-LM megatron/training/arguments.py"
 
@@ -49,6 +51,7 @@ class CPSeqDivisibleBy2CP(Constraint):
 
 class CPA2AP2PRequiresHierarchical(Constraint):
     """The two-level a2a+p2p CP communication needs --hierarchical-context-parallel-sizes."""
+    reads_choices = True
 
     id = "cp-a2a-p2p-requires-hierarchical"
     family = Family.context
@@ -73,6 +76,46 @@ class CPA2AP2PRequiresHierarchical(Constraint):
     def post(self, model, v, enforce) -> None:
         if self._broken(v.options):
             model.AddBoolOr([enforce.Not()])
+
+
+class CPA2AHeadsDivisible(Constraint):
+    """Ulysses CP (--cp-comm-type a2a) gives each CP rank whole attention heads: a TP rank's query heads and
+    KV heads both divide by CP (Transformer Engine asserts it in its a2a context-parallel attention)."""
+
+    reads_choices = True
+    id = "cp-a2a-heads-divisible"
+    family = Family.context
+    citation = Citation("TransformerEngine transformer_engine/pytorch/attention/dot_product_attention/"
+                        "context_parallel.py (AttnFuncWithCPAndQKVOA2A.forward: 'The number of attention heads "
+                        "needs to be divisible by CP size!')", MegatronStage.runtime)
+    unit = "heads"
+    summary = "cp_comm_type a2a -> (heads/TP) % CP == 0 and (query groups/TP) % CP == 0"
+    exact = True
+
+    def applies(self, problem) -> bool:  # noqa: ANN001 - Problem
+        return isinstance(problem.model.attention, GQAAttention)
+
+    def in_force(self, f: Facts) -> bool:
+        """Only the all-to-all CP communication splits heads."""
+        return f.options.cp_comm_type == "a2a"
+
+    def slack(self, f: Facts) -> float:
+        if not self.in_force(f):
+            return 0.0
+        consts, split = model_consts(f.problem), f.mapping.tp * f.mapping.cp
+        return min(remainder_slack(consts["num_heads"], split), remainder_slack(consts["num_query_groups"], split))
+
+    def message(self, f: Facts) -> str:
+        consts, m = model_consts(f.problem), f.mapping
+        return (f"The number of attention heads needs to be divisible by CP size! ({consts['num_heads']} heads and "
+                f"{consts['num_query_groups']} KV heads over TP {m.tp}, CP {m.cp})")
+
+    def post(self, model, v, enforce) -> None:
+        if v.options.cp_comm_type != "a2a":
+            return
+        split = v.product("tp", "cp")
+        v.divides(split, v.consts["num_heads"], "a2a_heads", enforce)
+        v.divides(split, v.consts["num_query_groups"], "a2a_groups", enforce)
 
 
 class HierarchicalCPProduct(Constraint):

@@ -442,6 +442,7 @@ class ContiguousCPMtpTPSP(DSv4Rule):
 
 class PackingSchedulerMoeDispatcher(DSv4Rule):
     """Sequence packing with MoE needs the alltoall or flex token dispatcher."""
+    reads_choices = True
 
     id = "packing-scheduler-moe-dispatcher"
     family = Family.moe

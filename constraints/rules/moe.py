@@ -146,6 +146,7 @@ class MoEBiasRequiresETP1(Constraint):
 
 class DeepEPNCCLEPNeedEtpEpGt1(Constraint):
     """The DeepEP and NCCL-EP backends exchange tokens inside the expert TP×EP group, which needs 2+ ranks."""
+    reads_choices = True
 
     id = "deepep-ncclep-need-etp-ep-gt-1"
     family = Family.moe
@@ -176,6 +177,7 @@ class DeepEPNCCLEPNeedEtpEpGt1(Constraint):
 
 class DeepEPFlagRequiresFlex(MoERule):
     """The deprecated --moe-enable-deepep works only with the flex dispatcher and not with hybridep."""
+    reads_choices = True
 
     id = "deepep-flag-requires-flex"
     citation = Citation(f"{CONFIG}:1743-1752", MegatronStage.config)
@@ -194,6 +196,7 @@ class DeepEPFlagRequiresFlex(MoERule):
 
 class NCCLEPRequiresFlex(MoERule):
     """The ncclep backend belongs to the flex dispatcher."""
+    reads_choices = True
 
     id = "ncclep-requires-flex"
     citation = Citation(f"{CONFIG}:1763-1774", MegatronStage.config)
@@ -207,6 +210,7 @@ class NCCLEPRequiresFlex(MoERule):
 
 class NCCLEPNoDropPad(MoERule):
     """NCCL EP is dropless only: no capacity factor, no padding to capacity."""
+    reads_choices = True
 
     id = "ncclep-no-drop-pad"
     citation = Citation(f"{DISPATCHER}:1554-1556", MegatronStage.model_build)
@@ -222,6 +226,7 @@ class NCCLEPNoDropPad(MoERule):
 
 class DeepEPNoPadToCapacity(MoERule):
     """DeepEP cannot pad expert inputs to capacity."""
+    reads_choices = True
 
     id = "deepep-no-pad-to-capacity"
     citation = Citation(f"{CONFIG}:1754-1761", MegatronStage.config)
@@ -286,6 +291,7 @@ class GroupLimitedRouting(MoERule):
 
 class SharedExpertOverlapDispatcher(MoERule):
     """Overlapping the shared experts with dispatch needs the alltoall or flex dispatcher."""
+    reads_choices = True
 
     id = "shared-expert-overlap-dispatcher"
     citation = Citation(f"{CONFIG}:1813-1826", MegatronStage.config)
@@ -305,6 +311,7 @@ class EPA2AOverlap(Constraint):
     """Overlapping the EP all-to-all with compute (--overlap-moe-expert-parallel-comm) needs EP > 1, VPP when
     PP > 1, the alltoall or flex dispatcher, no full recompute and no recompute method/layers, no 'moe'
     recompute module, no shared-expert overlap and at most one MTP layer (torch >= 2.6 is not judged)."""
+    reads_choices = True
 
     id = "ep-a2a-overlap"
     family = Family.moe

@@ -6,6 +6,7 @@ from parasol.constraints.core.base import Constraint
 from parasol.constraints.rules.batch import EvalGbsDivisible, GbsDivisibleByMbsDp, NumMicrobatches
 from parasol.constraints.rules.capacity import MemoryFitsHBM
 from parasol.constraints.rules.context import (
+    CPA2AHeadsDivisible,
     CPA2AP2PRequiresHierarchical,
     CPSeqDivisibleBy2CP,
     HierarchicalCPProduct,
@@ -125,7 +126,8 @@ STAGE_B_MODEL_BUILD = (
     VppLayersPerRankDivisible, AccountForEnoughLayers, HybridNoAttentionPlusMLA, HybridMtpPatternsIdentical,
     QueryGroupsDivideHeads, TPShardedLinearDims, DeepEPNCCLEPNeedEtpEpGt1, NCCLEPNoDropPad,
 )
-STAGE_R_RUNTIME = (SPActivationSeqDivisibleByTP, MoETPRequiresSP, VppMicrobatchGroupRange, VppFinalGroupRemainder)
+STAGE_R_RUNTIME = (SPActivationSeqDivisibleByTP, MoETPRequiresSP, VppMicrobatchGroupRange, VppFinalGroupRemainder,
+                   CPA2AHeadsDivisible)
 PARASOL_RULES = (LayoutCoversBlocks, VirtualStagesWithinBlocks, MemoryFitsHBM)
 
 

@@ -26,7 +26,7 @@ from parasol.problems.mapping import DEGREES, RankOrder, Recompute
 from parasol.problems.schema import Objective
 from parasol.solver.search.costs import RowCosts
 from parasol.solver.search.cuts import Staircase
-from parasol.solver.search.space import Row
+from parasol.solver.search.space import Row, row_problem
 
 CUT_RULES = ("memory-fits-hbm", "layout-covers-blocks")
 """Rules the program states through the cut staircases (per-stage memory within usable HBM, every
@@ -53,7 +53,15 @@ class Program:
 def program_rules(problem: Problem) -> tuple[Constraint, ...]:
     """Every active rule except those the program states through its cut staircases and those the
     solver judges in Python row by row or cut by cut (judged_rules)."""
-    return tuple(c for c in active_constraints(problem) if c.id not in CUT_RULES and c.solver_judges is None)
+    return tuple(c for c in active_constraints(problem)
+                 if c.id not in CUT_RULES and c.solver_judges is None and not c.reads_choices)
+
+
+def choice_rules(problem: Problem) -> tuple[Constraint, ...]:
+    """Active rules reading an option a row chooses (dispatcher, CP communication type): the solver
+    judges them per row in Python under the row's options (pass the row's problem, space.row_problem)."""
+    return tuple(c for c in active_constraints(problem)
+                 if c.reads_choices and c.id not in CUT_RULES and c.solver_judges is None)
 
 
 def judged_rules(problem: Problem, level: str) -> tuple[Constraint, ...]:
@@ -64,8 +72,11 @@ def judged_rules(problem: Problem, level: str) -> tuple[Constraint, ...]:
 
 def admissible(problem: Problem, row: Row, staircase: Staircase, row_rules: tuple[Constraint, ...],
                cut_rules: tuple[Constraint, ...]) -> Staircase:
-    """The row's staircase with the steps the judged rules allow: none when a row rule fails on the row,
-    else the steps whose own mapping passes every cut rule (the same Python verdicts explain gives)."""
+    """The row's staircase with the steps the judged rules allow: none when a row rule (or a rule on the
+    options the row chooses) fails on the row, else the steps whose own mapping passes every cut rule
+    (the same Python verdicts explain gives, under the row's options)."""
+    problem = row_problem(problem, row)
+    row_rules = row_rules + choice_rules(problem)
     if not staircase.points or not (row_rules or cut_rules):
         return staircase
     if row_rules and not evaluate(problem, row.mapping(problem), row_rules).feasible:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from parasol.constraints.evaluate import evaluate
 from parasol.constraints.physics.flops import model_flops_per_token
@@ -15,6 +15,7 @@ from parasol.problems.derived import default_layout, derive
 from parasol.problems.loader import Problem
 from parasol.problems.schema import Objective
 from parasol.solver.diagnose.explain import Explanation, explain
+from parasol.solver.search.choices import settled
 from parasol.solver.search.costs import (
     MEMORY_UNIT_MB,
     TIME_UNIT_S,
@@ -25,7 +26,7 @@ from parasol.solver.search.costs import (
     row_costs,
     usable_mb,
 )
-from parasol.solver.search.cuts import CutPoint, row_staircase, some_cut_fits
+from parasol.solver.search.cuts import CutPoint, Staircase, row_staircase, some_cut_fits
 from parasol.solver.search.objectives import (
     RESOLUTIONS,
     SCALES,
@@ -35,9 +36,15 @@ from parasol.solver.search.objectives import (
     row_units,
 )
 from parasol.solver.search.pareto import pareto_search
-from parasol.solver.search.program import admissible, compile_program, judged_rules, program_rules
+from parasol.solver.search.program import (
+    admissible,
+    choice_rules,
+    compile_program,
+    judged_rules,
+    program_rules,
+)
 from parasol.solver.search.prune import pruned
-from parasol.solver.search.space import Row, rows_until
+from parasol.solver.search.space import Row, row_problem, rows_until
 
 
 @dataclass(frozen=True)
@@ -53,11 +60,15 @@ class SolvedMapping:
     bound: dict[str, float]
     """Best lower bound proved for the first objective the program minimised (= its value when optimal)."""
     explanation: Explanation
+    settings: dict[str, str] = field(default_factory=dict)
+    """Framework options the solver chose for this mapping (MoE token dispatcher, CP communication type),
+    by their `explain --set` names; explanation.problem carries them."""
 
     def as_dict(self) -> dict:
-        """The explain contract plus pareto_rank and the solver's objective values."""
+        """The explain contract plus pareto_rank, the options the solver chose and its objective values."""
         data = self.explanation.as_dict()
         data["pareto_rank"] = self.pareto_rank
+        data["settings"] = dict(self.settings)
         minimised, bound = next(iter(self.bound.items()))
         value = self.step_time_objective_s if minimised == "step_time" else self.front_values.get(minimised, bound)
         data["objective"] = {
@@ -162,7 +173,8 @@ def rows_pass_rules(problem: Problem, row: Row) -> bool:
     """Whether a row meets every rule the master posts and every rule judged per row, in Python (with an
     explicit cut, as every solver answer has; the CP-SAT postings agree, tests/test_agreement.py)."""
     mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp))
-    return evaluate(problem, mapping, program_rules(problem) + judged_rules(problem, "row")).feasible
+    chosen = row_problem(problem, row)
+    return evaluate(chosen, mapping, program_rules(problem) + judged_rules(problem, "row") + choice_rules(chosen)).feasible
 
 
 @dataclass(frozen=True)
@@ -212,9 +224,12 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         if progress is not None:
             progress(SearchProgress(screened, len(ordered)))
         if some_cut_fits(row_costs(problem, r, None), counts, usable):
+            r, cost, sure = settled(problem, r, time_model)
             kept.append(r)
-            costs.append(row_costs(problem, r, time_model))
-            staircases.append(admissible(problem, r, row_staircase(costs[-1], counts, usable), row_rules, cut_rules))
+            costs.append(cost)
+            stairs = row_staircase(cost, counts, usable)
+            stairs = stairs if sure else Staircase(stairs.points, False)
+            staircases.append(admissible(problem, r, stairs, row_rules, cut_rules))
     all_priced = listed and screened == len(ordered) and all(st.proved for st in staircases)
     if not kept:
         return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, 0, 0,
@@ -235,14 +250,15 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     outcome = pareto_search(program, top, remaining, minimised, on_front)
     solved = []
     for pt in outcome.points:
-        account = explain(problem, rows[pt.row_index].mapping(problem, pt.layout), repairs=0)
+        row = rows[pt.row_index]
+        account = explain(row_problem(problem, row), row.mapping(problem, pt.layout), repairs=0)
         metrics = account.as_dict()["metrics"]
         front = {o.value: round(objective_value(o, metrics, v * SCALES[p].resolution), 9)
                  for o, p, v in zip(objectives, minimised, pt.values, strict=True)}
         solved.append(SolvedMapping(pt.pareto_rank, pt.optimal, round(pt.time_units * TIME_UNIT_S, 9),
                                     pt.memory_units * MEMORY_UNIT_MB / 1000, front,
                                     {minimised[0].value: round(pt.bound * SCALES[minimised[0]].resolution, 9)},
-                                    account))
+                                    account, row.settings()))
     complete = outcome.complete and all_priced
     if not solved:
         status = "infeasible" if complete else "unknown"

@@ -8,6 +8,7 @@ on the row's degree variables, so a row that breaks a rule is excluded by CP-SAT
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from itertools import product
@@ -15,6 +16,7 @@ from itertools import product
 from parasol.constraints.physics.exchanges import links_for
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, Mapping, RankOrder, Recompute
+from parasol.problems.model.architecture import GQAAttention
 
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -27,23 +29,58 @@ def _pins(value: int | list[int] | None) -> tuple[int, ...] | None:
 
 MIN_TOKENS_PER_CP_RANK = 1024
 """Default CP stops where a rank would hold fewer tokens of a sequence than this."""
+MAX_DEFAULT_VPP = 16
+"""Default VPP stops here: past 16 virtual stages per rank the bubble it removes, (PP−1)/(VPP·m) of the
+pipeline, is under a 16th of the 1F1B bubble while every virtual stage adds its sends."""
+SHORT_SEQUENCE = 2048
+"""Sequences of at most this many tokens also try MBS 8 (longer ones stop at MBS 4)."""
+
+
+def default_tp(problem: Problem) -> tuple[int, ...]:
+    """TP values tried by default: powers of two dividing the heads that fit a node or divide the NVLink
+    domain, and where `framework.tp_across_nvlink` is a warning also the next power of two, a group over
+    two domains (TP across nodes, e.g. TP 16 on 8-GPU nodes; wider groups put every layer's TP
+    collectives on the NICs)."""
+    heads, topology = problem.model.attention.num_heads, problem.hardware.topology
+    inside = [t for t in POWERS_OF_TWO if heads % t == 0
+              and (t <= topology.gpus_per_node or topology.gpus_per_nvlink_domain % t == 0)]
+    across = 2 * inside[-1]
+    if problem.spec.framework.tp_across_nvlink == "warning" and heads % across == 0 and across <= problem.gpus:
+        inside.append(across)
+    return tuple(inside)
+
+
+DEFAULT_VPP = (1, 2, 3, 4, 6, 8, 12, MAX_DEFAULT_VPP)
+"""VPP values tried by default: every value to 4, then those that split the usual per-rank block counts
+(multiples of 6 and 8) evenly."""
+
+
+def default_vpp(problem: Problem) -> tuple[int, ...]:
+    """DEFAULT_VPP up to as many virtual stages as leave a block each on two pipeline ranks (rows_until
+    drops the values a row's PP cannot hold; Megatron accepts any VPP with an explicit layout, and VPP > 1
+    needs PP > 1, a rule)."""
+    return tuple(v for v in DEFAULT_VPP if v <= max(problem.model.num_layers // 2, 1))
+
+
+def default_mbs(problem: Problem) -> tuple[int, ...]:
+    """MBS values tried by default: 1, 2 and 4, and 8 for sequences of at most SHORT_SEQUENCE tokens."""
+    return (1, 2, 4, 8) if problem.training.seq_len <= SHORT_SEQUENCE else (1, 2, 4)
 
 
 def default_domains(problem: Problem) -> dict[str, tuple[int, ...]]:
-    """Values tried when the problem's `search` leaves a degree open: TP within a node dividing the
-    heads, PP up to the block count, CP up to 8 with at least MIN_TOKENS_PER_CP_RANK tokens per rank
-    and S divisible by 2·CP, EP dividing the experts, VPP 1-2, MBS 1-2. ETP is 1 or TP (see rows);
-    a search section widens any of them."""
+    """Values tried when the problem's `search` leaves a degree open: TP as default_tp says, PP up to the
+    block count, CP up to 8 with at least MIN_TOKENS_PER_CP_RANK tokens per rank and S divisible by 2·CP,
+    EP dividing the experts, VPP and MBS as default_vpp and default_mbs say. ETP takes the TP values (see
+    expert_tp_choices); a search section widens or narrows any of them."""
     model, gpus, seq = problem.model, problem.gpus, problem.training.seq_len
-    node = problem.hardware.topology.gpus_per_node
-    heads = model.attention.num_heads
-    tp = tuple(t for t in POWERS_OF_TWO if t <= node and heads % t == 0)
+    tp = default_tp(problem)
     pp = tuple(p for p in POWERS_OF_TWO if p <= model.num_layers and gpus % p == 0)
     cp = tuple(c for c in POWERS_OF_TWO[:4]
                if c == 1 or (seq % (2 * c) == 0 and seq // c >= MIN_TOKENS_PER_CP_RANK))
     experts = model.moe.num_experts if model.moe else 1
     ep = tuple(e for e in range(1, experts + 1) if experts % e == 0 and e <= gpus)
-    return {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": tp, "vpp": (1, 2), "mbs": (1, 2)}
+    return {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": tp, "vpp": default_vpp(problem),
+            "mbs": default_mbs(problem)}
 
 
 def search_domains(problem: Problem) -> dict[str, tuple[int, ...]]:
@@ -95,6 +132,60 @@ def distinct_orders(problem: Problem, orders: tuple[RankOrder, ...], row: Row) -
     return orders
 
 
+DISPATCHERS = ("allgather", "alltoall", "flex")
+"""Megatron's MoE token dispatchers (--moe-token-dispatcher-type); flex runs the options' backend
+(--moe-flex-dispatcher-backend: DeepEP by default, Hybrid-EP)."""
+CP_COMM_TYPES = ("p2p", "a2a", "allgather")
+"""CP communication types `solve` tries by default (--cp-comm-type); a2a+p2p needs the problem's
+hierarchical CP sizes, so it is tried only where `search.cp_comm_type` lists it."""
+
+
+def _explicit(problem: Problem, option: str) -> str | None:
+    """The value of a framework option the problem sets itself (None when it leaves Megatron's default)."""
+    options = problem.spec.framework.options
+    return getattr(options, option) if option in options.model_fields_set else None
+
+
+def _listed(value: str | list[str] | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    return (value,) if isinstance(value, str) else tuple(dict.fromkeys(value))
+
+
+def flex_allowed(problem: Problem) -> bool:
+    """Whether the flex dispatcher is worth trying by default: a GPU cluster whose all-to-all sends what is
+    routed (not fixed-size buffers) with FP8 tensor cores (Hopper or later; DeepEP's inter-node kernels
+    and Hybrid-EP are built for those)."""
+    return not problem.hardware.topology.fixed_size_all_to_all and "fp8" in problem.hardware.gpu.precisions
+
+
+def dispatcher_choices(problem: Problem) -> tuple[str, ...]:
+    """Token dispatchers a MoE row with EP > 1 takes: `search.dispatcher`, else the one the problem's
+    options set, else allgather, alltoall and (where flex_allowed) flex. Empty for a dense model."""
+    if problem.model.moe is None:
+        return ()
+    listed = _listed(problem.spec.search.dispatcher)
+    if listed is not None:
+        return listed
+    pinned = _explicit(problem, "moe_token_dispatcher_type")
+    if pinned is not None:
+        return (pinned,)
+    return DISPATCHERS if flex_allowed(problem) else DISPATCHERS[:2]
+
+
+def cp_comm_choices(problem: Problem) -> tuple[str, ...]:
+    """CP communication types a row with CP > 1 takes: `search.cp_comm_type`, else the one the problem's
+    options set, else p2p, a2a and allgather for standard (GQA/MHA) attention; MLA and DeepSeek-V4
+    attention keep the options' type (their CP exchange is priced for it only)."""
+    listed = _listed(problem.spec.search.cp_comm_type)
+    if listed is not None:
+        return listed
+    pinned = _explicit(problem, "cp_comm_type")
+    if pinned is not None or not isinstance(problem.model.attention, GQAAttention):
+        return (problem.spec.framework.options.cp_comm_type,)
+    return CP_COMM_TYPES
+
+
 @dataclass(frozen=True, order=True)
 class Row:
     """One candidate combination of degrees and recompute, in a stable order."""
@@ -108,12 +199,42 @@ class Row:
     mbs: int
     recompute: str
     rank_order: str = RankOrder.pp_last.value
+    dispatcher: str = ""
+    """The MoE token dispatcher the row runs ("": the problem's option)."""
+    cp_comm: str = ""
+    """The CP communication type the row runs ("": the problem's option)."""
 
     def mapping(self, problem: Problem, layout: tuple[int, ...] | None = None) -> Mapping:
         """The full mapping this row stands for (layout None: the default split)."""
         return Mapping(gpus=problem.gpus, gbs=problem.training.global_batch, seq_len=problem.training.seq_len,
                        tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, etp=self.etp, vpp=self.vpp,
                        mbs=self.mbs, recompute=self.recompute, layout=layout, rank_order=self.rank_order)
+
+    def settings(self) -> dict[str, str]:
+        """The framework options the row chooses, by their `--set` names."""
+        chosen = {"moe_token_dispatcher_type": self.dispatcher, "cp_comm_type": self.cp_comm}
+        return {k: v for k, v in chosen.items() if v}
+
+
+_ROW_PROBLEMS: dict[tuple[int, tuple], tuple[Problem, Problem]] = {}
+
+
+def row_problem(problem: Problem, row: Row) -> Problem:
+    """The problem with the options the row chooses (the problem itself when it chooses none); one
+    object per problem and choice, so per-problem memos stay shared."""
+    settings = row.settings()
+    options = problem.spec.framework.options
+    if all(getattr(options, k) == v for k, v in settings.items()):
+        return problem
+    key = (id(problem), tuple(sorted(settings.items())))
+    held = _ROW_PROBLEMS.get(key)
+    if held is None or held[0] is not problem:
+        if len(_ROW_PROBLEMS) > 256:
+            _ROW_PROBLEMS.clear()
+        framework = problem.spec.framework.model_copy(update={"options": options.model_copy(update=settings)})
+        spec = problem.spec.model_copy(update={"framework": framework})
+        held = _ROW_PROBLEMS[key] = (problem, dataclasses.replace(problem, spec=spec))
+    return held[1]
 
 
 def whole_folding(gpus: int, gbs: int, tp: int, pp: int, cp: int, ep: int, etp: int, mbs: int) -> bool:
@@ -127,10 +248,13 @@ def whole_folding(gpus: int, gbs: int, tp: int, pp: int, cp: int, ep: int, etp: 
 def expert_tp_choices(problem: Problem, tp: int, listed: tuple[int, ...]) -> tuple[int, ...]:
     """ETP values a row with this TP takes: a dense model has no expert grid, so ETP = TP only (whatever
     `search.etp` lists, and even where TP leaves the node); a MoE model takes the listed values, or when
-    ETP is left open TP (Megatron's default) and 1 (whole experts per rank)."""
+    ETP is left open TP (Megatron's default, arguments.py:587-588) and 1 (whole experts per rank). Megatron
+    accepts any ETP whose expert grid folds; `search.etp` lists others (each one adds as many rows again)."""
     if problem.model.moe is None:
         return (tp,)
-    return listed if problem.spec.search.etp is not None else tuple(sorted({1, tp}))
+    if problem.spec.search.etp is not None:
+        return listed
+    return tuple(sorted({1, tp}))
 
 
 CLOCK_EVERY = 4096
@@ -156,6 +280,8 @@ def rows_until(problem: Problem, deadline: float | None,
     for k, (tp, pp, cp, ep, vpp, mbs) in enumerate(product(*others)):
         if deadline is not None and k % CLOCK_EVERY == 0 and time.perf_counter() > deadline:
             return tuple(sorted(rows)), False
+        if vpp > 1 and pp == 1:
+            continue
         for etp in expert_tp_choices(problem, tp, doms["etp"]):
             if pp * vpp <= blocks and whole_folding(gpus, gbs, tp, pp, cp, ep, etp, mbs):
                 rows.extend(_rows(problem, orders, Row(pp, vpp, tp, cp, ep, etp, mbs, Recompute.none.value)))
@@ -163,6 +289,17 @@ def rows_until(problem: Problem, deadline: float | None,
 
 
 def _rows(problem: Problem, orders: tuple[RankOrder, ...], base: Row) -> list[Row]:
-    """The rows of one degree combination: one per recompute option and distinct rank order."""
+    """The rows of one degree combination: one per recompute option and distinct rank order (the
+    dispatcher and CP communication type stay open: solver/search/choices.py settles them per row)."""
     return [Row(base.pp, base.vpp, base.tp, base.cp, base.ep, base.etp, base.mbs, r.value, o.value)
             for r in recompute_choices(problem) for o in distinct_orders(problem, orders, base)]
+
+
+def choice_variants(problem: Problem, row: Row) -> tuple[Row, ...]:
+    """The row once per dispatcher (EP > 1) and CP communication type (CP > 1) it may run; where a choice
+    does not act the row takes its first value (the problem's option when the choice is not open)."""
+    dispatchers = dispatcher_choices(problem)
+    cp_comms = cp_comm_choices(problem)
+    dispatchers = (dispatchers if row.ep > 1 else dispatchers[:1]) or ("",)
+    cp_comms = (cp_comms if row.cp > 1 else cp_comms[:1]) or ("",)
+    return tuple(dataclasses.replace(row, dispatcher=d, cp_comm=c) for d in dispatchers for c in cp_comms)
