@@ -1,6 +1,7 @@
 """`solve` against the brute-force reference: on generated problems (dense and MoE, 16 to 4,096 GPUs,
 odd block counts) the CP-SAT master's rank-1 front equals the enumerated one, objective values
-included (issue 5, Must show 1). A small additive time model stands in for the calibrated one: the
+included (issue 5, Must show 1), also over the wider default space with the dispatcher and CP
+communication type chosen per row and interleaved cuts of VPP 3 (issue 15). A small additive time model stands in for the calibrated one: the
 comparison is about the search, which sees any model through the same cost tables."""
 
 from __future__ import annotations
@@ -16,13 +17,21 @@ from parasol.problems.mapping import Mapping
 from parasol.problems.model.params import block_params
 from parasol.problems.schema import Objective
 from parasol.solver.search.brute_force import reference_front
-from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts, row_costs, usable_mb
+from parasol.solver.search.costs import (
+    MEMORY_UNIT_MB,
+    TIME_UNIT_S,
+    block_kinds,
+    interval_counts,
+    prefix_counts,
+    row_costs,
+    usable_mb,
+)
 from parasol.solver.search.cuts import rank_counts, row_staircase
 from parasol.solver.search.objectives import SCALES, row_units
 from parasol.solver.search.pareto import pareto_search
 from parasol.solver.search.program import compile_program
 from parasol.solver.search.solve import solve
-from parasol.solver.search.space import enumerate_rows
+from parasol.solver.search.space import choice_variants, enumerate_rows
 
 
 class AdditiveTime:
@@ -31,13 +40,23 @@ class AdditiveTime:
     def __init__(self, problem) -> None:
         self.p = problem
 
+    def for_problem(self, problem):
+        return AdditiveTime(problem)
+
+    def _choice_s(self, m, moe: bool) -> float:
+        """The options a row chooses: EP dispatch (MoE blocks) and CP exchange cost more or less by type."""
+        options = self.p.spec.framework.options
+        dispatch = {"allgather": 3e-4, "alltoall": 2e-4, "flex": 1e-4}[options.moe_token_dispatcher_type]
+        exchange = {"p2p": 1.5e-4, "a2a": 1e-4, "allgather": 2e-4, "a2a+p2p": 1.5e-4}[options.cp_comm_type]
+        return dispatch * (m.ep > 1) * moe + exchange * (m.cp > 1)
+
     def block_times_s(self, m, d, blocks):
         out = []
         for b in blocks:
             bp = block_params(self.p.model, b)
             k = self.p.model.moe.top_k if bp.num_experts else 0
             active = bp.total - bp.routed_experts + k * bp.per_expert
-            comm = 2e-4 * (m.ep > 1) * bool(bp.num_experts) + 1e-4 * (m.tp > 1)
+            comm = self._choice_s(m, bool(bp.num_experts)) + 1e-4 * (m.tp > 1)
             out.append(6 * active * m.mbs * m.seq_len / m.cp / m.tp / 4e14 * (1.3 if m.recompute.value == "full" else 1)
                        + comm)
         return out
@@ -111,6 +130,32 @@ def test_front_matches_brute_force(index: int) -> None:
     for p in outcome.points:
         per_rank = rank_counts(p.layout, rows[p.row_index].pp, counts)
         assert (p.time_units, p.memory_units) == costs[p.row_index].objectives(per_rank)
+
+
+def widened(text: str) -> str:
+    """A generated problem over the wider default space: VPP to 3 (exact interleaved cuts), MBS to 4, ETP
+    and the dispatcher and CP communication type left to the solver (EP 1 or 4, to keep it brief)."""
+    return (text.replace("  etp: 1\n", "").replace("  vpp: [1, 2]\n", "  vpp: [1, 2, 3]\n")
+            .replace("  mbs: [1, 2]\n", "  mbs: [1, 2, 4]\n").replace("  ep: [1, 2, 4, 8]\n", "  ep: [1, 4]\n"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(20))
+def test_settled_choices_match_brute_force_over_every_variant(index: int) -> None:
+    """Issue 15: `solve` over the wider space, each row settling its dispatcher and CP communication type
+    (solver/search/choices.py), finds the front the brute force finds over every variant of every row and
+    every cut (interleaved ones included)."""
+    problem = load_problem_text(widened(GENERATED[index]), source=f"widened-{index}.yaml")
+    time_model = AdditiveTime(problem)
+    variants = tuple(v for r in enumerate_rows(problem) for v in choice_variants(problem, r))
+    costs = tuple(row_costs(problem, v, time_model) for v in variants)
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    reference = [(p.time_units, p.memory_units) for p in reference_front(problem, costs, counts, usable_mb(problem))]
+    result = solve(problem, time_model, top=1, time_limit_s=600)
+    ours = sorted((round(m.step_time_objective_s / TIME_UNIT_S), round(m.peak_memory_objective_gb * 1000 / MEMORY_UNIT_MB))
+                  for m in result.mappings if m.pareto_rank == 1)
+    assert result.status == ("optimal" if reference else "infeasible")
+    assert ours == sorted(reference)
 
 
 def test_generated_problems_have_fronts_to_compare() -> None:

@@ -31,19 +31,21 @@ def front_table(result: SolveResult, problem: Problem) -> Table:
     pooled = bool(accounts) and {d["mapping"]["gpus"] for d in accounts} != {problem.gpus}
     goodput = any("effective_tokens_per_s" in d["metrics"] for d in accounts)
     orders = len({d["mapping"]["rank_order"] for d in accounts}) > 1
+    chosen = chosen_columns(problem, accounts)
     columns = ("front", *(("GPUs",) if pooled else ()), "TP", "PP", "CP", "EP", "ETP", "VPP", "MBS", "recompute",
-               *(("rank order",) if orders else ()), "m",
+               *(("rank order",) if orders else ()), *chosen.values(), "m",
                "bubble", "blocks per stage", "step s", "tok/s/GPU", "MFU", "peak GB", "net TB",
                *(("eff. tok/s",) if goodput else ()))
     for col in columns:
-        table.add_column(col, justify="left" if col in ("recompute", "rank order", "blocks per stage") else "right",
-                         overflow="fold")
+        table.add_column(col, justify="left" if col in ("recompute", "rank order", "blocks per stage", *chosen.values())
+                         else "right", overflow="fold")
     for sm, d in zip(result.mappings, accounts, strict=True):
         m, metrics, derived = d["mapping"], d["metrics"], d["derived"]
         table.add_row(
             str(sm.pareto_rank), *([f"{m['gpus']:,}"] if pooled else []),
             *(str(m[k]) for k in (*DEGREES, "recompute")),
             *([m["rank_order"]] if orders else []),
+            *(d["settings"].get(k, getattr(problem.spec.framework.options, k)) for k in chosen),
             str(derived["num_microbatches"]), f"{derived['bubble_fraction']:.1%}", run_length(m["layout"]),
             f"{metrics.get('step_time_s', float('nan')):.3f}", f"{metrics.get('tokens_per_s_per_gpu', 0):,.0f}",
             f"{metrics.get('mfu', 0):.1%}", f"{metrics.get('peak_memory_gb', 0):.2f}",
@@ -51,6 +53,17 @@ def front_table(result: SolveResult, problem: Problem) -> Table:
             *([f"{metrics.get('effective_tokens_per_s', float('nan')):,.0f}"] if goodput else []),
         )
     return table
+
+
+def chosen_columns(problem: Problem, accounts: list[dict]) -> dict[str, str]:
+    """The options the solver chose worth a column ({option: header}): the dispatcher for a MoE model, the
+    CP communication type when a mapping has CP > 1."""
+    out = {}
+    if problem.model.moe is not None:
+        out["moe_token_dispatcher_type"] = "dispatcher"
+    if any(d["mapping"]["cp"] > 1 for d in accounts):
+        out["cp_comm_type"] = "CP comm"
+    return out
 
 
 def write_solution(result: SolveResult, problem: Problem, directory: Path) -> Path:

@@ -1,6 +1,7 @@
 """The brute-force reference of `solve`: enumerate every row, judge it with the Python rules, try every
 cut (all compositions of the blocks into PP·VPP stages of at least one block, interleaved rows
-included), and keep the non-dominated points of the two front
+included) under every option the row may choose (callers pass one row per dispatcher and CP
+communication type, space.choice_variants), and keep the non-dominated points of the two front
 objectives (step time × peak memory by default).
 Tests compare its front with the CP-SAT master's on small problems.
 """
@@ -21,8 +22,8 @@ from parasol.solver.search.costs import RowCosts
 from parasol.solver.search.cuts import rank_counts
 from parasol.solver.search.dominance import nondominated
 from parasol.solver.search.objectives import DEFAULT_OBJECTIVES, SCALES, row_units
-from parasol.solver.search.program import judged_rules, program_rules
-from parasol.solver.search.space import Row
+from parasol.solver.search.program import choice_rules, judged_rules, program_rules
+from parasol.solver.search.space import Row, row_problem
 
 MAX_LAYOUTS = 200_000
 
@@ -66,10 +67,11 @@ def row_points(c: RowCosts, counts: np.ndarray, usable: int, per_row: dict[Objec
     if len(layouts) > MAX_LAYOUTS:
         raise ValueError(f"brute force: {len(layouts)} layouts for {row}; use a smaller problem")
     points = []
+    chosen = row_problem(problem, row) if problem is not None else None
     for lay in layouts:
         per_rank = rank_counts(lay, row.pp, counts)
         if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)) and (
-                not cut_rules or evaluate(problem, row.mapping(problem, lay), cut_rules).feasible):
+                not cut_rules or evaluate(chosen, row.mapping(chosen, lay), cut_rules).feasible):
             t, m = c.objectives(per_rank)
             known = {Objective.step_time: t, Objective.peak_memory: m, **(per_row or {})}
             points.append(RefPoint(row, lay, t, m, (known[objectives[0]], known[objectives[1]]), order))
@@ -77,11 +79,12 @@ def row_points(c: RowCosts, counts: np.ndarray, usable: int, per_row: dict[Objec
 
 
 def rule_feasible(problem: Problem, row: Row) -> bool:
-    """Whether the row passes every rule the master posts (Python verdicts, with an explicit layout
-    as every solver answer has)."""
+    """Whether the row passes every rule the master posts and every rule on the options it chooses
+    (Python verdicts under its options, with an explicit layout as every solver answer has)."""
     layout = default_layout(problem.model.num_layers, row.pp * row.vpp)
-    rules = program_rules(problem) + judged_rules(problem, "row")
-    return evaluate(problem, row.mapping(problem, layout), rules).feasible
+    chosen = row_problem(problem, row)
+    rules = program_rules(problem) + judged_rules(problem, "row") + choice_rules(chosen)
+    return evaluate(chosen, row.mapping(chosen, layout), rules).feasible
 
 
 def reference_front(problem: Problem, costs: tuple[RowCosts, ...], counts: np.ndarray, usable: int,
