@@ -1,0 +1,119 @@
+"""Issue 15: the default search space is what a Megatron engineer tunes (VPP to 16, MBS to 4 or 8, TP over
+two NVLink domains, ETP for MoE), and the MoE token dispatcher and the CP communication type are per-row
+choices `solve` settles by pricing (solver/search/choices.py), shows and emits."""
+
+from __future__ import annotations
+
+import pytest
+from inline_problems import SMALL_MOE
+
+from parasol.constraints.physics.comm import group_link
+from parasol.constraints.physics.exchanges import cp_a2a_bytes, cp_comm
+from parasol.constraints.physics.step_time import CalibratedStageTimes
+from parasol.errors import InputError
+from parasol.problems.loader import load_problem, load_problem_text
+from parasol.problems.mapping import Mapping
+from parasol.problems.model.architecture import GQAAttention
+from parasol.solver.diagnose.explain import explain
+from parasol.solver.outputs.emit import megatron_args
+from parasol.solver.search.choices import settled
+from parasol.solver.search.solve import solve
+from parasol.solver.search.space import (
+    DEFAULT_VPP,
+    Row,
+    choice_variants,
+    cp_comm_choices,
+    default_domains,
+    dispatcher_choices,
+    expert_tp_choices,
+    row_problem,
+)
+
+DENSE = """
+model: llama-3.1-70b
+training: {seq_len: 2048, global_batch: 1024}
+hardware: {preset: h100-hgx, gpus: 256}
+"""
+
+
+def test_default_domains_reach_what_engineers_tune() -> None:
+    """VPP 1-4, 6, 8, 12, 16 (as many as two ranks of blocks hold); MBS to 8 for 2k sequences, to 4 for
+    longer; TP 16 over two 8-GPU NVLink domains while tp_across_nvlink is a warning, not as an error."""
+    dense = load_problem_text(DENSE)
+    domains = default_domains(dense)
+    assert domains["vpp"] == DEFAULT_VPP == (1, 2, 3, 4, 6, 8, 12, 16)
+    assert domains["mbs"] == (1, 2, 4, 8)
+    assert domains["tp"] == (1, 2, 4, 8, 16)
+    assert default_domains(load_problem_text(DENSE.replace("2048", "8192", 1)))["mbs"] == (1, 2, 4)
+    strict = load_problem_text(DENSE + "framework: {tp_across_nvlink: error}\n")
+    assert default_domains(strict)["tp"] == (1, 2, 4, 8)
+    assert expert_tp_choices(dense, 16, domains["etp"]) == (16,)
+    moe = load_problem_text(SMALL_MOE)
+    assert expert_tp_choices(moe, 4, default_domains(moe)["etp"]) == (1, 4)
+
+
+def test_dispatcher_and_cp_comm_choices_follow_the_problem() -> None:
+    """MoE on H100: allgather, alltoall and flex; on A100 (no FP8, DeepEP's inter-node kernels need Hopper)
+    no flex; pinned by an option the problem sets or listed in `search`; a dense model has none. CP
+    types for GQA attention; MLA keeps the option's."""
+    moe = load_problem_text(SMALL_MOE)
+    assert dispatcher_choices(moe) == ("allgather", "alltoall", "flex")
+    assert dispatcher_choices(load_problem_text(SMALL_MOE.replace("h100-hgx", "a100-hgx"))) == ("allgather", "alltoall")
+    pinned = SMALL_MOE.replace("[megatron-core]}", "[megatron-core], options: {moe_token_dispatcher_type: alltoall}}")
+    assert dispatcher_choices(load_problem_text(pinned)) == ("alltoall",)
+    listed = load_problem_text(SMALL_MOE + "search: {dispatcher: [flex, alltoall], cp_comm_type: a2a}\n")
+    assert dispatcher_choices(listed) == ("flex", "alltoall") and cp_comm_choices(listed) == ("a2a",)
+    assert dispatcher_choices(load_problem_text(DENSE)) == ()
+    assert cp_comm_choices(moe) == ("p2p", "a2a", "allgather")
+    mla = load_problem("problems/deepseek-v4-pro-1024.yaml")
+    assert cp_comm_choices(mla) == ("p2p",)
+    row = Row(pp=2, vpp=1, tp=1, cp=2, ep=4, etp=1, mbs=1, recompute="none")
+    assert len(choice_variants(moe, row)) == 9
+    assert {v.dispatcher for v in choice_variants(moe, Row(2, 1, 1, 1, 1, 1, 1, "none"))} == {"allgather"}
+
+
+def test_bad_search_choice_names_the_field() -> None:
+    with pytest.raises(InputError, match="search.dispatcher"):
+        load_problem_text(SMALL_MOE + "search: {dispatcher: deepep}\n")
+
+
+def test_ulysses_bytes_match_the_paper() -> None:
+    """DeepSpeed-Ulysses (arXiv 2309.14509 §3.1): a rank's all-to-alls of Q, K, V and the output move
+    4·N·h/P elements for multi-head attention (N tokens, hidden h, P ranks); 2 bytes each in BF16."""
+    mha = GQAAttention(kind="gqa", num_heads=32, num_kv_heads=32, head_dim=128)
+    tokens_per_rank = 8192 / 4
+    assert cp_a2a_bytes(mha, tokens_per_rank, tp=1) == 4 * tokens_per_rank * 4096 * 2
+
+
+def test_cp_comm_types_price_differently() -> None:
+    """p2p sends CP−1 chunks, allgather gathers the same K and V at once, a2a moves Q, K, V and O."""
+    problem = load_problem_text(SMALL_MOE)
+    link = group_link(problem.hardware.topology, Mapping(gpus=64, gbs=256, seq_len=4096, cp=4), "cp")
+    block = problem.model.blocks[1]
+    terms = {t: cp_comm(problem.model, block, 1024.0, 1, link, t) for t in ("p2p", "a2a", "allgather")}
+    assert len({(t.nvlink_s, t.latency_s) for t in terms.values()}) == 3
+
+
+def test_a2a_needs_heads_divisible_by_cp() -> None:
+    """cp-a2a-heads-divisible: 4 KV heads over TP 1 and CP 8 cannot be split whole."""
+    problem = load_problem_text(SMALL_MOE)
+    mapping = Mapping(gpus=64, gbs=256, seq_len=4096, tp=1, pp=1, cp=8, ep=8, etp=1)
+    bad = explain(row_problem(problem, Row(1, 1, 1, 8, 8, 1, 1, "none", cp_comm="a2a")), mapping, repairs=0)
+    assert "cp-a2a-heads-divisible" in [v["rule"] for v in bad.as_dict()["violations"]]
+    good = explain(row_problem(problem, Row(1, 1, 1, 8, 8, 1, 1, "none", cp_comm="p2p")), mapping, repairs=0)
+    assert "cp-a2a-heads-divisible" not in [v["rule"] for v in good.as_dict()["violations"]]
+
+
+def test_settled_row_takes_the_fastest_dispatcher_and_emits_it() -> None:
+    """On H100 the deduplicating flex dispatch is never slower than the all-to-all for EP 8 across nodes; the
+    row keeps it (proved), `solve` shows it in its JSON and `--emit megatron` launches with it."""
+    problem = load_problem_text(SMALL_MOE + "search: {tp: [1, 2], pp: [1, 2], vpp: 1, mbs: 1, ep: [8, 16]}\n")
+    row, costs, proved = settled(problem, Row(1, 1, 1, 1, 16, 1, 1, "none"), CalibratedStageTimes(problem))
+    assert proved and row.dispatcher in ("alltoall", "flex")
+    result = solve(problem, CalibratedStageTimes(problem), top=3, time_limit_s=300)
+    assert result.status == "optimal"
+    first = result.mappings[0]
+    chosen = first.as_dict()["settings"]["moe_token_dispatcher_type"]
+    assert chosen in ("alltoall", "flex") and first.explanation.problem.spec.framework.options.moe_token_dispatcher_type == chosen
+    args = dict(megatron_args(first.explanation.problem, first.explanation.mapping).pairs())
+    assert args["--moe-token-dispatcher-type"] == first.explanation.problem.spec.framework.options.moe_token_dispatcher_type
