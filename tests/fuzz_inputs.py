@@ -5,6 +5,7 @@ tests/test_fuzz.py runs it in a child process with an address-space limit and ch
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 import sys
@@ -50,7 +51,7 @@ def _value(rng: random.Random) -> object:
     if rng.random() < 0.1:
         depth = rng.choice((10, 100, 2000))
         return json.loads("[" * depth + "]" * depth) if depth < 500 else "[" * depth
-    return rng.choice(ODDITIES)
+    return copy.deepcopy(rng.choice(ODDITIES))  # a fresh copy: a shared list set inside itself would cycle
 
 
 def _paths(data: object, prefix: tuple = ()) -> list[tuple]:
