@@ -117,3 +117,19 @@ def test_settled_row_takes_the_fastest_dispatcher_and_emits_it() -> None:
     assert chosen in ("alltoall", "flex") and first.explanation.problem.spec.framework.options.moe_token_dispatcher_type == chosen
     args = dict(megatron_args(first.explanation.problem, first.explanation.mapping).pairs())
     assert args["--moe-token-dispatcher-type"] == first.explanation.problem.spec.framework.options.moe_token_dispatcher_type
+
+
+def test_exchanges_settle_rows_as_pricing_every_variant_does() -> None:
+    """choices.py settles most rows by their EP and CP exchanges alone (the step-time model is
+    non-decreasing in each part of them); on MoE rows of every EP/CP/TP placement it keeps the variant
+    pricing all of them keeps, with the same tables."""
+    problem = load_problem_text(SMALL_MOE)
+    model = CalibratedStageTimes(problem)
+    compared = 0
+    for tp, cp, ep in ((1, 1, 8), (1, 2, 16), (2, 4, 8), (1, 8, 64), (4, 2, 16), (1, 2, 1)):
+        row = Row(pp=1, vpp=1, tp=tp, cp=cp, ep=ep, etp=1, mbs=1, recompute="full")
+        quick, full = settled(problem, row, model), settled(problem, row, model, compare=False)
+        assert quick[2] and full[2]
+        assert quick[1].kind_time_us == full[1].kind_time_us and quick[1].edge_time_us == full[1].edge_time_us
+        compared += len(choice_variants(problem, row)) > 1
+    assert compared == 6

@@ -109,6 +109,13 @@ def _priced(term: tuple[np.ndarray, np.ndarray, np.ndarray], c: Coefs, per_stage
     return np.maximum(nv / e_nv, net / e_net) + lat
 
 
+def comm_seconds(term: CommTerm, c: Coefs) -> float:
+    """Seconds of one comm term at the achievable link rates, as _priced prices a stage's summed terms
+    (k equal terms cost k times this)."""
+    return max(term.nvlink_s / float(c["nvlink_efficiency"]), term.network_s / float(c["network_efficiency"])) \
+        + term.latency_s
+
+
 def _hidden(comm: np.ndarray, overlap: np.ndarray | float, window: np.ndarray) -> np.ndarray:
     """Communication hidden behind compute: at most `overlap` of it, and never more than the window."""
     return np.minimum(_col(overlap) * comm, window)

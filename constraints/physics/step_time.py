@@ -37,9 +37,16 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from parasol.constraints.physics.comm import CommTerm
 from parasol.constraints.physics.exchanges import Links, links_for
 from parasol.constraints.physics.memory import block_kind, schedule_fits_layout
-from parasol.constraints.physics.pricing import BREAKDOWN_KINDS, batch, coefficient_values, price
+from parasol.constraints.physics.pricing import (
+    BREAKDOWN_KINDS,
+    batch,
+    coefficient_values,
+    comm_seconds,
+    price,
+)
 from parasol.constraints.physics.workload import (
     StepSettings,
     Workload,
@@ -231,6 +238,12 @@ class CalibratedStageTimes:
             sibling._links = self._links
             self._siblings[id(problem)] = sibling
         return sibling
+
+    def exchange_seconds(self, term: CommTerm) -> float:
+        """Seconds of one exchange at the coefficients' achievable link rates: stage times are
+        non-decreasing in it (pricing.py), so the solver compares a row's dispatcher and CP communication
+        variants by it (solver/search/choices.py)."""
+        return comm_seconds(term, coefficient_values(self.coefficients))
 
     def links(self, mapping: Mapping) -> Links:
         """Group placement of a mapping, computed once."""

@@ -294,9 +294,9 @@ class _StageSums:
         self.scan += bf.scan * share
         self.memory += nbytes
         block_tp = tp_comm(model, b, ctx.tokens, ctx.links.tp, sp).scaled(count)
-        received = settings.dispatch_amplification * (1.0 if settings.fixed_size_all_to_all else settings.hot_expert_skew)
         block_ep = NO_COMM if b.mlp is not BlockKind.moe else ep_comm(
-            model, ctx.tokens, m.tp, m.expert_tp, ctx.links.ep, received, settings.dispatcher).scaled(count)
+            model, ctx.tokens, m.tp, m.expert_tp, ctx.links.ep, dispatch_received(settings),
+            settings.dispatcher).scaled(count)
         self.tp, self.ep = self.tp + block_tp, self.ep + block_ep
         self.cp = self.cp + cp_comm(model, b, ctx.tokens, m.tp, ctx.links.cp, settings.cp_comm).scaled(count)
         again = recomputed_flops(m.recompute, tuple(ctx.training.recompute_modules), bf)
@@ -389,6 +389,12 @@ def offloaded_bytes(model: ModelArchitecture, m: Mapping, training: Training, se
     off = replace(ctx, offloaded=frozenset(settings.offload_modules))
     tokens = m.mbs * m.seq_len / m.cp
     return (saved_bytes_per_token(model, block, ctx) - saved_bytes_per_token(model, block, off)) * tokens
+
+
+def dispatch_received(settings: StepSettings) -> float:
+    """What the busiest EP rank receives over the balanced share: the buffer multiple (capacity factor or
+    dispatch headroom) times the hot-rank skew, which a fixed-size all-to-all does not see."""
+    return settings.dispatch_amplification * (1.0 if settings.fixed_size_all_to_all else settings.hot_expert_skew)
 
 
 def routed(problem, mapping: Mapping, settings: StepSettings) -> StepSettings:  # noqa: ANN001 - Problem

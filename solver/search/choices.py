@@ -5,14 +5,27 @@ Neither changes the memory ledger, so the variants of one row differ only in tim
 every stage time table is no slower than every other variant's (after the rules on these options,
 judged per variant) gives every cut a point no other variant beats, so the row keeps that one variant
 and the front is the one over all variants (checked against the brute force, tests/test_solve_reference.py).
-Where no variant is fastest on every table the row keeps the fastest in sum and says so (not proved).
+Most rows settle without pricing their variants: the dispatcher acts only through the EP exchange of a
+MoE block and the CP type only through the CP exchange of an attention, equal in every block
+(constraints/physics/exchanges.py; GQA's CP exchange does not depend on the block), so a stage's EP
+(CP) exchange is k times one block's in seconds, and its exposed time is non-decreasing in those seconds
+(constraints/physics/pricing.py exposes max((1 − overlap)·x, x − window)). A variant whose two
+exchanges take no more seconds than every other variant's (and move no more network bytes when those are
+an objective) is no slower on every table, and only it is priced. Otherwise every variant is
+priced; where none is fastest on every table the row keeps the fastest in sum and says so (not proved).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from parasol.constraints.evaluate import evaluate
+from parasol.constraints.physics.comm import CommTerm
+from parasol.constraints.physics.exchanges import cp_comm, ep_comm, links_for
+from parasol.constraints.physics.workload import dispatch_received, routed, settings_for
 from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
+from parasol.problems.schema import Objective
 from parasol.solver.search.costs import RowCosts, StageTimeModel, row_costs
 from parasol.solver.search.program import choice_rules
 from parasol.solver.search.space import Row, choice_variants, row_problem
@@ -41,11 +54,45 @@ def no_slower(a: RowCosts, b: RowCosts) -> bool:
     return all(x <= y for name in TIME_TABLES for x, y in zip(getattr(a, name), getattr(b, name), strict=True))
 
 
-def settled(problem: Problem, row: Row, time_model: StageTimeModel) -> tuple[Row, RowCosts, bool]:
-    """(the row with its options chosen, its cost tables, whether the choice is proved best for every cut)."""
+def exchanges(problem: Problem, row: Row) -> tuple[CommTerm, CommTerm]:
+    """(EP exchange of one MoE block, CP exchange of one attention) of one microbatch's forward under the
+    row's options, as the workload builds them: the only terms its dispatcher and CP type change."""
+    chosen = row_problem(problem, row)
+    model, mapping = chosen.model, row.mapping(chosen)
+    settings = routed(chosen, mapping, settings_for(chosen))
+    links = links_for(chosen.hardware.topology, mapping)
+    tokens = mapping.mbs * mapping.seq_len / mapping.cp
+    ep = ep_comm(model, tokens, mapping.tp, mapping.expert_tp, links.ep, dispatch_received(settings),
+                 settings.dispatcher)
+    cp = cp_comm(model, model.blocks[0], tokens, mapping.tp, links.cp, settings.cp_comm)
+    return ep, cp
+
+
+def least_exchanges(problem: Problem, variants: tuple[Row, ...], seconds: Callable[[CommTerm], float]) -> Row | None:
+    """The first variant whose EP and CP exchanges take no more `seconds` than every other variant's (and
+    move no more network bytes, when those are an objective); None when no variant does."""
+    bytes_count = Objective.network_bytes in problem.spec.objectives
+    keys = []
+    for v in variants:
+        ep, cp = exchanges(problem, v)
+        keys.append((seconds(ep), seconds(cp), *((ep.network_bytes, cp.network_bytes) if bytes_count else ())))
+    for v, mine in zip(variants, keys, strict=True):
+        if all(all(a <= b for a, b in zip(mine, other, strict=True)) for other in keys):
+            return v
+    return None
+
+
+def settled(problem: Problem, row: Row, time_model: StageTimeModel, compare: bool = True) -> tuple[Row, RowCosts, bool]:
+    """(the row with its options chosen, its cost tables, whether the choice is proved best for every cut);
+    a model that prices exchanges as constraints/physics/pricing.py does (it has `exchange_seconds`) lets
+    the exchanges settle it when `compare`, else every variant is priced."""
     variants = choice_variants(problem, row)
     if len(variants) > 1:
         variants = tuple(v for v in variants if choice_rules_hold(problem, v)) or variants[:1]
+    seconds = getattr(time_model, "exchange_seconds", None)
+    if len(variants) > 1 and compare and seconds is not None:
+        least = least_exchanges(problem, variants, seconds)
+        variants = (least,) if least is not None else variants
     priced = [(v, row_costs(problem, v, time_model)) for v in variants]
     for v, c in priced:
         if all(no_slower(c, other) for _, other in priced):
