@@ -80,14 +80,15 @@ class CPA2AP2PRequiresHierarchical(Constraint):
 
 class CPA2AHeadsDivisible(Constraint):
     """Ulysses CP (--cp-comm-type a2a) gives each CP rank whole attention heads: a TP rank's query heads and
-    KV heads both divide by CP (Transformer Engine asserts it in its a2a context-parallel attention)."""
+    KV heads both divide by CP (Transformer Engine asserts it in its a2a context-parallel attention at the
+    first forward; Megatron itself passes the type through unchecked, so launch-line verdicts leave it out)."""
 
     reads_choices = True
     id = "cp-a2a-heads-divisible"
     family = Family.context
     citation = Citation("TransformerEngine transformer_engine/pytorch/attention/dot_product_attention/"
                         "context_parallel.py (AttnFuncWithCPAndQKVOA2A.forward: 'The number of attention heads "
-                        "needs to be divisible by CP size!')", MegatronStage.runtime)
+                        "needs to be divisible by CP size!')", MegatronStage.not_megatron)
     unit = "heads"
     summary = "cp_comm_type a2a -> (heads/TP) % CP == 0 and (query groups/TP) % CP == 0"
     exact = True
