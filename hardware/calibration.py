@@ -82,7 +82,8 @@ SPECS: tuple[CoefficientSpec, ...] = (
         "scan) bound by memory bandwidth and latency, not tensor cores (PyTorch blog 'Accelerating Mamba2 with "
         "kernel fusion', 2025), and Megatron's 7·d_inner·N counts less than they do (training.py:887-888), so "
         "the counted FLOPs run an order of magnitude below flash attention's share", 0.005, 0.85,
-        "fraction of the BF16 peak the Mamba-2 scan / gated delta rule sustains on its counted FLOPs"),
+        "fraction of the BF16 peak the Mamba-2 scan / gated delta rule sustains on its counted FLOPs when its "
+        "sequence × head recurrences fill every SM (fewer scale it down: workload.scan_occupancy)"),
     CoefficientSpec(
         "hbm_efficiency", "fraction of HBM bandwidth", 0.90,
         "assumption: fused elementwise, permute and optimizer kernels stream at 80-90% of HBM bandwidth "

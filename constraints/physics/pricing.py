@@ -46,7 +46,7 @@ RUN_FIELDS = ("microbatches", "pp", "vpp", "tokens_per_expert", "skew", "weight_
               "precision_level", "peak_flops", "fp8_flops", "bf16_flops",
               "hbm_bytes_per_s", "tokens_per_step", "gpus", "model_flops_per_token", "hardware_flops_per_token",
               "tp_overlap", "grad_reduce_overlap", "param_gather_overlap", "p2p_overlap", "ep_overlap",
-              "optimizer_offload_fraction", "host_bytes_per_s", "schedule")
+              "optimizer_offload_fraction", "host_bytes_per_s", "schedule", "scan_occupancy")
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ def _compute_times(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
     grouped_eff = np.where(tpe > 0, tpe / np.maximum(tpe + c["grouped_gemm_half_tokens"], 1e-9), 1.0)
     sec_grouped = sec_per_flop / _col(grouped_eff) * _col(r["skew"])
     sec_attn = _col(1.0 / (r["bf16_flops"] * c["attention_efficiency"]))
-    sec_scan = _col(1.0 / (r["bf16_flops"] * c["scan_efficiency"]))
+    sec_scan = _col(1.0 / (r["bf16_flops"] * c["scan_efficiency"] * r["scan_occupancy"]))
     sec_byte = _col(1.0 / (r["hbm_bytes_per_s"] * c["hbm_efficiency"]))
     weight_grads = np.where(b.frozen, 0.0, 1.0)[:, None]
     w_read = _col(r["weight_bytes"]) * sec_byte

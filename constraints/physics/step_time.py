@@ -7,7 +7,9 @@ The model in four parts (every coefficient in hardware/calibration.py, with unit
    peaks; routed experts as grouped GEMMs whose efficiency falls with tokens per expert,
    eff(t) = e_gemm·t/(t + t_half); every GEMM pass at least as long as its weight traffic (read,
    and the main-gradient accumulation of the weight gradient); flash attention at e_attn of the
-   BF16 peak (or, for attention variants without a fused kernel, the S×S scores through HBM);
+   BF16 peak (or, for attention variants without a fused kernel, the S×S scores through HBM); Mamba-2
+   scans and gated delta rules at e_scan of the BF16 peak times the share of SMs their sequence × head
+   recurrences fill (workload.scan_occupancy);
    memory-bound kernels (norms, residuals, activations, casts, MoE permutes, router, loss) as bytes
    at e_hbm of HBM bandwidth; a fixed cost per block and per MoE block. Backward = 2× forward for
    GEMMs (1× with frozen weights), 2.5× for flash attention, 2× for memory-bound work; recompute

@@ -42,6 +42,7 @@ from parasol.constraints.physics.traffic import (
     loss_memory_bytes,
     unfused_attention_bytes,
 )
+from parasol.hardware.gpu import sm_count
 from parasol.problems.derived import Derived
 from parasol.problems.mapping import Mapping, Recompute
 from parasol.problems.model.architecture import (
@@ -228,6 +229,8 @@ class Workload:
     """Pipeline schedule: 0 Megatron (1F1B/interleaved), 1 DualPipe, 2 DualPipeV."""
     host_bytes_per_s: float = 64e9
     """GPU to host bandwidth per direction (offloaded activations and optimizer state)."""
+    scan_occupancy: float = 1.0
+    """Share of the GPU's SMs the Mamba-2 / gated-delta-rule recurrence fills (scan_occupancy)."""
 
 
 @dataclass(frozen=True)
@@ -388,6 +391,29 @@ def offloaded_bytes(model: ModelArchitecture, m: Mapping, training: Training, se
     return (saved_bytes_per_token(model, block, ctx) - saved_bytes_per_token(model, block, off)) * tokens
 
 
+def scan_parallelism(model: ModelArchitecture, mbs: int, tp: int) -> float:
+    """Independent recurrences a rank runs per linear-mixer layer: sequences × heads on the rank (Mamba-2
+    heads, gated DeltaNet value heads, split by TP); 0 without such layers."""
+    if model.mamba is not None:
+        return mbs * model.mamba.num_heads / tp
+    if model.linear_attention is not None:
+        return mbs * model.linear_attention.num_value_heads / tp
+    return 0.0
+
+
+def scan_occupancy(model: ModelArchitecture, mbs: int, tp: int, sms: int | None) -> float:
+    """Share of the SMs the linear-recurrence kernels fill: min(1, sequences × heads / SMs).
+
+    The SSD state passing walks a sequence's chunks one after another, one program per (dim block,
+    sequence, head) (mamba_ssm ops/triton/ssd_state_passing.py, _state_passing_fwd_kernel; the chunked
+    gated delta rule likewise per sequence and head), so fewer sequence-head pairs than SMs leave SMs
+    idle and the scan runs at that share of its efficiency. 1 where the part's SM count is unknown."""
+    units = scan_parallelism(model, mbs, tp)
+    if not sms or units <= 0:
+        return 1.0
+    return min(1.0, units / sms)
+
+
 def routed(problem, mapping: Mapping, settings: StepSettings) -> StepSettings:  # noqa: ANN001 - Problem
     """The settings with the mapping's hot-rank skew under the problem's routing model folded in."""
     return replace(settings, hot_expert_skew=settings.hot_expert_skew * hot_rank_skew(problem, mapping))
@@ -428,6 +454,7 @@ def build_workload(problem, mapping: Mapping, derived: Derived,  # noqa: ANN001 
         ep_overlap=float(settings.ep_overlap), optimizer_offload_fraction=settings.optimizer_offload_fraction,
         host_bytes_per_s=problem.hardware.topology.host_link_gb_s * 1e9,
         schedule=float(SCHEDULES.index(training.pipeline_schedule)),
+        scan_occupancy=scan_occupancy(model, m.mbs, m.tp, sm_count(gpu.name)),
     )
 
 
