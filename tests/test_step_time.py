@@ -376,3 +376,22 @@ def test_scan_runs_at_the_share_of_sms_its_recurrences_fill() -> None:
     coefs = coefficient_values(StepCoefficients())
     slow, full = price(batch([work, replace(work, scan_occupancy=1.0)]), coefs)["scan"]
     assert slow / full == pytest.approx(132 / 64)
+
+
+def test_output_head_runs_in_bf16_under_fp8() -> None:
+    """Megatron's output layer is a plain ColumnParallelLinear, outside Transformer Engine's FP8 autocast
+    (megatron/core/models/gpt/gpt_model.py): under FP8 its 2·V·h FLOPs per token (Llama 3 8B: V = 128,256,
+    h = 4,096) take forward + input-gradient + weight-gradient passes at the BF16 GEMM rate."""
+    from parasol.constraints.physics.pricing import batch, coefficient_values, price
+
+    problem = load_problem(f"{PROBLEMS}/deepseek-v4-pro-1024.yaml")
+    model = load_model("llama-3-8b")
+    mapping = Mapping(gpus=8, tp=1, pp=1, mbs=1, gbs=8, seq_len=4096)
+    work = build_workload(replace(problem, model=model), mapping, derive(model, mapping),
+                          StepSettings(precision="fp8"))
+    assert work.stages[0].head_flops == pytest.approx(2 * 128256 * 4096 * 4096)
+    coefs = coefficient_values(StepCoefficients())
+    no_head = replace(work, stages=(replace(work.stages[0], head_flops=0.0),))
+    with_head, without = price(batch([work, no_head]), coefs)["gemm"]
+    bf16_rate = StepCoefficients().gemm_efficiency * work.bf16_flops
+    assert with_head - without == pytest.approx(3 * work.stages[0].head_flops / bf16_rate * work.microbatches)

@@ -39,7 +39,7 @@ COMM_FIELDS = ("tp", "cp", "ep", "recompute_comm", "fsdp_gather", "fsdp_reduce",
 STAGE_FIELDS = ("blocks", "moe_blocks", "dense_weights", "expert_weights", "gemm_flops", "grouped_flops", "attention_flops", "memory_bytes", "recompute_gemm_flops",
                 "recompute_grouped_flops", "recompute_attention_flops", "recompute_memory_bytes",
                 "optimizer_bytes", "optimizer_flops", "scan_flops", "recompute_scan_flops", "optimizer_params",
-                "offload_bytes")
+                "offload_bytes", "head_flops")
 
 
 RUN_FIELDS = ("microbatches", "pp", "vpp", "tokens_per_expert", "skew", "weight_bytes", "main_grad_bytes",
@@ -157,6 +157,8 @@ def _compute_times(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
 
     t: dict[str, np.ndarray] = {}
     t["gemm"], t["gemm_b"] = gemm_passes(s["gemm_flops"], s["dense_weights"], sec_per_flop)
+    head, head_b = gemm_passes(s["head_flops"], 0.0 * s["head_flops"], _col(1.0 / (c["gemm_efficiency"] * r["bf16_flops"])))
+    t["gemm"], t["gemm_b"] = t["gemm"] + head, t["gemm_b"] + head_b
     t["grouped"], t["grouped_b"] = gemm_passes(s["grouped_flops"], s["expert_weights"], sec_grouped)
     t["ideal_grouped"] = sum(gemm_passes(s["grouped_flops"], s["expert_weights"], sec_per_flop * _col(r["skew"])))
     t["attention"] = s["attention_flops"] * sec_attn

@@ -189,6 +189,10 @@ class StageWork:
     scan_flops: float = 0.0
     """Mamba-2 scan and gated-delta-rule FLOPs (forward, per microbatch)."""
     recompute_scan_flops: float = 0.0
+    head_flops: float = 0.0
+    """Output-head (logits) GEMM FLOPs, forward per microbatch: Megatron's output layer is a plain
+    ColumnParallelLinear, not a Transformer Engine module, so it runs in BF16 whatever the FP8/FP4 recipe
+    (megatron/core/models/gpt/gpt_model.py, output_layer)."""
 
 
 @dataclass(frozen=True)
@@ -272,6 +276,7 @@ class _StageSums:
     ns_routed: float = 0.0
     scan: float = 0.0
     r_scan: float = 0.0
+    head: float = 0.0
 
     def add_block(self, ctx: _StageContext, b: Block, count: int = 1) -> None:
         """Add `count` copies of one block's GEMMs, attention, memory traffic, TP/CP/EP exchanges and
@@ -319,7 +324,7 @@ class _StageSums:
             self.memory += embedding_memory_bytes(model, ctx.tokens, m.tp, sp)
         if last:
             heads = 1 + model.mtp_layers
-            self.gemm += heads * head_flops(model) * ctx.tokens / m.tp
+            self.head += heads * head_flops(model) * ctx.tokens / m.tp
             self.dense_weights += model.vocab_size * model.hidden_size / m.tp
             self.memory += heads * loss_memory_bytes(model, ctx.tokens, m.tp)
             self.tp = self.tp + tp_comm(model, None, ctx.tokens, ctx.links.tp, sp).scaled(heads)
@@ -375,7 +380,7 @@ def stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Train
         recompute_gemm_flops=sums.r_gemm, recompute_grouped_flops=sums.r_grouped,
         recompute_attention_flops=sums.r_attention, recompute_memory_bytes=sums.r_memory,
         tp=sums.tp, cp=sums.cp, ep=sums.ep, recompute_comm=sums.r_comm, **_data_parallel_terms(ctx, sums, first),
-        offload_bytes=offloaded, scan_flops=sums.scan, recompute_scan_flops=sums.r_scan,
+        offload_bytes=offloaded, scan_flops=sums.scan, recompute_scan_flops=sums.r_scan, head_flops=sums.head,
     )
 
 
