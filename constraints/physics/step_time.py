@@ -132,8 +132,10 @@ STEP_ASSUMPTIONS = (
     "Routing is balanced (every expert gets k·T/E assignments) unless the problem's contract.routing skew "
     "model (or hot_expert_skew) says otherwise; the busiest EP rank then sets the expert GEMM time and, "
     "on a flexible all-to-all, its receive volume.",
-    "Flash attention runs in BF16 whatever the GEMM precision; FP8 and FP4 GEMMs speed up over BF16 "
-    "through the Amdahl shares fp8_tensor_fraction and fp4_tensor_fraction of their dense peaks.",
+    "Flash attention and the output head run in BF16 whatever the GEMM precision; FP8 and FP4 GEMMs speed up "
+    "over BF16 through the Amdahl shares fp8_tensor_fraction and fp4_tensor_fraction of their dense peaks.",
+    "Mamba-2 scans and gated delta rules run at scan_efficiency times the share of SMs their sequence x head "
+    "recurrences fill.",
     "TP uses sequence parallelism when the problem says so; CP is ring attention (GQA/MLA) or the V4 "
     "compressed-KV all-gather; EP is an all-to-all with NVLink and NIC shares moving at once.",
     "Overlap follows the Megatron switches: with --overlap-grad-reduce the data-parallel reduction hides in "
