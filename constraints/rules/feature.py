@@ -485,6 +485,34 @@ class FineGrainedOffload(SettingsRule):
         return out
 
 
+class OptimizerCpuOffloadPrecisionAware(SettingsRule):
+    """--optimizer-cpu-offload runs through the precision-aware optimizer's code path, so it needs
+    --use-precision-aware-optimizer (the hybrid device optimizer reuses it)."""
+
+    id = "optimizer-cpu-offload-precision-aware"
+    citation = Citation(f"{ARGUMENTS}:1884-1887", MegatronStage.arguments)
+    summary = "optimizer_cpu_offload -> use_precision_aware_optimizer"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        if options.optimizer_cpu_offload and not options.use_precision_aware_optimizer:
+            return ["The optimizer cpu offload must be used in conjunction with `--use-precision-aware-optimizer`, "
+                    "as the hybrid device optimizer reuses the code path of this flag."]
+        return []
+
+
+class Fp8InputStoreSwiGLU(SettingsRule):
+    """--activation-func-fp8-input-store keeps the SwiGLU input in FP8: any other activation is refused."""
+
+    id = "fp8-input-store-swiglu"
+    citation = Citation(f"{CONFIG}:2467-2469", MegatronStage.config)
+    summary = "activation_func_fp8_input_store -> SwiGLU MLPs"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        if options.activation_func_fp8_input_store and not consts["swiglu"]:
+            return ["Storing activation input in FP8 is supported only for SwiGLU."]
+        return []
+
+
 # --- determinism and deprecated flags --------------------------------------------------------------
 
 class DeterministicMode(SettingsRule):
