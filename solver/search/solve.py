@@ -25,7 +25,7 @@ from parasol.solver.search.costs import (
     row_costs,
     usable_mb,
 )
-from parasol.solver.search.cuts import CutPoint, row_staircase, some_cut_fits
+from parasol.solver.search.cuts import CutPoint, row_staircase
 from parasol.solver.search.objectives import (
     RESOLUTIONS,
     SCALES,
@@ -37,6 +37,7 @@ from parasol.solver.search.objectives import (
 from parasol.solver.search.pareto import pareto_search
 from parasol.solver.search.program import admissible, compile_program, judged_rules, program_rules
 from parasol.solver.search.prune import pruned
+from parasol.solver.search.savings import NONE, fitting_row, open_savings, row_problem, time_model_for
 from parasol.solver.search.space import Row, rows_until
 
 
@@ -53,11 +54,16 @@ class SolvedMapping:
     bound: dict[str, float]
     """Best lower bound proved for the first objective the program minimised (= its value when optimal)."""
     explanation: Explanation
+    saving: str = NONE
+    """The memory saving solve switched on for this mapping (solver/search/savings.py)."""
 
     def as_dict(self) -> dict:
-        """The explain contract plus pareto_rank and the solver's objective values."""
+        """The explain contract plus pareto_rank, the solver's objective values and, when solve chose one,
+        the memory saving (`memory_saving`: fsdp or optimizer-offload)."""
         data = self.explanation.as_dict()
         data["pareto_rank"] = self.pareto_rank
+        if self.saving != NONE:
+            data["memory_saving"] = self.saving
         minimised, bound = next(iter(self.bound.items()))
         value = self.step_time_objective_s if minimised == "step_time" else self.front_values.get(minimised, bound)
         data["objective"] = {
@@ -162,7 +168,8 @@ def rows_pass_rules(problem: Problem, row: Row) -> bool:
     """Whether a row meets every rule the master posts and every rule judged per row, in Python (with an
     explicit cut, as every solver answer has; the CP-SAT postings agree, tests/test_agreement.py)."""
     mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp))
-    return evaluate(problem, mapping, program_rules(problem) + judged_rules(problem, "row")).feasible
+    judged = row_problem(problem, row)
+    return evaluate(judged, mapping, program_rules(problem) + judged_rules(problem, "row")).feasible
 
 
 @dataclass(frozen=True)
@@ -204,6 +211,7 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     total_rows = len(rows)
     ordered = priced_first(problem, rows, start + PRICING_SHARE * time_limit_s)
     row_rules, cut_rules = judged_rules(problem, "row"), judged_rules(problem, "cut")
+    savings, models = open_savings(problem), {NONE: time_model}
     kept, costs, staircases, screened = [], [], [], 0
     for r in ordered:
         if time.perf_counter() - start > PRICING_SHARE * time_limit_s:
@@ -211,10 +219,14 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         screened += 1
         if progress is not None:
             progress(SearchProgress(screened, len(ordered)))
-        if some_cut_fits(row_costs(problem, r, None), counts, usable):
-            kept.append(r)
-            costs.append(row_costs(problem, r, time_model))
-            staircases.append(admissible(problem, r, row_staircase(costs[-1], counts, usable), row_rules, cut_rules))
+        fitted = fitting_row(problem, r, savings, counts, usable)
+        if fitted is not None:
+            priced = row_problem(problem, fitted)
+            if fitted.saving not in models:
+                models[fitted.saving] = time_model_for(time_model, priced)
+            kept.append(fitted)
+            costs.append(row_costs(priced, fitted, models[fitted.saving]))
+            staircases.append(admissible(priced, fitted, row_staircase(costs[-1], counts, usable), row_rules, cut_rules))
     all_priced = listed and screened == len(ordered) and all(st.proved for st in staircases)
     if not kept:
         return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, 0, 0,
@@ -235,14 +247,15 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     outcome = pareto_search(program, top, remaining, minimised, on_front)
     solved = []
     for pt in outcome.points:
-        account = explain(problem, rows[pt.row_index].mapping(problem, pt.layout), repairs=0)
+        row = rows[pt.row_index]
+        account = explain(row_problem(problem, row), row.mapping(problem, pt.layout), repairs=0)
         metrics = account.as_dict()["metrics"]
         front = {o.value: round(objective_value(o, metrics, v * SCALES[p].resolution), 9)
                  for o, p, v in zip(objectives, minimised, pt.values, strict=True)}
         solved.append(SolvedMapping(pt.pareto_rank, pt.optimal, round(pt.time_units * TIME_UNIT_S, 9),
                                     pt.memory_units * MEMORY_UNIT_MB / 1000, front,
                                     {minimised[0].value: round(pt.bound * SCALES[minimised[0]].resolution, 9)},
-                                    account))
+                                    account, row.saving))
     complete = outcome.complete and all_priced
     if not solved:
         status = "infeasible" if complete else "unknown"
