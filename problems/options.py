@@ -62,7 +62,9 @@ class MegatronOptions(Strict):
     offload_modules: tuple[str, ...] = Field(
         default=(), description="--fine-grained-activation-offloading --offload-modules: modules whose inputs "
                                 "are kept on the host (transformer_config.py:1323-1345)")
-    cpu_offloading: bool = False
+    cpu_offloading: bool = Field(
+        default=False, description="--cpu-offloading: Transformer Engine moves the activations of the first "
+                                   "cpu_offloading_num_layers layers to the host (model_parallel_config.py:458-474)")
     recompute_method: Literal["uniform", "block"] | None = None
     recompute_num_layers: PositiveInt | None = None
     kv_channels: PositiveInt | None = Field(
@@ -112,3 +114,8 @@ class MegatronOptions(Strict):
         default="fp32", description="--exp-avg-dtype: Adam's first moment under the precision-aware optimizer")
     exp_avg_sq_dtype: Literal["fp32", "fp16", "bf16", "fp8"] = Field(
         default="fp32", description="--exp-avg-sq-dtype: Adam's second moment under the precision-aware optimizer")
+    cpu_offloading_num_layers: int = Field(
+        default=0, ge=0, le=1024, description="--cpu-offloading-num-layers: layers whose activations --cpu-offloading "
+                                              "keeps on the host (a positive count turns it on, arguments.py:1950-1951)")
+    cpu_offloading_activations: bool = Field(
+        default=True, description="--cpu-offloading-activations (default on; --no-cpu-offloading-activations keeps them)")

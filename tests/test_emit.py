@@ -345,6 +345,19 @@ def test_memory_saving_precision_flags_round_trip(small: Problem) -> None:
     assert opts.use_precision_aware_optimizer and (opts.exp_avg_dtype, opts.exp_avg_sq_dtype) == ("bf16", "bf16")
 
 
+def test_cpu_offloading_flags_round_trip(small: Problem) -> None:
+    """--cpu-offloading with its layer count (model_parallel_config.py:458-474; a positive count alone turns
+    it on, arguments.py:1950-1951) is emitted and read back."""
+    from parasol.problems.mapping_input import apply_settings
+    from parasol.problems.megatron.launch import apply_launch, parse_launch
+    problem = apply_settings(small, {"cpu_offloading": "true", "cpu_offloading_num_layers": "4"})
+    mapping = build_mapping(problem, {"tp": "2", "pp": "1", "ep": "8", "etp": "1"})
+    assert "--cpu-offloading-num-layers 4" in megatron_args(problem, mapping).text()
+    updated, _, _ = apply_launch(small, parse_launch("--cpu-offloading-num-layers 4", model=small.model), {})
+    opts = updated.spec.framework.options
+    assert opts.cpu_offloading and opts.cpu_offloading_num_layers == 4 and opts.cpu_offloading_activations
+
+
 def test_a_launch_line_without_overlap_flags_runs_without_overlap(small: Problem) -> None:
     """Megatron's overlap switches are store_true: a line without them is priced with nothing hidden."""
     from parasol.problems.megatron.launch import apply_launch, parse_launch

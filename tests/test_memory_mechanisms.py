@@ -24,6 +24,7 @@ from parasol.constraints.physics.memory import (
     edge_contribution,
     master_weight_bytes,
 )
+from parasol.constraints.physics.step_time import step_time
 from parasol.problems.derived import derive
 from parasol.problems.loader import load_problem_text
 from parasol.problems.mapping import Mapping, Recompute
@@ -148,3 +149,35 @@ def test_fp8_input_store_is_swiglu_only() -> None:
     problem = load_problem_text(text, source="nemotron.yaml")
     broken = {r.rule for r in evaluate(problem, build_mapping(problem, {})).violations}
     assert "fp8-input-store-swiglu" in broken
+
+
+LLAMA8B = """
+name: llama8b-8
+model: llama-3.1-8b
+training: {seq_len: 4096, global_batch: 64, precision: bf16}
+hardware: {preset: h100-hgx, gpus: 8}
+mapping: {tp: 1, pp: 1, cp: 1, mbs: 1}
+"""
+
+
+def test_cpu_offloading_keeps_the_first_layers_on_the_host() -> None:
+    """--cpu-offloading --cpu-offloading-num-layers 16 on Llama 3.1 8B (32 equal blocks, PP1, no recompute):
+    Transformer Engine offloads the first 16 layers' activations (transformer_block.py:303-317), so the
+    activations term drops by exactly 16 blocks' worth; the host transfers are priced in the step."""
+    base = load_problem_text(LLAMA8B, source="llama8b.yaml")
+    off = apply_settings(base, {"cpu_offloading": "true", "cpu_offloading_num_layers": "16"})
+    mapping = build_mapping(base, {})
+    before, after = facts_for(base, mapping), facts_for(off, mapping)
+    held = before.ledger.peak.term("activations").bytes  # one stage: 32 blocks and the head's logits
+    logits = 4 * 128256 * 4096
+    assert held - after.ledger.peak.term("activations").bytes == pytest.approx((held - logits) / 2, rel=1e-9)
+    priced = [step_time(p, mapping, derive(p.model, mapping)).breakdown["offload"] for p in (base, off)]
+    assert priced[0] == 0 < priced[1]
+
+
+def test_cpu_offloading_counts_fewer_layers_than_the_model() -> None:
+    """Megatron refuses --cpu-offloading-num-layers >= num_layers (transformer_config.py:1884-1889)."""
+    base = load_problem_text(LLAMA8B, source="llama8b.yaml")
+    off = apply_settings(base, {"cpu_offloading": "true", "cpu_offloading_num_layers": "32"})
+    broken = {r.rule for r in evaluate(off, build_mapping(off, {})).violations}
+    assert "cpu-offloading" in broken

@@ -351,11 +351,25 @@ def edge_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training
     act = 0
     if last:
         act = _ceil(Fraction(logits_bytes_per_token(model, m.tp)) * tokens_on_rank(m) * (1 + model.mtp_layers))
+    if first:
+        act -= cpu_offloaded_bytes(model, m, d, training, options)
     edge = Contribution(wd, we, g, o, act, 0, False, params, Fraction(0))
     if last:
         for b in model.mtp_blocks:
             edge = edge + block_contribution(model, m, d, training, b, options)
     return edge
+
+
+def cpu_offloaded_bytes(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
+                        options: MegatronOptions) -> int:
+    """Activations --cpu-offloading keeps on the host: those of the first cpu_offloading_num_layers blocks
+    (Transformer Engine's offload context groups the layers in forward order and offloads the first N,
+    Megatron-LM transformer_block.py:303-317; the rest stay in HBM). Megatron allows it only with PP 1 and
+    no recompute (rule cpu-offloading), where the first stage holds every block and one microbatch."""
+    if not (options.cpu_offloading and options.cpu_offloading_activations) or m.pp != 1:
+        return 0
+    blocks = model.blocks[:options.cpu_offloading_num_layers]
+    return sum(block_contribution(model, m, d, training, b, options).activation for b in blocks)
 
 
 def dispatch_buffer_bytes(model: ModelArchitecture, m: Mapping, training: Training) -> int:

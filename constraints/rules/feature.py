@@ -419,20 +419,23 @@ class MhcRecomputeModule(SettingsRule):
 
 
 class CpuOffloading(Constraint):
-    """CPU activation offloading works only without a pipeline and without recomputation (the layer-count
-    clause reads --cpu-offloading-num-layers, which parasol does not carry)."""
+    """CPU activation offloading works only for fewer layers than the model has, without a pipeline and
+    without recomputation."""
 
     id = "cpu-offloading"
     family = Family.feature
     citation = Citation(f"{CONFIG}:1884-1899,2800-2801", MegatronStage.config)
     unit = "settings"
-    summary = "cpu_offloading -> PP == 1 and no recompute"
+    summary = "cpu_offloading -> cpu_offloading_num_layers < layers, PP == 1 and no recompute"
     exact = True
 
     def _unmet(self, f: Facts) -> list[str]:
         if not f.options.cpu_offloading:
             return []
         out = []
+        layers = f.problem.model.num_layers
+        if f.options.cpu_offloading_num_layers >= layers:
+            out.append(f"CPU offloading can be done only for layers less than {layers}")
         if f.mapping.pp > 1:
             out.append(f"Currently there is no support for Pipeline parallelism with CPU offloading (PP = {f.mapping.pp})")
         if f.mapping.recompute.value != "none":
@@ -452,6 +455,8 @@ class CpuOffloading(Constraint):
     def post(self, model, v, enforce) -> None:
         if not v.options.cpu_offloading:
             return
+        if v.options.cpu_offloading_num_layers >= v.consts["num_layers"]:
+            model.AddBoolOr([enforce.Not()])
         model.Add(v.pp == 1).OnlyEnforceIf(enforce)
         for choice, literal in v.recompute.items():
             if choice != "none":

@@ -326,6 +326,13 @@ def _other_options(c: Context, options: dict) -> None:
             options[key] = True
     _overlap_options(c, options)
     _precision_options(c, options)
+    layers = f.integer("--cpu-offloading-num-layers", minimum=0)
+    if layers is not None:
+        options["cpu_offloading_num_layers"] = layers
+        if layers > 0:
+            options["cpu_offloading"] = True
+    if f.switch("--no-cpu-offloading-activations"):
+        options["cpu_offloading_activations"] = False
 
 
 def _precision_options(c: Context, options: dict) -> None:

@@ -168,6 +168,10 @@ def sharding_and_overlap_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
                   _flag("--optimizer-offload-fraction", options.optimizer_offload_fraction)]
     if options.offload_modules:
         flags += [_flag("--fine-grained-activation-offloading"), _flag("--offload-modules", *options.offload_modules)]
+    if options.cpu_offloading:
+        flags += [_flag("--cpu-offloading"), _flag("--cpu-offloading-num-layers", options.cpu_offloading_num_layers)]
+        if not options.cpu_offloading_activations:
+            flags.append(_flag("--no-cpu-offloading-activations"))
     return FlagGroup("sharding, overlap and offloading", f"{ARGS}:1027-1047,1441,2918-2922,3121,3148,3190; "
                      f"{CONFIG}:1323-1345", tuple(flags))
 
