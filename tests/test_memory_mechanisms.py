@@ -21,6 +21,7 @@ from parasol.constraints.evaluate import evaluate, facts_for
 from parasol.constraints.physics.activations import ActivationContext, block_bytes_per_token
 from parasol.constraints.physics.memory import (
     _optimizer_bytes_per_param,
+    block_contribution,
     edge_contribution,
     master_weight_bytes,
 )
@@ -181,3 +182,20 @@ def test_cpu_offloading_counts_fewer_layers_than_the_model() -> None:
     off = apply_settings(base, {"cpu_offloading": "true", "cpu_offloading_num_layers": "32"})
     broken = {r.rule for r in evaluate(off, build_mapping(off, {})).violations}
     assert "cpu-offloading" in broken
+
+
+def test_repeated_mtp_block_holds_one_set_of_weights_and_two_of_activations() -> None:
+    """Nemotron 3 Super runs two MTP depths over one repeated block (Megatron-Bridge nemotron_3_super.py:96-102;
+    Megatron gpt_layer_specs.py:779-782 builds one layer): its parameters count once, its activations per depth."""
+    model = load_model("nemotron-3-super-120b-a12b")
+    first, second = model.mtp_blocks
+    assert model.mtp_repeated and not model.mtp_shares_weights(first) and model.mtp_shares_weights(second)
+    m = Mapping(gpus=64, tp=2, pp=4, cp=1, ep=64, etp=1, mbs=1, gbs=64, seq_len=8192)
+    d, training = derive(model, m), Training(seq_len=8192, global_batch=64)
+    single = type(model).model_validate({**model.model_dump(), "mtp_layers": 1})
+    two = edge_contribution(model, m, d, training, first=False, last=True)
+    one = edge_contribution(single, m, derive(single, m), training, first=False, last=True)
+    assert two.static == one.static and two.dense_params == one.dense_params
+    depth = block_contribution(model, m, d, training, second).activation
+    softmax = 4 * 131072 // 2 * 8192
+    assert two.activation - one.activation == depth + softmax

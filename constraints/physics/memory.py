@@ -356,7 +356,10 @@ def edge_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training
     edge = Contribution(wd, we, g, o, act, 0, False, params, Fraction(0))
     if last:
         for b in model.mtp_blocks:
-            edge = edge + block_contribution(model, m, d, training, b, options)
+            c = block_contribution(model, m, d, training, b, options)
+            if model.mtp_shares_weights(b):
+                c = Contribution(activation=c.activation, recompute_peak=c.recompute_peak, moe=c.moe)
+            edge = edge + c
     return edge
 
 

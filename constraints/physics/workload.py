@@ -280,8 +280,9 @@ class _StageSums:
         model, m, settings = ctx.model, ctx.mapping, ctx.settings
         sp = ctx.training.sequence_parallel
         bp = block_params(model, b)
-        self.dense_weights += count * ((bp.attention + bp.dense_mlp + bp.shared_experts) / m.tp + bp.router + bp.extra)
-        self.expert_weights += count * float(ctx.derived.experts_per_rank or 0) * bp.per_expert / m.expert_tp
+        held = 0 if model.mtp_shares_weights(b) else count
+        self.dense_weights += held * ((bp.attention + bp.dense_mlp + bp.shared_experts) / m.tp + bp.router + bp.extra)
+        self.expert_weights += held * float(ctx.derived.experts_per_rank or 0) * bp.per_expert / m.expert_tp
         bf = block_flops(model, b, m.seq_len)
         share = count * ctx.tokens / m.tp
         nbytes = block_memory_bytes(model, b, ctx.tokens, m.tp, sp, settings.precision != "bf16")

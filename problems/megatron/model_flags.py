@@ -27,7 +27,7 @@ MODEL_FLAGS = (
     "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--qk-layernorm", "--swiglu",
     "--squared-relu", "--quick-geglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights",
     "--normalization", "--padded-vocab-size", "--vocab-size", "--make-vocab-size-divisible-by",
-    "--mtp-num-layers", "--max-position-embeddings", "--position-embedding-type", "--window-size",
+    "--mtp-num-layers", "--mtp-use-repeated-layer", "--max-position-embeddings", "--position-embedding-type", "--window-size",
     "--window-attn-skip-freq", "--mamba-num-heads", "--mamba-head-dim", "--mamba-num-groups", "--mamba-state-dim",
     "--experimental-attention-variant", "--linear-attention-freq", "--linear-num-key-heads",
     "--linear-num-value-heads", "--linear-key-head-dim", "--linear-value-head-dim", "--linear-conv-kernel-dim",
@@ -257,6 +257,7 @@ def model_from_flags(c: Context, tp: int) -> ModelArchitecture | None:
         "tied_embeddings": not f.switch("--untie-embeddings-and-output-weights"),
         "learned_position_embeddings": max_positions if learned and max_positions else 0,
         "mtp_layers": mtp,
+        "mtp_repeated": bool(mtp) and f.switch("--mtp-use-repeated-layer"),
         "max_context": max_positions,
         "notes": "built from a Megatron-LM launch line",
     }

@@ -431,6 +431,9 @@ class ModelArchitecture(Strict):
     tied_embeddings: bool = False
     learned_position_embeddings: int = Field(default=0, ge=0, le=MAX_SEQ_LEN, description="rows of a learned position table")
     mtp_layers: int = Field(default=0, ge=0, le=MAX_LAYERS, description="multi-token-prediction blocks after the last block")
+    mtp_repeated: bool = Field(
+        default=False, description="one MTP block's weights run at every depth (Megatron --mtp-use-repeated-layer, "
+                                   "transformer_config.py:82; gpt_layer_specs.py:779-782 builds one layer spec)")
     hc_mult: int = Field(default=1, ge=1, le=MAX_HC_STREAMS, description="mHC residual streams (V4: 4); 1 is a plain residual")
     layer_pattern: str | None = Field(
         default=None, description="hybrid model, one layer per symbol (Megatron --hybrid-layer-pattern): M Mamba-2, "
@@ -560,6 +563,10 @@ class ModelArchitecture(Strict):
     def mtp_blocks(self) -> tuple[Block, ...]:
         """MTP blocks (placed after the last main block, on the last pipeline stage)."""
         return tuple(self._block(self.num_layers + j, mtp=True) for j in range(self.mtp_layers))
+
+    def mtp_shares_weights(self, block: Block) -> bool:
+        """Whether this MTP block runs the first MTP block's weights (a repeated layer past depth 1)."""
+        return self.mtp_repeated and block.mtp and block.index > self.num_layers
 
     @property
     def num_moe_layers(self) -> int:

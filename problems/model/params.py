@@ -248,7 +248,7 @@ def model_params(model: ModelArchitecture) -> ModelParams:
         output_head=0 if model.tied_embeddings else model.vocab_size * h,
         final_norm=h * model.norm.params_per_channel,
         blocks=sum(p.total for p in per_blocks),
-        mtp=sum(block_params(model, b).total for b in model.mtp_blocks),
+        mtp=sum(block_params(model, b).total for b in model.mtp_blocks if not model.mtp_shares_weights(b)),
         top_k_saving=saving,
         mhc_head=mhc_head_params(h, model.hc_mult),
     )
