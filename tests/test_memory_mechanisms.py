@@ -199,3 +199,14 @@ def test_repeated_mtp_block_holds_one_set_of_weights_and_two_of_activations() ->
     depth = block_contribution(model, m, d, training, second).activation
     softmax = 4 * 131072 // 2 * 8192
     assert two.activation - one.activation == depth + softmax
+
+
+def test_shared_expert_gate_keeps_the_shared_output_and_its_score() -> None:
+    """output * sigmoid(x·w) (shared_experts.py:203-206) keeps the shared expert's output (h, BF16) and the
+    score (one BF16 value) per token for its backward: 2·(h/TP) + 2 B with SP at TP2 (DeepSeek-V3's MoE
+    block with the gate switched on)."""
+    base = load_model("deepseek-v3")
+    gated = type(base).model_validate({**base.model_dump(), "moe": {**base.moe.model_dump(), "shared_expert_gate": True}})
+    ctx = dsv3_ctx(tp=2)
+    block = base.blocks[5]
+    assert block_bytes_per_token(gated, block, ctx) - block_bytes_per_token(base, block, ctx) == 2 * (H / 2 + 1)

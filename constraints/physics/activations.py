@@ -173,7 +173,8 @@ def _mlp_bytes(model: ModelArchitecture, ctx: ActivationContext) -> float:
 def _moe_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -> float:
     """MoE: router input and logits, k·ETP/TP dispatched rows per token of b·S/CP (the dispatch buffer's
     count), each keeping its expert input, activation input, fc2 input and routing weight (not its
-    output: the probabilities are applied in the activation), shared experts."""
+    output: the probabilities are applied in the activation), shared experts; a shared-expert gate keeps
+    the shared output and its sigmoid score for the product's backward (shared_experts.py:203-206)."""
     moe = model.moe
     assert moe is not None
     h = model.hidden_size
@@ -197,6 +198,8 @@ def _moe_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -
         fs = moe.shared_width / ctx.tp
         act_in = ctx.swiglu_input_bytes(swiglu, "shared_experts")
         shared = act_in * fs * (2 if moe.activation.gated else 1) + ctx.gemm_input_bytes * fs
+        if moe.shared_expert_gate:
+            shared += BF16_BYTES * (hs + 1)
     return keep_in + router + routed + shared
 
 

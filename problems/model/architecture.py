@@ -332,6 +332,9 @@ class MoE(Strict):
     num_hash_layers: int = Field(
         default=0, ge=0, le=MAX_LAYERS, description="first MoE layers routed by a token-id hash table instead of a learned gate"
     )
+    shared_expert_gate: bool = Field(
+        default=False, description="a sigmoid gate h→1 scales the shared expert's output (Megatron "
+                                   "--moe-shared-expert-gate, shared_experts.py:136-145,203-206; Qwen3-Next)")
     latent_size: int | None = Field(
         default=None, ge=1, le=MAX_WIDTH, description="LatentMoE: routed experts run on this width between a down and an up "
                                         "projection (Megatron --moe-latent-size, moe_layer.py:265-303)")

@@ -139,10 +139,12 @@ def _router_params(model: ModelArchitecture, moe: MoE, block: Block) -> int:
     """Gate weight [experts, h] plus the score-correction bias; V4's hash-routed layers keep the
     weight (it still weights the chosen experts) but have no bias, and their int32 token-to-expert
     table is not a trained parameter. LatentMoE adds its down and up projections h·ℓ each, replicated
-    over TP like the gate (moe_layer.py:279-303, parallel_mode="duplicated")."""
+    over TP like the gate (moe_layer.py:279-303, parallel_mode="duplicated"); a shared-expert gate its
+    1×h weight, replicated too (shared_experts.py:136-143)."""
     bias = moe.num_experts if moe.router_bias and not block.hash_routed else 0
     latent = 2 * model.hidden_size * moe.latent_size if moe.latent_size else 0
-    return moe.num_experts * model.hidden_size + bias + latent
+    gate = model.hidden_size if moe.shared_expert_gate and moe.shared_width else 0
+    return moe.num_experts * model.hidden_size + bias + latent + gate
 
 
 def block_norm_params(model: ModelArchitecture, block: Block) -> int:
