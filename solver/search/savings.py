@@ -33,7 +33,7 @@ from parasol.problems.loader import Problem
 from parasol.problems.mapping_input import apply_settings
 from parasol.problems.memo import memoised
 from parasol.problems.schema import Optimizer
-from parasol.solver.search.costs import StageTimeModel, row_costs
+from parasol.solver.search.costs import RowCosts, StageTimeModel, row_costs
 from parasol.solver.search.cuts import some_cut_fits
 from parasol.solver.search.space import Row
 
@@ -68,11 +68,21 @@ def row_problem(problem: Problem, row: Row) -> Problem:
     return with_saving(problem, row.saving)
 
 
+def without_static(costs: RowCosts) -> RowCosts:
+    """The row's tables with weights, gradients and optimizer state at zero: the savings only shrink those
+    (FSDP's unit buffers sit in the workspace), so a row that overflows even so fits under none of them."""
+    return dataclasses.replace(costs, kind_static=(0,) * len(costs.kind_static),
+                               edge_static=(0,) * len(costs.edge_static))
+
+
 def fitting_row(problem: Problem, row: Row, savings: tuple[str, ...], counts: np.ndarray, usable: int) -> Row | None:
     """The row as it fits: itself when some cut fits under the problem's settings, else with the first
     open saving under which one does; None when none does."""
-    if some_cut_fits(row_costs(problem, row, None), counts, usable):
+    costs = row_costs(problem, row, None)
+    if some_cut_fits(costs, counts, usable):
         return row
+    if not savings or not some_cut_fits(without_static(costs), counts, usable):
+        return None
     for saving in savings:
         variant = dataclasses.replace(row, saving=saving)
         if some_cut_fits(row_costs(with_saving(problem, saving), variant, None), counts, usable):
