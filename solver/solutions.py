@@ -95,6 +95,11 @@ def front_markdown(problem: Problem, data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def problem_of(problem: Problem, entry: dict) -> Problem:
+    """The problem a solution entry runs under: the bundled one with the memory saving solve chose for it."""
+    return with_saving(problem, entry.get("memory_saving", NONE))
+
+
 def mapping_of(entry: dict) -> Mapping:
     """The Mapping a solution entry describes."""
     return Mapping.model_validate({k: entry["mapping"][k] for k in COMPARED_FIELDS})
@@ -113,7 +118,7 @@ def write_problem(path: Path, out_dir: Path, time_limit_s: float = TIME_LIMIT_S)
     if data["mappings"]:
         first = data["mappings"][0]
         title = f"{path.stem}, mapping 1 of {len(data['mappings'])} (Pareto rank {first['pareto_rank']})"
-        write_launch_files(with_saving(problem, first.get("memory_saving", NONE)), mapping_of(first), folder, "", title)
+        write_launch_files(problem_of(problem, first), mapping_of(first), folder, "", title)
     return folder
 
 
