@@ -26,7 +26,7 @@ from parasol.solver.search.space import (
     default_domains,
     dispatcher_choices,
     expert_tp_choices,
-    row_problem,
+    with_choices,
 )
 
 DENSE = """
@@ -98,9 +98,9 @@ def test_a2a_needs_heads_divisible_by_cp() -> None:
     """cp-a2a-heads-divisible: 4 KV heads over TP 1 and CP 8 cannot be split whole."""
     problem = load_problem_text(SMALL_MOE)
     mapping = Mapping(gpus=64, gbs=256, seq_len=4096, tp=1, pp=1, cp=8, ep=8, etp=1)
-    bad = explain(row_problem(problem, Row(1, 1, 1, 8, 8, 1, 1, "none", cp_comm="a2a")), mapping, repairs=0)
+    bad = explain(with_choices(problem, Row(1, 1, 1, 8, 8, 1, 1, "none", cp_comm="a2a")), mapping, repairs=0)
     assert "cp-a2a-heads-divisible" in [v["rule"] for v in bad.as_dict()["violations"]]
-    good = explain(row_problem(problem, Row(1, 1, 1, 8, 8, 1, 1, "none", cp_comm="p2p")), mapping, repairs=0)
+    good = explain(with_choices(problem, Row(1, 1, 1, 8, 8, 1, 1, "none", cp_comm="p2p")), mapping, repairs=0)
     assert "cp-a2a-heads-divisible" not in [v["rule"] for v in good.as_dict()["violations"]]
 
 

@@ -14,6 +14,7 @@ from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, Mapping
 from parasol.problems.megatron.layout_string import run_length
 from parasol.problems.rank_groups import GROUP_KINDS, dense_sizes, expert_sizes, order_of, placements, strides
+from parasol.solver.outputs.report import recompute_cell
 from parasol.solver.search.solve import SolveResult
 
 
@@ -43,7 +44,7 @@ def front_table(result: SolveResult, problem: Problem) -> Table:
         m, metrics, derived = d["mapping"], d["metrics"], d["derived"]
         table.add_row(
             str(sm.pareto_rank), *([f"{m['gpus']:,}"] if pooled else []),
-            *(str(m[k]) for k in (*DEGREES, "recompute")),
+            *(str(m[k]) for k in DEGREES), recompute_cell(d),
             *([m["rank_order"]] if orders else []),
             *(d["settings"].get(k, getattr(problem.spec.framework.options, k)) for k in chosen),
             str(derived["num_microbatches"]), f"{derived['bubble_fraction']:.1%}", run_length(m["layout"]),

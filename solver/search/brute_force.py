@@ -23,7 +23,7 @@ from parasol.solver.search.cuts import rank_counts
 from parasol.solver.search.dominance import nondominated
 from parasol.solver.search.objectives import DEFAULT_OBJECTIVES, SCALES, row_units
 from parasol.solver.search.program import choice_rules, judged_rules, program_rules
-from parasol.solver.search.space import Row, row_problem
+from parasol.solver.search.space import Row, with_choices
 
 MAX_LAYOUTS = 200_000
 
@@ -67,7 +67,7 @@ def row_points(c: RowCosts, counts: np.ndarray, usable: int, per_row: dict[Objec
     if len(layouts) > MAX_LAYOUTS:
         raise ValueError(f"brute force: {len(layouts)} layouts for {row}; use a smaller problem")
     points = []
-    chosen = row_problem(problem, row) if problem is not None else None
+    chosen = with_choices(problem, row) if problem is not None else None
     for lay in layouts:
         per_rank = rank_counts(lay, row.pp, counts)
         if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)) and (
@@ -82,7 +82,7 @@ def rule_feasible(problem: Problem, row: Row) -> bool:
     """Whether the row passes every rule the master posts and every rule on the options it chooses
     (Python verdicts under its options, with an explicit layout as every solver answer has)."""
     layout = default_layout(problem.model.num_layers, row.pp * row.vpp)
-    chosen = row_problem(problem, row)
+    chosen = with_choices(problem, row)
     rules = program_rules(problem) + judged_rules(problem, "row") + choice_rules(chosen)
     return evaluate(chosen, row.mapping(chosen, layout), rules).feasible
 

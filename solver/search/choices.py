@@ -28,7 +28,7 @@ from parasol.problems.loader import Problem
 from parasol.problems.schema import Objective
 from parasol.solver.search.costs import RowCosts, StageTimeModel, row_costs
 from parasol.solver.search.program import choice_rules
-from parasol.solver.search.space import Row, choice_variants, row_problem
+from parasol.solver.search.space import Row, choice_variants, with_choices
 
 MEMORY_TABLES = ("kind_static", "kind_activation", "kind_peak", "kind_moe", "edge_static", "edge_activation",
                  "edge_peak", "edge_moe", "inflight", "dispatch_mb", "workspace_mb")
@@ -37,7 +37,7 @@ TIME_TABLES = ("kind_time_us", "edge_time_us")
 
 def choice_rules_hold(problem: Problem, row: Row) -> bool:
     """Whether the row's options meet every rule that reads them (Python verdicts under its options)."""
-    chosen = row_problem(problem, row)
+    chosen = with_choices(problem, row)
     rules = choice_rules(chosen)
     if not rules:
         return True
@@ -57,7 +57,7 @@ def no_slower(a: RowCosts, b: RowCosts) -> bool:
 def exchanges(problem: Problem, row: Row) -> tuple[CommTerm, CommTerm]:
     """(EP exchange of one MoE block, CP exchange of one attention) of one microbatch's forward under the
     row's options, as the workload builds them: the only terms its dispatcher and CP type change."""
-    chosen = row_problem(problem, row)
+    chosen = with_choices(problem, row)
     model, mapping = chosen.model, row.mapping(chosen)
     settings = routed(chosen, mapping, settings_for(chosen))
     links = links_for(chosen.hardware.topology, mapping)

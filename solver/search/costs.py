@@ -31,7 +31,7 @@ from parasol.problems.derived import Derived, derive
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
 from parasol.problems.model.architecture import Block
-from parasol.solver.search.space import Row, row_problem
+from parasol.solver.search.space import Row, with_choices
 
 TIME_UNIT_S = 1e-4
 """Step-time resolution of the solver's objective: 0.1 ms."""
@@ -150,7 +150,7 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None) -> 
     """Build the cost tables of one row from the memory ledger and the step-time model (None: memory
     only, all times zero, for the cheap first pass that finds the rows with a cut that fits); the row's
     framework options (dispatcher, CP communication type) price it."""
-    problem = row_problem(problem, row)
+    problem = with_choices(problem, row)
     time_model = time_model.for_problem(problem) if time_model is not None else None
     mapping = row.mapping(problem)
     d = derive(problem.model, mapping)

@@ -26,7 +26,7 @@ from parasol.problems.mapping import DEGREES, RankOrder, Recompute
 from parasol.problems.schema import Objective
 from parasol.solver.search.costs import RowCosts
 from parasol.solver.search.cuts import Staircase
-from parasol.solver.search.space import Row, row_problem
+from parasol.solver.search.space import Row, with_choices
 
 CUT_RULES = ("memory-fits-hbm", "layout-covers-blocks")
 """Rules the program states through the cut staircases (per-stage memory within usable HBM, every
@@ -59,7 +59,7 @@ def program_rules(problem: Problem) -> tuple[Constraint, ...]:
 
 def choice_rules(problem: Problem) -> tuple[Constraint, ...]:
     """Active rules reading an option a row chooses (dispatcher, CP communication type): the solver
-    judges them per row in Python under the row's options (pass the row's problem, space.row_problem)."""
+    judges them per row in Python under the row's options (pass the row's problem, space.with_choices)."""
     return tuple(c for c in active_constraints(problem)
                  if c.reads_choices and c.id not in CUT_RULES and c.solver_judges is None)
 
@@ -75,7 +75,7 @@ def admissible(problem: Problem, row: Row, staircase: Staircase, row_rules: tupl
     """The row's staircase with the steps the judged rules allow: none when a row rule (or a rule on the
     options the row chooses) fails on the row, else the steps whose own mapping passes every cut rule
     (the same Python verdicts explain gives, under the row's options)."""
-    problem = row_problem(problem, row)
+    problem = with_choices(problem, row)
     row_rules = row_rules + choice_rules(problem)
     if not staircase.points or not (row_rules or cut_rules):
         return staircase

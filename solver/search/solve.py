@@ -23,10 +23,9 @@ from parasol.solver.search.costs import (
     block_kinds,
     interval_counts,
     prefix_counts,
-    row_costs,
     usable_mb,
 )
-from parasol.solver.search.cuts import CutPoint, Staircase, row_staircase, some_cut_fits
+from parasol.solver.search.cuts import CutPoint, Staircase, row_staircase
 from parasol.solver.search.objectives import (
     RESOLUTIONS,
     SCALES,
@@ -44,7 +43,8 @@ from parasol.solver.search.program import (
     program_rules,
 )
 from parasol.solver.search.prune import pruned
-from parasol.solver.search.space import Row, row_problem, rows_until
+from parasol.solver.search.savings import NONE, fitting_row, open_savings, row_problem, time_model_for
+from parasol.solver.search.space import Row, rows_until
 
 
 @dataclass(frozen=True)
@@ -63,12 +63,17 @@ class SolvedMapping:
     settings: dict[str, str] = field(default_factory=dict)
     """Framework options the solver chose for this mapping (MoE token dispatcher, CP communication type),
     by their `explain --set` names; explanation.problem carries them."""
+    saving: str = NONE
+    """The memory saving solve switched on for this mapping (solver/search/savings.py)."""
 
     def as_dict(self) -> dict:
-        """The explain contract plus pareto_rank, the options the solver chose and its objective values."""
+        """The explain contract plus pareto_rank, the options the solver chose, its objective values and,
+        when solve chose one, the memory saving (`memory_saving`: fsdp or optimizer-offload)."""
         data = self.explanation.as_dict()
         data["pareto_rank"] = self.pareto_rank
         data["settings"] = dict(self.settings)
+        if self.saving != NONE:
+            data["memory_saving"] = self.saving
         minimised, bound = next(iter(self.bound.items()))
         value = self.step_time_objective_s if minimised == "step_time" else self.front_values.get(minimised, bound)
         data["objective"] = {
@@ -173,8 +178,8 @@ def rows_pass_rules(problem: Problem, row: Row) -> bool:
     """Whether a row meets every rule the master posts and every rule judged per row, in Python (with an
     explicit cut, as every solver answer has; the CP-SAT postings agree, tests/test_agreement.py)."""
     mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp))
-    chosen = row_problem(problem, row)
-    return evaluate(chosen, mapping, program_rules(problem) + judged_rules(problem, "row") + choice_rules(chosen)).feasible
+    judged = row_problem(problem, row)
+    return evaluate(judged, mapping, program_rules(problem) + judged_rules(problem, "row") + choice_rules(judged)).feasible
 
 
 @dataclass(frozen=True)
@@ -216,6 +221,7 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     total_rows = len(rows)
     ordered = priced_first(problem, rows, start + PRICING_SHARE * time_limit_s)
     row_rules, cut_rules = judged_rules(problem, "row"), judged_rules(problem, "cut")
+    savings, models = open_savings(problem), {NONE: time_model}
     kept, costs, staircases, screened = [], [], [], 0
     for r in ordered:
         if time.perf_counter() - start > PRICING_SHARE * time_limit_s:
@@ -223,13 +229,17 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         screened += 1
         if progress is not None:
             progress(SearchProgress(screened, len(ordered)))
-        if some_cut_fits(row_costs(problem, r, None), counts, usable):
-            r, cost, sure = settled(problem, r, time_model)
-            kept.append(r)
+        fitted = fitting_row(problem, r, savings, counts, usable)
+        if fitted is not None:
+            priced = row_problem(problem, fitted)
+            if fitted.saving not in models:
+                models[fitted.saving] = time_model_for(time_model, priced)
+            fitted, cost, sure = settled(priced, fitted, models[fitted.saving])
+            kept.append(fitted)
             costs.append(cost)
             stairs = row_staircase(cost, counts, usable)
             stairs = stairs if sure else Staircase(stairs.points, False)
-            staircases.append(admissible(problem, r, stairs, row_rules, cut_rules))
+            staircases.append(admissible(priced, fitted, stairs, row_rules, cut_rules))
     all_priced = listed and screened == len(ordered) and all(st.proved for st in staircases)
     if not kept:
         return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, 0, 0,
@@ -258,7 +268,7 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         solved.append(SolvedMapping(pt.pareto_rank, pt.optimal, round(pt.time_units * TIME_UNIT_S, 9),
                                     pt.memory_units * MEMORY_UNIT_MB / 1000, front,
                                     {minimised[0].value: round(pt.bound * SCALES[minimised[0]].resolution, 9)},
-                                    account, row.settings()))
+                                    account, row.settings(), row.saving))
     complete = outcome.complete and all_priced
     if not solved:
         status = "infeasible" if complete else "unknown"

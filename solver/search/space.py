@@ -203,6 +203,8 @@ class Row:
     """The MoE token dispatcher the row runs ("": the problem's option)."""
     cp_comm: str = ""
     """The CP communication type the row runs ("": the problem's option)."""
+    saving: str = "none"
+    """A memory saving solve switched on for this row (solver/search/savings.py), 'none' for the problem's own."""
 
     def mapping(self, problem: Problem, layout: tuple[int, ...] | None = None) -> Mapping:
         """The full mapping this row stands for (layout None: the default split)."""
@@ -219,7 +221,7 @@ class Row:
 _ROW_PROBLEMS: dict[tuple[int, tuple], tuple[Problem, Problem]] = {}
 
 
-def row_problem(problem: Problem, row: Row) -> Problem:
+def with_choices(problem: Problem, row: Row) -> Problem:
     """The problem with the options the row chooses (the problem itself when it chooses none); one
     object per problem and choice, so per-problem memos stay shared."""
     settings = row.settings()
