@@ -37,6 +37,7 @@ from parasol.solver.search.objectives import (
 from parasol.solver.search.pareto import pareto_search
 from parasol.solver.search.program import admissible, compile_program, judged_rules, program_rules
 from parasol.solver.search.prune import pruned
+from parasol.solver.search.reprice import exact_staircase
 from parasol.solver.search.space import Row, rows_until
 
 
@@ -214,7 +215,9 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         if some_cut_fits(row_costs(problem, r, None), counts, usable):
             kept.append(r)
             costs.append(row_costs(problem, r, time_model))
-            staircases.append(admissible(problem, r, row_staircase(costs[-1], counts, usable), row_rules, cut_rules))
+            stairs = exact_staircase(costs[-1], r.mapping(problem), row_staircase(costs[-1], counts, usable), counts,
+                                     time_model)
+            staircases.append(admissible(problem, r, stairs, row_rules, cut_rules))
     all_priced = listed and screened == len(ordered) and all(st.proved for st in staircases)
     if not kept:
         return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, 0, 0,
