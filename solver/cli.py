@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -319,6 +320,17 @@ def _report_path(ctx: click.Context, param: click.Parameter, value: str | None) 
     return value
 
 
+MIN_SEARCH_S = 0.1
+"""Seconds a search gets however much of its time limit starting the command took."""
+
+
+def left_of(time_limit: float) -> float:
+    """What is left of a command's --time-limit after starting up (parasol.STARTED_S: imports, loading)."""
+    import parasol
+
+    return max(time_limit - (time.perf_counter() - parasol.STARTED_S), MIN_SEARCH_S)
+
+
 @main.command(epilog=EXIT_CODES_HELP)
 @click.argument("problem", type=click.Path())
 @click.option("--top", default=10, show_default=True, type=click.IntRange(1, 1000),
@@ -358,7 +370,7 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
     if out and Path(out).exists() and not Path(out).is_dir():
         raise ParasolError(f"--out {out!r} is a file, not a folder. Fix: give a folder path.")
     with search_progress(f"solving {Path(problem).name} (time limit {time_limit:g} s)", sys.stderr.isatty()) as tick:
-        result = solve_pools(prob, top=top, time_limit_s=time_limit, progress=tick)
+        result = solve_pools(prob, top=top, time_limit_s=left_of(time_limit), progress=tick)
     picked = click.get_current_context().get_parameter_source("pick") is ParameterSource.COMMANDLINE
     if out:
         path = write_solution(result, prob, Path(out))

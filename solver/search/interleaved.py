@@ -14,6 +14,7 @@ to is a proof, so the cuts it returns are the best under each memory cap, not a 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -31,7 +32,12 @@ NODE_BUDGET = 2_000
 
 
 class OutOfBudget(Exception):
-    """The search spent its budget of partial cuts without finding a cut or proving there is none."""
+    """The search spent its budget of partial cuts (or reached its deadline) without finding a cut or
+    proving there is none."""
+
+
+DEADLINE_EVERY = 64
+"""Partial cuts between two looks at the clock."""
 
 
 @dataclass(frozen=True)
@@ -66,8 +72,11 @@ class InterleavedCuts:
     """The branch and bound of one interleaved row: which cuts keep every rank within a time and a
     memory bound, and the fastest and leanest such cuts."""
 
-    def __init__(self, c: RowCosts, counts: np.ndarray) -> None:
+    def __init__(self, c: RowCosts, counts: np.ndarray, deadline: float = math.inf) -> None:
         self.c = c
+        self.deadline = deadline
+        """perf_counter time past which every open question is left unproved (OutOfBudget): a time limit
+        that bounds the search's wall time; never reached, it changes nothing."""
         self.pp, self.vpp = c.row.pp, c.row.vpp
         self.stages = self.pp * self.vpp
         self.n = counts.shape[0] - 1
@@ -151,17 +160,26 @@ class InterleavedCuts:
         self.nodes, self.budget = 0, budget
         return tuple(layout) if self._place(0, 0, ranks, layout, slowest_us, cap_mb) else None
 
+    def late(self) -> bool:
+        """Whether the deadline has passed."""
+        return time.perf_counter() > self.deadline
+
     def decide(self, slowest_us: int, cap_mb: int) -> tuple[int, ...] | None:
         """find without a budget in effect: the branch and bound, then the CP-SAT cut program when the
-        search runs out of budget; raises OutOfBudget only when both leave the question open."""
+        search runs out of budget; raises OutOfBudget only when both leave the question open (or the
+        deadline has passed)."""
+        if self.late():
+            raise OutOfBudget
         try:
             return self.find(slowest_us, cap_mb, NODE_BUDGET if self.vpp != 2 else FIRST_BUDGET)
         except OutOfBudget:
             pass
+        if self.late():
+            raise OutOfBudget
         if self.vpp == 2:
             return two_chunk_cut(self, slowest_us, cap_mb)
         try:
-            return cut_within(self, slowest_us, cap_mb)
+            return cut_within(self, slowest_us, cap_mb, self.deadline)
         except Undecided as e:
             raise OutOfBudget from e
 
@@ -171,7 +189,7 @@ class InterleavedCuts:
         if k == self.stages:
             return True
         self.nodes += 1
-        if self.nodes > self.budget:
+        if self.nodes > self.budget or (self.nodes % DEADLINE_EVERY == 0 and self.late()):
             raise OutOfBudget
         r, chunk = k % self.pp, k // self.pp
         last_round = chunk == self.vpp - 1
@@ -425,6 +443,8 @@ def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> tuple[
     reach = [start]
     below = np.arange(size)[None, :, None] <= np.arange(size)[:, None, None]
     for r in range(pp):
+        if cuts.late():
+            raise OutOfBudget
         prev, nxt = reach[-1], np.zeros((size, size, size), dtype=bool)
         live = [np.flatnonzero(prev.any(axis=tuple(x for x in range(3) if x != d))) for d in range(3)]
         if not all(len(x) for x in live):

@@ -123,6 +123,8 @@ def why_not_optimal(result: SolveResult, problem: Problem, time_limit_s: float) 
 
 PRICING_SHARE = 0.6
 """Share of the time limit the step-time pricing of rows may use before the search starts."""
+EXPLAIN_SHARE = 0.1
+"""Share of the time limit kept for explaining the mappings found: the master search stops before it."""
 
 
 def ideal_step_s(problem: Problem, row: Row) -> float:
@@ -195,28 +197,29 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
             fix="solve with pipeline_schedule: megatron, then judge a DualPipe mapping with `parasol explain "
                 "--set pipeline_schedule=dualpipe` (its memory and bubble are priced there).")
     start = time.perf_counter()
+    pricing_deadline = start + PRICING_SHARE * time_limit_s
     objectives = front_objectives(problem)
     minimised = program_objectives(objectives)
-    rows, listed = rows_until(problem, start + PRICING_SHARE * time_limit_s)
+    rows, listed = rows_until(problem, pricing_deadline)
     if not rows:
         return SolveResult("infeasible" if listed else "unknown", (), 0, 0, 0, time.perf_counter() - start)
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     usable = usable_mb(problem)
     total_rows = len(rows)
-    ordered = priced_first(problem, rows, start + PRICING_SHARE * time_limit_s)
+    ordered = priced_first(problem, rows, pricing_deadline)
     row_rules, cut_rules = judged_rules(problem, "row"), judged_rules(problem, "cut")
     kept, costs, staircases, screened = [], [], [], 0
     for r in ordered:
-        if time.perf_counter() - start > PRICING_SHARE * time_limit_s:
+        if time.perf_counter() > pricing_deadline:
             break
         screened += 1
         if progress is not None:
             progress(SearchProgress(screened, len(ordered)))
-        if some_cut_fits(row_costs(problem, r, None), counts, usable):
+        if some_cut_fits(row_costs(problem, r, None), counts, usable, pricing_deadline):
             kept.append(r)
             costs.append(row_costs(problem, r, time_model))
-            stairs = exact_staircase(costs[-1], r.mapping(problem), row_staircase(costs[-1], counts, usable), counts,
-                                     time_model)
+            stairs = exact_staircase(costs[-1], r.mapping(problem),
+                                     row_staircase(costs[-1], counts, usable, pricing_deadline), counts, time_model)
             staircases.append(admissible(problem, r, stairs, row_rules, cut_rules))
     all_priced = listed and screened == len(ordered) and all(st.proved for st in staircases)
     if not kept:
@@ -232,12 +235,14 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         stairs = pruned(stairs, lambda i, q: tuple(_point_value(o, i, q, per_row) for o in minimised), top,
                         lambda i: rows_pass_rules(problem, rows[i]))
     program = compile_program(problem, rows, tuple(costs), stairs, row_values=per_row)
-    remaining = max(time_limit_s - (time.perf_counter() - start), 0.1)
+    remaining = max((1 - EXPLAIN_SHARE) * time_limit_s - (time.perf_counter() - start), 0.05)
     on_front = None if progress is None else \
         (lambda fronts, found: progress(SearchProgress(screened, len(ordered), fronts, found)))
     outcome = pareto_search(program, top, remaining, minimised, on_front)
     solved = []
     for pt in outcome.points:
+        if solved and time.perf_counter() - start > time_limit_s:
+            break
         account = explain(problem, rows[pt.row_index].mapping(problem, pt.layout), repairs=0)
         metrics = account.as_dict()["metrics"]
         front = {o.value: round(objective_value(o, metrics, v * SCALES[p].resolution), 9)
@@ -246,7 +251,7 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
                                     pt.memory_units * MEMORY_UNIT_MB / 1000, front,
                                     {minimised[0].value: round(pt.bound * SCALES[minimised[0]].resolution, 9)},
                                     account))
-    complete = outcome.complete and all_priced
+    complete = outcome.complete and all_priced and len(solved) == len(outcome.points)
     if not solved:
         status = "infeasible" if complete else "unknown"
     else:
