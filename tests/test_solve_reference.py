@@ -61,6 +61,15 @@ class AdditiveTime:
         stage = np.array(self.edge_times_s(m, d))[None, :] + counts @ per_kind
         return self.step_extra_s(m, d) + pipeline_seconds(stage, float(d.num_microbatches), m.vpp)
 
+    def step_floor_s(self, m, d, totals):
+        """Every cut's step time is at least the constant plus the rank times' sum spread evenly."""
+        reps = {}
+        for b in self.p.model.blocks:
+            reps.setdefault(block_kind(b), b)
+        total = sum(self.edge_times_s(m, d)) + float(totals @ np.array(self.block_times_s(m, d, [reps[k] for k in block_kinds(self.p)])))
+        v, mb = m.vpp, float(d.num_microbatches)
+        return self.step_extra_s(m, d) + total * (1 + (v * mb - 1) / m.pp) / v
+
 
 def problem_text(rng: random.Random, index: int) -> str:
     """A small random problem: GQA model with an odd block count, dense or MoE, on an HGX preset."""

@@ -294,6 +294,21 @@ class CalibratedStageTimes:
         prices = price(batch_from_vectors(self._base(mapping, derived), vectors), coefficient_values(self.coefficients))
         return prices["step"]
 
+    def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
+        """A lower bound on the step seconds of every cut of the mapping (`totals`: blocks of each kind in
+        the model): the compute of all ranks together spread evenly over the pipeline, plus the optimizer
+        step of an average rank. Sound because a rank's compute is sublinear in its work (sums of maxima
+        of linear terms: all ranks' compute is at least the compute of their summed work), every field
+        grows with blocks (the least slope over rank positions is taken), the slowest rank is at least
+        the mean, and exposed communication is never negative."""
+        work = self.rank_work(mapping, derived)
+        total = work.empty.sum(axis=0) + totals.astype(float) @ work.slope.min(axis=0)
+        prices = price(batch_from_vectors(self._base(mapping, derived), total[None, None, :]),
+                       coefficient_values(self.coefficients))
+        compute = float(prices["forward"][0, 0] + prices["backward"][0, 0])
+        m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
+        return compute * (1 + (vpp * m - 1) / pp) / vpp + float(prices["optimizer"][0]) / pp
+
     def stage_times_s(self, mapping: Mapping, derived: Derived,
                       stages: list[tuple[int, tuple[int, ...]]]) -> list[float]:
         """Forward + backward + exposed TP/CP/EP/FSDP seconds of one microbatch on each (stage, counts),

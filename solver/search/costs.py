@@ -59,6 +59,10 @@ class StageTimeModel(Protocol):
         """Exact step seconds of N cuts (counts: N × PP × kinds blocks per pipeline rank), as printed."""
         ...
 
+    def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
+        """A lower bound on the exact step seconds of every cut (totals: blocks of each kind)."""
+        ...
+
 
 def block_kinds(problem: Problem) -> tuple[tuple, ...]:
     """The distinct kinds of main blocks, in order of first appearance."""

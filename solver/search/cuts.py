@@ -106,8 +106,7 @@ def some_cut_fits(c: RowCosts, counts: np.ndarray, usable: int, deadline: float 
     bound for interleaved rows (left open past `deadline`: then True, for the staircase to settle).
     Reads memory only, so it runs before any time is priced."""
     if c.row.vpp > 1:
-        layout, proved = InterleavedCuts(c, counts, deadline).fastest(usable)
-        return layout is not None or not proved
+        return InterleavedCuts(c, counts, deadline).fits(usable)
     blocks = counts.shape[0] - 1
     inf = np.iinfo(np.int64).max
     memory = [stage_matrices(c, s, counts)[1] for s in range(c.row.pp)]

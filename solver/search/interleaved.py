@@ -247,16 +247,23 @@ class InterleavedCuts:
         return room >= b.lean[end]
 
     def _bisect(self, lo: int, best: tuple[int, ...], probe: Callable[[int], tuple[int, ...] | None],
-                score: Callable[[tuple[int, ...]], int]) -> tuple[tuple[int, ...], bool]:
+                score: Callable[[tuple[int, ...]], int],
+                least: Callable[[int], tuple[int, ...]] | None = None) -> tuple[tuple[int, ...], bool]:
         """Least score from `lo` (a proved lower bound) up to the incumbent `best`'s, by bisection with
-        `probe(value)` finding a cut of score <= value or proving none; (cut, proved)."""
+        `probe(value)` finding a cut of score <= value or proving none; (cut, proved). When a probe runs
+        out of budget, `least(hi)` (if given) returns a cut of least score at most hi at once."""
         hi = score(best)
         while lo < hi:
             mid = (lo + hi) // 2
             try:
                 found = probe(mid)
             except OutOfBudget:
-                return best, False
+                if least is None:
+                    return best, False
+                try:
+                    return least(hi), True
+                except OutOfBudget:
+                    return best, False
             if found is None:
                 lo = mid + 1
             else:
@@ -274,6 +281,18 @@ class InterleavedCuts:
             gap *= 2
         return self.decide(UNBOUNDED, cap_mb)
 
+    def fits(self, cap_mb: int) -> bool:
+        """Whether some cut keeps every rank within `cap_mb` (True when the question is left open): the
+        quick search, then `decide`."""
+        try:
+            return self.find(UNBOUNDED, cap_mb, FIRST_BUDGET) is not None
+        except OutOfBudget:
+            pass
+        try:
+            return self.decide(UNBOUNDED, cap_mb) is not None
+        except OutOfBudget:
+            return True
+
     def fastest(self, cap_mb: int) -> tuple[tuple[int, ...] | None, bool]:
         """The cut of least step time (in solver units) with every rank within `cap_mb`, or None when no cut
         fits; and whether that is proved (the searches stayed within their budget)."""
@@ -286,6 +305,8 @@ class InterleavedCuts:
         bound = self.relaxed.fastest_us(cap_mb, self.measure(first)[0] if first else UNBOUNDED)
         if bound is None:
             return first, True
+        if self.vpp == 2:
+            return self._fastest_two_chunk(cap_mb, bound, first)
         if first is None:
             try:
                 first = self.escalate(self.time_units(bound), cap_mb)
@@ -297,14 +318,53 @@ class InterleavedCuts:
                             lambda units: self.decide(self.slowest_within(units), cap_mb),
                             lambda cut: self.time_units(self.measure(cut)[0]))
 
+    def _least_time_cut(self, ceiling_us: int, cap_mb: int) -> tuple[int, ...] | None:
+        """VPP 2: a cut of least step time (solver units) within `ceiling_us` and `cap_mb`, by the exact
+        two-chunk programs (two_chunk_least for the value, two_chunk_cut for a cut at it)."""
+        slowest = two_chunk_least(self, ceiling_us, cap_mb, True)
+        if slowest is None:
+            return None
+        return two_chunk_cut(self, self.slowest_within(self.time_units(slowest)), cap_mb)
+
+    def _fastest_two_chunk(self, cap_mb: int, bound: int, first: tuple[int, ...] | None
+                           ) -> tuple[tuple[int, ...] | None, bool]:
+        """fastest() for VPP 2: bisection with quick branch-and-bound probes while they answer within
+        their budget, the exact two-chunk programs as soon as one does not."""
+        try:
+            if first is None:
+                return self._least_time_cut(UNBOUNDED, cap_mb), True
+        except OutOfBudget:
+            return None, False
+
+        def least(hi: int) -> tuple[int, ...]:
+            cut = self._least_time_cut(self.slowest_within(hi), cap_mb)
+            assert cut is not None
+            return cut
+
+        return self._bisect(self.time_units(bound), first,
+                            lambda units: self.find(self.slowest_within(units), cap_mb, FIRST_BUDGET),
+                            lambda cut: self.time_units(self.measure(cut)[0]), least)
+
     def leanest(self, slowest_us: int, cap_mb: int, incumbent: tuple[int, ...]) -> tuple[tuple[int, ...], bool]:
         """The cut of least peak memory (in solver units) with every rank within `slowest_us` and `cap_mb`,
         starting from a cut that meets both; and whether that is proved."""
         bound = self.relaxed.leanest_mb(slowest_us, cap_mb)
         assert bound is not None
+        if self.vpp != 2:
+            return self._bisect(-(-bound // MEMORY_UNIT_MB), incumbent,
+                                lambda units: self.decide(slowest_us, units * MEMORY_UNIT_MB),
+                                lambda cut: self.units(cut)[1])
+
+        def least(hi: int) -> tuple[int, ...]:
+            peak = two_chunk_least(self, slowest_us, hi * MEMORY_UNIT_MB, False)
+            assert peak is not None
+            cut = two_chunk_cut(self, slowest_us, -(-peak // MEMORY_UNIT_MB) * MEMORY_UNIT_MB)
+            assert cut is not None
+            return cut
+
         return self._bisect(-(-bound // MEMORY_UNIT_MB), incumbent,
-                            lambda units: self.decide(slowest_us, units * MEMORY_UNIT_MB),
-                            lambda cut: self.units(cut)[1])
+                            lambda units: self.find(slowest_us, units * MEMORY_UNIT_MB, FIRST_BUDGET),
+                            lambda cut: self.units(cut)[1], least)
 
     def best(self, cap_mb: int) -> tuple[tuple[int, ...] | None, bool]:
         """The fastest cut within `cap_mb`, and among those the leanest (in solver units); whether proved."""
@@ -487,3 +547,64 @@ def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> tuple[
         seconds.append(l1)
         e0, e1 = e0 - l0, e1 - l1
     return tuple(reversed(firsts)) + tuple(reversed(seconds))
+
+
+def two_chunk_least(cuts: InterleavedCuts, slowest_us: int, cap_mb: int, minimise_time: bool) -> int | None:
+    """VPP 2, exactly: the least slowest-rank time (µs) or, with `minimise_time` False, the least peak
+    rank memory (MB) over every cut with each rank within `slowest_us` and `cap_mb`; None when no cut
+    is. two_chunk_cut's dynamic program with the running maximum of the objective in each state
+    instead of reachability, so one pass answers what a bisection over bounds would ask many times."""
+    n, pp, b, c = cuts.n, cuts.pp, cuts.b, cuts.c
+    size = n + 1
+    inf = np.iinfo(np.int64).max
+    tm, st, ac = (np.array(x, dtype=np.int64) for x in (b.time, b.static, b.act))
+    bits = np.array(b.bit, dtype=np.int64)
+    pieces = []
+    for length in range(1, n - 2 * pp + 2):
+        s = np.arange(0, size - length)
+        mask = np.zeros(len(s), dtype=np.int64)
+        for i in range(length):
+            mask |= bits[s + i]
+        piece = (tm[s + length] - tm[s], st[s + length] - st[s], ac[s + length] - ac[s], mask)
+        if not any(cuts.fits_any(r, *piece, slowest_us, cap_mb) for r in range(pp)):
+            break
+        pieces.append(piece)
+    peak_of = np.array(cuts.peak_of, dtype=np.int64)
+    best = np.full((size, size, size), inf, dtype=np.int64)
+    for p1 in range(pp, n - pp + 1):
+        best[p1, 0, p1] = 0
+    below = np.arange(size)[None, :, None] <= np.arange(size)[:, None, None]
+    for r in range(pp):
+        if cuts.late():
+            raise OutOfBudget
+        prev, nxt = best, np.full((size, size, size), inf, dtype=np.int64)
+        reached = prev < inf
+        live = [np.flatnonzero(reached.any(axis=tuple(x for x in range(3) if x != d))) for d in range(3)]
+        if not all(len(x) for x in live):
+            return None
+        (p_lo, p_hi), (lo0, hi0), (lo1, hi1) = ((int(x[0]), int(x[-1]) + 1) for x in live)
+        frac = c.inflight[r]
+        for l0, (t0, s0, a0, m0) in enumerate(pieces, start=1):
+            for l1, (t1, s1, a1, m1) in enumerate(pieces, start=1):
+                h0, h1 = min(hi0, size - l0), min(hi1, size - l1)
+                if h0 <= lo0 or h1 <= lo1:
+                    continue
+                t0w, s0w, a0w, m0w = (x[lo0:h0] for x in (t0, s0, a0, m0))
+                t1w, s1w, a1w, m1w = (x[lo1:h1] for x in (t1, s1, a1, m1))
+                time = c.edge_time_us[r] + t0w[:, None] + t1w[None, :]
+                held = c.edge_activation[r] + a0w[:, None] + a1w[None, :]
+                mask = m0w[:, None] | m1w[None, :]
+                moe = ((mask & cuts.moe_bits) != 0) | c.edge_moe[r]
+                memory = (c.edge_static[r] + s0w[:, None] + s1w[None, :] + -(-(held * frac.numerator) // frac.denominator)
+                          + np.maximum(peak_of[mask], c.edge_peak[r]) + np.where(moe, c.dispatch_mb, 0)
+                          + c.workspace_mb)
+                ok = (time <= slowest_us) & (memory <= cap_mb)
+                if not ok.any():
+                    continue
+                cost = np.where(ok, time if minimise_time else memory, inf)
+                target = nxt[p_lo:p_hi, lo0 + l0:h0 + l0, lo1 + l1:h1 + l1]
+                np.minimum(target, np.maximum(prev[p_lo:p_hi, lo0:h0, lo1:h1], cost[None]), out=target)
+        best = np.where(below, nxt, inf)
+    ends = [int(best[p1, p1, n]) for p1 in range(size)]
+    least = min(ends)
+    return None if least >= inf else least

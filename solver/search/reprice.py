@@ -54,3 +54,16 @@ def exact_staircase(c: RowCosts, mapping: Mapping, staircase: Staircase, counts:
                        q.layout)
               for q, t, ranks in zip(staircase.points, seconds, per_rank, strict=True)]
     return Staircase(non_dominated(points), staircase.proved)
+
+
+def floor_point(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel) -> tuple[int, int]:
+    """(step time, peak memory) units no cut of the row goes below, as printed: the step-time model's
+    compute-only floor, and the ledger's weights, optimizer state and least in-flight activations of all
+    blocks and edges spread evenly over the pipeline ranks (the heaviest rank holds at least the mean)."""
+    totals = counts[0, counts.shape[0] - 1]
+    seconds = time_model.step_floor_s(mapping, c.derived, totals)
+    static = sum(e[0] for e in c.edge_bytes) + sum(int(n) * k[0] for n, k in zip(totals, c.kind_bytes, strict=True))
+    held = sum(e[1] for e in c.edge_bytes) + sum(int(n) * k[1] for n, k in zip(totals, c.kind_bytes, strict=True))
+    fmin = min(c.inflight)
+    mean = -(-(static * fmin.denominator + held * fmin.numerator) // (fmin.denominator * c.row.pp))
+    return math.floor(seconds / TIME_UNIT_S * (1 - 1e-9)), memory_units(mean + c.fixed_bytes)

@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from parasol.constraints.evaluate import evaluate
 from parasol.constraints.physics.flops import model_flops_per_token
 from parasol.errors import InputError
@@ -25,8 +27,9 @@ from parasol.solver.search.costs import (
     row_costs,
     usable_mb,
 )
-from parasol.solver.search.cuts import CutPoint, row_staircase, some_cut_fits
+from parasol.solver.search.cuts import CutPoint, Staircase, row_staircase, some_cut_fits
 from parasol.solver.search.objectives import (
+    DEFAULT_OBJECTIVES,
     RESOLUTIONS,
     SCALES,
     front_objectives,
@@ -36,8 +39,8 @@ from parasol.solver.search.objectives import (
 )
 from parasol.solver.search.pareto import pareto_search
 from parasol.solver.search.program import admissible, compile_program, judged_rules, program_rules
-from parasol.solver.search.prune import pruned
-from parasol.solver.search.reprice import exact_staircase
+from parasol.solver.search.prune import beaten, pruned
+from parasol.solver.search.reprice import exact_staircase, floor_point
 from parasol.solver.search.space import Row, rows_until
 
 
@@ -209,6 +212,16 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     ordered = priced_first(problem, rows, pricing_deadline)
     row_rules, cut_rules = judged_rules(problem, "row"), judged_rules(problem, "cut")
     kept, costs, staircases, screened = [], [], [], 0
+    floors = prune and minimised == DEFAULT_OBJECTIVES
+    passes: dict[int, bool] = {}
+    step_rows: list[int] = []
+    step_values: list[tuple[int, int]] = []
+
+    def feasible_row(i: int) -> bool:
+        if i not in passes:
+            passes[i] = rows_pass_rules(problem, kept[i])
+        return passes[i]
+
     for r in ordered:
         if time.perf_counter() > pricing_deadline:
             break
@@ -218,9 +231,16 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         if some_cut_fits(row_costs(problem, r, None), counts, usable, pricing_deadline):
             kept.append(r)
             costs.append(row_costs(problem, r, time_model))
+            if floors and beaten(floor_point(costs[-1], r.mapping(problem), counts, time_model),
+                                 np.array(step_rows, dtype=np.int64), np.array(step_values, dtype=np.int64).reshape(-1, 2),
+                                 top, feasible_row):
+                staircases.append(Staircase(()))
+                continue
             stairs = exact_staircase(costs[-1], r.mapping(problem),
                                      row_staircase(costs[-1], counts, usable, pricing_deadline), counts, time_model)
             staircases.append(admissible(problem, r, stairs, row_rules, cut_rules))
+            step_rows.extend(len(kept) - 1 for _ in staircases[-1].points)
+            step_values.extend((q.time_units, q.memory_units) for q in staircases[-1].points)
     all_priced = listed and screened == len(ordered) and all(st.proved for st in staircases)
     if not kept:
         return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, 0, 0,
@@ -233,7 +253,7 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     per_row = {o: tuple(row_units(problem, r, o) for r in rows) for o in minimised if not SCALES[o].per_cut}
     if prune:
         stairs = pruned(stairs, lambda i, q: tuple(_point_value(o, i, q, per_row) for o in minimised), top,
-                        lambda i: rows_pass_rules(problem, rows[i]))
+                        feasible_row)
     program = compile_program(problem, rows, tuple(costs), stairs, row_values=per_row)
     remaining = max((1 - EXPLAIN_SHARE) * time_limit_s - (time.perf_counter() - start), 0.05)
     on_front = None if progress is None else \
