@@ -321,10 +321,8 @@ class InterleavedCuts:
     def _least_time_cut(self, ceiling_us: int, cap_mb: int) -> tuple[int, ...] | None:
         """VPP 2: a cut of least step time (solver units) within `ceiling_us` and `cap_mb`, by the exact
         two-chunk programs (two_chunk_least for the value, two_chunk_cut for a cut at it)."""
-        slowest = two_chunk_least(self, ceiling_us, cap_mb, True)
-        if slowest is None:
-            return None
-        return two_chunk_cut(self, self.slowest_within(self.time_units(slowest)), cap_mb)
+        found = two_chunk_least(self, ceiling_us, cap_mb, True)
+        return None if found is None else found[1]
 
     def _fastest_two_chunk(self, cap_mb: int, bound: int, first: tuple[int, ...] | None
                            ) -> tuple[tuple[int, ...] | None, bool]:
@@ -356,11 +354,9 @@ class InterleavedCuts:
                                 lambda cut: self.units(cut)[1])
 
         def least(hi: int) -> tuple[int, ...]:
-            peak = two_chunk_least(self, slowest_us, hi * MEMORY_UNIT_MB, False)
-            assert peak is not None
-            cut = two_chunk_cut(self, slowest_us, -(-peak // MEMORY_UNIT_MB) * MEMORY_UNIT_MB)
-            assert cut is not None
-            return cut
+            found = two_chunk_least(self, slowest_us, hi * MEMORY_UNIT_MB, False)
+            assert found is not None
+            return found[1]
 
         return self._bisect(-(-bound // MEMORY_UNIT_MB), incumbent,
                             lambda units: self.find(slowest_us, units * MEMORY_UNIT_MB, FIRST_BUDGET),
@@ -549,11 +545,13 @@ def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> tuple[
     return tuple(reversed(firsts)) + tuple(reversed(seconds))
 
 
-def two_chunk_least(cuts: InterleavedCuts, slowest_us: int, cap_mb: int, minimise_time: bool) -> int | None:
+def two_chunk_least(cuts: InterleavedCuts, slowest_us: int, cap_mb: int,
+                    minimise_time: bool) -> tuple[int, tuple[int, ...]] | None:
     """VPP 2, exactly: the least slowest-rank time (µs) or, with `minimise_time` False, the least peak
-    rank memory (MB) over every cut with each rank within `slowest_us` and `cap_mb`; None when no cut
-    is. two_chunk_cut's dynamic program with the running maximum of the objective in each state
-    instead of reachability, so one pass answers what a bisection over bounds would ask many times."""
+    rank memory (MB) over every cut with each rank within `slowest_us` and `cap_mb`, and a cut that
+    has it; None when no cut is within both. two_chunk_cut's dynamic program with the running maximum
+    of the objective in each state instead of reachability, so one pass answers what a bisection over
+    bounds would ask many times."""
     n, pp, b, c = cuts.n, cuts.pp, cuts.b, cuts.c
     size = n + 1
     inf = np.iinfo(np.int64).max
@@ -574,6 +572,7 @@ def two_chunk_least(cuts: InterleavedCuts, slowest_us: int, cap_mb: int, minimis
     for p1 in range(pp, n - pp + 1):
         best[p1, 0, p1] = 0
     below = np.arange(size)[None, :, None] <= np.arange(size)[:, None, None]
+    layers = [best]
     for r in range(pp):
         if cuts.late():
             raise OutOfBudget
@@ -605,6 +604,21 @@ def two_chunk_least(cuts: InterleavedCuts, slowest_us: int, cap_mb: int, minimis
                 target = nxt[p_lo:p_hi, lo0 + l0:h0 + l0, lo1 + l1:h1 + l1]
                 np.minimum(target, np.maximum(prev[p_lo:p_hi, lo0:h0, lo1:h1], cost[None]), out=target)
         best = np.where(below, nxt, inf)
+        layers.append(best)
     ends = [int(best[p1, p1, n]) for p1 in range(size)]
     least = min(ends)
-    return None if least >= inf else least
+    if least >= inf:
+        return None
+    time_bound, memory_bound = (least, cap_mb) if minimise_time else (slowest_us, least)
+    p1 = ends.index(least)
+    e0, e1 = p1, n
+    firsts, seconds = [], []
+    for r in range(pp - 1, -1, -1):
+        prev = layers[r]
+        step = next((l0, l1) for l0 in range(1, min(len(pieces), e0) + 1) for l1 in range(1, min(len(pieces), e1) + 1)
+                    if prev[p1, e0 - l0, e1 - l1] <= least
+                    and cuts.fits_pair(r, e0 - l0, e0, e1 - l1, e1, time_bound, memory_bound))
+        firsts.append(step[0])
+        seconds.append(step[1])
+        e0, e1 = e0 - step[0], e1 - step[1]
+    return least, tuple(reversed(firsts)) + tuple(reversed(seconds))

@@ -56,14 +56,20 @@ def exact_staircase(c: RowCosts, mapping: Mapping, staircase: Staircase, counts:
     return Staircase(non_dominated(points), staircase.proved)
 
 
-def floor_point(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel) -> tuple[int, int]:
-    """(step time, peak memory) units no cut of the row goes below, as printed: the step-time model's
-    compute-only floor, and the ledger's weights, optimizer state and least in-flight activations of all
-    blocks and edges spread evenly over the pipeline ranks (the heaviest rank holds at least the mean)."""
+def memory_floor_bytes(c: RowCosts, counts: np.ndarray) -> int:
+    """Peak bytes no cut of the row goes below, as the ledger prints them: the weights, optimizer state
+    and least in-flight activations of all blocks and edges spread evenly over the pipeline ranks (the
+    heaviest rank holds at least the mean), plus what every rank holds."""
     totals = counts[0, counts.shape[0] - 1]
-    seconds = time_model.step_floor_s(mapping, c.derived, totals)
     static = sum(e[0] for e in c.edge_bytes) + sum(int(n) * k[0] for n, k in zip(totals, c.kind_bytes, strict=True))
     held = sum(e[1] for e in c.edge_bytes) + sum(int(n) * k[1] for n, k in zip(totals, c.kind_bytes, strict=True))
     fmin = min(c.inflight)
     mean = -(-(static * fmin.denominator + held * fmin.numerator) // (fmin.denominator * c.row.pp))
-    return math.floor(seconds / TIME_UNIT_S * (1 - 1e-9)), memory_units(mean + c.fixed_bytes)
+    return mean + c.fixed_bytes
+
+
+def floor_point(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel) -> tuple[int, int]:
+    """(step time, peak memory) units no cut of the row goes below, as printed: the step-time model's
+    compute-only floor (StageTimeModel.step_floor_s) and memory_floor_bytes."""
+    seconds = time_model.step_floor_s(mapping, c.derived, counts[0, counts.shape[0] - 1])
+    return math.floor(seconds / TIME_UNIT_S * (1 - 1e-9)), memory_units(memory_floor_bytes(c, counts))

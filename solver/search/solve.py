@@ -18,8 +18,10 @@ from parasol.problems.loader import Problem
 from parasol.problems.schema import Objective
 from parasol.solver.diagnose.explain import Explanation, explain
 from parasol.solver.search.costs import (
+    MB,
     MEMORY_UNIT_MB,
     TIME_UNIT_S,
+    RowCosts,
     StageTimeModel,
     block_kinds,
     interval_counts,
@@ -40,7 +42,7 @@ from parasol.solver.search.objectives import (
 from parasol.solver.search.pareto import pareto_search
 from parasol.solver.search.program import admissible, compile_program, judged_rules, program_rules
 from parasol.solver.search.prune import beaten, pruned
-from parasol.solver.search.reprice import exact_staircase, floor_point
+from parasol.solver.search.reprice import exact_staircase, floor_point, memory_floor_bytes
 from parasol.solver.search.space import Row, rows_until
 
 
@@ -211,7 +213,9 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     total_rows = len(rows)
     ordered = priced_first(problem, rows, pricing_deadline)
     row_rules, cut_rules = judged_rules(problem, "row"), judged_rules(problem, "cut")
-    kept, costs, staircases, screened = [], [], [], 0
+    kept: list[Row] = []
+    costs: list[RowCosts] = []
+    screened = 0
     floors = prune and minimised == DEFAULT_OBJECTIVES
     passes: dict[int, bool] = {}
     step_rows: list[int] = []
@@ -228,19 +232,27 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         screened += 1
         if progress is not None:
             progress(SearchProgress(screened, len(ordered)))
-        if some_cut_fits(row_costs(problem, r, None), counts, usable, pricing_deadline):
+        memory = row_costs(problem, r, None)
+        if memory_floor_bytes(memory, counts) <= usable * MB and some_cut_fits(memory, counts, usable,
+                                                                                pricing_deadline):
             kept.append(r)
             costs.append(row_costs(problem, r, time_model))
-            if floors and beaten(floor_point(costs[-1], r.mapping(problem), counts, time_model),
-                                 np.array(step_rows, dtype=np.int64), np.array(step_values, dtype=np.int64).reshape(-1, 2),
-                                 top, feasible_row):
-                staircases.append(Staircase(()))
-                continue
-            stairs = exact_staircase(costs[-1], r.mapping(problem),
-                                     row_staircase(costs[-1], counts, usable, pricing_deadline), counts, time_model)
-            staircases.append(admissible(problem, r, stairs, row_rules, cut_rules))
-            step_rows.extend(len(kept) - 1 for _ in staircases[-1].points)
-            step_values.extend((q.time_units, q.memory_units) for q in staircases[-1].points)
+    staircases = [Staircase((), proved=False)] * len(kept)
+    lowest = [floor_point(c, r.mapping(problem), counts, time_model) for r, c in zip(kept, costs, strict=True)] \
+        if floors else [(0, 0)] * len(kept)
+    for i in sorted(range(len(kept)), key=lambda i: (lowest[i], i)):
+        if time.perf_counter() > pricing_deadline:
+            break
+        if floors and beaten(lowest[i], np.array(step_rows, dtype=np.int64),
+                             np.array(step_values, dtype=np.int64).reshape(-1, 2), top, feasible_row):
+            staircases[i] = Staircase(())
+            continue
+        r, c = kept[i], costs[i]
+        stairs = exact_staircase(c, r.mapping(problem), row_staircase(c, counts, usable, pricing_deadline), counts,
+                                 time_model)
+        staircases[i] = admissible(problem, r, stairs, row_rules, cut_rules)
+        step_rows.extend(i for _ in staircases[i].points)
+        step_values.extend((q.time_units, q.memory_units) for q in staircases[i].points)
     all_priced = listed and screened == len(ordered) and all(st.proved for st in staircases)
     if not kept:
         return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, 0, 0,
