@@ -28,10 +28,20 @@ ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = bundled_problems()
 
 
+PRINTED = {"step_time": ("step_time_s", 1), "peak_memory": ("peak_memory_gb", 1),
+           "effective_tokens_per_s": ("effective_tokens_per_s", -1)}
+"""Front objective -> (the printed metric, its sign on the smaller-is-better scale)."""
+
+
+def printed_values(m: dict) -> tuple[float, float]:
+    """A mapping's two front objectives as printed (metrics), smaller is better."""
+    return tuple(PRINTED[name][1] * m["metrics"][PRINTED[name][0]] for name in m["objective"]["front"])
+
+
 def dominated(mappings: list[dict]) -> list[tuple[int, int]]:
-    """Pairs (i, j): printed mapping j beats printed mapping i on step time and peak memory as printed
-    (no worse on both, better on one) while j's Pareto rank is not better than i's."""
-    values = [(m["metrics"]["step_time_s"], m["metrics"]["peak_memory_gb"], m["pareto_rank"]) for m in mappings]
+    """Pairs (i, j): printed mapping j beats printed mapping i on both front objectives as printed (no
+    worse on both, better on one) while j's Pareto rank is not better than i's."""
+    values = [(*printed_values(m), m["pareto_rank"]) for m in mappings]
     return [(i, j) for i, (t, g, r) in enumerate(values) for j, (u, h, s) in enumerate(values)
             if i != j and s >= r and u <= t and h <= g and (u, h) != (t, g)]
 
@@ -56,7 +66,8 @@ def test_dominated_detects_a_beaten_mapping() -> None:
     """The check itself: a mapping faster at equal memory beats another of the same rank, not one of a
     better rank."""
     def point(t: float, g: float, r: int) -> dict:
-        return {"metrics": {"step_time_s": t, "peak_memory_gb": g}, "pareto_rank": r}
+        return {"metrics": {"step_time_s": t, "peak_memory_gb": g}, "pareto_rank": r,
+                "objective": {"front": {"step_time": t, "peak_memory": g}}}
     assert dominated([point(6.097, 50.62, 1), point(6.096, 50.62, 1)]) == [(0, 1)]
     assert dominated([point(6.0, 50.0, 1), point(7.0, 60.0, 2)]) == []
     assert dominated([point(6.0, 50.0, 1), point(5.0, 40.0, 2)]) == [(0, 1)]
