@@ -128,6 +128,9 @@ def why_not_optimal(result: SolveResult, problem: Problem, time_limit_s: float) 
 
 PRICING_SHARE = 0.6
 """Share of the time limit the step-time pricing of rows may use before the search starts."""
+SCREEN_SHARE = 0.3
+"""Share of the time limit the memory screen and cost tables may use, so that a cut-off search still
+leaves the staircases of the rows screened time to find mappings."""
 EXPLAIN_SHARE = 0.1
 """Share of the time limit kept for explaining the mappings found: the master search stops before it."""
 
@@ -227,7 +230,7 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         return passes[i]
 
     for r in ordered:
-        if time.perf_counter() > pricing_deadline:
+        if time.perf_counter() > start + SCREEN_SHARE * time_limit_s:
             break
         screened += 1
         if progress is not None:
