@@ -307,13 +307,11 @@ class InterleavedCuts:
             return first, True
         if self.vpp == 2:
             return self._fastest_two_chunk(cap_mb, bound, first)
-        if first is None:
-            try:
-                first = self.escalate(self.time_units(bound), cap_mb)
-            except OutOfBudget:
-                return None, False
+        try:
             if first is None:
-                return None, True
+                return self._least_time_cut(UNBOUNDED, cap_mb), True
+        except OutOfBudget:
+            return None, False
         return self._bisect(self.time_units(bound), first,
                             lambda units: self.decide(self.slowest_within(units), cap_mb),
                             lambda cut: self.time_units(self.measure(cut)[0]))
@@ -328,11 +326,13 @@ class InterleavedCuts:
                            ) -> tuple[tuple[int, ...] | None, bool]:
         """fastest() for VPP 2: bisection with quick branch-and-bound probes while they answer within
         their budget, the exact two-chunk programs as soon as one does not."""
-        try:
+        if first is None:
+            try:
+                first = self.escalate(self.time_units(bound), cap_mb)
+            except OutOfBudget:
+                return None, False
             if first is None:
-                return self._least_time_cut(UNBOUNDED, cap_mb), True
-        except OutOfBudget:
-            return None, False
+                return None, True
 
         def least(hi: int) -> tuple[int, ...]:
             cut = self._least_time_cut(self.slowest_within(hi), cap_mb)
@@ -388,6 +388,10 @@ class RankTotals:
         spans = np.array([(i, j) for i in range(n) for j in range(i + 1, n + 1)], dtype=np.int64)
         self.spans = spans
         self.span_vectors = counts[spans[:, 0], spans[:, 1]].astype(np.int64)
+        codes = self.span_vectors @ self.place
+        distinct, self.span_kind = np.unique(codes, return_inverse=True)
+        self.distinct = self._decode(distinct)
+        """The distinct kind-count vectors of all spans; span_kind maps each span to its vector."""
         c = cuts.c
         self.kt = np.array(c.kind_time_us, dtype=np.int64)
         self.ks = np.array(c.kind_static, dtype=np.int64)
@@ -395,6 +399,26 @@ class RankTotals:
         self.kp = np.array(c.kind_peak, dtype=np.int64)
         self.km = np.array(c.kind_moe, dtype=bool)
         self.cache: dict[tuple[int, int, str], np.ndarray] = {}
+        self.fit_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def _decode(self, codes: np.ndarray) -> np.ndarray:
+        """Kind-count vectors from their mixed-radix codes (vector @ place)."""
+        return (codes[:, None] // self.place[None, :]) % self.radix[None, :]
+
+    def _pieces(self, slowest_us: int, cap_mb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Codes of the span vectors some rank can hold alone within both bounds: every span, those
+        starting at block 0, those ending at the last block."""
+        key = (slowest_us, cap_mb)
+        if key not in self.fit_cache:
+            ok = np.zeros(len(self.distinct), dtype=bool)
+            if len(self.distinct):
+                time, memory = self.costs(self.distinct)
+                ok = ((time <= slowest_us) & (memory <= cap_mb)).any(axis=0)
+            fits = ok[self.span_kind]
+            codes = self.span_vectors @ self.place
+            self.fit_cache[key] = (np.unique(codes[fits]), np.unique(codes[fits & (self.spans[:, 0] == 0)]),
+                                   np.unique(codes[fits & (self.spans[:, 1] == self.cuts.n)]))
+        return self.fit_cache[key]
 
     def costs(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(time µs, memory MB) of every rank (rows) holding each of `vectors` (columns): RowCosts in bulk."""
@@ -425,18 +449,13 @@ class RankTotals:
         interval starts at block 0, "last": the last one ends at the last block."""
         key = (slowest_us, cap_mb, edge)
         if key not in self.cache:
-            ok = self._fitting(self.span_vectors, slowest_us, cap_mb)
-            pieces = np.unique(ok, axis=0)
-            fits = np.isin(self.span_vectors.view([("", np.int64)] * self.span_vectors.shape[1]).ravel(),
-                           ok.view([("", np.int64)] * ok.shape[1]).ravel()) if len(ok) else np.zeros(0, bool)
-            heads = np.unique(self.span_vectors[fits & (self.spans[:, 0] == 0)], axis=0)
-            tails = np.unique(self.span_vectors[fits & (self.spans[:, 1] == self.cuts.n)], axis=0)
+            pieces, heads, tails = self._pieces(slowest_us, cap_mb)
             sums = np.zeros((1, len(self.total)), dtype=np.int64)
             for round_ in range(self.cuts.vpp):
                 use = heads if edge == "first" and round_ == 0 else \
                     tails if edge == "last" and round_ == self.cuts.vpp - 1 else pieces
-                codes = np.unique(((sums @ self.place)[:, None] + (use @ self.place)[None, :]).ravel())
-                sums = (codes[:, None] // self.place[None, :]) % self.radix[None, :]
+                codes = np.unique(((sums @ self.place)[:, None] + use[None, :]).ravel())
+                sums = self._decode(codes)
                 sums = self._fitting(sums[(sums <= self.total[None, :]).all(axis=1)], slowest_us, cap_mb)
             self.cache[key] = sums
         return self.cache[key]
