@@ -307,11 +307,13 @@ class InterleavedCuts:
             return first, True
         if self.vpp == 2:
             return self._fastest_two_chunk(cap_mb, bound, first)
-        try:
+        if first is None:
+            try:
+                first = self.escalate(self.time_units(bound), cap_mb)
+            except OutOfBudget:
+                return None, False
             if first is None:
-                return self._least_time_cut(UNBOUNDED, cap_mb), True
-        except OutOfBudget:
-            return None, False
+                return None, True
         return self._bisect(self.time_units(bound), first,
                             lambda units: self.decide(self.slowest_within(units), cap_mb),
                             lambda cut: self.time_units(self.measure(cut)[0]))
@@ -326,13 +328,11 @@ class InterleavedCuts:
                            ) -> tuple[tuple[int, ...] | None, bool]:
         """fastest() for VPP 2: bisection with quick branch-and-bound probes while they answer within
         their budget, the exact two-chunk programs as soon as one does not."""
-        if first is None:
-            try:
-                first = self.escalate(self.time_units(bound), cap_mb)
-            except OutOfBudget:
-                return None, False
+        try:
             if first is None:
-                return None, True
+                return self._least_time_cut(UNBOUNDED, cap_mb), True
+        except OutOfBudget:
+            return None, False
 
         def least(hi: int) -> tuple[int, ...]:
             cut = self._least_time_cut(self.slowest_within(hi), cap_mb)
