@@ -12,8 +12,8 @@ each result has ``.to_json()`` with the CLI's ``--json`` content.
 from time import perf_counter
 
 STARTED_S = perf_counter()
-"""perf_counter() when parasol was first imported: the command line counts a --time-limit from here, so
-the limit bounds the command's whole wall time (imports and loading the problem included)."""
+"""perf_counter() when parasol was first imported: a `parasol` process counts its --time-limit from here
+(solver/cli.py run), so the limit bounds the command's whole wall time, imports included."""
 
 __version__ = "0.1.0"
 
