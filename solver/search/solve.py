@@ -251,9 +251,8 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
             staircases[i] = Staircase(())
             continue
         r, c = kept[i], costs[i]
-        stairs = exact_staircase(c, r.mapping(problem), row_staircase(c, counts, usable, pricing_deadline), counts,
-                                 time_model)
-        staircases[i] = admissible(problem, r, stairs, row_rules, cut_rules)
+        stairs = admissible(problem, r, row_staircase(c, counts, usable, pricing_deadline), row_rules, cut_rules)
+        staircases[i] = exact_staircase(c, r.mapping(problem), stairs, counts, time_model)
         step_rows.extend(i for _ in staircases[i].points)
         step_values.extend((q.time_units, q.memory_units) for q in staircases[i].points)
     all_priced = listed and screened == len(ordered) and all(st.proved for st in staircases)
