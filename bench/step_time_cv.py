@@ -5,12 +5,14 @@
 Leave-one-model-out cross-validation over the measured runs (default
 reference/measured-configs.yaml): for every GPU type and every model measured on it, the
 coefficients are fitted on that GPU type's other models and the held-out model's runs are predicted.
-Prints the median absolute percentage error of tokens/s/GPU (overall and per GPU type), the Spearman
-rank correlation of predicted and measured tokens/s/GPU inside every (model, GPU type) group with at
-least three runs, the in-sample error of the bundled fit, the runs left out and why, and seed 000's
+Prints, overall, by family (transformer = dense + MoE, hybrid Mamba-2 / gated DeltaNet), by GPU type and
+by GEMM precision: the median |error| of held-out tokens/s/GPU and its signed bias, the share within 10%,
+and over the ranking groups (one workload measured under several mappings) the median Spearman rho and
+the share of groups whose measured best mapping is predicted best; then every ranking group, the error
+per (model, GPU type), the in-sample error of the bundled fit, the runs left out and why, and seed 000's
 configurations A, B and C on DeepSeek-V4-Pro with their predicted step time and breakdown.
-Then the same split by model family: hybrid models (Mamba-2 / gated DeltaNet layers) and the others.
-Targets (issue 4): median error <= 15%, rank correlation >= 0.8.
+Targets (issue 16): median |error| <= 10%, in-group Spearman >= 0.9, measured best predicted best in >= 70%
+of groups.
 """
 
 from __future__ import annotations
@@ -32,10 +34,13 @@ from parasol.solver.calibrate import (
     ASSUMPTIONS,
     FIT_NAMES,
     HeldOut,
+    PreparedRun,
+    family,
     fit_all,
+    held_out_predictions,
     leave_one_model_out,
     prepare_runs,
-    uses_scan,
+    ranking_groups,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,45 +52,51 @@ def median(values: list[float] | np.ndarray) -> float:
     return float(np.median(values)) if len(values) else float("nan")
 
 
-def print_cross_validation(held: list[HeldOut]) -> None:
-    """MAPE overall and per GPU type, then rank correlation per (model, GPU type) group."""
-    ape = np.concatenate([h.ape for h in held])
-    print(f"Leave-one-model-out: {len(ape)} runs, {len(held)} (model, GPU type) groups")
-    print(f"  median APE of tokens/s/GPU, all runs: {median(ape):.1f}%  (mean {ape.mean():.1f}%, "
-          f"share within 15%: {np.mean(ape <= 15):.0%}, within 25%: {np.mean(ape <= 25):.0%})")
-    print(f"  {'GPU type':8s} {'runs':>5s} {'models':>6s} {'median APE %':>13s} {'mean APE %':>11s}")
-    for gpu in sorted({h.gpu_file for h in held}):
-        group = [h for h in held if h.gpu_file == gpu]
-        a = np.concatenate([h.ape for h in group])
-        print(f"  {gpu:8s} {len(a):5d} {len(group):6d} {median(a):13.1f} {a.mean():11.1f}")
-    print("\nSpearman rho inside (model, GPU type) groups with >= 3 runs (held-out predictions):")
-    print(f"  {'model':18s} {'GPU':6s} {'runs':>4s} {'configs':>7s} {'rho':>6s} {'median APE %':>13s}")
-    rhos = []
+def fidelity_row(label: str, runs: list[PreparedRun], predicted: dict[str, float]) -> str:
+    """One line of figures for a set of runs: median |error| and signed bias of held-out tokens/s/GPU, the
+    share within 10%, and over its ranking groups the median Spearman rho and the share whose measured
+    best mapping is predicted best."""
+    if not runs:
+        return f"  {label:22s}    0"
+    err = np.array([predicted[r.run.id] / r.measured - 1 for r in runs]) * 100
+    groups = ranking_groups(runs, predicted)
+    rho = median([g.spearman for g in groups]) if groups else float("nan")
+    best = np.mean([g.best_found for g in groups]) if groups else float("nan")
+    return (f"  {label:22s} {len(runs):4d} {median(np.abs(err)):9.1f} {median(err):+9.1f} {np.mean(np.abs(err) <= 10):8.0%}"
+            f" {len(groups):7d} {rho:7.2f} {best:7.0%}")
+
+
+def print_fidelity(kept: list[PreparedRun], held: list[HeldOut]) -> None:
+    """Held-out figures overall, by family and by GPU type, then the ranking groups one by one."""
+    predicted = held_out_predictions(held)
+    print(f"Leave-one-model-out: {len(kept)} runs, {len(held)} (model, GPU type) groups; a ranking group is one "
+          "workload (model, GPU type and count, sequence, precision, task, release) under >= 2 mappings.")
+    print(f"  {'runs':22s} {'n':>4s} {'|err| %':>9s} {'bias %':>9s} {'<=10%':>8s} {'groups':>7s} {'rho':>7s} "
+          f"{'best':>7s}")
+    fam = {r.run.id: family(r) for r in kept}
+    rows = [("all", kept), ("transformer", [r for r in kept if fam[r.run.id] != "hybrid"]),
+            ("  dense", [r for r in kept if fam[r.run.id] == "dense"]),
+            ("  MoE", [r for r in kept if fam[r.run.id] == "moe"]),
+            ("hybrid (Mamba-2/GDN)", [r for r in kept if fam[r.run.id] == "hybrid"])]
+    rows += [(f"GPU {g}", [r for r in kept if r.gpu_file == g]) for g in sorted({r.gpu_file for r in kept})]
+    rows += [(f"precision {p}", [r for r in kept if r.settings.precision == p])
+             for p in sorted({r.settings.precision for r in kept})]
+    for label, runs in rows:
+        print(fidelity_row(label, runs, predicted))
+    print("\nRanking groups (held-out predictions; * = measured best predicted best):")
+    for g in ranking_groups(kept, predicted):
+        order = "  ".join(f"{m:.0f}/{p:.0f}" for m, p in zip(g.measured, g.predicted, strict=True))
+        print(f"  {'*' if g.best_found else ' '} {' '.join(str(k) for k in g.key if k):70.70s} rho {g.spearman:+.2f}  "
+              f"measured/predicted {order}")
+
+
+def print_by_model(held: list[HeldOut]) -> None:
+    """Held-out median error per (model, GPU type)."""
+    print("\nBy (model, GPU type), held-out:")
     for h in sorted(held, key=lambda h: (h.model_id, h.gpu_file)):
-        if len(h.measured) < 3:
-            continue
-        rho = h.spearman
-        configs = len(set(h.predicted))
-        shown = f"{rho:6.2f}" if rho is not None else "   n/a"
-        if rho is not None:
-            rhos.append(rho)
-        print(f"  {h.model_id:18s} {h.gpu_file:6s} {len(h.measured):4d} {configs:7d} {shown} {median(h.ape):13.1f}")
-    print(f"  median rho over {len(rhos)} groups: {median(rhos):.2f}  (n/a: every run of the group has the "
-          "same configuration, so only software versions differ)")
-
-
-def print_by_family(held: list[HeldOut], hybrid_models: set[str]) -> None:
-    """Leave-one-model-out median error and in-group Spearman for models with Mamba-2 / gated DeltaNet
-    layers and for the others."""
-    print("\nBy model family (held-out predictions):")
-    for label, chosen in (("hybrid (Mamba-2 / GDN layers)", [h for h in held if h.model_id in hybrid_models]),
-                          ("transformer", [h for h in held if h.model_id not in hybrid_models])):
-        if not chosen:
-            continue
-        ape = np.concatenate([h.ape for h in chosen])
-        rhos = [h.spearman for h in chosen if h.spearman is not None]
-        print(f"  {label:30s} {len(ape):4d} runs  median APE {median(ape):5.1f}%  within 15%: "
-              f"{np.mean(ape <= 15):4.0%}  median rho {median(rhos):5.2f} over {len(rhos)} groups")
+        err = (np.array(h.predicted) / np.array(h.measured) - 1) * 100
+        print(f"  {h.model_id:28s} {h.gpu_file:6s} {len(err):3d} runs  |err| {median(np.abs(err)):5.1f}%  "
+              f"bias {median(err):+6.1f}%")
 
 
 def print_in_sample(runs: list) -> None:
@@ -146,8 +157,8 @@ def main(argv: list[str]) -> None:
     print(f"Runs: {len(runs)} read, {len(kept)} modelled, {len(dropped)} excluded. Fitted per GPU type: "
           f"{', '.join(FIT_NAMES)}.\n")
     held = leave_one_model_out(kept)
-    print_cross_validation(held)
-    print_by_family(held, {r.model_id for r in kept if uses_scan(r)})
+    print_fidelity(kept, held)
+    print_by_model(held)
     print_in_sample(kept)
     print_exclusions(dropped)
     print("\nAssumptions for the measured runs:")

@@ -122,3 +122,21 @@ def compute_capability(gpu_name: str) -> int | None:
         if gpu_name.upper().startswith(prefix):
             return sm
     return None
+
+
+# Streaming multiprocessors by GPU-name prefix (longest prefix first): NVIDIA H100 Tensor Core GPU
+# Architecture whitepaper (H100 SXM5 132 SMs; H800 and H200 are the same GH100 configuration, H20 78);
+# Blackwell and Blackwell Ultra tuning guides / deviceQuery (B200 and GB200 148, B300 and GB300 160);
+# A100 whitepaper (108).
+_SM_COUNTS = (
+    ("GB300", 160), ("GB200", 148), ("B300", 160), ("B200", 148), ("H200", 132), ("H800", 132), ("H100", 132),
+    ("H20", 78), ("A100", 108), ("A800", 108),
+)
+
+
+def sm_count(gpu_name: str) -> int | None:
+    """Streaming multiprocessors of a known NVIDIA part, None when parasol cannot state it."""
+    for prefix, sms in _SM_COUNTS:
+        if gpu_name.upper().startswith(prefix):
+            return sms
+    return None

@@ -60,11 +60,10 @@ FIT_NAMES: tuple[str, ...] = (
     "moe_layer_overhead_us",
     "grouped_gemm_half_tokens",
     "scan_efficiency",
-    "fp8_tensor_fraction",
 )
 """The coefficients fitted per GPU type; the rest keep their defaults (sources in hardware/calibration.py).
-gemm_efficiency is the BF16 GEMM efficiency and fp8_tensor_fraction the FP8 speed-up over it, both fitted,
-so BF16 runs are not priced with an efficiency fitted on FP8 runs alone (issue 16, cause 9)."""
+gemm_efficiency is the BF16 GEMM efficiency; FP8 GEMMs speed up from it by the fixed Amdahl share
+fp8_tensor_fraction (why it is not fitted: its source in hardware/calibration.py)."""
 
 SCAN_NAMES: tuple[str, ...] = ("scan_efficiency",)
 """Coefficients only runs with Mamba-2 / gated DeltaNet layers exercise: fitted on those runs after the rest."""
@@ -383,6 +382,74 @@ def leave_one_model_out(runs: list[PreparedRun], names: tuple[str, ...] = FIT_NA
             out.append(HeldOut(model_id, gpu_file, tuple(r.run.id for r in test),
                                tuple(r.measured for r in test), tuple(pred.tolist())))
     return out
+
+
+# ---- families and ranking groups --------------------------------------------------------------
+
+
+def family(run: PreparedRun) -> str:
+    """'hybrid' (Mamba-2 / gated DeltaNet layers), else 'moe' (routed experts) or 'dense': the families the
+    fidelity figures are reported by (a hybrid with experts counts as hybrid)."""
+    if uses_scan(run):
+        return "hybrid"
+    return "moe" if run.problem.model.moe is not None else "dense"
+
+
+def workload_key(run: PreparedRun) -> tuple:
+    """What makes two runs the same workload, so that only their mapping differs: model, GPU type and
+    count, sequence, GEMM precision (FP8 recipes alike, as the step model prices them), task and software
+    release (container)."""
+    r = run.run
+    return (run.model_id, r.gpu_type, r.gpus, r.seq_len, run.settings.precision, r.task.lower(),
+            str((r.derived or {}).get("container", "")))
+
+
+def mapping_key(run: PreparedRun) -> tuple:
+    """The run's parallel mapping (degrees, micro-batch, FSDP)."""
+    m = run.mapping
+    return (m.tp, m.pp, m.cp, m.ep, m.expert_tp, m.vpp, m.mbs, run.settings.fsdp)
+
+
+@dataclass(frozen=True)
+class RankingGroup:
+    """Runs of one workload under several mappings, with measured and (held-out) predicted tokens/s/GPU."""
+
+    key: tuple
+    run_ids: tuple[str, ...]
+    measured: tuple[float, ...]
+    predicted: tuple[float, ...]
+
+    @property
+    def spearman(self) -> float:
+        """Rank correlation of predicted and measured throughput inside the group (±1 for two runs)."""
+        if len(set(self.predicted)) < 2 or len(set(self.measured)) < 2:
+            return 0.0
+        return float(spearmanr(self.measured, self.predicted).statistic)
+
+    @property
+    def best_found(self) -> bool:
+        """Whether the mapping measured fastest is also predicted fastest."""
+        return int(np.argmax(self.measured)) == int(np.argmax(self.predicted))
+
+
+def ranking_groups(runs: list[PreparedRun], predicted: dict[str, float]) -> list[RankingGroup]:
+    """Groups of runs of one workload (workload_key) measured under at least two mappings, with the
+    prediction of each run (by run id)."""
+    groups: dict[tuple, list[PreparedRun]] = defaultdict(list)
+    for r in runs:
+        groups[workload_key(r)].append(r)
+    out = []
+    for key, group in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        if len({mapping_key(r) for r in group}) < 2:
+            continue
+        out.append(RankingGroup(key, tuple(r.run.id for r in group), tuple(r.measured for r in group),
+                                tuple(predicted[r.run.id] for r in group)))
+    return out
+
+
+def held_out_predictions(held: list[HeldOut]) -> dict[str, float]:
+    """Run id → held-out predicted tokens/s/GPU."""
+    return {i: p for h in held for i, p in zip(h.run_ids, h.predicted, strict=True)}
 
 
 # ---- the `parasol calibrate` command ---------------------------------------------------------

@@ -235,3 +235,21 @@ def test_hybrid_runs_fit_only_the_scan_efficiency(tmp_path: Path) -> None:
         if name not in SCAN_NAMES:
             assert getattr(both, name) == pytest.approx(getattr(alone, name))
     assert both.scan_efficiency != alone.scan_efficiency and both.scan_efficiency < both.attention_efficiency
+
+
+def test_ranking_groups_pair_runs_of_one_workload_under_different_mappings() -> None:
+    """Two Llama 3 70B GB200 runs of one release at different mappings form a ranking group (a third at
+    another sequence length does not join it); the group finds the measured best when the prediction
+    orders the two alike, and its rank correlation is +1 or −1."""
+    from parasol.solver.calibrate import family, ranking_groups
+
+    specs = [dict(model="LLAMA3_70B", gpus=64, tp=2, pp=4, vpp=5, mbs=1, seq_len=8192, gbs=128, precision="FP8"),
+             dict(model="LLAMA3_70B", gpus=64, tp=1, pp=1, mbs=2, seq_len=8192, gbs=128, precision="FP8"),
+             dict(model="LLAMA3_70B", gpus=64, tp=1, pp=1, mbs=2, seq_len=4096, gbs=128, precision="FP8")]
+    runs = [_with_measured(prepare_run(_run(i, **s)), m) for i, (s, m) in enumerate(zip(specs, (3800, 4200, 5000), strict=True))]
+    assert {family(r) for r in runs} == {"dense"}
+    right = ranking_groups(runs, {"syn0": 3700.0, "syn1": 4300.0, "syn2": 1.0})
+    wrong = ranking_groups(runs, {"syn0": 4400.0, "syn1": 4300.0, "syn2": 1.0})
+    assert [g.run_ids for g in right] == [("syn0", "syn1")]
+    assert right[0].best_found and right[0].spearman == pytest.approx(1.0)
+    assert not wrong[0].best_found and wrong[0].spearman == pytest.approx(-1.0)

@@ -351,3 +351,47 @@ hardware: {preset: h100-hgx, gpus: 8}
         times[schedule] = step_time(problem, mapping, derive(problem.model, mapping))
     one, two = times["megatron"], times["dualpipe"]
     assert 0 < two.breakdown["bubble"] < one.breakdown["bubble"]
+
+
+def test_scan_runs_at_the_share_of_sms_its_recurrences_fill() -> None:
+    """The Mamba-2 state passing runs one program per (sequence, head) (mamba_ssm ssd_state_passing.py):
+    Nemotron 3 Super's 128 heads at TP2 and one sequence fill 64 of a GB200's 148 SMs (Blackwell tuning
+    guide), four sequences at TP1 fill an H100's 132 (H100 whitepaper); the scan's time scales by the
+    inverse share, and models without linear mixers or parts of unknown SM count are unaffected."""
+    from parasol.constraints.physics.pricing import batch, coefficient_values, price
+    from parasol.constraints.physics.workload import scan_occupancy
+    from parasol.hardware.gpu import sm_count
+
+    assert (sm_count("GB200"), sm_count("B300"), sm_count("H800-SXM-80GB"), sm_count("asic-5t")) == (148, 160, 132,
+                                                                                                    None)
+    sup = load_model("nemotron-3-super-120b-a12b")
+    assert scan_occupancy(sup, 1, 2, 148) == pytest.approx(64 / 148)
+    assert scan_occupancy(sup, 4, 1, 132) == 1.0 and scan_occupancy(sup, 1, 2, None) == 1.0
+    assert scan_occupancy(load_model("llama-3-8b"), 1, 1, 132) == 1.0
+    problem = load_problem(f"{PROBLEMS}/deepseek-v4-pro-1024.yaml")
+    mapping = Mapping(gpus=64, tp=2, pp=1, ep=64, etp=1, mbs=1, gbs=64, seq_len=8192)
+    hybrid = replace(problem, model=sup)
+    work = build_workload(hybrid, mapping, derive(sup, mapping))
+    assert work.scan_occupancy == pytest.approx(64 / 132)
+    coefs = coefficient_values(StepCoefficients())
+    slow, full = price(batch([work, replace(work, scan_occupancy=1.0)]), coefs)["scan"]
+    assert slow / full == pytest.approx(132 / 64)
+
+
+def test_output_head_runs_in_bf16_under_fp8() -> None:
+    """Megatron's output layer is a plain ColumnParallelLinear, outside Transformer Engine's FP8 autocast
+    (megatron/core/models/gpt/gpt_model.py): under FP8 its 2·V·h FLOPs per token (Llama 3 8B: V = 128,256,
+    h = 4,096) take forward + input-gradient + weight-gradient passes at the BF16 GEMM rate."""
+    from parasol.constraints.physics.pricing import batch, coefficient_values, price
+
+    problem = load_problem(f"{PROBLEMS}/deepseek-v4-pro-1024.yaml")
+    model = load_model("llama-3-8b")
+    mapping = Mapping(gpus=8, tp=1, pp=1, mbs=1, gbs=8, seq_len=4096)
+    work = build_workload(replace(problem, model=model), mapping, derive(model, mapping),
+                          StepSettings(precision="fp8"))
+    assert work.stages[0].head_flops == pytest.approx(2 * 128256 * 4096 * 4096)
+    coefs = coefficient_values(StepCoefficients())
+    no_head = replace(work, stages=(replace(work.stages[0], head_flops=0.0),))
+    with_head, without = price(batch([work, no_head]), coefs)["gemm"]
+    bf16_rate = StepCoefficients().gemm_efficiency * work.bf16_flops
+    assert with_head - without == pytest.approx(3 * work.stages[0].head_flops / bf16_rate * work.microbatches)

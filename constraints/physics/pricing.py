@@ -39,14 +39,14 @@ COMM_FIELDS = ("tp", "cp", "ep", "recompute_comm", "fsdp_gather", "fsdp_reduce",
 STAGE_FIELDS = ("blocks", "moe_blocks", "dense_weights", "expert_weights", "gemm_flops", "grouped_flops", "attention_flops", "memory_bytes", "recompute_gemm_flops",
                 "recompute_grouped_flops", "recompute_attention_flops", "recompute_memory_bytes",
                 "optimizer_bytes", "optimizer_flops", "scan_flops", "recompute_scan_flops", "optimizer_params",
-                "offload_bytes")
+                "offload_bytes", "head_flops")
 
 
 RUN_FIELDS = ("microbatches", "pp", "vpp", "tokens_per_expert", "skew", "weight_bytes", "main_grad_bytes",
               "precision_level", "peak_flops", "fp8_flops", "bf16_flops",
               "hbm_bytes_per_s", "tokens_per_step", "gpus", "model_flops_per_token", "hardware_flops_per_token",
               "tp_overlap", "grad_reduce_overlap", "param_gather_overlap", "p2p_overlap", "ep_overlap",
-              "optimizer_offload_fraction", "host_bytes_per_s", "schedule")
+              "optimizer_offload_fraction", "host_bytes_per_s", "schedule", "scan_occupancy")
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ def _compute_times(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
     grouped_eff = np.where(tpe > 0, tpe / np.maximum(tpe + c["grouped_gemm_half_tokens"], 1e-9), 1.0)
     sec_grouped = sec_per_flop / _col(grouped_eff) * _col(r["skew"])
     sec_attn = _col(1.0 / (r["bf16_flops"] * c["attention_efficiency"]))
-    sec_scan = _col(1.0 / (r["bf16_flops"] * c["scan_efficiency"]))
+    sec_scan = _col(1.0 / (r["bf16_flops"] * c["scan_efficiency"] * r["scan_occupancy"]))
     sec_byte = _col(1.0 / (r["hbm_bytes_per_s"] * c["hbm_efficiency"]))
     weight_grads = np.where(b.frozen, 0.0, 1.0)[:, None]
     w_read = _col(r["weight_bytes"]) * sec_byte
@@ -185,6 +185,8 @@ def _compute_times(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
 
     t: dict[str, np.ndarray] = {}
     t["gemm"], t["gemm_b"] = gemm_passes(s["gemm_flops"], s["dense_weights"], sec_per_flop)
+    head, head_b = gemm_passes(s["head_flops"], 0.0 * s["head_flops"], _col(1.0 / (c["gemm_efficiency"] * r["bf16_flops"])))
+    t["gemm"], t["gemm_b"] = t["gemm"] + head, t["gemm_b"] + head_b
     t["grouped"], t["grouped_b"] = gemm_passes(s["grouped_flops"], s["expert_weights"], sec_grouped)
     t["ideal_grouped"] = sum(gemm_passes(s["grouped_flops"], s["expert_weights"], sec_per_flop * _col(r["skew"])))
     t["attention"] = s["attention_flops"] * sec_attn

@@ -7,7 +7,9 @@ The model in four parts (every coefficient in hardware/calibration.py, with unit
    peaks; routed experts as grouped GEMMs whose efficiency falls with tokens per expert,
    eff(t) = e_gemm·t/(t + t_half); every GEMM pass at least as long as its weight traffic (read,
    and the main-gradient accumulation of the weight gradient); flash attention at e_attn of the
-   BF16 peak (or, for attention variants without a fused kernel, the S×S scores through HBM);
+   BF16 peak (or, for attention variants without a fused kernel, the S×S scores through HBM); Mamba-2
+   scans and gated delta rules at e_scan of the BF16 peak times the share of SMs their sequence × head
+   recurrences fill (workload.scan_occupancy);
    memory-bound kernels (norms, residuals, activations, casts, MoE permutes, router, loss) as bytes
    at e_hbm of HBM bandwidth; a fixed cost per block and per MoE block. Backward = 2× forward for
    GEMMs (1× with frozen weights), 2.5× for flash attention, 2× for memory-bound work; recompute
@@ -137,8 +139,10 @@ STEP_ASSUMPTIONS = (
     "Routing is balanced (every expert gets k·T/E assignments) unless the problem's contract.routing skew "
     "model (or hot_expert_skew) says otherwise; the busiest EP rank then sets the expert GEMM time and, "
     "on a flexible all-to-all, its receive volume.",
-    "Flash attention runs in BF16 whatever the GEMM precision; FP8 and FP4 GEMMs speed up over BF16 "
-    "through the Amdahl shares fp8_tensor_fraction and fp4_tensor_fraction of their dense peaks.",
+    "Flash attention and the output head run in BF16 whatever the GEMM precision; FP8 and FP4 GEMMs speed up "
+    "over BF16 through the Amdahl shares fp8_tensor_fraction and fp4_tensor_fraction of their dense peaks.",
+    "Mamba-2 scans and gated delta rules run at scan_efficiency times the share of SMs their sequence x head "
+    "recurrences fill.",
     "TP uses sequence parallelism when the problem says so; CP is ring attention (GQA/MLA) or the V4 "
     "compressed-KV all-gather; EP is an all-to-all with NVLink and NIC shares moving at once.",
     "Overlap follows the Megatron switches: with --overlap-grad-reduce the data-parallel reduction hides in "

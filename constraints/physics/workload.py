@@ -42,6 +42,7 @@ from parasol.constraints.physics.traffic import (
     loss_memory_bytes,
     unfused_attention_bytes,
 )
+from parasol.hardware.gpu import sm_count
 from parasol.problems.derived import Derived
 from parasol.problems.mapping import Mapping, Recompute
 from parasol.problems.model.architecture import (
@@ -188,6 +189,10 @@ class StageWork:
     scan_flops: float = 0.0
     """Mamba-2 scan and gated-delta-rule FLOPs (forward, per microbatch)."""
     recompute_scan_flops: float = 0.0
+    head_flops: float = 0.0
+    """Output-head (logits) GEMM FLOPs, forward per microbatch: Megatron's output layer is a plain
+    ColumnParallelLinear, not a Transformer Engine module, so it runs in BF16 whatever the FP8/FP4 recipe
+    (megatron/core/models/gpt/gpt_model.py, output_layer)."""
 
 
 @dataclass(frozen=True)
@@ -228,6 +233,8 @@ class Workload:
     """Pipeline schedule: 0 Megatron (1F1B/interleaved), 1 DualPipe, 2 DualPipeV."""
     host_bytes_per_s: float = 64e9
     """GPU to host bandwidth per direction (offloaded activations and optimizer state)."""
+    scan_occupancy: float = 1.0
+    """Share of the GPU's SMs the Mamba-2 / gated-delta-rule recurrence fills (scan_occupancy)."""
 
 
 @dataclass(frozen=True)
@@ -269,6 +276,7 @@ class _StageSums:
     ns_routed: float = 0.0
     scan: float = 0.0
     r_scan: float = 0.0
+    head: float = 0.0
 
     def add_block(self, ctx: _StageContext, b: Block, count: int = 1) -> None:
         """Add `count` copies of one block's GEMMs, attention, memory traffic, TP/CP/EP exchanges and
@@ -316,7 +324,7 @@ class _StageSums:
             self.memory += embedding_memory_bytes(model, ctx.tokens, m.tp, sp)
         if last:
             heads = 1 + model.mtp_layers
-            self.gemm += heads * head_flops(model) * ctx.tokens / m.tp
+            self.head += heads * head_flops(model) * ctx.tokens / m.tp
             self.dense_weights += model.vocab_size * model.hidden_size / m.tp
             self.memory += heads * loss_memory_bytes(model, ctx.tokens, m.tp)
             self.tp = self.tp + tp_comm(model, None, ctx.tokens, ctx.links.tp, sp).scaled(heads)
@@ -372,7 +380,7 @@ def stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Train
         recompute_gemm_flops=sums.r_gemm, recompute_grouped_flops=sums.r_grouped,
         recompute_attention_flops=sums.r_attention, recompute_memory_bytes=sums.r_memory,
         tp=sums.tp, cp=sums.cp, ep=sums.ep, recompute_comm=sums.r_comm, **_data_parallel_terms(ctx, sums, first),
-        offload_bytes=offloaded, scan_flops=sums.scan, recompute_scan_flops=sums.r_scan,
+        offload_bytes=offloaded, scan_flops=sums.scan, recompute_scan_flops=sums.r_scan, head_flops=sums.head,
     )
 
 
@@ -386,6 +394,29 @@ def offloaded_bytes(model: ModelArchitecture, m: Mapping, training: Training, se
     off = replace(ctx, offloaded=frozenset(settings.offload_modules))
     tokens = m.mbs * m.seq_len / m.cp
     return (saved_bytes_per_token(model, block, ctx) - saved_bytes_per_token(model, block, off)) * tokens
+
+
+def scan_parallelism(model: ModelArchitecture, mbs: int, tp: int) -> float:
+    """Independent recurrences a rank runs per linear-mixer layer: sequences × heads on the rank (Mamba-2
+    heads, gated DeltaNet value heads, split by TP); 0 without such layers."""
+    if model.mamba is not None:
+        return mbs * model.mamba.num_heads / tp
+    if model.linear_attention is not None:
+        return mbs * model.linear_attention.num_value_heads / tp
+    return 0.0
+
+
+def scan_occupancy(model: ModelArchitecture, mbs: int, tp: int, sms: int | None) -> float:
+    """Share of the SMs the linear-recurrence kernels fill: min(1, sequences × heads / SMs).
+
+    The SSD state passing walks a sequence's chunks one after another, one program per (dim block,
+    sequence, head) (mamba_ssm ops/triton/ssd_state_passing.py, _state_passing_fwd_kernel; the chunked
+    gated delta rule likewise per sequence and head), so fewer sequence-head pairs than SMs leave SMs
+    idle and the scan runs at that share of its efficiency. 1 where the part's SM count is unknown."""
+    units = scan_parallelism(model, mbs, tp)
+    if not sms or units <= 0:
+        return 1.0
+    return min(1.0, units / sms)
 
 
 def routed(problem, mapping: Mapping, settings: StepSettings) -> StepSettings:  # noqa: ANN001 - Problem
@@ -428,6 +459,7 @@ def build_workload(problem, mapping: Mapping, derived: Derived,  # noqa: ANN001 
         ep_overlap=float(settings.ep_overlap), optimizer_offload_fraction=settings.optimizer_offload_fraction,
         host_bytes_per_s=problem.hardware.topology.host_link_gb_s * 1e9,
         schedule=float(SCHEDULES.index(training.pipeline_schedule)),
+        scan_occupancy=scan_occupancy(model, m.mbs, m.tp, sm_count(gpu.name)),
     )
 
 
