@@ -214,6 +214,20 @@ def schema_at(model_cls: type[BaseModel], path: Loc) -> tuple[Any, list[Any], st
     return tp, meta, desc
 
 
+KEYS_LISTED = 12
+"""Known keys an unknown-key error lists in full; a longer list shows the closest ones (one paragraph)."""
+
+
+def known_keys_text(key: str, keys: list[str]) -> str:
+    """The keys an unknown key could have been: all of them, or the closest KEYS_LISTED and how many more."""
+    if not keys:
+        return "no key here"
+    if len(keys) <= KEYS_LISTED:
+        return "one of the known keys: " + ", ".join(keys)
+    near = difflib.get_close_matches(key, keys, n=KEYS_LISTED, cutoff=0.0)
+    return f"one of {len(keys)} known keys, the closest: " + ", ".join(near) + f" (and {len(keys) - len(near)} more)"
+
+
 def known_keys(model_cls: type[BaseModel], path: Loc) -> list[str]:
     """Field names allowed in the mapping at `path` (for 'did you mean')."""
     tp, _, _ = schema_at(model_cls, path)
@@ -383,7 +397,7 @@ def validation_input_error(
         keys = known_keys(model_cls, path[:-1])
         near = difflib.get_close_matches(str(path[-1]) if path else "", keys, n=1)
         detail = f"Unknown key `{field}`."
-        expected = "one of the known keys: " + ", ".join(keys) if keys else "no key here"
+        expected = known_keys_text(str(path[-1]) if path else "", keys)
         fix = f"did you mean `{near[0]}`? Otherwise remove the key." if near else "rename the key or remove it."
     else:
         detail, fix = _detail(err, field, value, expected)

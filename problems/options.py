@@ -62,7 +62,9 @@ class MegatronOptions(Strict):
     offload_modules: tuple[str, ...] = Field(
         default=(), description="--fine-grained-activation-offloading --offload-modules: modules whose inputs "
                                 "are kept on the host (transformer_config.py:1323-1345)")
-    cpu_offloading: bool = False
+    cpu_offloading: bool = Field(
+        default=False, description="--cpu-offloading: Transformer Engine moves the activations of the first "
+                                   "cpu_offloading_num_layers layers to the host (model_parallel_config.py:458-474)")
     recompute_method: Literal["uniform", "block"] | None = None
     recompute_num_layers: PositiveInt | None = None
     kv_channels: PositiveInt | None = Field(
@@ -97,3 +99,23 @@ class MegatronOptions(Strict):
         default=False, description="--moe-enable-deepep (deprecated: flex dispatcher with the deepep backend)")
     calculate_per_token_loss: bool = Field(
         default=False, description="--calculate-per-token-loss (needed by --hybrid-context-parallel)")
+    fp8_recipe: Literal["delayed", "tensorwise", "blockwise", "mxfp8", "custom"] = Field(
+        default="delayed", description="--fp8-recipe under FP8 training (transformer_config.py:594-599, default "
+                                       "delayed): decides whether the attention output projection keeps an FP8 copy")
+    activation_func_fp8_input_store: bool = Field(
+        default=False, description="--activation-func-fp8-input-store: the SwiGLU input kept for the backward in "
+                                   "FP8 (transformer_config.py:227-229; SwiGLU only, 2467-2469)")
+    use_precision_aware_optimizer: bool = Field(
+        default=False, description="--use-precision-aware-optimizer: TE FusedAdam keeps the master weights and "
+                                   "moments in the dtypes below (arguments.py:3667-3685; Adam only)")
+    main_params_dtype: Literal["fp32", "fp16"] = Field(
+        default="fp32", description="--main-params-dtype of the precision-aware optimizer (arguments.py:3673)")
+    exp_avg_dtype: Literal["fp32", "fp16", "bf16", "fp8"] = Field(
+        default="fp32", description="--exp-avg-dtype: Adam's first moment under the precision-aware optimizer")
+    exp_avg_sq_dtype: Literal["fp32", "fp16", "bf16", "fp8"] = Field(
+        default="fp32", description="--exp-avg-sq-dtype: Adam's second moment under the precision-aware optimizer")
+    cpu_offloading_num_layers: int = Field(
+        default=0, ge=0, le=1024, description="--cpu-offloading-num-layers: layers whose activations --cpu-offloading "
+                                              "keeps on the host (a positive count turns it on, arguments.py:1950-1951)")
+    cpu_offloading_activations: bool = Field(
+        default=True, description="--cpu-offloading-activations (default on; --no-cpu-offloading-activations keeps them)")

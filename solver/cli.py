@@ -466,12 +466,13 @@ def _emit_megatron(prob: Any, result: Any, picked: int | None, out: str | None, 
     for k in range(1, count + 1) if picked is None else (picked,) if count else ():
         solved = result.mappings[k - 1]
         mapping, title = solved.explanation.mapping, f"{name}, mapping {k} of {count} (Pareto rank {solved.pareto_rank})"
+        chosen = solved.explanation.problem
         if out:
-            paths = write_launch_files(prob, mapping, Path(out), f"{name}.{k}.", title)
+            paths = write_launch_files(chosen, mapping, Path(out), f"{name}.{k}.", title)
             click.echo(f"launch script and host order written to {paths[0]} and {paths[1]}", err=True)
-        emitted.append({"index": k, "pareto_rank": solved.pareto_rank, "mapping": compared_mapping(prob, mapping),
-                        "megatron_args": megatron_args(prob, mapping).pairs(),
-                        "script": launch_script(prob, mapping, title)})
+        emitted.append({"index": k, "pareto_rank": solved.pareto_rank, "mapping": compared_mapping(chosen, mapping),
+                        "megatron_args": megatron_args(chosen, mapping).pairs(),
+                        "script": launch_script(chosen, mapping, title)})
     if as_json:
         click.echo(json.dumps({"status": result.status, "mappings": emitted}, indent=2))
     else:

@@ -30,8 +30,10 @@ from parasol.problems.loader import Problem, load_problem
 from parasol.problems.mapping import DEGREES, Mapping
 from parasol.problems.megatron.layout_string import run_length
 from parasol.solver.outputs.emit import COMPARED_FIELDS
+from parasol.solver.outputs.report import recompute_cell
 from parasol.solver.outputs.writers import write_launch_files
 from parasol.solver.search.pools import solve_pools
+from parasol.solver.search.savings import NONE, with_saving
 
 TOP = 10
 """Mappings per solution: `parasol solve`'s default --top."""
@@ -86,11 +88,16 @@ def front_markdown(problem: Problem, data: dict) -> str:
     ]
     for k, entry in enumerate(data["mappings"], start=1):
         m, metrics = entry["mapping"], entry["metrics"]
-        degrees = " | ".join(str(m[key]) for key in (*DEGREES, "recompute"))
+        degrees = " | ".join([*(str(m[key]) for key in DEGREES), recompute_cell(entry)])
         lines.append(f"| {k} | {entry['pareto_rank']} | {degrees} | {run_length(m['layout'])} | "
                      f"{_cell(metrics.get('step_time_s'), '.3f')} | {_cell(metrics.get('tokens_per_s_per_gpu'), ',.0f')} | "
                      f"{_cell(metrics.get('mfu'), '.1%')} | {_cell(metrics.get('peak_memory_gb'), '.2f')} |")
     return "\n".join(lines) + "\n"
+
+
+def problem_of(problem: Problem, entry: dict) -> Problem:
+    """The problem a solution entry runs under: the bundled one with the memory saving solve chose for it."""
+    return with_saving(problem, entry.get("memory_saving", NONE))
 
 
 def mapping_of(entry: dict) -> Mapping:
@@ -111,7 +118,7 @@ def write_problem(path: Path, out_dir: Path, time_limit_s: float = TIME_LIMIT_S)
     if data["mappings"]:
         first = data["mappings"][0]
         title = f"{path.stem}, mapping 1 of {len(data['mappings'])} (Pareto rank {first['pareto_rank']})"
-        write_launch_files(problem, mapping_of(first), folder, "", title)
+        write_launch_files(problem_of(problem, first), mapping_of(first), folder, "", title)
     return folder
 
 

@@ -8,6 +8,7 @@ layout-*, uneven-*, hybrid-pattern-*; rank order megatron-groups.md §1.2-1.5.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from parasol.problems.mapping import Mapping
 from parasol.problems.mapping_input import build_mapping
 from parasol.problems.megatron.layout_string import parse_pipeline_layout
 from parasol.problems.megatron.patterns import parse_hybrid_pattern
+from parasol.problems.schema import Precision
 from parasol.solver.cli import main
 from parasol.solver.outputs.emit import (
     format_layout,
@@ -271,11 +273,12 @@ def test_launch_script_reads_back_with_its_launcher(v4: Problem) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("path", bundled_problems(), ids=lambda p: p.stem)
 def test_first_solved_mapping_of_every_bundled_problem_round_trips(path: Path) -> None:
-    """Issue 8 "Must show": the first mapping of each bundled problem's solve round-trips."""
+    """Issue 8 "Must show": the first mapping of each bundled problem's solve round-trips (under the memory
+    saving solve chose for it, which its launch line carries)."""
     problem = load_bundled(path)
     result = solve(problem, CalibratedStageTimes(problem), top=1, time_limit_s=600)
     for solved in result.mappings[:1]:
-        trip = round_trip(problem, solved.explanation.mapping)
+        trip = round_trip(solved.explanation.problem, solved.explanation.mapping)
         assert trip.ok, (trip.differences, trip.violations)
 
 
@@ -304,6 +307,7 @@ def test_sharding_overlap_and_offload_flags_round_trip(small: Problem) -> None:
     from parasol.problems.mapping_input import apply_settings
     from parasol.problems.megatron.launch import apply_launch, parse_launch
     problem = apply_settings(small, {"fsdp": "megatron-fsdp", "optimizer_cpu_offload": "true",
+                                     "use_precision_aware_optimizer": "true",
                                      "optimizer_offload_fraction": "0.5", "offload_modules": "core_attn,attn_proj"})
     mapping = build_mapping(problem, {"tp": "2", "ep": "8", "etp": "1"})
     line = megatron_args(problem, mapping).text()
@@ -317,6 +321,42 @@ def test_sharding_overlap_and_offload_flags_round_trip(small: Problem) -> None:
     opts = updated.spec.framework.options
     assert opts.overlap_grad_reduce and opts.overlap_param_gather and opts.tp_comm_overlap
     assert opts.optimizer_offload_fraction == 0.5 and opts.offload_modules == ("core_attn", "attn_proj")
+
+
+def test_memory_saving_precision_flags_round_trip(small: Problem) -> None:
+    """The FP8 recipe, the FP8 SwiGLU input store and the precision-aware optimizer's BF16 moments (the
+    DeepSeek-V3 report's §3.3 choices in Megatron's flags: transformer_config.py:227-229,594-599;
+    arguments.py:3667-3685) are emitted and read back into the same options."""
+    from parasol.problems.mapping_input import apply_settings
+    from parasol.problems.megatron.launch import apply_launch, parse_launch
+    problem = apply_settings(small, {"fp8_recipe": "blockwise", "activation_func_fp8_input_store": "true",
+                                     "use_precision_aware_optimizer": "true", "exp_avg_dtype": "bf16",
+                                     "exp_avg_sq_dtype": "bf16"})
+    problem = dataclasses.replace(problem, spec=problem.spec.model_copy(update={
+        "training": problem.training.model_copy(update={"precision": Precision.fp8})}))
+    mapping = build_mapping(problem, {"tp": "2", "ep": "8", "etp": "1"})
+    line = megatron_args(problem, mapping).text()
+    for flag in ("--fp8-recipe blockwise", "--activation-func-fp8-input-store", "--use-precision-aware-optimizer",
+                 "--exp-avg-dtype bf16", "--exp-avg-sq-dtype bf16"):
+        assert flag in line
+    assert "--main-params-dtype" not in line
+    updated, back, _ = apply_launch(problem, parse_launch(launch_script(problem, mapping, "t"), model=problem.model), {})
+    opts = updated.spec.framework.options
+    assert back == mapping and opts.fp8_recipe == "blockwise" and opts.activation_func_fp8_input_store
+    assert opts.use_precision_aware_optimizer and (opts.exp_avg_dtype, opts.exp_avg_sq_dtype) == ("bf16", "bf16")
+
+
+def test_cpu_offloading_flags_round_trip(small: Problem) -> None:
+    """--cpu-offloading with its layer count (model_parallel_config.py:458-474; a positive count alone turns
+    it on, arguments.py:1950-1951) is emitted and read back."""
+    from parasol.problems.mapping_input import apply_settings
+    from parasol.problems.megatron.launch import apply_launch, parse_launch
+    problem = apply_settings(small, {"cpu_offloading": "true", "cpu_offloading_num_layers": "4"})
+    mapping = build_mapping(problem, {"tp": "2", "pp": "1", "ep": "8", "etp": "1"})
+    assert "--cpu-offloading-num-layers 4" in megatron_args(problem, mapping).text()
+    updated, _, _ = apply_launch(small, parse_launch("--cpu-offloading-num-layers 4", model=small.model), {})
+    opts = updated.spec.framework.options
+    assert opts.cpu_offloading and opts.cpu_offloading_num_layers == 4 and opts.cpu_offloading_activations
 
 
 def test_a_launch_line_without_overlap_flags_runs_without_overlap(small: Problem) -> None:

@@ -85,15 +85,27 @@ def test_gqa_dense_block_activation_per_token() -> None:
 def test_fp8_keeps_linear_inputs_in_one_byte() -> None:
     """Under an FP8 recipe Transformer Engine saves each linear layer's input quantized, 1 B per element
     (TransformerEngine pytorch/module/linear.py `_Linear.forward`: row-wise data discarded, column-wise
-    FP8 data saved for the weight gradient). Llama 3.1 8B block, TP1: the qkv, proj, fc1 and fc2 inputs
-    (h, 32·128, h, f) drop to 1 B; norm inputs, q/k/v, LSE and the SwiGLU input stay."""
+    FP8 data saved for the weight gradient). Llama 3.1 8B block, TP1: the qkv, fc1 and fc2 inputs
+    (h, h, f) drop to 1 B; norm inputs, q/k/v, LSE, the SwiGLU input and the attention output (kept in
+    BF16 by the attention kernel, which the projection shares: Megatron-LM attention.py:428-444) stay."""
     model = load_model("llama-3.1-8b")
     bf16 = ActivationContext(tp=1, etp=1, sequence_parallel=True, recompute=Recompute.none, modules=frozenset())
     fp8 = replace(bf16, gemm_input_bytes=1)
     h, f = 4096, 14336
-    saved = h + 32 * 128 + h + f
+    saved = h + h + f
     assert block_bytes_per_token(model, model.blocks[0], bf16) - block_bytes_per_token(model, model.blocks[0], fp8) \
         == saved
+
+
+def test_fp8_delayed_scaling_adds_the_projection_copy() -> None:
+    """Under FP8 delayed scaling (Megatron's default recipe) the output projection keeps its own FP8 copy
+    of the attention output beside the kernel's BF16 one (attention.py:428-444 only shares it for the
+    other recipes): +1 B × 32·128 per token on a Llama 3.1 8B block."""
+    model, block = load_model("llama-3.1-8b"), load_model("llama-3.1-8b").blocks[0]
+    blockwise = ActivationContext(tp=1, etp=1, sequence_parallel=True, recompute=Recompute.none,
+                                  modules=frozenset(), gemm_input_bytes=1)
+    delayed = replace(blockwise, attn_out_bytes=3)
+    assert block_bytes_per_token(model, block, delayed) - block_bytes_per_token(model, block, blockwise) == 32 * 128
 
 
 def test_full_recompute_keeps_only_block_inputs(v4_1024) -> None:
@@ -117,11 +129,12 @@ def test_every_stage_reports_usable_hbm_and_slack(v4_1024) -> None:
 def test_routed_expert_rows_follow_the_sequence_parallel_split() -> None:
     """Mixtral 8x22B MoE sublayer at TP2 ETP2 with SP: the layer sees b·S/(CP·TP) tokens, each sends
     k = 2 rows that the ETP group all-gathers, so 2·2/2 = 2 rows per token of b·S/CP, each holding the
-    permuted input h, fc1 2·f/ETP, act f/ETP and fc2 output h (token_dispatcher.py:728-751)."""
+    permuted input h, fc1 2·f/ETP, act f/ETP and its FP32 routing weight (token_dispatcher.py:728-751;
+    not the fc2 output: the weight is applied in the activation, experts.py:943-1017)."""
     model = load_model("mixtral-8x22b")
     h, f, e = 6144, 16384, 8
     ctx = ActivationContext(tp=2, etp=2, sequence_parallel=True, recompute=Recompute.none, modules=frozenset())
-    moe = 2 * h / 2 + 2 * h / 2 + 4 * e / 2 + (2 * 2 / 2) * (2 * h + 2 * 2 * f / 2 + 2 * f / 2 + 2 * h)
+    moe = 2 * h / 2 + 2 * h / 2 + 4 * e / 2 + (2 * 2 / 2) * (2 * h + 2 * 2 * f / 2 + 2 * f / 2 + 4)
     attention = 2 * h / 2 + 2 * h / 2 + 2 * (48 / 2 + 2 * 8 / 2) * 128 + 2 * 48 * 128 / 2 + 4 * 48 / 2
     assert block_bytes_per_token(model, model.blocks[0], ctx) == pytest.approx(attention + moe)
 

@@ -292,7 +292,7 @@ def test_hf_mistral_and_layer_types(tmp_path) -> None:  # noqa: ANN001 - pytest 
 def test_hf_qwen3_next_config(tmp_path) -> None:  # noqa: ANN001 - pytest tmp_path
     """Qwen/Qwen3-Next-80B-A3B config.json (48 layers, full attention every 4th, gated DeltaNet 16/32 heads of
     128, gated GQA 16/2 of 256, 512 experts top-10 of 512 plus a shared 512): "80B total" (model card); the
-    shared-expert gate (2,048 weights a layer) is not in the schema."""
+    shared expert's sigmoid gate holds h = 2,048 weights a layer (Megatron shared_experts.py:136-143)."""
     from parasol.problems.model.hf_config import architecture_from_hf_config
     path = _write_config(tmp_path, "qwen3-next", {
         "model_type": "qwen3_next", "hidden_size": 2048, "num_hidden_layers": 48, "num_attention_heads": 16,
@@ -303,7 +303,9 @@ def test_hf_qwen3_next_config(tmp_path) -> None:  # noqa: ANN001 - pytest tmp_pa
     model = architecture_from_hf_config(path)
     assert [b.mixer for b in model.blocks[:4]] == [Mixer.gdn] * 3 + [Mixer.attention]
     assert round(model_params(model).total / 1e9) == 80
-    assert model.attention.output_gate
+    assert model.attention.output_gate and model.moe.shared_expert_gate
+    ungated = type(model).model_validate({**model.model_dump(), "moe": {**model.moe.model_dump(), "shared_expert_gate": False}})
+    assert model_params(model).total - model_params(ungated).total == 48 * 2048
 
 
 def test_hybrid_layers_are_distinct_block_kinds() -> None:

@@ -9,7 +9,14 @@ from parasol.hardware.gpu import compute_capability
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import RankOrder
 from parasol.problems.memo import memoised
-from parasol.problems.model.architecture import DSV4Attention, GQAAttention, MLAAttention, window_rows
+from parasol.problems.model.architecture import (
+    Activation,
+    DSV4Attention,
+    GQAAttention,
+    MLAAttention,
+    ModelArchitecture,
+    window_rows,
+)
 from parasol.problems.schema import RECOMPUTE_MODULES
 
 
@@ -62,11 +69,18 @@ def _compute_model_consts(problem: Problem) -> dict[str, int]:
         "sequence_parallel_requested": int(sequence_parallel_requested(training)),
         "packed_sequences": int(training.packed_sequences),
         "capacity_factor_set": int(training.capacity_factor is not None),
+        "swiglu": int(all(mlp.activation is Activation.swiglu for mlp in _mlps_used(model))),
         "gpus_per_nvlink_domain": problem.hardware.topology.gpus_per_nvlink_domain,
     }
     consts |= {f"recompute_{name}": int(name in training.recompute_modules) for name in RECOMPUTE_MODULES}
     consts |= _dsv4_consts(problem)
     return consts
+
+
+def _mlps_used(model: ModelArchitecture) -> tuple:
+    """The MLP shapes the model's blocks use (one activation per Megatron config)."""
+    dense = model.dense_mlp if model.dense_mlp and (model.moe is None or model.first_dense_layers) else None
+    return tuple(m for m in (model.moe, dense) if m is not None)
 
 
 def sequence_parallel_requested(training) -> bool:  # noqa: ANN001 - Training

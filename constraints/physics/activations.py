@@ -20,7 +20,19 @@ A parallel attention+MLP block saves its one normed input once.
 Under an FP8 recipe the input each Transformer Engine linear layer keeps for its weight gradient is the
 quantized copy, 1 byte per element (TransformerEngine pytorch/module/linear.py, `_Linear.forward`: the
 input is quantized, its row-wise data discarded and the column-wise FP8 data saved); the norm inputs,
-attention q/k/v, the SwiGLU input and the expert outputs stay BF16.
+attention q/k/v and the SwiGLU input stay BF16. The attention output is kept in BF16 by the attention
+kernel for its own backward; the output projection shares it (BF16 runs; FP8 recipes other than delayed:
+Megatron-LM attention.py:428-444, multi_latent_attention.py:235-251 set the projection to save the
+original input) or adds its FP8 copy (delayed scaling, Megatron's default recipe).
+
+Routed experts weigh their rows by the router probabilities inside the activation (Megatron-LM
+experts.py:943-1017, weighted SwiGLU saving its input and the probabilities) and the combine un-permutes
+without probabilities (token_dispatcher.py:891-899; moe_utils.py `unpermute` with probs None is a
+scatter-add keeping only indices), so an expert's output is not kept for the backward (Megatron Core
+>= 0.13, "Memory efficient token permutation", commit 2659630). `--activation-func-fp8-input-store` keeps
+the SwiGLU input in FP8 (transformer_config.py:227-229; fused_bias_swiglu.py:180,232,269 cast it to
+float8_e4m3fn), except where `moe_act` recompute holds the BF16 input for the recompute
+(tensor_parallel/random.py CheckpointWithoutOutput saves its arguments as they are).
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ from dataclasses import dataclass
 from parasol.constraints.physics.dtypes import BF16_BYTES, FP32_BYTES
 from parasol.problems.mapping import Recompute
 from parasol.problems.model.architecture import (
+    Activation,
     Block,
     BlockKind,
     DSV4Attention,
@@ -55,6 +68,11 @@ class ActivationContext:
     """Modules whose inputs fine-grained activation offloading keeps on the host (--offload-modules)."""
     gemm_input_bytes: float = BF16_BYTES
     """Bytes per element of a saved linear-layer input: 2 in BF16, 1 under an FP8 recipe."""
+    attn_out_bytes: float = BF16_BYTES
+    """Bytes per element of the attention output kept for the backward: the kernel's BF16 copy, plus the
+    output projection's FP8 copy under FP8 delayed scaling (attention.py:428-444)."""
+    act_input_bytes: float = BF16_BYTES
+    """Bytes per element of a saved SwiGLU input: 1 with --activation-func-fp8-input-store."""
 
     @property
     def sp_split(self) -> int:
@@ -64,6 +82,11 @@ class ActivationContext:
     def drops(self, module: str) -> bool:
         """Whether selective recompute frees this module's internal tensors."""
         return self.recompute is Recompute.selective and module in self.modules
+
+    def swiglu_input_bytes(self, gated: bool, module: str) -> float:
+        """Bytes per element of a gated activation's saved input: FP8 under the input store, BF16 when the
+        activation is not SwiGLU-like or selective recompute of `module` keeps the BF16 input instead."""
+        return self.act_input_bytes if gated and not self.drops(module) else BF16_BYTES
 
     def kept(self, module: str) -> float:
         """1 when the input this module saves stays in HBM, 0 when it is offloaded to the host
@@ -83,13 +106,13 @@ def _attention_bytes(model: ModelArchitecture, block: Block, ctx: ActivationCont
         kv_heads = max(att.num_kv_heads / ctx.tp, 1)
         gate = att.num_heads / ctx.tp if att.output_gate else 0.0
         qkv = BF16_BYTES * (att.num_heads / ctx.tp + 2 * kv_heads + gate) * att.head_dim * core
-        out = ctx.gemm_input_bytes * att.num_heads * att.head_dim / ctx.tp * proj + FP32_BYTES * att.num_heads / ctx.tp
+        out = ctx.attn_out_bytes * att.num_heads * att.head_dim / ctx.tp * proj + FP32_BYTES * att.num_heads / ctx.tp
         return norm_in + proj_in + qkv + out
     if isinstance(att, MLAAttention):
         heads = att.num_heads / ctx.tp
         lora = BF16_BYTES * ((att.q_lora_rank or 0) + att.kv_lora_rank + att.qk_rope_head_dim)
         up = 0.0 if ctx.drops("mla_up_proj") else BF16_BYTES * heads * (2 * att.head_dim + att.v_head_dim) * core
-        out = ctx.gemm_input_bytes * heads * att.v_head_dim * proj + FP32_BYTES * heads
+        out = ctx.attn_out_bytes * heads * att.v_head_dim * proj + FP32_BYTES * heads
         return norm_in + proj_in + lora + up + out
     assert isinstance(att, DSV4Attention)
     heads = att.num_heads / ctx.tp
@@ -98,7 +121,7 @@ def _attention_bytes(model: ModelArchitecture, block: Block, ctx: ActivationCont
     q = BF16_BYTES * heads * att.head_dim * core
     kv = BF16_BYTES * att.num_kv_heads * att.head_dim * (1 + (1 / ratio if ratio else 0)) * core
     indexer = (BF16_BYTES * att.index_n_heads * att.index_head_dim + FP32_BYTES * att.index_topk) if ratio == 4 else 0.0
-    out = ctx.gemm_input_bytes * heads * att.head_dim * proj + FP32_BYTES * heads
+    out = ctx.attn_out_bytes * heads * att.head_dim * proj + FP32_BYTES * heads
     return norm_in + proj_in + lora + q + kv + indexer + out
 
 
@@ -143,13 +166,15 @@ def _mlp_bytes(model: ModelArchitecture, ctx: ActivationContext) -> float:
     if ctx.drops("mlp"):
         return keep_in
     f = mlp.intermediate_size / ctx.tp
-    fc1 = BF16_BYTES * f * (2 if mlp.activation.gated else 1)
+    fc1 = ctx.swiglu_input_bytes(mlp.activation is Activation.swiglu, "mlp") * f * (2 if mlp.activation.gated else 1)
     return keep_in + fc1 + ctx.gemm_input_bytes * f
 
 
 def _moe_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -> float:
-    """MoE: router input and logits, k·ETP/TP dispatched rows per token of b·S/CP in and out of the
-    experts (the dispatch buffer's count), shared experts."""
+    """MoE: router input and logits, k·ETP/TP dispatched rows per token of b·S/CP (the dispatch buffer's
+    count), each keeping its expert input, activation input, fc2 input and routing weight (not its
+    output: the probabilities are applied in the activation), shared experts; a shared-expert gate keeps
+    the shared output and its sigmoid score for the product's backward (shared_experts.py:203-206)."""
     moe = model.moe
     assert moe is not None
     h = model.hidden_size
@@ -160,17 +185,21 @@ def _moe_bytes(model: ModelArchitecture, block: Block, ctx: ActivationContext) -
     router = (0.0 if ctx.drops("layernorm") else BF16_BYTES * hs) + (0.0 if block.hash_routed else FP32_BYTES * moe.num_experts / ctx.sp_split)
     rows = moe.top_k * ctx.etp / ctx.sp_split
     f = moe.expert_intermediate_size / ctx.etp
-    fc1 = BF16_BYTES * f * (2 if moe.activation.gated else 1)
+    swiglu = moe.activation is Activation.swiglu
+    fc1 = ctx.swiglu_input_bytes(swiglu, "moe_act") * f * (2 if moe.activation.gated else 1)
     act = 0.0 if ctx.drops("moe_act") else ctx.gemm_input_bytes * f
     width = moe.expert_width(h)
     routed = rows * (ctx.gemm_input_bytes * width * ctx.kept("expert_fc1") + fc1 * ctx.kept("moe_act") + act
-                     + BF16_BYTES * width)
+                     + FP32_BYTES)
     if moe.latent_size:
         routed += BF16_BYTES * moe.latent_size
     shared = 0.0
     if moe.shared_width and not ctx.drops("shared_experts"):
         fs = moe.shared_width / ctx.tp
-        shared = BF16_BYTES * fs * (2 if moe.activation.gated else 1) + ctx.gemm_input_bytes * fs
+        act_in = ctx.swiglu_input_bytes(swiglu, "shared_experts")
+        shared = act_in * fs * (2 if moe.activation.gated else 1) + ctx.gemm_input_bytes * fs
+        if moe.shared_expert_gate:
+            shared += BF16_BYTES * (hs + 1)
     return keep_in + router + routed + shared
 
 

@@ -191,12 +191,36 @@ def _rank_params(bp: BlockParams, m: Mapping, experts_per_rank: Fraction) -> tup
     return tp_split + replicated, expert, tp_split + expert
 
 
-def _optimizer_bytes_per_param(training: Training, matrix: bool) -> int:
-    """FP32 master (4) plus Adam m, v (8) = 12; Muon keeps one momentum (4) on 2-D block matrices and
-    falls back to Adam for embeddings, head, norms and routers (seed 003 §2; Muon in Megatron)."""
+STATE_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+"""Bytes per value of the precision-aware optimizer's state dtypes (arguments.py:3671-3685)."""
+
+
+def master_weight_bytes(training: Training, options: MegatronOptions) -> int:
+    """Bytes per parameter of the optimizer's master weight. FP32 (4) unless the precision-aware optimizer
+    lets Transformer Engine's FusedAdam hold it: FP16 main params (2), or FP32 ones stored as the 16-bit
+    remainder beside the BF16 weight (2; store_param_remainders, on by default, optimizer_config.py:192-195)
+    wherever TE manages the master weight: no FP8 or delayed-scaling FP8, or optimizer CPU offload
+    (optimizer_config.py:407-413, distrib_optimizer.py:1007-1010)."""
+    if not options.use_precision_aware_optimizer or training.optimizer is not Optimizer.adam:
+        return 4
+    if options.main_params_dtype == "fp16":
+        return 2
+    te_master = (training.precision is not Precision.fp8 or options.fp8_recipe == "delayed"
+                 or options.optimizer_cpu_offload)
+    return 2 if te_master else 4
+
+
+def _optimizer_bytes_per_param(training: Training, matrix: bool, options: MegatronOptions = NO_OPTIONS) -> int:
+    """Master weight (FP32: 4) plus Adam m, v (FP32: 8) = 12; Muon keeps one momentum (4) on 2-D block
+    matrices and falls back to Adam for embeddings, head, norms and routers (seed 003 §2; Muon in Megatron).
+    The precision-aware optimizer (Adam only, optimizer_config.py:434-436) stores m and v in
+    --exp-avg-dtype / --exp-avg-sq-dtype (DeepSeek-V3 report §3.3.3: BF16 moments, FP32 master: 8 B)."""
     if training.optimizer is Optimizer.muon and matrix:
         return 8
-    return 12
+    moments = 8
+    if options.use_precision_aware_optimizer and training.optimizer is Optimizer.adam:
+        moments = STATE_DTYPE_BYTES[options.exp_avg_dtype] + STATE_DTYPE_BYTES[options.exp_avg_sq_dtype]
+    return master_weight_bytes(training, options) + moments
 
 
 @dataclass(frozen=True)
@@ -266,9 +290,9 @@ def _param_bytes(dense: Fraction, expert: Fraction, matrix: Fraction, m: Mapping
     dense_shard = d.dp_attn * m.cp if sharded else Fraction(1)
     expert_shard = d.dp_expert if sharded else Fraction(1)
     dense_matrix = max(matrix - expert, Fraction(0))
-    opt = ((dense_matrix * _optimizer_bytes_per_param(training, True)
-            + (dense - dense_matrix) * _optimizer_bytes_per_param(training, False)) / dense_shard
-           + expert * _optimizer_bytes_per_param(training, True) / expert_shard) * optimizer_on_device(options)
+    opt = ((dense_matrix * _optimizer_bytes_per_param(training, True, options)
+            + (dense - dense_matrix) * _optimizer_bytes_per_param(training, False, options)) / dense_shard
+           + expert * _optimizer_bytes_per_param(training, True, options) / expert_shard) * optimizer_on_device(options)
     if fsdp_on(training):
         dense, expert = dense / dense_shard, expert / expert_shard
     trained = 0 if training.frozen_base_weights else 1
@@ -278,10 +302,13 @@ def _param_bytes(dense: Fraction, expert: Fraction, matrix: Fraction, m: Mapping
 
 def activation_context(m: Mapping, training: Training, options: MegatronOptions = NO_OPTIONS) -> ActivationContext:
     """The sharding, recompute and offload choices activations depend on."""
+    fp8 = training.precision is Precision.fp8
     return ActivationContext(tp=m.tp, etp=m.expert_tp, sequence_parallel=training.sequence_parallel,
                              recompute=m.recompute, modules=frozenset(training.recompute_modules),
                              offloaded=frozenset(options.offload_modules),
-                             gemm_input_bytes=FP8_BYTES if training.precision is Precision.fp8 else BF16_BYTES)
+                             gemm_input_bytes=FP8_BYTES if fp8 else BF16_BYTES,
+                             attn_out_bytes=BF16_BYTES + (FP8_BYTES if fp8 and options.fp8_recipe == "delayed" else 0),
+                             act_input_bytes=FP8_BYTES if options.activation_func_fp8_input_store else BF16_BYTES)
 
 
 def tokens_on_rank(m: Mapping) -> Fraction:
@@ -308,25 +335,44 @@ def block_contribution(model: ModelArchitecture, m: Mapping, d: Derived, trainin
 def edge_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
                       first: bool, last: bool, options: MegatronOptions = NO_OPTIONS) -> Contribution:
     """Embedding on the first stage; output head, final norm, loss softmax, MTP blocks and (for MTP
-    with PP > 1) a copy of the input embedding on the last stage."""
+    on a rank without the embedding) a copy of the input embedding on the last stage. A rank holding
+    both ends (PP 1, DualPipe's rank 0 and PP−1, DualPipeV's rank 0) shares one embedding between the
+    main model and MTP (DeepSeek-V3 report §3.2.3, "Shared Embedding and Output Head for MTP")."""
     h = model.hidden_size
     vocab_rows = Fraction(model.vocab_size * h, m.tp)
     params = Fraction(0)
     if first:
         params += vocab_rows + model.learned_position_embeddings * h
     if last:
-        head_copies = 0 if model.tied_embeddings and m.pp == 1 else 1
-        mtp_embed = 1 if model.mtp_layers and m.pp > 1 else 0
+        head_copies = 0 if model.tied_embeddings and first else 1
+        mtp_embed = 1 if model.mtp_layers and not first else 0
         params += vocab_rows * (head_copies + mtp_embed) + h
     wd, we, g, o = _param_bytes(params, Fraction(0), Fraction(0), m, d, training, options)
     act = 0
     if last:
         act = _ceil(Fraction(logits_bytes_per_token(model, m.tp)) * tokens_on_rank(m) * (1 + model.mtp_layers))
+    if first:
+        act -= cpu_offloaded_bytes(model, m, d, training, options)
     edge = Contribution(wd, we, g, o, act, 0, False, params, Fraction(0))
     if last:
         for b in model.mtp_blocks:
-            edge = edge + block_contribution(model, m, d, training, b, options)
+            c = block_contribution(model, m, d, training, b, options)
+            if model.mtp_shares_weights(b):
+                c = Contribution(activation=c.activation, recompute_peak=c.recompute_peak, moe=c.moe)
+            edge = edge + c
     return edge
+
+
+def cpu_offloaded_bytes(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
+                        options: MegatronOptions) -> int:
+    """Activations --cpu-offloading keeps on the host: those of the first cpu_offloading_num_layers blocks
+    (Transformer Engine's offload context groups the layers in forward order and offloads the first N,
+    Megatron-LM transformer_block.py:303-317; the rest stay in HBM). Megatron allows it only with PP 1 and
+    no recompute (rule cpu-offloading), where the first stage holds every block and one microbatch."""
+    if not (options.cpu_offloading and options.cpu_offloading_activations) or m.pp != 1:
+        return 0
+    blocks = model.blocks[:options.cpu_offloading_num_layers]
+    return sum(block_contribution(model, m, d, training, b, options).activation for b in blocks)
 
 
 def dispatch_buffer_bytes(model: ModelArchitecture, m: Mapping, training: Training) -> int:
@@ -404,7 +450,9 @@ def assemble_stage(model: ModelArchitecture, m: Mapping, d: Derived, training: T
         MemoryTerm("gradients", total.gradients,
                    f"{training.grad_dtype.upper()} × every local param "
                    + ("(sharded like the weights)" if fsdp else "(DDP grad buffer, not sharded)")),
-        MemoryTerm("optimizer state", total.optimizer, f"{opt_name}: FP32 master + moments, {shard_note}"),
+        MemoryTerm("optimizer state", total.optimizer,
+                   f"{opt_name}: {_optimizer_bytes_per_param(training, False, options)} B/param (master + moments), "
+                   f"{shard_note}"),
         MemoryTerm("activations", act,
                    f"{total.activation / GB:.3f} GB per microbatch × {float(inflight):g} in flight "
                    f"({schedule_name(training.pipeline_schedule, m.vpp)}; recompute {m.recompute.value}{offload_note})"),
@@ -447,7 +495,7 @@ def memory_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Tr
         "Activations: flash attention (no score matrix), tensors listed in constraints/physics/activations.py; "
         "held for the microbatches in flight at the stage's peak under the schedule.",
         "Last stage holds the output head, the loss's FP32 softmax and the MTP blocks"
-        + (", plus a copy of the input embedding for MTP" if model.mtp_layers and m.pp > 1 else "") + ".",
+        + (", plus a copy of the input embedding for MTP" if model.mtp_layers and m.pp > 1 and training.pipeline_schedule == "megatron" else "") + ".",
         "The runtime reserve (CUDA context, NCCL, fragmentation) is taken off HBM by the hardware preset.",
     )
     return MemoryLedger(stages=stages, assumptions=assumptions)

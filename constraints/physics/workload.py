@@ -116,6 +116,8 @@ class StepSettings:
     """Share of the optimizer state and step on the host (--optimizer-cpu-offload)."""
     offload_modules: tuple[str, ...] = ()
     """Modules whose saved inputs go to the host and back (--fine-grained-activation-offloading)."""
+    cpu_offload_layers: int = 0
+    """Blocks (the first N) whose saved activations --cpu-offloading sends to the host and back."""
 
 
 def settings_for(problem, options: MegatronOptions | None = None) -> StepSettings:  # noqa: ANN001 - Problem
@@ -149,6 +151,8 @@ def overlap_settings(training: Training, opts: MegatronOptions) -> dict:
         "ep_overlap": opts.overlap_moe_expert_parallel_comm or training.pipeline_schedule != "megatron",
         "optimizer_offload_fraction": opts.optimizer_offload_fraction if opts.optimizer_cpu_offload else 0.0,
         "offload_modules": tuple(opts.offload_modules),
+        "cpu_offload_layers": opts.cpu_offloading_num_layers if opts.cpu_offloading and opts.cpu_offloading_activations
+        else 0,
     }
 
 
@@ -284,8 +288,9 @@ class _StageSums:
         model, m, settings = ctx.model, ctx.mapping, ctx.settings
         sp = ctx.training.sequence_parallel
         bp = block_params(model, b)
-        self.dense_weights += count * ((bp.attention + bp.dense_mlp + bp.shared_experts) / m.tp + bp.router + bp.extra)
-        self.expert_weights += count * float(ctx.derived.experts_per_rank or 0) * bp.per_expert / m.expert_tp
+        held = 0 if model.mtp_shares_weights(b) else count
+        self.dense_weights += held * ((bp.attention + bp.dense_mlp + bp.shared_experts) / m.tp + bp.router + bp.extra)
+        self.expert_weights += held * float(ctx.derived.experts_per_rank or 0) * bp.per_expert / m.expert_tp
         bf = block_flops(model, b, m.seq_len)
         share = count * ctx.tokens / m.tp
         nbytes = block_memory_bytes(model, b, ctx.tokens, m.tp, sp, settings.precision != "bf16")
@@ -386,13 +391,16 @@ def stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Train
 
 def offloaded_bytes(model: ModelArchitecture, m: Mapping, training: Training, settings: StepSettings,
                     block: Block) -> float:
-    """Bytes of one block's saved activations per microbatch that fine-grained offloading sends to the
-    host: what the ledger no longer holds for the offloaded modules."""
+    """Bytes of one block's saved activations per microbatch sent to the host: all of them for the first
+    N blocks under --cpu-offloading, else what the ledger no longer holds for the modules fine-grained
+    offloading names."""
+    ctx = activation_context(m, training)
+    tokens = m.mbs * m.seq_len / m.cp
+    if block.index < settings.cpu_offload_layers and not block.mtp:
+        return saved_bytes_per_token(model, block, ctx) * tokens
     if not settings.offload_modules:
         return 0.0
-    ctx = activation_context(m, training)
     off = replace(ctx, offloaded=frozenset(settings.offload_modules))
-    tokens = m.mbs * m.seq_len / m.cp
     return (saved_bytes_per_token(model, block, ctx) - saved_bytes_per_token(model, block, off)) * tokens
 
 

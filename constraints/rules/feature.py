@@ -419,20 +419,23 @@ class MhcRecomputeModule(SettingsRule):
 
 
 class CpuOffloading(Constraint):
-    """CPU activation offloading works only without a pipeline and without recomputation (the layer-count
-    clause reads --cpu-offloading-num-layers, which parasol does not carry)."""
+    """CPU activation offloading works only for fewer layers than the model has, without a pipeline and
+    without recomputation."""
 
     id = "cpu-offloading"
     family = Family.feature
     citation = Citation(f"{CONFIG}:1884-1899,2800-2801", MegatronStage.config)
     unit = "settings"
-    summary = "cpu_offloading -> PP == 1 and no recompute"
+    summary = "cpu_offloading -> cpu_offloading_num_layers < layers, PP == 1 and no recompute"
     exact = True
 
     def _unmet(self, f: Facts) -> list[str]:
         if not f.options.cpu_offloading:
             return []
         out = []
+        layers = f.problem.model.num_layers
+        if f.options.cpu_offloading_num_layers >= layers:
+            out.append(f"CPU offloading can be done only for layers less than {layers}")
         if f.mapping.pp > 1:
             out.append(f"Currently there is no support for Pipeline parallelism with CPU offloading (PP = {f.mapping.pp})")
         if f.mapping.recompute.value != "none":
@@ -452,6 +455,8 @@ class CpuOffloading(Constraint):
     def post(self, model, v, enforce) -> None:
         if not v.options.cpu_offloading:
             return
+        if v.options.cpu_offloading_num_layers >= v.consts["num_layers"]:
+            model.AddBoolOr([enforce.Not()])
         model.Add(v.pp == 1).OnlyEnforceIf(enforce)
         for choice, literal in v.recompute.items():
             if choice != "none":
@@ -483,6 +488,34 @@ class FineGrainedOffload(SettingsRule):
         if recompute == "selective" and consts["recompute_moe"] and inside:
             out.append(f"Cannot offload {inside} while recomputing the entire MoE layer.")
         return out
+
+
+class OptimizerCpuOffloadPrecisionAware(SettingsRule):
+    """--optimizer-cpu-offload runs through the precision-aware optimizer's code path, so it needs
+    --use-precision-aware-optimizer (the hybrid device optimizer reuses it)."""
+
+    id = "optimizer-cpu-offload-precision-aware"
+    citation = Citation(f"{ARGUMENTS}:1884-1887", MegatronStage.arguments)
+    summary = "optimizer_cpu_offload -> use_precision_aware_optimizer"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        if options.optimizer_cpu_offload and not options.use_precision_aware_optimizer:
+            return ["The optimizer cpu offload must be used in conjunction with `--use-precision-aware-optimizer`, "
+                    "as the hybrid device optimizer reuses the code path of this flag."]
+        return []
+
+
+class Fp8InputStoreSwiGLU(SettingsRule):
+    """--activation-func-fp8-input-store keeps the SwiGLU input in FP8: any other activation is refused."""
+
+    id = "fp8-input-store-swiglu"
+    citation = Citation(f"{CONFIG}:2467-2469", MegatronStage.config)
+    summary = "activation_func_fp8_input_store -> SwiGLU MLPs"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        if options.activation_func_fp8_input_store and not consts["swiglu"]:
+            return ["Storing activation input in FP8 is supported only for SwiGLU."]
+        return []
 
 
 # --- determinism and deprecated flags --------------------------------------------------------------

@@ -30,8 +30,10 @@ from parasol.constraints.rules.feature import (
     DistOptInstancesDivideDpCp,
     DistOptInstancesDivideEdp,
     FineGrainedOffload,
+    Fp8InputStoreSwiGLU,
     MhcRecomputeModule,
     NonPPLastOrderRequiresEqualDP,
+    OptimizerCpuOffloadPrecisionAware,
     PPGroupsIdentical,
     RecomputeActivationsAlias,
     RecomputeFullNeedsMethod,
@@ -104,7 +106,7 @@ STAGE_A_ARGUMENTS = (
     VppFromLayersPerVStage, VppLayersPerVStageExcludesUneven, VppFromVirtualStagesPerRank, VppRequiresPPGt1,
     VppNoOverlapRequiresPPGt2, NonInterleavedDisablesP2POverlap, HiddenDivisibleByHeads, CPSeqDivisibleBy2CP,
     RecomputeSelectiveNoMethod, SPAutoDisabledWhenTP1, TPCommOverlapRequiresSP, EPRequiresExperts,
-    ExpertsDivisibleByEP, DeterministicMode,
+    ExpertsDivisibleByEP, DeterministicMode, OptimizerCpuOffloadPrecisionAware,
 )
 STAGE_G_GLOBAL_VARS = (DeprecatedRampupBatchSize, GbsDivisibleByMbsDp, NumMicrobatches)
 STAGE_I_PROCESS_GROUPS = (
@@ -119,7 +121,7 @@ STAGE_C_CONFIG = (
     FineGrainedOffload, UnevenExcludesAccountFor, LayoutExcludesOtherPPArgs, LayoutVppConsistent,
     LayoutEmbeddingLossOnce, LayoutDecoderCount, LayoutMtpPlacement, UnevenMiddleConsistency,
     UnevenFirstDivisibleByVpp, UnevenLastDivisibleByVpp, UnevenMiddleDivisible, UnevenMiddleDivisibleByVpp,
-    AccountForDivisible, MoEBiasRequiresETP1, EPA2AOverlap,
+    AccountForDivisible, Fp8InputStoreSwiGLU, MoEBiasRequiresETP1, EPA2AOverlap,
 )
 STAGE_B_MODEL_BUILD = (
     VppLayersPerRankDivisible, AccountForEnoughLayers, HybridNoAttentionPlusMLA, HybridMtpPatternsIdentical,

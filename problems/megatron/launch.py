@@ -325,6 +325,28 @@ def _other_options(c: Context, options: dict) -> None:
         if f.switch(flag):
             options[key] = True
     _overlap_options(c, options)
+    _precision_options(c, options)
+    layers = f.integer("--cpu-offloading-num-layers", minimum=0)
+    if layers is not None:
+        options["cpu_offloading_num_layers"] = layers
+        if layers > 0:
+            options["cpu_offloading"] = True
+    if f.switch("--no-cpu-offloading-activations"):
+        options["cpu_offloading_activations"] = False
+
+
+def _precision_options(c: Context, options: dict) -> None:
+    """The FP8 recipe (transformer_config.py:594-599), the FP8 SwiGLU input store (227-229) and the
+    precision-aware optimizer with its state dtypes (arguments.py:3667-3685): what the ledger prices."""
+    f = c.flags
+    _set(options, "fp8_recipe", f.choice("--fp8-recipe", ("delayed", "tensorwise", "blockwise", "mxfp8", "custom")))
+    for flag, key in (("--activation-func-fp8-input-store", "activation_func_fp8_input_store"),
+                      ("--use-precision-aware-optimizer", "use_precision_aware_optimizer")):
+        if f.switch(flag):
+            options[key] = True
+    _set(options, "main_params_dtype", f.choice("--main-params-dtype", ("fp32", "fp16")))
+    for flag, key in (("--exp-avg-dtype", "exp_avg_dtype"), ("--exp-avg-sq-dtype", "exp_avg_sq_dtype")):
+        _set(options, key, f.choice(flag, ("fp32", "fp16", "bf16", "fp8")))
 
 
 def _overlap_options(c: Context, options: dict) -> None:
@@ -379,6 +401,8 @@ def _training(c: Context, mapping: dict) -> dict:
         c.notes.append("--fp16: parasol models 16-bit training as BF16 (same bytes per value)")
     if f.switch("--use-distributed-optimizer"):
         out["distributed_optimizer"] = True
+    if f.switch("--grad-reduce-in-bf16") or f.choice("--main-grads-dtype", ("fp32", "bf16")) == "bf16":
+        out["grad_dtype"] = "bf16"
     fsdp = _fsdp(c)
     if fsdp is not None:
         out["fsdp"] = fsdp

@@ -27,11 +27,11 @@ MODEL_FLAGS = (
     "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--qk-layernorm", "--swiglu",
     "--squared-relu", "--quick-geglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights",
     "--normalization", "--padded-vocab-size", "--vocab-size", "--make-vocab-size-divisible-by",
-    "--mtp-num-layers", "--max-position-embeddings", "--position-embedding-type", "--window-size",
+    "--mtp-num-layers", "--mtp-use-repeated-layer", "--max-position-embeddings", "--position-embedding-type", "--window-size",
     "--window-attn-skip-freq", "--mamba-num-heads", "--mamba-head-dim", "--mamba-num-groups", "--mamba-state-dim",
     "--experimental-attention-variant", "--linear-attention-freq", "--linear-num-key-heads",
     "--linear-num-value-heads", "--linear-key-head-dim", "--linear-value-head-dim", "--linear-conv-kernel-dim",
-    "--moe-latent-size",
+    "--moe-latent-size", "--moe-shared-expert-gate",
 )
 """Flags that describe the model; with a problem file they are compared with its model, not used."""
 DEFAULT_VOCAB = 50257
@@ -185,7 +185,8 @@ def _moe(c: Context, hidden: int, ffn: int, activation: str, num_layers: int) ->
            "expert_intermediate_size": f.integer("--moe-ffn-hidden-size") or ffn,
            "num_shared_experts": 1 if shared else 0, "shared_intermediate_size": shared,
            "activation": activation, "router_bias": f.switch("--moe-router-enable-expert-bias"),
-           "latent_size": f.integer("--moe-latent-size")}
+           "latent_size": f.integer("--moe-latent-size"),
+           "shared_expert_gate": bool(shared) and f.switch("--moe-shared-expert-gate")}
     flag = "--hybrid-layer-pattern" if c.pattern is not None else "--moe-layer-freq"
     return moe, leading_dense(_blocks_mlp(c, num_layers), flag)
 
@@ -257,6 +258,7 @@ def model_from_flags(c: Context, tp: int) -> ModelArchitecture | None:
         "tied_embeddings": not f.switch("--untie-embeddings-and-output-weights"),
         "learned_position_embeddings": max_positions if learned and max_positions else 0,
         "mtp_layers": mtp,
+        "mtp_repeated": bool(mtp) and f.switch("--mtp-use-repeated-layer"),
         "max_context": max_positions,
         "notes": "built from a Megatron-LM launch line",
     }

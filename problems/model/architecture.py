@@ -332,6 +332,9 @@ class MoE(Strict):
     num_hash_layers: int = Field(
         default=0, ge=0, le=MAX_LAYERS, description="first MoE layers routed by a token-id hash table instead of a learned gate"
     )
+    shared_expert_gate: bool = Field(
+        default=False, description="a sigmoid gate h→1 scales the shared expert's output (Megatron "
+                                   "--moe-shared-expert-gate, shared_experts.py:136-145,203-206; Qwen3-Next)")
     latent_size: int | None = Field(
         default=None, ge=1, le=MAX_WIDTH, description="LatentMoE: routed experts run on this width between a down and an up "
                                         "projection (Megatron --moe-latent-size, moe_layer.py:265-303)")
@@ -431,6 +434,9 @@ class ModelArchitecture(Strict):
     tied_embeddings: bool = False
     learned_position_embeddings: int = Field(default=0, ge=0, le=MAX_SEQ_LEN, description="rows of a learned position table")
     mtp_layers: int = Field(default=0, ge=0, le=MAX_LAYERS, description="multi-token-prediction blocks after the last block")
+    mtp_repeated: bool = Field(
+        default=False, description="one MTP block's weights run at every depth (Megatron --mtp-use-repeated-layer, "
+                                   "transformer_config.py:82; gpt_layer_specs.py:779-782 builds one layer spec)")
     hc_mult: int = Field(default=1, ge=1, le=MAX_HC_STREAMS, description="mHC residual streams (V4: 4); 1 is a plain residual")
     layer_pattern: str | None = Field(
         default=None, description="hybrid model, one layer per symbol (Megatron --hybrid-layer-pattern): M Mamba-2, "
@@ -560,6 +566,10 @@ class ModelArchitecture(Strict):
     def mtp_blocks(self) -> tuple[Block, ...]:
         """MTP blocks (placed after the last main block, on the last pipeline stage)."""
         return tuple(self._block(self.num_layers + j, mtp=True) for j in range(self.mtp_layers))
+
+    def mtp_shares_weights(self, block: Block) -> bool:
+        """Whether this MTP block runs the first MTP block's weights (a repeated layer past depth 1)."""
+        return self.mtp_repeated and block.mtp and block.index > self.num_layers
 
     @property
     def num_moe_layers(self) -> int:

@@ -313,7 +313,8 @@ def _nemotron_h(r: _Reader) -> Config:
 
 
 def _qwen3_next(r: _Reader) -> Config:
-    """Qwen3-Next: gated DeltaNet and gated softmax attention blocks, every block MoE with a shared expert."""
+    """Qwen3-Next: gated DeltaNet and gated softmax attention blocks, every block MoE with a shared expert
+    under a sigmoid gate (transformers modeling_qwen3_next.py Qwen3NextSparseMoeBlock.shared_expert_gate)."""
     types = r.get("layer_types", None)
     if types is not None:
         freq: Any = [1 if t == "linear_attention" else 0 for t in types]
@@ -332,7 +333,7 @@ def _qwen3_next(r: _Reader) -> Config:
         "moe": {"num_experts": r.req("num_experts"), "top_k": r.req("num_experts_per_tok"),
                 "expert_intermediate_size": r.req("moe_intermediate_size"),
                 "num_shared_experts": 1 if shared else 0, "shared_intermediate_size": shared,
-                "activation": r.activation()},
+                "shared_expert_gate": bool(shared), "activation": r.activation()},
     }
 
 

@@ -139,10 +139,12 @@ def _router_params(model: ModelArchitecture, moe: MoE, block: Block) -> int:
     """Gate weight [experts, h] plus the score-correction bias; V4's hash-routed layers keep the
     weight (it still weights the chosen experts) but have no bias, and their int32 token-to-expert
     table is not a trained parameter. LatentMoE adds its down and up projections h·ℓ each, replicated
-    over TP like the gate (moe_layer.py:279-303, parallel_mode="duplicated")."""
+    over TP like the gate (moe_layer.py:279-303, parallel_mode="duplicated"); a shared-expert gate its
+    1×h weight, replicated too (shared_experts.py:136-143)."""
     bias = moe.num_experts if moe.router_bias and not block.hash_routed else 0
     latent = 2 * model.hidden_size * moe.latent_size if moe.latent_size else 0
-    return moe.num_experts * model.hidden_size + bias + latent
+    gate = model.hidden_size if moe.shared_expert_gate and moe.shared_width else 0
+    return moe.num_experts * model.hidden_size + bias + latent + gate
 
 
 def block_norm_params(model: ModelArchitecture, block: Block) -> int:
@@ -248,7 +250,7 @@ def model_params(model: ModelArchitecture) -> ModelParams:
         output_head=0 if model.tied_embeddings else model.vocab_size * h,
         final_norm=h * model.norm.params_per_channel,
         blocks=sum(p.total for p in per_blocks),
-        mtp=sum(block_params(model, b).total for b in model.mtp_blocks),
+        mtp=sum(block_params(model, b).total for b in model.mtp_blocks if not model.mtp_shares_weights(b)),
         top_k_saving=saving,
         mhc_head=mhc_head_params(h, model.hc_mult),
     )

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# parasol: Megatron-LM launch flags for 5t-moe-asic-4096, mapping 1 of 10 (Pareto rank 1)
+# parasol: Megatron-LM launch flags for 5t-moe-asic-4096, mapping 1 of 12 (Pareto rank 1)
 #   TP8 PP16 CP8 EP32 ETP1 VPP1 MBS1 GBS256 seq 131072, recompute full; 4,096 GPUs = 512 nodes x 8 GPUs.
 # Run it on every host of the host order (hosts.txt) with NODE_RANK = the host's line (0-based) and
 # MASTER_ADDR = the first host: global rank = NODE_RANK * GPUs per node + local rank, the order in

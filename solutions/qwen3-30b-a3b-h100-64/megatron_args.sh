@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # parasol: Megatron-LM launch flags for qwen3-30b-a3b-h100-64, mapping 1 of 20 (Pareto rank 1)
-#   TP1 PP1 CP1 EP4 ETP1 VPP1 MBS2 GBS512 seq 4096, recompute full; 64 GPUs = 8 nodes x 8 GPUs.
+#   TP1 PP1 CP1 EP8 ETP1 VPP1 MBS2 GBS512 seq 4096, recompute none; 64 GPUs = 8 nodes x 8 GPUs.
 # Run it on every host of the host order (hosts.txt) with NODE_RANK = the host's line (0-based) and
 # MASTER_ADDR = the first host: global rank = NODE_RANK * GPUs per node + local rank, the order in
 # which Megatron's groups (tp-cp-ep-dp-pp) land on the nodes as parasol judged them.
@@ -12,16 +12,15 @@ torchrun --nnodes 8 --nproc-per-node 8 --node-rank "${NODE_RANK}" --master-addr 
     --tensor-model-parallel-size 1 \
     --pipeline-model-parallel-size 1 \
     --context-parallel-size 1 \
-    --expert-model-parallel-size 4 \
+    --expert-model-parallel-size 8 \
     --expert-tensor-parallel-size 1 \
     --use-distributed-optimizer \
+    --use-megatron-fsdp \
+    --data-parallel-sharding-strategy optim_grads_params \
     --overlap-grad-reduce \
     --overlap-param-gather \
     --micro-batch-size 2 \
     --global-batch-size 512 \
     --seq-length 4096 \
-    --recompute-granularity full \
-    --recompute-method uniform \
-    --recompute-num-layers 1 \
     --moe-token-dispatcher-type alltoall \
     --moe-grouped-gemm

@@ -32,6 +32,7 @@ from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping, RankOrder, Recompute
 from parasol.problems.megatron.patterns import LAYER_WISE
 from parasol.problems.model.architecture import PATTERN_SYMBOLS, Block, BlockKind, DSV4Attention
+from parasol.problems.schema import Precision
 
 MAIN = "Megatron-LM main@d98e8a64 "
 DEV = "Megatron-LM dev@d48bd6be "
@@ -167,8 +168,32 @@ def sharding_and_overlap_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
                   _flag("--optimizer-offload-fraction", options.optimizer_offload_fraction)]
     if options.offload_modules:
         flags += [_flag("--fine-grained-activation-offloading"), _flag("--offload-modules", *options.offload_modules)]
+    if options.cpu_offloading:
+        flags += [_flag("--cpu-offloading"), _flag("--cpu-offloading-num-layers", options.cpu_offloading_num_layers)]
+        if not options.cpu_offloading_activations:
+            flags.append(_flag("--no-cpu-offloading-activations"))
     return FlagGroup("sharding, overlap and offloading", f"{ARGS}:1027-1047,1441,2918-2922,3121,3148,3190; "
                      f"{CONFIG}:1323-1345", tuple(flags))
+
+
+def memory_precision_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
+    """The precision choices the memory ledger prices, when they leave Megatron's defaults: --fp8-recipe
+    (transformer_config.py:594-599) under FP8, --activation-func-fp8-input-store (227-229) and the
+    precision-aware optimizer with its state dtypes (arguments.py:3667-3685), which --optimizer-cpu-offload
+    needs (1884-1887)."""
+    training, options = problem.training, problem.spec.framework.options
+    flags = []
+    if training.precision is Precision.fp8 and options.fp8_recipe != "delayed":
+        flags.append(_flag("--fp8-recipe", options.fp8_recipe))
+    if options.activation_func_fp8_input_store:
+        flags.append(_flag("--activation-func-fp8-input-store"))
+    if options.use_precision_aware_optimizer:
+        flags.append(_flag("--use-precision-aware-optimizer"))
+        for name, value in (("--main-params-dtype", options.main_params_dtype),
+                            ("--exp-avg-dtype", options.exp_avg_dtype), ("--exp-avg-sq-dtype", options.exp_avg_sq_dtype)):
+            if value != "fp32":
+                flags.append(_flag(name, value))
+    return FlagGroup("memory-saving precision", f"{ARGS}:1884-1887,3667-3685; {CONFIG}:227-229,594-599", tuple(flags))
 
 
 def batch_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
@@ -430,8 +455,8 @@ def hybrid_pattern(problem: Problem, layout: Sequence[int]) -> str:
 # The whole line, the script and the round trip
 
 
-GROUP_BUILDERS = (degree_flags, sharding_and_overlap_flags, batch_flags, pipeline_flags, recompute_flags, moe_flags,
-                  context_flags)
+GROUP_BUILDERS = (degree_flags, sharding_and_overlap_flags, memory_precision_flags, batch_flags, pipeline_flags,
+                  recompute_flags, moe_flags, context_flags)
 
 
 def megatron_args(problem: Problem, mapping: Mapping) -> LaunchArgs:

@@ -94,11 +94,18 @@ def pct(x: object, digits: int = 1) -> str:
 MAPPING_COLUMNS = ("TP", "PP", "CP", "EP", "ETP", "VPP", "MBS", "recompute")
 
 
+def recompute_cell(entry: dict) -> str:
+    """The recompute choice, with the memory saving solve switched on for the mapping (e.g. 'none + fsdp')."""
+    recompute = str(entry.get("mapping", {}).get("recompute", "-"))
+    return f"{recompute} + {entry['memory_saving']}" if entry.get("memory_saving") else recompute
+
+
 def mapping_cells(entry: dict) -> tuple[str, ...]:
     """Degrees, microbatches, bubble, layout, step time, throughput, MFU, peak memory and binding rules
     of one mapping dict: the cells of a front-table row after its label columns."""
     m, d, metrics = entry.get("mapping", {}), entry.get("derived", {}), entry.get("metrics", {})
-    return (*(str(m.get(k.lower(), "-")) for k in MAPPING_COLUMNS), str(m.get("rank_order", "-")),
+    return (*(str(m.get(k.lower(), "-")) for k in MAPPING_COLUMNS[:-1]), recompute_cell(entry),
+            str(m.get("rank_order", "-")),
             num(d.get("num_microbatches")), pct(d.get("bubble_fraction")), run_length(m.get("layout", [])),
             num(metrics.get("step_time_s"), 3), num(metrics.get("tokens_per_s_per_gpu"), 0),
             pct(metrics.get("mfu")), num(metrics.get("peak_memory_gb")), hbm_slack(metrics))

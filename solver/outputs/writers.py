@@ -14,6 +14,7 @@ from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, Mapping
 from parasol.problems.megatron.layout_string import run_length
 from parasol.problems.rank_groups import GROUP_KINDS, dense_sizes, expert_sizes, order_of, placements, strides
+from parasol.solver.outputs.report import recompute_cell
 from parasol.solver.search.solve import SolveResult
 
 
@@ -42,7 +43,7 @@ def front_table(result: SolveResult, problem: Problem) -> Table:
         m, metrics, derived = d["mapping"], d["metrics"], d["derived"]
         table.add_row(
             str(sm.pareto_rank), *([f"{m['gpus']:,}"] if pooled else []),
-            *(str(m[k]) for k in (*DEGREES, "recompute")),
+            *(str(m[k]) for k in DEGREES), recompute_cell(d),
             *([m["rank_order"]] if orders else []),
             str(derived["num_microbatches"]), f"{derived['bubble_fraction']:.1%}", run_length(m["layout"]),
             f"{metrics.get('step_time_s', float('nan')):.3f}", f"{metrics.get('tokens_per_s_per_gpu', 0):,.0f}",

@@ -18,7 +18,6 @@ from parasol.problems.loader import Problem
 from parasol.problems.schema import Objective
 from parasol.solver.diagnose.explain import Explanation, explain
 from parasol.solver.search.costs import (
-    MB,
     MEMORY_UNIT_MB,
     TIME_UNIT_S,
     RowCosts,
@@ -29,7 +28,7 @@ from parasol.solver.search.costs import (
     row_costs,
     usable_mb,
 )
-from parasol.solver.search.cuts import CutPoint, Staircase, row_staircase, some_cut_fits
+from parasol.solver.search.cuts import CutPoint, Staircase, row_staircase
 from parasol.solver.search.objectives import (
     DEFAULT_OBJECTIVES,
     RESOLUTIONS,
@@ -42,7 +41,8 @@ from parasol.solver.search.objectives import (
 from parasol.solver.search.pareto import pareto_search
 from parasol.solver.search.program import admissible, compile_program, judged_rules, program_rules
 from parasol.solver.search.prune import beaten, pruned
-from parasol.solver.search.reprice import exact_staircase, floor_point, memory_floor_bytes
+from parasol.solver.search.reprice import exact_staircase, floor_point
+from parasol.solver.search.savings import NONE, fitting_row, open_savings, row_problem, time_model_for
 from parasol.solver.search.space import Row, rows_until
 
 
@@ -59,11 +59,16 @@ class SolvedMapping:
     bound: dict[str, float]
     """Best lower bound proved for the first objective the program minimised (= its value when optimal)."""
     explanation: Explanation
+    saving: str = NONE
+    """The memory saving solve switched on for this mapping (solver/search/savings.py)."""
 
     def as_dict(self) -> dict:
-        """The explain contract plus pareto_rank and the solver's objective values."""
+        """The explain contract plus pareto_rank, the solver's objective values and, when solve chose one,
+        the memory saving (`memory_saving`: fsdp or optimizer-offload)."""
         data = self.explanation.as_dict()
         data["pareto_rank"] = self.pareto_rank
+        if self.saving != NONE:
+            data["memory_saving"] = self.saving
         minimised, bound = next(iter(self.bound.items()))
         value = self.step_time_objective_s if minimised == "step_time" else self.front_values.get(minimised, bound)
         data["objective"] = {
@@ -173,7 +178,8 @@ def rows_pass_rules(problem: Problem, row: Row) -> bool:
     """Whether a row meets every rule the master posts and every rule judged per row, in Python (with an
     explicit cut, as every solver answer has; the CP-SAT postings agree, tests/test_agreement.py)."""
     mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp))
-    return evaluate(problem, mapping, program_rules(problem) + judged_rules(problem, "row")).feasible
+    judged = row_problem(problem, row)
+    return evaluate(judged, mapping, program_rules(problem) + judged_rules(problem, "row")).feasible
 
 
 @dataclass(frozen=True)
@@ -219,6 +225,7 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     kept: list[Row] = []
     costs: list[RowCosts] = []
     screened = 0
+    savings, models = open_savings(problem), {NONE: time_model}
     floors = prune and minimised == DEFAULT_OBJECTIVES
     passes: dict[int, bool] = {}
     step_rows: list[int] = []
@@ -235,13 +242,15 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         screened += 1
         if progress is not None:
             progress(SearchProgress(screened, len(ordered)))
-        memory = row_costs(problem, r, None)
-        if memory_floor_bytes(memory, counts) <= usable * MB and some_cut_fits(memory, counts, usable,
-                                                                                pricing_deadline):
-            kept.append(r)
-            costs.append(row_costs(problem, r, time_model))
+        fitted = fitting_row(problem, r, savings, counts, usable)
+        if fitted is not None:
+            priced = row_problem(problem, fitted)
+            if fitted.saving not in models:
+                models[fitted.saving] = time_model_for(time_model, priced)
+            kept.append(fitted)
+            costs.append(row_costs(priced, fitted, models[fitted.saving]))
     staircases = [Staircase((), proved=False)] * len(kept)
-    lowest = [floor_point(c, r.mapping(problem), counts, time_model) for r, c in zip(kept, costs, strict=True)] \
+    lowest = [floor_point(c, r.mapping(problem), counts, models[r.saving]) for r, c in zip(kept, costs, strict=True)] \
         if floors else [(0, 0)] * len(kept)
     for i in sorted(range(len(kept)), key=lambda i: (lowest[i], i)):
         if time.perf_counter() > pricing_deadline:
@@ -251,8 +260,9 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
             staircases[i] = Staircase(())
             continue
         r, c = kept[i], costs[i]
-        stairs = admissible(problem, r, row_staircase(c, counts, usable, pricing_deadline), row_rules, cut_rules)
-        staircases[i] = exact_staircase(c, r.mapping(problem), stairs, counts, time_model)
+        priced = row_problem(problem, r)
+        stairs = admissible(priced, r, row_staircase(c, counts, usable, pricing_deadline), row_rules, cut_rules)
+        staircases[i] = exact_staircase(c, r.mapping(problem), stairs, counts, models[r.saving])
         step_rows.extend(i for _ in staircases[i].points)
         step_values.extend((q.time_units, q.memory_units) for q in staircases[i].points)
     all_priced = listed and screened == len(ordered) and all(st.proved for st in staircases)
@@ -277,14 +287,15 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     for pt in outcome.points:
         if solved and time.perf_counter() - start > time_limit_s:
             break
-        account = explain(problem, rows[pt.row_index].mapping(problem, pt.layout), repairs=0)
+        row = rows[pt.row_index]
+        account = explain(row_problem(problem, row), row.mapping(problem, pt.layout), repairs=0)
         metrics = account.as_dict()["metrics"]
         front = {o.value: round(objective_value(o, metrics, v * SCALES[p].resolution), 9)
                  for o, p, v in zip(objectives, minimised, pt.values, strict=True)}
         solved.append(SolvedMapping(pt.pareto_rank, pt.optimal, round(pt.time_units * TIME_UNIT_S, 9),
                                     pt.memory_units * MEMORY_UNIT_MB / 1000, front,
                                     {minimised[0].value: round(pt.bound * SCALES[minimised[0]].resolution, 9)},
-                                    account))
+                                    account, row.saving))
     complete = outcome.complete and all_priced and len(solved) == len(outcome.points)
     if not solved:
         status = "infeasible" if complete else "unknown"

@@ -108,6 +108,8 @@ class Row:
     mbs: int
     recompute: str
     rank_order: str = RankOrder.pp_last.value
+    saving: str = "none"
+    """A memory saving solve switched on for this row (solver/search/savings.py), 'none' for the problem's own."""
 
     def mapping(self, problem: Problem, layout: tuple[int, ...] | None = None) -> Mapping:
         """The full mapping this row stands for (layout None: the default split)."""

@@ -1,0 +1,99 @@
+"""Memory savings `solve` may switch on for a row that fits no other way: fully sharded data parallelism
+and optimizer CPU offload, where the problem leaves them open.
+
+A row whose every stage cut overflows HBM under the problem's own settings is tried again with each
+saving the problem leaves open, lightest first, and kept with the first one under which some cut fits
+(Row.saving names it). Rows that fit as they are keep the problem's settings, so a saving never competes
+with a mapping that needs none, and the row count stays that of the degree grid.
+
+- `fsdp`: Megatron-FSDP, `--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params`
+  (Megatron-LM arguments.py:3190): weights and gradients sharded like the optimizer state, one unit
+  gathered ahead (constraints/physics/memory.py); open when the problem does not set `training.fsdp`.
+- `optimizer-offload`: `--optimizer-cpu-offload` (arguments.py:2918-2922) with its whole state on the host
+  (--optimizer-offload-fraction 1.0, Megatron's default) and `--use-precision-aware-optimizer`, which it
+  needs (arguments.py:1884-1887; Adam only, optimizer_config.py:434-436); open when the problem's
+  options set neither.
+
+Both need Adam (Megatron-FSDP refuses the emerging optimizers, arguments.py:1739-1740) and trained
+weights. They are not combined: Megatron documents no FSDP run with a host optimizer.
+
+Activation offload (--offload-modules) stays the problem's: which modules to offload is a choice of its
+own that this search does not make. DualPipe is not a saving solve chooses: Megatron has no such schedule
+(`explain --set pipeline_schedule=dualpipe` prices it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from parasol.constraints.physics.step_time import CalibratedStageTimes
+from parasol.problems.loader import Problem
+from parasol.problems.mapping_input import apply_settings
+from parasol.problems.memo import memoised
+from parasol.problems.schema import Optimizer
+from parasol.solver.search.costs import RowCosts, StageTimeModel, row_costs
+from parasol.solver.search.cuts import some_cut_fits
+from parasol.solver.search.space import Row
+
+NONE = "none"
+SETTINGS = {
+    "fsdp": {"fsdp": "megatron-fsdp"},
+    "optimizer-offload": {"optimizer_cpu_offload": "true", "use_precision_aware_optimizer": "true"},
+}
+"""Each saving as the `--set` settings it applies."""
+
+
+def open_savings(problem: Problem) -> tuple[str, ...]:
+    """The savings the problem leaves to solve, in the order tried: FSDP (its gathers overlap the compute)
+    before the host optimizer (its step runs on the CPU)."""
+    training, options = problem.training, problem.spec.framework.options
+    if training.optimizer is not Optimizer.adam or training.frozen_base_weights:
+        return ()
+    fsdp = "fsdp" not in training.model_fields_set
+    offload = not {"optimizer_cpu_offload", "use_precision_aware_optimizer"} & options.model_fields_set
+    return tuple(name for name, is_open in (("fsdp", fsdp), ("optimizer-offload", offload)) if is_open)
+
+
+def with_saving(problem: Problem, saving: str) -> Problem:
+    """The problem with `saving` switched on (the problem itself for none), built once per problem."""
+    if saving == NONE:
+        return problem
+    return memoised(problem, f"saving:{saving}", lambda: apply_settings(problem, SETTINGS[saving]))
+
+
+def row_problem(problem: Problem, row: Row) -> Problem:
+    """The problem a row is priced and judged under: its saving applied."""
+    return with_saving(problem, row.saving)
+
+
+def without_static(costs: RowCosts) -> RowCosts:
+    """The row's tables with weights, gradients and optimizer state at zero: the savings only shrink those
+    (FSDP's unit buffers sit in the workspace), so a row that overflows even so fits under none of them."""
+    return dataclasses.replace(costs, kind_static=(0,) * len(costs.kind_static),
+                               edge_static=(0,) * len(costs.edge_static))
+
+
+def fitting_row(problem: Problem, row: Row, savings: tuple[str, ...], counts: np.ndarray, usable: int) -> Row | None:
+    """The row as it fits: itself when some cut fits under the problem's settings, else with the first
+    open saving under which one does; None when none does."""
+    costs = row_costs(problem, row, None)
+    if some_cut_fits(costs, counts, usable):
+        return row
+    if not savings or not some_cut_fits(without_static(costs), counts, usable):
+        return None
+    for saving in savings:
+        variant = dataclasses.replace(row, saving=saving)
+        if some_cut_fits(row_costs(with_saving(problem, saving), variant, None), counts, usable):
+            return variant
+    return None
+
+
+def time_model_for(time_model: StageTimeModel, problem: Problem) -> StageTimeModel:
+    """The step-time model of a saving's problem: the calibrated model rebuilt on it with the same
+    coefficients (FSDP gathers and host transfers are priced from the problem's settings); another model
+    (a test's) as it is."""
+    if isinstance(time_model, CalibratedStageTimes) and time_model.problem is not problem:
+        return CalibratedStageTimes(problem, time_model.coefficients)
+    return time_model
