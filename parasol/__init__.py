@@ -9,6 +9,12 @@ Python API: ``p = parasol.load("problems/x.yaml")`` (or a dict, or a catalog nam
 each result has ``.to_json()`` with the CLI's ``--json`` content.
 """
 
+from time import perf_counter
+
+STARTED_S = perf_counter()
+"""perf_counter() when parasol was first imported: a `parasol` process counts its --time-limit from here
+(solver/cli.py run), so the limit bounds the command's whole wall time, imports included."""
+
 __version__ = "0.1.0"
 
 API = ("load", "solve", "explain", "sweep")

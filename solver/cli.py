@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -133,6 +134,17 @@ class ParasolGroup(click.Group):
             sys.exit(EXIT_INTERNAL)
 
 
+PROCESS_ENTRY: dict[str, float] = {}
+"""{"started": parasol.STARTED_S} when a process entry point (run, solve_main) starts the command, so its
+--time-limit counts the imports too; taken by the first command, so later in-process commands (tests,
+scripts calling `main`) count from their own start."""
+
+
+def command_start() -> float:
+    """The perf_counter() time a command's --time-limit counts from."""
+    return PROCESS_ENTRY.pop("started", time.perf_counter())
+
+
 @click.group(cls=ParasolGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
 @click.version_option(package_name="parasol")
 @click.option("--debug", is_flag=True, help="on an internal error (exit 3) also print the Python traceback")
@@ -140,7 +152,7 @@ class ParasolGroup(click.Group):
 def main(ctx: click.Context, debug: bool) -> None:
     """parasol: plan the parallel mapping of an LLM training run (CP-SAT)."""
     forget_reads()
-    ctx.obj = {"debug": debug}
+    ctx.obj = {"debug": debug, "started": command_start()}
 
 
 @main.command(epilog=EXIT_CODES_HELP)
@@ -319,6 +331,16 @@ def _report_path(ctx: click.Context, param: click.Parameter, value: str | None) 
     return value
 
 
+MIN_SEARCH_S = 0.1
+"""Seconds a search gets however much of its time limit starting the command took."""
+
+
+def left_of(time_limit: float) -> float:
+    """What is left of a command's --time-limit after starting up (imports, loading the problem)."""
+    started = click.get_current_context().find_root().obj["started"]
+    return max(time_limit - (time.perf_counter() - started), MIN_SEARCH_S)
+
+
 @main.command(epilog=EXIT_CODES_HELP)
 @click.argument("problem", type=click.Path())
 @click.option("--top", default=10, show_default=True, type=click.IntRange(1, 1000),
@@ -358,7 +380,7 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
     if out and Path(out).exists() and not Path(out).is_dir():
         raise ParasolError(f"--out {out!r} is a file, not a folder. Fix: give a folder path.")
     with search_progress(f"solving {Path(problem).name} (time limit {time_limit:g} s)", sys.stderr.isatty()) as tick:
-        result = solve_pools(prob, top=top, time_limit_s=time_limit, progress=tick)
+        result = solve_pools(prob, top=top, time_limit_s=left_of(time_limit), progress=tick)
     picked = click.get_current_context().get_parameter_source("pick") is ParameterSource.COMMANDLINE
     if out:
         path = write_solution(result, prob, Path(out))
@@ -441,7 +463,7 @@ def _emit_megatron(prob: Any, result: Any, picked: int | None, out: str | None, 
         _check_pick(count, picked, True)
     name = prob.spec.name or Path(prob.source).stem
     emitted = []
-    for k in range(1, count + 1) if picked is None else (picked,):
+    for k in range(1, count + 1) if picked is None else (picked,) if count else ():
         solved = result.mappings[k - 1]
         mapping, title = solved.explanation.mapping, f"{name}, mapping {k} of {count} (Pareto rank {solved.pareto_rank})"
         chosen = solved.explanation.problem
@@ -517,12 +539,23 @@ def sweep(problem: str, sizes: str, weak: bool, backend: str, workers: int | Non
     sys.exit(0 if any(s.best is not None for s in result.sizes) else EXIT_INFEASIBLE)
 
 
+def run() -> None:
+    """The `parasol` command (its time limits count from when parasol was imported)."""
+    import parasol
+
+    PROCESS_ENTRY["started"] = parasol.STARTED_S
+    main()
+
+
 def solve_main() -> None:
     """The design card's `solve problem.yaml`: a short alias of `parasol solve` (`--debug` goes to the group)."""
+    import parasol
+
+    PROCESS_ENTRY["started"] = parasol.STARTED_S
     args = sys.argv[1:]
     debug = ["--debug"] if "--debug" in args else []
     main([*debug, "solve", *(a for a in args if a != "--debug")], prog_name="parasol")
 
 
 if __name__ == "__main__":
-    main()
+    run()

@@ -15,7 +15,7 @@ from parasol.solver.search.costs import block_kinds, interval_counts, prefix_cou
 from parasol.solver.search.cut_program import UNBOUNDED, cut_within
 from parasol.solver.search.cuts import best_cut, rank_counts, row_staircase
 from parasol.solver.search.dominance import dominates, nondominated
-from parasol.solver.search.interleaved import InterleavedCuts, two_chunk_cut
+from parasol.solver.search.interleaved import InterleavedCuts, two_chunk_cut, two_chunk_least
 from parasol.solver.search.space import Row, enumerate_rows
 from tests.test_solve_reference import GENERATED, AdditiveTime
 
@@ -81,6 +81,34 @@ def test_deciders_agree_on_feasibility() -> None:
                     assert got_t <= t and got_m <= m and sum(a) == cuts.n
             checked += 1
     assert checked >= 8
+
+
+@pytest.mark.parametrize("index", range(1, 20, 4))
+def test_two_chunk_least_equals_enumeration(index: int) -> None:
+    """The VPP-2 min-max program (which settles what a quick probe cannot): its least slowest-rank time
+    under a memory cap and least peak memory under a time bound are the enumerated ones, and the cut it
+    returns has them."""
+    problem = load_problem_text(GENERATED[index], source=f"generated-{index}.yaml")
+    model = AdditiveTime(problem)
+    counts, usable = _setup(problem, model)
+    checked = 0
+    for row in [r for r in enumerate_rows(problem) if r.vpp == 2][:5]:
+        cuts = InterleavedCuts(row_costs(problem, row, model), counts)
+        measured = [cuts.measure(layout) for layout in _every_cut(cuts.n, cuts.stages)]
+        for cap in (usable, usable // 2, usable // 4):
+            fitting = [t for t, m in measured if m <= cap]
+            found = two_chunk_least(cuts, UNBOUNDED, cap, True)
+            assert (found is None) == (not fitting)
+            if found is None:
+                continue
+            assert found[0] == min(fitting) and cuts.measure(found[1])[0] == found[0]
+            bound = found[0] + 50
+            lean = two_chunk_least(cuts, bound, cap, False)
+            assert lean is not None
+            assert lean[0] == min(m for t, m in measured if t <= bound and m <= cap)
+            assert cuts.measure(lean[1])[1] == lean[0] and cuts.measure(lean[1])[0] <= bound
+            checked += 1
+    assert checked >= 3
 
 
 def _v4_row(problem, ep: int) -> Row:  # noqa: ANN001

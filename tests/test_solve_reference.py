@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
+from parasol.constraints.physics.memory import block_kind
+from parasol.constraints.physics.schedule import pipeline_seconds
 from parasol.constraints.physics.workload import build_workload, network_bytes_per_step
 from parasol.problems.derived import derive
 from parasol.problems.loader import load_problem, load_problem_text
@@ -67,6 +70,24 @@ class AdditiveTime:
 
     def step_extra_s(self, m, d):
         return 0.01 + 0.001 * m.pp
+
+    def cut_step_times_s(self, m, d, counts):
+        """The model's own price of N cuts: rank times add up, then the pipeline formula and the constant."""
+        reps = {}
+        for b in self.p.model.blocks:
+            reps.setdefault(block_kind(b), b)
+        per_kind = np.array(self.block_times_s(m, d, [reps[k] for k in block_kinds(self.p)]))
+        stage = np.array(self.edge_times_s(m, d))[None, :] + counts @ per_kind
+        return self.step_extra_s(m, d) + pipeline_seconds(stage, float(d.num_microbatches), m.vpp)
+
+    def step_floor_s(self, m, d, totals):
+        """Every cut's step time is at least the constant plus the rank times' sum spread evenly."""
+        reps = {}
+        for b in self.p.model.blocks:
+            reps.setdefault(block_kind(b), b)
+        total = sum(self.edge_times_s(m, d)) + float(totals @ np.array(self.block_times_s(m, d, [reps[k] for k in block_kinds(self.p)])))
+        v, mb = m.vpp, float(d.num_microbatches)
+        return self.step_extra_s(m, d) + total * (1 + (v * mb - 1) / m.pp) / v
 
 
 def problem_text(rng: random.Random, index: int) -> str:

@@ -12,7 +12,7 @@ from parasol.constraints.physics.comm import (
     CommTerm,
 )
 from parasol.constraints.physics.schedule import pipeline_seconds
-from parasol.constraints.physics.workload import PASSES_PER_MICROBATCH, Workload
+from parasol.constraints.physics.workload import PASSES_PER_MICROBATCH, StageWork, Workload
 from parasol.hardware.calibration import StepCoefficients
 
 ATTENTION_BACKWARD = 2.5
@@ -90,6 +90,34 @@ def batch(workloads: list[Workload]) -> WorkloadBatch:
     run = {f: np.array([float(getattr(w, f)) for w in workloads]) for f in RUN_FIELDS}
     frozen = np.array([w.frozen_weights for w in workloads])
     return WorkloadBatch(stage=stage, comm=comm, run=run, p2p=p2p, mask=mask, frozen=frozen)  # type: ignore[arg-type]
+
+
+STAGE_VECTOR = STAGE_FIELDS + tuple(f"{f}.{part}" for f in COMM_FIELDS for part in ("nvlink_s", "network_s", "latency_s"))
+"""The priced fields of one rank's StageWork as one vector: stage fields, then each comm term's three parts."""
+
+
+def stage_vector(work: StageWork) -> np.ndarray:
+    """A rank's work as the vector STAGE_VECTOR names: every number `price` reads of one stage."""
+    values = [float(getattr(work, f)) for f in STAGE_FIELDS]
+    for f in COMM_FIELDS:
+        term = getattr(work, f)
+        values += [term.nvlink_s, term.network_s, term.latency_s]
+    return np.array(values)
+
+
+def batch_from_vectors(base: Workload, stages: np.ndarray) -> WorkloadBatch:
+    """N runs of one mapping that differ only in their ranks' work: `stages` is N × ranks × STAGE_VECTOR;
+    run-level fields and the pipeline sends are the mapping's (`base`). Priced by `price` exactly as
+    the workloads that hold those ranks."""
+    n, ranks, _ = stages.shape
+    one = batch([base])
+    width = len(STAGE_FIELDS)
+    stage = {f: stages[:, :, i] for i, f in enumerate(STAGE_FIELDS)}
+    comm = {f: tuple(stages[:, :, width + 3 * j + part] for part in range(3)) for j, f in enumerate(COMM_FIELDS)}
+    run = {f: np.repeat(v, n) for f, v in one.run.items()}
+    p2p = tuple(np.repeat(v, n) for v in one.p2p)
+    return WorkloadBatch(stage=stage, comm=comm, run=run, p2p=p2p, mask=np.ones((n, ranks), dtype=bool),  # type: ignore[arg-type]
+                         frozen=np.repeat(one.frozen, n))
 
 
 Coefs = dict[str, np.ndarray | float]

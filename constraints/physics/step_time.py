@@ -45,9 +45,11 @@ from parasol.constraints.physics.memory import block_kind, schedule_fits_layout
 from parasol.constraints.physics.pricing import (
     BREAKDOWN_KINDS,
     batch,
+    batch_from_vectors,
     coefficient_values,
     comm_seconds,
     price,
+    stage_vector,
 )
 from parasol.constraints.physics.workload import (
     StepSettings,
@@ -211,6 +213,27 @@ def step_time_or_none(problem, mapping: Mapping, derived: Derived,  # noqa: ANN0
     return step_time(problem, mapping, derived, coefficients, settings)
 
 
+@dataclass(frozen=True)
+class RankWork:
+    """A mapping's rank work (stage_vector) as a function of the blocks of each kind a rank holds: per
+    rank, the vector with no block, each kind's slope per block, and the onset its first block adds (the
+    latency of a data-parallel exchange that runs only once the rank holds parameters of its group).
+    Every field of StageWork is a sum over blocks, so this is the rank's work exactly."""
+
+    empty: np.ndarray
+    """ranks × fields"""
+    slope: np.ndarray
+    """ranks × kinds × fields"""
+    onset: np.ndarray
+    """ranks × kinds × fields"""
+
+    def vectors(self, counts: np.ndarray) -> np.ndarray:
+        """Rank work of N cuts: counts N × ranks × kinds → N × ranks × fields."""
+        linear = self.empty[None] + np.einsum("nrk,rkf->nrf", counts.astype(float), self.slope)
+        jump = np.where(counts[..., None] > 0, self.onset[None], 0.0).max(axis=2)
+        return linear + jump
+
+
 class CalibratedStageTimes:
     """The step-time model as the solver reads it (solver/search/costs.py StageTimeModel): per-microbatch time
     of a pipeline rank holding given numbers of each kind of block, and the per-step time outside the
@@ -229,6 +252,7 @@ class CalibratedStageTimes:
         self._links: dict[Mapping, Links] = {}
         self._workloads: dict[Mapping, Workload] = {}
         self._siblings: dict[int, CalibratedStageTimes] = {}
+        self._rank_work: dict[Mapping, RankWork] = {}
 
     def for_problem(self, problem) -> CalibratedStageTimes:  # noqa: ANN001 - Problem
         """The model of `problem`, a variant of this one's problem with other framework options (a row's
@@ -261,6 +285,55 @@ class CalibratedStageTimes:
             self._workloads[mapping] = build_workload(self.problem, mapping, derived, self.settings,
                                                       self.links(mapping))
         return self._workloads[mapping]
+
+    def rank_work(self, mapping: Mapping, derived: Derived) -> RankWork:
+        """The mapping's rank work per block count (RankWork), built once from ranks holding no block,
+        one and two blocks of each kind, per rank position (first, middle, last)."""
+        if mapping not in self._rank_work:
+            reps = list(self.kinds.values())
+            model, training, links = self.problem.model, self.problem.training, self.links(mapping)
+            settings = routed(self.problem, mapping, self.settings)
+            by_position: dict[tuple[bool, bool], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+            for s in range(mapping.pp):
+                first, last = s == 0, s == mapping.pp - 1
+                if (first, last) in by_position:
+                    continue
+                tail = list(model.mtp_blocks) if last else []
+
+                def vector(held: list[Block], first: bool = first, last: bool = last, tail: list = tail) -> np.ndarray:
+                    return stage_vector(stage_work(model, mapping, derived, training, settings, links,
+                                                   held + tail, first, last))
+
+                empty = vector([])
+                one = np.array([vector([b]) for b in reps])
+                two = np.array([vector([b, b]) for b in reps])
+                by_position[first, last] = (empty, two - one, one - empty - (two - one))
+            pos = [by_position[s == 0, s == mapping.pp - 1] for s in range(mapping.pp)]
+            self._rank_work[mapping] = RankWork(np.array([p[0] for p in pos]), np.array([p[1] for p in pos]),
+                                            np.array([p[2] for p in pos]))
+        return self._rank_work[mapping]
+
+    def cut_step_times_s(self, mapping: Mapping, derived: Derived, counts: np.ndarray) -> np.ndarray:
+        """Step seconds of N cuts of one mapping, exactly as `step_time` prices them (the same `price`):
+        counts N × PP × kinds are the blocks of each kind on each pipeline rank."""
+        vectors = self.rank_work(mapping, derived).vectors(counts)
+        prices = price(batch_from_vectors(self._base(mapping, derived), vectors), coefficient_values(self.coefficients))
+        return prices["step"]
+
+    def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
+        """A lower bound on the step seconds of every cut of the mapping (`totals`: blocks of each kind in
+        the model): the compute of all ranks together spread evenly over the pipeline, plus the optimizer
+        step of an average rank. Sound because a rank's compute is sublinear in its work (sums of maxima
+        of linear terms: all ranks' compute is at least the compute of their summed work), every field
+        grows with blocks (the least slope over rank positions is taken), the slowest rank is at least
+        the mean, and exposed communication is never negative."""
+        work = self.rank_work(mapping, derived)
+        total = work.empty.sum(axis=0) + totals.astype(float) @ work.slope.min(axis=0)
+        prices = price(batch_from_vectors(self._base(mapping, derived), total[None, None, :]),
+                       coefficient_values(self.coefficients))
+        compute = float(prices["forward"][0, 0] + prices["backward"][0, 0])
+        m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
+        return compute * (1 + (vpp * m - 1) / pp) / vpp + float(prices["optimizer"][0]) / pp
 
     def stage_times_s(self, mapping: Mapping, derived: Derived,
                       stages: list[tuple[int, tuple[int, ...]]]) -> list[float]:

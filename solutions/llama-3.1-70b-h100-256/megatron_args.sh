@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# parasol: Megatron-LM launch flags for llama-3.1-70b-h100-256, mapping 1 of 17 (Pareto rank 1)
+# parasol: Megatron-LM launch flags for llama-3.1-70b-h100-256, mapping 1 of 18 (Pareto rank 1)
 #   TP8 PP4 CP1 EP1 ETP8 VPP2 MBS2 GBS512 seq 8192, recompute none; 256 GPUs = 32 nodes x 8 GPUs.
 # Run it on every host of the host order (hosts.txt) with NODE_RANK = the host's line (0-based) and
 # MASTER_ADDR = the first host: global rank = NODE_RANK * GPUs per node + local rank, the order in

@@ -57,6 +57,14 @@ class StageTimeModel(Protocol):
 
     def for_problem(self, problem: Problem) -> StageTimeModel: ...
 
+    def cut_step_times_s(self, mapping: Mapping, derived: Derived, counts: np.ndarray) -> np.ndarray:
+        """Exact step seconds of N cuts (counts: N × PP × kinds blocks per pipeline rank), as printed."""
+        ...
+
+    def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
+        """A lower bound on the exact step seconds of every cut (totals: blocks of each kind)."""
+        ...
+
 
 def block_kinds(problem: Problem) -> tuple[tuple, ...]:
     """The distinct kinds of main blocks, in order of first appearance."""
@@ -116,6 +124,12 @@ class RowCosts:
     kind_time_us: tuple[int, ...]
     edge_time_us: tuple[int, ...]
     constant_time_us: int
+    kind_bytes: tuple[tuple[int, int, int], ...] = ()
+    """Per kind, the ledger's exact (static, activation, recompute peak) bytes; edge_bytes per stage."""
+    edge_bytes: tuple[tuple[int, int, int], ...] = ()
+    dispatch_bytes: int = 0
+    fixed_bytes: int = 0
+    """Workspace and FSDP unit buffers: on every rank."""
 
     def stage_memory(self, stage: int, counts: tuple[int, ...]) -> int:
         """MB of the heaviest rank of `stage` holding `counts` blocks of each kind (the ledger's terms,
@@ -127,6 +141,18 @@ class RowCosts:
         peak = max([self.edge_peak[stage]] + [p for p, n in zip(self.kind_peak, counts, strict=True) if n])
         moe = self.edge_moe[stage] or any(m for m, n in zip(self.kind_moe, counts, strict=True) if n)
         return static + act + peak + (self.dispatch_mb if moe else 0) + self.workspace_mb
+
+    def stage_bytes(self, stage: int, counts: tuple[int, ...]) -> int:
+        """Bytes of the heaviest rank of `stage` holding `counts` blocks of each kind, exactly as the
+        ledger sums them (constraints/physics/memory.py assemble_stage): what explain prints."""
+        static, held, peak = self.edge_bytes[stage]
+        for (k_static, k_act, k_peak), n in zip(self.kind_bytes, counts, strict=True):
+            if n:
+                static, held, peak = static + n * k_static, held + n * k_act, max(peak, k_peak)
+        frac = self.inflight[stage]
+        moe = self.edge_moe[stage] or any(m for m, n in zip(self.kind_moe, counts, strict=True) if n)
+        return (static + -(-frac.numerator * held // frac.denominator) + peak
+                + (self.dispatch_bytes if moe else 0) + self.fixed_bytes)
 
     def stage_time_us(self, stage: int, counts: tuple[int, ...]) -> int:
         """Forward plus backward time of one microbatch on `stage`, microseconds."""
@@ -181,6 +207,10 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None) -> 
         if time_model else (0,) * len(kinds),
         edge_time_us=tuple(_us(t) for t in time_model.edge_times_s(mapping, d)) if time_model else (0,) * pp,
         constant_time_us=_us(time_model.step_extra_s(mapping, d)) if time_model else 0,
+        kind_bytes=tuple((c.static, c.activation, c.recompute_peak) for c in per_kind),
+        edge_bytes=tuple((c.static, c.activation, c.recompute_peak) for c in edges),
+        dispatch_bytes=dispatch_buffer_bytes(problem.model, mapping, training),
+        fixed_bytes=workspace_bytes(training) + fsdp_buffer_bytes(problem.model, mapping, d, training),
     )
 
 

@@ -6,6 +6,9 @@ its virtual stages' differences, and its memory the RowCosts.stage_memory terms 
 
 from __future__ import annotations
 
+import math
+from time import perf_counter
+
 from ortools.sat.python import cp_model
 
 from parasol.solver.search.cpsat import deterministic_solver
@@ -21,7 +24,8 @@ class Undecided(Exception):
     """The cut program used its work limit without an answer."""
 
 
-def cut_within(cuts, slowest_us: int, cap_mb: int) -> tuple[int, ...] | None:  # noqa: ANN001 - InterleavedCuts
+def cut_within(cuts, slowest_us: int, cap_mb: int,  # noqa: ANN001 - InterleavedCuts
+               deadline: float = math.inf) -> tuple[int, ...] | None:
     """A cut of `cuts`' row with every rank within `slowest_us` and `cap_mb`, or None when none exists;
     raises Undecided when CP-SAT runs out of work."""
     c, b, n, pp, k = cuts.c, cuts.b, cuts.n, cuts.pp, cuts.stages
@@ -65,7 +69,7 @@ def cut_within(cuts, slowest_us: int, cap_mb: int) -> tuple[int, ...] | None:  #
             if c.kind_moe[q]:
                 m.AddImplication(present, moe)
         m.Add(c.edge_static[r] + load(static) + act_mb + peak + c.dispatch_mb * moe + c.workspace_mb <= cap_mb)
-    solver = deterministic_solver(3600.0)
+    solver = deterministic_solver(min(3600.0, deadline - perf_counter()))
     solver.parameters.max_deterministic_time = CUT_PROOF_WORK
     status = solver.Solve(m)
     if status == cp_model.INFEASIBLE:

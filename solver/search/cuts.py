@@ -9,6 +9,7 @@ the cut (solver/search/interleaved.py).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,10 +80,11 @@ def rank_counts(layout: tuple[int, ...], pp: int, counts: np.ndarray) -> list[tu
     return [tuple(int(x) for x in row) for row in per_rank]
 
 
-def interleaved_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
+def interleaved_staircase(c: RowCosts, counts: np.ndarray, usable: int, deadline: float = math.inf) -> Staircase:
     """Interleaved (VPP > 1): the exact staircase by branch and bound over the cut
-    (solver/search/interleaved.py): per memory cap the fastest cut, then the leanest at its step time."""
-    search = InterleavedCuts(c, counts)
+    (solver/search/interleaved.py): per memory cap the fastest cut, then the leanest at its step time.
+    Past `deadline` (perf_counter) the steps found so far, unproved."""
+    search = InterleavedCuts(c, counts, deadline)
     points: list[CutPoint] = []
     cap, proved = usable, True
     while cap >= 0:
@@ -93,15 +95,18 @@ def interleaved_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Stair
         time_units, memory_units = search.units(layout)
         points.append(CutPoint(time_units, memory_units, layout))
         cap = (memory_units - 1) * MEMORY_UNIT_MB
+        if cap >= 0 and search.late():
+            proved = False
+            break
     return Staircase(tuple(points), proved)
 
 
-def some_cut_fits(c: RowCosts, counts: np.ndarray, usable: int) -> bool:
+def some_cut_fits(c: RowCosts, counts: np.ndarray, usable: int, deadline: float = math.inf) -> bool:
     """Whether any cut keeps every rank within usable memory: the min-max DP for 1F1B, the branch and
-    bound for interleaved rows. Reads memory only, so it runs before any time is priced."""
+    bound for interleaved rows (left open past `deadline`: then True, for the staircase to settle).
+    Reads memory only, so it runs before any time is priced."""
     if c.row.vpp > 1:
-        layout, proved = InterleavedCuts(c, counts).fastest(usable)
-        return layout is not None or not proved
+        return InterleavedCuts(c, counts, deadline).fits(usable)
     blocks = counts.shape[0] - 1
     inf = np.iinfo(np.int64).max
     memory = [stage_matrices(c, s, counts)[1] for s in range(c.row.pp)]
@@ -120,11 +125,12 @@ def best_cut(c: RowCosts, counts: np.ndarray, cap_mb: int) -> CutPoint | None:
     return None if layout is None else CutPoint(*search.units(layout), layout)
 
 
-def row_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
-    """A row's exact staircase: the DP for 1F1B, the branch and bound for interleaved schedules."""
+def row_staircase(c: RowCosts, counts: np.ndarray, usable: int, deadline: float = math.inf) -> Staircase:
+    """A row's exact staircase: the DP for 1F1B, the branch and bound for interleaved schedules (cut
+    short and unproved past `deadline`, a perf_counter time)."""
     if c.row.vpp == 1:
         return dp_staircase(c, counts, usable)
-    return interleaved_staircase(c, counts, usable)
+    return interleaved_staircase(c, counts, usable, deadline)
 
 
 def min_max_cut(stage_costs: list[np.ndarray], blocks: int) -> tuple[int, tuple[int, ...]] | None:

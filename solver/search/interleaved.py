@@ -14,6 +14,7 @@ to is a proof, so the cuts it returns are the best under each memory cap, not a 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -31,7 +32,12 @@ NODE_BUDGET = 2_000
 
 
 class OutOfBudget(Exception):
-    """The search spent its budget of partial cuts without finding a cut or proving there is none."""
+    """The search spent its budget of partial cuts (or reached its deadline) without finding a cut or
+    proving there is none."""
+
+
+DEADLINE_EVERY = 64
+"""Partial cuts between two looks at the clock."""
 
 
 @dataclass(frozen=True)
@@ -66,8 +72,11 @@ class InterleavedCuts:
     """The branch and bound of one interleaved row: which cuts keep every rank within a time and a
     memory bound, and the fastest and leanest such cuts."""
 
-    def __init__(self, c: RowCosts, counts: np.ndarray) -> None:
+    def __init__(self, c: RowCosts, counts: np.ndarray, deadline: float = math.inf) -> None:
         self.c = c
+        self.deadline = deadline
+        """perf_counter time past which every open question is left unproved (OutOfBudget): a time limit
+        that bounds the search's wall time; never reached, it changes nothing."""
         self.pp, self.vpp = c.row.pp, c.row.vpp
         self.stages = self.pp * self.vpp
         self.n = counts.shape[0] - 1
@@ -151,17 +160,26 @@ class InterleavedCuts:
         self.nodes, self.budget = 0, budget
         return tuple(layout) if self._place(0, 0, ranks, layout, slowest_us, cap_mb) else None
 
+    def late(self) -> bool:
+        """Whether the deadline has passed."""
+        return time.perf_counter() > self.deadline
+
     def decide(self, slowest_us: int, cap_mb: int) -> tuple[int, ...] | None:
         """find without a budget in effect: the branch and bound, then the CP-SAT cut program when the
-        search runs out of budget; raises OutOfBudget only when both leave the question open."""
+        search runs out of budget; raises OutOfBudget only when both leave the question open (or the
+        deadline has passed)."""
+        if self.late():
+            raise OutOfBudget
         try:
             return self.find(slowest_us, cap_mb, NODE_BUDGET if self.vpp != 2 else FIRST_BUDGET)
         except OutOfBudget:
             pass
+        if self.late():
+            raise OutOfBudget
         if self.vpp == 2:
             return two_chunk_cut(self, slowest_us, cap_mb)
         try:
-            return cut_within(self, slowest_us, cap_mb)
+            return cut_within(self, slowest_us, cap_mb, self.deadline)
         except Undecided as e:
             raise OutOfBudget from e
 
@@ -171,7 +189,7 @@ class InterleavedCuts:
         if k == self.stages:
             return True
         self.nodes += 1
-        if self.nodes > self.budget:
+        if self.nodes > self.budget or (self.nodes % DEADLINE_EVERY == 0 and self.late()):
             raise OutOfBudget
         r, chunk = k % self.pp, k // self.pp
         last_round = chunk == self.vpp - 1
@@ -229,16 +247,23 @@ class InterleavedCuts:
         return room >= b.lean[end]
 
     def _bisect(self, lo: int, best: tuple[int, ...], probe: Callable[[int], tuple[int, ...] | None],
-                score: Callable[[tuple[int, ...]], int]) -> tuple[tuple[int, ...], bool]:
+                score: Callable[[tuple[int, ...]], int],
+                least: Callable[[int], tuple[int, ...]] | None = None) -> tuple[tuple[int, ...], bool]:
         """Least score from `lo` (a proved lower bound) up to the incumbent `best`'s, by bisection with
-        `probe(value)` finding a cut of score <= value or proving none; (cut, proved)."""
+        `probe(value)` finding a cut of score <= value or proving none; (cut, proved). When a probe runs
+        out of budget, `least(hi)` (if given) returns a cut of least score at most hi at once."""
         hi = score(best)
         while lo < hi:
             mid = (lo + hi) // 2
             try:
                 found = probe(mid)
             except OutOfBudget:
-                return best, False
+                if least is None:
+                    return best, False
+                try:
+                    return least(hi), True
+                except OutOfBudget:
+                    return best, False
             if found is None:
                 lo = mid + 1
             else:
@@ -256,6 +281,18 @@ class InterleavedCuts:
             gap *= 2
         return self.decide(UNBOUNDED, cap_mb)
 
+    def fits(self, cap_mb: int) -> bool:
+        """Whether some cut keeps every rank within `cap_mb` (True when the question is left open): the
+        quick search, then `decide`."""
+        try:
+            return self.find(UNBOUNDED, cap_mb, FIRST_BUDGET) is not None
+        except OutOfBudget:
+            pass
+        try:
+            return self.decide(UNBOUNDED, cap_mb) is not None
+        except OutOfBudget:
+            return True
+
     def fastest(self, cap_mb: int) -> tuple[tuple[int, ...] | None, bool]:
         """The cut of least step time (in solver units) with every rank within `cap_mb`, or None when no cut
         fits; and whether that is proved (the searches stayed within their budget)."""
@@ -268,6 +305,8 @@ class InterleavedCuts:
         bound = self.relaxed.fastest_us(cap_mb, self.measure(first)[0] if first else UNBOUNDED)
         if bound is None:
             return first, True
+        if self.vpp == 2:
+            return self._fastest_two_chunk(cap_mb, bound, first)
         if first is None:
             try:
                 first = self.escalate(self.time_units(bound), cap_mb)
@@ -279,14 +318,49 @@ class InterleavedCuts:
                             lambda units: self.decide(self.slowest_within(units), cap_mb),
                             lambda cut: self.time_units(self.measure(cut)[0]))
 
+    def _least_time_cut(self, ceiling_us: int, cap_mb: int) -> tuple[int, ...] | None:
+        """VPP 2: a cut of least step time (solver units) within `ceiling_us` and `cap_mb`, by the exact
+        two-chunk programs (two_chunk_least for the value, two_chunk_cut for a cut at it)."""
+        found = two_chunk_least(self, ceiling_us, cap_mb, True)
+        return None if found is None else found[1]
+
+    def _fastest_two_chunk(self, cap_mb: int, bound: int, first: tuple[int, ...] | None
+                           ) -> tuple[tuple[int, ...] | None, bool]:
+        """fastest() for VPP 2: bisection with quick branch-and-bound probes while they answer within
+        their budget, the exact two-chunk programs as soon as one does not."""
+        try:
+            if first is None:
+                return self._least_time_cut(UNBOUNDED, cap_mb), True
+        except OutOfBudget:
+            return None, False
+
+        def least(hi: int) -> tuple[int, ...]:
+            cut = self._least_time_cut(self.slowest_within(hi), cap_mb)
+            assert cut is not None
+            return cut
+
+        return self._bisect(self.time_units(bound), first,
+                            lambda units: self.find(self.slowest_within(units), cap_mb, FIRST_BUDGET),
+                            lambda cut: self.time_units(self.measure(cut)[0]), least)
+
     def leanest(self, slowest_us: int, cap_mb: int, incumbent: tuple[int, ...]) -> tuple[tuple[int, ...], bool]:
         """The cut of least peak memory (in solver units) with every rank within `slowest_us` and `cap_mb`,
         starting from a cut that meets both; and whether that is proved."""
         bound = self.relaxed.leanest_mb(slowest_us, cap_mb)
         assert bound is not None
+        if self.vpp != 2:
+            return self._bisect(-(-bound // MEMORY_UNIT_MB), incumbent,
+                                lambda units: self.decide(slowest_us, units * MEMORY_UNIT_MB),
+                                lambda cut: self.units(cut)[1])
+
+        def least(hi: int) -> tuple[int, ...]:
+            found = two_chunk_least(self, slowest_us, hi * MEMORY_UNIT_MB, False)
+            assert found is not None
+            return found[1]
+
         return self._bisect(-(-bound // MEMORY_UNIT_MB), incumbent,
-                            lambda units: self.decide(slowest_us, units * MEMORY_UNIT_MB),
-                            lambda cut: self.units(cut)[1])
+                            lambda units: self.find(slowest_us, units * MEMORY_UNIT_MB, FIRST_BUDGET),
+                            lambda cut: self.units(cut)[1], least)
 
     def best(self, cap_mb: int) -> tuple[tuple[int, ...] | None, bool]:
         """The fastest cut within `cap_mb`, and among those the leanest (in solver units); whether proved."""
@@ -314,6 +388,10 @@ class RankTotals:
         spans = np.array([(i, j) for i in range(n) for j in range(i + 1, n + 1)], dtype=np.int64)
         self.spans = spans
         self.span_vectors = counts[spans[:, 0], spans[:, 1]].astype(np.int64)
+        codes = self.span_vectors @ self.place
+        distinct, self.span_kind = np.unique(codes, return_inverse=True)
+        self.distinct = self._decode(distinct)
+        """The distinct kind-count vectors of all spans; span_kind maps each span to its vector."""
         c = cuts.c
         self.kt = np.array(c.kind_time_us, dtype=np.int64)
         self.ks = np.array(c.kind_static, dtype=np.int64)
@@ -321,6 +399,26 @@ class RankTotals:
         self.kp = np.array(c.kind_peak, dtype=np.int64)
         self.km = np.array(c.kind_moe, dtype=bool)
         self.cache: dict[tuple[int, int, str], np.ndarray] = {}
+        self.fit_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def _decode(self, codes: np.ndarray) -> np.ndarray:
+        """Kind-count vectors from their mixed-radix codes (vector @ place)."""
+        return (codes[:, None] // self.place[None, :]) % self.radix[None, :]
+
+    def _pieces(self, slowest_us: int, cap_mb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Codes of the span vectors some rank can hold alone within both bounds: every span, those
+        starting at block 0, those ending at the last block."""
+        key = (slowest_us, cap_mb)
+        if key not in self.fit_cache:
+            ok = np.zeros(len(self.distinct), dtype=bool)
+            if len(self.distinct):
+                time, memory = self.costs(self.distinct)
+                ok = ((time <= slowest_us) & (memory <= cap_mb)).any(axis=0)
+            fits = ok[self.span_kind]
+            codes = self.span_vectors @ self.place
+            self.fit_cache[key] = (np.unique(codes[fits]), np.unique(codes[fits & (self.spans[:, 0] == 0)]),
+                                   np.unique(codes[fits & (self.spans[:, 1] == self.cuts.n)]))
+        return self.fit_cache[key]
 
     def costs(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(time µs, memory MB) of every rank (rows) holding each of `vectors` (columns): RowCosts in bulk."""
@@ -351,18 +449,13 @@ class RankTotals:
         interval starts at block 0, "last": the last one ends at the last block."""
         key = (slowest_us, cap_mb, edge)
         if key not in self.cache:
-            ok = self._fitting(self.span_vectors, slowest_us, cap_mb)
-            pieces = np.unique(ok, axis=0)
-            fits = np.isin(self.span_vectors.view([("", np.int64)] * self.span_vectors.shape[1]).ravel(),
-                           ok.view([("", np.int64)] * ok.shape[1]).ravel()) if len(ok) else np.zeros(0, bool)
-            heads = np.unique(self.span_vectors[fits & (self.spans[:, 0] == 0)], axis=0)
-            tails = np.unique(self.span_vectors[fits & (self.spans[:, 1] == self.cuts.n)], axis=0)
+            pieces, heads, tails = self._pieces(slowest_us, cap_mb)
             sums = np.zeros((1, len(self.total)), dtype=np.int64)
             for round_ in range(self.cuts.vpp):
                 use = heads if edge == "first" and round_ == 0 else \
                     tails if edge == "last" and round_ == self.cuts.vpp - 1 else pieces
-                codes = np.unique(((sums @ self.place)[:, None] + (use @ self.place)[None, :]).ravel())
-                sums = (codes[:, None] // self.place[None, :]) % self.radix[None, :]
+                codes = np.unique(((sums @ self.place)[:, None] + use[None, :]).ravel())
+                sums = self._decode(codes)
                 sums = self._fitting(sums[(sums <= self.total[None, :]).all(axis=1)], slowest_us, cap_mb)
             self.cache[key] = sums
         return self.cache[key]
@@ -425,6 +518,8 @@ def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> tuple[
     reach = [start]
     below = np.arange(size)[None, :, None] <= np.arange(size)[:, None, None]
     for r in range(pp):
+        if cuts.late():
+            raise OutOfBudget
         prev, nxt = reach[-1], np.zeros((size, size, size), dtype=bool)
         live = [np.flatnonzero(prev.any(axis=tuple(x for x in range(3) if x != d))) for d in range(3)]
         if not all(len(x) for x in live):
@@ -467,3 +562,82 @@ def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> tuple[
         seconds.append(l1)
         e0, e1 = e0 - l0, e1 - l1
     return tuple(reversed(firsts)) + tuple(reversed(seconds))
+
+
+def two_chunk_least(cuts: InterleavedCuts, slowest_us: int, cap_mb: int,
+                    minimise_time: bool) -> tuple[int, tuple[int, ...]] | None:
+    """VPP 2, exactly: the least slowest-rank time (µs) or, with `minimise_time` False, the least peak
+    rank memory (MB) over every cut with each rank within `slowest_us` and `cap_mb`, and a cut that
+    has it; None when no cut is within both. two_chunk_cut's dynamic program with the running maximum
+    of the objective in each state instead of reachability, so one pass answers what a bisection over
+    bounds would ask many times."""
+    n, pp, b, c = cuts.n, cuts.pp, cuts.b, cuts.c
+    size = n + 1
+    inf = np.iinfo(np.int64).max
+    tm, st, ac = (np.array(x, dtype=np.int64) for x in (b.time, b.static, b.act))
+    bits = np.array(b.bit, dtype=np.int64)
+    pieces = []
+    for length in range(1, n - 2 * pp + 2):
+        s = np.arange(0, size - length)
+        mask = np.zeros(len(s), dtype=np.int64)
+        for i in range(length):
+            mask |= bits[s + i]
+        piece = (tm[s + length] - tm[s], st[s + length] - st[s], ac[s + length] - ac[s], mask)
+        if not any(cuts.fits_any(r, *piece, slowest_us, cap_mb) for r in range(pp)):
+            break
+        pieces.append(piece)
+    peak_of = np.array(cuts.peak_of, dtype=np.int64)
+    best = np.full((size, size, size), inf, dtype=np.int64)
+    for p1 in range(pp, n - pp + 1):
+        best[p1, 0, p1] = 0
+    below = np.arange(size)[None, :, None] <= np.arange(size)[:, None, None]
+    layers = [best]
+    for r in range(pp):
+        if cuts.late():
+            raise OutOfBudget
+        prev, nxt = best, np.full((size, size, size), inf, dtype=np.int64)
+        reached = prev < inf
+        live = [np.flatnonzero(reached.any(axis=tuple(x for x in range(3) if x != d))) for d in range(3)]
+        if not all(len(x) for x in live):
+            return None
+        (p_lo, p_hi), (lo0, hi0), (lo1, hi1) = ((int(x[0]), int(x[-1]) + 1) for x in live)
+        frac = c.inflight[r]
+        for l0, (t0, s0, a0, m0) in enumerate(pieces, start=1):
+            for l1, (t1, s1, a1, m1) in enumerate(pieces, start=1):
+                h0, h1 = min(hi0, size - l0), min(hi1, size - l1)
+                if h0 <= lo0 or h1 <= lo1:
+                    continue
+                t0w, s0w, a0w, m0w = (x[lo0:h0] for x in (t0, s0, a0, m0))
+                t1w, s1w, a1w, m1w = (x[lo1:h1] for x in (t1, s1, a1, m1))
+                time = c.edge_time_us[r] + t0w[:, None] + t1w[None, :]
+                held = c.edge_activation[r] + a0w[:, None] + a1w[None, :]
+                mask = m0w[:, None] | m1w[None, :]
+                moe = ((mask & cuts.moe_bits) != 0) | c.edge_moe[r]
+                memory = (c.edge_static[r] + s0w[:, None] + s1w[None, :] + -(-(held * frac.numerator) // frac.denominator)
+                          + np.maximum(peak_of[mask], c.edge_peak[r]) + np.where(moe, c.dispatch_mb, 0)
+                          + c.workspace_mb)
+                ok = (time <= slowest_us) & (memory <= cap_mb)
+                if not ok.any():
+                    continue
+                cost = np.where(ok, time if minimise_time else memory, inf)
+                target = nxt[p_lo:p_hi, lo0 + l0:h0 + l0, lo1 + l1:h1 + l1]
+                np.minimum(target, np.maximum(prev[p_lo:p_hi, lo0:h0, lo1:h1], cost[None]), out=target)
+        best = np.where(below, nxt, inf)
+        layers.append(best)
+    ends = [int(best[p1, p1, n]) for p1 in range(size)]
+    least = min(ends)
+    if least >= inf:
+        return None
+    time_bound, memory_bound = (least, cap_mb) if minimise_time else (slowest_us, least)
+    p1 = ends.index(least)
+    e0, e1 = p1, n
+    firsts, seconds = [], []
+    for r in range(pp - 1, -1, -1):
+        prev = layers[r]
+        step = next((l0, l1) for l0 in range(1, min(len(pieces), e0) + 1) for l1 in range(1, min(len(pieces), e1) + 1)
+                    if prev[p1, e0 - l0, e1 - l1] <= least
+                    and cuts.fits_pair(r, e0 - l0, e0, e1 - l1, e1, time_bound, memory_bound))
+        firsts.append(step[0])
+        seconds.append(step[1])
+        e0, e1 = e0 - step[0], e1 - step[1]
+    return least, tuple(reversed(firsts)) + tuple(reversed(seconds))

@@ -59,3 +59,16 @@ def pruned(staircases: tuple[Staircase, ...], per_row: Callable[[int, CutPoint],
         out.append(Staircase(tuple(q for q, kept in zip(st.points, keep[k:k + n], strict=True) if kept), st.proved))
         k += n
     return tuple(out)
+
+
+def beaten(point: tuple[int, int], rows: np.ndarray, values: np.ndarray, top: int,
+           row_feasible: Callable[[int], bool]) -> bool:
+    """Whether steps of `top` rule-feasible rows (`rows` of steps with `values`) dominate `point`: then no
+    step at or above it can enter the answer (the argument of `pruned`), so a row whose every cut lies
+    at or above it (an admissible floor) need not be cut at all."""
+    if not len(rows):
+        return False
+    dominating = (values[:, 0] <= point[0]) & (values[:, 1] <= point[1]) & (
+        (values[:, 0] < point[0]) | (values[:, 1] < point[1]))
+    others = np.unique(rows[dominating])
+    return len(others) >= top and sum(1 for r in others.tolist() if row_feasible(r)) >= top

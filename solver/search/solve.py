@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from parasol.constraints.evaluate import evaluate
 from parasol.constraints.physics.flops import model_flops_per_token
 from parasol.errors import InputError
@@ -19,6 +21,7 @@ from parasol.solver.search.choices import settled
 from parasol.solver.search.costs import (
     MEMORY_UNIT_MB,
     TIME_UNIT_S,
+    RowCosts,
     StageTimeModel,
     block_kinds,
     interval_counts,
@@ -27,6 +30,7 @@ from parasol.solver.search.costs import (
 )
 from parasol.solver.search.cuts import CutPoint, Staircase, row_staircase
 from parasol.solver.search.objectives import (
+    DEFAULT_OBJECTIVES,
     RESOLUTIONS,
     SCALES,
     front_objectives,
@@ -42,7 +46,8 @@ from parasol.solver.search.program import (
     judged_rules,
     program_rules,
 )
-from parasol.solver.search.prune import pruned
+from parasol.solver.search.prune import beaten, pruned
+from parasol.solver.search.reprice import exact_staircase, floor_point
 from parasol.solver.search.savings import NONE, fitting_row, open_savings, row_problem, time_model_for
 from parasol.solver.search.space import Row, rows_until
 
@@ -138,6 +143,11 @@ def why_not_optimal(result: SolveResult, problem: Problem, time_limit_s: float) 
 
 PRICING_SHARE = 0.6
 """Share of the time limit the step-time pricing of rows may use before the search starts."""
+SCREEN_SHARE = 0.3
+"""Share of the time limit the memory screen and cost tables may use, so that a cut-off search still
+leaves the staircases of the rows screened time to find mappings."""
+EXPLAIN_SHARE = 0.1
+"""Share of the time limit kept for explaining the mappings found: the master search stops before it."""
 
 
 def ideal_step_s(problem: Problem, row: Row) -> float:
@@ -211,20 +221,34 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
             fix="solve with pipeline_schedule: megatron, then judge a DualPipe mapping with `parasol explain "
                 "--set pipeline_schedule=dualpipe` (its memory and bubble are priced there).")
     start = time.perf_counter()
+    pricing_deadline = start + PRICING_SHARE * time_limit_s
     objectives = front_objectives(problem)
     minimised = program_objectives(objectives)
-    rows, listed = rows_until(problem, start + PRICING_SHARE * time_limit_s)
+    rows, listed = rows_until(problem, pricing_deadline)
     if not rows:
         return SolveResult("infeasible" if listed else "unknown", (), 0, 0, 0, time.perf_counter() - start)
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     usable = usable_mb(problem)
     total_rows = len(rows)
-    ordered = priced_first(problem, rows, start + PRICING_SHARE * time_limit_s)
+    ordered = priced_first(problem, rows, pricing_deadline)
     row_rules, cut_rules = judged_rules(problem, "row"), judged_rules(problem, "cut")
+    kept: list[Row] = []
+    costs: list[RowCosts] = []
+    surely: list[bool] = []
+    screened = 0
     savings, models = open_savings(problem), {NONE: time_model}
-    kept, costs, staircases, screened = [], [], [], 0
+    floors = prune and minimised == DEFAULT_OBJECTIVES
+    passes: dict[int, bool] = {}
+    step_rows: list[int] = []
+    step_values: list[tuple[int, int]] = []
+
+    def feasible_row(i: int) -> bool:
+        if i not in passes:
+            passes[i] = rows_pass_rules(problem, kept[i])
+        return passes[i]
+
     for r in ordered:
-        if time.perf_counter() - start > PRICING_SHARE * time_limit_s:
+        if time.perf_counter() > start + SCREEN_SHARE * time_limit_s:
             break
         screened += 1
         if progress is not None:
@@ -237,9 +261,30 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
             fitted, cost, sure = settled(priced, fitted, models[fitted.saving])
             kept.append(fitted)
             costs.append(cost)
-            stairs = row_staircase(cost, counts, usable)
-            stairs = stairs if sure else Staircase(stairs.points, False)
-            staircases.append(admissible(priced, fitted, stairs, row_rules, cut_rules))
+            surely.append(sure)
+
+    def model_of(r: Row) -> StageTimeModel:
+        """The step-time model of a row: its saving's, under the dispatcher and CP type it chose."""
+        return models[r.saving].for_problem(row_problem(problem, r))
+
+    staircases = [Staircase((), proved=False)] * len(kept)
+    lowest = [floor_point(c, r.mapping(problem), counts, model_of(r)) for r, c in zip(kept, costs, strict=True)] \
+        if floors else [(0, 0)] * len(kept)
+    for i in sorted(range(len(kept)), key=lambda i: (lowest[i], i)):
+        if time.perf_counter() > pricing_deadline:
+            break
+        if floors and beaten(lowest[i], np.array(step_rows, dtype=np.int64),
+                             np.array(step_values, dtype=np.int64).reshape(-1, 2), top, feasible_row):
+            staircases[i] = Staircase(())
+            continue
+        r, c = kept[i], costs[i]
+        priced = row_problem(problem, r)
+        stairs = admissible(priced, r, row_staircase(c, counts, usable, pricing_deadline), row_rules, cut_rules)
+        staircases[i] = exact_staircase(c, r.mapping(problem), stairs, counts, model_of(r))
+        if not surely[i]:
+            staircases[i] = Staircase(staircases[i].points, False)
+        step_rows.extend(i for _ in staircases[i].points)
+        step_values.extend((q.time_units, q.memory_units) for q in staircases[i].points)
     all_priced = listed and screened == len(ordered) and all(st.proved for st in staircases)
     if not kept:
         return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, 0, 0,
@@ -252,14 +297,16 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     per_row = {o: tuple(row_units(problem, r, o) for r in rows) for o in minimised if not SCALES[o].per_cut}
     if prune:
         stairs = pruned(stairs, lambda i, q: tuple(_point_value(o, i, q, per_row) for o in minimised), top,
-                        lambda i: rows_pass_rules(problem, rows[i]))
+                        feasible_row)
     program = compile_program(problem, rows, tuple(costs), stairs, row_values=per_row)
-    remaining = max(time_limit_s - (time.perf_counter() - start), 0.1)
+    remaining = max((1 - EXPLAIN_SHARE) * time_limit_s - (time.perf_counter() - start), 0.05)
     on_front = None if progress is None else \
         (lambda fronts, found: progress(SearchProgress(screened, len(ordered), fronts, found)))
     outcome = pareto_search(program, top, remaining, minimised, on_front)
     solved = []
     for pt in outcome.points:
+        if solved and time.perf_counter() - start > time_limit_s:
+            break
         row = rows[pt.row_index]
         account = explain(row_problem(problem, row), row.mapping(problem, pt.layout), repairs=0)
         metrics = account.as_dict()["metrics"]
@@ -269,7 +316,7 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
                                     pt.memory_units * MEMORY_UNIT_MB / 1000, front,
                                     {minimised[0].value: round(pt.bound * SCALES[minimised[0]].resolution, 9)},
                                     account, row.settings(), row.saving))
-    complete = outcome.complete and all_priced
+    complete = outcome.complete and all_priced and len(solved) == len(outcome.points)
     if not solved:
         status = "infeasible" if complete else "unknown"
     else:

@@ -1,0 +1,75 @@
+"""One price: every step of a row's staircase re-priced exactly as `explain` prints it, before the master
+program sees it.
+
+The cut searches (solver/search/cuts.py) rank cuts by linear stage tables: per-kind microseconds and
+whole MB per term. The printed step time also carries per-step terms that depend on the cut (the
+slowest rank's exposed gradient reduction and optimizer step, the pipeline sends hidden behind the
+slowest stage), and the printed memory is the ledger's exact bytes. Each step is therefore priced again
+with the step-time model's own `price` over the ranks the cut makes (StageTimeModel.cut_step_times_s)
+and the ledger's byte tables (RowCosts.stage_bytes); the master optimises those values, so the front it
+returns is non-dominated under the values it prints. Every row keeps its steps (none is dropped here
+except a step another step of the same row now dominates), so no row is lost to the re-pricing.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from parasol.problems.mapping import Mapping
+from parasol.solver.search.costs import MB, MEMORY_UNIT_MB, TIME_UNIT_S, RowCosts, StageTimeModel
+from parasol.solver.search.cuts import CutPoint, Staircase, rank_counts
+
+
+def time_units(seconds: float) -> int:
+    """Step seconds in the program's units (0.1 ms), rounded up (to 1e-6 of a unit, so float noise in
+    the last digit does not add a unit)."""
+    return math.ceil(round(seconds / TIME_UNIT_S, 6))
+
+
+def memory_units(nbytes: int) -> int:
+    """Peak bytes in the program's units (10 MB), rounded up."""
+    return -(-nbytes // (MEMORY_UNIT_MB * MB))
+
+
+def non_dominated(points: list[CutPoint]) -> tuple[CutPoint, ...]:
+    """The points no other point beats on both objectives, best step time first (ties: least memory,
+    then layout)."""
+    kept: list[CutPoint] = []
+    for q in sorted(points, key=lambda q: (q.time_units, q.memory_units, q.layout)):
+        if not kept or q.memory_units < kept[-1].memory_units:
+            kept.append(q)
+    return tuple(kept)
+
+
+def exact_staircase(c: RowCosts, mapping: Mapping, staircase: Staircase, counts: np.ndarray,
+                    time_model: StageTimeModel) -> Staircase:
+    """The staircase's steps at their printed step time and peak memory (`mapping`: the row's)."""
+    if not staircase.points:
+        return staircase
+    per_rank = [rank_counts(q.layout, c.row.pp, counts) for q in staircase.points]
+    seconds = time_model.cut_step_times_s(mapping, c.derived, np.array(per_rank, dtype=np.int64))
+    points = [CutPoint(time_units(float(t)), memory_units(max(c.stage_bytes(s, n) for s, n in enumerate(ranks))),
+                       q.layout)
+              for q, t, ranks in zip(staircase.points, seconds, per_rank, strict=True)]
+    return Staircase(non_dominated(points), staircase.proved)
+
+
+def memory_floor_bytes(c: RowCosts, counts: np.ndarray) -> int:
+    """Peak bytes no cut of the row goes below, as the ledger prints them: the weights, optimizer state
+    and least in-flight activations of all blocks and edges spread evenly over the pipeline ranks (the
+    heaviest rank holds at least the mean), plus what every rank holds."""
+    totals = counts[0, counts.shape[0] - 1]
+    static = sum(e[0] for e in c.edge_bytes) + sum(int(n) * k[0] for n, k in zip(totals, c.kind_bytes, strict=True))
+    held = sum(e[1] for e in c.edge_bytes) + sum(int(n) * k[1] for n, k in zip(totals, c.kind_bytes, strict=True))
+    fmin = min(c.inflight)
+    mean = -(-(static * fmin.denominator + held * fmin.numerator) // (fmin.denominator * c.row.pp))
+    return mean + c.fixed_bytes
+
+
+def floor_point(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel) -> tuple[int, int]:
+    """(step time, peak memory) units no cut of the row goes below, as printed: the step-time model's
+    compute-only floor (StageTimeModel.step_floor_s) and memory_floor_bytes."""
+    seconds = time_model.step_floor_s(mapping, c.derived, counts[0, counts.shape[0] - 1])
+    return math.floor(seconds / TIME_UNIT_S * (1 - 1e-9)), memory_units(memory_floor_bytes(c, counts))
