@@ -491,16 +491,18 @@ class RankTotals:
         return self._program(slowest_us, cap_mb, False)
 
 
-def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> tuple[int, ...] | None:
-    """VPP 2, exactly: a cut with every rank within `slowest_us` and `cap_mb`, or None when none exists.
-    Ranks are taken in order; the state is (where round 1 starts, where the rank's round-0 piece ends,
-    where its round-1 piece ends), so a rank's two pieces are priced together; pieces longer than any
-    rank can hold alone are never tried."""
-    n, pp, b, c = cuts.n, cuts.pp, cuts.b, cuts.c
+Piece = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""One chunk length over every start block: time (µs), static and activation memory (MB), kind bits."""
+
+
+def _two_chunk_pieces(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> list[Piece]:
+    """The chunks of 1, 2, ... blocks over every start, up to the first length no rank can hold alone
+    within `slowest_us` and `cap_mb` (longer ones cannot fit either: costs grow with length)."""
+    n, pp, b = cuts.n, cuts.pp, cuts.b
     size = n + 1
     tm, st, ac = (np.array(x, dtype=np.int64) for x in (b.time, b.static, b.act))
     bits = np.array(b.bit, dtype=np.int64)
-    pieces = []
+    pieces: list[Piece] = []
     for length in range(1, n - 2 * pp + 2):
         s = np.arange(0, size - length)
         mask = np.zeros(len(s), dtype=np.int64)
@@ -510,6 +512,34 @@ def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> tuple[
         if not any(cuts.fits_any(r, *piece, slowest_us, cap_mb) for r in range(pp)):
             break
         pieces.append(piece)
+    return pieces
+
+
+def _pair_costs(cuts: InterleavedCuts, r: int, peak_of: np.ndarray, first: Piece,
+                second: Piece) -> tuple[np.ndarray, np.ndarray]:
+    """Time (µs) and memory (MB) of rank `r` holding a round-0 chunk of `first` and a round-1 chunk of
+    `second`, for every pair of their starts (RowCosts.stage_time_us / stage_memory in bulk)."""
+    c = cuts.c
+    t0, s0, a0, m0 = first
+    t1, s1, a1, m1 = second
+    frac = c.inflight[r]
+    time = c.edge_time_us[r] + t0[:, None] + t1[None, :]
+    held = c.edge_activation[r] + a0[:, None] + a1[None, :]
+    mask = m0[:, None] | m1[None, :]
+    moe = ((mask & cuts.moe_bits) != 0) | c.edge_moe[r]
+    memory = (c.edge_static[r] + s0[:, None] + s1[None, :] + -(-(held * frac.numerator) // frac.denominator)
+              + np.maximum(peak_of[mask], c.edge_peak[r]) + np.where(moe, c.dispatch_mb, 0) + c.workspace_mb)
+    return time, memory
+
+
+def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> tuple[int, ...] | None:
+    """VPP 2, exactly: a cut with every rank within `slowest_us` and `cap_mb`, or None when none exists.
+    Ranks are taken in order; the state is (where round 1 starts, where the rank's round-0 piece ends,
+    where its round-1 piece ends), so a rank's two pieces are priced together; pieces longer than any
+    rank can hold alone are never tried."""
+    n, pp = cuts.n, cuts.pp
+    size = n + 1
+    pieces = _two_chunk_pieces(cuts, slowest_us, cap_mb)
     longest = len(pieces)
     peak_of = np.array(cuts.peak_of, dtype=np.int64)
     start = np.zeros((size, size, size), dtype=bool)
@@ -525,21 +555,13 @@ def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> tuple[
         if not all(len(x) for x in live):
             return None
         (p_lo, p_hi), (lo0, hi0), (lo1, hi1) = ((int(x[0]), int(x[-1]) + 1) for x in live)
-        frac = c.inflight[r]
         for l0, (t0, s0, a0, m0) in enumerate(pieces, start=1):
             for l1, (t1, s1, a1, m1) in enumerate(pieces, start=1):
                 h0, h1 = min(hi0, size - l0), min(hi1, size - l1)
                 if h0 <= lo0 or h1 <= lo1:
                     continue
-                t0w, s0w, a0w, m0w = (x[lo0:h0] for x in (t0, s0, a0, m0))
-                t1w, s1w, a1w, m1w = (x[lo1:h1] for x in (t1, s1, a1, m1))
-                time = c.edge_time_us[r] + t0w[:, None] + t1w[None, :]
-                held = c.edge_activation[r] + a0w[:, None] + a1w[None, :]
-                mask = m0w[:, None] | m1w[None, :]
-                moe = ((mask & cuts.moe_bits) != 0) | c.edge_moe[r]
-                memory = (c.edge_static[r] + s0w[:, None] + s1w[None, :] + -(-(held * frac.numerator) // frac.denominator)
-                          + np.maximum(peak_of[mask], c.edge_peak[r]) + np.where(moe, c.dispatch_mb, 0)
-                          + c.workspace_mb)
+                time, memory = _pair_costs(cuts, r, peak_of, tuple(x[lo0:h0] for x in (t0, s0, a0, m0)),
+                                           tuple(x[lo1:h1] for x in (t1, s1, a1, m1)))
                 ok = (time <= slowest_us) & (memory <= cap_mb)
                 if not ok.any():
                     continue
@@ -571,21 +593,10 @@ def two_chunk_least(cuts: InterleavedCuts, slowest_us: int, cap_mb: int,
     has it; None when no cut is within both. two_chunk_cut's dynamic program with the running maximum
     of the objective in each state instead of reachability, so one pass answers what a bisection over
     bounds would ask many times."""
-    n, pp, b, c = cuts.n, cuts.pp, cuts.b, cuts.c
+    n, pp = cuts.n, cuts.pp
     size = n + 1
     inf = np.iinfo(np.int64).max
-    tm, st, ac = (np.array(x, dtype=np.int64) for x in (b.time, b.static, b.act))
-    bits = np.array(b.bit, dtype=np.int64)
-    pieces = []
-    for length in range(1, n - 2 * pp + 2):
-        s = np.arange(0, size - length)
-        mask = np.zeros(len(s), dtype=np.int64)
-        for i in range(length):
-            mask |= bits[s + i]
-        piece = (tm[s + length] - tm[s], st[s + length] - st[s], ac[s + length] - ac[s], mask)
-        if not any(cuts.fits_any(r, *piece, slowest_us, cap_mb) for r in range(pp)):
-            break
-        pieces.append(piece)
+    pieces = _two_chunk_pieces(cuts, slowest_us, cap_mb)
     peak_of = np.array(cuts.peak_of, dtype=np.int64)
     best = np.full((size, size, size), inf, dtype=np.int64)
     for p1 in range(pp, n - pp + 1):
@@ -601,21 +612,13 @@ def two_chunk_least(cuts: InterleavedCuts, slowest_us: int, cap_mb: int,
         if not all(len(x) for x in live):
             return None
         (p_lo, p_hi), (lo0, hi0), (lo1, hi1) = ((int(x[0]), int(x[-1]) + 1) for x in live)
-        frac = c.inflight[r]
         for l0, (t0, s0, a0, m0) in enumerate(pieces, start=1):
             for l1, (t1, s1, a1, m1) in enumerate(pieces, start=1):
                 h0, h1 = min(hi0, size - l0), min(hi1, size - l1)
                 if h0 <= lo0 or h1 <= lo1:
                     continue
-                t0w, s0w, a0w, m0w = (x[lo0:h0] for x in (t0, s0, a0, m0))
-                t1w, s1w, a1w, m1w = (x[lo1:h1] for x in (t1, s1, a1, m1))
-                time = c.edge_time_us[r] + t0w[:, None] + t1w[None, :]
-                held = c.edge_activation[r] + a0w[:, None] + a1w[None, :]
-                mask = m0w[:, None] | m1w[None, :]
-                moe = ((mask & cuts.moe_bits) != 0) | c.edge_moe[r]
-                memory = (c.edge_static[r] + s0w[:, None] + s1w[None, :] + -(-(held * frac.numerator) // frac.denominator)
-                          + np.maximum(peak_of[mask], c.edge_peak[r]) + np.where(moe, c.dispatch_mb, 0)
-                          + c.workspace_mb)
+                time, memory = _pair_costs(cuts, r, peak_of, tuple(x[lo0:h0] for x in (t0, s0, a0, m0)),
+                                           tuple(x[lo1:h1] for x in (t1, s1, a1, m1)))
                 ok = (time <= slowest_us) & (memory <= cap_mb)
                 if not ok.any():
                     continue
