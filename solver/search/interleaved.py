@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -532,6 +532,41 @@ def _pair_costs(cuts: InterleavedCuts, r: int, peak_of: np.ndarray, first: Piece
     return time, memory
 
 
+Window = tuple[tuple[int, int], tuple[int, int], tuple[int, int]]
+"""The [lo, hi) range of each state coordinate (round-1 start, round-0 end, round-1 end) any state reaches."""
+Move = tuple[tuple[slice, ...], tuple[slice, ...], np.ndarray, np.ndarray, np.ndarray]
+"""(source states, destination states, which chunk pairs are within the bounds, their time µs, memory MB)."""
+
+
+def _live_window(reached: np.ndarray) -> Window | None:
+    """The bounding box of the reached two-chunk states; None when no state is reached."""
+    live = [np.flatnonzero(reached.any(axis=tuple(x for x in range(3) if x != d))) for d in range(3)]
+    if not all(len(x) for x in live):
+        return None
+    (p_lo, p_hi), (lo0, hi0), (lo1, hi1) = ((int(x[0]), int(x[-1]) + 1) for x in live)
+    return (p_lo, p_hi), (lo0, hi0), (lo1, hi1)
+
+
+def _rank_moves(cuts: InterleavedCuts, r: int, pieces: list[Piece], peak_of: np.ndarray, window: Window,
+                slowest_us: int, cap_mb: int) -> Iterator[Move]:
+    """Every way rank `r` extends the states in `window` by a round-0 and a round-1 chunk, for the chunk
+    lengths where some pair is within `slowest_us` and `cap_mb`: the reachability and the least-value
+    passes differ only in what they carry along a move."""
+    size = cuts.n + 1
+    (p_lo, p_hi), (lo0, hi0), (lo1, hi1) = window
+    for l0, first in enumerate(pieces, start=1):
+        for l1, second in enumerate(pieces, start=1):
+            h0, h1 = min(hi0, size - l0), min(hi1, size - l1)
+            if h0 <= lo0 or h1 <= lo1:
+                continue
+            time, memory = _pair_costs(cuts, r, peak_of, tuple(x[lo0:h0] for x in first),
+                                       tuple(x[lo1:h1] for x in second))
+            ok = (time <= slowest_us) & (memory <= cap_mb)
+            if ok.any():
+                yield ((slice(p_lo, p_hi), slice(lo0, h0), slice(lo1, h1)),
+                       (slice(p_lo, p_hi), slice(lo0 + l0, h0 + l0), slice(lo1 + l1, h1 + l1)), ok, time, memory)
+
+
 def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> tuple[int, ...] | None:
     """VPP 2, exactly: a cut with every rank within `slowest_us` and `cap_mb`, or None when none exists.
     Ranks are taken in order; the state is (where round 1 starts, where the rank's round-0 piece ends,
@@ -551,21 +586,11 @@ def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> tuple[
         if cuts.late():
             raise OutOfBudget
         prev, nxt = reach[-1], np.zeros((size, size, size), dtype=bool)
-        live = [np.flatnonzero(prev.any(axis=tuple(x for x in range(3) if x != d))) for d in range(3)]
-        if not all(len(x) for x in live):
+        window = _live_window(prev)
+        if window is None:
             return None
-        (p_lo, p_hi), (lo0, hi0), (lo1, hi1) = ((int(x[0]), int(x[-1]) + 1) for x in live)
-        for l0, (t0, s0, a0, m0) in enumerate(pieces, start=1):
-            for l1, (t1, s1, a1, m1) in enumerate(pieces, start=1):
-                h0, h1 = min(hi0, size - l0), min(hi1, size - l1)
-                if h0 <= lo0 or h1 <= lo1:
-                    continue
-                time, memory = _pair_costs(cuts, r, peak_of, tuple(x[lo0:h0] for x in (t0, s0, a0, m0)),
-                                           tuple(x[lo1:h1] for x in (t1, s1, a1, m1)))
-                ok = (time <= slowest_us) & (memory <= cap_mb)
-                if not ok.any():
-                    continue
-                nxt[p_lo:p_hi, lo0 + l0:h0 + l0, lo1 + l1:h1 + l1] |= prev[p_lo:p_hi, lo0:h0, lo1:h1] & ok[None]
+        for src, dst, ok, _, _ in _rank_moves(cuts, r, pieces, peak_of, window, slowest_us, cap_mb):
+            nxt[dst] |= prev[src] & ok[None]
         nxt &= below
         reach.append(nxt)
     ends = [p1 for p1 in range(size) if reach[-1][p1, p1, n]]
@@ -607,24 +632,12 @@ def two_chunk_least(cuts: InterleavedCuts, slowest_us: int, cap_mb: int,
         if cuts.late():
             raise OutOfBudget
         prev, nxt = best, np.full((size, size, size), inf, dtype=np.int64)
-        reached = prev < inf
-        live = [np.flatnonzero(reached.any(axis=tuple(x for x in range(3) if x != d))) for d in range(3)]
-        if not all(len(x) for x in live):
+        window = _live_window(prev < inf)
+        if window is None:
             return None
-        (p_lo, p_hi), (lo0, hi0), (lo1, hi1) = ((int(x[0]), int(x[-1]) + 1) for x in live)
-        for l0, (t0, s0, a0, m0) in enumerate(pieces, start=1):
-            for l1, (t1, s1, a1, m1) in enumerate(pieces, start=1):
-                h0, h1 = min(hi0, size - l0), min(hi1, size - l1)
-                if h0 <= lo0 or h1 <= lo1:
-                    continue
-                time, memory = _pair_costs(cuts, r, peak_of, tuple(x[lo0:h0] for x in (t0, s0, a0, m0)),
-                                           tuple(x[lo1:h1] for x in (t1, s1, a1, m1)))
-                ok = (time <= slowest_us) & (memory <= cap_mb)
-                if not ok.any():
-                    continue
-                cost = np.where(ok, time if minimise_time else memory, inf)
-                target = nxt[p_lo:p_hi, lo0 + l0:h0 + l0, lo1 + l1:h1 + l1]
-                np.minimum(target, np.maximum(prev[p_lo:p_hi, lo0:h0, lo1:h1], cost[None]), out=target)
+        for src, dst, ok, us, mb in _rank_moves(cuts, r, pieces, peak_of, window, slowest_us, cap_mb):
+            cost = np.where(ok, us if minimise_time else mb, inf)
+            np.minimum(nxt[dst], np.maximum(prev[src], cost[None]), out=nxt[dst])
         best = np.where(below, nxt, inf)
         layers.append(best)
     ends = [int(best[p1, p1, n]) for p1 in range(size)]
