@@ -47,17 +47,19 @@ def layout_is_valid(model, mapping: Mapping, layout: tuple[int, ...], schedule: 
 
 
 def facts_for(problem, mapping: Mapping, options: MegatronOptions | None = None) -> Facts:  # noqa: ANN001
-    """Derived sizes and, when the layout is valid, the memory ledger of `mapping`; `options` default
-    to the problem's framework options (--use-tp-pp-dp-mapping there sets the mapping's rank order)."""
+    """Derived sizes and, when the layout is valid, the memory ledger of `mapping` (built when first read:
+    most rules never read it); `options` default to the problem's framework options
+    (--use-tp-pp-dp-mapping there sets the mapping's rank order)."""
     opts = options if options is not None else problem.spec.framework.options
     if opts.use_tp_pp_dp_mapping and mapping.rank_order != RankOrder.dp_last:
         mapping = mapping.model_copy(update={"rank_order": RankOrder.dp_last})
     derived = derive(problem.model, mapping)
-    ledger = None
+    builder = None
     if layout_is_valid(problem.model, mapping, derived.layout, problem.training.pipeline_schedule):
-        ledger = memory_ledger(problem.model, mapping, derived, problem.training,
-                               problem.hardware.gpu.usable_hbm_bytes, opts)
-    return Facts(problem=problem, mapping=mapping, derived=derived, options=opts, ledger=ledger)
+        def builder() -> MemoryLedger:
+            return memory_ledger(problem.model, mapping, derived, problem.training,
+                                 problem.hardware.gpu.usable_hbm_bytes, opts)
+    return Facts(problem=problem, mapping=mapping, derived=derived, options=opts, ledger_builder=builder)
 
 
 def evaluate(problem, mapping: Mapping, rules: tuple[Constraint, ...] | None = None,  # noqa: ANN001
@@ -66,7 +68,7 @@ def evaluate(problem, mapping: Mapping, rules: tuple[Constraint, ...] | None = N
     facts = facts_for(problem, mapping, options)
     verdicts, skipped = [], []
     for rule in rules if rules is not None else active_constraints(problem):
-        if rule.needs_ledger() and facts.ledger is None:
+        if rule.needs_ledger() and facts.ledger_builder is None:
             skipped.append((rule.id, "not evaluated: the layout does not cover the blocks with PP·VPP stages"))
             continue
         verdicts.append(rule.judge(facts))

@@ -9,10 +9,11 @@ from `DecisionVars` (the same quantities as integer variables). A property test 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fractions import Fraction
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from parasol.problems.derived import Derived
@@ -66,8 +67,14 @@ class Facts:
     mapping: Mapping
     derived: Derived
     options: MegatronOptions
-    ledger: MemoryLedger | None = None
+    ledger_builder: Callable[[], MemoryLedger] | None = field(default=None, repr=False, compare=False)
+    """Builds the memory ledger on first read (None: the mapping has none); most rules never read it."""
     extra: dict = field(default_factory=dict)
+
+    @cached_property
+    def ledger(self) -> MemoryLedger | None:
+        """The memory ledger of the mapping (None when its layout does not cover the blocks), built once."""
+        return self.ledger_builder() if self.ledger_builder is not None else None
 
     @property
     def model(self):  # noqa: ANN201 - ModelArchitecture

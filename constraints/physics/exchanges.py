@@ -49,14 +49,14 @@ def links_for(topology, mapping: Mapping) -> Links:  # noqa: ANN001 - ClusterTop
     """Place every group of the mapping on the cluster (worst group of each kind). Placement depends
     only on the grid sizes and the rank order, so rows differing in recompute, VPP, MBS or cut share
     one placement (cached: placing groups dominated large searches)."""
-    return _placed_links(topology, mapping.gpus, mapping.tp, mapping.cp, mapping.pp, mapping.ep, mapping.expert_tp,
-                         RankOrder(mapping.rank_order))
+    return grid_links(topology, mapping.gpus, mapping.tp, mapping.cp, mapping.pp, mapping.ep, mapping.expert_tp,
+                      RankOrder(mapping.rank_order))
 
 
 @lru_cache(maxsize=4096)
-def _placed_links(topology, gpus: int, tp: int, cp: int, pp: int, ep: int, etp: int,  # noqa: ANN001
-                  order: RankOrder) -> Links:
-    """links_for on the grid sizes alone."""
+def grid_links(topology, gpus: int, tp: int, cp: int, pp: int, ep: int, etp: int,  # noqa: ANN001
+               order: RankOrder) -> Links:
+    """links_for on the grid sizes alone (no mapping to build: the search space lists rows by degrees)."""
     grid = Mapping(gpus=gpus, tp=tp, cp=cp, pp=pp, ep=ep, etp=etp, rank_order=order, gbs=1, seq_len=1)
     return Links(*(group_link(topology, grid, kind) for kind in ("tp", "cp", "ep", "pp", "dp_cp", "dp_expert")))
 

@@ -20,6 +20,7 @@ from parasol.constraints.physics.activations import (
 from parasol.constraints.physics.dtypes import BF16_BYTES, FP8_BYTES
 from parasol.problems.derived import Derived, stage_of_virtual
 from parasol.problems.mapping import Mapping, Recompute
+from parasol.problems.memo import memoised
 from parasol.problems.model.architecture import Block, ModelArchitecture
 from parasol.problems.model.params import BlockParams, block_params
 from parasol.problems.options import MegatronOptions
@@ -398,10 +399,18 @@ def fsdp_buffer_bytes(model: ModelArchitecture, m: Mapping, d: Derived, training
         return 0
     grad_bytes = 4 if training.grad_dtype == "fp32" else 2
     largest = Fraction(0)
-    for b in (*model.blocks, *model.mtp_blocks):
-        dense, expert, _ = _rank_params(block_params(model, b), m, d.experts_per_rank or Fraction(0))
+    for bp in distinct_block_params(model):
+        dense, expert, _ = _rank_params(bp, m, d.experts_per_rank or Fraction(0))
         largest = max(largest, dense + expert)
     return _ceil(largest * (2 * BF16_BYTES + grad_bytes))
+
+
+def distinct_block_params(model: ModelArchitecture) -> tuple[BlockParams, ...]:
+    """The distinct parameter splits among the main and MTP blocks, in order of first appearance
+    (memoised per model): a block's share of a rank reads only its split, so the largest block is
+    among these few."""
+    return memoised(model, "distinct_block_params", lambda: tuple(dict.fromkeys(
+        block_params(model, b) for b in (*model.blocks, *model.mtp_blocks))))
 
 
 def stage_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,

@@ -34,7 +34,7 @@ from parasol.constraints.physics.flops import (
     newton_schulz_flops,
     recomputed_flops,
 )
-from parasol.constraints.physics.memory import activation_context, rank_holdings
+from parasol.constraints.physics.memory import activation_context, block_kind, rank_holdings
 from parasol.constraints.physics.routing_load import hot_rank_skew
 from parasol.constraints.physics.traffic import (
     block_memory_bytes,
@@ -285,44 +285,34 @@ class _StageSums:
     r_scan: float = 0.0
     head: float = 0.0
 
-    def add_block(self, ctx: _StageContext, b: Block, count: int = 1) -> None:
+    def add_block(self, ctx: _StageContext, b: Block, count: int = 1, known: dict | None = None) -> None:
         """Add `count` copies of one block's GEMMs, attention, memory traffic, TP/CP/EP exchanges and
-        recompute (the solver prices a stage as kinds × counts, so equal blocks are priced once)."""
-        model, m, settings = ctx.model, ctx.mapping, ctx.settings
-        sp = ctx.training.sequence_parallel
-        bp = block_params(model, b)
-        held = 0 if model.mtp_shares_weights(b) else count
-        self.dense_weights += held * ((bp.attention + bp.dense_mlp + bp.shared_experts) / m.tp + bp.router + bp.extra)
-        self.expert_weights += held * float(ctx.derived.experts_per_rank or 0) * bp.per_expert / m.expert_tp
-        bf = block_flops(model, b, m.seq_len)
-        share = count * ctx.tokens / m.tp
-        nbytes = block_memory_bytes(model, b, ctx.tokens, m.tp, sp, settings.precision != "bf16")
-        if settings.unfused_attention and b.mixer is Mixer.attention:
-            bf = replace(bf, attention_core=materialised_core_flops(model, b, m.seq_len))
-            nbytes += unfused_attention_bytes(model, ctx.tokens, m.tp, m.seq_len)
-        nbytes *= count
-        self.gemm += bf.gemm * share
-        self.grouped += bf.routed_gemm * share
-        self.attention += bf.attention_core * share
-        self.scan += bf.scan * share
-        self.memory += nbytes
-        block_tp = tp_comm(model, b, ctx.tokens, ctx.links.tp, sp).scaled(count)
-        block_ep = NO_COMM if b.mlp is not BlockKind.moe else ep_comm(
-            model, ctx.tokens, m.tp, m.expert_tp, ctx.links.ep, dispatch_received(settings),
-            settings.dispatcher).scaled(count)
-        self.tp, self.ep = self.tp + block_tp, self.ep + block_ep
-        self.cp = self.cp + cp_comm(model, b, ctx.tokens, m.tp, ctx.links.cp, settings.cp_comm).scaled(count)
-        again = recomputed_flops(m.recompute, tuple(ctx.training.recompute_modules), bf)
-        self.r_gemm += again.gemm * share
-        self.r_grouped += again.routed_gemm * share
-        self.r_attention += again.attention_core * share
-        self.r_scan += again.scan * share
-        if m.recompute is Recompute.full:
-            self.r_memory += nbytes
-            self.r_comm = self.r_comm + block_tp + block_ep
-        if ctx.training.optimizer is Optimizer.muon:
-            nd, nr = newton_schulz_flops(model, b)
-            self.ns_dense, self.ns_routed = self.ns_dense + count * nd / m.tp, self.ns_routed + count * nr
+        recompute (the solver prices a stage as kinds × counts, so equal blocks are priced once). `known`
+        holds the additions of blocks already priced under the same context (block_work)."""
+        key = (block_kind(b), ctx.model.mtp_shares_weights(b), count)
+        work = known.get(key) if known is not None else None
+        if work is None:
+            work = block_work(ctx, b, count)
+            if known is not None:
+                known[key] = work
+        self.dense_weights += work.dense_weights
+        self.expert_weights += work.expert_weights
+        self.gemm += work.gemm
+        self.grouped += work.grouped
+        self.attention += work.attention
+        self.scan += work.scan
+        self.memory += work.memory
+        self.tp, self.ep = self.tp + work.tp, self.ep + work.ep
+        self.cp = self.cp + work.cp
+        self.r_gemm += work.r_gemm
+        self.r_grouped += work.r_grouped
+        self.r_attention += work.r_attention
+        self.r_scan += work.r_scan
+        if work.full_recompute:
+            self.r_memory += work.memory
+            self.r_comm = self.r_comm + work.tp + work.ep
+        if work.muon:
+            self.ns_dense, self.ns_routed = self.ns_dense + work.ns_dense, self.ns_routed + work.ns_routed
 
     def add_edges(self, ctx: _StageContext, first: bool, last: bool) -> None:
         """The embedding lookup on the first stage; the output head and loss (once per MTP block too) on the last."""
@@ -336,6 +326,62 @@ class _StageSums:
             self.dense_weights += model.vocab_size * model.hidden_size / m.tp
             self.memory += heads * loss_memory_bytes(model, ctx.tokens, m.tp)
             self.tp = self.tp + tp_comm(model, None, ctx.tokens, ctx.links.tp, sp).scaled(heads)
+
+
+@dataclass(frozen=True)
+class _BlockWork:
+    """What `count` copies of one block add to each running sum of a stage (_StageSums.add_block)."""
+
+    dense_weights: float
+    expert_weights: float
+    gemm: float
+    grouped: float
+    attention: float
+    scan: float
+    memory: float
+    tp: CommTerm
+    ep: CommTerm
+    cp: CommTerm
+    r_gemm: float
+    r_grouped: float
+    r_attention: float
+    r_scan: float
+    full_recompute: bool
+    muon: bool
+    ns_dense: float
+    ns_routed: float
+
+
+def block_work(ctx: _StageContext, b: Block, count: int) -> _BlockWork:
+    """The additions of `count` copies of block `b` under `ctx`: they read the block's kind (block_kind)
+    and whether it is a repeated MTP block, never its position, so equal kinds share them."""
+    model, m, settings = ctx.model, ctx.mapping, ctx.settings
+    sp = ctx.training.sequence_parallel
+    bp = block_params(model, b)
+    held = 0 if model.mtp_shares_weights(b) else count
+    bf = block_flops(model, b, m.seq_len)
+    share = count * ctx.tokens / m.tp
+    nbytes = block_memory_bytes(model, b, ctx.tokens, m.tp, sp, settings.precision != "bf16")
+    if settings.unfused_attention and b.mixer is Mixer.attention:
+        bf = replace(bf, attention_core=materialised_core_flops(model, b, m.seq_len))
+        nbytes += unfused_attention_bytes(model, ctx.tokens, m.tp, m.seq_len)
+    nbytes *= count
+    block_tp = tp_comm(model, b, ctx.tokens, ctx.links.tp, sp).scaled(count)
+    block_ep = NO_COMM if b.mlp is not BlockKind.moe else ep_comm(
+        model, ctx.tokens, m.tp, m.expert_tp, ctx.links.ep, dispatch_received(settings),
+        settings.dispatcher).scaled(count)
+    block_cp = cp_comm(model, b, ctx.tokens, m.tp, ctx.links.cp, settings.cp_comm).scaled(count)
+    again = recomputed_flops(m.recompute, tuple(ctx.training.recompute_modules), bf)
+    muon = ctx.training.optimizer is Optimizer.muon
+    nd, nr = newton_schulz_flops(model, b) if muon else (0, 0)
+    return _BlockWork(
+        dense_weights=held * ((bp.attention + bp.dense_mlp + bp.shared_experts) / m.tp + bp.router + bp.extra),
+        expert_weights=held * float(ctx.derived.experts_per_rank or 0) * bp.per_expert / m.expert_tp,
+        gemm=bf.gemm * share, grouped=bf.routed_gemm * share, attention=bf.attention_core * share,
+        scan=bf.scan * share, memory=nbytes, tp=block_tp, ep=block_ep, cp=block_cp,
+        r_gemm=again.gemm * share, r_grouped=again.routed_gemm * share, r_attention=again.attention_core * share,
+        r_scan=again.scan * share, full_recompute=m.recompute is Recompute.full, muon=muon,
+        ns_dense=count * nd / m.tp, ns_routed=count * nr)
 
 
 def _data_parallel_terms(ctx: _StageContext, sums: _StageSums, first: bool) -> dict:
@@ -371,14 +417,15 @@ def _data_parallel_terms(ctx: _StageContext, sums: _StageSums, first: bool) -> d
 
 
 def stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Training, settings: StepSettings,
-                links: Links, held: list[Block], first: bool, last: bool) -> StageWork:
-    """Work of one pipeline rank holding `held` blocks (MTP blocks included on the last stage)."""
+                links: Links, held: list[Block], first: bool, last: bool, known: dict | None = None) -> StageWork:
+    """Work of one pipeline rank holding `held` blocks (MTP blocks included on the last stage); `known`
+    carries block additions between the stages of one mapping under the same settings and links."""
     ctx = _StageContext(model, m, d, training, settings, links)
     sums = _StageSums()
     offloaded = 0.0
     for b, run in groupby(held):
         count = sum(1 for _ in run)
-        sums.add_block(ctx, b, count)
+        sums.add_block(ctx, b, count, known)
         offloaded += count * offloaded_bytes(model, m, training, settings, b)
     sums.add_edges(ctx, first, last)
     return StageWork(
@@ -452,10 +499,10 @@ def build_workload(problem, mapping: Mapping, derived: Derived,  # noqa: ANN001 
     gpu = problem.hardware.gpu
     links = links or links_for(problem.hardware.topology, m)
     all_blocks = [*model.blocks, *model.mtp_blocks]
-    stages = []
+    stages, known = [], {}
     for r in rank_holdings(d.layout, m.pp, training.pipeline_schedule):
         held = [all_blocks[i] for i in r.blocks] + (list(model.mtp_blocks) if r.last else [])
-        stages.append(stage_work(model, m, d, training, settings, links, held, r.first, r.last))
+        stages.append(stage_work(model, m, d, training, settings, links, held, r.first, r.last, known))
     tokens = m.mbs * m.seq_len / m.cp
     modules = tuple(training.recompute_modules)
     return Workload(

@@ -26,7 +26,7 @@ from parasol.solver.search.cpsat import DIAGNOSIS_LIMIT_S, deterministic_solver
 def judged_error_rules(problem: Problem, mapping: Mapping,
                        options: MegatronOptions | None = None) -> tuple[Constraint, ...]:
     """Active error rules Python can judge for `mapping` (ledger rules need a layout that covers)."""
-    has_ledger = facts_for(problem, mapping, options).ledger is not None
+    has_ledger = facts_for(problem, mapping, options).ledger_builder is not None
     return tuple(rule for rule in active_constraints(problem)
                  if rule.severity is Severity.error and (has_ledger or not rule.needs_ledger()))
 

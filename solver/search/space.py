@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from itertools import product
 
-from parasol.constraints.physics.exchanges import links_for
+from parasol.constraints.physics.exchanges import grid_links
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, Mapping, RankOrder, Recompute
 from parasol.problems.model.architecture import GQAAttention
@@ -125,9 +125,9 @@ def distinct_orders(problem: Problem, orders: tuple[RankOrder, ...], row: Row) -
     r = row
     if not (r.pp > 1 and r.tp * r.cp == r.etp * r.ep and problem.gpus // (r.tp * r.cp * r.pp) > 1):
         return (RankOrder.pp_last,)
-    topology, mapping = problem.hardware.topology, r.mapping(problem)
-    swapped = mapping.model_copy(update={"rank_order": RankOrder.dp_last})
-    if links_for(topology, mapping) == links_for(topology, swapped):
+    topology = problem.hardware.topology
+    grid = (topology, problem.gpus, r.tp, r.cp, r.pp, r.ep, r.etp)
+    if grid_links(*grid, RankOrder.pp_last) == grid_links(*grid, RankOrder.dp_last):
         return (RankOrder.pp_last,)
     return orders
 
@@ -277,24 +277,24 @@ def rows_until(problem: Problem, deadline: float | None,
     gpus, gbs = problem.gpus, problem.training.global_batch
     blocks = problem.model.num_layers
     orders = rank_order_choices(problem)
+    recomputes = tuple(r.value for r in recompute_choices(problem))
+    etps = {tp: expert_tp_choices(problem, tp, doms["etp"]) for tp in doms["tp"]}
+    grid_orders: dict[tuple[int, ...], tuple[str, ...]] = {}
     rows = []
     others = [doms[n] for n in DEGREES if n != "etp"]
     for k, (tp, pp, cp, ep, vpp, mbs) in enumerate(product(*others)):
         if deadline is not None and k % CLOCK_EVERY == 0 and time.perf_counter() > deadline:
             return tuple(sorted(rows)), False
-        if vpp > 1 and pp == 1:
+        if (vpp > 1 and pp == 1) or pp * vpp > blocks:
             continue
-        for etp in expert_tp_choices(problem, tp, doms["etp"]):
-            if pp * vpp <= blocks and whole_folding(gpus, gbs, tp, pp, cp, ep, etp, mbs):
-                rows.extend(_rows(problem, orders, Row(pp, vpp, tp, cp, ep, etp, mbs, Recompute.none.value)))
+        for etp in etps[tp]:
+            if whole_folding(gpus, gbs, tp, pp, cp, ep, etp, mbs):
+                grid = (tp, pp, cp, ep, etp)
+                if grid not in grid_orders:
+                    base = Row(pp, vpp, tp, cp, ep, etp, mbs, Recompute.none.value)
+                    grid_orders[grid] = tuple(o.value for o in distinct_orders(problem, orders, base))
+                rows.extend(Row(pp, vpp, tp, cp, ep, etp, mbs, r, o) for r in recomputes for o in grid_orders[grid])
     return tuple(sorted(rows)), True
-
-
-def _rows(problem: Problem, orders: tuple[RankOrder, ...], base: Row) -> list[Row]:
-    """The rows of one degree combination: one per recompute option and distinct rank order (the
-    dispatcher and CP communication type stay open: solver/search/choices.py settles them per row)."""
-    return [Row(base.pp, base.vpp, base.tp, base.cp, base.ep, base.etp, base.mbs, r.value, o.value)
-            for r in recompute_choices(problem) for o in distinct_orders(problem, orders, base)]
 
 
 def choice_variants(problem: Problem, row: Row) -> tuple[Row, ...]:
