@@ -214,6 +214,26 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None) -> 
     )
 
 
+def memory_floor_mb(c: RowCosts, totals: np.ndarray) -> Fraction:
+    """A lower bound, in MB, on the heaviest rank's memory (RowCosts.stage_memory) under every cut of the
+    row (`totals`: blocks of each kind in the model). The heaviest rank holds at least any weighted mean of
+    the ranks; a rank holds at least its static memory, its activations times its in-flight share, and
+    the workspace. Weighting rank r by 1/inflight_r makes every block's activations count alike wherever
+    it sits, and even weights spread the static memory; either mean has its least value when every block
+    sits on the rank where it weighs least."""
+    pp = c.row.pp
+    inflight = [Fraction(f) for f in c.inflight]
+    spread = sum(1 / f for f in inflight)
+    bounds = []
+    for weights in ([(1 / f) / spread for f in inflight], [Fraction(1, pp)] * pp):
+        edges = sum(w * (s + f * a) for w, s, a, f in zip(weights, c.edge_static, c.edge_activation, inflight,
+                                                          strict=True))
+        blocks = sum(int(n) * min(w * (s + f * a) for w, f in zip(weights, inflight, strict=True))
+                     for n, s, a in zip(totals, c.kind_static, c.kind_activation, strict=True))
+        bounds.append(edges + blocks + c.workspace_mb)
+    return max(bounds)
+
+
 def interval_counts(prefix: tuple[tuple[int, ...], ...]) -> np.ndarray:
     """counts[i, j, k]: blocks of kind k among blocks i..j−1 (zero unless i < j)."""
     table = np.array(prefix, dtype=np.int64).T

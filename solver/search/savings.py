@@ -33,7 +33,7 @@ from parasol.problems.loader import Problem
 from parasol.problems.mapping_input import apply_settings
 from parasol.problems.memo import memoised
 from parasol.problems.schema import Optimizer
-from parasol.solver.search.costs import RowCosts, StageTimeModel, row_costs
+from parasol.solver.search.costs import RowCosts, StageTimeModel, memory_floor_mb, row_costs
 from parasol.solver.search.cuts import some_cut_fits
 from parasol.solver.search.space import Row, with_choices
 
@@ -76,17 +76,25 @@ def without_static(costs: RowCosts) -> RowCosts:
                                edge_static=(0,) * len(costs.edge_static))
 
 
+def cut_fits(costs: RowCosts, counts: np.ndarray, usable: int) -> bool:
+    """cuts.some_cut_fits, answered at once (False) for a row whose memory floor (costs.memory_floor_mb)
+    already exceeds usable HBM: most rows that fit no cut, whose search would have to prove it."""
+    if memory_floor_mb(costs, counts[0, -1]) > usable:
+        return False
+    return some_cut_fits(costs, counts, usable)
+
+
 def fitting_row(problem: Problem, row: Row, savings: tuple[str, ...], counts: np.ndarray, usable: int) -> Row | None:
     """The row as it fits: itself when some cut fits under the problem's settings, else with the first
     open saving under which one does; None when none does."""
     costs = row_costs(problem, row, None)
-    if some_cut_fits(costs, counts, usable):
+    if cut_fits(costs, counts, usable):
         return row
-    if not savings or not some_cut_fits(without_static(costs), counts, usable):
+    if not savings or not cut_fits(without_static(costs), counts, usable):
         return None
     for saving in savings:
         variant = dataclasses.replace(row, saving=saving)
-        if some_cut_fits(row_costs(with_saving(problem, saving), variant, None), counts, usable):
+        if cut_fits(row_costs(with_saving(problem, saving), variant, None), counts, usable):
             return variant
     return None
 

@@ -119,7 +119,8 @@ def rank_order_choices(problem: Problem) -> tuple[RankOrder, ...]:
 def distinct_orders(problem: Problem, orders: tuple[RankOrder, ...], row: Row) -> tuple[RankOrder, ...]:
     """The orders worth a row of their own when the search chooses: tp-cp-ep-pp-dp only where Megatron
     accepts it with PP > 1 (TP·CP == ETP·EP, parallel_state.py:898-907) and it puts some group kind on
-    other links than the default order does; elsewhere it would repeat the default's row."""
+    other links than the default order does; elsewhere it would repeat the default's row. Reads the row's
+    degrees only (not its rank order)."""
     if len(orders) == 1:
         return orders
     r = row

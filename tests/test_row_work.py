@@ -1,0 +1,166 @@
+"""Issue 15: the shortcuts that make solve's per-row work cheap give exactly what the plain computations
+give, row by row: the lazily built memory ledger, the FSDP unit buffer over distinct block splits, a
+workload pricing each block kind once, rank-order placement by grid, and the memory floor that settles
+rows no cut fits."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from parasol.constraints.evaluate import evaluate, facts_for
+from parasol.constraints.physics.exchanges import grid_links, links_for
+from parasol.constraints.physics.memory import _rank_params, fsdp_buffer_bytes, memory_ledger, rank_holdings
+from parasol.constraints.physics.workload import build_workload, routed, settings_for, stage_work
+from parasol.constraints.rules.registry import active_constraints
+from parasol.problems.derived import default_layout, derive
+from parasol.problems.loader import load_problem, load_problem_text
+from parasol.problems.mapping import RankOrder
+from parasol.problems.model.params import block_params
+from parasol.solver.search.costs import (
+    block_kinds,
+    interval_counts,
+    memory_floor_mb,
+    prefix_counts,
+    row_costs,
+    stage_matrices,
+    usable_mb,
+)
+from parasol.solver.search.cuts import min_max_cut, some_cut_fits
+from parasol.solver.search.savings import fitting_row, open_savings, with_saving, without_static
+from parasol.solver.search.space import distinct_orders, enumerate_rows, rank_order_choices
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN = """
+model: qwen3-235b-a22b
+training: {seq_len: 4096, global_batch: 1024}
+hardware: {preset: h100-hgx, gpus: 256}
+"""
+DSV3 = """
+model: deepseek-v3
+training: {seq_len: 4096, global_batch: 15360, precision: fp8}
+hardware: {preset: h800-hgx, gpus: 2048}
+"""
+
+
+def _problems() -> list:
+    return [load_problem_text(QWEN), load_problem_text(DSV3), load_problem(ROOT / "problems/deepseek-v4-pro-1024.yaml")]
+
+
+def _sample(problem, n: int) -> list:  # noqa: ANN001
+    rows = enumerate_rows(problem)
+    return list(rows[::max(len(rows) // n, 1)][:n])
+
+
+@pytest.fixture(scope="module")
+def problems() -> list:
+    return _problems()
+
+
+def test_lazy_ledger_is_the_ledger_and_is_built_only_when_read(problems: list) -> None:
+    """Rules that do not read the ledger leave it unbuilt; read, it is memory_ledger's; every verdict is
+    the same as with the ledger read first."""
+    for problem in problems:
+        for row in _sample(problem, 6):
+            mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp))
+            rules = active_constraints(problem)
+            quiet = tuple(r for r in rules if not r.needs_ledger())
+            assert "ledger" not in evaluate(problem, mapping, quiet).facts.__dict__
+            lazy = evaluate(problem, mapping, rules)
+            facts = facts_for(problem, mapping)
+            eager = memory_ledger(problem.model, facts.mapping, facts.derived, problem.training,
+                                  problem.hardware.gpu.usable_hbm_bytes, facts.options)
+            assert lazy.ledger == eager
+            read_first = facts_for(problem, mapping)
+            assert read_first.ledger == eager
+            assert tuple(r.judge(read_first) for r in rules) == lazy.verdicts
+
+
+def test_fsdp_buffer_over_distinct_splits_is_the_largest_block(problems: list) -> None:
+    """The FSDP unit buffer equals the largest block's share found by walking every main and MTP block."""
+    for problem in problems:
+        fsdp = with_saving(problem, "fsdp")
+        for row in _sample(fsdp, 8):
+            m = row.mapping(fsdp)
+            d = derive(fsdp.model, m)
+            largest = max(sum(_rank_params(block_params(fsdp.model, b), m, d.experts_per_rank or Fraction(0))[:2])
+                          for b in (*fsdp.model.blocks, *fsdp.model.mtp_blocks))
+            grad = 4 if fsdp.training.grad_dtype == "fp32" else 2
+            assert fsdp_buffer_bytes(fsdp.model, m, d, fsdp.training) == math.ceil(largest * (4 + grad)) > 0
+
+
+def test_workload_pricing_each_kind_once_is_stage_by_stage_pricing(problems: list) -> None:
+    """A mapping's workload, whose stages share their blocks' additions, has exactly the stages priced
+    each on its own."""
+    for problem in problems:
+        for row in _sample(problem, 5):
+            m = row.mapping(problem)
+            d = derive(problem.model, m)
+            settings = routed(problem, m, settings_for(problem))
+            links = links_for(problem.hardware.topology, m)
+            blocks = [*problem.model.blocks, *problem.model.mtp_blocks]
+            alone = tuple(
+                stage_work(problem.model, m, d, problem.training, settings, links,
+                           [blocks[i] for i in r.blocks] + (list(problem.model.mtp_blocks) if r.last else []),
+                           r.first, r.last)
+                for r in rank_holdings(d.layout, m.pp, problem.training.pipeline_schedule))
+            assert build_workload(problem, m, d).stages == alone
+
+
+def test_rank_orders_by_grid_match_placed_mappings(problems: list) -> None:
+    """grid_links is links_for on the mapping's grid, and distinct_orders keeps the swapped order exactly
+    where the placed mappings' links differ."""
+    for problem in problems:
+        topology, orders = problem.hardware.topology, rank_order_choices(problem)
+        for row in _sample(problem, 12):
+            mapping = row.mapping(problem).model_copy(update={"rank_order": RankOrder.pp_last})
+            swapped = mapping.model_copy(update={"rank_order": RankOrder.dp_last})
+            grid = (topology, problem.gpus, row.tp, row.cp, row.pp, row.ep, row.etp)
+            assert grid_links(*grid, RankOrder.pp_last) == links_for(topology, mapping)
+            assert grid_links(*grid, RankOrder.dp_last) == links_for(topology, swapped)
+            if len(orders) > 1 and row.pp > 1 and row.tp * row.cp == row.etp * row.ep \
+                    and problem.gpus // (row.tp * row.cp * row.pp) > 1:
+                differ = links_for(topology, mapping) != links_for(topology, swapped)
+                assert distinct_orders(problem, orders, row) == (orders if differ else (RankOrder.pp_last,))
+
+
+def _least_peak_1f1b(c, counts: np.ndarray) -> int:  # noqa: ANN001
+    """The least heaviest-rank memory over every cut of a 1F1B row (the exact min-max DP)."""
+    memory = [stage_matrices(c, s, counts)[1] for s in range(c.row.pp)]
+    return min_max_cut(memory, counts.shape[0] - 1)[0]
+
+
+def test_memory_floor_is_below_every_cut_and_fitting_is_unchanged(problems: list) -> None:
+    """The floor never exceeds the least peak of a 1F1B row, nor the peak of an interleaved row's default
+    cut; fitting_row with it answers as cuts.some_cut_fits alone does."""
+    pruned = 0
+    for problem in problems:
+        counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+        totals, usable, savings = counts[0, -1], usable_mb(problem), open_savings(problem)
+        for row in _sample(problem, 16):
+            c = row_costs(problem, row, None)
+            for costs in (c, without_static(c)):
+                floor = memory_floor_mb(costs, totals)
+                if row.vpp == 1:
+                    assert floor <= _least_peak_1f1b(costs, counts)
+                else:
+                    layout = default_layout(problem.model.num_layers, row.pp * row.vpp)
+                    starts = np.cumsum((0, *layout))
+                    per_rank = [np.zeros(len(totals), dtype=np.int64) for _ in range(row.pp)]
+                    for k, n in enumerate(layout):
+                        per_rank[k % row.pp] += counts[starts[k], starts[k] + n]
+                    assert floor <= max(costs.stage_memory(r, tuple(int(x) for x in per_rank[r]))
+                                        for r in range(row.pp))
+                pruned += floor > usable
+            plain = row if some_cut_fits(c, counts, usable) else None
+            if plain is None and savings and some_cut_fits(without_static(c), counts, usable):
+                plain = next((v for v in (dataclasses.replace(row, saving=s) for s in savings)
+                              if some_cut_fits(row_costs(with_saving(problem, v.saving), v, None), counts, usable)),
+                             None)
+            assert fitting_row(problem, row, savings, counts, usable) == plain
+    assert pruned > 0
