@@ -164,3 +164,21 @@ def test_memory_floor_is_below_every_cut_and_fitting_is_unchanged(problems: list
                              None)
             assert fitting_row(problem, row, savings, counts, usable) == plain
     assert pruned > 0
+
+
+def test_worst_placed_group_is_the_one_placement_ranks_worst(problems: list) -> None:
+    """group_link's worst group, placed all at once, is the first of the groups _placement ranks worst."""
+    from parasol.constraints.physics import comm
+
+    for problem in problems:
+        topology = problem.hardware.topology
+        for row in _sample(problem, 10):
+            m = row.mapping(problem)
+            for kind in ("tp", "cp", "ep", "pp", "dp_cp", "dp_expert"):
+                grid, dims = comm.GROUP_KINDS[kind]
+                sizes = comm.dense_sizes(m) if grid == "dense" else comm.expert_sizes(m)
+                offsets, bases = comm._group_offsets(sizes, dims, comm.order_of(m))
+                _, first = np.unique(bases % topology.gpus_per_rack, return_index=True)
+                plain = max(([int(b) + o for o in offsets] for b in sorted(bases[first])),
+                            key=lambda members: comm._placement(topology, members))
+                assert comm._worst_placed(topology, offsets, np.sort(bases[first])) == plain

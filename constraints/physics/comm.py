@@ -188,6 +188,24 @@ def _group_offsets(sizes: dict[str, int], dims: tuple[str, ...],
     return offsets, lattice(sizes, [d for d in order if d not in dims], order)
 
 
+def _worst_placed(topology: ClusterTopology, offsets: list[int], bases: np.ndarray) -> list[int]:
+    """The members of the worst-placed group base + offsets by _placement's order (the first of equals, in
+    the order of `bases`), every group placed at once: offsets ascend, so each group's NVLink domains and
+    racks ascend too, and counting them is counting where they change."""
+    members = bases.astype(np.int64)[:, None] + np.asarray(offsets, dtype=np.int64)[None, :]
+    keys = []
+    for size in (topology.gpus_per_rack, topology.gpus_per_nvlink_domain):
+        unit = members // size
+        new = np.ones(unit.shape, dtype=bool)
+        new[:, 1:] = unit[:, 1:] != unit[:, :-1]
+        keys.append(new.sum(axis=1))
+    starts = np.flatnonzero(new.ravel())
+    runs = np.diff(np.append(starts, new.size))
+    fewest = np.minimum.reduceat(runs, np.flatnonzero(starts % new.shape[1] == 0))
+    ranked = list(zip(keys[0].tolist(), keys[1].tolist(), (-fewest).tolist(), strict=True))
+    return members[ranked.index(max(ranked))].tolist()
+
+
 def group_link(topology: ClusterTopology, mapping: Mapping, kind: str) -> GroupLink:
     """The worst-placed group of one kind (tp, cp, dp_attn, dp_cp, pp, ep, etp, dp_expert) under
     the mapping's rank order: most racks, then most NVLink domains, then fewest local peers.
@@ -198,8 +216,7 @@ def group_link(topology: ClusterTopology, mapping: Mapping, kind: str) -> GroupL
     sizes = dense_sizes(mapping) if grid == "dense" else expert_sizes(mapping)
     offsets, bases = _group_offsets(sizes, dims, order_of(mapping))
     _, first = np.unique(bases % topology.gpus_per_rack, return_index=True)
-    candidates = ([int(b) + o for o in offsets] for b in sorted(bases[first]))
-    worst = max(candidates, key=lambda members: _placement(topology, members))
+    worst = _worst_placed(topology, offsets, np.sort(bases[first]))
     span = topology.group_span(worst)
     return GroupLink(
         kind=kind, size=span.size, level=span.level, bandwidth_gb_s=span.bandwidth_gb_s,

@@ -12,6 +12,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from itertools import product
+from operator import attrgetter
 
 from parasol.constraints.physics.exchanges import grid_links
 from parasol.problems.loader import Problem
@@ -219,6 +220,10 @@ class Row:
         return {k: v for k, v in chosen.items() if v}
 
 
+ROW_ORDER = attrgetter(*(f.name for f in dataclasses.fields(Row)))
+"""Rows' own order (their fields in turn) as a sort key: sorting by it is sorting the rows, without
+comparing Row objects in Python."""
+
 _ROW_PROBLEMS: dict[tuple[int, tuple], tuple[Problem, Problem]] = {}
 
 
@@ -285,7 +290,7 @@ def rows_until(problem: Problem, deadline: float | None,
     others = [doms[n] for n in DEGREES if n != "etp"]
     for k, (tp, pp, cp, ep, vpp, mbs) in enumerate(product(*others)):
         if deadline is not None and k % CLOCK_EVERY == 0 and time.perf_counter() > deadline:
-            return tuple(sorted(rows)), False
+            return tuple(sorted(rows, key=ROW_ORDER)), False
         if (vpp > 1 and pp == 1) or pp * vpp > blocks:
             continue
         for etp in etps[tp]:
@@ -295,7 +300,7 @@ def rows_until(problem: Problem, deadline: float | None,
                     base = Row(pp, vpp, tp, cp, ep, etp, mbs, Recompute.none.value)
                     grid_orders[grid] = tuple(o.value for o in distinct_orders(problem, orders, base))
                 rows.extend(Row(pp, vpp, tp, cp, ep, etp, mbs, r, o) for r in recomputes for o in grid_orders[grid])
-    return tuple(sorted(rows)), True
+    return tuple(sorted(rows, key=ROW_ORDER)), True
 
 
 def choice_variants(problem: Problem, row: Row) -> tuple[Row, ...]:
