@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 from parasol.problems.mapping import Mapping
 from parasol.problems.model.architecture import ModelArchitecture
@@ -63,9 +64,11 @@ def experts_per_rank(num_experts: int, ep: int) -> Fraction:
     return Fraction(num_experts, ep)
 
 
+@lru_cache(maxsize=4096)
 def default_layout(num_blocks: int, stages: int) -> tuple[int, ...]:
     """Split blocks over stages as evenly as possible; the remainder goes to the middle stages first,
-    since the first stage also holds the embedding and the last the head, loss and MTP."""
+    since the first stage also holds the embedding and the last the head, loss and MTP (cached: every
+    row of a search asks for one of a few)."""
     base, extra = divmod(num_blocks, stages)
     counts = [base] * stages
     for s in _middle_first(stages, extra):
@@ -152,6 +155,10 @@ def stage_layer_totals(layout: tuple[int, ...], pp: int) -> tuple[int, ...]:
     return tuple(map(sum, zip(*rows, strict=True)))
 
 
+_layout_totals = lru_cache(maxsize=4096)(stage_layer_totals)
+"""stage_layer_totals for derive's layouts (tuples), cached: a search derives many mappings of few layouts."""
+
+
 def interleaved_even_layout(rank_totals: Sequence[int], vpp: int) -> tuple[int, ...]:
     """The virtual-stage layout in which every pipeline rank splits its blocks evenly over its VPP
     virtual stages (Megatron's cut when only per-rank counts are given; totals divisible by VPP)."""
@@ -183,5 +190,5 @@ def derive(model: ModelArchitecture, mapping: Mapping) -> Derived:
         assignments_per_expert=assign,
         experts_per_rank=per_rank,
         layout=layout,
-        stage_layers=stage_layer_totals(layout, m.pp) if len(layout) % m.pp == 0 else layout,
+        stage_layers=_layout_totals(layout, m.pp) if len(layout) % m.pp == 0 else layout,
     )

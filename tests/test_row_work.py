@@ -182,3 +182,19 @@ def test_worst_placed_group_is_the_one_placement_ranks_worst(problems: list) -> 
                 plain = max(([int(b) + o for o in offsets] for b in sorted(bases[first])),
                             key=lambda members: comm._placement(topology, members))
                 assert comm._worst_placed(topology, offsets, np.sort(bases[first])) == plain
+
+
+def test_row_costs_edges_are_every_stage_priced_on_its_own(problems: list) -> None:
+    """row_costs prices the first, a middle and the last rank's edges once; every stage's edge tables are
+    those of its own edge_contribution."""
+    from parasol.constraints.physics.memory import edge_contribution
+
+    for problem in problems:
+        for row in _sample(problem, 8):
+            c = row_costs(problem, row, None)
+            m = row.mapping(problem)
+            d = derive(problem.model, m)
+            alone = [edge_contribution(problem.model, m, d, problem.training, s == 0, s == row.pp - 1,
+                                       problem.spec.framework.options) for s in range(row.pp)]
+            assert c.edge_bytes == tuple((e.static, e.activation, e.recompute_peak) for e in alone)
+            assert c.edge_moe == tuple(e.moe for e in alone)

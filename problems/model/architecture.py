@@ -79,6 +79,8 @@ def _number_errors(cls: type[BaseModel], data: Mapping[str, Any]) -> list[InitEr
     found: list[InitErrorDetails] = []
     for name, (atoms, bounded) in _numeric_fields(cls).items():
         value = data.get(name)
+        if value is None or (type(value) is int and (bounded or abs(value) <= MAX_NUMBER)):
+            continue
         items = [((name,), value)]
         if isinstance(value, list | tuple):
             items += [((name, i), item) for i, item in enumerate(value)]

@@ -186,7 +186,9 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None) -> 
         representatives.setdefault(block_kind(b), b)
     kinds = block_kinds(problem)
     pp = row.pp
-    edges = [edge_contribution(problem.model, mapping, d, training, s == 0, s == pp - 1, options) for s in range(pp)]
+    ends = {(s == 0, s == pp - 1) for s in (0, pp - 1, min(1, pp - 1))}
+    by_end = {end: edge_contribution(problem.model, mapping, d, training, *end, options) for end in sorted(ends)}
+    edges = [by_end[s == 0, s == pp - 1] for s in range(pp)]
     per_kind = [block_contribution(problem.model, mapping, d, training, representatives[k], options) for k in kinds]
     return RowCosts(
         row=row,
