@@ -12,6 +12,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 from parasol.problems.mapping import Mapping
+from parasol.problems.memo import memo_table
 from parasol.problems.model.architecture import ModelArchitecture
 
 
@@ -166,9 +167,27 @@ def interleaved_even_layout(rank_totals: Sequence[int], vpp: int) -> tuple[int, 
     return tuple(rank_totals[stage_of_virtual(k, pp)] // vpp for k in range(pp * vpp))
 
 
+DERIVE_MEMO = 65536
+"""Derived sizes kept per model (the table starts afresh past this): rows differing only in recompute or rank
+order, and every pass over one row, share one."""
+
+
 def derive(model: ModelArchitecture, mapping: Mapping) -> Derived:
-    """Compute every derived size of `mapping` for `model`."""
+    """Every derived size of `mapping` for `model`, computed once per model and the mapping fields they
+    read (not its recompute or rank order)."""
     m = mapping
+    key = (m.gpus, m.gbs, m.seq_len, m.tp, m.pp, m.cp, m.ep, m.expert_tp, m.vpp, m.mbs, m.layout)
+    memo = memo_table(model, "derive")
+    found = memo.get(key)
+    if found is None:
+        if len(memo) >= DERIVE_MEMO:
+            memo.clear()
+        found = memo[key] = _derive(model, m)
+    return found
+
+
+def _derive(model: ModelArchitecture, m: Mapping) -> Derived:
+    """Compute every derived size of mapping `m` for `model`."""
     dp_a = attention_data_parallel(m.gpus, m.pp, m.tp, m.cp)
     dp_e = expert_data_parallel(m.gpus, m.pp, m.expert_tp, m.ep)
     mb = num_microbatches(m.gbs, m.mbs, dp_a)

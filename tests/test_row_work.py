@@ -198,3 +198,17 @@ def test_row_costs_edges_are_every_stage_priced_on_its_own(problems: list) -> No
                                        problem.spec.framework.options) for s in range(row.pp)]
             assert c.edge_bytes == tuple((e.static, e.activation, e.recompute_peak) for e in alone)
             assert c.edge_moe == tuple(e.moe for e in alone)
+
+
+def test_derive_memo_is_the_computation(problems: list) -> None:
+    """derive's memo gives what computing the mapping afresh gives, and rows differing only in recompute
+    or rank order share one entry."""
+    from parasol.problems.derived import _derive
+
+    for problem in problems:
+        for row in _sample(problem, 10):
+            for layout in (None, default_layout(problem.model.num_layers, row.pp * row.vpp)):
+                m = row.mapping(problem, layout)
+                assert derive(problem.model, m) == _derive(problem.model, m)
+                other = m.model_copy(update={"recompute": "full", "rank_order": RankOrder.dp_last})
+                assert derive(problem.model, other) is derive(problem.model, m)
