@@ -212,3 +212,19 @@ def test_derive_memo_is_the_computation(problems: list) -> None:
                 assert derive(problem.model, m) == _derive(problem.model, m)
                 other = m.model_copy(update={"recompute": "full", "rank_order": RankOrder.dp_last})
                 assert derive(problem.model, other) is derive(problem.model, m)
+
+
+def test_stage_times_price_equal_stages_once_and_alike(problems: list) -> None:
+    """stage_times_s prices a repeated (first, last, counts) stage once: every stage's seconds are those
+    it has priced on its own."""
+    from parasol.constraints.physics.step_time import CalibratedStageTimes
+
+    for problem in problems:
+        model = CalibratedStageTimes(problem)
+        kinds = len(model.kinds)
+        for row in _sample(problem, 4):
+            m = row.mapping(problem)
+            d = derive(problem.model, m)
+            probes = [(s, counts) for s in range(row.pp) for counts in ((0,) * kinds, (1,) * kinds)]
+            together = model.stage_times_s(m, d, probes)
+            assert together == [model.stage_times_s(m, d, [probe])[0] for probe in probes]

@@ -338,22 +338,26 @@ class CalibratedStageTimes:
     def stage_times_s(self, mapping: Mapping, derived: Derived,
                       stages: list[tuple[int, tuple[int, ...]]]) -> list[float]:
         """Forward + backward + exposed TP/CP/EP/FSDP seconds of one microbatch on each (stage, counts),
-        counts in the order of the problem's block kinds (first appearance in the model)."""
+        counts in the order of the problem's block kinds (first appearance in the model). A stage's work
+        reads only whether it is the first or the last, so equal ones are priced once."""
         if not stages:
             return []
         base = self._base(mapping, derived)
         reps = list(self.kinds.values())
         model, training, links = self.problem.model, self.problem.training, self.links(mapping)
         settings = routed(self.problem, mapping, self.settings)
-        works = []
+        works, known, index = [], {}, {}
         for stage, counts in stages:
-            last = stage == mapping.pp - 1
+            first, last = stage == 0, stage == mapping.pp - 1
+            if (first, last, counts) in index:
+                continue
+            index[first, last, counts] = len(works)
             held = [b for b, n in zip(reps, counts, strict=True) for _ in range(n)]
             held += list(model.mtp_blocks) if last else []
-            work = stage_work(model, mapping, derived, training, settings, links, held, stage == 0, last)
+            work = stage_work(model, mapping, derived, training, settings, links, held, first, last, known)
             works.append(replace(base, stages=(work,)))
-        prices = price(batch(works), coefficient_values(self.coefficients))
-        return [float(x) for x in prices["stage"][:, 0]]
+        times = price(batch(works), coefficient_values(self.coefficients))["stage"][:, 0]
+        return [float(times[index[stage == 0, stage == mapping.pp - 1, counts]]) for stage, counts in stages]
 
     def edge_times_s(self, mapping: Mapping, derived: Derived) -> list[float]:
         """Seconds of each pipeline rank holding no block: embedding on the first, head, loss and MTP
