@@ -32,7 +32,13 @@ from parasol.solver.search.costs import (
     usable_mb,
 )
 from parasol.solver.search.cuts import min_max_cut, some_cut_fits
-from parasol.solver.search.savings import fitting_row, open_savings, with_saving, without_static
+from parasol.solver.search.savings import (
+    default_cut_fits,
+    fitting_row,
+    open_savings,
+    with_saving,
+    without_static,
+)
 from parasol.solver.search.space import distinct_orders, enumerate_rows, rank_order_choices
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,7 +143,8 @@ def _least_peak_1f1b(c, counts: np.ndarray) -> int:  # noqa: ANN001
 
 def test_memory_floor_is_below_every_cut_and_fitting_is_unchanged(problems: list) -> None:
     """The floor never exceeds the least peak of a 1F1B row, nor the peak of an interleaved row's default
-    cut; fitting_row with it answers as cuts.some_cut_fits alone does."""
+    cut; a row whose default cut fits is one the cut search finds fitting; fitting_row with both shortcuts
+    answers as cuts.some_cut_fits alone does."""
     pruned = 0
     for problem in problems:
         counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
@@ -157,6 +164,7 @@ def test_memory_floor_is_below_every_cut_and_fitting_is_unchanged(problems: list
                     assert floor <= max(costs.stage_memory(r, tuple(int(x) for x in per_rank[r]))
                                         for r in range(row.pp))
                 pruned += floor > usable
+                assert not default_cut_fits(costs, counts, usable) or some_cut_fits(costs, counts, usable)
             plain = row if some_cut_fits(c, counts, usable) else None
             if plain is None and savings and some_cut_fits(without_static(c), counts, usable):
                 plain = next((v for v in (dataclasses.replace(row, saving=s) for s in savings)

@@ -29,6 +29,7 @@ import dataclasses
 import numpy as np
 
 from parasol.constraints.physics.step_time import CalibratedStageTimes
+from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
 from parasol.problems.mapping_input import apply_settings
 from parasol.problems.memo import memoised
@@ -76,12 +77,25 @@ def without_static(costs: RowCosts) -> RowCosts:
                                edge_static=(0,) * len(costs.edge_static))
 
 
+def default_cut_fits(costs: RowCosts, counts: np.ndarray, usable: int) -> bool:
+    """Whether the even default cut (derived.default_layout, one of the cuts every search considers) keeps
+    every pipeline rank within `usable` MB."""
+    pp, blocks = costs.row.pp, counts.shape[0] - 1
+    layout = default_layout(blocks, pp * costs.row.vpp)
+    starts = np.cumsum((0, *layout))
+    ranks = np.zeros((pp, counts.shape[2]), dtype=np.int64)
+    for k, n in enumerate(layout):
+        ranks[k % pp] += counts[starts[k], starts[k] + n]
+    return all(costs.stage_memory(r, tuple(ranks[r].tolist())) <= usable for r in range(pp))
+
+
 def cut_fits(costs: RowCosts, counts: np.ndarray, usable: int) -> bool:
-    """cuts.some_cut_fits, answered at once (False) for a row whose memory floor (costs.memory_floor_mb)
-    already exceeds usable HBM: most rows that fit no cut, whose search would have to prove it."""
+    """cuts.some_cut_fits, answered at once for a row whose memory floor (costs.memory_floor_mb) already
+    exceeds usable HBM (False: most rows that fit no cut, whose search would have to prove it) or whose
+    default cut fits (True: most rows that fit)."""
     if memory_floor_mb(costs, counts[0, -1]) > usable:
         return False
-    return some_cut_fits(costs, counts, usable)
+    return default_cut_fits(costs, counts, usable) or some_cut_fits(costs, counts, usable)
 
 
 def fitting_row(problem: Problem, row: Row, savings: tuple[str, ...], counts: np.ndarray, usable: int) -> Row | None:
