@@ -419,16 +419,22 @@ def _data_parallel_terms(ctx: _StageContext, sums: _StageSums, first: bool) -> d
 def stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Training, settings: StepSettings,
                 links: Links, held: list[Block], first: bool, last: bool, known: dict | None = None) -> StageWork:
     """Work of one pipeline rank holding `held` blocks (MTP blocks included on the last stage); `known`
-    carries block additions between the stages of one mapping under the same settings and links."""
+    carries block additions and whole stages between the stages of one mapping under the same settings and
+    links (a stage reads of its blocks only their runs' kinds and counts, block_key)."""
+    runs = [(group[0], len(group)) for group in (list(run) for _, run in groupby(held, key=vars))]
+    key = None
+    if known is not None:
+        key = ("stage", first, last, tuple((block_key(model, settings, b), count) for b, count in runs))
+        if key in known:
+            return known[key]
     ctx = _StageContext(model, m, d, training, settings, links)
     sums = _StageSums()
     offloaded = 0.0
-    for b, run in groupby(held):
-        count = sum(1 for _ in run)
+    for b, count in runs:
         sums.add_block(ctx, b, count, known)
         offloaded += count * offloaded_bytes(model, m, training, settings, b)
     sums.add_edges(ctx, first, last)
-    return StageWork(
+    work = StageWork(
         blocks=len(held), moe_blocks=sum(b.mlp is BlockKind.moe for b in held),
         dense_weights=sums.dense_weights, expert_weights=sums.expert_weights, gemm_flops=sums.gemm,
         grouped_flops=sums.grouped, attention_flops=sums.attention, memory_bytes=sums.memory,
@@ -437,6 +443,15 @@ def stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Train
         tp=sums.tp, cp=sums.cp, ep=sums.ep, recompute_comm=sums.r_comm, **_data_parallel_terms(ctx, sums, first),
         offload_bytes=offloaded, scan_flops=sums.scan, recompute_scan_flops=sums.r_scan, head_flops=sums.head,
     )
+    if key is not None:
+        known[key] = work
+    return work
+
+
+def block_key(model: ModelArchitecture, settings: StepSettings, b: Block) -> tuple:
+    """All a stage's work reads of one block besides its count: its kind, whether it is a repeated MTP
+    block (weights shared) and whether --cpu-offloading sends its activations to the host."""
+    return block_kind(b), model.mtp_shares_weights(b), b.index < settings.cpu_offload_layers and not b.mtp
 
 
 def offloaded_bytes(model: ModelArchitecture, m: Mapping, training: Training, settings: StepSettings,
