@@ -294,6 +294,7 @@ class CalibratedStageTimes:
             model, training, links = self.problem.model, self.problem.training, self.links(mapping)
             settings = routed(self.problem, mapping, self.settings)
             by_position: dict[tuple[bool, bool], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+            known: dict = {}
             for s in range(mapping.pp):
                 first, last = s == 0, s == mapping.pp - 1
                 if (first, last) in by_position:
@@ -302,7 +303,7 @@ class CalibratedStageTimes:
 
                 def vector(held: list[Block], first: bool = first, last: bool = last, tail: list = tail) -> np.ndarray:
                     return stage_vector(stage_work(model, mapping, derived, training, settings, links,
-                                                   held + tail, first, last))
+                                                   held + tail, first, last, known))
 
                 empty = vector([])
                 one = np.array([vector([b]) for b in reps])

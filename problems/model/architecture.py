@@ -74,12 +74,18 @@ def _number_error(value: Any, atoms: frozenset[Any], bounded: bool) -> PydanticC
     return None
 
 
+def _plain_whole(value: Any, bounded: bool) -> bool:
+    """A whole number (not true/false) _number_error has nothing to say about: checked first, as most are."""
+    return type(value) is int and (bounded or abs(value) <= MAX_NUMBER)
+
+
 def _number_errors(cls: type[BaseModel], data: Mapping[str, Any]) -> list[InitErrorDetails]:
     """Every numeric field (or numeric list item) of `data` that holds true/false or an absurd size."""
     found: list[InitErrorDetails] = []
     for name, (atoms, bounded) in _numeric_fields(cls).items():
         value = data.get(name)
-        if value is None or (type(value) is int and (bounded or abs(value) <= MAX_NUMBER)):
+        if value is None or _plain_whole(value, bounded) or (
+                isinstance(value, list | tuple) and all(_plain_whole(item, bounded) for item in value)):
             continue
         items = [((name,), value)]
         if isinstance(value, list | tuple):
