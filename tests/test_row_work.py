@@ -236,3 +236,24 @@ def test_stage_times_price_equal_stages_once_and_alike(problems: list) -> None:
             probes = [(s, counts) for s in range(row.pp) for counts in ((0,) * kinds, (1,) * kinds)]
             together = model.stage_times_s(m, d, probes)
             assert together == [model.stage_times_s(m, d, [probe])[0] for probe in probes]
+
+
+def test_stage_work_sharing_additions_is_stage_work_alone(problems: list) -> None:
+    """Stages priced with shared block additions and stages (rank_work's and stage_times_s's probes: no
+    block, one and two of a kind, at every rank position) are exactly the stages priced on their own."""
+    from parasol.constraints.physics.step_time import CalibratedStageTimes
+
+    for problem in problems:
+        reps = list(CalibratedStageTimes(problem).kinds.values())
+        for row in _sample(problem, 4):
+            m = row.mapping(problem)
+            d = derive(problem.model, m)
+            settings = routed(problem, m, settings_for(problem))
+            links = links_for(problem.hardware.topology, m)
+            known: dict = {}
+            for first, last in ((True, False), (False, False), (False, True), (True, True)):
+                tail = list(problem.model.mtp_blocks) if last else []
+                for held in ([], *([b] for b in reps), *([b, b] for b in reps), reps):
+                    args = (problem.model, m, d, problem.training, settings, links, held + tail, first, last)
+                    assert stage_work(*args, known) == stage_work(*args)
+            assert known
