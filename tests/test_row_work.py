@@ -193,19 +193,27 @@ def test_worst_placed_group_is_the_one_placement_ranks_worst(problems: list) -> 
 
 
 def test_row_costs_edges_are_every_stage_priced_on_its_own(problems: list) -> None:
-    """row_costs prices the first, a middle and the last rank's edges once; every stage's edge tables are
-    those of its own edge_contribution."""
-    from parasol.constraints.physics.memory import edge_contribution
+    """row_costs prices the first, a middle and the last rank's edges once, and keeps contributions per
+    problem for rows that differ only in VPP or rank order: every stage's edge tables and every kind's are
+    those of their own edge_contribution and block_contribution."""
+    from parasol.constraints.physics.memory import block_contribution, edge_contribution
+    from parasol.solver.search.costs import kind_representatives
 
     for problem in problems:
-        for row in _sample(problem, 8):
-            c = row_costs(problem, row, None)
-            m = row.mapping(problem)
-            d = derive(problem.model, m)
-            alone = [edge_contribution(problem.model, m, d, problem.training, s == 0, s == row.pp - 1,
-                                       problem.spec.framework.options) for s in range(row.pp)]
-            assert c.edge_bytes == tuple((e.static, e.activation, e.recompute_peak) for e in alone)
-            assert c.edge_moe == tuple(e.moe for e in alone)
+        options = problem.spec.framework.options
+        for base in _sample(problem, 8):
+            other = RankOrder.dp_last if base.rank_order == RankOrder.pp_last else RankOrder.pp_last
+            for row in (base, dataclasses.replace(base, vpp=1), dataclasses.replace(base, rank_order=other.value)):
+                c = row_costs(problem, row, None)
+                m = row.mapping(problem)
+                d = derive(problem.model, m)
+                alone = [edge_contribution(problem.model, m, d, problem.training, s == 0, s == row.pp - 1, options)
+                         for s in range(row.pp)]
+                assert c.edge_bytes == tuple((e.static, e.activation, e.recompute_peak) for e in alone)
+                assert c.edge_moe == tuple(e.moe for e in alone)
+                kinds = [block_contribution(problem.model, m, d, problem.training, b, options)
+                         for b in kind_representatives(problem).values()]
+                assert c.kind_bytes == tuple((k.static, k.activation, k.recompute_peak) for k in kinds)
 
 
 def test_derive_memo_is_the_computation(problems: list) -> None:

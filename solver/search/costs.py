@@ -18,6 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from parasol.constraints.physics.memory import (
+    Contribution,
     block_contribution,
     block_kind,
     dispatch_buffer_bytes,
@@ -30,6 +31,7 @@ from parasol.constraints.physics.schedule import pipeline_time_scaled
 from parasol.problems.derived import Derived, derive
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
+from parasol.problems.memo import memo_table, memoised
 from parasol.problems.model.architecture import Block
 from parasol.solver.search.space import Row, with_choices
 
@@ -67,12 +69,8 @@ class StageTimeModel(Protocol):
 
 
 def block_kinds(problem: Problem) -> tuple[tuple, ...]:
-    """The distinct kinds of main blocks, in order of first appearance."""
-    kinds: list[tuple] = []
-    for b in problem.model.blocks:
-        if block_kind(b) not in kinds:
-            kinds.append(block_kind(b))
-    return tuple(kinds)
+    """The distinct kinds of main blocks, in order of first appearance (memoised per model)."""
+    return tuple(kind_representatives(problem))
 
 
 def prefix_counts(problem: Problem, kinds: tuple[tuple, ...]) -> tuple[tuple[int, ...], ...]:
@@ -180,16 +178,14 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None) -> 
     time_model = time_model.for_problem(problem) if time_model is not None else None
     mapping = row.mapping(problem)
     d = derive(problem.model, mapping)
-    training, options = problem.training, problem.spec.framework.options
-    representatives = {}
-    for b in problem.model.blocks:
-        representatives.setdefault(block_kind(b), b)
+    training = problem.training
+    representatives = kind_representatives(problem)
     kinds = block_kinds(problem)
     pp = row.pp
-    ends = {(s == 0, s == pp - 1) for s in (0, pp - 1, min(1, pp - 1))}
-    by_end = {end: edge_contribution(problem.model, mapping, d, training, *end, options) for end in sorted(ends)}
+    per_kind, by_end = _contributions(problem, mapping, d)
     edges = [by_end[s == 0, s == pp - 1] for s in range(pp)]
-    per_kind = [block_contribution(problem.model, mapping, d, training, representatives[k], options) for k in kinds]
+    dispatch = dispatch_buffer_bytes(problem.model, mapping, training)
+    workspace, fsdp = workspace_bytes(training), fsdp_buffer_bytes(problem.model, mapping, d, training)
     return RowCosts(
         row=row,
         derived=d,
@@ -203,17 +199,51 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None) -> 
         edge_peak=tuple(_mb(c.recompute_peak) for c in edges),
         edge_moe=tuple(c.moe for c in edges),
         inflight=tuple(inflight_microbatches(s, pp, row.vpp, d.num_microbatches) for s in range(pp)),
-        dispatch_mb=_mb(dispatch_buffer_bytes(problem.model, mapping, training)),
-        workspace_mb=_mb(workspace_bytes(training)) + _mb(fsdp_buffer_bytes(problem.model, mapping, d, training)),
+        dispatch_mb=_mb(dispatch),
+        workspace_mb=_mb(workspace) + _mb(fsdp),
         kind_time_us=tuple(_us(t) for t in time_model.block_times_s(mapping, d, [representatives[k] for k in kinds]))
         if time_model else (0,) * len(kinds),
         edge_time_us=tuple(_us(t) for t in time_model.edge_times_s(mapping, d)) if time_model else (0,) * pp,
         constant_time_us=_us(time_model.step_extra_s(mapping, d)) if time_model else 0,
         kind_bytes=tuple((c.static, c.activation, c.recompute_peak) for c in per_kind),
         edge_bytes=tuple((c.static, c.activation, c.recompute_peak) for c in edges),
-        dispatch_bytes=dispatch_buffer_bytes(problem.model, mapping, training),
-        fixed_bytes=workspace_bytes(training) + fsdp_buffer_bytes(problem.model, mapping, d, training),
+        dispatch_bytes=dispatch,
+        fixed_bytes=workspace + fsdp,
     )
+
+
+CONTRIBUTION_MEMO = 65536
+"""Rows' contributions kept per problem (the table starts afresh past this)."""
+
+
+def _contributions(problem: Problem, mapping: Mapping, d: Derived) -> tuple[list[Contribution],
+                                                                            dict[tuple[bool, bool], Contribution]]:
+    """(each block kind's contribution, the edges' by (first, last)) of a row, computed once per problem and
+    the mapping fields they read: rows differing only in VPP, rank order or cut share them."""
+    m = mapping
+    key = (m.pp, m.tp, m.expert_tp, m.cp, m.mbs, m.recompute, d.dp_attn, d.dp_expert, d.experts_per_rank)
+    table = memo_table(problem, "contributions")
+    found = table.get(key)
+    if found is None:
+        if len(table) >= CONTRIBUTION_MEMO:
+            table.clear()
+        model, training, options = problem.model, problem.training, problem.spec.framework.options
+        representatives = kind_representatives(problem)
+        per_kind = [block_contribution(model, m, d, training, representatives[k], options) for k in block_kinds(problem)]
+        ends = sorted({(s == 0, s == m.pp - 1) for s in (0, m.pp - 1, min(1, m.pp - 1))})
+        found = table[key] = (per_kind, {end: edge_contribution(model, m, d, training, *end, options) for end in ends})
+    return found
+
+
+def kind_representatives(problem: Problem) -> dict[tuple, Block]:
+    """The first block of each kind (block_kinds' order), memoised per model."""
+    def build() -> dict[tuple, Block]:
+        found: dict[tuple, Block] = {}
+        for b in problem.model.blocks:
+            found.setdefault(block_kind(b), b)
+        return found
+
+    return memoised(problem.model, "kind_representatives", build)
 
 
 def memory_floor_mb(c: RowCosts, totals: np.ndarray) -> Fraction:
