@@ -141,6 +141,19 @@ def _least_peak_1f1b(c, counts: np.ndarray) -> int:  # noqa: ANN001
     return min_max_cut(memory, counts.shape[0] - 1)[0]
 
 
+def _floor_rank_by_rank(c, totals: np.ndarray) -> Fraction:  # noqa: ANN001
+    """memory_floor_mb's two weighted means computed rank by rank, as its docstring states them."""
+    inflight = [Fraction(f) for f in c.inflight]
+    spread = sum(1 / f for f in inflight)
+    bounds = []
+    for weights in ([(1 / f) / spread for f in inflight], [Fraction(1, len(inflight))] * len(inflight)):
+        edges = sum(w * (s + f * a) for w, s, a, f in zip(weights, c.edge_static, c.edge_activation, inflight, strict=True))
+        blocks = sum(int(n) * min(w * (s + f * a) for w, f in zip(weights, inflight, strict=True))
+                     for n, s, a in zip(totals, c.kind_static, c.kind_activation, strict=True))
+        bounds.append(edges + blocks + c.workspace_mb)
+    return max(bounds)
+
+
 def test_memory_floor_is_below_every_cut_and_fitting_is_unchanged(problems: list) -> None:
     """The floor never exceeds the least peak of a 1F1B row, nor the peak of an interleaved row's default
     cut; a row whose default cut fits is one the cut search finds fitting; fitting_row with both shortcuts
@@ -153,6 +166,7 @@ def test_memory_floor_is_below_every_cut_and_fitting_is_unchanged(problems: list
             c = row_costs(problem, row, None)
             for costs in (c, without_static(c)):
                 floor = memory_floor_mb(costs, totals)
+                assert floor == _floor_rank_by_rank(costs, totals)
                 if row.vpp == 1:
                     assert floor <= _least_peak_1f1b(costs, counts)
                 else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from typing import Protocol
 
 import numpy as np
@@ -253,17 +254,25 @@ def memory_floor_mb(c: RowCosts, totals: np.ndarray) -> Fraction:
     the workspace. Weighting rank r by 1/inflight_r makes every block's activations count alike wherever
     it sits, and even weights spread the static memory; either mean has its least value when every block
     sits on the rank where it weighs least."""
-    pp = c.row.pp
-    inflight = [Fraction(f) for f in c.inflight]
-    spread = sum(1 / f for f in inflight)
-    bounds = []
-    for weights in ([(1 / f) / spread for f in inflight], [Fraction(1, pp)] * pp):
-        edges = sum(w * (s + f * a) for w, s, a, f in zip(weights, c.edge_static, c.edge_activation, inflight,
-                                                          strict=True))
-        blocks = sum(int(n) * min(w * (s + f * a) for w, f in zip(weights, inflight, strict=True))
-                     for n, s, a in zip(totals, c.kind_static, c.kind_activation, strict=True))
-        bounds.append(edges + blocks + c.workspace_mb)
-    return max(bounds)
+    inv, inv_den, share, share_den = _inflight_terms(tuple(c.inflight))
+    least, most = min(c.inflight), max(c.inflight)
+    spread = Fraction(sum(inv), inv_den)
+    blocks = [(int(n), s, a) for n, s, a in zip(totals, c.kind_static, c.kind_activation, strict=True) if n]
+    harmonic = (Fraction(sum(s * x for s, x in zip(c.edge_static, inv, strict=True)), inv_den)
+                + sum(c.edge_activation) + sum(n * (s / (most if s >= 0 else least) + a) for n, s, a in blocks))
+    even = (sum(c.edge_static) + Fraction(sum(a * x for a, x in zip(c.edge_activation, share, strict=True)), share_den)
+            + sum(n * (s + a * (least if a >= 0 else most)) for n, s, a in blocks))
+    return max(harmonic / spread, even / len(c.inflight)) + c.workspace_mb
+
+
+@lru_cache(maxsize=4096)
+def _inflight_terms(inflight: tuple[Fraction, ...]) -> tuple[tuple[int, ...], int, tuple[int, ...], int]:
+    """Each rank's 1/inflight and inflight as whole numbers over one common denominator each:
+    (1/f_r · L for every r, L, f_r · M for every r, M)."""
+    inv_den = math.lcm(*(f.numerator for f in inflight))
+    share_den = math.lcm(*(f.denominator for f in inflight))
+    return (tuple(f.denominator * (inv_den // f.numerator) for f in inflight), inv_den,
+            tuple(f.numerator * (share_den // f.denominator) for f in inflight), share_den)
 
 
 def interval_counts(prefix: tuple[tuple[int, ...], ...]) -> np.ndarray:
