@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 
 from parasol.constraints.physics.memory import memory_ledger
+from parasol.constraints.physics.pricing import batch, coefficient_values, price
 from parasol.constraints.physics.step_time import CalibratedStageTimes, step_time
+from parasol.constraints.physics.workload import build_workload
 from parasol.problems.derived import derive
 from parasol.problems.loader import load_problem, load_problem_text
 from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts, row_costs
@@ -98,6 +100,23 @@ def test_cut_prices_are_explains(name: str) -> None:
             ledger = memory_ledger(problem.model, mapping, derived, problem.training,
                                    problem.hardware.gpu.usable_hbm_bytes, problem.spec.framework.options)
             assert max(costs.stage_bytes(s, n) for s, n in enumerate(per_rank)) == ledger.peak.total_bytes
+
+
+@pytest.mark.parametrize("name", ["deepseek-v4-pro-1024", "qwen3-30b-a3b-h100-64", "llama-3.1-70b-h100-256"])
+def test_step_extra_from_rank_work_is_the_workloads(name: str) -> None:
+    """The per-step time outside the pipeline, priced from rank work vectors of the default layout and the
+    run-level workload (no stage built), is the whole workload's: the solver never builds a full workload."""
+    problem = load_problem(ROOT / "problems" / f"{name}.yaml")
+    model = CalibratedStageTimes(problem)
+    rng = random.Random(16)
+    rows = list(enumerate_rows(problem))
+    for row in rng.sample(rows, min(8, len(rows))):
+        mapping = row.mapping(problem)
+        derived = derive(problem.model, mapping)
+        prices = price(batch([build_workload(problem, mapping, derived, model.settings)]),
+                       coefficient_values(model.coefficients))
+        whole = float(prices["step"][0] - prices["pipeline"][0])
+        assert model.step_extra_s(mapping, derived) == pytest.approx(whole, rel=1e-12, abs=1e-12)
 
 
 @pytest.mark.slow

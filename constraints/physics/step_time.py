@@ -41,7 +41,7 @@ import numpy as np
 
 from parasol.constraints.physics.comm import CommTerm
 from parasol.constraints.physics.exchanges import Links, links_for
-from parasol.constraints.physics.memory import block_kind, schedule_fits_layout
+from parasol.constraints.physics.memory import block_kind, rank_holdings, schedule_fits_layout
 from parasol.constraints.physics.pricing import (
     BREAKDOWN_KINDS,
     batch,
@@ -57,6 +57,7 @@ from parasol.constraints.physics.workload import (
     build_workload,
     network_bytes_per_step,
     routed,
+    run_workload,
     settings_for,
     stage_work,
 )
@@ -279,12 +280,22 @@ class CalibratedStageTimes:
             self._links[mapping] = links_for(self.problem.hardware.topology, mapping)
         return self._links[mapping]
 
-    def _base(self, mapping: Mapping, derived: Derived) -> Workload:
-        """The mapping's workload under its own (or the default) layout, built once."""
+    def _run(self, mapping: Mapping, derived: Derived) -> Workload:
+        """The mapping's run-level workload (no stage: rank work comes as vectors), built once."""
         if mapping not in self._workloads:
-            self._workloads[mapping] = build_workload(self.problem, mapping, derived, self.settings,
-                                                      self.links(mapping))
+            self._workloads[mapping] = run_workload(self.problem, mapping, derived,
+                                                    routed(self.problem, mapping, self.settings), self.links(mapping))
         return self._workloads[mapping]
+
+    def _default_counts(self, mapping: Mapping, derived: Derived) -> np.ndarray:
+        """Blocks of each kind per pipeline rank under the mapping's own (or the default) layout, 1 × PP × kinds."""
+        kinds = list(self.kinds)
+        blocks = self.problem.model.blocks
+        out = np.zeros((1, mapping.pp, len(kinds)), dtype=np.int64)
+        for r, holding in enumerate(rank_holdings(derived.layout, mapping.pp, self.problem.training.pipeline_schedule)):
+            for i in holding.blocks:
+                out[0, r, kinds.index(block_kind(blocks[i]))] += 1
+        return out
 
     def rank_work(self, mapping: Mapping, derived: Derived) -> RankWork:
         """The mapping's rank work per block count (RankWork), built once from ranks holding no block,
@@ -317,9 +328,12 @@ class CalibratedStageTimes:
     def cut_step_times_s(self, mapping: Mapping, derived: Derived, counts: np.ndarray) -> np.ndarray:
         """Step seconds of N cuts of one mapping, exactly as `step_time` prices them (the same `price`):
         counts N × PP × kinds are the blocks of each kind on each pipeline rank."""
+        return self._priced_cuts(mapping, derived, counts)["step"]
+
+    def _priced_cuts(self, mapping: Mapping, derived: Derived, counts: np.ndarray) -> dict[str, np.ndarray]:
+        """`price` of N cuts of one mapping (counts N × PP × kinds blocks per pipeline rank)."""
         vectors = self.rank_work(mapping, derived).vectors(counts)
-        prices = price(batch_from_vectors(self._base(mapping, derived), vectors), coefficient_values(self.coefficients))
-        return prices["step"]
+        return price(batch_from_vectors(self._run(mapping, derived), vectors), coefficient_values(self.coefficients))
 
     def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
         """A lower bound on the step seconds of every cut of the mapping (`totals`: blocks of each kind in
@@ -330,7 +344,7 @@ class CalibratedStageTimes:
         the mean, and exposed communication is never negative."""
         work = self.rank_work(mapping, derived)
         total = work.empty.sum(axis=0) + totals.astype(float) @ work.slope.min(axis=0)
-        prices = price(batch_from_vectors(self._base(mapping, derived), total[None, None, :]),
+        prices = price(batch_from_vectors(self._run(mapping, derived), total[None, None, :]),
                        coefficient_values(self.coefficients))
         compute = float(prices["forward"][0, 0] + prices["backward"][0, 0])
         m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
@@ -343,7 +357,7 @@ class CalibratedStageTimes:
         reads only whether it is the first or the last, so equal ones are priced once."""
         if not stages:
             return []
-        base = self._base(mapping, derived)
+        base = self._run(mapping, derived)
         reps = list(self.kinds.values())
         model, training, links = self.problem.model, self.problem.training, self.links(mapping)
         settings = routed(self.problem, mapping, self.settings)
@@ -382,5 +396,5 @@ class CalibratedStageTimes:
 
     def step_extra_s(self, mapping: Mapping, derived: Derived) -> float:
         """Per-step seconds outside the pipeline: exposed sends, gradient reduction, optimizer."""
-        prices = price(batch([self._base(mapping, derived)]), coefficient_values(self.coefficients))
+        prices = self._priced_cuts(mapping, derived, self._default_counts(mapping, derived))
         return float(prices["step"][0] - prices["pipeline"][0])

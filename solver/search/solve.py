@@ -13,8 +13,9 @@ import numpy as np
 from parasol.constraints.evaluate import evaluate
 from parasol.constraints.physics.flops import model_flops_per_token
 from parasol.errors import InputError
-from parasol.problems.derived import default_layout, derive
+from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
+from parasol.problems.memo import memoised
 from parasol.problems.schema import Objective
 from parasol.solver.diagnose.explain import Explanation, explain
 from parasol.solver.search.choices import settled
@@ -29,6 +30,7 @@ from parasol.solver.search.costs import (
     usable_mb,
 )
 from parasol.solver.search.cuts import CutPoint, Staircase, row_staircase
+from parasol.solver.search.domains import rule_domains
 from parasol.solver.search.objectives import (
     DEFAULT_OBJECTIVES,
     RESOLUTIONS,
@@ -49,7 +51,7 @@ from parasol.solver.search.program import (
 from parasol.solver.search.prune import beaten, pruned
 from parasol.solver.search.reprice import exact_staircase, floor_point
 from parasol.solver.search.savings import NONE, fitting_row, open_savings, row_problem, time_model_for
-from parasol.solver.search.space import Row, rows_until
+from parasol.solver.search.space import Row, rows_until, search_domains
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,11 @@ class SolveResult:
     seconds: float
     rows_screened: int = 0
     """Rows examined within the time limit: screened for memory, and priced when a cut fits."""
+    ruled_out: tuple[tuple[str, str], ...] = ()
+    """(degree or recompute, value) pairs no mapping meeting the posted rules takes (solver/search/domains.py):
+    their rows are not listed."""
+    rules_refuse_all: bool = False
+    """Rows fold, but no combination of the search's values meets every rule the master posts."""
 
     def as_dict(self) -> dict:
         """The BRIEF's `solve --json` contract: {"status", "mappings": [...]} plus search statistics."""
@@ -113,6 +120,7 @@ class SolveResult:
             "mappings": [m.as_dict() for m in self.mappings],
             "search": {"rows": self.rows, "rows_with_a_fitting_cut": self.rows_fitting,
                        "rows_screened": self.rows_screened, "master_solves": self.master_solves,
+                       "ruled_out": [f"{name}={value}" for name, value in self.ruled_out],
                        "seconds": round(self.seconds, 3)},
         }
 
@@ -125,6 +133,14 @@ def why_not_optimal(result: SolveResult, problem: Problem, time_limit_s: float) 
         return f"the search was cut off by the time limit ({time_limit_s:g} s): the best mappings found so far"
     if result.status == "unknown":
         return f"no mapping found within the time limit ({time_limit_s:g} s)"
+    if result.rules_refuse_all:
+        return (f"none of the {result.rows:,} degree rows meets every rule: widen `search` or change the options "
+                "the rules read (`explain` a mapping to see which rule refuses it)")
+    if result.rows == 0 and result.ruled_out:
+        values = ", ".join(f"{name} {value}" for name, value in result.ruled_out)
+        return (f"no degree row meets every rule: the rules rule out {values}, and the values left do not fold "
+                f"onto {problem.gpus:,} GPUs with whole D_a, D_e and m (`explain` a mapping to see which rule "
+                "refuses it)")
     if result.rows == 0:
         odd = problem.gpus
         while odd % 2 == 0:
@@ -141,6 +157,8 @@ def why_not_optimal(result: SolveResult, problem: Problem, time_limit_s: float) 
     return f"{result.rows_fitting:,} degree rows fit in memory but none meets every rule (`explain` one to see which)"
 
 
+RULES_SHARE = 0.1
+"""Share of the time limit the rules may spend ruling out degree values before rows are listed."""
 PRICING_SHARE = 0.8
 """Share of the time limit the step-time pricing of rows may use before the search starts."""
 SCREEN_SHARE = 0.4
@@ -155,11 +173,12 @@ The master and explaining take well under a second on every bundled problem, so 
 def ideal_step_s(problem: Problem, row: Row) -> float:
     """A quick optimistic step time used only to decide which rows to price first: model FLOPs of the
     step at the GEMM precision's peak, stretched by the row's pipeline fill and recompute."""
-    d = derive(problem.model, row.mapping(problem))
-    m, p, v = float(d.num_microbatches), row.pp, row.vpp
-    flops = model_flops_per_token(problem.model, problem.training.seq_len) * problem.training.global_batch \
-        * problem.training.seq_len
-    peak = problem.hardware.gpu.peak_flops(problem.training.precision.value)
+    training = problem.training
+    m = training.global_batch * row.tp * row.pp * row.cp / (row.mbs * problem.gpus)
+    p, v = row.pp, row.vpp
+    flops = memoised(problem, "step_model_flops", lambda: model_flops_per_token(problem.model, training.seq_len)
+                     * training.global_batch * training.seq_len)
+    peak = problem.hardware.gpu.peak_flops(training.precision.value)
     stretch = (v * m + p - 1) / (v * m) * (4 / 3 if row.recompute == "full" else 1.0)
     return flops / (problem.gpus * peak) * stretch
 
@@ -226,9 +245,16 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     pricing_deadline = start + PRICING_SHARE * time_limit_s
     objectives = front_objectives(problem)
     minimised = program_objectives(objectives)
-    rows, listed = rows_until(problem, pricing_deadline)
+    ruled = rule_domains(problem, search_domains(problem), start + RULES_SHARE * time_limit_s)
+    if ruled.refuse_all:
+        rows, listed = rows_until(problem, pricing_deadline)
+        return SolveResult("infeasible" if listed else "unknown", (), len(rows), 0, 0, time.perf_counter() - start,
+                           rules_refuse_all=bool(rows))
+    rows, listed = rows_until(problem, pricing_deadline, ruled.degrees)
+    rows = tuple(r for r in rows if ruled.holds(r))
     if not rows:
-        return SolveResult("infeasible" if listed else "unknown", (), 0, 0, 0, time.perf_counter() - start)
+        return SolveResult("infeasible" if listed else "unknown", (), 0, 0, 0, time.perf_counter() - start,
+                           ruled_out=ruled.dropped)
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     usable = usable_mb(problem)
     total_rows = len(rows)
@@ -290,12 +316,12 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     all_priced = listed and screened == len(ordered) and all(st.proved for st in staircases)
     if not kept:
         return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, 0, 0,
-                           time.perf_counter() - start, screened)
+                           time.perf_counter() - start, screened, ruled.dropped)
     rows, stairs = tuple(kept), tuple(staircases)
     if not any(st.points for st in stairs):
         complete = all_priced
         return SolveResult("infeasible" if complete else "unknown", (), total_rows, len(rows), 0,
-                           time.perf_counter() - start, screened)
+                           time.perf_counter() - start, screened, ruled.dropped)
     per_row = {o: tuple(row_units(problem, r, o) for r in rows) for o in minimised if not SCALES[o].per_cut}
     if prune:
         stairs = pruned(stairs, lambda i, q: tuple(_point_value(o, i, q, per_row) for o in minimised), top,
@@ -324,4 +350,4 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     else:
         status = "optimal" if complete and all(s.optimal for s in solved) else "feasible"
     return SolveResult(status, tuple(solved), total_rows, len(rows), outcome.master_solves,
-                       time.perf_counter() - start, screened)
+                       time.perf_counter() - start, screened, ruled.dropped)
