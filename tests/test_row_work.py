@@ -279,3 +279,24 @@ def test_stage_work_sharing_additions_is_stage_work_alone(problems: list) -> Non
                     args = (problem.model, m, d, problem.training, settings, links, held + tail, first, last)
                     assert stage_work(*args, known) == stage_work(*args)
             assert known
+
+
+def test_hardware_flops_memo_is_the_sum(problems: list) -> None:
+    """hardware_flops_per_token's memo gives the sum over every block for each recompute choice."""
+    from parasol.constraints.physics.flops import (
+        block_flops,
+        hardware_flops_per_token,
+        model_flops_per_token,
+        recomputed_flops,
+    )
+    from parasol.problems.mapping import Recompute
+
+    for problem in problems:
+        model, seq = problem.model, problem.training.seq_len
+        for recompute in Recompute:
+            for modules in ((), ("core_attn",), ("mlp", "core_attn")):
+                plain = model_flops_per_token(model, seq) + sum(
+                    recomputed_flops(recompute, modules, block_flops(model, b, seq)).total
+                    for b in (*model.blocks, *model.mtp_blocks))
+                assert hardware_flops_per_token(model, seq, recompute, modules) == plain
+                assert hardware_flops_per_token(model, seq, recompute, modules) == plain

@@ -268,10 +268,15 @@ def recomputed_flops(recompute: Recompute, modules: tuple[str, ...], flops: Bloc
 
 def hardware_flops_per_token(model: ModelArchitecture, seq_len: int, recompute: Recompute,
                              modules: tuple[str, ...]) -> float:
-    """Model FLOPs plus the forward work recompute repeats: HFU's numerator."""
-    extra = sum(recomputed_flops(recompute, modules, block_flops(model, b, seq_len)).total
-                for b in (*model.blocks, *model.mtp_blocks))
-    return model_flops_per_token(model, seq_len) + extra
+    """Model FLOPs plus the forward work recompute repeats: HFU's numerator (memoised per model: every
+    mapping of a search asks for one of a few)."""
+    memo = memo_table(model, "hardware_flops_per_token")
+    key = (seq_len, recompute, modules)
+    if key not in memo:
+        extra = sum(recomputed_flops(recompute, modules, block_flops(model, b, seq_len)).total
+                    for b in (*model.blocks, *model.mtp_blocks))
+        memo[key] = model_flops_per_token(model, seq_len) + extra
+    return memo[key]
 
 
 NEWTON_SCHULZ_STEPS = 5
