@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parasol.constraints.core.base import Constraint, Facts, Verdict
+from parasol.constraints.core.base import Constraint, Facts, Severity, Verdict
 from parasol.constraints.physics.memory import MemoryLedger, memory_ledger, schedule_fits_layout
 from parasol.constraints.rules.registry import active_constraints
 from parasol.problems.derived import derive
@@ -73,3 +73,16 @@ def evaluate(problem, mapping: Mapping, rules: tuple[Constraint, ...] | None = N
             continue
         verdicts.append(rule.judge(facts))
     return Evaluation(facts=facts, verdicts=tuple(verdicts), skipped=tuple(skipped))
+
+
+def holds(problem, mapping: Mapping, rules: tuple[Constraint, ...],  # noqa: ANN001
+          options: MegatronOptions | None = None) -> bool:
+    """evaluate(...).feasible without verdicts: whether every error rule's slack is >= 0 (a rule that needs
+    a ledger the mapping lacks fails), stopping at the first that is not; what the search asks per row."""
+    facts = facts_for(problem, mapping, options)
+    for rule in rules:
+        if rule.needs_ledger() and facts.ledger_builder is None:
+            return False
+        if rule.severity is not Severity.warning and not rule.slack(facts) >= 0:
+            return False
+    return True

@@ -300,3 +300,26 @@ def test_hardware_flops_memo_is_the_sum(problems: list) -> None:
                     for b in (*model.blocks, *model.mtp_blocks))
                 assert hardware_flops_per_token(model, seq, recompute, modules) == plain
                 assert hardware_flops_per_token(model, seq, recompute, modules) == plain
+
+
+def test_holds_is_evaluate_feasible(problems: list) -> None:
+    """holds (no verdicts, first failure stops it) answers as evaluate(...).feasible for every rule set the
+    search judges, on rows that pass and rows that fail."""
+    from parasol.constraints.evaluate import holds
+    from parasol.solver.search.program import choice_rules, judged_rules, program_rules
+    from parasol.solver.search.space import choice_variants, with_choices
+
+    answers = set()
+    for problem in problems:
+        for row in _sample(problem, 10):
+            for variant in choice_variants(problem, row):
+                chosen = with_choices(problem, variant)
+                sets = (active_constraints(chosen), program_rules(chosen), choice_rules(chosen),
+                        judged_rules(chosen, "row"), judged_rules(chosen, "cut"))
+                for layout in (None, default_layout(problem.model.num_layers, row.pp * row.vpp), (1,) * row.pp):
+                    mapping = variant.mapping(chosen, layout)
+                    for rules in sets:
+                        answer = evaluate(chosen, mapping, rules).feasible
+                        assert holds(chosen, mapping, rules) == answer
+                        answers.add(answer)
+    assert answers == {True, False}

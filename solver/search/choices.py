@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from parasol.constraints.evaluate import evaluate
+from parasol.constraints.evaluate import holds
 from parasol.constraints.physics.comm import CommTerm
 from parasol.constraints.physics.exchanges import cp_comm, ep_comm, links_for
 from parasol.constraints.physics.workload import dispatch_received, routed, settings_for
@@ -42,7 +42,7 @@ def choice_rules_hold(problem: Problem, row: Row) -> bool:
     if not rules:
         return True
     mapping = row.mapping(chosen, default_layout(chosen.model.num_layers, row.pp * row.vpp))
-    return evaluate(chosen, mapping, rules).feasible
+    return holds(chosen, mapping, rules)
 
 
 def no_slower(a: RowCosts, b: RowCosts) -> bool:

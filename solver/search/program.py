@@ -19,7 +19,7 @@ from ortools.sat.python import cp_model
 from parasol.constraints.core.base import Constraint, post_rules
 from parasol.constraints.core.consts import model_consts
 from parasol.constraints.core.decision_vars import DecisionVars
-from parasol.constraints.evaluate import evaluate
+from parasol.constraints.evaluate import holds
 from parasol.constraints.rules.registry import active_constraints
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, RankOrder, Recompute
@@ -79,12 +79,12 @@ def admissible(problem: Problem, row: Row, staircase: Staircase, row_rules: tupl
     row_rules = row_rules + choice_rules(problem)
     if not staircase.points or not (row_rules or cut_rules):
         return staircase
-    if row_rules and not evaluate(problem, row.mapping(problem), row_rules).feasible:
+    if row_rules and not holds(problem, row.mapping(problem), row_rules):
         return Staircase((), staircase.proved)
     if not cut_rules:
         return staircase
     return Staircase(tuple(q for q in staircase.points
-                           if evaluate(problem, row.mapping(problem, q.layout), cut_rules).feasible), staircase.proved)
+                           if holds(problem, row.mapping(problem, q.layout), cut_rules)), staircase.proved)
 
 
 def _post_rules(model: cp_model.CpModel, problem: Problem, rows: tuple[Row, ...],
