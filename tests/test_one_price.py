@@ -23,7 +23,7 @@ from parasol.problems.loader import load_problem, load_problem_text
 from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts, row_costs
 from parasol.solver.search.cuts import rank_counts
 from parasol.solver.search.pools import solve_pools
-from parasol.solver.search.space import enumerate_rows
+from parasol.solver.search.space import choice_variants, enumerate_rows, with_choices
 from parasol.solver.solutions import SOLUTIONS_DIR, bundled_problems
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,3 +128,23 @@ def test_front_at_131072_gpus_is_non_dominated_as_printed() -> None:
     data = solve_pools(problem, top=10, time_limit_s=600).as_dict()
     assert data["status"] == "optimal" and len(data["mappings"]) >= 4
     assert_one_price(data)
+
+
+def test_floor_holds_for_every_option_a_row_may_choose() -> None:
+    """The calibrated floor (compute and optimizer only) is the same under every MoE dispatcher and CP
+    communication type, so solve may judge a row by it before settling those options."""
+    problem = load_problem_text("model: qwen3-30b-a3b\ntraining: {seq_len: 8192, global_batch: 256}\n"
+                                "hardware: {preset: h100-hgx, gpus: 64}\n")
+    model = CalibratedStageTimes(problem)
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    totals = counts[0, counts.shape[0] - 1]
+    rows = [r for r in enumerate_rows(problem) if r.ep > 1 and r.cp > 1]
+    assert rows
+    for row in random.Random(17).sample(rows, 6):
+        assert len(choice_variants(problem, row)) > 3
+        floors = set()
+        for variant in choice_variants(problem, row):
+            chosen = with_choices(problem, variant)
+            mapping = variant.mapping(chosen)
+            floors.add(model.for_problem(chosen).step_floor_s(mapping, derive(chosen.model, mapping), totals))
+        assert len(floors) == 1, (row, floors)

@@ -27,6 +27,7 @@ from parasol.solver.search.costs import (
     block_kinds,
     interval_counts,
     prefix_counts,
+    row_costs,
     usable_mb,
 )
 from parasol.solver.search.cuts import CutPoint, Staircase, row_staircase
@@ -50,7 +51,14 @@ from parasol.solver.search.program import (
 )
 from parasol.solver.search.prune import beaten, pruned
 from parasol.solver.search.reprice import exact_staircase, floor_point
-from parasol.solver.search.savings import NONE, fitting_row, open_savings, row_problem, time_model_for
+from parasol.solver.search.savings import (
+    NONE,
+    fitting_row,
+    open_savings,
+    row_problem,
+    time_model_for,
+    with_saving,
+)
 from parasol.solver.search.space import Row, rows_until, search_domains
 
 
@@ -260,9 +268,11 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     total_rows = len(rows)
     ordered = priced_first(problem, rows, pricing_deadline)
     row_rules, cut_rules = judged_rules(problem, "row"), judged_rules(problem, "cut")
+    fitted_rows: list[Row] = []
+    lowest: list[tuple[int, int]] = []
     kept: list[Row] = []
     costs: list[RowCosts] = []
-    surely: list[bool] = []
+    staircases: list[Staircase] = []
     screened = 0
     savings, models = open_savings(problem), {NONE: time_model}
     floors = prune and minimised == DEFAULT_OBJECTIVES
@@ -275,6 +285,12 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
             passes[i] = rows_pass_rules(problem, kept[i])
         return passes[i]
 
+    def model_of(r: Row) -> StageTimeModel:
+        """The step-time model of a row: its saving's, under the dispatcher and CP type it chose."""
+        if r.saving not in models:
+            models[r.saving] = time_model_for(time_model, with_saving(problem, r.saving))
+        return models[r.saving].for_problem(row_problem(problem, r))
+
     for r in ordered:
         if time.perf_counter() > start + SCREEN_SHARE * time_limit_s:
             break
@@ -283,44 +299,36 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
             progress(SearchProgress(screened, len(ordered)))
         fitted = fitting_row(problem, r, savings, counts, usable)
         if fitted is not None:
-            priced = row_problem(problem, fitted)
-            if fitted.saving not in models:
-                models[fitted.saving] = time_model_for(time_model, priced)
-            fitted, cost, sure = settled(priced, fitted, models[fitted.saving])
-            kept.append(fitted)
-            costs.append(cost)
-            surely.append(sure)
-
-    def model_of(r: Row) -> StageTimeModel:
-        """The step-time model of a row: its saving's, under the dispatcher and CP type it chose."""
-        return models[r.saving].for_problem(row_problem(problem, r))
-
-    staircases = [Staircase((), proved=False)] * len(kept)
-    lowest = [floor_point(c, r.mapping(problem), counts, model_of(r)) for r, c in zip(kept, costs, strict=True)] \
-        if floors else [(0, 0)] * len(kept)
-    for i in sorted(range(len(kept)), key=lambda i: (lowest[i], i)):
+            fitted_rows.append(fitted)
+            lowest.append(floor_point(row_costs(row_problem(problem, fitted), fitted, None),
+                                      fitted.mapping(problem), counts, model_of(fitted)) if floors else (0, 0))
+    unproved = False
+    for k in sorted(range(len(fitted_rows)), key=lambda k: (lowest[k], k)):
         if time.perf_counter() > pricing_deadline:
+            unproved = True
             break
-        if floors and beaten(lowest[i], np.array(step_rows, dtype=np.int64),
+        if floors and beaten(lowest[k], np.array(step_rows, dtype=np.int64),
                              np.array(step_values, dtype=np.int64).reshape(-1, 2), top, feasible_row):
-            staircases[i] = Staircase(())
             continue
-        r, c = kept[i], costs[i]
+        priced = row_problem(problem, fitted_rows[k])
+        r, c, sure = settled(priced, fitted_rows[k], model_of(fitted_rows[k]))
         priced = row_problem(problem, r)
         stairs = admissible(priced, r, row_staircase(c, counts, usable, pricing_deadline), row_rules, cut_rules)
-        staircases[i] = exact_staircase(c, r.mapping(problem), stairs, counts, model_of(r))
-        if not surely[i]:
-            staircases[i] = Staircase(staircases[i].points, False)
-        step_rows.extend(i for _ in staircases[i].points)
-        step_values.extend((q.time_units, q.memory_units) for q in staircases[i].points)
-    all_priced = listed and screened == len(ordered) and all(st.proved for st in staircases)
+        stairs = exact_staircase(c, r.mapping(problem), stairs, counts, model_of(r))
+        i = len(kept)
+        kept.append(r)
+        costs.append(c)
+        staircases.append(stairs if sure else Staircase(stairs.points, False))
+        step_rows.extend(i for _ in stairs.points)
+        step_values.extend((q.time_units, q.memory_units) for q in stairs.points)
+    all_priced = listed and screened == len(ordered) and not unproved and all(st.proved for st in staircases)
     if not kept:
-        return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, 0, 0,
+        return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, len(fitted_rows), 0,
                            time.perf_counter() - start, screened, ruled.dropped)
     rows, stairs = tuple(kept), tuple(staircases)
     if not any(st.points for st in stairs):
         complete = all_priced
-        return SolveResult("infeasible" if complete else "unknown", (), total_rows, len(rows), 0,
+        return SolveResult("infeasible" if complete else "unknown", (), total_rows, len(fitted_rows), 0,
                            time.perf_counter() - start, screened, ruled.dropped)
     per_row = {o: tuple(row_units(problem, r, o) for r in rows) for o in minimised if not SCALES[o].per_cut}
     if prune:
@@ -349,5 +357,5 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         status = "infeasible" if complete else "unknown"
     else:
         status = "optimal" if complete and all(s.optimal for s in solved) else "feasible"
-    return SolveResult(status, tuple(solved), total_rows, len(rows), outcome.master_solves,
+    return SolveResult(status, tuple(solved), total_rows, len(fitted_rows), outcome.master_solves,
                        time.perf_counter() - start, screened, ruled.dropped)
