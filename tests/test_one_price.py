@@ -7,6 +7,7 @@ priced from the mapping's rank work per block count (CalibratedStageTimes.cut_st
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -148,3 +149,17 @@ def test_floor_holds_for_every_option_a_row_may_choose() -> None:
             mapping = variant.mapping(chosen)
             floors.add(model.for_problem(chosen).step_floor_s(mapping, derive(chosen.model, mapping), totals))
         assert len(floors) == 1, (row, floors)
+
+
+@pytest.mark.parametrize("name", ["deepseek-v4-pro-1024", "qwen3-30b-a3b-h100-64", "llama-3.1-70b-h100-256"])
+def test_rank_work_does_not_depend_on_vpp(name: str) -> None:
+    """A rank's work per block and the group placement read neither VPP nor the layout, so the model builds
+    them once for a row's VPP variants (step_time.vpp_free): each variant built on its own gives the same."""
+    problem = load_problem(ROOT / "problems" / f"{name}.yaml")
+    rows = [r for r in enumerate_rows(problem) if r.vpp > 1]
+    for row in random.Random(18).sample(rows, min(4, len(rows))):
+        alone = [dataclasses.replace(row, vpp=v) for v in (1, row.vpp)]
+        works = [CalibratedStageTimes(problem).rank_work(r.mapping(problem), derive(problem.model, r.mapping(problem)))
+                 for r in alone]
+        for a, b in zip(dataclasses.astuple(works[0]), dataclasses.astuple(works[1]), strict=True):
+            assert np.array_equal(a, b)

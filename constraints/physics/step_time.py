@@ -35,7 +35,7 @@ fits hundreds of runs in milliseconds and `step_time` prices one mapping the sam
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -235,6 +235,14 @@ class RankWork:
         return linear + jump
 
 
+def vpp_free(mapping: Mapping) -> Mapping:
+    """The mapping with VPP 1 and no explicit layout: a rank's work per block (stage_work) and the group
+    placement read neither, so what is built from them is shared by a row's VPP variants."""
+    if mapping.vpp == 1 and mapping.layout is None:
+        return mapping
+    return mapping.model_copy(update={"vpp": 1, "layout": None})
+
+
 class CalibratedStageTimes:
     """The step-time model as the solver reads it (solver/search/costs.py StageTimeModel): per-microbatch time
     of a pipeline rank holding given numbers of each kind of block, and the per-step time outside the
@@ -275,10 +283,12 @@ class CalibratedStageTimes:
         return comm_seconds(term, coefficient_values(self.coefficients))
 
     def links(self, mapping: Mapping) -> Links:
-        """Group placement of a mapping, computed once."""
-        if mapping not in self._links:
-            self._links[mapping] = links_for(self.problem.hardware.topology, mapping)
-        return self._links[mapping]
+        """Group placement of a mapping, computed once per mapping less its VPP and layout (placement reads
+        neither)."""
+        key = vpp_free(mapping)
+        if key not in self._links:
+            self._links[key] = links_for(self.problem.hardware.topology, mapping)
+        return self._links[key]
 
     def _run(self, mapping: Mapping, derived: Derived) -> Workload:
         """The mapping's run-level workload (no stage: rank work comes as vectors), built once."""
@@ -300,7 +310,8 @@ class CalibratedStageTimes:
     def rank_work(self, mapping: Mapping, derived: Derived) -> RankWork:
         """The mapping's rank work per block count (RankWork), built once from ranks holding no block,
         one and two blocks of each kind, per rank position (first, middle, last)."""
-        if mapping not in self._rank_work:
+        key = vpp_free(mapping)
+        if key not in self._rank_work:
             reps = list(self.kinds.values())
             model, training, links = self.problem.model, self.problem.training, self.links(mapping)
             settings = routed(self.problem, mapping, self.settings)
@@ -320,9 +331,9 @@ class CalibratedStageTimes:
                 two = np.array([vector([b, b]) for b in reps])
                 by_position[first, last] = (empty, two - one, one - empty - (two - one))
             pos = [by_position[s == 0, s == mapping.pp - 1] for s in range(mapping.pp)]
-            self._rank_work[mapping] = RankWork(np.array([p[0] for p in pos]), np.array([p[1] for p in pos]),
+            self._rank_work[key] = RankWork(np.array([p[0] for p in pos]), np.array([p[1] for p in pos]),
                                             np.array([p[2] for p in pos]))
-        return self._rank_work[mapping]
+        return self._rank_work[key]
 
     def cut_step_times_s(self, mapping: Mapping, derived: Derived, counts: np.ndarray) -> np.ndarray:
         """Step seconds of N cuts of one mapping, exactly as `step_time` prices them (the same `price`):
@@ -352,21 +363,17 @@ class CalibratedStageTimes:
     def stage_times_s(self, mapping: Mapping, derived: Derived,
                       stages: list[tuple[int, tuple[int, ...]]]) -> list[float]:
         """Forward + backward + exposed TP/CP/EP/FSDP seconds of one microbatch on each (stage, counts),
-        counts in the order of the problem's block kinds (first appearance in the model)."""
+        counts in the order of the problem's block kinds (first appearance in the model): each priced as
+        a run of its own from the mapping's rank work (RankWork, exact)."""
         if not stages:
             return []
-        base = self._run(mapping, derived)
-        reps = list(self.kinds.values())
-        model, training, links = self.problem.model, self.problem.training, self.links(mapping)
-        settings = routed(self.problem, mapping, self.settings)
-        works = []
-        for stage, counts in stages:
-            last = stage == mapping.pp - 1
-            held = [b for b, n in zip(reps, counts, strict=True) for _ in range(n)]
-            held += list(model.mtp_blocks) if last else []
-            work = stage_work(model, mapping, derived, training, settings, links, held, stage == 0, last)
-            works.append(replace(base, stages=(work,)))
-        prices = price(batch(works), coefficient_values(self.coefficients))
+        counts = np.zeros((len(stages), mapping.pp, len(self.kinds)), dtype=np.int64)
+        for n, (stage, held) in enumerate(stages):
+            counts[n, stage] = held
+        ranks = [stage for stage, _ in stages]
+        vectors = self.rank_work(mapping, derived).vectors(counts)[np.arange(len(stages)), ranks]
+        prices = price(batch_from_vectors(self._run(mapping, derived), vectors[:, None, :]),
+                       coefficient_values(self.coefficients))
         return [float(x) for x in prices["stage"][:, 0]]
 
     def edge_times_s(self, mapping: Mapping, derived: Derived) -> list[float]:
