@@ -8,29 +8,22 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from parasol.constraints.evaluate import evaluate
 from parasol.constraints.physics.flops import model_flops_per_token
 from parasol.errors import InputError
-from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
 from parasol.problems.memo import memoised
 from parasol.problems.schema import Objective
 from parasol.solver.diagnose.explain import Explanation, explain
-from parasol.solver.search.choices import settled
 from parasol.solver.search.costs import (
     MEMORY_UNIT_MB,
     TIME_UNIT_S,
-    RowCosts,
     StageTimeModel,
     block_kinds,
     interval_counts,
     prefix_counts,
-    row_costs,
     usable_mb,
 )
-from parasol.solver.search.cuts import CutPoint, Staircase, row_staircase
+from parasol.solver.search.cuts import CutPoint
 from parasol.solver.search.domains import rule_domains
 from parasol.solver.search.objectives import (
     DEFAULT_OBJECTIVES,
@@ -42,23 +35,10 @@ from parasol.solver.search.objectives import (
     row_units,
 )
 from parasol.solver.search.pareto import pareto_search
-from parasol.solver.search.program import (
-    admissible,
-    choice_rules,
-    compile_program,
-    judged_rules,
-    program_rules,
-)
-from parasol.solver.search.prune import beaten, pruned
-from parasol.solver.search.reprice import exact_staircase, floor_point
-from parasol.solver.search.savings import (
-    NONE,
-    fitting_row,
-    open_savings,
-    row_problem,
-    time_model_for,
-    with_saving,
-)
+from parasol.solver.search.program import compile_program
+from parasol.solver.search.prune import pruned
+from parasol.solver.search.row_search import RowSearch, search_rows
+from parasol.solver.search.savings import NONE, row_problem
 from parasol.solver.search.space import Row, rows_until, search_domains
 
 
@@ -168,10 +148,8 @@ def why_not_optimal(result: SolveResult, problem: Problem, time_limit_s: float) 
 RULES_SHARE = 0.1
 """Share of the time limit the rules may spend ruling out degree values before rows are listed."""
 PRICING_SHARE = 0.8
-"""Share of the time limit the step-time pricing of rows may use before the search starts."""
-SCREEN_SHARE = 0.4
-"""Share of the time limit the memory screen and cost tables may use, so that a cut-off search still
-leaves the staircases of the rows screened time to find mappings."""
+"""Share of the time limit screening, settling and cutting rows may use (in rounds, row_search.search_rows)
+before the master program is built."""
 EXPLAIN_SHARE = 0.1
 """Share of the time limit kept for explaining the mappings found: the master search stops before it.
 The master and explaining take well under a second on every bundled problem, so the shares leave them
@@ -213,14 +191,6 @@ def _point_value(objective: Objective, row: int, q: CutPoint, per_row: dict[Obje
     return per_row[objective][row]
 
 
-def rows_pass_rules(problem: Problem, row: Row) -> bool:
-    """Whether a row meets every rule the master posts and every rule judged per row, in Python (with an
-    explicit cut, as every solver answer has; the CP-SAT postings agree, tests/test_agreement.py)."""
-    mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp))
-    judged = row_problem(problem, row)
-    return evaluate(judged, mapping, program_rules(problem) + judged_rules(problem, "row") + choice_rules(judged)).feasible
-
-
 @dataclass(frozen=True)
 class SearchProgress:
     """How far a search has got: rows screened of the rows listed, Pareto fronts and mappings found."""
@@ -236,12 +206,14 @@ OnProgress = Callable[[SearchProgress], None]
 
 def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limit_s: float = 60.0,
           prune: bool = True, progress: OnProgress | None = None) -> SolveResult:
-    """The Pareto-ranked feasible mappings of `problem` (up to `top`, whole fronts). Rows are taken
-    most promising first within PRICING_SHARE of the time limit: a row whose every cut overflows
-    memory is set aside before any time is priced, the rest get cost tables and staircases, and go to
-    the master program, less the steps `top` other rows dominate (solver/search/prune.py; `prune=False` keeps
-    them, for tests). Rows the time limit leaves unscreened, or an interleaved cut search left unproved,
-    make the answer `feasible` (or `unknown` when nothing was found), not `optimal` or `infeasible`."""
+    """The Pareto-ranked feasible mappings of `problem` (up to `top`, whole fronts). Degree values no
+    rule-abiding mapping takes are ruled out first (solver/search/domains.py); the rows left are taken
+    most promising first, in rounds within PRICING_SHARE of the time limit (solver/search/row_search.py):
+    a row whose every cut overflows memory is set aside, the rest are settled and cut in the order of
+    their floors unless `top` rows already cut dominate them, and go to the master program, less the
+    steps `top` other rows dominate (solver/search/prune.py; `prune=False` keeps them, for tests). Rows the
+    time limit leaves unscreened or uncut, or an interleaved cut search left unproved, make the answer
+    `feasible` (or `unknown` when nothing was found), not `optimal` or `infeasible`."""
     if problem.training.pipeline_schedule != "megatron":
         raise InputError(
             f"solve searches Megatron's pipeline schedules; training.pipeline_schedule is "
@@ -267,73 +239,23 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     usable = usable_mb(problem)
     total_rows = len(rows)
     ordered = priced_first(problem, rows, pricing_deadline)
-    row_rules, cut_rules = judged_rules(problem, "row"), judged_rules(problem, "cut")
-    fitted_rows: list[Row] = []
-    lowest: list[tuple[int, int]] = []
-    kept: list[Row] = []
-    costs: list[RowCosts] = []
-    staircases: list[Staircase] = []
-    screened = 0
-    savings, models = open_savings(problem), {NONE: time_model}
-    floors = prune and minimised == DEFAULT_OBJECTIVES
-    passes: dict[int, bool] = {}
-    step_rows: list[int] = []
-    step_values: list[tuple[int, int]] = []
-
-    def feasible_row(i: int) -> bool:
-        if i not in passes:
-            passes[i] = rows_pass_rules(problem, kept[i])
-        return passes[i]
-
-    def model_of(r: Row) -> StageTimeModel:
-        """The step-time model of a row: its saving's, under the dispatcher and CP type it chose."""
-        if r.saving not in models:
-            models[r.saving] = time_model_for(time_model, with_saving(problem, r.saving))
-        return models[r.saving].for_problem(row_problem(problem, r))
-
-    for r in ordered:
-        if time.perf_counter() > start + SCREEN_SHARE * time_limit_s:
-            break
-        screened += 1
-        if progress is not None:
-            progress(SearchProgress(screened, len(ordered)))
-        fitted = fitting_row(problem, r, savings, counts, usable)
-        if fitted is not None:
-            fitted_rows.append(fitted)
-            lowest.append(floor_point(row_costs(row_problem(problem, fitted), fitted, None),
-                                      fitted.mapping(problem), counts, model_of(fitted)) if floors else (0, 0))
-    unproved = False
-    for k in sorted(range(len(fitted_rows)), key=lambda k: (lowest[k], k)):
-        if time.perf_counter() > pricing_deadline:
-            unproved = True
-            break
-        if floors and beaten(lowest[k], np.array(step_rows, dtype=np.int64),
-                             np.array(step_values, dtype=np.int64).reshape(-1, 2), top, feasible_row):
-            continue
-        priced = row_problem(problem, fitted_rows[k])
-        r, c, sure = settled(priced, fitted_rows[k], model_of(fitted_rows[k]))
-        priced = row_problem(problem, r)
-        stairs = admissible(priced, r, row_staircase(c, counts, usable, pricing_deadline), row_rules, cut_rules)
-        stairs = exact_staircase(c, r.mapping(problem), stairs, counts, model_of(r))
-        i = len(kept)
-        kept.append(r)
-        costs.append(c)
-        staircases.append(stairs if sure else Staircase(stairs.points, False))
-        step_rows.extend(i for _ in stairs.points)
-        step_values.extend((q.time_units, q.memory_units) for q in stairs.points)
-    all_priced = listed and screened == len(ordered) and not unproved and all(st.proved for st in staircases)
+    search = RowSearch(problem, time_model, counts, usable, top, prune and minimised == DEFAULT_OBJECTIVES)
+    on_screened = None if progress is None else (lambda n: progress(SearchProgress(n, len(ordered))))
+    screened = search_rows(search, ordered, pricing_deadline, on_screened)
+    kept, costs, staircases = search.rows, search.costs, search.staircases
+    all_priced = listed and screened == len(ordered) and not search.waiting and all(st.proved for st in staircases)
     if not kept:
-        return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, len(fitted_rows), 0,
+        return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, search.fitting, 0,
                            time.perf_counter() - start, screened, ruled.dropped)
     rows, stairs = tuple(kept), tuple(staircases)
     if not any(st.points for st in stairs):
         complete = all_priced
-        return SolveResult("infeasible" if complete else "unknown", (), total_rows, len(fitted_rows), 0,
+        return SolveResult("infeasible" if complete else "unknown", (), total_rows, search.fitting, 0,
                            time.perf_counter() - start, screened, ruled.dropped)
     per_row = {o: tuple(row_units(problem, r, o) for r in rows) for o in minimised if not SCALES[o].per_cut}
     if prune:
         stairs = pruned(stairs, lambda i, q: tuple(_point_value(o, i, q, per_row) for o in minimised), top,
-                        feasible_row)
+                        search.feasible_row)
     program = compile_program(problem, rows, tuple(costs), stairs, row_values=per_row)
     remaining = max((1 - EXPLAIN_SHARE) * time_limit_s - (time.perf_counter() - start), 0.05)
     on_front = None if progress is None else \
@@ -357,5 +279,5 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         status = "infeasible" if complete else "unknown"
     else:
         status = "optimal" if complete and all(s.optimal for s in solved) else "feasible"
-    return SolveResult(status, tuple(solved), total_rows, len(fitted_rows), outcome.master_solves,
+    return SolveResult(status, tuple(solved), total_rows, search.fitting, outcome.master_solves,
                        time.perf_counter() - start, screened, ruled.dropped)
