@@ -100,6 +100,8 @@ class SolveResult:
     their rows are not listed."""
     rules_refuse_all: bool = False
     """Rows fold, but no combination of the search's values meets every rule the master posts."""
+    rows_cut: int = 0
+    """Rows settled and cut (their staircases built): the fitting rows no `top` rows cut before dominate."""
 
     def as_dict(self) -> dict:
         """The BRIEF's `solve --json` contract: {"status", "mappings": [...]} plus search statistics."""
@@ -108,6 +110,7 @@ class SolveResult:
             "mappings": [m.as_dict() for m in self.mappings],
             "search": {"rows": self.rows, "rows_with_a_fitting_cut": self.rows_fitting,
                        "rows_screened": self.rows_screened, "master_solves": self.master_solves,
+                       "rows_cut": self.rows_cut,
                        "ruled_out": [f"{name}={value}" for name, value in self.ruled_out],
                        "seconds": round(self.seconds, 3)},
         }
@@ -280,4 +283,4 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     else:
         status = "optimal" if complete and all(s.optimal for s in solved) else "feasible"
     return SolveResult(status, tuple(solved), total_rows, search.fitting, outcome.master_solves,
-                       time.perf_counter() - start, screened, ruled.dropped)
+                       time.perf_counter() - start, screened, ruled.dropped, rows_cut=len(kept))
