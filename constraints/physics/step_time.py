@@ -41,7 +41,7 @@ from typing import get_args
 import numpy as np
 
 from parasol.constraints.physics.comm import NO_COMM, CommTerm
-from parasol.constraints.physics.exchanges import Links, cp_comm, ep_comm, links_for
+from parasol.constraints.physics.exchanges import Links, cp_comm, ep_comm, links_for, tp_comm
 from parasol.constraints.physics.memory import block_kind, rank_holdings, schedule_fits_layout
 from parasol.constraints.physics.pricing import (
     BREAKDOWN_KINDS,
@@ -367,6 +367,19 @@ class CalibratedStageTimes:
         ranks = float(prices["forward"][0, 0] + prices["backward"][0, 0]) + self.exchange_floor_s(mapping, totals)
         m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
         return ranks * (1 + (vpp * m - 1) / pp) / vpp + float(prices["optimizer"][0]) / pp
+
+    def tp_exchange_s(self, mapping: Mapping, totals: np.ndarray) -> float:
+        """Seconds of the TP collectives of one microbatch over all ranks' blocks (forward and backward),
+        before any overlap hides them: an estimate for ordering rows (--tp-comm-overlap may hide them behind
+        the GEMMs up to their length, so this is no bound)."""
+        links, model = self.links(mapping), self.problem.model
+        if links.tp.size <= 1:
+            return 0.0
+        tokens = mapping.mbs * mapping.seq_len / mapping.cp
+        sp = self.problem.training.sequence_parallel
+        term = sum((tp_comm(model, b, tokens, links.tp, sp).scaled(int(n))
+                    for b, n in zip(self.kinds.values(), totals, strict=True)), NO_COMM)
+        return PASSES_PER_MICROBATCH["tp"] * comm_seconds(term, coefficient_values(self.coefficients))
 
     def exchange_floor_s(self, mapping: Mapping, totals: np.ndarray) -> float:
         """Exposed EP and CP seconds of one microbatch that all ranks together cannot go below, under any

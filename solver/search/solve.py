@@ -8,10 +8,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from parasol.constraints.physics.flops import model_flops_per_token
 from parasol.errors import InputError
 from parasol.problems.loader import Problem
 from parasol.problems.memo import memoised
+from parasol.problems.model.params import block_params
 from parasol.problems.schema import Objective
 from parasol.solver.diagnose.explain import Explanation, explain
 from parasol.solver.search.costs import (
@@ -172,17 +175,59 @@ def ideal_step_s(problem: Problem, row: Row) -> float:
     return flops / (problem.gpus * peak) * stretch
 
 
-def priced_first(problem: Problem, rows: tuple[Row, ...], deadline: float = math.inf) -> tuple[Row, ...]:
-    """Rows in the order their step time is priced: most promising first, so a time limit that cuts
-    pricing short keeps the rows most likely on the front (ties in row order). Ordering stops at
-    `deadline` (a perf_counter time): rows not reached by then follow in listing order, so the time
-    limit bounds this pass too."""
-    keyed: list[tuple[float, Row]] = []
+def exchange_step_s(problem: Problem, time_model: StageTimeModel, row: Row, totals: np.ndarray,
+                    per_group: dict[tuple, float]) -> float:
+    """A quick estimate of the exchange seconds of the row's step, used only to order rows: the EP and CP
+    seconds no rank hides (CalibratedStageTimes.exchange_floor_s) and the TP collectives' seconds
+    (tp_exchange_s; 0 for a model without them) of the row's grids at MBS 1, once per grid and rank order,
+    times the row's tokens per rank per step (MBS × microbatches, spread over the pipeline ranks)."""
+    floor, tp = getattr(time_model, "exchange_floor_s", None), getattr(time_model, "tp_exchange_s", None)
+    if floor is None or tp is None:
+        return 0.0
+    key = (row.tp, row.cp, row.ep, row.etp, row.pp, row.rank_order)
+    if key not in per_group:
+        grid = Row(row.pp, 1, row.tp, row.cp, row.ep, row.etp, 1, row.recompute, row.rank_order).mapping(problem)
+        per_group[key] = floor(grid, totals) + tp(grid, totals)
+    microbatches = problem.training.global_batch * row.tp * row.pp * row.cp / (row.mbs * problem.gpus)
+    return per_group[key] * row.mbs * microbatches / row.pp
+
+
+WEIGHT_AND_GRADIENT_BYTES = 6
+"""BF16 weight and FP32 main gradient per parameter: what a rank holds of every parameter it trains,
+however the optimizer state is sharded (used only to order rows)."""
+
+
+def held_weights_gb(problem: Problem, row: Row) -> float:
+    """A quick estimate of the weights and gradients one rank holds (GB): the blocks' TP-split and expert
+    parameters over the row's grids, spread over its pipeline ranks. Used only to order rows: one whose
+    estimate exceeds usable HBM fits at best under a memory saving, so it is screened after the rest."""
+    dense, expert = memoised(problem, "param_split", lambda: _param_split(problem))
+    per_rank = dense / row.tp + expert / (row.ep * row.etp)
+    return per_rank / row.pp * WEIGHT_AND_GRADIENT_BYTES / 1e9
+
+
+def _param_split(problem: Problem) -> tuple[int, int]:
+    """(dense, routed-expert) parameters of the model's main blocks."""
+    split = [block_params(problem.model, b) for b in problem.model.blocks]
+    return sum(p.total - p.routed_experts for p in split), sum(p.routed_experts for p in split)
+
+
+def priced_first(problem: Problem, rows: tuple[Row, ...], time_model: StageTimeModel, totals: np.ndarray,
+                 deadline: float = math.inf) -> tuple[Row, ...]:
+    """Rows in the order they are screened: most promising first, so a time limit that cuts the search
+    short has priced the rows most likely on the front (ties in row order): rows whose weights and
+    gradients fit in HBM (held_weights_gb) before those that do not, each by ideal compute plus an
+    estimate of the exchanges (exchange_step_s). Ordering stops at `deadline` (a perf_counter time): rows
+    not reached by then follow in listing order, so the time limit bounds this pass too."""
+    keyed: list[tuple[bool, float, Row]] = []
+    per_group: dict[tuple, float] = {}
+    usable = problem.hardware.gpu.usable_hbm_gb
     for i, r in enumerate(rows):
         if time.perf_counter() > deadline:
-            return tuple(r for _, r in sorted(keyed)) + rows[i:]
-        keyed.append((ideal_step_s(problem, r), r))
-    return tuple(r for _, r in sorted(keyed))
+            return tuple(r for *_, r in sorted(keyed)) + rows[i:]
+        keyed.append((held_weights_gb(problem, r) > usable,
+                      ideal_step_s(problem, r) + exchange_step_s(problem, time_model, r, totals, per_group), r))
+    return tuple(r for *_, r in sorted(keyed))
 
 
 def _point_value(objective: Objective, row: int, q: CutPoint, per_row: dict[Objective, tuple[int, ...]]) -> int:
@@ -241,7 +286,7 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     usable = usable_mb(problem)
     total_rows = len(rows)
-    ordered = priced_first(problem, rows, pricing_deadline)
+    ordered = priced_first(problem, rows, time_model, counts[0, counts.shape[0] - 1], pricing_deadline)
     search = RowSearch(problem, time_model, counts, usable, top, prune and minimised == DEFAULT_OBJECTIVES)
     on_screened = None if progress is None else (lambda n: progress(SearchProgress(n, len(ordered))))
     screened = search_rows(search, ordered, pricing_deadline, on_screened)
