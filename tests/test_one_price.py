@@ -7,6 +7,7 @@ priced from the mapping's rank work per block count (CalibratedStageTimes.cut_st
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -23,7 +24,7 @@ from parasol.problems.loader import load_problem, load_problem_text
 from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts, row_costs
 from parasol.solver.search.cuts import rank_counts
 from parasol.solver.search.pools import solve_pools
-from parasol.solver.search.space import enumerate_rows
+from parasol.solver.search.space import choice_variants, enumerate_rows, with_choices
 from parasol.solver.solutions import SOLUTIONS_DIR, bundled_problems
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,3 +129,64 @@ def test_front_at_131072_gpus_is_non_dominated_as_printed() -> None:
     data = solve_pools(problem, top=10, time_limit_s=600).as_dict()
     assert data["status"] == "optimal" and len(data["mappings"]) >= 4
     assert_one_price(data)
+
+
+def test_floor_holds_for_every_option_a_row_may_choose() -> None:
+    """The calibrated floor (compute and optimizer only) is the same under every MoE dispatcher and CP
+    communication type, so solve may judge a row by it before settling those options."""
+    problem = load_problem_text("model: qwen3-30b-a3b\ntraining: {seq_len: 8192, global_batch: 256}\n"
+                                "hardware: {preset: h100-hgx, gpus: 64}\n")
+    model = CalibratedStageTimes(problem)
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    totals = counts[0, counts.shape[0] - 1]
+    rows = [r for r in enumerate_rows(problem) if r.ep > 1 and r.cp > 1]
+    assert rows
+    for row in random.Random(17).sample(rows, 6):
+        assert len(choice_variants(problem, row)) > 3
+        floors = set()
+        for variant in choice_variants(problem, row):
+            chosen = with_choices(problem, variant)
+            mapping = variant.mapping(chosen)
+            floors.add(model.for_problem(chosen).step_floor_s(mapping, derive(chosen.model, mapping), totals))
+        assert len(floors) == 1, (row, floors)
+
+
+@pytest.mark.parametrize("name", ["deepseek-v4-pro-1024", "qwen3-30b-a3b-h100-64", "llama-3.1-70b-h100-256"])
+def test_rank_work_does_not_depend_on_vpp(name: str) -> None:
+    """A rank's work per block and the group placement read neither VPP nor the layout, so the model builds
+    them once for a row's VPP variants (step_time.vpp_free): each variant built on its own gives the same."""
+    problem = load_problem(ROOT / "problems" / f"{name}.yaml")
+    rows = [r for r in enumerate_rows(problem) if r.vpp > 1]
+    for row in random.Random(18).sample(rows, min(4, len(rows))):
+        alone = [dataclasses.replace(row, vpp=v) for v in (1, row.vpp)]
+        works = [CalibratedStageTimes(problem).rank_work(r.mapping(problem), derive(problem.model, r.mapping(problem)))
+                 for r in alone]
+        for a, b in zip(dataclasses.astuple(works[0]), dataclasses.astuple(works[1]), strict=True):
+            assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("source", ["qwen3-30b-8k", "deepseek-v4-pro-1024"])
+def test_floor_is_below_every_cut_under_every_option(source: str) -> None:
+    """The floor with its exposed EP and CP exchange bound (CalibratedStageTimes.exchange_floor_s) is at most
+    the exact step time of random cuts of MoE rows with CP > 1, under every dispatcher and CP type."""
+    problem = load_problem_text("model: qwen3-30b-a3b\ntraining: {seq_len: 8192, global_batch: 256}\n"
+                                "hardware: {preset: h100-hgx, gpus: 64}\n") if source == "qwen3-30b-8k" else \
+        load_problem(ROOT / "problems" / f"{source}.yaml")
+    model = CalibratedStageTimes(problem)
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    totals = counts[0, counts.shape[0] - 1]
+    blocks = problem.model.num_layers
+    rng = random.Random(19)
+    rows = [r for r in enumerate_rows(problem) if r.ep > 1 and r.cp > 1]
+    for row in rng.sample(rows, min(6, len(rows))):
+        mapping = row.mapping(problem)
+        floor = model.step_floor_s(mapping, derive(problem.model, mapping), totals)
+        assert model.exchange_floor_s(mapping, totals) > 0
+        for variant in choice_variants(problem, row):
+            chosen = with_choices(problem, variant)
+            priced = model.for_problem(chosen)
+            cuts = [sorted(rng.sample(range(1, blocks), row.pp * row.vpp - 1)) for _ in range(4)]
+            layouts = [tuple(b - a for a, b in zip([0, *c], [*c, blocks], strict=True)) for c in cuts]
+            per_rank = np.array([rank_counts(layout, row.pp, counts) for layout in layouts])
+            seconds = priced.cut_step_times_s(mapping, derive(chosen.model, mapping), per_rank)
+            assert floor <= seconds.min() * (1 + 1e-12), (row, variant.settings())

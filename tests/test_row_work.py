@@ -244,9 +244,8 @@ def test_derive_memo_is_the_computation(problems: list) -> None:
                 assert derive(problem.model, other) is derive(problem.model, m)
 
 
-def test_stage_times_price_equal_stages_once_and_alike(problems: list) -> None:
-    """stage_times_s prices a repeated (first, last, counts) stage once: every stage's seconds are those
-    it has priced on its own."""
+def test_stage_times_price_each_stage_as_alone(problems: list) -> None:
+    """stage_times_s prices stages together (repeated ones included) exactly as each on its own."""
     from parasol.constraints.physics.step_time import CalibratedStageTimes
 
     for problem in problems:
