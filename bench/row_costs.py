@@ -38,6 +38,7 @@ def measure(name: str, sample: int) -> None:
     from parasol.problems.loader import load_problem_text
     from parasol.solver.search.choices import settled
     from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts, row_costs, usable_mb
+    from parasol.solver.search.row_search import rows_pass_rules
     from parasol.solver.search.savings import (
         NONE,
         fitting_row,
@@ -46,7 +47,7 @@ def measure(name: str, sample: int) -> None:
         time_model_for,
         with_saving,
     )
-    from parasol.solver.search.solve import ideal_step_s, rows_pass_rules
+    from parasol.solver.search.solve import ideal_step_s
     from parasol.solver.search.space import rows_until
 
     spec = next(s for s in DEFAULT_SPACE if s[0] == name)
