@@ -9,6 +9,7 @@ whichever rows were cut before it.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import time
 from collections.abc import Callable
@@ -60,6 +61,8 @@ class RowSearch:
         self.costs: list[RowCosts] = []
         self.staircases: list[Staircase] = []
         self.fitting = 0
+        self.skipped = 0
+        """Rows never cut: their floor was beaten before they were screened or cut."""
         self._waiting: list[tuple[tuple[int, int], int, Row]] = []
         self._passes: dict[int, bool] = {}
         self._step_rows: list[int] = []
@@ -78,16 +81,34 @@ class RowSearch:
         return self._passes[i]
 
     def screen(self, row: Row) -> None:
-        """Set the row aside when no cut fits under any saving; else wait, by its floor, to be cut."""
+        """Skip the row when its floor under every saving it may take is already beaten; else set it aside
+        when no cut fits under any saving, and otherwise let it wait, by its floor, to be cut."""
+        floors: dict[str, tuple[int, int]] = {}
+        if self.floors and len(self.rows) >= self.top:
+            for variant in (row, *(dataclasses.replace(row, saving=s) for s in self.savings)):
+                floors[variant.saving] = self._floor(variant)
+            lowest = (min(t for t, _ in floors.values()), min(m for _, m in floors.values()))
+            if self._beaten(lowest):
+                self.skipped += 1
+                return
         fitted = fitting_row(self.problem, row, self.savings, self.counts, self.usable)
         if fitted is None:
             return
         floor = (0, 0)
         if self.floors:
-            memory = row_costs(row_problem(self.problem, fitted), fitted, None)
-            floor = floor_point(memory, fitted.mapping(self.problem), self.counts, self.model_of(fitted))
+            floor = floors[fitted.saving] if fitted.saving in floors else self._floor(fitted)
         heapq.heappush(self._waiting, (floor, self.fitting, fitted))
         self.fitting += 1
+
+    def _floor(self, row: Row) -> tuple[int, int]:
+        """The row's floor under its saving (reprice.floor_point): it holds for every option it may choose."""
+        memory = row_costs(row_problem(self.problem, row), row, None)
+        return floor_point(memory, row.mapping(self.problem), self.counts, self.model_of(row))
+
+    def _beaten(self, floor: tuple[int, int]) -> bool:
+        """Whether steps of `top` rule-feasible rows cut so far dominate `floor` (prune.beaten)."""
+        return beaten(floor, np.array(self._step_rows, dtype=np.int64),
+                      np.array(self._step_values, dtype=np.int64).reshape(-1, 2), self.top, self.feasible_row)
 
     @property
     def waiting(self) -> int:
@@ -98,9 +119,8 @@ class RowSearch:
         """Cut the waiting rows, least floor first, until `deadline` (time.perf_counter())."""
         while self._waiting and time.perf_counter() <= deadline:
             floor, _, row = heapq.heappop(self._waiting)
-            if self.floors and beaten(floor, np.array(self._step_rows, dtype=np.int64),
-                                      np.array(self._step_values, dtype=np.int64).reshape(-1, 2), self.top,
-                                      self.feasible_row):
+            if self.floors and self._beaten(floor):
+                self.skipped += 1
                 continue
             self._cut(row, deadline)
 
