@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from parasol.constraints.evaluate import evaluate
+from parasol.constraints.evaluate import holds
 from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
 from parasol.solver.search.choices import settled
@@ -44,7 +44,7 @@ def rows_pass_rules(problem: Problem, row: Row) -> bool:
     explicit cut, as every solver answer has; the CP-SAT postings agree, tests/test_agreement.py)."""
     mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp))
     judged = row_problem(problem, row)
-    return evaluate(judged, mapping, program_rules(problem) + judged_rules(problem, "row") + choice_rules(judged)).feasible
+    return holds(judged, mapping, program_rules(problem) + judged_rules(problem, "row") + choice_rules(judged))
 
 
 class RowSearch:
