@@ -196,7 +196,7 @@ def test_dense_tp_beyond_a_node_keeps_its_rows(etp: str | None) -> None:
 
 
 def test_undecided_steps_mark_the_staircase_unproved(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With no search budget and no CP-SAT work, a VPP-3 row's questions stay open: the staircase says it
+    """With no search budget, no CP-SAT work and no layout search for the relaxation's cut, a VPP-3 row's questions stay open: the staircase says it
     is unproved (solve then answers `feasible`, not `optimal`), and with the budgets back it is proved."""
     from dataclasses import replace
 
@@ -210,5 +210,6 @@ def test_undecided_steps_mark_the_staircase_unproved(monkeypatch: pytest.MonkeyP
     assert row_staircase(c, counts, usable).proved
     monkeypatch.setattr(interleaved, "FIRST_BUDGET", 0)
     monkeypatch.setattr(interleaved, "NODE_BUDGET", 0)
+    monkeypatch.setattr(interleaved, "REALISE_BUDGET", 0)
     monkeypatch.setattr(cut_program, "CUT_PROOF_WORK", 0.0)
     assert not row_staircase(c, counts, usable).proved

@@ -29,6 +29,9 @@ FIRST_BUDGET = 300
 fits at all (it answers "none" far faster when memory is tight)."""
 NODE_BUDGET = 2_000
 """Partial cuts one bounded search may visit before the question goes to the CP-SAT cut program."""
+REALISE_BUDGET = 2_000
+"""Partial layouts the search for a layout with given per-rank kind counts may visit before giving up
+(then the branch and bound answers instead)."""
 
 
 class OutOfBudget(Exception):
@@ -36,6 +39,8 @@ class OutOfBudget(Exception):
     proving there is none."""
 
 
+CHUNK_CELLS = 1 << 21
+"""Cells (rank vectors × running-total states) one step of the relaxation's dynamic program reads at once."""
 DEADLINE_EVERY = 64
 """Partial cuts between two looks at the clock."""
 
@@ -81,6 +86,8 @@ class InterleavedCuts:
         self.stages = self.pp * self.vpp
         self.n = counts.shape[0] - 1
         self.b = _blocks(c, counts)
+        self.prefix = [tuple(int(x) for x in counts[0, :, q]) for q in range(counts.shape[2])]
+        """Blocks of each kind among the first i, i = 0..n."""
         kinds = len(c.kind_static)
         self.peak_of = [max([0] + [c.kind_peak[k] for k in range(kinds) if mask >> k & 1]) for mask in range(1 << kinds)]
         self.moe_bits = sum(1 << k for k in range(kinds) if c.kind_moe[k])
@@ -151,6 +158,53 @@ class InterleavedCuts:
         st[2] += b.act[j] - b.act[i]
         for x in b.bit[i:j]:
             st[3] |= x
+
+    def realise(self, targets: list[np.ndarray]) -> tuple[int, ...] | None:
+        """A layout whose ranks hold exactly `targets` (blocks of each kind per rank), every virtual stage
+        non-empty; None when the search finds none within REALISE_BUDGET partial layouts. Stages are
+        placed in order, a rank's pieces as even as its count allows; its last piece must take exactly
+        what is left of its count."""
+        left = [tuple(int(x) for x in t) for t in targets]
+        layout: list[int] = []
+        failed: set[tuple] = set()
+        nodes = [0]
+
+        def place(k: int, pos: int) -> bool:
+            if k == self.stages:
+                return pos == self.n
+            nodes[0] += 1
+            key = (k, pos, tuple(left))
+            if nodes[0] > REALISE_BUDGET or key in failed:
+                return False
+            r, rounds = k % self.pp, self.vpp - k // self.pp
+            need = left[r]
+            blocks = sum(need)
+            top = min(pos + blocks - rounds + 1, self.n - (self.stages - k - 1))
+            low = pos + blocks if rounds == 1 else pos + 1
+            for end in sorted(range(max(low, pos + 1), top + 1), key=lambda e: (abs((e - pos) * rounds - blocks), e)):
+                piece = tuple(p[end] - p[pos] for p in self.prefix)
+                if any(x > y for x, y in zip(piece, need, strict=True)):
+                    continue
+                left[r] = tuple(y - x for x, y in zip(piece, need, strict=True))
+                layout.append(end - pos)
+                if place(k + 1, end):
+                    return True
+                layout.pop()
+                left[r] = need
+            failed.add(key)
+            return False
+
+        return tuple(layout) if place(0, 0) else None
+
+    def relaxed_cut(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[bool, tuple[int, ...] | None]:
+        """The relaxation's answer when it settles the question: (True, None) when no relaxed cut is within
+        both bounds (so no cut is); (True, cut) when a layout realises the ranks' counts of a relaxed cut of
+        least slowest time (or peak memory), which no cut can beat; (False, None) otherwise."""
+        found = self.relaxed.solve(slowest_us, cap_mb, minimise_time)
+        if found is None:
+            return True, None
+        layout = self.realise(found[1])
+        return layout is not None, layout
 
     def find(self, slowest_us: int, cap_mb: int, budget: int = UNBOUNDED) -> tuple[int, ...] | None:
         """A cut with every rank within `slowest_us` (edges included) and `cap_mb`, or None if none exists;
@@ -284,6 +338,9 @@ class InterleavedCuts:
     def fits(self, cap_mb: int) -> bool:
         """Whether some cut keeps every rank within `cap_mb` (True when the question is left open): the
         quick search, then `decide`."""
+        settled, layout = self.relaxed_cut(UNBOUNDED, cap_mb, False)
+        if settled:
+            return layout is not None
         try:
             return self.find(UNBOUNDED, cap_mb, FIRST_BUDGET) is not None
         except OutOfBudget:
@@ -295,7 +352,11 @@ class InterleavedCuts:
 
     def fastest(self, cap_mb: int) -> tuple[tuple[int, ...] | None, bool]:
         """The cut of least step time (in solver units) with every rank within `cap_mb`, or None when no cut
-        fits; and whether that is proved (the searches stayed within their budget)."""
+        fits; and whether that is proved (the searches stayed within their budget). The relaxation answers
+        first; the searches run only when its cut has no layout."""
+        settled, layout = self.relaxed_cut(UNBOUNDED, cap_mb, True)
+        if settled:
+            return layout, True
         try:
             first = self.find(UNBOUNDED, cap_mb, FIRST_BUDGET)
             if first is None:
@@ -346,6 +407,10 @@ class InterleavedCuts:
     def leanest(self, slowest_us: int, cap_mb: int, incumbent: tuple[int, ...]) -> tuple[tuple[int, ...], bool]:
         """The cut of least peak memory (in solver units) with every rank within `slowest_us` and `cap_mb`,
         starting from a cut that meets both; and whether that is proved."""
+        settled, layout = self.relaxed_cut(slowest_us, cap_mb, False)
+        if settled:
+            assert layout is not None
+            return layout, True
         bound = self.relaxed.leanest_mb(slowest_us, cap_mb)
         assert bound is not None
         if self.vpp != 2:
@@ -400,6 +465,14 @@ class RankTotals:
         self.km = np.array(c.kind_moe, dtype=bool)
         self.cache: dict[tuple[int, int, str], np.ndarray] = {}
         self.fit_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.grid: tuple[np.ndarray, np.ndarray, int] | None = None
+        self.priced: dict[tuple[int, int, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.edges = {"time": np.array(c.edge_time_us, dtype=np.int64), "act": np.array(c.edge_activation, dtype=np.int64),
+                      "static": np.array(c.edge_static, dtype=np.int64), "peak": np.array(c.edge_peak, dtype=np.int64),
+                      "moe": np.array(c.edge_moe, dtype=bool),
+                      "num": np.array([f.numerator for f in c.inflight], dtype=np.int64),
+                      "den": np.array([f.denominator for f in c.inflight], dtype=np.int64)}
+        """Per-rank edge terms and in-flight fractions as arrays, for pricing vectors on every rank at once."""
 
     def _decode(self, codes: np.ndarray) -> np.ndarray:
         """Kind-count vectors from their mixed-radix codes (vector @ place)."""
@@ -422,20 +495,16 @@ class RankTotals:
 
     def costs(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(time µs, memory MB) of every rank (rows) holding each of `vectors` (columns): RowCosts in bulk."""
-        c = self.cuts.c
-        time = np.array(c.edge_time_us, dtype=np.int64)[:, None] + (vectors @ self.kt)[None, :]
+        c, e = self.cuts.c, self.edges
+        time = e["time"][:, None] + (vectors @ self.kt)[None, :]
         present = vectors > 0
         peak = np.where(present, self.kp[None, :], 0).max(axis=1) if len(self.kp) else np.zeros(len(vectors))
         moe = (present & self.km[None, :]).any(axis=1)
-        static, act = vectors @ self.ks, vectors @ self.ka
-        rows = []
-        for r in range(self.cuts.pp):
-            f = c.inflight[r]
-            held = c.edge_activation[r] + act
-            rows.append(c.edge_static[r] + static + -(-(held * f.numerator) // f.denominator)
-                        + np.maximum(peak, c.edge_peak[r]) + np.where(moe | c.edge_moe[r], c.dispatch_mb, 0)
-                        + c.workspace_mb)
-        return time, np.array(rows, dtype=np.int64)
+        held = e["act"][:, None] + (vectors @ self.ka)[None, :]
+        memory = (e["static"][:, None] + (vectors @ self.ks)[None, :] + -(-(held * e["num"][:, None]) // e["den"][:, None])
+                  + np.maximum(peak[None, :], e["peak"][:, None])
+                  + np.where(moe[None, :] | e["moe"][:, None], c.dispatch_mb, 0) + c.workspace_mb)
+        return time, memory
 
     def _fitting(self, vectors: np.ndarray, slowest_us: int, cap_mb: int) -> np.ndarray:
         """The vectors some rank could hold within both bounds (time and memory grow with every block)."""
@@ -460,35 +529,83 @@ class RankTotals:
             self.cache[key] = sums
         return self.cache[key]
 
-    def _program(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> int | None:
-        """The relaxed least slowest time (or peak memory) with every rank within both bounds; None if none."""
-        shape = tuple(int(t) + 1 for t in self.total)
+    def _states(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """Every running-total state (kind counts up to the model's), its code in a padded array of the
+        mixed radix (each coordinate shifted by total + 1, so subtracting any vector <= total stays in the
+        array and lands in the padding, never on another state, when a coordinate goes negative), and
+        the padded array's size."""
+        if self.grid is None:
+            shape = tuple(int(t) + 1 for t in self.total)
+            states = np.indices(shape).reshape(len(shape), -1).T.astype(np.int64)
+            self.grid = (states, (states + self.total + 1) @ self.place, int(np.prod(self.radix)))
+        return self.grid
+
+    def _moves(self, r: int, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[np.ndarray, np.ndarray]:
+        """Rank r's vectors within both bounds, as codes, and the objective each costs on rank r. Costs grow
+        with every block, so the vectors within tighter bounds are those of looser ones that fit them:
+        any looser bounds' vectors already priced are filtered instead of summed again."""
+        edge = {0: "first", self.cuts.pp - 1: "last"}.get(r, "")
+        key = next(((t, m, e) for t, m, e in self.priced if e == edge and t >= slowest_us and m >= cap_mb),
+                   (slowest_us, cap_mb, edge))
+        if key not in self.priced:
+            vectors = self._rank_vectors(*key)
+            self.priced[key] = (vectors @ self.place, *self.costs(vectors))
+        codes, time, memory = self.priced[key]
+        ok = (time[r] <= slowest_us) & (memory[r] <= cap_mb)
+        return codes[ok], (time[r] if minimise_time else memory[r])[ok]
+
+    def solve(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[int, list[np.ndarray]] | None:
+        """The relaxed least slowest time (or peak memory) with every rank within both bounds, and the
+        ranks' kind counts of a relaxed cut that has it; None when no relaxed cut is within both."""
+        states, codes, size = self._states()
         inf = np.iinfo(np.int64).max
-        best = np.full(shape, inf, dtype=np.int64)
-        best[(0,) * len(shape)] = 0
-        edges = {0: "first", self.cuts.pp - 1: "last"}
+        best = np.where(codes == codes[0], 0, inf)
+        layers, moves = [], []
         for r in range(self.cuts.pp):
-            vectors = self._rank_vectors(slowest_us, cap_mb, edges.get(r, ""))
-            nxt = np.full(shape, inf, dtype=np.int64)
-            if len(vectors):
-                time, memory = self.costs(vectors)
-                for vec, t, m in zip(vectors.tolist(), time[r].tolist(), memory[r].tolist(), strict=True):
-                    if t > slowest_us or m > cap_mb:
-                        continue
-                    src = tuple(slice(0, s - a) for s, a in zip(shape, vec, strict=True))
-                    dst = tuple(slice(a, s) for s, a in zip(shape, vec, strict=True))
-                    np.minimum(nxt[dst], np.maximum(best[src], t if minimise_time else m), out=nxt[dst])
+            padded = np.full(size, inf, dtype=np.int64)
+            padded[codes] = best
+            move, cost = self._moves(r, slowest_us, cap_mb, minimise_time)
+            nxt = np.full(len(codes), inf, dtype=np.int64)
+            step = max(1, CHUNK_CELLS // len(codes))
+            for i in range(0, len(move), step):
+                came = padded[codes[None, :] - move[i:i + step, None]]
+                np.minimum(nxt, np.maximum(came, cost[i:i + step, None]).min(axis=0), out=nxt)
+            layers.append(padded)
+            moves.append((move, cost))
             best = nxt
-        out = best[tuple(shape[k] - 1 for k in range(len(shape)))]
-        return None if out >= inf else int(out)
+        value = int(best[-1])
+        if value >= inf:
+            return None
+        return value, self._trace(value, layers, moves)
+
+    def _trace(self, value: int, layers: list[np.ndarray], moves: list[tuple[np.ndarray, np.ndarray]]
+               ) -> list[np.ndarray]:
+        """The ranks' kind counts of a relaxed cut of `value`, last rank first taken back: each rank takes
+        the vector within `value` nearest its even share of what is left (balanced totals are the ones an
+        interleaved layout most often realises)."""
+        at = int((self.total + self.total + 1) @ self.place)
+        left = self.total.copy()
+        out = []
+        for r in range(self.cuts.pp - 1, -1, -1):
+            move, cost = moves[r]
+            ok = (cost <= value) & (layers[r][at - move] <= value)
+            vectors = self._decode(move[ok])
+            share = left / (r + 1)
+            pick = int(np.argmin(np.abs(vectors - share[None, :]).sum(axis=1)))
+            out.append(vectors[pick])
+            left = left - vectors[pick]
+            at -= int(move[ok][pick])
+        return out[::-1]
 
     def fastest_us(self, cap_mb: int, slowest_us: int) -> int | None:
         """A lower bound on the slowest rank's time of any cut within `cap_mb` and `slowest_us`."""
-        return self._program(slowest_us, cap_mb, True)
+        found = self.solve(slowest_us, cap_mb, True)
+        return None if found is None else found[0]
 
     def leanest_mb(self, slowest_us: int, cap_mb: int) -> int | None:
         """A lower bound on the peak memory of any cut within `slowest_us` and `cap_mb`."""
-        return self._program(slowest_us, cap_mb, False)
+        found = self.solve(slowest_us, cap_mb, False)
+        return None if found is None else found[0]
 
 
 Piece = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
