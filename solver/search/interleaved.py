@@ -86,8 +86,6 @@ class InterleavedCuts:
         self.stages = self.pp * self.vpp
         self.n = counts.shape[0] - 1
         self.b = _blocks(c, counts)
-        self.prefix = [tuple(int(x) for x in counts[0, :, q]) for q in range(counts.shape[2])]
-        """Blocks of each kind among the first i, i = 0..n."""
         kinds = len(c.kind_static)
         self.peak_of = [max([0] + [c.kind_peak[k] for k in range(kinds) if mask >> k & 1]) for mask in range(1 << kinds)]
         self.moe_bits = sum(1 << k for k in range(kinds) if c.kind_moe[k])
@@ -95,6 +93,9 @@ class InterleavedCuts:
         self.total_us = sum(c.edge_time_us) + self.b.time[-1]
         self.unit = round(TIME_UNIT_S * MICROSECONDS)
         self.relaxed = RankTotals(self, counts)
+        merged = self.relaxed.counts
+        self.prefix = [tuple(int(x) for x in merged[0, :, q]) for q in range(merged.shape[2])]
+        """Blocks of each of the relaxation's kinds (RankTotals.groups) among the first i, i = 0..n."""
 
     def memory(self, r: int, static: int, act: int, mask: int) -> int:
         """MB of rank r holding blocks with these static and activation sums and kinds (RowCosts.stage_memory)."""
@@ -159,17 +160,18 @@ class InterleavedCuts:
         for x in b.bit[i:j]:
             st[3] |= x
 
-    def realise(self, targets: list[np.ndarray]) -> tuple[int, ...] | None:
+    def realise(self, targets: list[np.ndarray], sums: list[set[int]]) -> tuple[int, ...] | None:
         """A layout whose ranks hold exactly `targets` (blocks of each kind per rank), every virtual stage
-        non-empty; None when the search finds none within REALISE_BUDGET partial layouts. Stages are
-        placed in order, a rank's pieces as even as its count allows; its last piece must take exactly
-        what is left of its count."""
+        non-empty; None when the search finds none within REALISE_BUDGET partial layouts. Stages are placed
+        in order, a rank's pieces nearest its even share of what it still needs, and only pieces that leave
+        it a need some j intervals can hold (`sums[j]`: codes, RankTotals.decomposable) for its j stages left."""
+        place = [int(x) for x in self.relaxed.place]
         left = [tuple(int(x) for x in t) for t in targets]
         layout: list[int] = []
         failed: set[tuple] = set()
         nodes = [0]
 
-        def place(k: int, pos: int) -> bool:
+        def go(k: int, pos: int) -> bool:
             if k == self.stages:
                 return pos == self.n
             nodes[0] += 1
@@ -181,20 +183,22 @@ class InterleavedCuts:
             blocks = sum(need)
             top = min(pos + blocks - rounds + 1, self.n - (self.stages - k - 1))
             low = pos + blocks if rounds == 1 else pos + 1
-            for end in sorted(range(max(low, pos + 1), top + 1), key=lambda e: (abs((e - pos) * rounds - blocks), e)):
-                piece = tuple(p[end] - p[pos] for p in self.prefix)
-                if any(x > y for x, y in zip(piece, need, strict=True)):
-                    continue
-                left[r] = tuple(y - x for x, y in zip(piece, need, strict=True))
+            moves = []
+            for end in range(max(low, pos + 1), top + 1):
+                rest = tuple(y - p[end] + p[pos] for p, y in zip(self.prefix, need, strict=True))
+                if min(rest) >= 0 and sum(x * w for x, w in zip(rest, place, strict=True)) in sums[rounds - 1]:
+                    moves.append((sum(abs((y - x) * rounds - y) for x, y in zip(rest, need, strict=True)), end, rest))
+            for _, end, rest in sorted(moves):
+                left[r] = rest
                 layout.append(end - pos)
-                if place(k + 1, end):
+                if go(k + 1, end):
                     return True
                 layout.pop()
                 left[r] = need
             failed.add(key)
             return False
 
-        return tuple(layout) if place(0, 0) else None
+        return tuple(layout) if go(0, 0) else None
 
     def relaxed_cut(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[bool, tuple[int, ...] | None]:
         """The relaxation's answer when it settles the question: (True, None) when no relaxed cut is within
@@ -203,7 +207,7 @@ class InterleavedCuts:
         found = self.relaxed.solve(slowest_us, cap_mb, minimise_time)
         if found is None:
             return True, None
-        layout = self.realise(found[1])
+        layout = self.realise(found[1], self.relaxed.decomposable(slowest_us, cap_mb))
         return layout is not None, layout
 
     def find(self, slowest_us: int, cap_mb: int, budget: int = UNBOUNDED) -> tuple[int, ...] | None:
@@ -446,6 +450,14 @@ class RankTotals:
 
     def __init__(self, cuts: InterleavedCuts, counts: np.ndarray) -> None:
         self.cuts = cuts
+        c = cuts.c
+        priced = list(zip(c.kind_time_us, c.kind_static, c.kind_activation, c.kind_peak, c.kind_moe, strict=True))
+        self.groups = list(dict.fromkeys(priced))
+        """Kinds of equal cost on every count (time, static and activation MB, recompute peak, experts) are
+        one kind here: a rank's time and memory depend only on how many it holds of each group."""
+        merge = np.array([[k == g for g in self.groups] for k in priced], dtype=np.int64)
+        counts = counts @ merge
+        self.counts = counts
         self.total = np.array(counts[0, cuts.n], dtype=np.int64)
         self.radix = 2 * (self.total + 1)
         self.place = np.cumprod(np.concatenate([[1], self.radix[:-1]])).astype(np.int64)
@@ -457,15 +469,13 @@ class RankTotals:
         distinct, self.span_kind = np.unique(codes, return_inverse=True)
         self.distinct = self._decode(distinct)
         """The distinct kind-count vectors of all spans; span_kind maps each span to its vector."""
-        c = cuts.c
-        self.kt = np.array(c.kind_time_us, dtype=np.int64)
-        self.ks = np.array(c.kind_static, dtype=np.int64)
-        self.ka = np.array(c.kind_activation, dtype=np.int64)
-        self.kp = np.array(c.kind_peak, dtype=np.int64)
-        self.km = np.array(c.kind_moe, dtype=bool)
+        self.kt, self.ks, self.ka, self.kp = (np.array([g[i] for g in self.groups], dtype=np.int64) for i in range(4))
+        self.km = np.array([g[4] for g in self.groups], dtype=bool)
         self.cache: dict[tuple[int, int, str], np.ndarray] = {}
         self.fit_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.grid: tuple[np.ndarray, np.ndarray, int] | None = None
+        self.partial: dict[tuple[int, int], list[set[int]]] = {}
+        """Per bounds, the codes of sums of j intervals some rank can hold, j = 0..VPP (_rank_vectors)."""
         self.priced: dict[tuple[int, int, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self.edges = {"time": np.array(c.edge_time_us, dtype=np.int64), "act": np.array(c.edge_activation, dtype=np.int64),
                       "static": np.array(c.edge_static, dtype=np.int64), "peak": np.array(c.edge_peak, dtype=np.int64),
@@ -520,14 +530,26 @@ class RankTotals:
         if key not in self.cache:
             pieces, heads, tails = self._pieces(slowest_us, cap_mb)
             sums = np.zeros((1, len(self.total)), dtype=np.int64)
+            partial = self.partial.setdefault((slowest_us, cap_mb), [{0}]) if not edge else []
             for round_ in range(self.cuts.vpp):
                 use = heads if edge == "first" and round_ == 0 else \
                     tails if edge == "last" and round_ == self.cuts.vpp - 1 else pieces
                 codes = np.unique(((sums @ self.place)[:, None] + use[None, :]).ravel())
                 sums = self._decode(codes)
                 sums = self._fitting(sums[(sums <= self.total[None, :]).all(axis=1)], slowest_us, cap_mb)
+                if not edge:
+                    partial.append(set((sums @ self.place).tolist()))
             self.cache[key] = sums
         return self.cache[key]
+
+    def decomposable(self, slowest_us: int, cap_mb: int) -> list[set[int]]:
+        """For j = 0..VPP, the codes of the kind counts some rank within both bounds can hold as j intervals
+        anywhere in the sequence (any looser bounds' sets serve: they contain these)."""
+        key = next(((t, m) for t, m in self.partial if t >= slowest_us and m >= cap_mb), None)
+        if key is None:
+            self._rank_vectors(slowest_us, cap_mb, "")
+            key = (slowest_us, cap_mb)
+        return self.partial[key]
 
     def _states(self) -> tuple[np.ndarray, np.ndarray, int]:
         """Every running-total state (kind counts up to the model's), its code in a padded array of the
@@ -556,24 +578,35 @@ class RankTotals:
 
     def solve(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[int, list[np.ndarray]] | None:
         """The relaxed least slowest time (or peak memory) with every rank within both bounds, and the
-        ranks' kind counts of a relaxed cut that has it; None when no relaxed cut is within both."""
+        ranks' kind counts of a relaxed cut that has it; None when no relaxed cut is within both. The
+        first rank starts from no blocks and the last only has to reach the model's totals, so only
+        the ranks between take every state."""
         states, codes, size = self._states()
+        shift, end = int((self.total + 1) @ self.place), int((2 * self.total + 1) @ self.place)
         inf = np.iinfo(np.int64).max
-        best = np.where(codes == codes[0], 0, inf)
+        layer = np.full(size, inf, dtype=np.int64)
+        layer[shift] = 0
         layers, moves = [], []
-        for r in range(self.cuts.pp):
-            padded = np.full(size, inf, dtype=np.int64)
-            padded[codes] = best
+        pp = self.cuts.pp
+        for r in range(pp):
             move, cost = self._moves(r, slowest_us, cap_mb, minimise_time)
-            nxt = np.full(len(codes), inf, dtype=np.int64)
-            step = max(1, CHUNK_CELLS // len(codes))
-            for i in range(0, len(move), step):
-                came = padded[codes[None, :] - move[i:i + step, None]]
-                np.minimum(nxt, np.maximum(came, cost[i:i + step, None]).min(axis=0), out=nxt)
-            layers.append(padded)
+            layers.append(layer)
             moves.append((move, cost))
-            best = nxt
-        value = int(best[-1])
+            nxt = np.full(size, inf, dtype=np.int64)
+            if r == pp - 1:
+                if len(move):
+                    nxt[end] = np.maximum(layer[end - move], cost).min()
+            elif r == 0:
+                nxt[shift + move] = cost
+            else:
+                reached = np.full(len(codes), inf, dtype=np.int64)
+                step = max(1, CHUNK_CELLS // len(codes))
+                for i in range(0, len(move), step):
+                    came = layer[codes[None, :] - move[i:i + step, None]]
+                    np.minimum(reached, np.maximum(came, cost[i:i + step, None]).min(axis=0), out=reached)
+                nxt[codes] = reached
+            layer = nxt
+        value = int(layer[end])
         if value >= inf:
             return None
         return value, self._trace(value, layers, moves)
