@@ -13,7 +13,14 @@ import pytest
 
 from parasol.constraints.physics.step_time import CalibratedStageTimes
 from parasol.problems.loader import load_problem, load_problem_text
-from parasol.solver.search.costs import MEMORY_UNIT_MB, block_kinds, interval_counts, prefix_counts, row_costs, usable_mb
+from parasol.solver.search.costs import (
+    MEMORY_UNIT_MB,
+    block_kinds,
+    interval_counts,
+    prefix_counts,
+    row_costs,
+    usable_mb,
+)
 from parasol.solver.search.cut_program import UNBOUNDED, cut_within
 from parasol.solver.search.cuts import best_cut, rank_counts, row_staircase
 from parasol.solver.search.dominance import dominates, nondominated
@@ -296,7 +303,7 @@ def test_realise_recovers_every_layouts_counts() -> None:
     """Given the per-rank counts of any layout, the layout search finds a layout with exactly those counts."""
     rng = random.Random(15)
     checked = 0
-    for c, counts, usable in list(_several_kind_rows())[:6]:
+    for c, counts, _ in list(_several_kind_rows())[:6]:
         cuts = InterleavedCuts(c, counts)
         merged = cuts.relaxed.counts
         sums = cuts.relaxed.decomposable(UNBOUNDED, UNBOUNDED)
