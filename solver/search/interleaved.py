@@ -461,6 +461,8 @@ class RankTotals:
         self.total = np.array(counts[0, cuts.n], dtype=np.int64)
         self.radix = 2 * (self.total + 1)
         self.place = np.cumprod(np.concatenate([[1], self.radix[:-1]])).astype(np.int64)
+        self.size = int(np.prod(self.radix))
+        """Codes (vector @ place) of vectors up to twice the totals are below this."""
         n = cuts.n
         spans = np.array([(i, j) for i in range(n) for j in range(i + 1, n + 1)], dtype=np.int64)
         self.spans = spans
@@ -534,8 +536,9 @@ class RankTotals:
             for round_ in range(self.cuts.vpp):
                 use = heads if edge == "first" and round_ == 0 else \
                     tails if edge == "last" and round_ == self.cuts.vpp - 1 else pieces
-                codes = np.unique(((sums @ self.place)[:, None] + use[None, :]).ravel())
-                sums = self._decode(codes)
+                marked = np.zeros(self.size, dtype=bool)
+                marked[(sums @ self.place)[:, None] + use[None, :]] = True
+                sums = self._decode(np.flatnonzero(marked))
                 sums = self._fitting(sums[(sums <= self.total[None, :]).all(axis=1)], slowest_us, cap_mb)
                 if not edge:
                     partial.append(set((sums @ self.place).tolist()))
@@ -559,7 +562,7 @@ class RankTotals:
         if self.grid is None:
             shape = tuple(int(t) + 1 for t in self.total)
             states = np.indices(shape).reshape(len(shape), -1).T.astype(np.int64)
-            self.grid = (states, (states + self.total + 1) @ self.place, int(np.prod(self.radix)))
+            self.grid = (states, (states + self.total + 1) @ self.place, self.size)
         return self.grid
 
     def _moves(self, r: int, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[np.ndarray, np.ndarray]:
