@@ -565,54 +565,60 @@ class RankTotals:
             self.grid = (states, (states + self.total + 1) @ self.place, self.size)
         return self.grid
 
-    def _moves(self, r: int, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[np.ndarray, np.ndarray]:
-        """Rank r's vectors within both bounds, as codes, and the objective each costs on rank r. Costs grow
-        with every block, so the vectors within tighter bounds are those of looser ones that fit them:
-        any looser bounds' vectors already priced are filtered instead of summed again."""
+    def _moves(self, r: int, slowest_us: int, cap_mb: int, minimise_time: bool
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rank r's vectors within both bounds, as codes, the objective each costs on rank r, and their
+        block counts. Costs grow with every block, so the vectors within tighter bounds are those of looser
+        ones that fit them: any looser bounds' vectors already priced are filtered instead of summed again."""
         edge = {0: "first", self.cuts.pp - 1: "last"}.get(r, "")
         key = next(((t, m, e) for t, m, e in self.priced if e == edge and t >= slowest_us and m >= cap_mb),
                    (slowest_us, cap_mb, edge))
         if key not in self.priced:
             vectors = self._rank_vectors(*key)
-            self.priced[key] = (vectors @ self.place, *self.costs(vectors))
-        codes, time, memory = self.priced[key]
+            self.priced[key] = (vectors @ self.place, vectors.sum(axis=1), *self.costs(vectors))
+        codes, blocks, time, memory = self.priced[key]
         ok = (time[r] <= slowest_us) & (memory[r] <= cap_mb)
-        return codes[ok], (time[r] if minimise_time else memory[r])[ok]
+        return codes[ok], (time[r] if minimise_time else memory[r])[ok], blocks[ok]
 
     def solve(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[int, list[np.ndarray]] | None:
         """The relaxed least slowest time (or peak memory) with every rank within both bounds, and the
         ranks' kind counts of a relaxed cut that has it; None when no relaxed cut is within both. The
-        first rank starts from no blocks and the last only has to reach the model's totals, so only
-        the ranks between take every state."""
+        first rank starts from no blocks and the last only has to reach the model's totals; a rank between
+        takes only the states whose block count the ranks before can reach and the ranks after complete."""
         states, codes, size = self._states()
+        held = states.sum(axis=1)
         shift, end = int((self.total + 1) @ self.place), int((2 * self.total + 1) @ self.place)
         inf = np.iinfo(np.int64).max
+        pp, n = self.cuts.pp, self.cuts.n
+        moves = [self._moves(r, slowest_us, cap_mb, minimise_time) for r in range(pp)]
+        if any(not len(m[0]) for m in moves):
+            return None
+        most = np.cumsum([int(m[2].max()) for m in moves][::-1])[::-1].tolist() + [0]
+        least = np.cumsum([int(m[2].min()) for m in moves][::-1])[::-1].tolist() + [0]
         layer = np.full(size, inf, dtype=np.int64)
         layer[shift] = 0
-        layers, moves = [], []
-        pp = self.cuts.pp
-        for r in range(pp):
-            move, cost = self._moves(r, slowest_us, cap_mb, minimise_time)
+        layers = []
+        for r, (move, cost, _) in enumerate(moves):
             layers.append(layer)
-            moves.append((move, cost))
             nxt = np.full(size, inf, dtype=np.int64)
             if r == pp - 1:
-                if len(move):
-                    nxt[end] = np.maximum(layer[end - move], cost).min()
+                nxt[end] = np.maximum(layer[end - move], cost).min()
             elif r == 0:
                 nxt[shift + move] = cost
             else:
-                reached = np.full(len(codes), inf, dtype=np.int64)
-                step = max(1, CHUNK_CELLS // len(codes))
+                band = codes[(held >= max(least[0] - least[r + 1], n - most[r + 1]))
+                             & (held <= min(most[0] - most[r + 1], n - least[r + 1]))]
+                reached = np.full(len(band), inf, dtype=np.int64)
+                step = max(1, CHUNK_CELLS // max(1, len(band)))
                 for i in range(0, len(move), step):
-                    came = layer[codes[None, :] - move[i:i + step, None]]
+                    came = layer[band[None, :] - move[i:i + step, None]]
                     np.minimum(reached, np.maximum(came, cost[i:i + step, None]).min(axis=0), out=reached)
-                nxt[codes] = reached
+                nxt[band] = reached
             layer = nxt
         value = int(layer[end])
         if value >= inf:
             return None
-        return value, self._trace(value, layers, moves)
+        return value, self._trace(value, layers, [m[:2] for m in moves])
 
     def _trace(self, value: int, layers: list[np.ndarray], moves: list[tuple[np.ndarray, np.ndarray]]
                ) -> list[np.ndarray]:
