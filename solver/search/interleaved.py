@@ -187,8 +187,9 @@ class InterleavedCuts:
             for end in range(max(low, pos + 1), top + 1):
                 rest = tuple(y - p[end] + p[pos] for p, y in zip(self.prefix, need, strict=True))
                 if min(rest) >= 0 and sum(x * w for x, w in zip(rest, place, strict=True)) in sums[rounds - 1]:
-                    moves.append((sum(abs((y - x) * rounds - y) for x, y in zip(rest, need, strict=True)), end, rest))
-            for _, end, rest in sorted(moves):
+                    moves.append((abs((end - pos) * rounds - blocks),
+                                  sum(abs((y - x) * rounds - y) for x, y in zip(rest, need, strict=True)), end, rest))
+            for _, _, end, rest in sorted(moves):
                 left[r] = rest
                 layout.append(end - pos)
                 if go(k + 1, end):
@@ -207,8 +208,12 @@ class InterleavedCuts:
         found = self.relaxed.solve(slowest_us, cap_mb, minimise_time)
         if found is None:
             return True, None
-        layout = self.realise(found[1], self.relaxed.decomposable(slowest_us, cap_mb))
-        return layout is not None, layout
+        sums = self.relaxed.decomposable(slowest_us, cap_mb)
+        for targets in found[1]:
+            layout = self.realise(targets, sums)
+            if layout is not None:
+                return True, layout
+        return False, None
 
     def find(self, slowest_us: int, cap_mb: int, budget: int = UNBOUNDED) -> tuple[int, ...] | None:
         """A cut with every rank within `slowest_us` (edges included) and `cap_mb`, or None if none exists;
@@ -459,6 +464,12 @@ class RankTotals:
         counts = counts @ merge
         self.counts = counts
         self.total = np.array(counts[0, cuts.n], dtype=np.int64)
+        stages = cuts.stages
+        bounds = [k * cuts.n // stages for k in range(stages + 1)]
+        self.even = np.zeros((cuts.pp, counts.shape[2]), dtype=np.int64)
+        """Blocks of each kind per rank in the evenest layout (stage sizes differ by at most one)."""
+        for k in range(stages):
+            self.even[k % cuts.pp] += counts[bounds[k], bounds[k + 1]]
         self.radix = 2 * (self.total + 1)
         self.place = np.cumprod(np.concatenate([[1], self.radix[:-1]])).astype(np.int64)
         self.size = int(np.prod(self.radix))
@@ -580,9 +591,10 @@ class RankTotals:
         ok = (time[r] <= slowest_us) & (memory[r] <= cap_mb)
         return codes[ok], (time[r] if minimise_time else memory[r])[ok], blocks[ok]
 
-    def solve(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[int, list[np.ndarray]] | None:
+    def solve(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[int, list[list[np.ndarray]]] | None:
         """The relaxed least slowest time (or peak memory) with every rank within both bounds, and the
-        ranks' kind counts of a relaxed cut that has it; None when no relaxed cut is within both. The
+        ranks' kind counts of one or two relaxed cuts that have it (_trace); None when no relaxed cut is
+        within both. The
         first rank starts from no blocks and the last only has to reach the model's totals; a rank between
         takes only the states whose block count the ranks before can reach and the ranks after complete."""
         states, codes, size = self._states()
@@ -618,13 +630,17 @@ class RankTotals:
         value = int(layer[end])
         if value >= inf:
             return None
-        return value, self._trace(value, layers, [m[:2] for m in moves])
+        traced = [self._trace(value, layers, [m[:2] for m in moves], even) for even in (True, False)]
+        if all((a == b).all() for a, b in zip(*traced, strict=True)):
+            traced.pop()
+        return value, traced
 
-    def _trace(self, value: int, layers: list[np.ndarray], moves: list[tuple[np.ndarray, np.ndarray]]
-               ) -> list[np.ndarray]:
+    def _trace(self, value: int, layers: list[np.ndarray], moves: list[tuple[np.ndarray, np.ndarray]],
+               even: bool) -> list[np.ndarray]:
         """The ranks' kind counts of a relaxed cut of `value`, last rank first taken back: each rank takes
-        the vector within `value` nearest its even share of what is left (balanced totals are the ones an
-        interleaved layout most often realises)."""
+        the vector within `value` nearest what it holds in the evenest layout (`even`; the layout found
+        then looks like the even one) or nearest its even share of what is left (balanced totals are the
+        ones an interleaved layout most often realises)."""
         at = int((self.total + self.total + 1) @ self.place)
         left = self.total.copy()
         out = []
@@ -632,8 +648,8 @@ class RankTotals:
             move, cost = moves[r]
             ok = (cost <= value) & (layers[r][at - move] <= value)
             vectors = self._decode(move[ok])
-            share = left / (r + 1)
-            pick = int(np.argmin(np.abs(vectors - share[None, :]).sum(axis=1)))
+            near = self.even[r] if even else left / (r + 1)
+            pick = int(np.argmin(np.abs(vectors - near[None, :]).sum(axis=1)))
             out.append(vectors[pick])
             left = left - vectors[pick]
             at -= int(move[ok][pick])
