@@ -39,7 +39,7 @@ def main() -> None:
         model = CalibratedStageTimes(problem)
         counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
         usable = usable_mb(problem)
-        rows = enumerate_rows(problem)
+        rows = list(enumerate_rows(problem))
         random.Random(15).shuffle(rows)
         for vpp in args.vpp:
             timed: list[tuple[float, bool]] = []

@@ -13,6 +13,8 @@ to is a proof, so the cuts it returns are the best under each memory cap, not a 
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -183,13 +185,22 @@ class InterleavedCuts:
             blocks = sum(need)
             top = min(pos + blocks - rounds + 1, self.n - (self.stages - k - 1))
             low = pos + blocks if rounds == 1 else pos + 1
-            moves = []
-            for end in range(max(low, pos + 1), top + 1):
-                rest = tuple(y - p[end] + p[pos] for p, y in zip(self.prefix, need, strict=True))
-                if min(rest) >= 0 and sum(x * w for x, w in zip(rest, place, strict=True)) in sums[rounds - 1]:
-                    moves.append((abs((end - pos) * rounds - blocks),
-                                  sum(abs((y - x) * rounds - y) for x, y in zip(rest, need, strict=True)), end, rest))
-            for _, _, end, rest in sorted(moves):
+            def moves() -> Iterator[tuple[int, tuple[int, ...]]]:
+                """The pieces in order: evenest size first, then nearest the rank's share by kind."""
+                def unevenness(end: int) -> int:
+                    return abs((end - pos) * rounds - blocks)
+
+                ends = sorted(range(max(low, pos + 1), top + 1), key=lambda e: (unevenness(e), e))
+                for _, alike in itertools.groupby(ends, key=unevenness):
+                    valid = []
+                    for end in alike:
+                        rest = tuple(y - p[end] + p[pos] for p, y in zip(self.prefix, need, strict=True))
+                        if min(rest) >= 0 and sum(x * w for x, w in zip(rest, place, strict=True)) in sums[rounds - 1]:
+                            valid.append((sum(abs((y - x) * rounds - y) for x, y in zip(rest, need, strict=True)),
+                                          end, rest))
+                    yield from ((end, rest) for _, end, rest in sorted(valid))
+
+            for end, rest in moves():
                 left[r] = rest
                 layout.append(end - pos)
                 if go(k + 1, end):
@@ -446,6 +457,43 @@ class InterleavedCuts:
         return lean, proved and lean_proved
 
 
+@dataclass(frozen=True)
+class _Sequence:
+    """A block sequence's tables under a grouping of its kinds, shared by every row of a problem whose
+    kinds group alike: interval counts, the mixed radix that codes count vectors (each digit up to twice
+    the group's total), and every span (i, j) with its counts, code and distinct vector."""
+
+    counts: np.ndarray
+    total: np.ndarray
+    radix: np.ndarray
+    place: np.ndarray
+    size: int
+    spans: np.ndarray
+    span_vectors: np.ndarray
+    span_codes: np.ndarray
+    span_kind: np.ndarray
+    distinct: np.ndarray
+
+
+@functools.lru_cache(maxsize=16)
+def _sequence(raw: bytes, shape: tuple[int, ...], pattern: tuple[int, ...]) -> _Sequence:
+    """The tables of the sequence whose interval counts are `raw` (int64, `shape`) with kind k counted in
+    group pattern[k]."""
+    counts = np.frombuffer(raw, dtype=np.int64).reshape(shape) @ np.array(
+        [[g == q for q in range(max(pattern) + 1)] for g in pattern], dtype=np.int64)
+    n = shape[0] - 1
+    total = np.array(counts[0, n], dtype=np.int64)
+    radix = 2 * (total + 1)
+    place = np.cumprod(np.concatenate([[1], radix[:-1]])).astype(np.int64)
+    upper = np.triu_indices(n + 1, k=1)
+    spans = np.stack(upper, axis=1).astype(np.int64)
+    span_vectors = counts[upper].astype(np.int64)
+    span_codes = span_vectors @ place
+    distinct, span_kind = np.unique(span_codes, return_inverse=True)
+    return _Sequence(counts, total, radix, place, int(np.prod(radix)), spans, span_vectors, span_codes, span_kind,
+                     (distinct[:, None] // place[None, :]) % radix[None, :])
+
+
 class RankTotals:
     """A relaxation of the interleaved cut that keeps what a rank can hold and drops where: every rank takes
     VPP block intervals of the sequence (as kind counts; the first rank's first one starts at block 0, the
@@ -460,28 +508,17 @@ class RankTotals:
         self.groups = list(dict.fromkeys(priced))
         """Kinds of equal cost on every count (time, static and activation MB, recompute peak, experts) are
         one kind here: a rank's time and memory depend only on how many it holds of each group."""
-        merge = np.array([[k == g for g in self.groups] for k in priced], dtype=np.int64)
-        counts = counts @ merge
-        self.counts = counts
-        self.total = np.array(counts[0, cuts.n], dtype=np.int64)
+        pattern = tuple(self.groups.index(k) for k in priced)
+        seq = _sequence(np.ascontiguousarray(counts, dtype=np.int64).tobytes(), counts.shape, pattern)
+        self.counts, self.total, self.radix, self.place, self.size = seq.counts, seq.total, seq.radix, seq.place, seq.size
+        self.spans, self.span_vectors, self.span_codes, self.span_kind, self.distinct = (
+            seq.spans, seq.span_vectors, seq.span_codes, seq.span_kind, seq.distinct)
         stages = cuts.stages
         bounds = [k * cuts.n // stages for k in range(stages + 1)]
-        self.even = np.zeros((cuts.pp, counts.shape[2]), dtype=np.int64)
+        self.even = np.zeros((cuts.pp, len(self.groups)), dtype=np.int64)
         """Blocks of each kind per rank in the evenest layout (stage sizes differ by at most one)."""
         for k in range(stages):
-            self.even[k % cuts.pp] += counts[bounds[k], bounds[k + 1]]
-        self.radix = 2 * (self.total + 1)
-        self.place = np.cumprod(np.concatenate([[1], self.radix[:-1]])).astype(np.int64)
-        self.size = int(np.prod(self.radix))
-        """Codes (vector @ place) of vectors up to twice the totals are below this."""
-        n = cuts.n
-        spans = np.array([(i, j) for i in range(n) for j in range(i + 1, n + 1)], dtype=np.int64)
-        self.spans = spans
-        self.span_vectors = counts[spans[:, 0], spans[:, 1]].astype(np.int64)
-        codes = self.span_vectors @ self.place
-        distinct, self.span_kind = np.unique(codes, return_inverse=True)
-        self.distinct = self._decode(distinct)
-        """The distinct kind-count vectors of all spans; span_kind maps each span to its vector."""
+            self.even[k % cuts.pp] += self.counts[bounds[k], bounds[k + 1]]
         self.kt, self.ks, self.ka, self.kp = (np.array([g[i] for g in self.groups], dtype=np.int64) for i in range(4))
         self.km = np.array([g[4] for g in self.groups], dtype=bool)
         self.cache: dict[tuple[int, int, str], np.ndarray] = {}
@@ -511,7 +548,7 @@ class RankTotals:
                 time, memory = self.costs(self.distinct)
                 ok = ((time <= slowest_us) & (memory <= cap_mb)).any(axis=0)
             fits = ok[self.span_kind]
-            codes = self.span_vectors @ self.place
+            codes = self.span_codes
             self.fit_cache[key] = (np.unique(codes[fits]), np.unique(codes[fits & (self.spans[:, 0] == 0)]),
                                    np.unique(codes[fits & (self.spans[:, 1] == self.cuts.n)]))
         return self.fit_cache[key]
