@@ -7,6 +7,7 @@ priced from the mapping's rank work per block count (CalibratedStageTimes.cut_st
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -15,13 +16,15 @@ import numpy as np
 import pytest
 
 from parasol.constraints.physics.memory import memory_ledger
+from parasol.constraints.physics.pricing import batch, coefficient_values, price
 from parasol.constraints.physics.step_time import CalibratedStageTimes, step_time
+from parasol.constraints.physics.workload import build_workload
 from parasol.problems.derived import derive
 from parasol.problems.loader import load_problem, load_problem_text
 from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts, row_costs
 from parasol.solver.search.cuts import rank_counts
 from parasol.solver.search.pools import solve_pools
-from parasol.solver.search.space import enumerate_rows
+from parasol.solver.search.space import choice_variants, enumerate_rows, with_choices
 from parasol.solver.solutions import SOLUTIONS_DIR, bundled_problems
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,6 +103,23 @@ def test_cut_prices_are_explains(name: str) -> None:
             assert max(costs.stage_bytes(s, n) for s, n in enumerate(per_rank)) == ledger.peak.total_bytes
 
 
+@pytest.mark.parametrize("name", ["deepseek-v4-pro-1024", "qwen3-30b-a3b-h100-64", "llama-3.1-70b-h100-256"])
+def test_step_extra_from_rank_work_is_the_workloads(name: str) -> None:
+    """The per-step time outside the pipeline, priced from rank work vectors of the default layout and the
+    run-level workload (no stage built), is the whole workload's: the solver never builds a full workload."""
+    problem = load_problem(ROOT / "problems" / f"{name}.yaml")
+    model = CalibratedStageTimes(problem)
+    rng = random.Random(16)
+    rows = list(enumerate_rows(problem))
+    for row in rng.sample(rows, min(8, len(rows))):
+        mapping = row.mapping(problem)
+        derived = derive(problem.model, mapping)
+        prices = price(batch([build_workload(problem, mapping, derived, model.settings)]),
+                       coefficient_values(model.coefficients))
+        whole = float(prices["step"][0] - prices["pipeline"][0])
+        assert model.step_extra_s(mapping, derived) == pytest.approx(whole, rel=1e-12, abs=1e-12)
+
+
 @pytest.mark.slow
 def test_front_at_131072_gpus_is_non_dominated_as_printed() -> None:
     """The bundled 8,192-GPU DeepSeek-V4-Pro problem on 131,072 GPUs (where linear stage pricing was 1.2 %
@@ -109,3 +129,37 @@ def test_front_at_131072_gpus_is_non_dominated_as_printed() -> None:
     data = solve_pools(problem, top=10, time_limit_s=600).as_dict()
     assert data["status"] == "optimal" and len(data["mappings"]) >= 4
     assert_one_price(data)
+
+
+def test_floor_holds_for_every_option_a_row_may_choose() -> None:
+    """The calibrated floor (compute and optimizer only) is the same under every MoE dispatcher and CP
+    communication type, so solve may judge a row by it before settling those options."""
+    problem = load_problem_text("model: qwen3-30b-a3b\ntraining: {seq_len: 8192, global_batch: 256}\n"
+                                "hardware: {preset: h100-hgx, gpus: 64}\n")
+    model = CalibratedStageTimes(problem)
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    totals = counts[0, counts.shape[0] - 1]
+    rows = [r for r in enumerate_rows(problem) if r.ep > 1 and r.cp > 1]
+    assert rows
+    for row in random.Random(17).sample(rows, 6):
+        assert len(choice_variants(problem, row)) > 3
+        floors = set()
+        for variant in choice_variants(problem, row):
+            chosen = with_choices(problem, variant)
+            mapping = variant.mapping(chosen)
+            floors.add(model.for_problem(chosen).step_floor_s(mapping, derive(chosen.model, mapping), totals))
+        assert len(floors) == 1, (row, floors)
+
+
+@pytest.mark.parametrize("name", ["deepseek-v4-pro-1024", "qwen3-30b-a3b-h100-64", "llama-3.1-70b-h100-256"])
+def test_rank_work_does_not_depend_on_vpp(name: str) -> None:
+    """A rank's work per block and the group placement read neither VPP nor the layout, so the model builds
+    them once for a row's VPP variants (step_time.vpp_free): each variant built on its own gives the same."""
+    problem = load_problem(ROOT / "problems" / f"{name}.yaml")
+    rows = [r for r in enumerate_rows(problem) if r.vpp > 1]
+    for row in random.Random(18).sample(rows, min(4, len(rows))):
+        alone = [dataclasses.replace(row, vpp=v) for v in (1, row.vpp)]
+        works = [CalibratedStageTimes(problem).rank_work(r.mapping(problem), derive(problem.model, r.mapping(problem)))
+                 for r in alone]
+        for a, b in zip(dataclasses.astuple(works[0]), dataclasses.astuple(works[1]), strict=True):
+            assert np.array_equal(a, b)

@@ -45,20 +45,24 @@ class AdditiveTime:
     def for_problem(self, problem):
         return AdditiveTime(problem)
 
-    def _choice_s(self, m, moe: bool) -> float:
-        """The options a row chooses: EP dispatch (MoE blocks) and CP exchange cost more or less by type."""
+    DISPATCH = {"allgather": 3e-4, "alltoall": 2e-4, "flex": 1e-4}
+    EXCHANGE = {"p2p": 1.5e-4, "a2a": 1e-4, "allgather": 2e-4, "a2a+p2p": 1.5e-4}
+
+    def _choice_s(self, m, moe: bool, fastest: bool = False) -> float:
+        """The options a row chooses: EP dispatch (MoE blocks) and CP exchange cost more or less by type
+        (`fastest`: the least any option costs)."""
         options = self.p.spec.framework.options
-        dispatch = {"allgather": 3e-4, "alltoall": 2e-4, "flex": 1e-4}[options.moe_token_dispatcher_type]
-        exchange = {"p2p": 1.5e-4, "a2a": 1e-4, "allgather": 2e-4, "a2a+p2p": 1.5e-4}[options.cp_comm_type]
+        dispatch = min(self.DISPATCH.values()) if fastest else self.DISPATCH[options.moe_token_dispatcher_type]
+        exchange = min(self.EXCHANGE.values()) if fastest else self.EXCHANGE[options.cp_comm_type]
         return dispatch * (m.ep > 1) * moe + exchange * (m.cp > 1)
 
-    def block_times_s(self, m, d, blocks):
+    def block_times_s(self, m, d, blocks, fastest: bool = False):
         out = []
         for b in blocks:
             bp = block_params(self.p.model, b)
             k = self.p.model.moe.top_k if bp.num_experts else 0
             active = bp.total - bp.routed_experts + k * bp.per_expert
-            comm = self._choice_s(m, bool(bp.num_experts)) + 1e-4 * (m.tp > 1)
+            comm = self._choice_s(m, bool(bp.num_experts), fastest) + 1e-4 * (m.tp > 1)
             out.append(6 * active * m.mbs * m.seq_len / m.cp / m.tp / 4e14 * (1.3 if m.recompute.value == "full" else 1)
                        + comm)
         return out
@@ -80,11 +84,13 @@ class AdditiveTime:
         return self.step_extra_s(m, d) + pipeline_seconds(stage, float(d.num_microbatches), m.vpp)
 
     def step_floor_s(self, m, d, totals):
-        """Every cut's step time is at least the constant plus the rank times' sum spread evenly."""
+        """Every cut's step time is at least the constant plus the rank times' sum spread evenly, under the
+        fastest dispatcher and CP exchange (a floor holds for every option a row may choose)."""
         reps = {}
         for b in self.p.model.blocks:
             reps.setdefault(block_kind(b), b)
-        total = sum(self.edge_times_s(m, d)) + float(totals @ np.array(self.block_times_s(m, d, [reps[k] for k in block_kinds(self.p)])))
+        per_kind = self.block_times_s(m, d, [reps[k] for k in block_kinds(self.p)], fastest=True)
+        total = sum(self.edge_times_s(m, d)) + float(totals @ np.array(per_kind))
         v, mb = m.vpp, float(d.num_microbatches)
         return self.step_extra_s(m, d) + total * (1 + (v * mb - 1) / m.pp) / v
 

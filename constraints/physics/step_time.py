@@ -35,13 +35,13 @@ fits hundreds of runs in milliseconds and `step_time` prices one mapping the sam
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from parasol.constraints.physics.comm import CommTerm
 from parasol.constraints.physics.exchanges import Links, links_for
-from parasol.constraints.physics.memory import block_kind, schedule_fits_layout
+from parasol.constraints.physics.memory import block_kind, rank_holdings, schedule_fits_layout
 from parasol.constraints.physics.pricing import (
     BREAKDOWN_KINDS,
     batch,
@@ -57,6 +57,7 @@ from parasol.constraints.physics.workload import (
     build_workload,
     network_bytes_per_step,
     routed,
+    run_workload,
     settings_for,
     stage_work,
 )
@@ -234,6 +235,14 @@ class RankWork:
         return linear + jump
 
 
+def vpp_free(mapping: Mapping) -> Mapping:
+    """The mapping with VPP 1 and no explicit layout: a rank's work per block (stage_work) and the group
+    placement read neither, so what is built from them is shared by a row's VPP variants."""
+    if mapping.vpp == 1 and mapping.layout is None:
+        return mapping
+    return mapping.model_copy(update={"vpp": 1, "layout": None})
+
+
 class CalibratedStageTimes:
     """The step-time model as the solver reads it (solver/search/costs.py StageTimeModel): per-microbatch time
     of a pipeline rank holding given numbers of each kind of block, and the per-step time outside the
@@ -274,22 +283,35 @@ class CalibratedStageTimes:
         return comm_seconds(term, coefficient_values(self.coefficients))
 
     def links(self, mapping: Mapping) -> Links:
-        """Group placement of a mapping, computed once."""
-        if mapping not in self._links:
-            self._links[mapping] = links_for(self.problem.hardware.topology, mapping)
-        return self._links[mapping]
+        """Group placement of a mapping, computed once per mapping less its VPP and layout (placement reads
+        neither)."""
+        key = vpp_free(mapping)
+        if key not in self._links:
+            self._links[key] = links_for(self.problem.hardware.topology, mapping)
+        return self._links[key]
 
-    def _base(self, mapping: Mapping, derived: Derived) -> Workload:
-        """The mapping's workload under its own (or the default) layout, built once."""
+    def _run(self, mapping: Mapping, derived: Derived) -> Workload:
+        """The mapping's run-level workload (no stage: rank work comes as vectors), built once."""
         if mapping not in self._workloads:
-            self._workloads[mapping] = build_workload(self.problem, mapping, derived, self.settings,
-                                                      self.links(mapping))
+            self._workloads[mapping] = run_workload(self.problem, mapping, derived,
+                                                    routed(self.problem, mapping, self.settings), self.links(mapping))
         return self._workloads[mapping]
+
+    def _default_counts(self, mapping: Mapping, derived: Derived) -> np.ndarray:
+        """Blocks of each kind per pipeline rank under the mapping's own (or the default) layout, 1 × PP × kinds."""
+        kinds = list(self.kinds)
+        blocks = self.problem.model.blocks
+        out = np.zeros((1, mapping.pp, len(kinds)), dtype=np.int64)
+        for r, holding in enumerate(rank_holdings(derived.layout, mapping.pp, self.problem.training.pipeline_schedule)):
+            for i in holding.blocks:
+                out[0, r, kinds.index(block_kind(blocks[i]))] += 1
+        return out
 
     def rank_work(self, mapping: Mapping, derived: Derived) -> RankWork:
         """The mapping's rank work per block count (RankWork), built once from ranks holding no block,
         one and two blocks of each kind, per rank position (first, middle, last)."""
-        if mapping not in self._rank_work:
+        key = vpp_free(mapping)
+        if key not in self._rank_work:
             reps = list(self.kinds.values())
             model, training, links = self.problem.model, self.problem.training, self.links(mapping)
             settings = routed(self.problem, mapping, self.settings)
@@ -309,16 +331,19 @@ class CalibratedStageTimes:
                 two = np.array([vector([b, b]) for b in reps])
                 by_position[first, last] = (empty, two - one, one - empty - (two - one))
             pos = [by_position[s == 0, s == mapping.pp - 1] for s in range(mapping.pp)]
-            self._rank_work[mapping] = RankWork(np.array([p[0] for p in pos]), np.array([p[1] for p in pos]),
+            self._rank_work[key] = RankWork(np.array([p[0] for p in pos]), np.array([p[1] for p in pos]),
                                             np.array([p[2] for p in pos]))
-        return self._rank_work[mapping]
+        return self._rank_work[key]
 
     def cut_step_times_s(self, mapping: Mapping, derived: Derived, counts: np.ndarray) -> np.ndarray:
         """Step seconds of N cuts of one mapping, exactly as `step_time` prices them (the same `price`):
         counts N × PP × kinds are the blocks of each kind on each pipeline rank."""
+        return self._priced_cuts(mapping, derived, counts)["step"]
+
+    def _priced_cuts(self, mapping: Mapping, derived: Derived, counts: np.ndarray) -> dict[str, np.ndarray]:
+        """`price` of N cuts of one mapping (counts N × PP × kinds blocks per pipeline rank)."""
         vectors = self.rank_work(mapping, derived).vectors(counts)
-        prices = price(batch_from_vectors(self._base(mapping, derived), vectors), coefficient_values(self.coefficients))
-        return prices["step"]
+        return price(batch_from_vectors(self._run(mapping, derived), vectors), coefficient_values(self.coefficients))
 
     def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
         """A lower bound on the step seconds of every cut of the mapping (`totals`: blocks of each kind in
@@ -329,7 +354,7 @@ class CalibratedStageTimes:
         the mean, and exposed communication is never negative."""
         work = self.rank_work(mapping, derived)
         total = work.empty.sum(axis=0) + totals.astype(float) @ work.slope.min(axis=0)
-        prices = price(batch_from_vectors(self._base(mapping, derived), total[None, None, :]),
+        prices = price(batch_from_vectors(self._run(mapping, derived), total[None, None, :]),
                        coefficient_values(self.coefficients))
         compute = float(prices["forward"][0, 0] + prices["backward"][0, 0])
         m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
@@ -338,21 +363,17 @@ class CalibratedStageTimes:
     def stage_times_s(self, mapping: Mapping, derived: Derived,
                       stages: list[tuple[int, tuple[int, ...]]]) -> list[float]:
         """Forward + backward + exposed TP/CP/EP/FSDP seconds of one microbatch on each (stage, counts),
-        counts in the order of the problem's block kinds (first appearance in the model)."""
+        counts in the order of the problem's block kinds (first appearance in the model): each priced as
+        a run of its own from the mapping's rank work (RankWork, exact)."""
         if not stages:
             return []
-        base = self._base(mapping, derived)
-        reps = list(self.kinds.values())
-        model, training, links = self.problem.model, self.problem.training, self.links(mapping)
-        settings = routed(self.problem, mapping, self.settings)
-        works = []
-        for stage, counts in stages:
-            last = stage == mapping.pp - 1
-            held = [b for b, n in zip(reps, counts, strict=True) for _ in range(n)]
-            held += list(model.mtp_blocks) if last else []
-            work = stage_work(model, mapping, derived, training, settings, links, held, stage == 0, last)
-            works.append(replace(base, stages=(work,)))
-        prices = price(batch(works), coefficient_values(self.coefficients))
+        counts = np.zeros((len(stages), mapping.pp, len(self.kinds)), dtype=np.int64)
+        for n, (stage, held) in enumerate(stages):
+            counts[n, stage] = held
+        ranks = [stage for stage, _ in stages]
+        vectors = self.rank_work(mapping, derived).vectors(counts)[np.arange(len(stages)), ranks]
+        prices = price(batch_from_vectors(self._run(mapping, derived), vectors[:, None, :]),
+                       coefficient_values(self.coefficients))
         return [float(x) for x in prices["stage"][:, 0]]
 
     def edge_times_s(self, mapping: Mapping, derived: Derived) -> list[float]:
@@ -377,5 +398,5 @@ class CalibratedStageTimes:
 
     def step_extra_s(self, mapping: Mapping, derived: Derived) -> float:
         """Per-step seconds outside the pipeline: exposed sends, gradient reduction, optimizer."""
-        prices = price(batch([self._base(mapping, derived)]), coefficient_values(self.coefficients))
+        prices = self._priced_cuts(mapping, derived, self._default_counts(mapping, derived))
         return float(prices["step"][0] - prices["pipeline"][0])

@@ -448,18 +448,28 @@ def build_workload(problem, mapping: Mapping, derived: Derived,  # noqa: ANN001 
     model: ModelArchitecture = problem.model
     training: Training = problem.training
     settings = routed(problem, mapping, settings or settings_for(problem))
-    m, d = mapping, derived
-    gpu = problem.hardware.gpu
-    links = links or links_for(problem.hardware.topology, m)
+    links = links or links_for(problem.hardware.topology, mapping)
     all_blocks = [*model.blocks, *model.mtp_blocks]
     stages = []
-    for r in rank_holdings(d.layout, m.pp, training.pipeline_schedule):
+    for r in rank_holdings(derived.layout, mapping.pp, training.pipeline_schedule):
         held = [all_blocks[i] for i in r.blocks] + (list(model.mtp_blocks) if r.last else [])
-        stages.append(stage_work(model, m, d, training, settings, links, held, r.first, r.last))
+        stages.append(stage_work(model, mapping, derived, training, settings, links, held, r.first, r.last))
+    return replace(run_workload(problem, mapping, derived, settings, links), stages=tuple(stages))
+
+
+def run_workload(problem, mapping: Mapping, derived: Derived,  # noqa: ANN001 - Problem
+                 routed_settings: StepSettings, links: Links) -> Workload:
+    """The workload's run-level fields (schedule sizes, pipeline sends, precision, peaks) with no stage:
+    what pricing reads besides the ranks' work, for callers that supply rank work as vectors
+    (pricing.batch_from_vectors). `routed_settings`: the problem's settings after `routed`."""
+    model: ModelArchitecture = problem.model
+    training: Training = problem.training
+    settings, m, d = routed_settings, mapping, derived
+    gpu = problem.hardware.gpu
     tokens = m.mbs * m.seq_len / m.cp
     modules = tuple(training.recompute_modules)
     return Workload(
-        stages=tuple(stages), microbatches=float(d.num_microbatches), pp=m.pp, vpp=m.vpp,
+        stages=(), microbatches=float(d.num_microbatches), pp=m.pp, vpp=m.vpp,
         p2p=pp_comm(model, tokens, m.tp, training.sequence_parallel, links.pp),
         tokens_per_expert=float(d.assignments_per_expert) if d.assignments_per_expert is not None else 0.0,
         skew=settings.hot_expert_skew, weight_bytes=WEIGHT_BYTES[settings.precision],

@@ -62,7 +62,9 @@ class StageTimeModel(Protocol):
         ...
 
     def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
-        """A lower bound on the exact step seconds of every cut (totals: blocks of each kind)."""
+        """A lower bound on the exact step seconds of every cut (totals: blocks of each kind) under every
+        MoE dispatcher and CP communication type the row may choose: solve judges a row by its floor
+        before it settles those options (solver/search/choices.py)."""
         ...
 
 

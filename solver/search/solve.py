@@ -13,8 +13,9 @@ import numpy as np
 from parasol.constraints.evaluate import evaluate
 from parasol.constraints.physics.flops import model_flops_per_token
 from parasol.errors import InputError
-from parasol.problems.derived import default_layout, derive
+from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
+from parasol.problems.memo import memoised
 from parasol.problems.schema import Objective
 from parasol.solver.diagnose.explain import Explanation, explain
 from parasol.solver.search.choices import settled
@@ -26,9 +27,11 @@ from parasol.solver.search.costs import (
     block_kinds,
     interval_counts,
     prefix_counts,
+    row_costs,
     usable_mb,
 )
 from parasol.solver.search.cuts import CutPoint, Staircase, row_staircase
+from parasol.solver.search.domains import rule_domains
 from parasol.solver.search.objectives import (
     DEFAULT_OBJECTIVES,
     RESOLUTIONS,
@@ -48,8 +51,15 @@ from parasol.solver.search.program import (
 )
 from parasol.solver.search.prune import beaten, pruned
 from parasol.solver.search.reprice import exact_staircase, floor_point
-from parasol.solver.search.savings import NONE, fitting_row, open_savings, row_problem, time_model_for
-from parasol.solver.search.space import Row, rows_until
+from parasol.solver.search.savings import (
+    NONE,
+    fitting_row,
+    open_savings,
+    row_problem,
+    time_model_for,
+    with_saving,
+)
+from parasol.solver.search.space import Row, rows_until, search_domains
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,11 @@ class SolveResult:
     seconds: float
     rows_screened: int = 0
     """Rows examined within the time limit: screened for memory, and priced when a cut fits."""
+    ruled_out: tuple[tuple[str, str], ...] = ()
+    """(degree or recompute, value) pairs no mapping meeting the posted rules takes (solver/search/domains.py):
+    their rows are not listed."""
+    rules_refuse_all: bool = False
+    """Rows fold, but no combination of the search's values meets every rule the master posts."""
 
     def as_dict(self) -> dict:
         """The BRIEF's `solve --json` contract: {"status", "mappings": [...]} plus search statistics."""
@@ -113,6 +128,7 @@ class SolveResult:
             "mappings": [m.as_dict() for m in self.mappings],
             "search": {"rows": self.rows, "rows_with_a_fitting_cut": self.rows_fitting,
                        "rows_screened": self.rows_screened, "master_solves": self.master_solves,
+                       "ruled_out": [f"{name}={value}" for name, value in self.ruled_out],
                        "seconds": round(self.seconds, 3)},
         }
 
@@ -125,6 +141,14 @@ def why_not_optimal(result: SolveResult, problem: Problem, time_limit_s: float) 
         return f"the search was cut off by the time limit ({time_limit_s:g} s): the best mappings found so far"
     if result.status == "unknown":
         return f"no mapping found within the time limit ({time_limit_s:g} s)"
+    if result.rules_refuse_all:
+        return (f"none of the {result.rows:,} degree rows meets every rule: widen `search` or change the options "
+                "the rules read (`explain` a mapping to see which rule refuses it)")
+    if result.rows == 0 and result.ruled_out:
+        values = ", ".join(f"{name} {value}" for name, value in result.ruled_out)
+        return (f"no degree row meets every rule: the rules rule out {values}, and the values left do not fold "
+                f"onto {problem.gpus:,} GPUs with whole D_a, D_e and m (`explain` a mapping to see which rule "
+                "refuses it)")
     if result.rows == 0:
         odd = problem.gpus
         while odd % 2 == 0:
@@ -141,6 +165,8 @@ def why_not_optimal(result: SolveResult, problem: Problem, time_limit_s: float) 
     return f"{result.rows_fitting:,} degree rows fit in memory but none meets every rule (`explain` one to see which)"
 
 
+RULES_SHARE = 0.1
+"""Share of the time limit the rules may spend ruling out degree values before rows are listed."""
 PRICING_SHARE = 0.8
 """Share of the time limit the step-time pricing of rows may use before the search starts."""
 SCREEN_SHARE = 0.4
@@ -155,11 +181,12 @@ The master and explaining take well under a second on every bundled problem, so 
 def ideal_step_s(problem: Problem, row: Row) -> float:
     """A quick optimistic step time used only to decide which rows to price first: model FLOPs of the
     step at the GEMM precision's peak, stretched by the row's pipeline fill and recompute."""
-    d = derive(problem.model, row.mapping(problem))
-    m, p, v = float(d.num_microbatches), row.pp, row.vpp
-    flops = model_flops_per_token(problem.model, problem.training.seq_len) * problem.training.global_batch \
-        * problem.training.seq_len
-    peak = problem.hardware.gpu.peak_flops(problem.training.precision.value)
+    training = problem.training
+    m = training.global_batch * row.tp * row.pp * row.cp / (row.mbs * problem.gpus)
+    p, v = row.pp, row.vpp
+    flops = memoised(problem, "step_model_flops", lambda: model_flops_per_token(problem.model, training.seq_len)
+                     * training.global_batch * training.seq_len)
+    peak = problem.hardware.gpu.peak_flops(training.precision.value)
     stretch = (v * m + p - 1) / (v * m) * (4 / 3 if row.recompute == "full" else 1.0)
     return flops / (problem.gpus * peak) * stretch
 
@@ -226,17 +253,26 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     pricing_deadline = start + PRICING_SHARE * time_limit_s
     objectives = front_objectives(problem)
     minimised = program_objectives(objectives)
-    rows, listed = rows_until(problem, pricing_deadline)
+    ruled = rule_domains(problem, search_domains(problem), start + RULES_SHARE * time_limit_s)
+    if ruled.refuse_all:
+        rows, listed = rows_until(problem, pricing_deadline)
+        return SolveResult("infeasible" if listed else "unknown", (), len(rows), 0, 0, time.perf_counter() - start,
+                           rules_refuse_all=bool(rows))
+    rows, listed = rows_until(problem, pricing_deadline, ruled.degrees)
+    rows = tuple(r for r in rows if ruled.holds(r))
     if not rows:
-        return SolveResult("infeasible" if listed else "unknown", (), 0, 0, 0, time.perf_counter() - start)
+        return SolveResult("infeasible" if listed else "unknown", (), 0, 0, 0, time.perf_counter() - start,
+                           ruled_out=ruled.dropped)
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     usable = usable_mb(problem)
     total_rows = len(rows)
     ordered = priced_first(problem, rows, pricing_deadline)
     row_rules, cut_rules = judged_rules(problem, "row"), judged_rules(problem, "cut")
+    fitted_rows: list[Row] = []
+    lowest: list[tuple[int, int]] = []
     kept: list[Row] = []
     costs: list[RowCosts] = []
-    surely: list[bool] = []
+    staircases: list[Staircase] = []
     screened = 0
     savings, models = open_savings(problem), {NONE: time_model}
     floors = prune and minimised == DEFAULT_OBJECTIVES
@@ -249,6 +285,12 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
             passes[i] = rows_pass_rules(problem, kept[i])
         return passes[i]
 
+    def model_of(r: Row) -> StageTimeModel:
+        """The step-time model of a row: its saving's, under the dispatcher and CP type it chose."""
+        if r.saving not in models:
+            models[r.saving] = time_model_for(time_model, with_saving(problem, r.saving))
+        return models[r.saving].for_problem(row_problem(problem, r))
+
     for r in ordered:
         if time.perf_counter() > start + SCREEN_SHARE * time_limit_s:
             break
@@ -257,45 +299,37 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
             progress(SearchProgress(screened, len(ordered)))
         fitted = fitting_row(problem, r, savings, counts, usable)
         if fitted is not None:
-            priced = row_problem(problem, fitted)
-            if fitted.saving not in models:
-                models[fitted.saving] = time_model_for(time_model, priced)
-            fitted, cost, sure = settled(priced, fitted, models[fitted.saving])
-            kept.append(fitted)
-            costs.append(cost)
-            surely.append(sure)
-
-    def model_of(r: Row) -> StageTimeModel:
-        """The step-time model of a row: its saving's, under the dispatcher and CP type it chose."""
-        return models[r.saving].for_problem(row_problem(problem, r))
-
-    staircases = [Staircase((), proved=False)] * len(kept)
-    lowest = [floor_point(c, r.mapping(problem), counts, model_of(r)) for r, c in zip(kept, costs, strict=True)] \
-        if floors else [(0, 0)] * len(kept)
-    for i in sorted(range(len(kept)), key=lambda i: (lowest[i], i)):
+            fitted_rows.append(fitted)
+            lowest.append(floor_point(row_costs(row_problem(problem, fitted), fitted, None),
+                                      fitted.mapping(problem), counts, model_of(fitted)) if floors else (0, 0))
+    unproved = False
+    for k in sorted(range(len(fitted_rows)), key=lambda k: (lowest[k], k)):
         if time.perf_counter() > pricing_deadline:
+            unproved = True
             break
-        if floors and beaten(lowest[i], np.array(step_rows, dtype=np.int64),
+        if floors and beaten(lowest[k], np.array(step_rows, dtype=np.int64),
                              np.array(step_values, dtype=np.int64).reshape(-1, 2), top, feasible_row):
-            staircases[i] = Staircase(())
             continue
-        r, c = kept[i], costs[i]
+        priced = row_problem(problem, fitted_rows[k])
+        r, c, sure = settled(priced, fitted_rows[k], model_of(fitted_rows[k]))
         priced = row_problem(problem, r)
         stairs = admissible(priced, r, row_staircase(c, counts, usable, pricing_deadline), row_rules, cut_rules)
-        staircases[i] = exact_staircase(c, r.mapping(problem), stairs, counts, model_of(r))
-        if not surely[i]:
-            staircases[i] = Staircase(staircases[i].points, False)
-        step_rows.extend(i for _ in staircases[i].points)
-        step_values.extend((q.time_units, q.memory_units) for q in staircases[i].points)
-    all_priced = listed and screened == len(ordered) and all(st.proved for st in staircases)
+        stairs = exact_staircase(c, r.mapping(problem), stairs, counts, model_of(r))
+        i = len(kept)
+        kept.append(r)
+        costs.append(c)
+        staircases.append(stairs if sure else Staircase(stairs.points, False))
+        step_rows.extend(i for _ in stairs.points)
+        step_values.extend((q.time_units, q.memory_units) for q in stairs.points)
+    all_priced = listed and screened == len(ordered) and not unproved and all(st.proved for st in staircases)
     if not kept:
-        return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, 0, 0,
-                           time.perf_counter() - start, screened)
+        return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, len(fitted_rows), 0,
+                           time.perf_counter() - start, screened, ruled.dropped)
     rows, stairs = tuple(kept), tuple(staircases)
     if not any(st.points for st in stairs):
         complete = all_priced
-        return SolveResult("infeasible" if complete else "unknown", (), total_rows, len(rows), 0,
-                           time.perf_counter() - start, screened)
+        return SolveResult("infeasible" if complete else "unknown", (), total_rows, len(fitted_rows), 0,
+                           time.perf_counter() - start, screened, ruled.dropped)
     per_row = {o: tuple(row_units(problem, r, o) for r in rows) for o in minimised if not SCALES[o].per_cut}
     if prune:
         stairs = pruned(stairs, lambda i, q: tuple(_point_value(o, i, q, per_row) for o in minimised), top,
@@ -323,5 +357,5 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         status = "infeasible" if complete else "unknown"
     else:
         status = "optimal" if complete and all(s.optimal for s in solved) else "feasible"
-    return SolveResult(status, tuple(solved), total_rows, len(rows), outcome.master_solves,
-                       time.perf_counter() - start, screened)
+    return SolveResult(status, tuple(solved), total_rows, len(fitted_rows), outcome.master_solves,
+                       time.perf_counter() - start, screened, ruled.dropped)
