@@ -1,9 +1,14 @@
-"""Exact stage cuts of interleaved rows (VPP > 1), by branch and bound over the cut itself.
+"""Exact stage cuts of interleaved rows (VPP > 1): a relaxation over per-rank kind totals, a layout search
+that realises its optimum, and a branch and bound over the cut itself where that fails.
 
 Pipeline rank r runs virtual stages r, r + PP, …, so a rank sums VPP non-contiguous pieces of the block
 sequence and no contiguous DP applies. Step time depends on the cut only through the slowest rank
-(Σ of rank times is the same for every cut, constraints/physics/schedule.py), and every rank's memory
-grows with each block it takes. A depth-first search places the virtual stages in order and drops a
+(Σ of rank times is the same for every cut, constraints/physics/schedule.py), and a rank's time and
+memory depend only on how many blocks of each kind it holds. RankTotals's DP over the ranks' running
+kind totals gives a lower bound on every question (least slowest time under a memory cap, least peak
+memory under a time bound); when `realise` finds a layout whose ranks hold exactly the relaxed cut's
+totals, that cut is the answer, proved. With one kind of block that always happens. Otherwise a
+depth-first search places the virtual stages in order and drops a
 partial cut as soon as a rank is over the time or memory bound, or the ranks still to be served
 cannot take the remaining blocks' time or memory (both sums are admissible: a block adds at least its
 static memory and the floor of its activation share to any rank). Partial cuts proved impossible
