@@ -163,3 +163,30 @@ def test_rank_work_does_not_depend_on_vpp(name: str) -> None:
                  for r in alone]
         for a, b in zip(dataclasses.astuple(works[0]), dataclasses.astuple(works[1]), strict=True):
             assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("source", ["qwen3-30b-8k", "deepseek-v4-pro-1024"])
+def test_floor_is_below_every_cut_under_every_option(source: str) -> None:
+    """The floor with its exposed EP and CP exchange bound (CalibratedStageTimes.exchange_floor_s) is at most
+    the exact step time of random cuts of MoE rows with CP > 1, under every dispatcher and CP type."""
+    problem = load_problem_text("model: qwen3-30b-a3b\ntraining: {seq_len: 8192, global_batch: 256}\n"
+                                "hardware: {preset: h100-hgx, gpus: 64}\n") if source == "qwen3-30b-8k" else \
+        load_problem(ROOT / "problems" / f"{source}.yaml")
+    model = CalibratedStageTimes(problem)
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    totals = counts[0, counts.shape[0] - 1]
+    blocks = problem.model.num_layers
+    rng = random.Random(19)
+    rows = [r for r in enumerate_rows(problem) if r.ep > 1 and r.cp > 1]
+    for row in rng.sample(rows, min(6, len(rows))):
+        mapping = row.mapping(problem)
+        floor = model.step_floor_s(mapping, derive(problem.model, mapping), totals)
+        assert model.exchange_floor_s(mapping, totals) > 0
+        for variant in choice_variants(problem, row):
+            chosen = with_choices(problem, variant)
+            priced = model.for_problem(chosen)
+            cuts = [sorted(rng.sample(range(1, blocks), row.pp * row.vpp - 1)) for _ in range(4)]
+            layouts = [tuple(b - a for a, b in zip([0, *c], [*c, blocks], strict=True)) for c in cuts]
+            per_rank = np.array([rank_counts(layout, row.pp, counts) for layout in layouts])
+            seconds = priced.cut_step_times_s(mapping, derive(chosen.model, mapping), per_rank)
+            assert floor <= seconds.min() * (1 + 1e-12), (row, variant.settings())

@@ -12,12 +12,13 @@ import pytest
 from click.testing import CliRunner
 
 from parasol.constraints.physics.step_time import CalibratedStageTimes
-from parasol.problems.loader import load_problem
+from parasol.problems.loader import load_problem, load_problem_text
 from parasol.problems.mapping import Mapping
 from parasol.solver.cli import main
 from parasol.solver.diagnose.explain import explain
-from parasol.solver.search.solve import priced_first, solve
-from parasol.solver.search.space import enumerate_rows
+from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts
+from parasol.solver.search.solve import exchange_step_s, priced_first, solve
+from parasol.solver.search.space import Row, enumerate_rows
 
 V4_1024 = "problems/deepseek-v4-pro-1024.yaml"
 GB200 = "problems/deepseek-v4-pro-gb200-nvl72.yaml"
@@ -92,9 +93,24 @@ def test_row_ordering_stops_at_the_pricing_deadline() -> None:
     keep their listing order (issue 13: the limit bounds the whole command, ordering included)."""
     problem = load_problem(V4_1024)
     rows = enumerate_rows(problem)
-    assert priced_first(problem, rows, deadline=0.0) == rows
-    ordered = priced_first(problem, rows)
+    model = CalibratedStageTimes(problem)
+    totals = interval_counts(prefix_counts(problem, block_kinds(problem)))[0, -1]
+    assert priced_first(problem, rows, model, totals, deadline=0.0) == rows
+    ordered = priced_first(problem, rows, model, totals)
     assert sorted(ordered) == sorted(rows) and ordered != rows
+
+
+def test_rows_whose_exchanges_cross_the_network_are_screened_later() -> None:
+    """The screening order adds the EP exchange seconds no rank hides to the ideal compute (which is the
+    same for both rows): of two rows that differ only in EP, the one whose EP group leaves the 8-GPU node
+    comes later."""
+    problem = load_problem_text("model: qwen3-30b-a3b\ntraining: {seq_len: 4096, global_batch: 256}\n"
+                                "hardware: {preset: h100-hgx, gpus: 64}\n")
+    model = CalibratedStageTimes(problem)
+    totals = interval_counts(prefix_counts(problem, block_kinds(problem)))[0, -1]
+    inside, across = Row(2, 1, 1, 1, 8, 1, 1, "none"), Row(2, 1, 1, 1, 16, 1, 1, "none")
+    assert exchange_step_s(problem, model, across, totals, {}) > exchange_step_s(problem, model, inside, totals, {}) > 0
+    assert priced_first(problem, (across, inside), model, totals) == (inside, across)
 
 
 def test_gb200_ep_groups_stay_in_a_domain_or_pay() -> None:

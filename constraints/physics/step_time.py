@@ -36,11 +36,12 @@ fits hundreds of runs in milliseconds and `step_time` prices one mapping the sam
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import get_args
 
 import numpy as np
 
-from parasol.constraints.physics.comm import CommTerm
-from parasol.constraints.physics.exchanges import Links, links_for
+from parasol.constraints.physics.comm import NO_COMM, CommTerm
+from parasol.constraints.physics.exchanges import Links, cp_comm, ep_comm, links_for, tp_comm
 from parasol.constraints.physics.memory import block_kind, rank_holdings, schedule_fits_layout
 from parasol.constraints.physics.pricing import (
     BREAKDOWN_KINDS,
@@ -52,9 +53,11 @@ from parasol.constraints.physics.pricing import (
     stage_vector,
 )
 from parasol.constraints.physics.workload import (
+    PASSES_PER_MICROBATCH,
     StepSettings,
     Workload,
     build_workload,
+    dispatch_received,
     network_bytes_per_step,
     routed,
     run_workload,
@@ -64,9 +67,7 @@ from parasol.constraints.physics.workload import (
 from parasol.hardware.calibration import StepCoefficients, coefficients_for_gpu
 from parasol.problems.derived import Derived
 from parasol.problems.mapping import Mapping
-from parasol.problems.model.architecture import (
-    Block,
-)
+from parasol.problems.model.architecture import Block, BlockKind
 from parasol.problems.options import MegatronOptions
 
 # ---- memory-bound traffic --------------------------------------------------------------------
@@ -235,6 +236,12 @@ class RankWork:
         return linear + jump
 
 
+DISPATCHERS = get_args(MegatronOptions.model_fields["moe_token_dispatcher_type"].annotation)
+"""Every MoE token dispatcher Megatron offers (--moe-token-dispatcher-type)."""
+CP_COMM_KINDS = get_args(MegatronOptions.model_fields["cp_comm_type"].annotation)
+"""Every CP communication type Megatron offers (--cp-comm-type)."""
+
+
 def vpp_free(mapping: Mapping) -> Mapping:
     """The mapping with VPP 1 and no explicit layout: a rank's work per block (stage_work) and the group
     placement read neither, so what is built from them is shared by a row's VPP variants."""
@@ -347,18 +354,59 @@ class CalibratedStageTimes:
 
     def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
         """A lower bound on the step seconds of every cut of the mapping (`totals`: blocks of each kind in
-        the model): the compute of all ranks together spread evenly over the pipeline, plus the optimizer
-        step of an average rank. Sound because a rank's compute is sublinear in its work (sums of maxima
-        of linear terms: all ranks' compute is at least the compute of their summed work), every field
-        grows with blocks (the least slope over rank positions is taken), the slowest rank is at least
-        the mean, and exposed communication is never negative."""
+        the model), under every MoE dispatcher and CP communication type: the compute of all ranks together
+        plus the least exposed EP and CP exchange seconds any type gives (exchange_floor_s), spread evenly
+        over the pipeline, plus the optimizer step of an average rank. Sound because a rank's compute is
+        sublinear in its work (sums of maxima of linear terms: all ranks' compute is at least the compute of
+        their summed work), every field grows with blocks (the least slope over rank positions is taken),
+        the slowest rank is at least the mean, and the pipeline time grows with every stage time."""
         work = self.rank_work(mapping, derived)
         total = work.empty.sum(axis=0) + totals.astype(float) @ work.slope.min(axis=0)
         prices = price(batch_from_vectors(self._run(mapping, derived), total[None, None, :]),
                        coefficient_values(self.coefficients))
-        compute = float(prices["forward"][0, 0] + prices["backward"][0, 0])
+        ranks = float(prices["forward"][0, 0] + prices["backward"][0, 0]) + self.exchange_floor_s(mapping, totals)
         m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
-        return compute * (1 + (vpp * m - 1) / pp) / vpp + float(prices["optimizer"][0]) / pp
+        return ranks * (1 + (vpp * m - 1) / pp) / vpp + float(prices["optimizer"][0]) / pp
+
+    def tp_exchange_s(self, mapping: Mapping, totals: np.ndarray) -> float:
+        """Seconds of the TP collectives of one microbatch over all ranks' blocks (forward and backward),
+        before any overlap hides them: an estimate for ordering rows (--tp-comm-overlap may hide them behind
+        the GEMMs up to their length, so this is no bound)."""
+        links, model = self.links(mapping), self.problem.model
+        if links.tp.size <= 1:
+            return 0.0
+        tokens = mapping.mbs * mapping.seq_len / mapping.cp
+        sp = self.problem.training.sequence_parallel
+        term = sum((tp_comm(model, b, tokens, links.tp, sp).scaled(int(n))
+                    for b, n in zip(self.kinds.values(), totals, strict=True)), NO_COMM)
+        return PASSES_PER_MICROBATCH["tp"] * comm_seconds(term, coefficient_values(self.coefficients))
+
+    def exchange_floor_s(self, mapping: Mapping, totals: np.ndarray) -> float:
+        """Exposed EP and CP seconds of one microbatch that all ranks together cannot go below, under any
+        dispatcher and CP communication type (the least over every type, so it holds whichever a row
+        chooses): a rank hides at most the overlap_ep share of its EP exchange unless
+        --overlap-moe-expert-parallel-comm is on, and at most overlap_cp of its CP exchange (pricing.py
+        _exposed_per_microbatch); seconds of summed terms are at most the sum of the ranks' seconds."""
+        coefs = coefficient_values(self.coefficients)
+        settings = routed(self.problem, mapping, self.settings)
+        links, model = self.links(mapping), self.problem.model
+        tokens = mapping.mbs * mapping.seq_len / mapping.cp
+        reps = list(self.kinds.values())
+        floor = 0.0
+        moe_blocks = sum(int(n) for b, n in zip(reps, totals, strict=True) if b.mlp is BlockKind.moe)
+        hidden_ep = 1.0 if settings.ep_overlap else min(float(coefs["overlap_ep"]), 1.0)
+        if moe_blocks and links.ep.size > 1 and hidden_ep < 1.0:
+            received = dispatch_received(settings)
+            least = min(comm_seconds(ep_comm(model, tokens, mapping.tp, mapping.expert_tp, links.ep, received, kind)
+                                     .scaled(moe_blocks), coefs) for kind in DISPATCHERS)
+            floor += PASSES_PER_MICROBATCH["ep"] * (1.0 - hidden_ep) * least
+        hidden_cp = min(float(coefs["overlap_cp"]), 1.0)
+        if links.cp.size > 1 and hidden_cp < 1.0:
+            least = min(comm_seconds(sum((cp_comm(model, b, tokens, mapping.tp, links.cp, kind).scaled(int(n))
+                                          for b, n in zip(reps, totals, strict=True)), NO_COMM), coefs)
+                        for kind in CP_COMM_KINDS)
+            floor += PASSES_PER_MICROBATCH["cp"] * (1.0 - hidden_cp) * least
+        return floor
 
     def stage_times_s(self, mapping: Mapping, derived: Derived,
                       stages: list[tuple[int, tuple[int, ...]]]) -> list[float]:

@@ -1,0 +1,159 @@
+"""The rows `solve` takes to the master program, found in rounds: screen a batch of rows for memory and
+price their floors, then settle and cut the screened rows in the order of their floors, skipping every
+row whose floor `top` rule-feasible rows already cut dominate (solver/search/prune.py's argument).
+
+Batches double, so a search the time limit cuts short has cut the most promising rows it screened,
+and a search that completes gives the answer one pass would: a skipped row can never enter the answer,
+whichever rows were cut before it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from parasol.constraints.evaluate import evaluate
+from parasol.problems.derived import default_layout
+from parasol.problems.loader import Problem
+from parasol.solver.search.choices import settled
+from parasol.solver.search.costs import RowCosts, StageTimeModel, row_costs
+from parasol.solver.search.cuts import Staircase, row_staircase
+from parasol.solver.search.program import admissible, choice_rules, judged_rules, program_rules
+from parasol.solver.search.prune import beaten
+from parasol.solver.search.reprice import exact_staircase, floor_point
+from parasol.solver.search.savings import (
+    NONE,
+    fitting_row,
+    open_savings,
+    row_problem,
+    time_model_for,
+    with_saving,
+)
+from parasol.solver.search.space import Row
+
+FIRST_BATCH = 256
+"""Rows screened in the first round; each round screens twice as many as the one before."""
+
+
+def rows_pass_rules(problem: Problem, row: Row) -> bool:
+    """Whether a row meets every rule the master posts and every rule judged per row, in Python (with an
+    explicit cut, as every solver answer has; the CP-SAT postings agree, tests/test_agreement.py)."""
+    mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp))
+    judged = row_problem(problem, row)
+    return evaluate(judged, mapping, program_rules(problem) + judged_rules(problem, "row") + choice_rules(judged)).feasible
+
+
+class RowSearch:
+    """The rows cut so far (their options settled, cost tables and exact staircases) and the rows
+    screened and waiting, by floor."""
+
+    def __init__(self, problem: Problem, time_model: StageTimeModel, counts: np.ndarray, usable: int, top: int,
+                 floors: bool) -> None:
+        self.problem, self.counts, self.usable, self.top, self.floors = problem, counts, usable, top, floors
+        self.savings = open_savings(problem)
+        self.models: dict[str, StageTimeModel] = {NONE: time_model}
+        self.row_rules, self.cut_rules = judged_rules(problem, "row"), judged_rules(problem, "cut")
+        self.rows: list[Row] = []
+        self.costs: list[RowCosts] = []
+        self.staircases: list[Staircase] = []
+        self.fitting = 0
+        self.skipped = 0
+        """Rows never cut: their floor was beaten before they were screened or cut."""
+        self._waiting: list[tuple[tuple[int, int], int, Row]] = []
+        self._passes: dict[int, bool] = {}
+        self._step_rows: list[int] = []
+        self._step_values: list[tuple[int, int]] = []
+
+    def model_of(self, row: Row) -> StageTimeModel:
+        """The step-time model of a row: its saving's, under the dispatcher and CP type it chose."""
+        if row.saving not in self.models:
+            self.models[row.saving] = time_model_for(self.models[NONE], with_saving(self.problem, row.saving))
+        return self.models[row.saving].for_problem(row_problem(self.problem, row))
+
+    def feasible_row(self, i: int) -> bool:
+        """Whether cut row i meets every rule (judged once, when it first dominates)."""
+        if i not in self._passes:
+            self._passes[i] = rows_pass_rules(self.problem, self.rows[i])
+        return self._passes[i]
+
+    def screen(self, row: Row) -> None:
+        """Skip the row when its floor under every saving it may take is already beaten; else set it aside
+        when no cut fits under any saving, and otherwise let it wait, by its floor, to be cut."""
+        floors: dict[str, tuple[int, int]] = {}
+        if self.floors and len(self.rows) >= self.top:
+            for variant in (row, *(dataclasses.replace(row, saving=s) for s in self.savings)):
+                floors[variant.saving] = self._floor(variant)
+            lowest = (min(t for t, _ in floors.values()), min(m for _, m in floors.values()))
+            if self._beaten(lowest):
+                self.skipped += 1
+                return
+        fitted = fitting_row(self.problem, row, self.savings, self.counts, self.usable)
+        if fitted is None:
+            return
+        floor = (0, 0)
+        if self.floors:
+            floor = floors[fitted.saving] if fitted.saving in floors else self._floor(fitted)
+        heapq.heappush(self._waiting, (floor, self.fitting, fitted))
+        self.fitting += 1
+
+    def _floor(self, row: Row) -> tuple[int, int]:
+        """The row's floor under its saving (reprice.floor_point): it holds for every option it may choose."""
+        memory = row_costs(row_problem(self.problem, row), row, None)
+        return floor_point(memory, row.mapping(self.problem), self.counts, self.model_of(row))
+
+    def _beaten(self, floor: tuple[int, int]) -> bool:
+        """Whether steps of `top` rule-feasible rows cut so far dominate `floor` (prune.beaten)."""
+        return beaten(floor, np.array(self._step_rows, dtype=np.int64),
+                      np.array(self._step_values, dtype=np.int64).reshape(-1, 2), self.top, self.feasible_row)
+
+    @property
+    def waiting(self) -> int:
+        """Rows screened and not yet cut or skipped."""
+        return len(self._waiting)
+
+    def cut_waiting(self, deadline: float) -> None:
+        """Cut the waiting rows, least floor first, until `deadline` (time.perf_counter())."""
+        while self._waiting and time.perf_counter() <= deadline:
+            floor, _, row = heapq.heappop(self._waiting)
+            if self.floors and self._beaten(floor):
+                self.skipped += 1
+                continue
+            self._cut(row, deadline)
+
+    def _cut(self, row: Row, deadline: float) -> None:
+        """Settle the row's options, then its staircase re-priced as printed and judged by the row rules."""
+        chosen, c, sure = settled(row_problem(self.problem, row), row, self.model_of(row))
+        priced = row_problem(self.problem, chosen)
+        stairs = admissible(priced, chosen, row_staircase(c, self.counts, self.usable, deadline), self.row_rules,
+                            self.cut_rules)
+        stairs = exact_staircase(c, chosen.mapping(self.problem), stairs, self.counts, self.model_of(chosen))
+        i = len(self.rows)
+        self.rows.append(chosen)
+        self.costs.append(c)
+        self.staircases.append(stairs if sure else Staircase(stairs.points, False))
+        self._step_rows.extend(i for _ in stairs.points)
+        self._step_values.extend((q.time_units, q.memory_units) for q in stairs.points)
+
+
+def search_rows(search: RowSearch, ordered: tuple[Row, ...], deadline: float,
+                on_screened: Callable[[int], None] | None = None) -> int:
+    """Screen `ordered` in doubling batches, each followed by cutting every waiting row, until `deadline`;
+    a round screens for at most half the time left, so cutting always has the other half. Returns how many
+    rows were screened."""
+    position, batch = 0, FIRST_BATCH
+    while (position < len(ordered) or search.waiting) and time.perf_counter() <= deadline:
+        now = time.perf_counter()
+        screen_until = now + (deadline - now) / 2
+        first, end = position, min(position + batch, len(ordered))
+        while position < end and (position == first or time.perf_counter() <= screen_until):
+            search.screen(ordered[position])
+            position += 1
+            if on_screened is not None:
+                on_screened(position)
+        search.cut_waiting(deadline)
+        batch *= 2
+    return position
