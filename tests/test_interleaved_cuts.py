@@ -4,14 +4,23 @@ the issue reports on the bundled DeepSeek-V4-Pro problem, and no local move from
 
 from __future__ import annotations
 
+import math
 import random
 from itertools import combinations
 
+import numpy as np
 import pytest
 
 from parasol.constraints.physics.step_time import CalibratedStageTimes
 from parasol.problems.loader import load_problem, load_problem_text
-from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts, row_costs, usable_mb
+from parasol.solver.search.costs import (
+    MEMORY_UNIT_MB,
+    block_kinds,
+    interval_counts,
+    prefix_counts,
+    row_costs,
+    usable_mb,
+)
 from parasol.solver.search.cut_program import UNBOUNDED, cut_within
 from parasol.solver.search.cuts import best_cut, rank_counts, row_staircase
 from parasol.solver.search.dominance import dominates, nondominated
@@ -195,8 +204,121 @@ def test_dense_tp_beyond_a_node_keeps_its_rows(etp: str | None) -> None:
     assert len(keys) == len(set(keys))
 
 
+LEAD_IN = """
+model:
+  name: lead-in
+  hidden_size: 1024
+  vocab_size: 32000
+  num_layers: 11
+  first_dense_layers: 2
+  attention: {kind: gqa, num_heads: 8, num_kv_heads: 2, head_dim: 128}
+  dense_mlp: {intermediate_size: 8192}
+  moe: {num_experts: 16, top_k: 2, expert_intermediate_size: 1408}
+training: {seq_len: 4096, global_batch: 64, precision: bf16, optimizer: adam}
+hardware: {preset: h100-hgx, gpus: 32}
+search: {tp: 1, pp: 2, cp: 1, ep: [1, 4], etp: 1, vpp: [3, 4], mbs: 1}
+"""
+HYBRID = """
+model:
+  name: hybrid
+  hidden_size: 1024
+  vocab_size: 32000
+  num_layers: 12
+  layer_pattern: "MEM*EM-ME*EM"
+  attention: {kind: gqa, num_heads: 16, num_kv_heads: 4, head_dim: 64}
+  mamba: {num_heads: 32, head_dim: 64, state_size: 64, num_groups: 4}
+  dense_mlp: {intermediate_size: 4096, activation: squared_relu}
+  moe: {num_experts: 16, top_k: 2, expert_intermediate_size: 512, activation: squared_relu}
+training: {seq_len: 4096, global_batch: 64, precision: bf16, optimizer: adam}
+hardware: {preset: h100-hgx, gpus: 32}
+search: {tp: 1, pp: 2, cp: 1, ep: [1, 4], etp: 1, vpp: [3, 4], mbs: 1}
+"""
+
+
+def _several_kind_rows():  # noqa: ANN202
+    for name, text in (("lead-in", LEAD_IN), ("hybrid", HYBRID)):
+        problem = load_problem_text(text, source=f"{name}.yaml")
+        model = AdditiveTime(problem)
+        counts, usable = _setup(problem, model)
+        for row in enumerate_rows(problem)[::2]:
+            yield row_costs(problem, row, model), counts, usable
+
+
+def _one_kind_rows():  # noqa: ANN202
+    from dataclasses import replace
+
+    for index in (0, 3, 4, 9):
+        problem = load_problem_text(GENERATED[index], source=f"generated-{index}.yaml")
+        model = AdditiveTime(problem)
+        counts, usable = _setup(problem, model)
+        blocks = counts.shape[0] - 1
+        for row in [r for r in enumerate_rows(problem) if r.vpp == 2 and r.pp in (2, 4)][:4]:
+            for vpp in (3, 4):
+                if row.pp * vpp <= blocks and math.comb(blocks - 1, row.pp * vpp - 1) <= 5000:
+                    yield row_costs(problem, replace(row, vpp=vpp), model), counts, usable
+
+
+def _settled(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Record, for every question the cut search asks, whether the relaxation settled it."""
+    answers: list[bool] = []
+    asked = InterleavedCuts.relaxed_cut
+
+    def recording(self, *args):  # noqa: ANN001, ANN002, ANN202
+        out = asked(self, *args)
+        answers.append(out[0])
+        return out
+
+    monkeypatch.setattr(InterleavedCuts, "relaxed_cut", recording)
+    return answers
+
+
+@pytest.mark.parametrize("kinds", ["one", "several"])
+def test_relaxation_cuts_equal_enumeration(kinds: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """VPP 3-4 rows of models with one kind of block (where a layout always realises the relaxation's
+    per-rank counts, so it settles every question) and with several (a dense lead-in; a hybrid Mamba/MoE
+    pattern): the staircase is the enumerated one, value for value, every step's cut has its values,
+    and whether some cut fits under a cap is what enumeration says."""
+    answers = _settled(monkeypatch)
+    rows = list(_one_kind_rows() if kinds == "one" else _several_kind_rows())
+    assert len(rows) >= 8 and {c.row.vpp for c, _, _ in rows} == {3, 4}
+    for c, counts, usable in rows:
+        ours = row_staircase(c, counts, usable)
+        assert ours.proved
+        enumerated = _enumerated_staircase(c, counts, usable)
+        assert [(q.time_units, q.memory_units) for q in ours.points] == enumerated
+        for q in ours.points:
+            assert (q.time_units, q.memory_units) == c.objectives(rank_counts(q.layout, c.row.pp, counts))
+        for cap in [m * MEMORY_UNIT_MB for _, m in enumerated] + [enumerated[-1][1] * MEMORY_UNIT_MB - 11]:
+            peaks = [max(c.stage_memory(s, n) for s, n in enumerate(rank_counts(layout, c.row.pp, counts)))
+                     for layout in _every_cut(counts.shape[0] - 1, c.row.pp * c.row.vpp)]
+            assert InterleavedCuts(c, counts).fits(cap) == (min(peaks) <= cap)
+    assert answers
+    if kinds == "one":
+        assert all(answers)
+    else:
+        assert sum(answers) >= len(answers) // 2
+
+
+def test_realise_recovers_every_layouts_counts() -> None:
+    """Given the per-rank counts of any layout, the layout search finds a layout with exactly those counts."""
+    rng = random.Random(15)
+    checked = 0
+    for c, counts, _ in list(_several_kind_rows())[:6]:
+        cuts = InterleavedCuts(c, counts)
+        merged = cuts.relaxed.counts
+        sums = cuts.relaxed.decomposable(UNBOUNDED, UNBOUNDED)
+        layouts = list(_every_cut(cuts.n, cuts.stages))
+        for layout in rng.sample(layouts, min(25, len(layouts))):
+            targets = [np.array(x) for x in rank_counts(layout, cuts.pp, merged)]
+            found = cuts.realise(targets, sums)
+            assert found is not None
+            assert rank_counts(found, cuts.pp, merged) == rank_counts(layout, cuts.pp, merged)
+            checked += 1
+    assert checked >= 100
+
+
 def test_undecided_steps_mark_the_staircase_unproved(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With no search budget and no CP-SAT work, a VPP-3 row's questions stay open: the staircase says it
+    """With no search budget, no CP-SAT work and no layout search for the relaxation's cut, a VPP-3 row's questions stay open: the staircase says it
     is unproved (solve then answers `feasible`, not `optimal`), and with the budgets back it is proved."""
     from dataclasses import replace
 
@@ -210,5 +332,6 @@ def test_undecided_steps_mark_the_staircase_unproved(monkeypatch: pytest.MonkeyP
     assert row_staircase(c, counts, usable).proved
     monkeypatch.setattr(interleaved, "FIRST_BUDGET", 0)
     monkeypatch.setattr(interleaved, "NODE_BUDGET", 0)
+    monkeypatch.setattr(interleaved, "REALISE_BUDGET", 0)
     monkeypatch.setattr(cut_program, "CUT_PROOF_WORK", 0.0)
     assert not row_staircase(c, counts, usable).proved

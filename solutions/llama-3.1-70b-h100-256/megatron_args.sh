@@ -20,4 +20,4 @@ torchrun --nnodes 32 --nproc-per-node 8 --node-rank "${NODE_RANK}" --master-addr
     --micro-batch-size 2 \
     --global-batch-size 512 \
     --seq-length 8192 \
-    --pipeline-model-parallel-layout 'Et*10|(t*10|)*3,t*8|(t*11|)*2,t*10L'
+    --pipeline-model-parallel-layout 'Et*9|(t*10|)*3,t*9|(t*11|)*2,t*10L'

@@ -1,9 +1,14 @@
-"""Exact stage cuts of interleaved rows (VPP > 1), by branch and bound over the cut itself.
+"""Exact stage cuts of interleaved rows (VPP > 1): a relaxation over per-rank kind totals, a layout search
+that realises its optimum, and a branch and bound over the cut itself where that fails.
 
 Pipeline rank r runs virtual stages r, r + PP, …, so a rank sums VPP non-contiguous pieces of the block
 sequence and no contiguous DP applies. Step time depends on the cut only through the slowest rank
-(Σ of rank times is the same for every cut, constraints/physics/schedule.py), and every rank's memory
-grows with each block it takes. A depth-first search places the virtual stages in order and drops a
+(Σ of rank times is the same for every cut, constraints/physics/schedule.py), and a rank's time and
+memory depend only on how many blocks of each kind it holds. RankTotals's DP over the ranks' running
+kind totals gives a lower bound on every question (least slowest time under a memory cap, least peak
+memory under a time bound); when `realise` finds a layout whose ranks hold exactly the relaxed cut's
+totals, that cut is the answer, proved. With one kind of block that always happens. Otherwise a
+depth-first search places the virtual stages in order and drops a
 partial cut as soon as a rank is over the time or memory bound, or the ranks still to be served
 cannot take the remaining blocks' time or memory (both sums are admissible: a block adds at least its
 static memory and the floor of its activation share to any rank). Partial cuts proved impossible
@@ -13,6 +18,8 @@ to is a proof, so the cuts it returns are the best under each memory cap, not a 
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +36,9 @@ FIRST_BUDGET = 300
 fits at all (it answers "none" far faster when memory is tight)."""
 NODE_BUDGET = 2_000
 """Partial cuts one bounded search may visit before the question goes to the CP-SAT cut program."""
+REALISE_BUDGET = 2_000
+"""Partial layouts the search for a layout with given per-rank kind counts may visit before giving up
+(then the branch and bound answers instead)."""
 
 
 class OutOfBudget(Exception):
@@ -36,6 +46,8 @@ class OutOfBudget(Exception):
     proving there is none."""
 
 
+CHUNK_CELLS = 1 << 21
+"""Cells (rank vectors × running-total states) one step of the relaxation's dynamic program reads at once."""
 DEADLINE_EVERY = 64
 """Partial cuts between two looks at the clock."""
 
@@ -88,6 +100,9 @@ class InterleavedCuts:
         self.total_us = sum(c.edge_time_us) + self.b.time[-1]
         self.unit = round(TIME_UNIT_S * MICROSECONDS)
         self.relaxed = RankTotals(self, counts)
+        merged = self.relaxed.counts
+        self.prefix = [tuple(int(x) for x in merged[0, :, q]) for q in range(merged.shape[2])]
+        """Blocks of each of the relaxation's kinds (RankTotals.groups) among the first i, i = 0..n."""
 
     def memory(self, r: int, static: int, act: int, mask: int) -> int:
         """MB of rank r holding blocks with these static and activation sums and kinds (RowCosts.stage_memory)."""
@@ -151,6 +166,70 @@ class InterleavedCuts:
         st[2] += b.act[j] - b.act[i]
         for x in b.bit[i:j]:
             st[3] |= x
+
+    def realise(self, targets: list[np.ndarray], sums: list[set[int]]) -> tuple[int, ...] | None:
+        """A layout whose ranks hold exactly `targets` (blocks of each kind per rank), every virtual stage
+        non-empty; None when the search finds none within REALISE_BUDGET partial layouts. Stages are placed
+        in order, a rank's pieces nearest its even share of what it still needs, and only pieces that leave
+        it a need some j intervals can hold (`sums[j]`: codes, RankTotals.decomposable) for its j stages left."""
+        place = [int(x) for x in self.relaxed.place]
+        left = [tuple(int(x) for x in t) for t in targets]
+        layout: list[int] = []
+        failed: set[tuple] = set()
+        nodes = [0]
+
+        def go(k: int, pos: int) -> bool:
+            if k == self.stages:
+                return pos == self.n
+            nodes[0] += 1
+            key = (k, pos, tuple(left))
+            if nodes[0] > REALISE_BUDGET or key in failed:
+                return False
+            r, rounds = k % self.pp, self.vpp - k // self.pp
+            need = left[r]
+            blocks = sum(need)
+            top = min(pos + blocks - rounds + 1, self.n - (self.stages - k - 1))
+            low = pos + blocks if rounds == 1 else pos + 1
+            def moves() -> Iterator[tuple[int, tuple[int, ...]]]:
+                """The pieces in order: evenest size first, then nearest the rank's share by kind."""
+                def unevenness(end: int) -> int:
+                    return abs((end - pos) * rounds - blocks)
+
+                ends = sorted(range(max(low, pos + 1), top + 1), key=lambda e: (unevenness(e), e))
+                for _, alike in itertools.groupby(ends, key=unevenness):
+                    valid = []
+                    for end in alike:
+                        rest = tuple(y - p[end] + p[pos] for p, y in zip(self.prefix, need, strict=True))
+                        if min(rest) >= 0 and sum(x * w for x, w in zip(rest, place, strict=True)) in sums[rounds - 1]:
+                            valid.append((sum(abs((y - x) * rounds - y) for x, y in zip(rest, need, strict=True)),
+                                          end, rest))
+                    yield from ((end, rest) for _, end, rest in sorted(valid))
+
+            for end, rest in moves():
+                left[r] = rest
+                layout.append(end - pos)
+                if go(k + 1, end):
+                    return True
+                layout.pop()
+                left[r] = need
+            failed.add(key)
+            return False
+
+        return tuple(layout) if go(0, 0) else None
+
+    def relaxed_cut(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[bool, tuple[int, ...] | None]:
+        """The relaxation's answer when it settles the question: (True, None) when no relaxed cut is within
+        both bounds (so no cut is); (True, cut) when a layout realises the ranks' counts of a relaxed cut of
+        least slowest time (or peak memory), which no cut can beat; (False, None) otherwise."""
+        found = self.relaxed.solve(slowest_us, cap_mb, minimise_time)
+        if found is None:
+            return True, None
+        sums = self.relaxed.decomposable(slowest_us, cap_mb)
+        for targets in found[1]:
+            layout = self.realise(targets, sums)
+            if layout is not None:
+                return True, layout
+        return False, None
 
     def find(self, slowest_us: int, cap_mb: int, budget: int = UNBOUNDED) -> tuple[int, ...] | None:
         """A cut with every rank within `slowest_us` (edges included) and `cap_mb`, or None if none exists;
@@ -284,6 +363,9 @@ class InterleavedCuts:
     def fits(self, cap_mb: int) -> bool:
         """Whether some cut keeps every rank within `cap_mb` (True when the question is left open): the
         quick search, then `decide`."""
+        settled, layout = self.relaxed_cut(UNBOUNDED, cap_mb, False)
+        if settled:
+            return layout is not None
         try:
             return self.find(UNBOUNDED, cap_mb, FIRST_BUDGET) is not None
         except OutOfBudget:
@@ -295,7 +377,11 @@ class InterleavedCuts:
 
     def fastest(self, cap_mb: int) -> tuple[tuple[int, ...] | None, bool]:
         """The cut of least step time (in solver units) with every rank within `cap_mb`, or None when no cut
-        fits; and whether that is proved (the searches stayed within their budget)."""
+        fits; and whether that is proved (the searches stayed within their budget). The relaxation answers
+        first; the searches run only when its cut has no layout."""
+        settled, layout = self.relaxed_cut(UNBOUNDED, cap_mb, True)
+        if settled:
+            return layout, True
         try:
             first = self.find(UNBOUNDED, cap_mb, FIRST_BUDGET)
             if first is None:
@@ -346,6 +432,10 @@ class InterleavedCuts:
     def leanest(self, slowest_us: int, cap_mb: int, incumbent: tuple[int, ...]) -> tuple[tuple[int, ...], bool]:
         """The cut of least peak memory (in solver units) with every rank within `slowest_us` and `cap_mb`,
         starting from a cut that meets both; and whether that is proved."""
+        settled, layout = self.relaxed_cut(slowest_us, cap_mb, False)
+        if settled:
+            assert layout is not None
+            return layout, True
         bound = self.relaxed.leanest_mb(slowest_us, cap_mb)
         assert bound is not None
         if self.vpp != 2:
@@ -372,6 +462,43 @@ class InterleavedCuts:
         return lean, proved and lean_proved
 
 
+@dataclass(frozen=True)
+class _Sequence:
+    """A block sequence's tables under a grouping of its kinds, shared by every row of a problem whose
+    kinds group alike: interval counts, the mixed radix that codes count vectors (each digit up to twice
+    the group's total), and every span (i, j) with its counts, code and distinct vector."""
+
+    counts: np.ndarray
+    total: np.ndarray
+    radix: np.ndarray
+    place: np.ndarray
+    size: int
+    spans: np.ndarray
+    span_vectors: np.ndarray
+    span_codes: np.ndarray
+    span_kind: np.ndarray
+    distinct: np.ndarray
+
+
+@functools.lru_cache(maxsize=16)
+def _sequence(raw: bytes, shape: tuple[int, ...], pattern: tuple[int, ...]) -> _Sequence:
+    """The tables of the sequence whose interval counts are `raw` (int64, `shape`) with kind k counted in
+    group pattern[k]."""
+    counts = np.frombuffer(raw, dtype=np.int64).reshape(shape) @ np.array(
+        [[g == q for q in range(max(pattern) + 1)] for g in pattern], dtype=np.int64)
+    n = shape[0] - 1
+    total = np.array(counts[0, n], dtype=np.int64)
+    radix = 2 * (total + 1)
+    place = np.cumprod(np.concatenate([[1], radix[:-1]])).astype(np.int64)
+    upper = np.triu_indices(n + 1, k=1)
+    spans = np.stack(upper, axis=1).astype(np.int64)
+    span_vectors = counts[upper].astype(np.int64)
+    span_codes = span_vectors @ place
+    distinct, span_kind = np.unique(span_codes, return_inverse=True)
+    return _Sequence(counts, total, radix, place, int(np.prod(radix)), spans, span_vectors, span_codes, span_kind,
+                     (distinct[:, None] // place[None, :]) % radix[None, :])
+
+
 class RankTotals:
     """A relaxation of the interleaved cut that keeps what a rank can hold and drops where: every rank takes
     VPP block intervals of the sequence (as kind counts; the first rank's first one starts at block 0, the
@@ -381,25 +508,36 @@ class RankTotals:
 
     def __init__(self, cuts: InterleavedCuts, counts: np.ndarray) -> None:
         self.cuts = cuts
-        self.total = np.array(counts[0, cuts.n], dtype=np.int64)
-        self.radix = 2 * (self.total + 1)
-        self.place = np.cumprod(np.concatenate([[1], self.radix[:-1]])).astype(np.int64)
-        n = cuts.n
-        spans = np.array([(i, j) for i in range(n) for j in range(i + 1, n + 1)], dtype=np.int64)
-        self.spans = spans
-        self.span_vectors = counts[spans[:, 0], spans[:, 1]].astype(np.int64)
-        codes = self.span_vectors @ self.place
-        distinct, self.span_kind = np.unique(codes, return_inverse=True)
-        self.distinct = self._decode(distinct)
-        """The distinct kind-count vectors of all spans; span_kind maps each span to its vector."""
         c = cuts.c
-        self.kt = np.array(c.kind_time_us, dtype=np.int64)
-        self.ks = np.array(c.kind_static, dtype=np.int64)
-        self.ka = np.array(c.kind_activation, dtype=np.int64)
-        self.kp = np.array(c.kind_peak, dtype=np.int64)
-        self.km = np.array(c.kind_moe, dtype=bool)
+        priced = list(zip(c.kind_time_us, c.kind_static, c.kind_activation, c.kind_peak, c.kind_moe, strict=True))
+        self.groups = list(dict.fromkeys(priced))
+        """Kinds of equal cost on every count (time, static and activation MB, recompute peak, experts) are
+        one kind here: a rank's time and memory depend only on how many it holds of each group."""
+        pattern = tuple(self.groups.index(k) for k in priced)
+        seq = _sequence(np.ascontiguousarray(counts, dtype=np.int64).tobytes(), counts.shape, pattern)
+        self.counts, self.total, self.radix, self.place, self.size = seq.counts, seq.total, seq.radix, seq.place, seq.size
+        self.spans, self.span_vectors, self.span_codes, self.span_kind, self.distinct = (
+            seq.spans, seq.span_vectors, seq.span_codes, seq.span_kind, seq.distinct)
+        stages = cuts.stages
+        bounds = [k * cuts.n // stages for k in range(stages + 1)]
+        self.even = np.zeros((cuts.pp, len(self.groups)), dtype=np.int64)
+        """Blocks of each kind per rank in the evenest layout (stage sizes differ by at most one)."""
+        for k in range(stages):
+            self.even[k % cuts.pp] += self.counts[bounds[k], bounds[k + 1]]
+        self.kt, self.ks, self.ka, self.kp = (np.array([g[i] for g in self.groups], dtype=np.int64) for i in range(4))
+        self.km = np.array([g[4] for g in self.groups], dtype=bool)
         self.cache: dict[tuple[int, int, str], np.ndarray] = {}
         self.fit_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.grid: tuple[np.ndarray, np.ndarray, int] | None = None
+        self.partial: dict[tuple[int, int], list[set[int]]] = {}
+        """Per bounds, the codes of sums of j intervals some rank can hold, j = 0..VPP (_rank_vectors)."""
+        self.priced: dict[tuple[int, int, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.edges = {"time": np.array(c.edge_time_us, dtype=np.int64), "act": np.array(c.edge_activation, dtype=np.int64),
+                      "static": np.array(c.edge_static, dtype=np.int64), "peak": np.array(c.edge_peak, dtype=np.int64),
+                      "moe": np.array(c.edge_moe, dtype=bool),
+                      "num": np.array([f.numerator for f in c.inflight], dtype=np.int64),
+                      "den": np.array([f.denominator for f in c.inflight], dtype=np.int64)}
+        """Per-rank edge terms and in-flight fractions as arrays, for pricing vectors on every rank at once."""
 
     def _decode(self, codes: np.ndarray) -> np.ndarray:
         """Kind-count vectors from their mixed-radix codes (vector @ place)."""
@@ -415,27 +553,23 @@ class RankTotals:
                 time, memory = self.costs(self.distinct)
                 ok = ((time <= slowest_us) & (memory <= cap_mb)).any(axis=0)
             fits = ok[self.span_kind]
-            codes = self.span_vectors @ self.place
+            codes = self.span_codes
             self.fit_cache[key] = (np.unique(codes[fits]), np.unique(codes[fits & (self.spans[:, 0] == 0)]),
                                    np.unique(codes[fits & (self.spans[:, 1] == self.cuts.n)]))
         return self.fit_cache[key]
 
     def costs(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(time µs, memory MB) of every rank (rows) holding each of `vectors` (columns): RowCosts in bulk."""
-        c = self.cuts.c
-        time = np.array(c.edge_time_us, dtype=np.int64)[:, None] + (vectors @ self.kt)[None, :]
+        c, e = self.cuts.c, self.edges
+        time = e["time"][:, None] + (vectors @ self.kt)[None, :]
         present = vectors > 0
         peak = np.where(present, self.kp[None, :], 0).max(axis=1) if len(self.kp) else np.zeros(len(vectors))
         moe = (present & self.km[None, :]).any(axis=1)
-        static, act = vectors @ self.ks, vectors @ self.ka
-        rows = []
-        for r in range(self.cuts.pp):
-            f = c.inflight[r]
-            held = c.edge_activation[r] + act
-            rows.append(c.edge_static[r] + static + -(-(held * f.numerator) // f.denominator)
-                        + np.maximum(peak, c.edge_peak[r]) + np.where(moe | c.edge_moe[r], c.dispatch_mb, 0)
-                        + c.workspace_mb)
-        return time, np.array(rows, dtype=np.int64)
+        held = e["act"][:, None] + (vectors @ self.ka)[None, :]
+        memory = (e["static"][:, None] + (vectors @ self.ks)[None, :] + -(-(held * e["num"][:, None]) // e["den"][:, None])
+                  + np.maximum(peak[None, :], e["peak"][:, None])
+                  + np.where(moe[None, :] | e["moe"][:, None], c.dispatch_mb, 0) + c.workspace_mb)
+        return time, memory
 
     def _fitting(self, vectors: np.ndarray, slowest_us: int, cap_mb: int) -> np.ndarray:
         """The vectors some rank could hold within both bounds (time and memory grow with every block)."""
@@ -451,44 +585,127 @@ class RankTotals:
         if key not in self.cache:
             pieces, heads, tails = self._pieces(slowest_us, cap_mb)
             sums = np.zeros((1, len(self.total)), dtype=np.int64)
+            partial = self.partial.setdefault((slowest_us, cap_mb), [{0}]) if not edge else []
             for round_ in range(self.cuts.vpp):
                 use = heads if edge == "first" and round_ == 0 else \
                     tails if edge == "last" and round_ == self.cuts.vpp - 1 else pieces
-                codes = np.unique(((sums @ self.place)[:, None] + use[None, :]).ravel())
-                sums = self._decode(codes)
+                marked = np.zeros(self.size, dtype=bool)
+                marked[(sums @ self.place)[:, None] + use[None, :]] = True
+                sums = self._decode(np.flatnonzero(marked))
                 sums = self._fitting(sums[(sums <= self.total[None, :]).all(axis=1)], slowest_us, cap_mb)
+                if not edge:
+                    partial.append(set((sums @ self.place).tolist()))
             self.cache[key] = sums
         return self.cache[key]
 
-    def _program(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> int | None:
-        """The relaxed least slowest time (or peak memory) with every rank within both bounds; None if none."""
-        shape = tuple(int(t) + 1 for t in self.total)
+    def decomposable(self, slowest_us: int, cap_mb: int) -> list[set[int]]:
+        """For j = 0..VPP, the codes of the kind counts some rank within both bounds can hold as j intervals
+        anywhere in the sequence (any looser bounds' sets serve: they contain these)."""
+        key = next(((t, m) for t, m in self.partial if t >= slowest_us and m >= cap_mb), None)
+        if key is None:
+            self._rank_vectors(slowest_us, cap_mb, "")
+            key = (slowest_us, cap_mb)
+        return self.partial[key]
+
+    def _states(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """Every running-total state (kind counts up to the model's), its code in a padded array of the
+        mixed radix (each coordinate shifted by total + 1, so subtracting any vector <= total stays in the
+        array and lands in the padding, never on another state, when a coordinate goes negative), and
+        the padded array's size."""
+        if self.grid is None:
+            shape = tuple(int(t) + 1 for t in self.total)
+            states = np.indices(shape).reshape(len(shape), -1).T.astype(np.int64)
+            self.grid = (states, (states + self.total + 1) @ self.place, self.size)
+        return self.grid
+
+    def _moves(self, r: int, slowest_us: int, cap_mb: int, minimise_time: bool
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rank r's vectors within both bounds, as codes, the objective each costs on rank r, and their
+        block counts. Costs grow with every block, so the vectors within tighter bounds are those of looser
+        ones that fit them: any looser bounds' vectors already priced are filtered instead of summed again."""
+        edge = {0: "first", self.cuts.pp - 1: "last"}.get(r, "")
+        key = next(((t, m, e) for t, m, e in self.priced if e == edge and t >= slowest_us and m >= cap_mb),
+                   (slowest_us, cap_mb, edge))
+        if key not in self.priced:
+            vectors = self._rank_vectors(*key)
+            self.priced[key] = (vectors @ self.place, vectors.sum(axis=1), *self.costs(vectors))
+        codes, blocks, time, memory = self.priced[key]
+        ok = (time[r] <= slowest_us) & (memory[r] <= cap_mb)
+        return codes[ok], (time[r] if minimise_time else memory[r])[ok], blocks[ok]
+
+    def solve(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[int, list[list[np.ndarray]]] | None:
+        """The relaxed least slowest time (or peak memory) with every rank within both bounds, and the
+        ranks' kind counts of one or two relaxed cuts that have it (_trace); None when no relaxed cut is
+        within both. The
+        first rank starts from no blocks and the last only has to reach the model's totals; a rank between
+        takes only the states whose block count the ranks before can reach and the ranks after complete."""
+        states, codes, size = self._states()
+        held = states.sum(axis=1)
+        shift, end = int((self.total + 1) @ self.place), int((2 * self.total + 1) @ self.place)
         inf = np.iinfo(np.int64).max
-        best = np.full(shape, inf, dtype=np.int64)
-        best[(0,) * len(shape)] = 0
-        edges = {0: "first", self.cuts.pp - 1: "last"}
-        for r in range(self.cuts.pp):
-            vectors = self._rank_vectors(slowest_us, cap_mb, edges.get(r, ""))
-            nxt = np.full(shape, inf, dtype=np.int64)
-            if len(vectors):
-                time, memory = self.costs(vectors)
-                for vec, t, m in zip(vectors.tolist(), time[r].tolist(), memory[r].tolist(), strict=True):
-                    if t > slowest_us or m > cap_mb:
-                        continue
-                    src = tuple(slice(0, s - a) for s, a in zip(shape, vec, strict=True))
-                    dst = tuple(slice(a, s) for s, a in zip(shape, vec, strict=True))
-                    np.minimum(nxt[dst], np.maximum(best[src], t if minimise_time else m), out=nxt[dst])
-            best = nxt
-        out = best[tuple(shape[k] - 1 for k in range(len(shape)))]
-        return None if out >= inf else int(out)
+        pp, n = self.cuts.pp, self.cuts.n
+        moves = [self._moves(r, slowest_us, cap_mb, minimise_time) for r in range(pp)]
+        if any(not len(m[0]) for m in moves):
+            return None
+        most = np.cumsum([int(m[2].max()) for m in moves][::-1])[::-1].tolist() + [0]
+        least = np.cumsum([int(m[2].min()) for m in moves][::-1])[::-1].tolist() + [0]
+        layer = np.full(size, inf, dtype=np.int64)
+        layer[shift] = 0
+        layers = []
+        for r, (move, cost, _) in enumerate(moves):
+            layers.append(layer)
+            nxt = np.full(size, inf, dtype=np.int64)
+            if r == pp - 1:
+                nxt[end] = np.maximum(layer[end - move], cost).min()
+            elif r == 0:
+                nxt[shift + move] = cost
+            else:
+                band = codes[(held >= max(least[0] - least[r + 1], n - most[r + 1]))
+                             & (held <= min(most[0] - most[r + 1], n - least[r + 1]))]
+                reached = np.full(len(band), inf, dtype=np.int64)
+                step = max(1, CHUNK_CELLS // max(1, len(band)))
+                for i in range(0, len(move), step):
+                    came = layer[band[None, :] - move[i:i + step, None]]
+                    np.minimum(reached, np.maximum(came, cost[i:i + step, None]).min(axis=0), out=reached)
+                nxt[band] = reached
+            layer = nxt
+        value = int(layer[end])
+        if value >= inf:
+            return None
+        traced = [self._trace(value, layers, [m[:2] for m in moves], even) for even in (True, False)]
+        if all((a == b).all() for a, b in zip(*traced, strict=True)):
+            traced.pop()
+        return value, traced
+
+    def _trace(self, value: int, layers: list[np.ndarray], moves: list[tuple[np.ndarray, np.ndarray]],
+               even: bool) -> list[np.ndarray]:
+        """The ranks' kind counts of a relaxed cut of `value`, last rank first taken back: each rank takes
+        the vector within `value` nearest what it holds in the evenest layout (`even`; the layout found
+        then looks like the even one) or nearest its even share of what is left (balanced totals are the
+        ones an interleaved layout most often realises)."""
+        at = int((self.total + self.total + 1) @ self.place)
+        left = self.total.copy()
+        out = []
+        for r in range(self.cuts.pp - 1, -1, -1):
+            move, cost = moves[r]
+            ok = (cost <= value) & (layers[r][at - move] <= value)
+            vectors = self._decode(move[ok])
+            near = self.even[r] if even else left / (r + 1)
+            pick = int(np.argmin(np.abs(vectors - near[None, :]).sum(axis=1)))
+            out.append(vectors[pick])
+            left = left - vectors[pick]
+            at -= int(move[ok][pick])
+        return out[::-1]
 
     def fastest_us(self, cap_mb: int, slowest_us: int) -> int | None:
         """A lower bound on the slowest rank's time of any cut within `cap_mb` and `slowest_us`."""
-        return self._program(slowest_us, cap_mb, True)
+        found = self.solve(slowest_us, cap_mb, True)
+        return None if found is None else found[0]
 
     def leanest_mb(self, slowest_us: int, cap_mb: int) -> int | None:
         """A lower bound on the peak memory of any cut within `slowest_us` and `cap_mb`."""
-        return self._program(slowest_us, cap_mb, False)
+        found = self.solve(slowest_us, cap_mb, False)
+        return None if found is None else found[0]
 
 
 Piece = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
