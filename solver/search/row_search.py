@@ -37,6 +37,10 @@ from parasol.solver.search.space import Row
 
 FIRST_BATCH = 256
 """Rows screened in the first round; each round screens twice as many as the one before."""
+ROW_SHARE = 0.1
+"""Share of the time left that one row's cut search may take: a row whose exact interleaved cuts take long
+(several block kinds the relaxation cannot lay out) returns the steps it found, unproved, and leaves the
+rest of the limit to the rows after it."""
 
 
 def rows_pass_rules(problem: Problem, row: Row) -> bool:
@@ -122,10 +126,12 @@ class RowSearch:
             if self.floors and self._beaten(floor):
                 self.skipped += 1
                 continue
-            self._cut(row, deadline)
+            now = time.perf_counter()
+            self._cut(row, min(deadline, now + ROW_SHARE * (deadline - now)))
 
     def _cut(self, row: Row, deadline: float) -> None:
-        """Settle the row's options, then its staircase re-priced as printed and judged by the row rules."""
+        """Settle the row's options, then its staircase re-priced as printed and judged by the row rules (the
+        cut search stops at `deadline`, unproved)."""
         chosen, c, sure = settled(row_problem(self.problem, row), row, self.model_of(row))
         priced = row_problem(self.problem, chosen)
         stairs = admissible(priced, chosen, row_staircase(c, self.counts, self.usable, deadline), self.row_rules,
