@@ -35,6 +35,7 @@ fits hundreds of runs in milliseconds and `step_time` prices one mapping the sam
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import get_args
 
@@ -378,9 +379,12 @@ class CalibratedStageTimes:
             return 0.0
         tokens = mapping.mbs * mapping.seq_len / mapping.cp
         sp = self.problem.training.sequence_parallel
-        term = sum((tp_comm(model, b, tokens, links.tp, sp).scaled(int(n))
-                    for b, n in zip(self.kinds.values(), totals, strict=True)), NO_COMM)
+        term = self._over_blocks(lambda b: tp_comm(model, b, tokens, links.tp, sp), totals)
         return PASSES_PER_MICROBATCH["tp"] * comm_seconds(term, coefficient_values(self.coefficients))
+
+    def _over_blocks(self, term_of: Callable[[Block], CommTerm], totals: np.ndarray) -> CommTerm:
+        """One block's exchange (`term_of` its kind's representative) summed over `totals` blocks of each kind."""
+        return sum((term_of(b).scaled(int(n)) for b, n in zip(self.kinds.values(), totals, strict=True)), NO_COMM)
 
     def exchange_floor_s(self, mapping: Mapping, totals: np.ndarray) -> float:
         """Exposed EP and CP seconds of one microbatch that all ranks together cannot go below, under any
@@ -392,9 +396,8 @@ class CalibratedStageTimes:
         settings = routed(self.problem, mapping, self.settings)
         links, model = self.links(mapping), self.problem.model
         tokens = mapping.mbs * mapping.seq_len / mapping.cp
-        reps = list(self.kinds.values())
         floor = 0.0
-        moe_blocks = sum(int(n) for b, n in zip(reps, totals, strict=True) if b.mlp is BlockKind.moe)
+        moe_blocks = sum(int(n) for b, n in zip(self.kinds.values(), totals, strict=True) if b.mlp is BlockKind.moe)
         hidden_ep = 1.0 if settings.ep_overlap else min(float(coefs["overlap_ep"]), 1.0)
         if moe_blocks and links.ep.size > 1 and hidden_ep < 1.0:
             received = dispatch_received(settings)
@@ -403,9 +406,9 @@ class CalibratedStageTimes:
             floor += PASSES_PER_MICROBATCH["ep"] * (1.0 - hidden_ep) * least
         hidden_cp = min(float(coefs["overlap_cp"]), 1.0)
         if links.cp.size > 1 and hidden_cp < 1.0:
-            least = min(comm_seconds(sum((cp_comm(model, b, tokens, mapping.tp, links.cp, kind).scaled(int(n))
-                                          for b, n in zip(reps, totals, strict=True)), NO_COMM), coefs)
-                        for kind in CP_COMM_KINDS)
+            least = min(comm_seconds(self._over_blocks(
+                lambda b, kind=kind: cp_comm(model, b, tokens, mapping.tp, links.cp, kind), totals), coefs)
+                for kind in CP_COMM_KINDS)
             floor += PASSES_PER_MICROBATCH["cp"] * (1.0 - hidden_cp) * least
         return floor
 

@@ -65,8 +65,6 @@ class RowSearch:
         self.costs: list[RowCosts] = []
         self.staircases: list[Staircase] = []
         self.fitting = 0
-        self.skipped = 0
-        """Rows never cut: their floor was beaten before they were screened or cut."""
         self._waiting: list[tuple[tuple[int, int], int, Row]] = []
         self._passes: dict[int, bool] = {}
         self._step_rows: list[int] = []
@@ -93,7 +91,6 @@ class RowSearch:
                 floors[variant.saving] = self._floor(variant)
             lowest = (min(t for t, _ in floors.values()), min(m for _, m in floors.values()))
             if self._beaten(lowest):
-                self.skipped += 1
                 return
         fitted = fitting_row(self.problem, row, self.savings, self.counts, self.usable)
         if fitted is None:
@@ -124,7 +121,6 @@ class RowSearch:
         while self._waiting and time.perf_counter() <= deadline:
             floor, _, row = heapq.heappop(self._waiting)
             if self.floors and self._beaten(floor):
-                self.skipped += 1
                 continue
             now = time.perf_counter()
             self._cut(row, min(deadline, now + ROW_SHARE * (deadline - now)))
