@@ -165,6 +165,26 @@ def test_rank_work_does_not_depend_on_vpp(name: str) -> None:
             assert np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("name", ["deepseek-v4-pro-1024", "qwen3-30b-a3b-h100-64", "llama-3.1-70b-h100-256"])
+def test_floor_of_a_vpp_variant_is_its_own(name: str) -> None:
+    """The floor's compute, exchange and optimizer parts are built once per row less its VPP
+    (CalibratedStageTimes._floor_parts): each VPP variant's floor from a model that priced a sibling first
+    equals its floor from a fresh model."""
+    problem = load_problem(ROOT / "problems" / f"{name}.yaml")
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    totals = counts[0, counts.shape[0] - 1]
+    vpps = sorted({r.vpp for r in enumerate_rows(problem)})
+    assert len(vpps) > 1
+    rows = [r for r in enumerate_rows(problem) if r.vpp == 1]
+    for row in random.Random(20).sample(rows, min(5, len(rows))):
+        shared = CalibratedStageTimes(problem)
+        for variant in (dataclasses.replace(row, vpp=v) for v in reversed(vpps)):
+            mapping = variant.mapping(problem)
+            d = derive(problem.model, mapping)
+            assert shared.step_floor_s(mapping, d, totals) == \
+                CalibratedStageTimes(problem).step_floor_s(mapping, d, totals), variant
+
+
 @pytest.mark.parametrize("source", ["qwen3-30b-8k", "deepseek-v4-pro-1024"])
 def test_floor_is_below_every_cut_under_every_option(source: str) -> None:
     """The floor with its exposed EP and CP exchange bound (CalibratedStageTimes.exchange_floor_s) is at most

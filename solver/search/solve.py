@@ -41,7 +41,7 @@ from parasol.solver.search.pareto import pareto_search
 from parasol.solver.search.program import compile_program
 from parasol.solver.search.prune import pruned
 from parasol.solver.search.row_search import RowSearch, search_rows
-from parasol.solver.search.savings import NONE, row_problem
+from parasol.solver.search.savings import NONE, open_savings, row_problem
 from parasol.solver.search.space import Row, rows_until, search_domains
 
 
@@ -199,10 +199,14 @@ however the optimizer state is sharded (used only to order rows)."""
 
 def held_weights_gb(problem: Problem, row: Row) -> float:
     """A quick estimate of the weights and gradients one rank holds (GB): the blocks' TP-split and expert
-    parameters over the row's grids, spread over its pipeline ranks. Used only to order rows: one whose
-    estimate exceeds usable HBM fits at best under a memory saving, so it is screened after the rest."""
+    parameters over the row's grids, spread over its pipeline ranks, and over its data-parallel ranks too
+    when FSDP shards them (the problem's own setting, or open to solve as a saving). Used only to order
+    rows: one whose estimate exceeds usable HBM fits at best under a memory saving the estimate does not
+    cover, so it is screened after the rest."""
     dense, expert = memoised(problem, "param_split", lambda: _param_split(problem))
     per_rank = dense / row.tp + expert / (row.ep * row.etp)
+    if memoised(problem, "fsdp_may_shard", lambda: problem.training.fsdp != "none" or "fsdp" in open_savings(problem)):
+        per_rank = (dense + expert) * row.pp / problem.gpus
     return per_rank / row.pp * WEIGHT_AND_GRADIENT_BYTES / 1e9
 
 
