@@ -210,7 +210,7 @@ def test_worst_placed_group_is_the_one_placement_ranks_worst(problems: list) -> 
                 _, first = np.unique(bases % topology.gpus_per_rack, return_index=True)
                 plain = max(([int(b) + o for o in offsets] for b in sorted(bases[first])),
                             key=lambda members: comm._placement(topology, members))
-                assert comm._worst_placed(topology, offsets, np.sort(bases[first])) == plain
+                assert comm._worst_placed(topology, offsets, np.sort(bases[first])).tolist() == plain
 
 
 def test_row_costs_edges_are_every_stage_priced_on_its_own(problems: list) -> None:
