@@ -144,7 +144,8 @@ def _least_peak_1f1b(c, counts: np.ndarray) -> int:  # noqa: ANN001
 
 
 def _floor_rank_by_rank(c, totals: np.ndarray) -> Fraction:  # noqa: ANN001
-    """memory_floor_mb's two weighted means computed rank by rank, as its docstring states them."""
+    """memory_floor_mb's two weighted means computed rank by rank, as its docstring states them, plus the
+    least of what each rank holds besides (costs.least_held_mb)."""
     inflight = [Fraction(f) for f in c.inflight]
     spread = sum(1 / f for f in inflight)
     bounds = []
@@ -153,7 +154,13 @@ def _floor_rank_by_rank(c, totals: np.ndarray) -> Fraction:  # noqa: ANN001
         blocks = sum(int(n) * min(w * (s + f * a) for w, f in zip(weights, inflight, strict=True))
                      for n, s, a in zip(totals, c.kind_static, c.kind_activation, strict=True))
         bounds.append(edges + blocks + c.workspace_mb)
-    return max(bounds)
+    held_kinds = [k for k, n in enumerate(totals) if n]
+    besides = []
+    for r in range(c.row.pp):
+        surely_moe = c.edge_moe[r] or all(c.kind_moe[k] for k in held_kinds)
+        besides.append(max([c.edge_peak[r]] + [min(c.kind_peak[k] for k in held_kinds)])
+                       + (c.dispatch_mb if surely_moe else 0))
+    return max(bounds) + min(besides)
 
 
 def test_memory_floor_is_below_every_cut_and_fitting_is_unchanged(problems: list) -> None:
@@ -345,3 +352,33 @@ def test_stage_matrices_are_the_stage_formulas(problems: list) -> None:
                 for i, j in sorted({tuple(sorted(rng.choice(blocks + 1, 2, replace=False))) for _ in range(12)}):
                     held = tuple(int(x) for x in counts[i, j])
                     assert time[i, j] == c.stage_time_us(s, held) and memory[i, j] == c.stage_memory(s, held)
+
+
+def test_memory_floor_in_bytes_is_below_every_cut(problems: list) -> None:
+    """reprice.memory_floor_bytes (the floor solve judges rows by, with what every rank holds besides its
+    blocks) never exceeds the ledger's peak bytes (RowCosts.stage_bytes) of the default cut or of random
+    cuts, under every saving; the recompute and dispatch part lifts it on some row."""
+    from parasol.solver.search.cuts import rank_counts
+    from parasol.solver.search.reprice import memory_floor_bytes
+
+    rng = np.random.default_rng(29)
+    lifted = 0
+    for problem in problems:
+        counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+        blocks = counts.shape[0] - 1
+        for row in _sample(problem, 10):
+            for saving in ("none", *open_savings(problem)):
+                variant = dataclasses.replace(row, saving=saving)
+                c = row_costs(with_saving(problem, saving), variant, None)
+                floor = memory_floor_bytes(c, counts)
+                stages = row.pp * row.vpp
+                layouts = [default_layout(blocks, stages)] + [
+                    tuple(np.diff([0, *sorted(rng.choice(np.arange(1, blocks), stages - 1, replace=False)), blocks]))
+                    for _ in range(4)]
+                for layout in layouts:
+                    ranks = rank_counts(tuple(int(x) for x in layout), row.pp, counts)
+                    assert floor <= max(c.stage_bytes(r, n) for r, n in enumerate(ranks)), (variant, layout)
+                lifted += floor > memory_floor_bytes(dataclasses.replace(
+                    c, kind_bytes=tuple((s, a, 0) for s, a, _ in c.kind_bytes),
+                    edge_bytes=tuple((s, a, 0) for s, a, _ in c.edge_bytes), dispatch_bytes=0), counts)
+    assert lifted > 0

@@ -253,7 +253,7 @@ def memory_floor_mb(c: RowCosts, totals: np.ndarray) -> Fraction:
     """A lower bound, in MB, on the heaviest rank's memory (RowCosts.stage_memory) under every cut of the
     row (`totals`: blocks of each kind in the model). The heaviest rank holds at least any weighted mean of
     the ranks; a rank holds at least its static memory, its activations times its in-flight share, and
-    the workspace. Weighting rank r by 1/inflight_r makes every block's activations count alike wherever
+    the workspace and what it holds besides (least_held_mb). Weighting rank r by 1/inflight_r makes every block's activations count alike wherever
     it sits, and even weights spread the static memory; either mean has its least value when every block
     sits on the rank where it weighs least."""
     inv, inv_den, share, share_den = _inflight_terms(tuple(c.inflight))
@@ -264,7 +264,19 @@ def memory_floor_mb(c: RowCosts, totals: np.ndarray) -> Fraction:
                 + sum(c.edge_activation) + sum(n * (s / (most if s >= 0 else least) + a) for n, s, a in blocks))
     even = (sum(c.edge_static) + Fraction(sum(a * x for a, x in zip(c.edge_activation, share, strict=True)), share_den)
             + sum(n * (s + a * (least if a >= 0 else most)) for n, s, a in blocks))
-    return max(harmonic / spread, even / len(c.inflight)) + c.workspace_mb
+    return max(harmonic / spread, even / len(c.inflight)) + least_held_mb(c, totals) + c.workspace_mb
+
+
+def least_held_mb(c: RowCosts, totals: np.ndarray) -> int:
+    """MB every pipeline rank holds besides its blocks' static memory and activations, under every cut:
+    the recompute working set (at least its edge's, and at least the least of the model's kinds, since
+    every rank holds a block) and the dispatch buffers where the rank surely holds a MoE block (its edge
+    does, or every kind is MoE). The heaviest rank's memory is at least a weighted mean of the ranks'
+    other terms plus the least of these."""
+    kinds = [k for k, n in enumerate(totals) if n]
+    every_moe = all(c.kind_moe[k] for k in kinds)
+    return min(max(c.edge_peak[r], min(c.kind_peak[k] for k in kinds))
+               + (c.dispatch_mb if c.edge_moe[r] or every_moe else 0) for r in range(c.row.pp))
 
 
 @lru_cache(maxsize=4096)
