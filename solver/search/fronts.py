@@ -117,6 +117,18 @@ class _Pieces:
     """Per rank (rows) and piece set (columns), time µs and memory MB."""
 
 
+@dataclass(frozen=True)
+class _Moves:
+    """One rank's moves: from which front (index into the layer's keys), to which end fronts (code), how many
+    blocks, at what objective, with which piece lengths (one per round)."""
+
+    src: np.ndarray
+    end: np.ndarray
+    total: np.ndarray
+    cost: np.ndarray
+    lengths: np.ndarray
+
+
 class FrontProgram:
     """The exact interleaved cut program of one row (InterleavedCuts supplies its costs and geometry)."""
 
@@ -128,6 +140,7 @@ class FrontProgram:
         self.starts = list(itertools.product(*_start_options(self.cl.h, self.cl.q, self.n, self.pp, self.vpp)))
         self.size = states(self.cl.h, self.cl.q, self.n, self.pp, self.vpp)
         self.tables: dict[tuple[int, ...], _Pieces] = {}
+        self.radix = (self.cl.h + self.cl.q) ** np.arange(self.vpp, dtype=np.int64)
 
     @property
     def usable(self) -> bool:
@@ -161,7 +174,7 @@ class FrontProgram:
             vec, ends, lengths = vec[distinct], ends[distinct], lengths[distinct]
             if len(vec) > MOVE_LIMIT:
                 raise Declined
-        code = ends @ (self.cl.h + self.cl.q) ** np.arange(v, dtype=np.int64)
+        code = ends @ self.radix
         time, memory = self._all_costs(vec)
         table = _Pieces(slowest_us, cap_mb, ends, code, vec.sum(axis=1), lengths, time, memory)
         self.tables[entry] = table
@@ -171,25 +184,31 @@ class FrontProgram:
         """(time µs, memory MB) of every rank (rows) holding each of `vectors` (columns)."""
         return self.relaxed.costs(vectors)
 
-    def _moves(self, r: int, entry: tuple[int, ...], slowest_us: int, cap_mb: int,
-               minimise_time: bool) -> dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]]:
-        """Rank r's pieces from fronts at classes `entry`, within both bounds: per end-class tuple, the least
-        objective per total length (INF where none) and the piece lengths that have it."""
-        t = self._pieces(entry, slowest_us, cap_mb)
-        ok = np.flatnonzero((t.time[r] <= slowest_us) & (t.memory[r] <= cap_mb))
-        cost = (t.time[r] if minimise_time else t.memory[r])[ok]
-        key = t.code[ok] * (self.n + 1) + t.total[ok]
-        order = np.lexsort((cost, key))
-        chosen = ok[order[np.unique(key[order], return_index=True)[1]]]
-        out: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
-        for code in np.unique(t.code[chosen]).tolist():
-            mine = chosen[t.code[chosen] == code]
-            least = np.full(self.n + 1, INF, dtype=np.int64)
-            pick = np.zeros((self.n + 1, self.vpp), dtype=np.int64)
-            least[t.total[mine]] = (t.time[r] if minimise_time else t.memory[r])[mine]
-            pick[t.total[mine]] = t.lengths[mine]
-            out[tuple(t.ends[mine[0]].tolist())] = (least, pick)
-        return out
+    def _code(self, fronts: tuple[int, ...]) -> int:
+        """The code of a tuple of front classes (mixed radix h + q)."""
+        return int(np.array(fronts, dtype=np.int64) @ self.radix)
+
+    def _decode(self, codes: np.ndarray) -> np.ndarray:
+        """Front-class tuples (rows) of codes."""
+        return (codes[:, None] // self.radix[None, :]) % (self.cl.h + self.cl.q)
+
+    def _moves(self, r: int, keys: np.ndarray, slowest_us: int, cap_mb: int, minimise_time: bool) -> _Moves:
+        """Rank r's moves from the fronts coded `keys`, within both bounds: for each (front, end fronts,
+        blocks taken), the least objective and piece lengths that have it."""
+        parts = []
+        for i, entry in enumerate(self._decode(keys).tolist()):
+            t = self._pieces(tuple(entry), slowest_us, cap_mb)
+            ok = np.flatnonzero((t.time[r] <= slowest_us) & (t.memory[r] <= cap_mb))
+            if len(ok):
+                cost = (t.time[r] if minimise_time else t.memory[r])[ok]
+                parts.append((np.full(len(ok), i), t.code[ok], t.total[ok], cost, t.lengths[ok]))
+        if not parts:
+            return _Moves(*(np.zeros(0, dtype=np.int64) for _ in range(4)), np.zeros((0, self.vpp), dtype=np.int64))
+        src, end, total, cost, lengths = (np.concatenate(x) for x in zip(*parts, strict=True))
+        group = (src * (int(end.max()) + 1) + end) * (self.n + 1) + total
+        order = np.lexsort((cost, group))
+        first = order[np.unique(group[order], return_index=True)[1]]
+        return _Moves(src[first], end[first], total[first], cost[first], lengths[first])
 
     def least(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[int, tuple[int, ...]] | None:
         """The least slowest-rank time (µs; or with `minimise_time` False the least peak rank memory, MB) over
@@ -197,49 +216,45 @@ class FrontProgram:
         within both. Raises Declined past the deadline or when a rank's moves exceed MOVE_LIMIT."""
         v, n, cl = self.vpp, self.n, self.cl
         gn = len(self.starts)
-        layer: dict[tuple[int, ...], np.ndarray] = {}
-        for gi, g in enumerate(self.starts):
-            front = (cl.of(0), *g)
-            layer.setdefault(front, np.full((gn, n + 1), INF, dtype=np.int64))[gi, 0] = 0
-        layers, tables = [], []
-        index = np.arange(n + 1)
+        first = np.array([self._code((cl.of(0), *g)) for g in self.starts], dtype=np.int64)
+        keys = np.unique(first)
+        values = np.full((len(keys), n + 1, gn), INF, dtype=np.int64)
+        values[np.searchsorted(keys, first), 0, np.arange(gn)] = 0
+        layers: list[tuple[np.ndarray, np.ndarray, _Moves]] = []
+        after = np.arange(n + 1)
         for r in range(self.pp):
             if self.cuts.late():
                 raise Declined
-            nxt: dict[tuple[int, ...], np.ndarray] = {}
-            moves = {}
-            for front, values in layer.items():
-                if (values >= INF).all():
-                    continue
-                moves[front] = self._moves(r, front, slowest_us, cap_mb, minimise_time)
-                for end, (cost, _) in moves[front].items():
-                    lens = np.flatnonzero(cost < INF)
-                    src = index[:, None] - lens[None, :]
-                    came = np.where(src[None] >= 0, values[:, np.maximum(src, 0)], INF)
-                    best = np.maximum(came, cost[lens][None, None, :]).min(axis=2)
-                    target = nxt.setdefault(end, np.full((gn, n + 1), INF, dtype=np.int64))
-                    np.minimum(target, best, out=target)
-            layers.append(layer)
-            tables.append(moves)
-            layer = nxt
-        closing = [(front, gi) for front in layer for gi, g in enumerate(self.starts)
-                   if all(front[j] == g[j] for j in range(v - 1))]
-        finals = [int(layer[f][gi, n]) for f, gi in closing]
-        if not finals or min(finals) >= INF:
+            moves = self._moves(r, keys, slowest_us, cap_mb, minimise_time)
+            layers.append((keys, values, moves))
+            if not len(moves.src):
+                return None
+            padded = np.concatenate([np.full_like(values, INF), values], axis=1)
+            came = padded[moves.src[:, None], after[None, :] - moves.total[:, None] + n + 1]
+            reached = np.maximum(came, moves.cost[:, None, None])
+            keys, slot = np.unique(moves.end, return_inverse=True)
+            order = np.argsort(slot, kind="stable")
+            starts = np.flatnonzero(np.r_[True, np.diff(slot[order]) != 0])
+            values = np.minimum.reduceat(reached[order], starts, axis=0)
+        fronts = self._decode(keys)
+        starts_ = np.array(self.starts, dtype=np.int64).reshape(gn, v - 1)
+        closed = (fronts[:, None, : v - 1] == starts_[None, :, :]).all(axis=2)
+        finals = np.where(closed, values[:, n, :], INF)
+        value = int(finals.min())
+        if value >= INF:
             return None
-        value = min(finals)
-        front, gi = closing[finals.index(value)]
-        return value, self._trace(value, front, gi, layers, tables)
+        key, gi = np.unravel_index(int(np.argmin(finals)), finals.shape)
+        return value, self._trace(value, int(keys[key]), int(gi), layers)
 
-    def _trace(self, value: int, front: tuple[int, ...], gi: int, layers: list, tables: list) -> tuple[int, ...]:
+    def _trace(self, value: int, code: int, gi: int, layers: list) -> tuple[int, ...]:
         """A cut of `value`: each rank, last first, takes a move within `value` from a state within it."""
         placed, pieces = self.n, []
-        for r in range(self.pp - 1, -1, -1):
-            step = next((prev, int(length), pick[length]) for prev, ends in tables[r].items()
-                        for length, (cost, pick) in ((x, ends[front]) for x in range(1, placed + 1) if front in ends)
-                        if cost[length] <= value and layers[r][prev][gi, placed - length] <= value)
-            front, length, lengths = step
-            pieces.append(lengths)
-            placed -= length
+        for keys, values, moves in reversed(layers):
+            ok = (moves.end == code) & (moves.cost <= value) & (moves.total <= placed)
+            ok[ok] &= values[moves.src[ok], placed - moves.total[ok], gi] <= value
+            t = int(np.flatnonzero(ok)[0])
+            pieces.append(moves.lengths[t])
+            placed -= int(moves.total[t])
+            code = int(keys[moves.src[t]])
         pieces.reverse()
         return tuple(int(pieces[k % self.pp][k // self.pp]) for k in range(self.pp * self.vpp))
