@@ -15,6 +15,7 @@ exact, every cut it returns is a real one, and its value is the least over every
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,8 @@ or periods leave the row to the relaxation and the branch and bound (interleaved
 MOVE_LIMIT = 200_000
 """Most (kind counts, end classes) combinations one rank's pieces may form for one entry; past it the
 program declines the question (Declined) and the caller falls back."""
+CELL_LIMIT = 1 << 23
+"""Most cells (moves × blocks placed × start classes) one rank's step may read; past it the program declines."""
 
 
 class Declined(Exception):
@@ -115,6 +118,19 @@ class _Pieces:
     time: np.ndarray
     memory: np.ndarray
     """Per rank (rows) and piece set (columns), time µs and memory MB."""
+    spread: np.ndarray
+    """Per piece set, Σ |length · stages − n| over its pieces: how far from even it is."""
+
+
+@dataclass(frozen=True)
+class _Question:
+    """One pass of the program: both bounds, which objective, and (for the evenness pass) the objective's
+    least value found, within which the evenest cut is sought."""
+
+    slowest_us: int
+    cap_mb: int
+    minimise_time: bool
+    within: int | None
 
 
 @dataclass(frozen=True)
@@ -149,7 +165,7 @@ class FrontProgram:
 
     def _pieces(self, entry: tuple[int, ...], slowest_us: int, cap_mb: int) -> _Pieces:
         """Every way one rank takes a piece in each round from fronts at classes `entry` that some rank could
-        hold within both bounds, one per (kind counts, end classes); any looser bounds' table serves (costs
+        hold within both bounds, one per (kind counts, end classes), the evenest; any looser bounds' table serves (costs
         grow with every block, so it holds these), filtered when asked."""
         known = self.tables.get(entry)
         if known is not None and known.slowest_us >= slowest_us and known.cap_mb >= cap_mb:
@@ -170,13 +186,16 @@ class FrontProgram:
             time, memory = self._all_costs(vec)
             keep = (vec.sum(axis=1) <= longest) & ((time <= slowest_us) & (memory <= cap_mb)).any(axis=0)
             vec, ends, lengths = vec[keep], ends[keep], lengths[keep]
+            evenest = np.argsort(np.abs(lengths * (pp * v) - self.n).sum(axis=1), kind="stable")
+            vec, ends, lengths = vec[evenest], ends[evenest], lengths[evenest]
             distinct = np.unique(np.concatenate([vec, ends], axis=1), axis=0, return_index=True)[1]
             vec, ends, lengths = vec[distinct], ends[distinct], lengths[distinct]
             if len(vec) > MOVE_LIMIT:
                 raise Declined
         code = ends @ self.radix
         time, memory = self._all_costs(vec)
-        table = _Pieces(slowest_us, cap_mb, ends, code, vec.sum(axis=1), lengths, time, memory)
+        spread = np.abs(lengths * (pp * v) - self.n).sum(axis=1)
+        table = _Pieces(slowest_us, cap_mb, ends, code, vec.sum(axis=1), lengths, time, memory, spread)
         self.tables[entry] = table
         return table
 
@@ -192,16 +211,21 @@ class FrontProgram:
         """Front-class tuples (rows) of codes."""
         return (codes[:, None] // self.radix[None, :]) % (self.cl.h + self.cl.q)
 
-    def _moves(self, r: int, keys: np.ndarray, slowest_us: int, cap_mb: int, minimise_time: bool) -> _Moves:
-        """Rank r's moves from the fronts coded `keys`, within both bounds: for each (front, end fronts,
-        blocks taken), the least objective and piece lengths that have it."""
+    def _moves(self, r: int, keys: np.ndarray, question: _Question) -> _Moves:
+        """Rank r's moves from the fronts coded `keys` within the question's bounds: for each (front, end
+        fronts, blocks taken), the least score (the objective, or with `within` set the pieces' spread among
+        moves whose objective is within it) and the piece lengths that have it."""
         parts = []
         for i, entry in enumerate(self._decode(keys).tolist()):
-            t = self._pieces(tuple(entry), slowest_us, cap_mb)
-            ok = np.flatnonzero((t.time[r] <= slowest_us) & (t.memory[r] <= cap_mb))
+            t = self._pieces(tuple(entry), question.slowest_us, question.cap_mb)
+            objective = t.time[r] if question.minimise_time else t.memory[r]
+            fit = (t.time[r] <= question.slowest_us) & (t.memory[r] <= question.cap_mb)
+            if question.within is not None:
+                fit &= objective <= question.within
+            ok = np.flatnonzero(fit)
             if len(ok):
-                cost = (t.time[r] if minimise_time else t.memory[r])[ok]
-                parts.append((np.full(len(ok), i), t.code[ok], t.total[ok], cost, t.lengths[ok]))
+                score = objective[ok] if question.within is None else t.spread[ok]
+                parts.append((np.full(len(ok), i), t.code[ok], t.total[ok], score, t.lengths[ok]))
         if not parts:
             return _Moves(*(np.zeros(0, dtype=np.int64) for _ in range(4)), np.zeros((0, self.vpp), dtype=np.int64))
         src, end, total, cost, lengths = (np.concatenate(x) for x in zip(*parts, strict=True))
@@ -210,11 +234,26 @@ class FrontProgram:
         first = order[np.unique(group[order], return_index=True)[1]]
         return _Moves(src[first], end[first], total[first], cost[first], lengths[first])
 
-    def least(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[int, tuple[int, ...]] | None:
+    def least(self, slowest_us: int, cap_mb: int, minimise_time: bool,
+              alike: Callable[[int], int] | None = None) -> tuple[int, tuple[int, ...]] | None:
         """The least slowest-rank time (µs; or with `minimise_time` False the least peak rank memory, MB) over
-        every cut with each rank within `slowest_us` and `cap_mb`, and a cut that has it; None when no cut is
-        within both. Raises Declined past the deadline or when a rank's moves exceed MOVE_LIMIT."""
+        every cut with each rank within `slowest_us` and `cap_mb`, and the evenest cut (least total distance
+        of its stages from n / stages blocks) whose objective is at most `alike(least)` (default: the least
+        itself; the caller's rounding, so a cut it cannot tell from the least serves); None when no cut is
+        within both. Raises Declined past the deadline or when a step would read more than CELL_LIMIT cells."""
+        found = self._program(_Question(slowest_us, cap_mb, minimise_time, None))
+        if found is None:
+            return None
+        value = found[0]
+        evenest = self._program(_Question(slowest_us, cap_mb, minimise_time, alike(value) if alike else value))
+        assert evenest is not None
+        return value, evenest[1]
+
+    def _program(self, question: _Question) -> tuple[int, tuple[int, ...]] | None:
+        """The dynamic program over the ranks: the least largest rank objective (`within` None) or the least
+        total spread of moves within `within`, and a cut that has it."""
         v, n, cl = self.vpp, self.n, self.cl
+        add = question.within is not None
         gn = len(self.starts)
         first = np.array([self._code((cl.of(0), *g)) for g in self.starts], dtype=np.int64)
         keys = np.unique(first)
@@ -225,13 +264,16 @@ class FrontProgram:
         for r in range(self.pp):
             if self.cuts.late():
                 raise Declined
-            moves = self._moves(r, keys, slowest_us, cap_mb, minimise_time)
+            moves = self._moves(r, keys, question)
             layers.append((keys, values, moves))
             if not len(moves.src):
                 return None
+            if len(moves.src) * (n + 1) * gn > CELL_LIMIT:
+                raise Declined
             padded = np.concatenate([np.full_like(values, INF), values], axis=1)
             came = padded[moves.src[:, None], after[None, :] - moves.total[:, None] + n + 1]
-            reached = np.maximum(came, moves.cost[:, None, None])
+            cost = moves.cost[:, None, None]
+            reached = np.where(came < INF, came + cost, INF) if add else np.maximum(came, cost)
             keys, slot = np.unique(moves.end, return_inverse=True)
             order = np.argsort(slot, kind="stable")
             starts = np.flatnonzero(np.r_[True, np.diff(slot[order]) != 0])
@@ -244,17 +286,25 @@ class FrontProgram:
         if value >= INF:
             return None
         key, gi = np.unravel_index(int(np.argmin(finals)), finals.shape)
-        return value, self._trace(value, int(keys[key]), int(gi), layers)
+        return value, self._trace(value, int(keys[key]), int(gi), layers, add)
 
-    def _trace(self, value: int, code: int, gi: int, layers: list) -> tuple[int, ...]:
-        """A cut of `value`: each rank, last first, takes a move within `value` from a state within it."""
+    def _trace(self, value: int, code: int, gi: int, layers: list, add: bool) -> tuple[int, ...]:
+        """A cut of `value`, each rank, last first, taking a move that leaves a state of the value still owed
+        (the value itself for a largest objective; less the move's score for a total)."""
         placed, pieces = self.n, []
         for keys, values, moves in reversed(layers):
-            ok = (moves.end == code) & (moves.cost <= value) & (moves.total <= placed)
-            ok[ok] &= values[moves.src[ok], placed - moves.total[ok], gi] <= value
+            ok = (moves.end == code) & (moves.total <= placed)
+            before = np.full(len(ok), INF, dtype=np.int64)
+            before[ok] = values[moves.src[ok], placed - moves.total[ok], gi]
+            if add:
+                ok &= (before < INF) & (before + moves.cost == value)
+            else:
+                ok &= (before <= value) & (moves.cost <= value)
             t = int(np.flatnonzero(ok)[0])
             pieces.append(moves.lengths[t])
             placed -= int(moves.total[t])
             code = int(keys[moves.src[t]])
+            if add:
+                value = int(before[t])
         pieces.reverse()
         return tuple(int(pieces[k % self.pp][k // self.pp]) for k in range(self.pp * self.vpp))

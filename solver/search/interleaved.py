@@ -230,17 +230,27 @@ class InterleavedCuts:
         (True, None) when no cut is within both, (False, None) when the program declines the question."""
         if self.fronts is None:
             return False, None
+        def alike(value: int) -> int:
+            """The largest objective in the same solver unit as `value`."""
+            if minimise_time:
+                return min(slowest_us, self.slowest_within(self.time_units(value)))
+            return min(cap_mb, -(-value // MEMORY_UNIT_MB) * MEMORY_UNIT_MB)
+
         try:
-            found = self.fronts.least(slowest_us, cap_mb, minimise_time)
+            found = self.fronts.least(slowest_us, cap_mb, minimise_time, alike)
         except Declined:
             return False, None
         return True, None if found is None else found[1]
 
     def settle(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[bool, tuple[int, ...] | None]:
-        """The exact answers that need no search: the relaxation's when a layout realises it, else the front
-        program's (relaxed_cut's and exact_least's contract)."""
-        settled, layout = self.relaxed_cut(slowest_us, cap_mb, minimise_time)
-        return (settled, layout) if settled else self.exact_least(slowest_us, cap_mb, minimise_time)
+        """The exact answers that need no search (relaxed_cut's and exact_least's contract): with one kind of
+        block the relaxation's (a layout always realises it), with several the front program's where it
+        runs (the relaxation's optimum often has no layout there), else the relaxation's when realised."""
+        if len(self.relaxed.groups) > 1:
+            settled, layout = self.exact_least(slowest_us, cap_mb, minimise_time)
+            if settled:
+                return settled, layout
+        return self.relaxed_cut(slowest_us, cap_mb, minimise_time)
 
     def relaxed_cut(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[bool, tuple[int, ...] | None]:
         """The relaxation's answer when it settles the question: (True, None) when no relaxed cut is within
