@@ -27,6 +27,8 @@ or periods leave the row to the relaxation and the branch and bound (interleaved
 MOVE_LIMIT = 200_000
 """Most (kind counts, end classes) combinations one rank's pieces may form for one entry; past it the
 program declines the question (Declined) and the caller falls back."""
+TABLES_KEPT = 4
+"""Piece tables kept per entry (the latest bounds'); a question takes the smallest that holds its bounds."""
 CELL_LIMIT = 1 << 23
 """Most cells (moves × blocks placed × start classes) one rank's step may read; past it the program declines."""
 
@@ -155,7 +157,7 @@ class FrontProgram:
         self.cl = classes(tuple(int(g) for g in groups), len(self.relaxed.groups), self.pp, self.vpp)
         self.starts = list(itertools.product(*_start_options(self.cl.h, self.cl.q, self.n, self.pp, self.vpp)))
         self.size = states(self.cl.h, self.cl.q, self.n, self.pp, self.vpp)
-        self.tables: dict[tuple[int, ...], _Pieces] = {}
+        self.tables: dict[tuple[int, ...], list[_Pieces]] = {}
         self.radix = (self.cl.h + self.cl.q) ** np.arange(self.vpp, dtype=np.int64)
 
     @property
@@ -165,11 +167,14 @@ class FrontProgram:
 
     def _pieces(self, entry: tuple[int, ...], slowest_us: int, cap_mb: int) -> _Pieces:
         """Every way one rank takes a piece in each round from fronts at classes `entry` that some rank could
-        hold within both bounds, one per (kind counts, end classes), the evenest; any looser bounds' table serves (costs
-        grow with every block, so it holds these), filtered when asked."""
-        known = self.tables.get(entry)
-        if known is not None and known.slowest_us >= slowest_us and known.cap_mb >= cap_mb:
-            return known
+        hold within both bounds, one per (kind counts, end classes), the evenest; any looser bounds' table
+        serves (costs grow with every block, so it holds these), filtered when asked, and a new one is built
+        for the loosest bounds asked so far (questions mostly tighten)."""
+        known = [t for t in self.tables.get(entry, []) if t.slowest_us >= slowest_us and t.cap_mb >= cap_mb]
+        if known:
+            return min(known, key=lambda t: len(t.total))
+        slowest_us = max([slowest_us, *(t.slowest_us for t in self.tables.get(entry, []))])
+        cap_mb = max([cap_mb, *(t.cap_mb for t in self.tables.get(entry, []))])
         cl, v, pp = self.cl, self.vpp, self.pp
         longest = self.n - pp * v + v
         groups = cl.content.shape[2]
@@ -196,7 +201,7 @@ class FrontProgram:
         time, memory = self._all_costs(vec)
         spread = np.abs(lengths * (pp * v) - self.n).sum(axis=1)
         table = _Pieces(slowest_us, cap_mb, ends, code, vec.sum(axis=1), lengths, time, memory, spread)
-        self.tables[entry] = table
+        self.tables[entry] = [*self.tables.get(entry, [])[-(TABLES_KEPT - 1):], table]
         return table
 
     def _all_costs(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -237,17 +242,17 @@ class FrontProgram:
     def least(self, slowest_us: int, cap_mb: int, minimise_time: bool,
               alike: Callable[[int], int] | None = None) -> tuple[int, tuple[int, ...]] | None:
         """The least slowest-rank time (µs; or with `minimise_time` False the least peak rank memory, MB) over
-        every cut with each rank within `slowest_us` and `cap_mb`, and the evenest cut (least total distance
-        of its stages from n / stages blocks) whose objective is at most `alike(least)` (default: the least
-        itself; the caller's rounding, so a cut it cannot tell from the least serves); None when no cut is
-        within both. Raises Declined past the deadline or when a step would read more than CELL_LIMIT cells."""
+        every cut with each rank within `slowest_us` and `cap_mb`, and a cut that has it; with `alike`, the
+        evenest cut (least total distance of its stages from n / stages blocks) whose objective is at most
+        `alike(least)` instead (the caller's rounding: a cut it cannot tell from the least's). None when no
+        cut is within both. Raises Declined past the deadline or when a step would read more than CELL_LIMIT
+        cells."""
         found = self._program(_Question(slowest_us, cap_mb, minimise_time, None))
-        if found is None:
-            return None
-        value = found[0]
-        evenest = self._program(_Question(slowest_us, cap_mb, minimise_time, alike(value) if alike else value))
+        if found is None or alike is None:
+            return found
+        evenest = self._program(_Question(slowest_us, cap_mb, minimise_time, alike(found[0])))
         assert evenest is not None
-        return value, evenest[1]
+        return found[0], evenest[1]
 
     def _program(self, question: _Question) -> tuple[int, tuple[int, ...]] | None:
         """The dynamic program over the ranks: the least largest rank objective (`within` None) or the least

@@ -227,17 +227,16 @@ class InterleavedCuts:
 
     def exact_least(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[bool, tuple[int, ...] | None]:
         """The front program's answer: (True, cut of least slowest time, or peak memory, within both bounds),
-        (True, None) when no cut is within both, (False, None) when the program declines the question."""
+        (True, None) when no cut is within both, (False, None) when the program declines the question. Only
+        the leanest cut is printed (best), so only it is made the evenest of its memory unit."""
         if self.fronts is None:
             return False, None
         def alike(value: int) -> int:
-            """The largest objective in the same solver unit as `value`."""
-            if minimise_time:
-                return min(slowest_us, self.slowest_within(self.time_units(value)))
+            """The largest peak memory in the same solver unit as `value`."""
             return min(cap_mb, -(-value // MEMORY_UNIT_MB) * MEMORY_UNIT_MB)
 
         try:
-            found = self.fronts.least(slowest_us, cap_mb, minimise_time, alike)
+            found = self.fronts.least(slowest_us, cap_mb, minimise_time, None if minimise_time else alike)
         except Declined:
             return False, None
         return True, None if found is None else found[1]
