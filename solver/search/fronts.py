@@ -256,37 +256,60 @@ class FrontProgram:
 
     def _program(self, question: _Question) -> tuple[int, tuple[int, ...]] | None:
         """The dynamic program over the ranks: the least largest rank objective (`within` None) or the least
-        total spread of moves within `within`, and a cut that has it."""
-        v, n, cl = self.vpp, self.n, self.cl
+        total spread of moves within `within`, and a cut that has it. A layer holds, per front key, the
+        blocks placed (a window lo … lo + width − 1 of them: the ranks after must still find at least VPP
+        blocks each and at most what they can hold) and the start classes."""
+        v, n, cl, pp = self.vpp, self.n, self.cl, self.pp
         add = question.within is not None
         gn = len(self.starts)
+        longest = n - pp * v + v
         first = np.array([self._code((cl.of(0), *g)) for g in self.starts], dtype=np.int64)
         keys = np.unique(first)
-        values = np.full((len(keys), n + 1, gn), INF, dtype=np.int64)
+        values = np.full((len(keys), 1, gn), INF, dtype=np.int64)
         values[np.searchsorted(keys, first), 0, np.arange(gn)] = 0
-        layers: list[tuple[np.ndarray, np.ndarray, _Moves]] = []
-        after = np.arange(n + 1)
-        for r in range(self.pp):
+        lo = 0
+        layers: list[tuple[np.ndarray, np.ndarray, int, _Moves]] = []
+        for r in range(pp):
             if self.cuts.late():
                 raise Declined
+            live = (values < INF).any(axis=(1, 2))
+            keys, values = keys[live], values[live]
             moves = self._moves(r, keys, question)
-            layers.append((keys, values, moves))
+            layers.append((keys, values, lo, moves))
             if not len(moves.src):
                 return None
-            if len(moves.src) * (n + 1) * gn > CELL_LIMIT:
+            width = values.shape[1]
+            least, most = int(moves.total.min()), int(moves.total.max())
+            new_lo = max(lo + least, n - (pp - r - 1) * longest)
+            new_hi = min(lo + width - 1 + most, n - (pp - r - 1) * v)
+            if new_hi < new_lo:
+                return None
+            if len(moves.src) * (new_hi - new_lo + 1) * gn > CELL_LIMIT:
                 raise Declined
-            padded = np.concatenate([np.full_like(values, INF), values], axis=1)
-            came = padded[moves.src[:, None], after[None, :] - moves.total[:, None] + n + 1]
+            spread = most - least
+            padded = np.concatenate([np.full((len(keys), spread + new_hi - new_lo + 1, gn), INF, dtype=np.int64),
+                                     values, np.full((len(keys), spread + new_hi - new_lo + 1, gn), INF,
+                                                     dtype=np.int64)], axis=1)
+            at = np.arange(new_lo, new_hi + 1)[None, :] - moves.total[:, None] - lo + spread + new_hi - new_lo + 1
+            came = padded[moves.src[:, None], at]
             cost = moves.cost[:, None, None]
             reached = np.where(came < INF, came + cost, INF) if add else np.maximum(came, cost)
             keys, slot = np.unique(moves.end, return_inverse=True)
             order = np.argsort(slot, kind="stable")
             starts = np.flatnonzero(np.r_[True, np.diff(slot[order]) != 0])
             values = np.minimum.reduceat(reached[order], starts, axis=0)
+            lo = new_lo
+            held = np.flatnonzero((values < INF).any(axis=(0, 2)))
+            if not len(held):
+                return None
+            values = values[:, held[0]:held[-1] + 1]
+            lo += int(held[0])
+        if not lo <= n < lo + values.shape[1]:
+            return None
         fronts = self._decode(keys)
         starts_ = np.array(self.starts, dtype=np.int64).reshape(gn, v - 1)
         closed = (fronts[:, None, : v - 1] == starts_[None, :, :]).all(axis=2)
-        finals = np.where(closed, values[:, n, :], INF)
+        finals = np.where(closed, values[:, n - lo, :], INF)
         value = int(finals.min())
         if value >= INF:
             return None
@@ -297,10 +320,11 @@ class FrontProgram:
         """A cut of `value`, each rank, last first, taking a move that leaves a state of the value still owed
         (the value itself for a largest objective; less the move's score for a total)."""
         placed, pieces = self.n, []
-        for keys, values, moves in reversed(layers):
-            ok = (moves.end == code) & (moves.total <= placed)
+        for keys, values, lo, moves in reversed(layers):
+            at = placed - moves.total - lo
+            ok = (moves.end == code) & (at >= 0) & (at < values.shape[1])
             before = np.full(len(ok), INF, dtype=np.int64)
-            before[ok] = values[moves.src[ok], placed - moves.total[ok], gi]
+            before[ok] = values[moves.src[ok], at[ok], gi]
             if add:
                 ok &= (before < INF) & (before + moves.cost == value)
             else:
