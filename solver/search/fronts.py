@@ -25,8 +25,9 @@ STATE_LIMIT = 4096
 """Most (front classes × start classes) combinations a row may have for this program to run; longer lead-ins
 or periods leave the row to the relaxation and the branch and bound (interleaved.py)."""
 MOVE_LIMIT = 200_000
-"""Most (kind counts, end classes) combinations one rank's pieces may form for one entry; past it the
-program declines the question (Declined) and the caller falls back."""
+"""Most (kind counts, end classes) combinations one rank's pieces may form for one entry (and 16 times it
+before a round's are merged); past it the program declines the question (Declined) and the caller falls
+back."""
 TABLES_KEPT = 4
 """Piece tables kept per entry (the latest bounds'); a question takes the smallest that holds its bounds."""
 CELL_LIMIT = 1 << 23
@@ -183,6 +184,8 @@ class FrontProgram:
         ends = np.zeros((1, 0), dtype=np.int64)
         lengths = np.zeros((1, 0), dtype=np.int64)
         for j in range(v):
+            if len(vec) * len(span) > MOVE_LIMIT * 16:
+                raise Declined
             add, out = cl.content[entry[j], span], cl.exit[entry[j], span]
             vec = (vec[:, None, :] + add[None, :, :]).reshape(-1, groups)
             ends = np.concatenate([np.repeat(ends, len(span), axis=0), np.tile(out, len(ends))[:, None]], axis=1)
