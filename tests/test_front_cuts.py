@@ -131,3 +131,39 @@ def test_several_kind_staircases_equal_enumeration(name: str) -> None:
         assert [(q.time_units, q.memory_units) for q in ours.points] == [scored[i] for i in nondominated(scored)]
         for q in ours.points:
             assert (q.time_units, q.memory_units) == c.objectives(rank_counts(q.layout, c.row.pp, counts))
+
+
+@pytest.mark.parametrize("vpp", [3, 4])
+def test_v4_8192_front_program_cuts_resist_local_moves(vpp: int) -> None:
+    """The bundled V4-Pro 8,192 problem's PP8 CP4 EP64 full-recompute row at VPP 3 and 4 (DeepSeek-V4's
+    lead-in and alternating kinds, where the relaxation's optimum mostly has no layout): the front program
+    runs, the staircase is proved, and no chain of random boundary moves from a step's cut dominates a step."""
+    from parasol.constraints.physics.step_time import CalibratedStageTimes
+    from parasol.problems.loader import load_problem
+    from parasol.solver.search.costs import block_kinds, prefix_counts
+    from parasol.solver.search.dominance import dominates
+
+    problem = load_problem("problems/deepseek-v4-pro-8192.yaml")
+    model = CalibratedStageTimes(problem)
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    usable = usable_mb(problem)
+    row = next(r for r in enumerate_rows(problem)
+               if (r.tp, r.pp, r.cp, r.ep, r.vpp, r.recompute) == (1, 8, 4, 64, vpp, "full"))
+    c = row_costs(problem, row, model)
+    assert InterleavedCuts(c, counts).fronts is not None
+    stair = row_staircase(c, counts, usable)
+    assert stair.proved and stair.points
+    values = [(q.time_units, q.memory_units) for q in stair.points]
+    rng = random.Random(vpp)
+    for q in stair.points:
+        for _ in range(200):
+            layout = list(q.layout)
+            for _ in range(rng.randint(1, 4)):
+                k = rng.randrange(len(layout) - 1)
+                step = rng.choice([-2, -1, 1, 2])
+                if layout[k] + step >= 1 and layout[k + 1] - step >= 1:
+                    layout[k] += step
+                    layout[k + 1] -= step
+            per_rank = rank_counts(tuple(layout), row.pp, counts)
+            if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)):
+                assert not any(dominates(c.objectives(per_rank), v) for v in values)
