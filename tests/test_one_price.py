@@ -165,6 +165,60 @@ def test_rank_work_does_not_depend_on_vpp(name: str) -> None:
             assert np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("settings", [
+    {"fsdp": "megatron-fsdp"},
+    {"fsdp": "megatron-fsdp", "overlap_param_gather": "false", "overlap_grad_reduce": "false"},
+    {"tp_comm_overlap": "false", "overlap_p2p_comm": "false", "overlap_grad_reduce": "false"},
+])
+def test_floor_counting_unhidden_exchanges_is_below_every_cut(settings: dict[str, str]) -> None:
+    """The floor's TP, FSDP, pipeline-send and data-parallel parts (pricing.rank_floor_per_microbatch,
+    step_floor_extra) stay below the exact step time of random cuts of random rows, with FSDP on and with
+    the overlap switches off, and the FSDP part is what lifts an FSDP row's floor above the plain one."""
+    from parasol.problems.mapping_input import apply_settings
+
+    base = load_problem_text("model: qwen3-30b-a3b\ntraining: {seq_len: 4096, global_batch: 256}\n"
+                             "hardware: {preset: h100-hgx, gpus: 64}\n")
+    problem = apply_settings(base, settings)
+    model = CalibratedStageTimes(problem)
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    totals = counts[0, counts.shape[0] - 1]
+    blocks = problem.model.num_layers
+    rng = random.Random(21)
+    rows = [r for r in enumerate_rows(problem) if r.pp > 1 or r.tp > 1]
+    lifted = 0
+    for row in rng.sample(rows, 12):
+        mapping = row.mapping(problem)
+        floor = model.step_floor_s(mapping, derive(problem.model, mapping), totals)
+        plain = row.mapping(base)
+        lifted += floor > CalibratedStageTimes(base).step_floor_s(plain, derive(base.model, plain), totals)
+        cuts = [sorted(rng.sample(range(1, blocks), row.pp * row.vpp - 1)) for _ in range(4)]
+        layouts = [tuple(b - a for a, b in zip([0, *c], [*c, blocks], strict=True)) for c in cuts]
+        per_rank = np.array([rank_counts(layout, row.pp, counts) for layout in layouts])
+        seconds = model.cut_step_times_s(mapping, derive(problem.model, mapping), per_rank)
+        assert floor <= seconds.min() * (1 + 1e-12), row
+    assert lifted > 0
+
+
+@pytest.mark.parametrize("name", ["deepseek-v4-pro-1024", "qwen3-30b-a3b-h100-64", "llama-3.1-70b-h100-256"])
+def test_floor_of_a_vpp_variant_is_its_own(name: str) -> None:
+    """The floor's compute, exchange and optimizer parts are built once per row less its VPP
+    (CalibratedStageTimes._floor_parts): each VPP variant's floor from a model that priced a sibling first
+    equals its floor from a fresh model."""
+    problem = load_problem(ROOT / "problems" / f"{name}.yaml")
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    totals = counts[0, counts.shape[0] - 1]
+    vpps = sorted({r.vpp for r in enumerate_rows(problem)})
+    assert len(vpps) > 1
+    rows = [r for r in enumerate_rows(problem) if r.vpp == 1]
+    for row in random.Random(20).sample(rows, min(5, len(rows))):
+        shared = CalibratedStageTimes(problem)
+        for variant in (dataclasses.replace(row, vpp=v) for v in reversed(vpps)):
+            mapping = variant.mapping(problem)
+            d = derive(problem.model, mapping)
+            assert shared.step_floor_s(mapping, d, totals) == \
+                CalibratedStageTimes(problem).step_floor_s(mapping, d, totals), variant
+
+
 @pytest.mark.parametrize("source", ["qwen3-30b-8k", "deepseek-v4-pro-1024"])
 def test_floor_is_below_every_cut_under_every_option(source: str) -> None:
     """The floor with its exposed EP and CP exchange bound (CalibratedStageTimes.exchange_floor_s) is at most

@@ -34,6 +34,7 @@ from parasol.solver.search.costs import (
 from parasol.solver.search.cuts import min_max_cut, some_cut_fits
 from parasol.solver.search.savings import (
     default_cut_fits,
+    fit_candidates,
     fitting_row,
     open_savings,
     with_saving,
@@ -157,8 +158,9 @@ def _floor_rank_by_rank(c, totals: np.ndarray) -> Fraction:  # noqa: ANN001
 def test_memory_floor_is_below_every_cut_and_fitting_is_unchanged(problems: list) -> None:
     """The floor never exceeds the least peak of a 1F1B row, nor the peak of an interleaved row's default
     cut; a row whose default cut fits is one the cut search finds fitting; fitting_row with both shortcuts
-    answers as cuts.some_cut_fits alone does."""
-    pruned = 0
+    answers as cuts.some_cut_fits alone does, and its quick candidates (savings.fit_candidates) hold that
+    answer, alone when they call it settled."""
+    pruned = deferred = 0
     for problem in problems:
         counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
         totals, usable, savings = counts[0, -1], usable_mb(problem), open_savings(problem)
@@ -185,7 +187,12 @@ def test_memory_floor_is_below_every_cut_and_fitting_is_unchanged(problems: list
                               if some_cut_fits(row_costs(with_saving(problem, v.saving), v, None), counts, usable)),
                              None)
             assert fitting_row(problem, row, savings, counts, usable) == plain
-    assert pruned > 0
+            candidates = fit_candidates(problem, row, savings, counts, usable)
+            assert plain is None or plain in candidates.rows
+            if candidates.settled:
+                assert candidates.rows == ((plain,) if plain else ())
+            deferred += not candidates.settled
+    assert pruned > 0 and deferred > 0
 
 
 def test_worst_placed_group_is_the_one_placement_ranks_worst(problems: list) -> None:

@@ -17,7 +17,7 @@ from parasol.problems.mapping import Mapping
 from parasol.solver.cli import main
 from parasol.solver.diagnose.explain import explain
 from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts
-from parasol.solver.search.solve import exchange_step_s, priced_first, solve
+from parasol.solver.search.solve import exchange_step_s, held_weights_gb, priced_first, solve
 from parasol.solver.search.space import Row, enumerate_rows
 
 V4_1024 = "problems/deepseek-v4-pro-1024.yaml"
@@ -111,6 +111,26 @@ def test_rows_whose_exchanges_cross_the_network_are_screened_later() -> None:
     inside, across = Row(2, 1, 1, 1, 8, 1, 1, "none"), Row(2, 1, 1, 1, 16, 1, 1, "none")
     assert exchange_step_s(problem, model, across, totals, {}) > exchange_step_s(problem, model, inside, totals, {}) > 0
     assert priced_first(problem, (across, inside), model, totals) == (inside, across)
+
+
+def test_rows_that_fit_only_under_fsdp_take_turns_with_the_rest() -> None:
+    """Where FSDP is open, rows whose weights and gradients fit only when FSDP shards them are screened in
+    turns with the rows that fit as they are (a 235B MoE on 256 GPUs has its fastest mappings at PP1 EP1
+    under FSDP), and rows that fit neither way come last; with FSDP closed (Muon) the former come last too."""
+    text = ("model: qwen3-235b-a22b\ntraining: {{seq_len: 4096, global_batch: 1024, optimizer: {opt}}}\n"
+            "hardware: {{preset: h100-hgx, gpus: 256}}\n")
+    for optimizer, takes_turns in (("adam", True), ("muon", False)):
+        problem = load_problem_text(text.format(opt=optimizer))
+        usable = problem.hardware.gpu.usable_hbm_gb
+        model = CalibratedStageTimes(problem)
+        totals = interval_counts(prefix_counts(problem, block_kinds(problem)))[0, -1]
+        rows = (Row(4, 1, 4, 1, 8, 1, 1, "none"), Row(2, 1, 8, 1, 16, 1, 1, "none"),
+                Row(1, 1, 1, 1, 1, 1, 4, "full"), Row(1, 1, 1, 1, 2, 1, 4, "full"))
+        own = [held_weights_gb(problem, r) <= usable for r in rows]
+        sharded = [held_weights_gb(problem, r, sharded=True) <= usable for r in rows]
+        assert own == [True, True, False, False] and all(sharded)
+        kinds = [own[rows.index(r)] for r in priced_first(problem, rows, model, totals)]
+        assert kinds == ([True, False, True, False] if takes_turns else [True, True, False, False])
 
 
 def test_gb200_ep_groups_stay_in_a_domain_or_pay() -> None:

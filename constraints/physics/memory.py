@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from functools import lru_cache
 
 from parasol.constraints.physics.activations import (
     ActivationContext,
@@ -173,6 +174,7 @@ def schedule_inflight(schedule: str, stage: int, pp: int, vpp: int, m: Fraction 
     return inflight_microbatches(stage, pp, vpp, m)
 
 
+@lru_cache(maxsize=8192)
 def inflight_microbatches(stage: int, pp: int, vpp: int, m: Fraction | int) -> Fraction:
     """Microbatches whose activations a stage holds at its peak, in units of its whole layer set.
     1F1B: min(PP − s, m) (warm-up depth). Interleaved: Megatron warms up (PP − s − 1)·2 + (v − 1)·PP

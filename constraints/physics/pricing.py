@@ -346,6 +346,43 @@ def price(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
     }
 
 
+def rank_floor_per_microbatch(b: WorkloadBatch, c: Coefs) -> np.ndarray:
+    """Per stage, seconds of one microbatch that its forward, backward and exposed TP and FSDP exchanges
+    (price's stage time less CP, EP and offload) never go below, and that bound the sum over ranks when
+    `b` holds the ranks' summed work (comm seconds of summed terms are at most the sum of the ranks'; the
+    compute likewise, its part beside the GEMMs exactly). The largest of: the compute plus the exchanges
+    the overlap switches leave unhidden; the whole FSDP exchange, which hides only behind compute; the
+    whole TP exchange, which hides only behind the GEMMs (less the recomputed forward's exchanges, whose
+    EP share depends on the dispatcher)."""
+    r = b.run
+    t = _compute_times(b, c)
+    compute = t["forward"] + t["backward"]
+    n = PASSES_PER_MICROBATCH
+    tp = n["tp"] * _priced(b.comm["tp"], c)
+    gather = n["fsdp_gather"] * _priced(b.comm["fsdp_gather"], c)
+    reduce = n["fsdp_reduce"] * _priced(b.comm["fsdp_reduce"], c)
+    fsdp_left = (1 - _col(r["param_gather_overlap"])) * gather + (1 - _col(r["grad_reduce_overlap"])) * reduce
+    tp_left = (1 - _col(r["tp_overlap"])) * tp
+    beside_gemms = compute - (t["gemm"] + t["gemm_b"] + t["grouped"] + t["grouped_b"])
+    return np.maximum.reduce([compute + fsdp_left + tp_left, gather + reduce + tp_left, beside_gemms + tp + fsdp_left])
+
+
+def step_floor_extra(b: WorkloadBatch, c: Coefs, vpp: int) -> np.ndarray:
+    """Per run, seconds of the step outside the pipeline that no overlap hides, when `b`'s one stage holds
+    all ranks' summed work, at `vpp` virtual stages per rank (nothing else here reads VPP): the pipeline
+    sends that fill and drain the pipeline plus the unhidden share of the rest, and an average stage's
+    data-parallel exchanges their overlap switches leave exposed (the slowest stage's are at least the
+    mean). price's 'pp', 'dp_dense' and 'dp_expert' never go below it; the optimizer is priced apart."""
+    r = b.run
+    m, pp = r["microbatches"], r["pp"]
+    p2p = _priced(b.p2p, c, per_stage=False) * vpp
+    sends = np.where(pp > 1, m * (1 - r["p2p_overlap"]) * p2p + (pp - 1) * p2p, 0.0)
+    reduce = _priced(b.comm["dp_dense_reduce"], c) + _priced(b.comm["dp_expert_reduce"], c)
+    gather = _priced(b.comm["dp_dense_gather"], c) + _priced(b.comm["dp_expert_gather"], c)
+    exposed = (1 - _col(r["grad_reduce_overlap"])) * reduce + (1 - _col(r["param_gather_overlap"])) * gather
+    return sends + exposed.sum(axis=1) / pp
+
+
 def coefficient_values(coefficients: StepCoefficients) -> Coefs:
     """StepCoefficients as the name → value mapping `price` reads."""
     return dict(coefficients.values())

@@ -46,12 +46,15 @@ from parasol.constraints.physics.exchanges import Links, cp_comm, ep_comm, links
 from parasol.constraints.physics.memory import block_kind, rank_holdings, schedule_fits_layout
 from parasol.constraints.physics.pricing import (
     BREAKDOWN_KINDS,
+    WorkloadBatch,
     batch,
     batch_from_vectors,
     coefficient_values,
     comm_seconds,
     price,
+    rank_floor_per_microbatch,
     stage_vector,
+    step_floor_extra,
 )
 from parasol.constraints.physics.workload import (
     PASSES_PER_MICROBATCH,
@@ -270,6 +273,7 @@ class CalibratedStageTimes:
         self._workloads: dict[Mapping, Workload] = {}
         self._siblings: dict[int, CalibratedStageTimes] = {}
         self._rank_work: dict[Mapping, RankWork] = {}
+        self._floors: dict[tuple[Mapping, bytes], tuple[float, float, WorkloadBatch]] = {}
 
     def for_problem(self, problem) -> CalibratedStageTimes:  # noqa: ANN001 - Problem
         """The model of `problem`, a variant of this one's problem with other framework options (a row's
@@ -356,19 +360,35 @@ class CalibratedStageTimes:
 
     def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
         """A lower bound on the step seconds of every cut of the mapping (`totals`: blocks of each kind in
-        the model), under every MoE dispatcher and CP communication type: the compute of all ranks together
-        plus the least exposed EP and CP exchange seconds any type gives (exchange_floor_s), spread evenly
-        over the pipeline, plus the optimizer step of an average rank. Sound because a rank's compute is
-        sublinear in its work (sums of maxima of linear terms: all ranks' compute is at least the compute of
-        their summed work), every field grows with blocks (the least slope over rank positions is taken),
-        the slowest rank is at least the mean, and the pipeline time grows with every stage time."""
-        work = self.rank_work(mapping, derived)
-        total = work.empty.sum(axis=0) + totals.astype(float) @ work.slope.min(axis=0)
-        prices = price(batch_from_vectors(self._run(mapping, derived), total[None, None, :]),
-                       coefficient_values(self.coefficients))
-        ranks = float(prices["forward"][0, 0] + prices["backward"][0, 0]) + self.exchange_floor_s(mapping, totals)
+        the model), under every MoE dispatcher and CP communication type: all ranks' compute and the TP
+        and FSDP seconds no overlap hides (pricing.rank_floor_per_microbatch) plus the least exposed EP and
+        CP exchange seconds any type gives (exchange_floor_s), spread evenly over the pipeline, plus the
+        unhidden pipeline sends and data-parallel exchanges and the optimizer step of an average rank
+        (pricing.step_floor_extra). Sound because a rank's compute and exchanges are sublinear in its
+        work (sums of maxima of linear terms: the price of all ranks' summed work is at most the sum of
+        their prices), every field grows with blocks (the least slope over rank positions is taken), the
+        slowest rank is at least the mean, and the pipeline time grows with every stage time."""
+        ranks, optimizer, summed = self._floor_parts(mapping, derived, totals)
         m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
-        return ranks * (1 + (vpp * m - 1) / pp) / vpp + float(prices["optimizer"][0]) / pp
+        extra = float(step_floor_extra(summed, coefficient_values(self.coefficients), vpp)[0])
+        return ranks * (1 + (vpp * m - 1) / pp) / vpp + (optimizer / pp + extra)
+
+    def _floor_parts(self, mapping: Mapping, derived: Derived, totals: np.ndarray
+                     ) -> tuple[float, float, WorkloadBatch]:
+        """(all ranks' rank floor and unhidden EP/CP seconds of one microbatch, the optimizer step of all
+        ranks' work, the one-stage batch of that work) of step_floor_s, built once per mapping less its
+        VPP: neither the rank work, the run's prices nor the exchanges read VPP (the schedule and the
+        pipeline sends' count do, step_floor_extra)."""
+        key = (vpp_free(mapping), totals.tobytes())
+        if key not in self._floors:
+            work = self.rank_work(mapping, derived)
+            total = work.empty.sum(axis=0) + totals.astype(float) @ work.slope.min(axis=0)
+            summed = batch_from_vectors(self._run(mapping, derived), total[None, None, :])
+            coefs = coefficient_values(self.coefficients)
+            optimizer = float(price(summed, coefs)["optimizer"][0])
+            self._floors[key] = (float(rank_floor_per_microbatch(summed, coefs)[0, 0])
+                                 + self.exchange_floor_s(mapping, totals), optimizer, summed)
+        return self._floors[key]
 
     def tp_exchange_s(self, mapping: Mapping, totals: np.ndarray) -> float:
         """Seconds of the TP collectives of one microbatch over all ranks' blocks (forward and backward),

@@ -308,7 +308,7 @@ def search_text(solve: dict) -> str:
     answer gives the same report)."""
     s = solve.get("search", {})
     return (f"Search status: {solve.get('status', '-')}; {len(solve.get('mappings', []))} mapping(s) returned; "
-            f"{num(s.get('rows_with_a_fitting_cut'))} of {num(s.get('rows'))} degree rows fit in memory, "
+            f"{num(s.get('rows_with_a_fitting_cut'))} of {num(s.get('rows'))} degree rows found to fit in memory, "
             f"{num(s.get('rows_screened'))} screened within the time limit; {num(s.get('master_solves'))} master solves.")
 
 

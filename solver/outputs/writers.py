@@ -24,10 +24,10 @@ def front_table(result: SolveResult, problem: Problem) -> Table:
     front = " × ".join(o.value for o in problem.spec.objectives)
     table = Table(title=f"{problem.model.name} on {problem.gpus:,} × {problem.hardware.gpu.name}, front {front}: "
                         f"{result.status}, {len(result.mappings)} mapping(s) "
-                        + (f"({result.rows_fitting} of {result.rows} degree rows fit in memory)"
+                        + (f"({result.rows_fitting} of {result.rows} degree rows found to fit in memory)"
                            if result.rows_screened >= result.rows else
                            f"({result.rows_fitting} of the {result.rows_screened} degree rows screened within the "
-                           f"time limit fit in memory; {result.rows} in the space)"))
+                           f"time limit found to fit in memory; {result.rows} in the space)"))
     accounts = [sm.as_dict() for sm in result.mappings]
     pooled = bool(accounts) and {d["mapping"]["gpus"] for d in accounts} != {problem.gpus}
     goodput = any("effective_tokens_per_s" in d["metrics"] for d in accounts)

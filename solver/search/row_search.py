@@ -9,7 +9,6 @@ whichever rows were cut before it.
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import time
 from collections.abc import Callable
@@ -27,8 +26,10 @@ from parasol.solver.search.prune import beaten
 from parasol.solver.search.reprice import exact_staircase, floor_point
 from parasol.solver.search.savings import (
     NONE,
-    fitting_row,
+    FitCandidates,
+    fit_candidates,
     open_savings,
+    resolve_fit,
     row_problem,
     time_model_for,
     with_saving,
@@ -65,7 +66,8 @@ class RowSearch:
         self.costs: list[RowCosts] = []
         self.staircases: list[Staircase] = []
         self.fitting = 0
-        self._waiting: list[tuple[tuple[int, int], int, Row]] = []
+        self._waiting: list[tuple[tuple[int, int], int, FitCandidates]] = []
+        self._queued = 0
         self._passes: dict[int, bool] = {}
         self._step_rows: list[int] = []
         self._step_values: list[tuple[int, int]] = []
@@ -83,23 +85,21 @@ class RowSearch:
         return self._passes[i]
 
     def screen(self, row: Row) -> None:
-        """Skip the row when its floor under every saving it may take is already beaten; else set it aside
-        when no cut fits under any saving, and otherwise let it wait, by its floor, to be cut."""
-        floors: dict[str, tuple[int, int]] = {}
-        if self.floors and len(self.rows) >= self.top:
-            for variant in (row, *(dataclasses.replace(row, saving=s) for s in self.savings)):
-                floors[variant.saving] = self._floor(variant)
-            lowest = (min(t for t, _ in floors.values()), min(m for _, m in floors.values()))
-            if self._beaten(lowest):
-                return
-        fitted = fitting_row(self.problem, row, self.savings, self.counts, self.usable)
-        if fitted is None:
+        """Drop the row when no variant of it may fit (savings.fit_candidates) or when `top` rows cut so far
+        beat its least floor over the variants that may; otherwise let it wait, by that floor, to be cut."""
+        candidates = fit_candidates(self.problem, row, self.savings, self.counts, self.usable)
+        if not candidates.rows:
             return
         floor = (0, 0)
         if self.floors:
-            floor = floors[fitted.saving] if fitted.saving in floors else self._floor(fitted)
-        heapq.heappush(self._waiting, (floor, self.fitting, fitted))
-        self.fitting += 1
+            floors = [self._floor(v) for v in candidates.rows]
+            floor = (min(t for t, _ in floors), min(m for _, m in floors))
+            if len(self.rows) >= self.top and self._beaten(floor):
+                return
+        if candidates.settled:
+            self.fitting += 1
+        heapq.heappush(self._waiting, (floor, self._queued, candidates))
+        self._queued += 1
 
     def _floor(self, row: Row) -> tuple[int, int]:
         """The row's floor under its saving (reprice.floor_point): it holds for every option it may choose."""
@@ -117,13 +117,27 @@ class RowSearch:
         return len(self._waiting)
 
     def cut_waiting(self, deadline: float) -> None:
-        """Cut the waiting rows, least floor first, until `deadline` (time.perf_counter())."""
+        """Cut the waiting rows, least floor first, until `deadline` (time.perf_counter()). A row whose fit
+        needs the cut search gets it only now, unless already beaten, and waits again when the variant
+        that fits has a higher floor."""
         while self._waiting and time.perf_counter() <= deadline:
-            floor, _, row = heapq.heappop(self._waiting)
+            floor, _, candidates = heapq.heappop(self._waiting)
             if self.floors and self._beaten(floor):
                 continue
+            if not candidates.settled:
+                fitted = resolve_fit(self.problem, candidates, self.counts, self.usable)
+                if fitted is None:
+                    continue
+                self.fitting += 1
+                resolved = FitCandidates((fitted,), True)
+                own = self._floor(fitted) if self.floors else floor
+                if own > floor:
+                    heapq.heappush(self._waiting, (own, self._queued, resolved))
+                    self._queued += 1
+                    continue
+                candidates = resolved
             now = time.perf_counter()
-            self._cut(row, min(deadline, now + ROW_SHARE * (deadline - now)))
+            self._cut(candidates.rows[0], min(deadline, now + ROW_SHARE * (deadline - now)))
 
     def _cut(self, row: Row, deadline: float) -> None:
         """Settle the row's options, then its staircase re-priced as printed and judged by the row rules (the

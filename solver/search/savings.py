@@ -89,28 +89,66 @@ def default_cut_fits(costs: RowCosts, counts: np.ndarray, usable: int) -> bool:
     return all(costs.stage_memory(r, tuple(ranks[r].tolist())) <= usable for r in range(pp))
 
 
-def cut_fits(costs: RowCosts, counts: np.ndarray, usable: int) -> bool:
-    """cuts.some_cut_fits, answered at once for a row whose memory floor (costs.memory_floor_mb) already
-    exceeds usable HBM (False: most rows that fit no cut, whose search would have to prove it) or whose
-    default cut fits (True: most rows that fit)."""
+def quick_fit(costs: RowCosts, counts: np.ndarray, usable: int) -> bool | None:
+    """cuts.some_cut_fits where it is answered at once: False for a row whose memory floor
+    (costs.memory_floor_mb) already exceeds usable HBM (most rows that fit no cut), True for one whose even
+    default cut fits (most rows that fit); None when only the cut search can tell."""
     if memory_floor_mb(costs, counts[0, -1]) > usable:
         return False
-    return default_cut_fits(costs, counts, usable) or some_cut_fits(costs, counts, usable)
+    return True if default_cut_fits(costs, counts, usable) else None
+
+
+def cut_fits(costs: RowCosts, counts: np.ndarray, usable: int) -> bool:
+    """cuts.some_cut_fits, answered at once where quick_fit can."""
+    quick = quick_fit(costs, counts, usable)
+    return some_cut_fits(costs, counts, usable) if quick is None else quick
+
+
+@dataclasses.dataclass(frozen=True)
+class FitCandidates:
+    """The variants fitting_row may return for a row (the row itself, then each open saving, in its order),
+    each left out when quick_fit rules it out, and none after the first that surely fits. fitting_row's
+    answer is the first candidate that fits (None when none does)."""
+
+    rows: tuple[Row, ...]
+    settled: bool
+    """Whether the answer is known: no candidate, or the first surely fits."""
+
+
+def fit_candidates(problem: Problem, row: Row, savings: tuple[str, ...], counts: np.ndarray,
+                   usable: int) -> FitCandidates:
+    """fitting_row's candidates, with the quick answers only: solve lets a row wait by the least floor of
+    its candidates and asks the cut search (resolve_fit) only when the row is about to be cut, when most
+    rows are already beaten."""
+    costs = row_costs(problem, row, None)
+    verdict = quick_fit(costs, counts, usable)
+    if verdict:
+        return FitCandidates((row,), True)
+    found = [row] if verdict is None else []
+    if savings and quick_fit(without_static(costs), counts, usable) is not False:
+        for saving in savings:
+            variant = dataclasses.replace(row, saving=saving)
+            verdict = quick_fit(row_costs(with_saving(problem, saving), variant, None), counts, usable)
+            if verdict is not False:
+                found.append(variant)
+            if verdict:
+                break
+    return FitCandidates(tuple(found), not found or (len(found) == 1 and verdict is True))
+
+
+def resolve_fit(problem: Problem, candidates: FitCandidates, counts: np.ndarray, usable: int) -> Row | None:
+    """The first candidate some cut of which fits (cuts.some_cut_fits), or None: fitting_row's answer."""
+    for variant in candidates.rows:
+        if candidates.settled or cut_fits(row_costs(with_saving(problem, variant.saving), variant, None), counts,
+                                          usable):
+            return variant
+    return None
 
 
 def fitting_row(problem: Problem, row: Row, savings: tuple[str, ...], counts: np.ndarray, usable: int) -> Row | None:
     """The row as it fits: itself when some cut fits under the problem's settings, else with the first
     open saving under which one does; None when none does."""
-    costs = row_costs(problem, row, None)
-    if cut_fits(costs, counts, usable):
-        return row
-    if not savings or not cut_fits(without_static(costs), counts, usable):
-        return None
-    for saving in savings:
-        variant = dataclasses.replace(row, saving=saving)
-        if cut_fits(row_costs(with_saving(problem, saving), variant, None), counts, usable):
-            return variant
-    return None
+    return resolve_fit(problem, fit_candidates(problem, row, savings, counts, usable), counts, usable)
 
 
 def time_model_for(time_model: StageTimeModel, problem: Problem) -> StageTimeModel:

@@ -41,7 +41,7 @@ from parasol.solver.search.pareto import pareto_search
 from parasol.solver.search.program import compile_program
 from parasol.solver.search.prune import pruned
 from parasol.solver.search.row_search import RowSearch, search_rows
-from parasol.solver.search.savings import NONE, row_problem
+from parasol.solver.search.savings import NONE, open_savings, row_problem
 from parasol.solver.search.space import Row, rows_until, search_domains
 
 
@@ -94,6 +94,8 @@ class SolveResult:
     mappings: tuple[SolvedMapping, ...]
     rows: int
     rows_fitting: int
+    """Rows found to have a cut that fits in memory; a row whose floor was beaten before its fit needed
+    the cut search is not judged (row_search.RowSearch.screen), so a complete search may count fewer than fit."""
     master_solves: int
     seconds: float
     rows_screened: int = 0
@@ -197,12 +199,12 @@ WEIGHT_AND_GRADIENT_BYTES = 6
 however the optimizer state is sharded (used only to order rows)."""
 
 
-def held_weights_gb(problem: Problem, row: Row) -> float:
+def held_weights_gb(problem: Problem, row: Row, sharded: bool = False) -> float:
     """A quick estimate of the weights and gradients one rank holds (GB): the blocks' TP-split and expert
-    parameters over the row's grids, spread over its pipeline ranks. Used only to order rows: one whose
-    estimate exceeds usable HBM fits at best under a memory saving, so it is screened after the rest."""
+    parameters over the row's grids, spread over its pipeline ranks, and over its data-parallel ranks too
+    when FSDP shards them (`sharded`). Used only to order rows (priced_first)."""
     dense, expert = memoised(problem, "param_split", lambda: _param_split(problem))
-    per_rank = dense / row.tp + expert / (row.ep * row.etp)
+    per_rank = (dense + expert) * row.pp / problem.gpus if sharded else dense / row.tp + expert / (row.ep * row.etp)
     return per_rank / row.pp * WEIGHT_AND_GRADIENT_BYTES / 1e9
 
 
@@ -215,19 +217,34 @@ def _param_split(problem: Problem) -> tuple[int, int]:
 def priced_first(problem: Problem, rows: tuple[Row, ...], time_model: StageTimeModel, totals: np.ndarray,
                  deadline: float = math.inf) -> tuple[Row, ...]:
     """Rows in the order they are screened: most promising first, so a time limit that cuts the search
-    short has priced the rows most likely on the front (ties in row order): rows whose weights and
-    gradients fit in HBM (held_weights_gb) before those that do not, each by ideal compute plus an
-    estimate of the exchanges (exchange_step_s). Ordering stops at `deadline` (a perf_counter time): rows
-    not reached by then follow in listing order, so the time limit bounds this pass too."""
-    keyed: list[tuple[bool, float, Row]] = []
+    short has priced the rows most likely on the front. Rows whose weights and gradients fit in HBM as
+    they are (held_weights_gb; sharded where the problem sets FSDP) and rows that fit only when FSDP shards them (where the problem leaves
+    FSDP open) take turns, each class by ideal compute plus an estimate of the exchanges
+    (exchange_step_s; ties in row order): no quick estimate can rank the two, since FSDP's gathers may
+    hide behind the compute or dominate the step. Rows that fit neither way come last. Ordering stops at
+    `deadline` (a perf_counter time): rows not reached by then follow in listing order, so the time limit
+    bounds this pass too."""
+    classes: tuple[list[tuple[float, int, Row]], ...] = ([], [], [])
     per_group: dict[tuple, float] = {}
     usable = problem.hardware.gpu.usable_hbm_gb
+    sharded = problem.training.fsdp != "none"
+    shards = not sharded and "fsdp" in open_savings(problem)
     for i, r in enumerate(rows):
         if time.perf_counter() > deadline:
-            return tuple(r for *_, r in sorted(keyed)) + rows[i:]
-        keyed.append((held_weights_gb(problem, r) > usable,
-                      ideal_step_s(problem, r) + exchange_step_s(problem, time_model, r, totals, per_group), r))
-    return tuple(r for *_, r in sorted(keyed))
+            return _taking_turns(classes) + rows[i:]
+        fits = held_weights_gb(problem, r, sharded) <= usable
+        kind = 0 if fits else 1 if shards and held_weights_gb(problem, r, sharded=True) <= usable else 2
+        classes[kind].append((ideal_step_s(problem, r) + exchange_step_s(problem, time_model, r, totals, per_group),
+                              i, r))
+    return _taking_turns(classes)
+
+
+def _taking_turns(classes: tuple[list[tuple[float, int, Row]], ...]) -> tuple[Row, ...]:
+    """The first two classes' rows in turns, each sorted, then the last class sorted."""
+    first, second, last = (sorted(c) for c in classes)
+    turns = [r for pair in zip(first, second, strict=False) for _, _, r in pair]
+    shorter = min(len(first), len(second))
+    return tuple(turns + [r for *_, r in first[shorter:] + second[shorter:] + last])
 
 
 def _point_value(objective: Objective, row: int, q: CutPoint, per_row: dict[Objective, tuple[int, ...]]) -> int:
