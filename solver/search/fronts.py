@@ -14,6 +14,7 @@ exact, every cut it returns is a real one, and its value is the least over every
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,12 +58,15 @@ def states(h: int, q: int, n: int, pp: int, rounds: int) -> int:
     return size
 
 
+@functools.lru_cache(maxsize=256)
 def period(seq: tuple[int, ...], pp: int, rounds: int) -> tuple[int, int]:
     """(h, q): the lead-in length and period with seq[i] == seq[i + q] for every i >= h, chosen for the fewest
-    program states."""
+    program states (at least h + q, so longer periods cannot beat a count already found)."""
     n = len(seq)
     best: tuple[int, int, int] | None = None
     for q in range(1, n + 1):
+        if best is not None and q > best[0]:
+            break
         h = n - q
         while h > 0 and seq[h - 1] == seq[h - 1 + q]:
             h -= 1
