@@ -27,6 +27,7 @@ from enum import StrEnum
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
+import numpy as np
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -225,9 +226,14 @@ class ClusterTopology(BaseModel):
         if len(set(members)) != len(members):
             raise InputError("A communication group lists a rank twice.", field="ranks", value=list(ranks),
                              expected="distinct ranks")
-        domains = len({r // self.gpus_per_nvlink_domain for r in members})
-        racks = len({r // self.gpus_per_rack for r in members})
-        if len(members) == 1:
+        return self.placed_span(np.array(members, dtype=np.int64))
+
+    def placed_span(self, members: np.ndarray) -> GroupSpan:
+        """group_span of a group the caller built itself (distinct non-negative ranks, in bulk as one
+        integer array): counted at once, for the large data-parallel groups of big clusters."""
+        domains = int(np.unique(members // self.gpus_per_nvlink_domain).size)
+        racks = int(np.unique(members // self.gpus_per_rack).size)
+        if members.size == 1:
             level = Level.same_gpu
         elif racks > 1:
             level = Level.spine
@@ -236,8 +242,8 @@ class ClusterTopology(BaseModel):
         else:
             level = Level.nvlink_domain
         return GroupSpan(
-            size=len(members),
-            nodes=len({r // self.gpus_per_node for r in members}),
+            size=int(members.size),
+            nodes=int(np.unique(members // self.gpus_per_node).size),
             domains=domains,
             racks=racks,
             level=level,

@@ -23,6 +23,7 @@ from parasol.problems.loader import load_problem, load_problem_text
 from parasol.problems.mapping import RankOrder
 from parasol.problems.model.params import block_params
 from parasol.solver.search.costs import (
+    all_stage_matrices,
     block_kinds,
     interval_counts,
     memory_floor_mb,
@@ -210,7 +211,7 @@ def test_worst_placed_group_is_the_one_placement_ranks_worst(problems: list) -> 
                 _, first = np.unique(bases % topology.gpus_per_rack, return_index=True)
                 plain = max(([int(b) + o for o in offsets] for b in sorted(bases[first])),
                             key=lambda members: comm._placement(topology, members))
-                assert comm._worst_placed(topology, offsets, np.sort(bases[first])) == plain
+                assert comm._worst_placed(topology, offsets, np.sort(bases[first])).tolist() == plain
 
 
 def test_row_costs_edges_are_every_stage_priced_on_its_own(problems: list) -> None:
@@ -329,3 +330,18 @@ def test_holds_is_evaluate_feasible(problems: list) -> None:
                         assert holds(chosen, mapping, rules) == answer
                         answers.add(answer)
     assert answers == {True, False}
+
+
+def test_stage_matrices_are_the_stage_formulas(problems: list) -> None:
+    """all_stage_matrices (the blocks' interval sums once, each stage adding its edge and in-flight share)
+    gives, for every stage and block interval, RowCosts.stage_time_us and stage_memory of that stage."""
+    rng = np.random.default_rng(23)
+    for problem in problems:
+        counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+        blocks = counts.shape[0] - 1
+        for row in _sample(problem, 6):
+            c = row_costs(problem, row, None)
+            for s, (time, memory) in enumerate(all_stage_matrices(c, counts)):
+                for i, j in sorted({tuple(sorted(rng.choice(blocks + 1, 2, replace=False))) for _ in range(12)}):
+                    held = tuple(int(x) for x in counts[i, j])
+                    assert time[i, j] == c.stage_time_us(s, held) and memory[i, j] == c.stage_memory(s, held)

@@ -29,6 +29,7 @@ achievable fraction of the nominal rate (a calibrated coefficient).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -171,14 +172,12 @@ def point_to_point(nbytes: float, link: GroupLink) -> CommTerm:
     return level + CommTerm(latency_s=link.latency_us * US)
 
 
-def _placement(topology: ClusterTopology, members: list[int]) -> tuple[int, int, int]:
+def _placement(topology: ClusterTopology, members: Sequence[int] | np.ndarray) -> tuple[int, int, int]:
     """(racks touched, domains touched, −fewest members sharing one domain): larger is worse placed."""
-    per_domain: dict[int, int] = {}
-    for r in members:
-        d = r // topology.gpus_per_nvlink_domain
-        per_domain[d] = per_domain.get(d, 0) + 1
-    racks = len({r // topology.gpus_per_rack for r in members})
-    return racks, len(per_domain), -min(per_domain.values())
+    ranks = np.asarray(members, dtype=np.int64)
+    _, per_domain = np.unique(ranks // topology.gpus_per_nvlink_domain, return_counts=True)
+    racks = int(np.unique(ranks // topology.gpus_per_rack).size)
+    return racks, int(per_domain.size), -int(per_domain.min())
 
 
 def _group_offsets(sizes: dict[str, int], dims: tuple[str, ...],
@@ -188,7 +187,7 @@ def _group_offsets(sizes: dict[str, int], dims: tuple[str, ...],
     return offsets, lattice(sizes, [d for d in order if d not in dims], order)
 
 
-def _worst_placed(topology: ClusterTopology, offsets: list[int], bases: np.ndarray) -> list[int]:
+def _worst_placed(topology: ClusterTopology, offsets: list[int], bases: np.ndarray) -> np.ndarray:
     """The members of the worst-placed group base + offsets by _placement's order (the first of equals, in
     the order of `bases`), every group placed at once: offsets ascend, so each group's NVLink domains and
     racks ascend too, and counting them is counting where they change."""
@@ -203,7 +202,7 @@ def _worst_placed(topology: ClusterTopology, offsets: list[int], bases: np.ndarr
     runs = np.diff(np.append(starts, new.size))
     fewest = np.minimum.reduceat(runs, np.flatnonzero(starts % new.shape[1] == 0))
     ranked = list(zip(keys[0].tolist(), keys[1].tolist(), (-fewest).tolist(), strict=True))
-    return members[ranked.index(max(ranked))].tolist()
+    return members[ranked.index(max(ranked))]
 
 
 def group_link(topology: ClusterTopology, mapping: Mapping, kind: str) -> GroupLink:
@@ -217,7 +216,7 @@ def group_link(topology: ClusterTopology, mapping: Mapping, kind: str) -> GroupL
     offsets, bases = _group_offsets(sizes, dims, order_of(mapping))
     _, first = np.unique(bases % topology.gpus_per_rack, return_index=True)
     worst = _worst_placed(topology, offsets, np.sort(bases[first]))
-    span = topology.group_span(worst)
+    span = topology.placed_span(worst)
     return GroupLink(
         kind=kind, size=span.size, level=span.level, bandwidth_gb_s=span.bandwidth_gb_s,
         latency_us=span.latency_us, local_peers=-_placement(topology, worst)[2], domains=span.domains,

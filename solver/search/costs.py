@@ -286,19 +286,31 @@ def interval_counts(prefix: tuple[tuple[int, ...], ...]) -> np.ndarray:
 
 def stage_matrices(c: RowCosts, s: int, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Time and memory of stage s holding blocks i..j−1, for every (i, j): RowCosts formulas in bulk."""
-    time = c.edge_time_us[s] + counts @ np.array(c.kind_time_us, dtype=np.int64)
-    static = c.edge_static[s] + counts @ np.array(c.kind_static, dtype=np.int64)
-    held = c.edge_activation[s] + counts @ np.array(c.kind_activation, dtype=np.int64)
-    frac = c.inflight[s]
-    act = -(-(held * frac.numerator) // frac.denominator)
+    return all_stage_matrices(c, counts, (s,))[0]
+
+
+def all_stage_matrices(c: RowCosts, counts: np.ndarray, stages: tuple[int, ...] | None = None
+                       ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """stage_matrices of every stage (or of `stages`), the blocks' sums over each interval computed once
+    and each stage adding its edge and in-flight share."""
+    time = counts @ np.array(c.kind_time_us, dtype=np.int64)
+    static = counts @ np.array(c.kind_static, dtype=np.int64)
+    held = counts @ np.array(c.kind_activation, dtype=np.int64)
     present = counts > 0
-    peak = np.full(held.shape, c.edge_peak[s], dtype=np.int64)
-    moe = np.full(held.shape, c.edge_moe[s])
+    peak = np.zeros(held.shape, dtype=np.int64)
+    moe = np.zeros(held.shape, dtype=bool)
     for k in range(counts.shape[2]):
         peak = np.where(present[:, :, k], np.maximum(peak, c.kind_peak[k]), peak)
         if c.kind_moe[k]:
             moe = moe | present[:, :, k]
-    memory = static + act + peak + np.where(moe, c.dispatch_mb, 0) + c.workspace_mb
-    return time, memory
+    out = []
+    for s in range(c.row.pp) if stages is None else stages:
+        frac = c.inflight[s]
+        act = -(-((c.edge_activation[s] + held) * frac.numerator) // frac.denominator)
+        rank_moe = moe | c.edge_moe[s]
+        memory = (c.edge_static[s] + static + act + np.maximum(peak, c.edge_peak[s])
+                  + np.where(rank_moe, c.dispatch_mb, 0) + c.workspace_mb)
+        out.append((c.edge_time_us[s] + time, memory))
+    return out
 
 

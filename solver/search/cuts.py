@@ -16,7 +16,13 @@ import numpy as np
 
 from parasol.constraints.physics.schedule import pipeline_time_scaled
 from parasol.problems.derived import stage_of_virtual
-from parasol.solver.search.costs import MEMORY_UNIT_MB, MICROSECONDS, TIME_UNIT_S, RowCosts, stage_matrices
+from parasol.solver.search.costs import (
+    MEMORY_UNIT_MB,
+    MICROSECONDS,
+    TIME_UNIT_S,
+    RowCosts,
+    all_stage_matrices,
+)
 from parasol.solver.search.interleaved import InterleavedCuts
 
 
@@ -42,9 +48,8 @@ def dp_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
     """1F1B (VPP 1): the exact staircase by a min-max dynamic program over contiguous cuts. Step time
     depends on the cut only through the slowest stage (Σ t_s is the same for every cut), so each step
     is: least slowest-stage time under a memory cap, then least peak memory at that step time."""
-    pp = c.row.pp
     blocks = counts.shape[0] - 1
-    mats = [stage_matrices(c, s, counts) for s in range(pp)]
+    mats = all_stage_matrices(c, counts)
     inf = np.iinfo(np.int64).max
     unit = round(TIME_UNIT_S * MICROSECONDS)
     totals = [int(x) for x in counts[0, blocks]]
@@ -109,7 +114,7 @@ def some_cut_fits(c: RowCosts, counts: np.ndarray, usable: int, deadline: float 
         return InterleavedCuts(c, counts, deadline).fits(usable)
     blocks = counts.shape[0] - 1
     inf = np.iinfo(np.int64).max
-    memory = [stage_matrices(c, s, counts)[1] for s in range(c.row.pp)]
+    memory = [m for _, m in all_stage_matrices(c, counts)]
     return min_max_cut([np.where(m <= usable, m, inf) for m in memory], blocks) is not None
 
 

@@ -124,8 +124,10 @@ class RowSearch:
             floor, _, candidates = heapq.heappop(self._waiting)
             if self.floors and self._beaten(floor):
                 continue
+            now = time.perf_counter()
+            row_deadline = min(deadline, now + ROW_SHARE * (deadline - now))
             if not candidates.settled:
-                fitted = resolve_fit(self.problem, candidates, self.counts, self.usable)
+                fitted = resolve_fit(self.problem, candidates, self.counts, self.usable, row_deadline)
                 if fitted is None:
                     continue
                 self.fitting += 1
@@ -136,8 +138,7 @@ class RowSearch:
                     self._queued += 1
                     continue
                 candidates = resolved
-            now = time.perf_counter()
-            self._cut(candidates.rows[0], min(deadline, now + ROW_SHARE * (deadline - now)))
+            self._cut(candidates.rows[0], row_deadline)
 
     def _cut(self, row: Row, deadline: float) -> None:
         """Settle the row's options, then its staircase re-priced as printed and judged by the row rules (the

@@ -25,6 +25,7 @@ own that this search does not make. DualPipe is not a saving solve chooses: Mega
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -98,10 +99,10 @@ def quick_fit(costs: RowCosts, counts: np.ndarray, usable: int) -> bool | None:
     return True if default_cut_fits(costs, counts, usable) else None
 
 
-def cut_fits(costs: RowCosts, counts: np.ndarray, usable: int) -> bool:
-    """cuts.some_cut_fits, answered at once where quick_fit can."""
+def cut_fits(costs: RowCosts, counts: np.ndarray, usable: int, deadline: float = math.inf) -> bool:
+    """cuts.some_cut_fits (left open, True, past `deadline`), answered at once where quick_fit can."""
     quick = quick_fit(costs, counts, usable)
-    return some_cut_fits(costs, counts, usable) if quick is None else quick
+    return some_cut_fits(costs, counts, usable, deadline) if quick is None else quick
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,11 +137,14 @@ def fit_candidates(problem: Problem, row: Row, savings: tuple[str, ...], counts:
     return FitCandidates(tuple(found), not found or (len(found) == 1 and verdict is True))
 
 
-def resolve_fit(problem: Problem, candidates: FitCandidates, counts: np.ndarray, usable: int) -> Row | None:
-    """The first candidate some cut of which fits (cuts.some_cut_fits), or None: fitting_row's answer."""
+def resolve_fit(problem: Problem, candidates: FitCandidates, counts: np.ndarray, usable: int,
+                deadline: float = math.inf) -> Row | None:
+    """The first candidate some cut of which fits (cuts.some_cut_fits), or None: fitting_row's answer. A
+    question still open at `deadline` counts as fitting: the row's staircase, cut short too, then says
+    whether it was proved."""
     for variant in candidates.rows:
         if candidates.settled or cut_fits(row_costs(with_saving(problem, variant.saving), variant, None), counts,
-                                          usable):
+                                          usable, deadline):
             return variant
     return None
 

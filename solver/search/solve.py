@@ -155,6 +155,10 @@ def why_not_optimal(result: SolveResult, problem: Problem, time_limit_s: float) 
 
 RULES_SHARE = 0.1
 """Share of the time limit the rules may spend ruling out degree values before rows are listed."""
+ORDER_SHARE = 0.25
+"""Share of the time limit (from the start) by which the screening order must be set: past it the rows
+not yet keyed follow in listing order, so a short limit on a large cluster (whose group placements the
+order's exchange estimate pays for first) still leaves time to cut rows and return mappings."""
 PRICING_SHARE = 0.8
 """Share of the time limit screening, settling and cutting rows may use (in rounds, row_search.search_rows)
 before the master program is built."""
@@ -303,7 +307,8 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     usable = usable_mb(problem)
     total_rows = len(rows)
-    ordered = priced_first(problem, rows, time_model, counts[0, counts.shape[0] - 1], pricing_deadline)
+    ordered = priced_first(problem, rows, time_model, counts[0, counts.shape[0] - 1],
+                           start + ORDER_SHARE * time_limit_s)
     search = RowSearch(problem, time_model, counts, usable, top, prune and minimised == DEFAULT_OBJECTIVES)
     on_screened = None if progress is None else (lambda n: progress(SearchProgress(n, len(ordered))))
     screened = search_rows(search, ordered, pricing_deadline, on_screened)
