@@ -1,9 +1,11 @@
 """Speed of the exact interleaved cut search (issue 15): per-row staircase time of VPP > 1 rows of
 default-space problems (bench/solve_speed.py's set), by VPP: rows timed, mean and largest time, rows
 left unproved. Rows are a fixed sample of those where some cut fits in memory, priced with the
-calibrated step-time model.
+calibrated step-time model. The default set has one kind of block (GPT-3), a dense lead-in (DeepSeek-V3)
+and a lead-in with alternating kinds (DeepSeek-V4-Pro), the last two settled by the front program
+(solver/search/fronts.py) where its states are few.
 
-Run: python bench/interleaved_speed.py [--only NAME] [--rows 12] [--vpp 3 4 8 16]
+Run: python bench/interleaved_speed.py [--only NAME ...] [--rows 12] [--vpp 3 4 8 16]
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def main() -> None:
     from parasol.solver.search.space import enumerate_rows
 
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--only", nargs="*", default=["gpt-3-175b-4096", "deepseek-v4-pro-8192"])
+    parser.add_argument("--only", nargs="*", default=["gpt-3-175b-4096", "deepseek-v3-2048", "deepseek-v4-pro-8192"])
     parser.add_argument("--rows", type=int, default=12, help="rows timed per VPP")
     parser.add_argument("--vpp", type=int, nargs="*", default=[3, 4, 8, 16])
     args = parser.parse_args()

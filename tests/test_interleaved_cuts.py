@@ -318,11 +318,11 @@ def test_realise_recovers_every_layouts_counts() -> None:
 
 
 def test_undecided_steps_mark_the_staircase_unproved(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With no search budget, no CP-SAT work and no layout search for the relaxation's cut, a VPP-3 row's questions stay open: the staircase says it
+    """With no search budget, no CP-SAT work, no layout search for the relaxation's cut and no front program, a VPP-3 row's questions stay open: the staircase says it
     is unproved (solve then answers `feasible`, not `optimal`), and with the budgets back it is proved."""
     from dataclasses import replace
 
-    from parasol.solver.search import cut_program, interleaved
+    from parasol.solver.search import cut_program, fronts, interleaved
 
     problem = load_problem_text(GENERATED[3], source="generated-3.yaml")
     model = AdditiveTime(problem)
@@ -334,4 +334,5 @@ def test_undecided_steps_mark_the_staircase_unproved(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(interleaved, "NODE_BUDGET", 0)
     monkeypatch.setattr(interleaved, "REALISE_BUDGET", 0)
     monkeypatch.setattr(cut_program, "CUT_PROOF_WORK", 0.0)
+    monkeypatch.setattr(fronts, "STATE_LIMIT", 0)
     assert not row_staircase(c, counts, usable).proved

@@ -30,6 +30,7 @@ import numpy as np
 
 from parasol.solver.search.costs import MEMORY_UNIT_MB, MICROSECONDS, TIME_UNIT_S, RowCosts
 from parasol.solver.search.cut_program import UNBOUNDED, Undecided, cut_within
+from parasol.solver.search.fronts import Declined, FrontProgram
 
 FIRST_BUDGET = 300
 """Partial cuts the first, unbounded search may visit before the relaxation is asked whether any cut
@@ -217,6 +218,39 @@ class InterleavedCuts:
 
         return tuple(layout) if go(0, 0) else None
 
+    @functools.cached_property
+    def fronts(self) -> FrontProgram | None:
+        """The exact front program of this row's block sequence when its state space is small enough."""
+        groups = np.array([self.relaxed.pattern[bit.bit_length() - 1] for bit in self.b.bit], dtype=np.int64)
+        program = FrontProgram(self, groups)
+        return program if program.usable else None
+
+    def exact_least(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[bool, tuple[int, ...] | None]:
+        """The front program's answer: (True, cut of least slowest time, or peak memory, within both bounds),
+        (True, None) when no cut is within both, (False, None) when the program declines the question. Only
+        the leanest cut is printed (best), so only it is made the evenest of its memory unit."""
+        if self.fronts is None:
+            return False, None
+        def alike(value: int) -> int:
+            """The largest peak memory in the same solver unit as `value`."""
+            return min(cap_mb, -(-value // MEMORY_UNIT_MB) * MEMORY_UNIT_MB)
+
+        try:
+            found = self.fronts.least(slowest_us, cap_mb, minimise_time, None if minimise_time else alike)
+        except Declined:
+            return False, None
+        return True, None if found is None else found[1]
+
+    def settle(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[bool, tuple[int, ...] | None]:
+        """The exact answers that need no search (relaxed_cut's and exact_least's contract): with one kind of
+        block the relaxation's (a layout always realises it), with several the front program's where it
+        runs (the relaxation's optimum often has no layout there), else the relaxation's when realised."""
+        if len(self.relaxed.groups) > 1:
+            settled, layout = self.exact_least(slowest_us, cap_mb, minimise_time)
+            if settled:
+                return settled, layout
+        return self.relaxed_cut(slowest_us, cap_mb, minimise_time)
+
     def relaxed_cut(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[bool, tuple[int, ...] | None]:
         """The relaxation's answer when it settles the question: (True, None) when no relaxed cut is within
         both bounds (so no cut is); (True, cut) when a layout realises the ranks' counts of a relaxed cut of
@@ -363,7 +397,7 @@ class InterleavedCuts:
     def fits(self, cap_mb: int) -> bool:
         """Whether some cut keeps every rank within `cap_mb` (True when the question is left open): the
         quick search, then `decide`."""
-        settled, layout = self.relaxed_cut(UNBOUNDED, cap_mb, False)
+        settled, layout = self.settle(UNBOUNDED, cap_mb, False)
         if settled:
             return layout is not None
         try:
@@ -378,8 +412,8 @@ class InterleavedCuts:
     def fastest(self, cap_mb: int) -> tuple[tuple[int, ...] | None, bool]:
         """The cut of least step time (in solver units) with every rank within `cap_mb`, or None when no cut
         fits; and whether that is proved (the searches stayed within their budget). The relaxation answers
-        first; the searches run only when its cut has no layout."""
-        settled, layout = self.relaxed_cut(UNBOUNDED, cap_mb, True)
+        first, then the front program; the searches run only when neither settles the question."""
+        settled, layout = self.settle(UNBOUNDED, cap_mb, True)
         if settled:
             return layout, True
         try:
@@ -432,7 +466,7 @@ class InterleavedCuts:
     def leanest(self, slowest_us: int, cap_mb: int, incumbent: tuple[int, ...]) -> tuple[tuple[int, ...], bool]:
         """The cut of least peak memory (in solver units) with every rank within `slowest_us` and `cap_mb`,
         starting from a cut that meets both; and whether that is proved."""
-        settled, layout = self.relaxed_cut(slowest_us, cap_mb, False)
+        settled, layout = self.settle(slowest_us, cap_mb, False)
         if settled:
             assert layout is not None
             return layout, True
@@ -514,6 +548,8 @@ class RankTotals:
         """Kinds of equal cost on every count (time, static and activation MB, recompute peak, experts) are
         one kind here: a rank's time and memory depend only on how many it holds of each group."""
         pattern = tuple(self.groups.index(k) for k in priced)
+        self.pattern = pattern
+        """The group of each kind."""
         seq = _sequence(np.ascontiguousarray(counts, dtype=np.int64).tobytes(), counts.shape, pattern)
         self.counts, self.total, self.radix, self.place, self.size = seq.counts, seq.total, seq.radix, seq.place, seq.size
         self.spans, self.span_vectors, self.span_codes, self.span_kind, self.distinct = (

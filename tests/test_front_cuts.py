@@ -1,0 +1,169 @@
+"""The front program (solver/search/fronts.py) on rows with several kinds of block: its least slowest-rank
+time under a memory cap and least peak memory under a time bound are those of enumerating every
+interleaved cut, on lead-in-then-periodic sequences (DeepSeek-V3's dense lead-in, DeepSeek-V4's
+alternating attention) and on irregular ones, PP 2-4 and VPP 2-4; the staircases built on it are the
+enumerated ones and proved."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+from itertools import combinations
+
+import pytest
+
+from parasol.problems.loader import load_problem_text
+from parasol.solver.search import fronts
+from parasol.solver.search.costs import interval_counts, row_costs, usable_mb
+from parasol.solver.search.cut_program import UNBOUNDED
+from parasol.solver.search.cuts import rank_counts, row_staircase
+from parasol.solver.search.dominance import nondominated
+from parasol.solver.search.fronts import classes, period
+from parasol.solver.search.interleaved import InterleavedCuts
+from parasol.solver.search.space import enumerate_rows
+from tests.test_solve_reference import GENERATED, AdditiveTime
+
+SEQUENCES = {
+    "dense lead-in": "0001111111111",
+    "v4 lead-in, alternating": "0012323232323",
+    "alternating": "010101010101",
+    "hybrid period 3": "1012012012012",
+    "irregular": "0110201120",
+}
+
+
+def _every_cut(blocks: int, parts: int):  # noqa: ANN202
+    for cuts in combinations(range(1, blocks), parts - 1):
+        edges = (0, *cuts, blocks)
+        yield tuple(edges[i + 1] - edges[i] for i in range(parts))
+
+
+def _rows(seq: str, seed: int):  # noqa: ANN202
+    """Rows of PP 2-4 and VPP 2-4 of a generated problem, with the kinds of `seq` given random costs (close
+    times, so the per-rank balance decides), and the sequence's interval counts."""
+    rng = random.Random(seed)
+    kinds = max(int(x) for x in seq) + 1
+    prefix = [[0] for _ in range(kinds)]
+    for x in seq:
+        for k in range(kinds):
+            prefix[k].append(prefix[k][-1] + (int(x) == k))
+    counts = interval_counts(tuple(tuple(p) for p in prefix))
+    problem = load_problem_text(GENERATED[seed % 20], source="generated.yaml")
+    model = AdditiveTime(problem)
+    base = [r for r in enumerate_rows(problem) if r.vpp == 2 and r.pp in (2, 3, 4)]
+    out = []
+    for pp in (2, 3, 4):
+        row = next((r for r in base if r.pp == pp), None)
+        if row is None:
+            continue
+        for vpp in (2, 3, 4):
+            stages = pp * vpp
+            if stages > len(seq) or math.comb(len(seq) - 1, stages - 1) > 3000:
+                continue
+            c = row_costs(problem, replace(row, vpp=vpp), model)
+            time = rng.randint(1000, 5000)
+            c = replace(c, kind_time_us=tuple(time + rng.randint(0, 40) for _ in range(kinds)),
+                        kind_static=tuple(rng.randint(50, 400) for _ in range(kinds)),
+                        kind_activation=tuple(rng.randint(10, 200) for _ in range(kinds)),
+                        kind_peak=tuple(rng.choice([0, 0, 30, 90]) for _ in range(kinds)),
+                        kind_moe=tuple(rng.random() < 0.5 for _ in range(kinds)))
+            out.append((c, counts, usable_mb(problem)))
+    return out
+
+
+def test_period_finds_lead_in_and_period() -> None:
+    """The lead-in and period chosen for the fewest states: DeepSeek-V3's and -V4's shapes, and one kind."""
+    assert period((0, 0, 0) + (1,) * 20, 4, 3) == (3, 1)
+    assert period((0, 0, 1) + (2, 3) * 12, 4, 3) == (3, 2)
+    assert period((5,) * 30, 4, 4) == (0, 1)
+    cl = classes((0, 0, 1) + (2, 3) * 12, 4, 4, 3)
+    assert [cl.of(p) for p in range(8)] == [0, 1, 2, 3, 4, 3, 4, 3]
+    assert cl.content[3, 3].tolist() == [0, 0, 2, 1] and cl.exit[3, 3] == 4
+
+
+@pytest.mark.parametrize("name", list(SEQUENCES))
+def test_front_program_equals_enumeration(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Least slowest time under caps and least peak memory under time bounds, against every cut (the state
+    limit lifted: an irregular sequence is all lead-in, still exact, only larger)."""
+    monkeypatch.setattr(fronts, "STATE_LIMIT", 10**9)
+    checked = 0
+    for seed, (c, counts, _) in enumerate(_rows(SEQUENCES[name], 3 + len(name))):
+        cuts = InterleavedCuts(c, counts)
+        program = cuts.fronts
+        assert program is not None
+        measured = [cuts.measure(layout) for layout in _every_cut(cuts.n, cuts.stages)]
+        peaks = sorted({m for _, m in measured})
+        times = sorted({t for t, _ in measured})
+        rng = random.Random(seed)
+        for cap in [peaks[0] - 1, peaks[0], *rng.sample(peaks, min(4, len(peaks))), UNBOUNDED]:
+            fitting = [t for t, m in measured if m <= cap]
+            found = program.least(UNBOUNDED, cap, True)
+            assert (found is None) == (not fitting)
+            if found is None:
+                continue
+            assert found[0] == min(fitting) and sum(found[1]) == cuts.n and len(found[1]) == cuts.stages
+            assert cuts.measure(found[1])[0] == found[0] and cuts.measure(found[1])[1] <= cap
+            for bound in (found[0], rng.choice(times)):
+                within = [m for t, m in measured if t <= bound and m <= cap]
+                lean = program.least(bound, cap, False)
+                assert (lean is None) == (not within)
+                if lean is not None:
+                    assert lean[0] == min(within)
+                    assert cuts.measure(lean[1])[1] == lean[0] and cuts.measure(lean[1])[0] <= bound
+                checked += 1
+    assert checked >= 20
+
+
+@pytest.mark.parametrize("name", list(SEQUENCES))
+def test_several_kind_staircases_equal_enumeration(name: str) -> None:
+    """The row staircase (relaxation, then the front program) is the enumerated one, proved."""
+    rows = _rows(SEQUENCES[name], 11 + len(name))
+    assert {c.row.vpp for c, _, _ in rows} >= {2, 3}
+    for c, counts, usable in rows:
+        ours = row_staircase(c, counts, usable)
+        assert ours.proved
+        scored = []
+        for layout in _every_cut(counts.shape[0] - 1, c.row.pp * c.row.vpp):
+            per_rank = rank_counts(layout, c.row.pp, counts)
+            if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)):
+                scored.append(c.objectives(per_rank))
+        assert [(q.time_units, q.memory_units) for q in ours.points] == [scored[i] for i in nondominated(scored)]
+        for q in ours.points:
+            assert (q.time_units, q.memory_units) == c.objectives(rank_counts(q.layout, c.row.pp, counts))
+
+
+@pytest.mark.parametrize("vpp", [3, 4])
+def test_v4_8192_front_program_cuts_resist_local_moves(vpp: int) -> None:
+    """The bundled V4-Pro 8,192 problem's PP8 CP4 EP64 full-recompute row at VPP 3 and 4 (DeepSeek-V4's
+    lead-in and alternating kinds, where the relaxation's optimum mostly has no layout): the front program
+    runs, the staircase is proved, and no chain of random boundary moves from a step's cut dominates a step."""
+    from parasol.constraints.physics.step_time import CalibratedStageTimes
+    from parasol.problems.loader import load_problem
+    from parasol.solver.search.costs import block_kinds, prefix_counts
+    from parasol.solver.search.dominance import dominates
+
+    problem = load_problem("problems/deepseek-v4-pro-8192.yaml")
+    model = CalibratedStageTimes(problem)
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    usable = usable_mb(problem)
+    row = next(r for r in enumerate_rows(problem)
+               if (r.tp, r.pp, r.cp, r.ep, r.vpp, r.recompute) == (1, 8, 4, 64, vpp, "full"))
+    c = row_costs(problem, row, model)
+    assert InterleavedCuts(c, counts).fronts is not None
+    stair = row_staircase(c, counts, usable)
+    assert stair.proved and stair.points
+    values = [(q.time_units, q.memory_units) for q in stair.points]
+    rng = random.Random(vpp)
+    for q in stair.points:
+        for _ in range(200):
+            layout = list(q.layout)
+            for _ in range(rng.randint(1, 4)):
+                k = rng.randrange(len(layout) - 1)
+                step = rng.choice([-2, -1, 1, 2])
+                if layout[k] + step >= 1 and layout[k + 1] - step >= 1:
+                    layout[k] += step
+                    layout[k + 1] -= step
+            per_rank = rank_counts(tuple(layout), row.pp, counts)
+            if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)):
+                assert not any(dominates(c.objectives(per_rank), v) for v in values)
