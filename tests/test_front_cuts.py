@@ -22,6 +22,7 @@ from parasol.solver.search.dominance import nondominated
 from parasol.solver.search.fronts import classes, period
 from parasol.solver.search.interleaved import InterleavedCuts
 from parasol.solver.search.space import enumerate_rows
+from tests.test_interleaved_cuts import assert_no_local_move_beats
 from tests.test_solve_reference import GENERATED, AdditiveTime
 
 SEQUENCES = {
@@ -141,7 +142,6 @@ def test_v4_8192_front_program_cuts_resist_local_moves(vpp: int) -> None:
     from parasol.constraints.physics.step_time import CalibratedStageTimes
     from parasol.problems.loader import load_problem
     from parasol.solver.search.costs import block_kinds, prefix_counts
-    from parasol.solver.search.dominance import dominates
 
     problem = load_problem("problems/deepseek-v4-pro-8192.yaml")
     model = CalibratedStageTimes(problem)
@@ -151,19 +151,4 @@ def test_v4_8192_front_program_cuts_resist_local_moves(vpp: int) -> None:
                if (r.tp, r.pp, r.cp, r.ep, r.vpp, r.recompute) == (1, 8, 4, 64, vpp, "full"))
     c = row_costs(problem, row, model)
     assert InterleavedCuts(c, counts).fronts is not None
-    stair = row_staircase(c, counts, usable)
-    assert stair.proved and stair.points
-    values = [(q.time_units, q.memory_units) for q in stair.points]
-    rng = random.Random(vpp)
-    for q in stair.points:
-        for _ in range(200):
-            layout = list(q.layout)
-            for _ in range(rng.randint(1, 4)):
-                k = rng.randrange(len(layout) - 1)
-                step = rng.choice([-2, -1, 1, 2])
-                if layout[k] + step >= 1 and layout[k + 1] - step >= 1:
-                    layout[k] += step
-                    layout[k + 1] -= step
-            per_rank = rank_counts(tuple(layout), row.pp, counts)
-            if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)):
-                assert not any(dominates(c.objectives(per_rank), v) for v in values)
+    assert_no_local_move_beats(c, counts, usable, random.Random(vpp), 200)

@@ -151,12 +151,18 @@ def test_v4_8192_no_local_move_beats_the_staircase(ep: int) -> None:
     model = CalibratedStageTimes(problem)
     counts, usable = _setup(problem, model)
     c = row_costs(problem, _v4_row(problem, ep), model)
+    assert_no_local_move_beats(c, counts, usable, random.Random(ep), 300)
+
+
+def assert_no_local_move_beats(c, counts: np.ndarray, usable: int, rng: random.Random,  # noqa: ANN001
+                               tries: int) -> None:
+    """A local-search probe of a row's exact staircase (RowCosts c): from each step's cut, `tries` random
+    chains of one to four boundary moves of up to two blocks; no move that fits in memory dominates a step."""
     stair = row_staircase(c, counts, usable)
     assert stair.proved and stair.points
     values = [(q.time_units, q.memory_units) for q in stair.points]
-    rng = random.Random(ep)
     for q in stair.points:
-        for _ in range(300):
+        for _ in range(tries):
             layout = list(q.layout)
             for _ in range(rng.randint(1, 4)):
                 k = rng.randrange(len(layout) - 1)
@@ -164,10 +170,9 @@ def test_v4_8192_no_local_move_beats_the_staircase(ep: int) -> None:
                 if layout[k] + step >= 1 and layout[k + 1] - step >= 1:
                     layout[k] += step
                     layout[k + 1] -= step
-            per_rank = rank_counts(tuple(layout), 16, counts)
+            per_rank = rank_counts(tuple(layout), c.row.pp, counts)
             if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)):
-                probe = c.objectives(per_rank)
-                assert not any(dominates(probe, v) for v in values)
+                assert not any(dominates(c.objectives(per_rank), v) for v in values)
 
 
 def test_unbounded_find_matches_some_cut() -> None:

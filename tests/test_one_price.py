@@ -165,6 +165,14 @@ def test_rank_work_does_not_depend_on_vpp(name: str) -> None:
             assert np.array_equal(a, b)
 
 
+def _random_cuts(rng: random.Random, row, counts: np.ndarray, n: int = 4) -> np.ndarray:  # noqa: ANN001
+    """Blocks of each kind per pipeline rank of `n` random cuts of the row (n × PP × kinds)."""
+    blocks = counts.shape[0] - 1
+    cuts = [sorted(rng.sample(range(1, blocks), row.pp * row.vpp - 1)) for _ in range(n)]
+    layouts = [tuple(b - a for a, b in zip([0, *c], [*c, blocks], strict=True)) for c in cuts]
+    return np.array([rank_counts(layout, row.pp, counts) for layout in layouts])
+
+
 @pytest.mark.parametrize("settings", [
     {"fsdp": "megatron-fsdp"},
     {"fsdp": "megatron-fsdp", "overlap_param_gather": "false", "overlap_grad_reduce": "false"},
@@ -182,7 +190,6 @@ def test_floor_counting_unhidden_exchanges_is_below_every_cut(settings: dict[str
     model = CalibratedStageTimes(problem)
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     totals = counts[0, counts.shape[0] - 1]
-    blocks = problem.model.num_layers
     rng = random.Random(21)
     rows = [r for r in enumerate_rows(problem) if r.pp > 1 or r.tp > 1]
     lifted = 0
@@ -191,10 +198,7 @@ def test_floor_counting_unhidden_exchanges_is_below_every_cut(settings: dict[str
         floor = model.step_floor_s(mapping, derive(problem.model, mapping), totals)
         plain = row.mapping(base)
         lifted += floor > CalibratedStageTimes(base).step_floor_s(plain, derive(base.model, plain), totals)
-        cuts = [sorted(rng.sample(range(1, blocks), row.pp * row.vpp - 1)) for _ in range(4)]
-        layouts = [tuple(b - a for a, b in zip([0, *c], [*c, blocks], strict=True)) for c in cuts]
-        per_rank = np.array([rank_counts(layout, row.pp, counts) for layout in layouts])
-        seconds = model.cut_step_times_s(mapping, derive(problem.model, mapping), per_rank)
+        seconds = model.cut_step_times_s(mapping, derive(problem.model, mapping), _random_cuts(rng, row, counts))
         assert floor <= seconds.min() * (1 + 1e-12), row
     assert lifted > 0
 
@@ -229,7 +233,6 @@ def test_floor_is_below_every_cut_under_every_option(source: str) -> None:
     model = CalibratedStageTimes(problem)
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     totals = counts[0, counts.shape[0] - 1]
-    blocks = problem.model.num_layers
     rng = random.Random(19)
     rows = [r for r in enumerate_rows(problem) if r.ep > 1 and r.cp > 1]
     for row in rng.sample(rows, min(6, len(rows))):
@@ -239,8 +242,5 @@ def test_floor_is_below_every_cut_under_every_option(source: str) -> None:
         for variant in choice_variants(problem, row):
             chosen = with_choices(problem, variant)
             priced = model.for_problem(chosen)
-            cuts = [sorted(rng.sample(range(1, blocks), row.pp * row.vpp - 1)) for _ in range(4)]
-            layouts = [tuple(b - a for a, b in zip([0, *c], [*c, blocks], strict=True)) for c in cuts]
-            per_rank = np.array([rank_counts(layout, row.pp, counts) for layout in layouts])
-            seconds = priced.cut_step_times_s(mapping, derive(chosen.model, mapping), per_rank)
+            seconds = priced.cut_step_times_s(mapping, derive(chosen.model, mapping), _random_cuts(rng, row, counts))
             assert floor <= seconds.min() * (1 + 1e-12), (row, variant.settings())
