@@ -1,6 +1,6 @@
 """Per-row cost of `parasol solve` on default-space problems (issue 15): seconds per 1,000 calls of the
-functions solve runs once per row listed (rows_until, ideal_step_s) or per row screened (fitting_row,
-row_costs, settled, rows_pass_rules), on a fixed sample of each problem's rows, and a digest of their
+functions solve runs once per row listed (rows_until, ideal_step_s) or per row screened or cut
+(fit_candidates, resolve_fit for rows whose fit needs the cut search, row_costs, settled, rows_pass_rules), on a fixed sample of each problem's rows, and a digest of their
 results (equal digests before and after a change: the same answers).
 
 Run: python bench/row_costs.py [--only NAME] [--sample 150]
@@ -41,8 +41,9 @@ def measure(name: str, sample: int) -> None:
     from parasol.solver.search.row_search import rows_pass_rules
     from parasol.solver.search.savings import (
         NONE,
-        fitting_row,
+        fit_candidates,
         open_savings,
+        resolve_fit,
         row_problem,
         time_model_for,
         with_saving,
@@ -65,8 +66,10 @@ def measure(name: str, sample: int) -> None:
     _timed("row_costs(problem, row, None)", [lambda r=r: row_costs(problem, r, None) for r in picked], digest)
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     usable, savings = usable_mb(problem), open_savings(problem)
-    fitted = [f for f in _timed("fitting_row", [lambda r=r: fitting_row(problem, r, savings, counts, usable)
-                                                for r in picked], digest) if f is not None]
+    candidates = _timed("fit_candidates", [lambda r=r: fit_candidates(problem, r, savings, counts, usable)
+                                           for r in picked], digest)
+    fitted = [f for f in _timed("resolve_fit", [lambda c=c: resolve_fit(problem, c, counts, usable)
+                                                for c in candidates], digest) if f is not None]
     models = {NONE: model}
     for f in fitted:
         models.setdefault(f.saving, time_model_for(model, row_problem(problem, f)))

@@ -36,8 +36,8 @@ from parasol.solver.search.cuts import min_max_cut, some_cut_fits
 from parasol.solver.search.savings import (
     default_cut_fits,
     fit_candidates,
-    fitting_row,
     open_savings,
+    resolve_fit,
     with_saving,
     without_static,
 )
@@ -165,7 +165,7 @@ def _floor_rank_by_rank(c, totals: np.ndarray) -> Fraction:  # noqa: ANN001
 
 def test_memory_floor_is_below_every_cut_and_fitting_is_unchanged(problems: list) -> None:
     """The floor never exceeds the least peak of a 1F1B row, nor the peak of an interleaved row's default
-    cut; a row whose default cut fits is one the cut search finds fitting; fitting_row with both shortcuts
+    cut; a row whose default cut fits is one the cut search finds fitting; resolve_fit with both shortcuts
     answers as cuts.some_cut_fits alone does, and its quick candidates (savings.fit_candidates) hold that
     answer, alone when they call it settled."""
     pruned = deferred = 0
@@ -194,8 +194,8 @@ def test_memory_floor_is_below_every_cut_and_fitting_is_unchanged(problems: list
                 plain = next((v for v in (dataclasses.replace(row, saving=s) for s in savings)
                               if some_cut_fits(row_costs(with_saving(problem, v.saving), v, None), counts, usable)),
                              None)
-            assert fitting_row(problem, row, savings, counts, usable) == plain
             candidates = fit_candidates(problem, row, savings, counts, usable)
+            assert resolve_fit(problem, candidates, counts, usable) == plain
             assert plain is None or plain in candidates.rows
             if candidates.settled:
                 assert candidates.rows == ((plain,) if plain else ())

@@ -107,9 +107,9 @@ def cut_fits(costs: RowCosts, counts: np.ndarray, usable: int, deadline: float =
 
 @dataclasses.dataclass(frozen=True)
 class FitCandidates:
-    """The variants fitting_row may return for a row (the row itself, then each open saving, in its order),
-    each left out when quick_fit rules it out, and none after the first that surely fits. fitting_row's
-    answer is the first candidate that fits (None when none does)."""
+    """The variants of a row that may fit, in the order tried (the row itself, then each open saving): each
+    left out when quick_fit rules it out, and none after the first that surely fits. The row as it fits
+    is the first candidate some cut of which fits (resolve_fit; none when none does)."""
 
     rows: tuple[Row, ...]
     settled: bool
@@ -118,7 +118,7 @@ class FitCandidates:
 
 def fit_candidates(problem: Problem, row: Row, savings: tuple[str, ...], counts: np.ndarray,
                    usable: int) -> FitCandidates:
-    """fitting_row's candidates, with the quick answers only: solve lets a row wait by the least floor of
+    """A row's fit candidates, from the quick answers only: solve lets a row wait by the least floor of
     its candidates and asks the cut search (resolve_fit) only when the row is about to be cut, when most
     rows are already beaten."""
     costs = row_costs(problem, row, None)
@@ -139,7 +139,7 @@ def fit_candidates(problem: Problem, row: Row, savings: tuple[str, ...], counts:
 
 def resolve_fit(problem: Problem, candidates: FitCandidates, counts: np.ndarray, usable: int,
                 deadline: float = math.inf) -> Row | None:
-    """The first candidate some cut of which fits (cuts.some_cut_fits), or None: fitting_row's answer. A
+    """The row as it fits: the first candidate some cut of which fits (cuts.some_cut_fits), or None. A
     question still open at `deadline` counts as fitting: the row's staircase, cut short too, then says
     whether it was proved."""
     for variant in candidates.rows:
@@ -147,12 +147,6 @@ def resolve_fit(problem: Problem, candidates: FitCandidates, counts: np.ndarray,
                                           usable, deadline):
             return variant
     return None
-
-
-def fitting_row(problem: Problem, row: Row, savings: tuple[str, ...], counts: np.ndarray, usable: int) -> Row | None:
-    """The row as it fits: itself when some cut fits under the problem's settings, else with the first
-    open saving under which one does; None when none does."""
-    return resolve_fit(problem, fit_candidates(problem, row, savings, counts, usable), counts, usable)
 
 
 def time_model_for(time_model: StageTimeModel, problem: Problem) -> StageTimeModel:
