@@ -261,3 +261,70 @@ def test_pruning_dominated_steps_keeps_the_answer(index: int, top: int) -> None:
 
     assert pruned.status == full.status
     assert answer(pruned) == answer(full)
+
+
+def heavy_text(rng: random.Random, index: int) -> str:
+    """A small random MoE problem whose experts outweigh one GPU's HBM at EP 1: rows fit as they are, only
+    under a memory saving (FSDP or the host optimizer), or not at all."""
+    gpus = rng.choice([16, 32, 64])
+    return f"""
+model:
+  name: heavy-{index}
+  hidden_size: 8192
+  vocab_size: 32000
+  num_layers: {rng.choice([5, 7])}
+  attention: {{kind: gqa, num_heads: 64, num_kv_heads: 8, head_dim: 128}}
+  moe: {{num_experts: 16, top_k: 2, expert_intermediate_size: {rng.choice([8192, 16384])}}}
+training:
+  seq_len: 4096
+  global_batch: {gpus * 2}
+  precision: bf16
+  optimizer: adam
+hardware:
+  preset: {rng.choice(["h100-hgx", "a100-hgx"])}
+  gpus: {gpus}
+search:
+  tp: [1, 2]
+  pp: [1, 2]
+  cp: 1
+  ep: [1, 2, 4]
+  etp: 1
+  vpp: [1, 2]
+  mbs: 1
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(6))
+def test_savings_match_brute_force(index: int) -> None:
+    """Issue 15: rows kept with the saving the solve's quick candidates and deferred fit question choose
+    (savings.fit_candidates, resolve_fit) give the front the brute force gives with each row's saving found
+    by enumerating every cut under none, then each open saving (brute_force.fitting_saving); some rows need
+    a saving (and on some of the problems some rows fit under none), so the comparison is not vacuous."""
+    from parasol.solver.search.brute_force import fitting_saving
+    from parasol.solver.search.savings import fit_candidates, open_savings, resolve_fit, row_problem
+
+    problem = load_problem_text(heavy_text(random.Random(2000 + index), index), source=f"heavy-{index}.yaml")
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    usable, savings = usable_mb(problem), open_savings(problem)
+    assert savings
+    rows = []
+    for row in enumerate_rows(problem):
+        fitted = resolve_fit(problem, fit_candidates(problem, row, savings, counts, usable), counts, usable)
+        saving = fitting_saving(problem, row, counts, usable)
+        assert (fitted.saving if fitted else None) == saving, row
+        if fitted is not None:
+            rows.append(fitted)
+    assert any(r.saving != "none" for r in rows) and any(r.saving == "none" for r in rows)
+    variants = tuple(v for r in rows for v in choice_variants(row_problem(problem, r), r))
+    costs = tuple(row_costs(row_problem(problem, v), v, AdditiveTime(row_problem(problem, v))) for v in variants)
+    reference = [(p.time_units, p.memory_units) for p in reference_front(problem, costs, counts, usable)]
+    chosen = [settled(row_problem(problem, r), r, AdditiveTime(row_problem(problem, r))) for r in rows]
+    kept, tables = tuple(r for r, _, _ in chosen), tuple(c for _, c, _ in chosen)
+    stairs = tuple(admissible(row_problem(problem, r), r, row_staircase(c, counts, usable),
+                              judged_rules(problem, "row"), judged_rules(problem, "cut"))
+                   for r, c in zip(kept, tables, strict=True))
+    assert any(st.points for st in stairs)
+    outcome = pareto_search(compile_program(problem, kept, tables, stairs), top=1, time_limit_s=120)
+    assert outcome.complete
+    assert [(p.time_units, p.memory_units) for p in outcome.points if p.pareto_rank == 1] == reference

@@ -1,14 +1,14 @@
 """The brute-force reference of `solve`: enumerate every row, judge it with the Python rules, try every
 cut (all compositions of the blocks into PP·VPP stages of at least one block, interleaved rows
 included) under every option the row may choose (callers pass one row per dispatcher and CP
-communication type, space.choice_variants), and keep the non-dominated points of the two front
-objectives (step time × peak memory by default).
+communication type, space.choice_variants; each under the memory saving it is kept with, fitting_saving),
+and keep the non-dominated points of the two front objectives (step time × peak memory by default).
 Tests compare its front with the CP-SAT master's on small problems.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 
 import numpy as np
@@ -18,12 +18,13 @@ from parasol.constraints.evaluate import evaluate
 from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
 from parasol.problems.schema import Objective
-from parasol.solver.search.costs import RowCosts
+from parasol.solver.search.costs import RowCosts, row_costs
 from parasol.solver.search.cuts import rank_counts
 from parasol.solver.search.dominance import nondominated
 from parasol.solver.search.objectives import DEFAULT_OBJECTIVES, SCALES, row_units
 from parasol.solver.search.program import choice_rules, judged_rules, program_rules
-from parasol.solver.search.space import Row, with_choices
+from parasol.solver.search.savings import NONE, open_savings, row_problem, with_saving
+from parasol.solver.search.space import Row
 
 MAX_LAYOUTS = 200_000
 
@@ -67,7 +68,7 @@ def row_points(c: RowCosts, counts: np.ndarray, usable: int, per_row: dict[Objec
     if len(layouts) > MAX_LAYOUTS:
         raise ValueError(f"brute force: {len(layouts)} layouts for {row}; use a smaller problem")
     points = []
-    chosen = with_choices(problem, row) if problem is not None else None
+    chosen = row_problem(problem, row) if problem is not None else None
     for lay in layouts:
         per_rank = rank_counts(lay, row.pp, counts)
         if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)) and (
@@ -78,11 +79,23 @@ def row_points(c: RowCosts, counts: np.ndarray, usable: int, per_row: dict[Objec
     return front_of(points)
 
 
+def fitting_saving(problem: Problem, row: Row, counts: np.ndarray, usable: int) -> str | None:
+    """The saving a row is kept with, by enumeration of every cut: none when some cut fits as it is, else
+    the first open saving under which one does (savings.py's rule), None when no cut fits under any."""
+    for saving in (NONE, *open_savings(problem)):
+        variant = replace(row, saving=saving)
+        c = row_costs(with_saving(problem, saving), variant, None)
+        for lay in compositions(counts.shape[0] - 1, row.pp * row.vpp):
+            if all(c.stage_memory(s, n) <= usable for s, n in enumerate(rank_counts(lay, row.pp, counts))):
+                return saving
+    return None
+
+
 def rule_feasible(problem: Problem, row: Row) -> bool:
     """Whether the row passes every rule the master posts and every rule on the options it chooses
-    (Python verdicts under its options, with an explicit layout as every solver answer has)."""
+    (Python verdicts under its options and saving, with an explicit layout as every solver answer has)."""
     layout = default_layout(problem.model.num_layers, row.pp * row.vpp)
-    chosen = with_choices(problem, row)
+    chosen = row_problem(problem, row)
     rules = program_rules(problem) + judged_rules(problem, "row") + choice_rules(chosen)
     return evaluate(chosen, row.mapping(chosen, layout), rules).feasible
 
