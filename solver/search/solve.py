@@ -222,12 +222,12 @@ def priced_first(problem: Problem, rows: tuple[Row, ...], time_model: StageTimeM
                  deadline: float = math.inf) -> tuple[Row, ...]:
     """Rows in the order they are screened: most promising first, so a time limit that cuts the search
     short has priced the rows most likely on the front. Rows whose weights and gradients fit in HBM as
-    they are (held_weights_gb; sharded where the problem sets FSDP) and rows that fit only when FSDP shards them (where the problem leaves
-    FSDP open) take turns, each class by ideal compute plus an estimate of the exchanges
-    (exchange_step_s; ties in row order): no quick estimate can rank the two, since FSDP's gathers may
-    hide behind the compute or dominate the step. Rows that fit neither way come last. Ordering stops at
-    `deadline` (a perf_counter time): rows not reached by then follow in listing order, so the time limit
-    bounds this pass too."""
+    they are (held_weights_gb; sharded where the problem sets FSDP) and rows that fit only when FSDP
+    shards them (where the problem leaves FSDP open) take turns, each class by ideal compute plus an
+    estimate of the exchanges (exchange_step_s; ties in row order): no quick estimate can rank the two,
+    since FSDP's gathers may hide behind the compute or dominate the step. Rows that fit neither way come
+    last. Ordering stops at `deadline` (a perf_counter time): rows not reached by then follow in listing
+    order, so the time limit bounds this pass too."""
     classes: tuple[list[tuple[float, int, Row]], ...] = ([], [], [])
     per_group: dict[tuple, float] = {}
     usable = problem.hardware.gpu.usable_hbm_gb
