@@ -1,7 +1,8 @@
 """Per-row cost of `parasol solve` on default-space problems (issue 15): seconds per 1,000 calls of the
 functions solve runs once per row listed (rows_until, ideal_step_s) or per row screened or cut
-(fit_candidates, resolve_fit for rows whose fit needs the cut search, row_costs, settled, rows_pass_rules), on a fixed sample of each problem's rows, and a digest of their
-results (equal digests before and after a change: the same answers).
+(fit_candidates, resolve_fit for rows whose fit needs the cut search, row_costs, settled,
+rows_pass_rules), on a fixed sample of each problem's rows, and a digest of their results (equal
+digests before and after a change: the same answers).
 
 Run: python bench/row_costs.py [--only NAME] [--sample 150]
 """

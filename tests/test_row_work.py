@@ -29,7 +29,6 @@ from parasol.solver.search.costs import (
     memory_floor_mb,
     prefix_counts,
     row_costs,
-    stage_matrices,
     usable_mb,
 )
 from parasol.solver.search.cuts import min_max_cut, some_cut_fits
@@ -139,13 +138,13 @@ def test_rank_orders_by_grid_match_placed_mappings(problems: list) -> None:
 
 def _least_peak_1f1b(c, counts: np.ndarray) -> int:  # noqa: ANN001
     """The least heaviest-rank memory over every cut of a 1F1B row (the exact min-max DP)."""
-    memory = [stage_matrices(c, s, counts)[1] for s in range(c.row.pp)]
+    memory = [m for _, m in all_stage_matrices(c, counts)]
     return min_max_cut(memory, counts.shape[0] - 1)[0]
 
 
 def _floor_rank_by_rank(c, totals: np.ndarray) -> Fraction:  # noqa: ANN001
     """memory_floor_mb's two weighted means computed rank by rank, as its docstring states them, plus the
-    least of what each rank holds besides (costs.least_held_mb)."""
+    least of what each rank holds besides (costs.least_held)."""
     inflight = [Fraction(f) for f in c.inflight]
     spread = sum(1 / f for f in inflight)
     bounds = []

@@ -252,10 +252,10 @@ def kind_representatives(problem: Problem) -> dict[tuple, Block]:
 def memory_floor_mb(c: RowCosts, totals: np.ndarray) -> Fraction:
     """A lower bound, in MB, on the heaviest rank's memory (RowCosts.stage_memory) under every cut of the
     row (`totals`: blocks of each kind in the model). The heaviest rank holds at least any weighted mean of
-    the ranks; a rank holds at least its static memory, its activations times its in-flight share, and
-    the workspace and what it holds besides (least_held_mb). Weighting rank r by 1/inflight_r makes every block's activations count alike wherever
-    it sits, and even weights spread the static memory; either mean has its least value when every block
-    sits on the rank where it weighs least."""
+    the ranks; a rank holds at least its static memory, its activations times its in-flight share, the
+    workspace and what it holds besides (least_held). Weighting rank r by 1/inflight_r makes every
+    block's activations count alike wherever it sits, and even weights spread the static memory; either
+    mean has its least value when every block sits on the rank where it weighs least."""
     inv, inv_den, share, share_den = _inflight_terms(tuple(c.inflight))
     least, most = min(c.inflight), max(c.inflight)
     spread = Fraction(sum(inv), inv_den)
@@ -264,19 +264,22 @@ def memory_floor_mb(c: RowCosts, totals: np.ndarray) -> Fraction:
                 + sum(c.edge_activation) + sum(n * (s / (most if s >= 0 else least) + a) for n, s, a in blocks))
     even = (sum(c.edge_static) + Fraction(sum(a * x for a, x in zip(c.edge_activation, share, strict=True)), share_den)
             + sum(n * (s + a * (least if a >= 0 else most)) for n, s, a in blocks))
-    return max(harmonic / spread, even / len(c.inflight)) + least_held_mb(c, totals) + c.workspace_mb
+    return max(harmonic / spread, even / len(c.inflight)) + least_held(c, totals) + c.workspace_mb
 
 
-def least_held_mb(c: RowCosts, totals: np.ndarray) -> int:
-    """MB every pipeline rank holds besides its blocks' static memory and activations, under every cut:
-    the recompute working set (at least its edge's, and at least the least of the model's kinds, since
-    every rank holds a block) and the dispatch buffers where the rank surely holds a MoE block (its edge
-    does, or every kind is MoE). The heaviest rank's memory is at least a weighted mean of the ranks'
-    other terms plus the least of these."""
+def least_held(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> int:
+    """What every pipeline rank holds besides its blocks' static memory and activations, under every cut,
+    in MB (or in the ledger's exact bytes): the recompute working set (at least its edge's, and at least
+    the least of the model's kinds, since every rank holds a block) and the dispatch buffers where the
+    rank surely holds a MoE block (its edge does, or every kind is MoE). The heaviest rank's memory is at
+    least a weighted mean of the ranks' other terms plus the least of these."""
+    edge_peak = [e[2] for e in c.edge_bytes] if in_bytes else c.edge_peak
+    kind_peak = [k[2] for k in c.kind_bytes] if in_bytes else c.kind_peak
+    dispatch = c.dispatch_bytes if in_bytes else c.dispatch_mb
     kinds = [k for k, n in enumerate(totals) if n]
     every_moe = all(c.kind_moe[k] for k in kinds)
-    return min(max(c.edge_peak[r], min(c.kind_peak[k] for k in kinds))
-               + (c.dispatch_mb if c.edge_moe[r] or every_moe else 0) for r in range(c.row.pp))
+    return min(max(edge_peak[r], min(kind_peak[k] for k in kinds)) + (dispatch if c.edge_moe[r] or every_moe else 0)
+               for r in range(c.row.pp))
 
 
 @lru_cache(maxsize=4096)
@@ -296,15 +299,9 @@ def interval_counts(prefix: tuple[tuple[int, ...], ...]) -> np.ndarray:
     return np.where(counts > 0, counts, 0)
 
 
-def stage_matrices(c: RowCosts, s: int, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Time and memory of stage s holding blocks i..j−1, for every (i, j): RowCosts formulas in bulk."""
-    return all_stage_matrices(c, counts, (s,))[0]
-
-
-def all_stage_matrices(c: RowCosts, counts: np.ndarray, stages: tuple[int, ...] | None = None
-                       ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """stage_matrices of every stage (or of `stages`), the blocks' sums over each interval computed once
-    and each stage adding its edge and in-flight share."""
+def all_stage_matrices(c: RowCosts, counts: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Time and memory of each stage s holding blocks i..j−1, for every (i, j): RowCosts formulas in bulk,
+    the blocks' sums over each interval computed once and each stage adding its edge and in-flight share."""
     time = counts @ np.array(c.kind_time_us, dtype=np.int64)
     static = counts @ np.array(c.kind_static, dtype=np.int64)
     held = counts @ np.array(c.kind_activation, dtype=np.int64)
@@ -316,7 +313,7 @@ def all_stage_matrices(c: RowCosts, counts: np.ndarray, stages: tuple[int, ...] 
         if c.kind_moe[k]:
             moe = moe | present[:, :, k]
     out = []
-    for s in range(c.row.pp) if stages is None else stages:
+    for s in range(c.row.pp):
         frac = c.inflight[s]
         act = -(-((c.edge_activation[s] + held) * frac.numerator) // frac.denominator)
         rank_moe = moe | c.edge_moe[s]

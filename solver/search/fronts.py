@@ -195,7 +195,7 @@ class FrontProgram:
             ends = np.concatenate([np.repeat(ends, len(span), axis=0), np.tile(out, len(ends))[:, None]], axis=1)
             lengths = np.concatenate([np.repeat(lengths, len(span), axis=0), np.tile(span, len(lengths))[:, None]],
                                      axis=1)
-            time, memory = self._all_costs(vec)
+            time, memory = self.relaxed.costs(vec)
             keep = (vec.sum(axis=1) <= longest) & ((time <= slowest_us) & (memory <= cap_mb)).any(axis=0)
             vec, ends, lengths = vec[keep], ends[keep], lengths[keep]
             evenest = np.argsort(np.abs(lengths * (pp * v) - self.n).sum(axis=1), kind="stable")
@@ -205,15 +205,11 @@ class FrontProgram:
             if len(vec) > MOVE_LIMIT:
                 raise Declined
         code = ends @ self.radix
-        time, memory = self._all_costs(vec)
+        time, memory = self.relaxed.costs(vec)
         spread = np.abs(lengths * (pp * v) - self.n).sum(axis=1)
         table = _Pieces(slowest_us, cap_mb, ends, code, vec.sum(axis=1), lengths, time, memory, spread)
         self.tables[entry] = [*self.tables.get(entry, [])[-(TABLES_KEPT - 1):], table]
         return table
-
-    def _all_costs(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(time µs, memory MB) of every rank (rows) holding each of `vectors` (columns)."""
-        return self.relaxed.costs(vectors)
 
     def _code(self, fronts: tuple[int, ...]) -> int:
         """The code of a tuple of front classes (mixed radix h + q)."""

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from parasol.problems.mapping import Mapping
-from parasol.solver.search.costs import MB, MEMORY_UNIT_MB, TIME_UNIT_S, RowCosts, StageTimeModel
+from parasol.solver.search.costs import MB, MEMORY_UNIT_MB, TIME_UNIT_S, RowCosts, StageTimeModel, least_held
 from parasol.solver.search.cuts import CutPoint, Staircase, rank_counts
 
 
@@ -60,17 +60,13 @@ def memory_floor_bytes(c: RowCosts, counts: np.ndarray) -> int:
     """Peak bytes no cut of the row goes below, as the ledger prints them: the weights, optimizer state
     and least in-flight activations of all blocks and edges spread evenly over the pipeline ranks (the
     heaviest rank holds at least the mean), plus what every rank holds: the fixed buffers, and at least
-    the least recompute working set and dispatch buffers any rank holds (costs.least_held_mb in bytes)."""
+    the least recompute working set and dispatch buffers any rank holds (costs.least_held)."""
     totals = counts[0, counts.shape[0] - 1]
     static = sum(e[0] for e in c.edge_bytes) + sum(int(n) * k[0] for n, k in zip(totals, c.kind_bytes, strict=True))
     held = sum(e[1] for e in c.edge_bytes) + sum(int(n) * k[1] for n, k in zip(totals, c.kind_bytes, strict=True))
     fmin = min(c.inflight)
     mean = -(-(static * fmin.denominator + held * fmin.numerator) // (fmin.denominator * c.row.pp))
-    kinds = [k for k, n in enumerate(totals) if n]
-    every_moe = all(c.kind_moe[k] for k in kinds)
-    besides = min(max(e[2], min(c.kind_bytes[k][2] for k in kinds)) + (c.dispatch_bytes if moe or every_moe else 0)
-                  for e, moe in zip(c.edge_bytes, c.edge_moe, strict=True))
-    return mean + besides + c.fixed_bytes
+    return mean + least_held(c, totals, in_bytes=True) + c.fixed_bytes
 
 
 def floor_point(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel) -> tuple[int, int]:

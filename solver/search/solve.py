@@ -95,7 +95,8 @@ class SolveResult:
     rows: int
     rows_fitting: int
     """Rows found to have a cut that fits in memory; a row whose floor was beaten before its fit needed
-    the cut search is not judged (row_search.RowSearch.screen), so a complete search may count fewer than fit."""
+    the cut search is not judged (row_search.RowSearch.screen), so a complete search may count fewer
+    than fit."""
     master_solves: int
     seconds: float
     rows_screened: int = 0
