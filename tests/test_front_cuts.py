@@ -21,6 +21,7 @@ from parasol.solver.search.cuts import rank_counts, row_staircase
 from parasol.solver.search.dominance import nondominated
 from parasol.solver.search.fronts import classes, period
 from parasol.solver.search.interleaved import InterleavedCuts
+from parasol.solver.search.rounds import RoundProgram, lead_period, trail_exists
 from parasol.solver.search.space import enumerate_rows
 from tests.test_interleaved_cuts import assert_no_local_move_beats
 from tests.test_solve_reference import GENERATED, AdditiveTime
@@ -40,9 +41,10 @@ def _every_cut(blocks: int, parts: int):  # noqa: ANN202
         yield tuple(edges[i + 1] - edges[i] for i in range(parts))
 
 
-def _rows(seq: str, seed: int):  # noqa: ANN202
-    """Rows of PP 2-4 and VPP 2-4 of a generated problem, with the kinds of `seq` given random costs (close
-    times, so the per-rank balance decides), and the sequence's interval counts."""
+def _rows(seq: str, seed: int, shapes: tuple[tuple[int, int], ...] | None = None):  # noqa: ANN202
+    """Rows of PP 2-4 and VPP 2-4 (or the (PP, VPP) `shapes`, a PP the problem lacks taken from another row)
+    of a generated problem, with the kinds of `seq` given random costs (close times, so the per-rank balance
+    decides), and the sequence's interval counts."""
     rng = random.Random(seed)
     kinds = max(int(x) for x in seq) + 1
     prefix = [[0] for _ in range(kinds)]
@@ -54,22 +56,21 @@ def _rows(seq: str, seed: int):  # noqa: ANN202
     model = AdditiveTime(problem)
     base = [r for r in enumerate_rows(problem) if r.vpp == 2 and r.pp in (2, 3, 4)]
     out = []
-    for pp in (2, 3, 4):
-        row = next((r for r in base if r.pp == pp), None)
+    for pp, vpp in shapes or tuple((pp, vpp) for pp in (2, 3, 4) for vpp in (2, 3, 4)):
+        row = next((r for r in base if r.pp == pp), replace(base[0], pp=pp) if shapes else None)
         if row is None:
             continue
-        for vpp in (2, 3, 4):
-            stages = pp * vpp
-            if stages > len(seq) or math.comb(len(seq) - 1, stages - 1) > 3000:
-                continue
-            c = row_costs(problem, replace(row, vpp=vpp), model)
-            time = rng.randint(1000, 5000)
-            c = replace(c, kind_time_us=tuple(time + rng.randint(0, 40) for _ in range(kinds)),
-                        kind_static=tuple(rng.randint(50, 400) for _ in range(kinds)),
-                        kind_activation=tuple(rng.randint(10, 200) for _ in range(kinds)),
-                        kind_peak=tuple(rng.choice([0, 0, 30, 90]) for _ in range(kinds)),
-                        kind_moe=tuple(rng.random() < 0.5 for _ in range(kinds)))
-            out.append((c, counts, usable_mb(problem)))
+        stages = pp * vpp
+        if stages > len(seq) or math.comb(len(seq) - 1, stages - 1) > 3000:
+            continue
+        c = row_costs(problem, replace(row, vpp=vpp), model)
+        time = rng.randint(1000, 5000)
+        c = replace(c, kind_time_us=tuple(time + rng.randint(0, 40) for _ in range(kinds)),
+                    kind_static=tuple(rng.randint(50, 400) for _ in range(kinds)),
+                    kind_activation=tuple(rng.randint(10, 200) for _ in range(kinds)),
+                    kind_peak=tuple(rng.choice([0, 0, 30, 90]) for _ in range(kinds)),
+                    kind_moe=tuple(rng.random() < 0.5 for _ in range(kinds)))
+        out.append((c, counts, usable_mb(problem)))
     return out
 
 
@@ -151,4 +152,90 @@ def test_v4_8192_front_program_cuts_resist_local_moves(vpp: int) -> None:
                if (r.tp, r.pp, r.cp, r.ep, r.vpp, r.recompute) == (1, 8, 4, 64, vpp, "full"))
     c = row_costs(problem, row, model)
     assert InterleavedCuts(c, counts).fronts is not None
+    assert_no_local_move_beats(c, counts, usable, random.Random(vpp), 200)
+
+
+def _repeat(lead: str, period: str, blocks: int) -> str:
+    """A block sequence of `blocks` kinds: the lead-in, then the period over and over."""
+    return (lead + period * blocks)[:blocks]
+
+
+ROUND_CASES = {
+    "v4 PP4 VPP4": ("001", "23", 19, ((4, 4),)),
+    "v4 PP4 VPP5": ("001", "23", 23, ((4, 5),)),
+    "v4 PP4 VPP6": ("001", "23", 27, ((4, 6),)),
+    "v4 PP3 VPP6": ("001", "23", 21, ((3, 6),)),
+    "v4 PP3 VPP8": ("001", "23", 27, ((3, 8),)),
+    "v4 PP4 VPP8": ("001", "23", 34, ((4, 8),)),
+    "alternating PP2 VPP8": ("", "01", 19, ((2, 8),)),
+    "period 3 PP2-4": ("1", "012", 19, ((2, 6), (3, 5), (4, 4))),
+}
+
+
+@pytest.mark.parametrize("name", list(ROUND_CASES))
+def test_round_program_equals_enumeration(name: str) -> None:
+    """The round program (solver/search/rounds.py) on lead-in-then-periodic sequences with PP at least the
+    lead-in, VPP 4-8 and PP 2-4: least slowest time under caps and least peak memory under time bounds are
+    those of every interleaved cut, and the cuts it returns have them."""
+    lead, period_, blocks, shapes = ROUND_CASES[name]
+    checked = 0
+    for seed in range(3):
+        for c, counts, _ in _rows(_repeat(lead, period_, blocks), 5 + seed + len(name), shapes):
+            cuts = InterleavedCuts(c, counts)
+            program = RoundProgram(cuts, cuts.groups)
+            assert program.usable
+            measured = [cuts.measure(layout) for layout in _every_cut(cuts.n, cuts.stages)]
+            peaks = sorted({m for _, m in measured})
+            times = sorted({t for t, _ in measured})
+            rng = random.Random(seed)
+            for cap in [peaks[0] - 1, peaks[0], *rng.sample(peaks, min(3, len(peaks))), UNBOUNDED]:
+                fitting = [t for t, m in measured if m <= cap]
+                found = program.least(UNBOUNDED, cap, True)
+                assert (found is None) == (not fitting)
+                if found is None:
+                    continue
+                assert found[0] == min(fitting) and sum(found[1]) == cuts.n and len(found[1]) == cuts.stages
+                assert min(found[1]) >= 1
+                assert cuts.measure(found[1])[0] == found[0] and cuts.measure(found[1])[1] <= cap
+                for bound in (found[0], rng.choice(times)):
+                    within = [m for t, m in measured if t <= bound and m <= cap]
+                    lean = program.least(bound, cap, False)
+                    assert (lean is None) == (not within)
+                    if lean is not None:
+                        assert lean[0] == min(within)
+                        assert cuts.measure(lean[1])[1] == lean[0] and cuts.measure(lean[1])[0] <= bound
+                    checked += 1
+    assert checked >= 12
+
+
+def test_lead_period_and_trails() -> None:
+    """The round program's period: the shortest whose lead-in PP covers; round chains as Euler trails."""
+    v4 = (0, 0, 1) + (2, 3) * 12
+    assert lead_period(v4, 4) == (3, 2) and lead_period(v4, 3) == (3, 2)
+    assert lead_period(v4, 2)[1] > 2
+    assert lead_period((5,) * 30, 2) == (0, 1)
+    assert trail_exists((2, 1, 0, 3), 2, 0)
+    assert not trail_exists((2, 1, 0, 3), 2, 1)
+    assert not trail_exists((0, 0, 0, 3), 2, 0)
+    assert trail_exists((0, 1, 1, 2), 2, 0) and trail_exists((0, 1, 1, 2), 2, 1)
+    assert not trail_exists((1, 2, 0, 0), 2, 0)
+
+
+@pytest.mark.parametrize(("ep", "vpp"), [(64, 6), (128, 7)])
+def test_v4_8192_round_program_cuts_resist_local_moves(ep: int, vpp: int) -> None:
+    """The bundled V4-Pro 8,192 problem's PP8 CP4 full-recompute rows taken to VPP 6 and 7 (past the front
+    program's states; PP 4 does not fit its memory): the round program runs, the staircase is proved, and
+    no chain of random boundary moves from a step's cut dominates a step."""
+    from parasol.constraints.physics.step_time import CalibratedStageTimes
+    from parasol.problems.loader import load_problem
+    from parasol.solver.search.costs import block_kinds, prefix_counts
+
+    problem = load_problem("problems/deepseek-v4-pro-8192.yaml")
+    model = CalibratedStageTimes(problem)
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    usable = usable_mb(problem)
+    row = next(r for r in enumerate_rows(problem)
+               if (r.tp, r.pp, r.cp, r.ep, r.vpp, r.recompute) == (1, 8, 4, ep, 2, "full"))
+    c = row_costs(problem, replace(row, vpp=vpp), model)
+    assert isinstance(InterleavedCuts(c, counts).fronts, RoundProgram)
     assert_no_local_move_beats(c, counts, usable, random.Random(vpp), 200)

@@ -95,8 +95,12 @@ class Classes:
 
 def classes(seq: tuple[int, ...], groups: int, pp: int, rounds: int) -> Classes:
     """The position classes of `seq` (group index per block) and their piece tables."""
+    return classes_of(seq, groups, *period(seq, pp, rounds))
+
+
+def classes_of(seq: tuple[int, ...], groups: int, h: int, q: int) -> Classes:
+    """The position classes of `seq` under lead-in h and period q (seq[i] == seq[i + q] for i >= h)."""
     n = len(seq)
-    h, q = period(seq, pp, rounds)
     ext = list(seq)
     while len(ext) < 2 * n + h + q:
         ext.append(ext[len(ext) - q])

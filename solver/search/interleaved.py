@@ -31,6 +31,7 @@ import numpy as np
 from parasol.solver.search.costs import MEMORY_UNIT_MB, MICROSECONDS, TIME_UNIT_S, RowCosts
 from parasol.solver.search.cut_program import UNBOUNDED, Undecided, cut_within
 from parasol.solver.search.fronts import Declined, FrontProgram
+from parasol.solver.search.rounds import RoundProgram
 
 FIRST_BUDGET = 300
 """Partial cuts the first, unbounded search may visit before the relaxation is asked whether any cut
@@ -219,11 +220,19 @@ class InterleavedCuts:
         return tuple(layout) if go(0, 0) else None
 
     @functools.cached_property
-    def fronts(self) -> FrontProgram | None:
-        """The exact front program of this row's block sequence when its state space is small enough."""
-        groups = np.array([self.relaxed.pattern[bit.bit_length() - 1] for bit in self.b.bit], dtype=np.int64)
-        program = FrontProgram(self, groups)
-        return program if program.usable else None
+    def fronts(self) -> FrontProgram | RoundProgram | None:
+        """The exact front program of this row's block sequence when its state space is small enough, else the
+        round program when every later round starts past the lead-in (PP at least its length)."""
+        program = FrontProgram(self, self.groups)
+        if program.usable:
+            return program
+        rounds = RoundProgram(self, self.groups)
+        return rounds if rounds.usable else None
+
+    @property
+    def groups(self) -> np.ndarray:
+        """The relaxation's kind group (RankTotals.groups) of every block, in sequence order."""
+        return np.array([self.relaxed.pattern[bit.bit_length() - 1] for bit in self.b.bit], dtype=np.int64)
 
     def exact_least(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[bool, tuple[int, ...] | None]:
         """The front program's answer: (True, cut of least slowest time, or peak memory, within both bounds),

@@ -1,0 +1,370 @@
+"""Exact interleaved cuts when every round after the first starts past the lead-in (PP >= h): a dynamic
+program over the ranks that counts the later rounds by class instead of naming them (DeepSeek-V4 at
+VPP 6-16, where fronts.py's per-round state is too large).
+
+Round j covers blocks p_j … p_{j+1} − 1, one piece per rank in rank order. With kinds repeating with
+period q from block h on and PP >= h, every round j >= 1 starts at p_j >= PP >= h, so its pieces' kind
+counts depend only on the class (residue mod q) where the round starts, R_j, and the pieces' lengths. A
+rank's time and memory depend only on its total kind counts, so renumbering rounds 1 … VPP−1 changes no
+rank: a cut is valid exactly when its rounds chain, R_{j+1} the class where round j ends (E_j). Read as
+an edge R_j → E_j per round, the rounds 1 … VPP−1 can be put in some chaining order exactly when their
+edges form an Euler trail from E_0, the class where round 0 ends. The program's state after each rank
+is therefore: blocks placed, the class of round 0's front, and how many later rounds have each (start
+class, front class) pair; a rank's move picks for every round a piece length (its residue mod q moves
+the round's front; the whole periods are pooled, F of them, since only their total counts). The least
+largest rank cost over the paths to a final state with an Euler trail is the least over every cut, and
+the trail orders the rounds of a cut that has it.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from parasol.solver.search.fronts import INF, Classes, Declined, classes_of
+
+COMPOSITION_LIMIT = 20_000
+"""Most ways to count the VPP − 1 later rounds over the q² (start, front) class pairs for this program
+to run (q = 2: 816 at VPP 16)."""
+CELL_LIMIT = 1 << 25
+"""Most cells (moves × block counts) one rank's step may read; past it the question is declined."""
+CHUNK = 1 << 21
+"""Cells one slice of a rank's step reads at once (bounds the arrays' memory)."""
+
+
+def lead_period(seq: tuple[int, ...], pp: int) -> tuple[int, int] | None:
+    """(h, q): the shortest period q whose lead-in h is at most PP (so every later round starts past it),
+    with the shortest such lead-in; None when no period has a lead-in that short."""
+    n = len(seq)
+    for q in range(1, n + 1):
+        h = n - q
+        while h > 0 and seq[h - 1] == seq[h - 1 + q]:
+            h -= 1
+        if h <= pp:
+            return h, q
+    return None
+
+
+@functools.lru_cache(maxsize=32)
+def _compositions(total: int, parts: int) -> tuple[tuple[int, ...], ...]:
+    """Every tuple of `parts` non-negative counts summing to `total`, in lexicographic order."""
+    out = []
+    for bars in itertools.combinations(range(total + parts - 1), parts - 1):
+        edges = (-1, *bars, total + parts - 1)
+        out.append(tuple(edges[i + 1] - edges[i] - 1 for i in range(parts)))
+    return tuple(sorted(out))
+
+
+def trail_exists(pairs: tuple[int, ...], q: int, start: int) -> bool:
+    """Whether edges R → E, counted per pair in `pairs` (index R·q + E), form one Euler trail from `start`
+    (a trail using every edge once): the degree balance and every edge's nodes connected to `start`."""
+    count = np.array(pairs, dtype=np.int64).reshape(q, q)
+    if not count.sum():
+        return True
+    diff = count.sum(axis=1) - count.sum(axis=0)
+    if diff[start] == 1:
+        if sorted(diff.tolist()) != [-1] + [0] * (q - 2) + [1]:
+            return False
+    elif diff.any():
+        return False
+    linked = count + count.T > 0
+    seen, todo = {start}, [start]
+    while todo:
+        u = todo.pop()
+        for w in np.flatnonzero(linked[u]).tolist():
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    used = np.flatnonzero(linked.any(axis=1))
+    return bool(all(int(u) in seen for u in used)) and (bool(linked[start].any()) or not len(used))
+
+
+@dataclass(frozen=True)
+class _Moves:
+    """A state's moves for one rank: destination state, the rank's kind counts less its pooled periods,
+    blocks less the pooled periods, the least number of pooled periods (pieces of residue 0 need one),
+    and (round-0 option, later-round option) indices to rebuild the pieces."""
+
+    dst: np.ndarray
+    vec: np.ndarray
+    blocks: np.ndarray
+    least: np.ndarray
+    detail: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Layer:
+    """One rank's step of a pass: the values before it (states × blocks placed) and its edges."""
+
+    values: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    shift: np.ndarray
+    cost: np.ndarray
+    detail: np.ndarray
+    periods: np.ndarray
+
+
+class RoundProgram:
+    """The exact interleaved cut program of one row whose later rounds all start past the lead-in."""
+
+    def __init__(self, cuts, groups: np.ndarray) -> None:  # noqa: ANN001 - InterleavedCuts (no cycle)
+        self.cuts = cuts
+        self.pp, self.vpp, self.n = cuts.pp, cuts.vpp, cuts.n
+        self.relaxed = cuts.relaxed
+        seq = tuple(int(g) for g in groups)
+        found = lead_period(seq, self.pp)
+        self.usable = False
+        """Whether this program runs on the row (a short enough lead-in, few enough round counts)."""
+        if found is None or self.vpp < 2:
+            return
+        self.h, self.q = found
+        if math.comb(self.vpp + self.q * self.q - 2, self.q * self.q - 1) > COMPOSITION_LIMIT:
+            return
+        self.comps = _compositions(self.vpp - 1, self.q * self.q)
+        self.usable = True
+        self.cl: Classes = classes_of(seq, len(self.relaxed.groups), self.h, self.q)
+        self.index = {c: i for i, c in enumerate(self.comps)}
+        self.classes = self.h + self.q
+        self.longest = self.n - self.pp * self.vpp + self.vpp
+        self.period = self.cl.content[self.h, self.q]
+        self.total = np.array(self.relaxed.total, dtype=np.int64)
+        self.place = np.cumprod(np.concatenate([[1], self.total[:-1] + 1])).astype(np.int64)
+        self.moves_of: dict[int, _Moves] = {}
+        self.later_of: dict[int, tuple] = {}
+        self.first_of: dict[int, tuple] = {}
+
+    @functools.cached_property
+    def priced(self) -> tuple[np.ndarray, np.ndarray]:
+        """Time (µs) and memory (MB) of every rank (rows) holding each kind-count vector up to the model's
+        totals (columns, by code: vector @ place)."""
+        shape = tuple(int(t) + 1 for t in self.total)
+        vectors = np.indices(shape).reshape(len(shape), -1).T.astype(np.int64)
+        order = np.argsort(vectors @ self.place)
+        return tuple(x[:, order] for x in self.relaxed.costs(vectors))
+
+    @functools.cached_property
+    def trails(self) -> np.ndarray:
+        """trails[comp, s]: whether the later rounds counted by comp chain from round 0 ending at class s."""
+        return np.array([[trail_exists(c, self.q, s) for s in range(self.q)] for c in self.comps], dtype=bool)
+
+    def _first(self, c0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list]:
+        """Round 0's options from a front at class c0: (class after, kind counts, blocks, periods needed) and
+        what each is (("length", L) before h, whole; ("residue", ρ) after, its periods pooled)."""
+        if c0 not in self.first_of:
+            cl, h, q = self.cl, self.h, self.q
+            if c0 < h:
+                lengths = list(range(1, self.longest + 1))
+                opts = ([int(cl.exit[c0, L]) for L in lengths], [cl.content[c0, L] for L in lengths], lengths,
+                        [0] * len(lengths), [("length", L) for L in lengths])
+            else:
+                opts = ([h + (c0 - h + rho) % q for rho in range(q)], [cl.content[c0, rho] for rho in range(q)],
+                        list(range(q)), [int(rho == 0) for rho in range(q)], [("residue", rho) for rho in range(q)])
+            self.first_of[c0] = (np.array(opts[0], dtype=np.int64), np.array(opts[1], dtype=np.int64).reshape(
+                len(opts[0]), -1), np.array(opts[2], dtype=np.int64), np.array(opts[3], dtype=np.int64), opts[4])
+        return self.first_of[c0]
+
+    def _later(self, comp: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list]:
+        """The later rounds' options for one rank from round counts comp: for each (start, front) pair, how
+        many of its rounds take a piece of each residue; (counts after, kind counts, blocks, periods needed,
+        the per-pair residue counts)."""
+        if comp not in self.later_of:
+            q, h, cl = self.q, self.h, self.cl
+            counts = self.comps[comp]
+            per_pair = [_compositions(m, q) for m in counts]
+            dst, vec, blocks, least, what = [], [], [], [], []
+            for choice in itertools.product(*per_pair):
+                after = [0] * (q * q)
+                content = np.zeros(cl.content.shape[2], dtype=np.int64)
+                size = need = 0
+                for pair, split in enumerate(choice):
+                    start, front = divmod(pair, q)
+                    for rho, m in enumerate(split):
+                        if m:
+                            after[start * q + (front + rho) % q] += m
+                            content += m * cl.content[h + front, rho]
+                            size += m * rho
+                            need += m * (rho == 0)
+                dst.append(self.index[tuple(after)])
+                vec.append(content)
+                blocks.append(size)
+                least.append(need)
+                what.append(choice)
+            self.later_of[comp] = (np.array(dst, dtype=np.int64), np.array(vec, dtype=np.int64).reshape(len(dst), -1),
+                                   np.array(blocks, dtype=np.int64), np.array(least, dtype=np.int64), what)
+        return self.later_of[comp]
+
+    def _moves(self, state: int) -> _Moves:
+        """Every move of one rank from `state` (c0 · comps + comp): a round-0 option with a later-rounds one."""
+        if state not in self.moves_of:
+            c0, comp = divmod(state, len(self.comps))
+            f_to, f_vec, f_blocks, f_least, _ = self._first(c0)
+            l_to, l_vec, l_blocks, l_least, _ = self._later(comp)
+            a, b = len(f_to), len(l_to)
+            detail = np.stack([np.repeat(np.arange(a), b), np.tile(np.arange(b), a)], axis=1)
+            self.moves_of[state] = _Moves(
+                (f_to[:, None] * len(self.comps) + l_to[None, :]).ravel(),
+                (f_vec[:, None, :] + l_vec[None, :, :]).reshape(a * b, -1),
+                (f_blocks[:, None] + l_blocks[None, :]).ravel(),
+                (f_least[:, None] + l_least[None, :]).ravel(), detail)
+        return self.moves_of[state]
+
+    def _edges(self, r: int, live: np.ndarray, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple:
+        """Rank r's edges from the live states within both bounds: (src, dst, blocks, objective, detail,
+        pooled periods)."""
+        moves = [self._moves(int(s)) for s in live]
+        src = np.concatenate([np.full(len(m.dst), s, dtype=np.int64) for s, m in zip(live, moves, strict=True)])
+        dst, vec, blocks, least, detail = (np.concatenate([getattr(m, f) for m in moves])
+                                           for f in ("dst", "vec", "blocks", "least", "detail"))
+        periods = np.arange(self.longest // self.q + 1)
+        content = vec[:, None, :] + periods[None, :, None] * self.period[None, None, :]
+        size = blocks[:, None] + self.q * periods[None, :]
+        ok = ((periods[None, :] >= least[:, None]) & (size >= 1) & (size <= self.longest)
+              & (content <= self.total).all(axis=2))
+        move, k = np.nonzero(ok)
+        code = content[move, k] @ self.place
+        time, memory = self.priced[0][r, code], self.priced[1][r, code]
+        fit = (time <= slowest_us) & (memory <= cap_mb)
+        move, k = move[fit], k[fit]
+        cost = (time if minimise_time else memory)[fit]
+        return src[move], dst[move], size[move, k], cost, detail[move], periods[k]
+
+    def least(self, slowest_us: int, cap_mb: int, minimise_time: bool,
+              alike: Callable[[int], int] | None = None) -> tuple[int, tuple[int, ...]] | None:
+        """The least slowest-rank time (µs; or with `minimise_time` False the least peak rank memory, MB) over
+        every cut with each rank within `slowest_us` and `cap_mb`, and a cut that has it (its pieces spread
+        as evenly as its ranks' totals allow; `alike` is accepted for FrontProgram's signature and not
+        used). None when no cut is within both. Raises Declined past the deadline or CELL_LIMIT."""
+        del alike
+        v, n, pp, nc = self.vpp, self.n, self.pp, len(self.comps)
+        states = self.classes * nc
+        values = np.full((states, n + 1), INF, dtype=np.int64)
+        first = [self.index[c] for c in self.comps
+                 if all(c[s * self.q + e] == 0 for s in range(self.q) for e in range(self.q) if s != e)]
+        values[np.array(first, dtype=np.int64) + self.cl.of(0) * nc, 0] = 0
+        layers: list[_Layer] = []
+        for r in range(pp):
+            if self.cuts.late():
+                raise Declined
+            live = np.flatnonzero((values < INF).any(axis=1))
+            src, dst, shift, cost, detail, periods = self._edges(r, live, slowest_us, cap_mb, minimise_time)
+            layers.append(_Layer(values, src, dst, shift, cost, detail, periods))
+            lo = max(v * (r + 1), n - (pp - r - 1) * self.longest)
+            hi = n - (pp - r - 1) * v
+            if not len(src) or hi < lo:
+                return None
+            if len(src) * (hi - lo + 1) > CELL_LIMIT:
+                raise Declined
+            values = self._step(values, src, dst, shift, cost, lo, hi)
+        final = values[:, n].reshape(self.classes, nc)[self.h:, :].T
+        final = np.where(self.trails, final, INF)
+        value = int(final.min())
+        if value >= INF:
+            return None
+        comp, end = np.unravel_index(int(np.argmin(final)), final.shape)
+        return value, self._trace(value, (self.h + int(end)) * nc + int(comp), layers)
+
+    def _step(self, values: np.ndarray, src: np.ndarray, dst: np.ndarray, shift: np.ndarray, cost: np.ndarray,
+              lo: int, hi: int) -> np.ndarray:
+        """One rank: for every state and blocks placed lo … hi, the least over edges into it of the larger of
+        the value it came from and the edge's cost."""
+        n = self.n
+        out = np.full_like(values, INF)
+        padded = np.concatenate([np.full((len(values), n + 1), INF, dtype=np.int64), values], axis=1)
+        placed = np.arange(lo, hi + 1)
+        order = np.argsort(dst, kind="stable")
+        src, dst, shift, cost = src[order], dst[order], shift[order], cost[order]
+        step = max(1, CHUNK // len(placed))
+        for i in range(0, len(src), step):
+            s, d, sh, c = src[i:i + step], dst[i:i + step], shift[i:i + step], cost[i:i + step]
+            came = padded[s[:, None], n + 1 + placed[None, :] - sh[:, None]]
+            reached = np.maximum(came, c[:, None])
+            starts = np.flatnonzero(np.r_[True, np.diff(d) != 0])
+            best = np.minimum.reduceat(reached, starts, axis=0)
+            keys = d[starts]
+            out[keys, lo:hi + 1] = np.minimum(out[keys, lo:hi + 1], best)
+        return out
+
+    def _trace(self, value: int, state: int, layers: list[_Layer]) -> tuple[int, ...]:
+        """A cut of `value` ending in `state`: each rank, last first, takes an edge into the state from a
+        value within `value`; the moves are then replayed on named rounds and the rounds put in trail order."""
+        placed, picks = self.n, []
+        for layer in reversed(layers):
+            at = placed - layer.shift
+            ok = (layer.dst == state) & (at >= 0) & (layer.cost <= value)
+            ok[ok] &= layer.values[layer.src[ok], at[ok]] <= value
+            e = int(np.flatnonzero(ok)[0])
+            picks.append((int(layer.src[e]), tuple(int(x) for x in layer.detail[e]), int(layer.periods[e])))
+            placed -= int(layer.shift[e])
+            state = int(layer.src[e])
+        picks.reverse()
+        return self._layout(state, picks)
+
+    def _layout(self, start: int, picks: list[tuple[int, tuple[int, int], int]]) -> tuple[int, ...]:
+        """The cut of the traced moves: later rounds named from the first state's counts, each rank's residues
+        given to rounds of the matching (start, front) pair, its pooled periods spread over its pieces
+        shortest first, then the rounds ordered along an Euler trail from round 0's end class."""
+        q, h, nc = self.q, self.h, len(self.comps)
+        counts = self.comps[start % nc]
+        rounds = [[s, s] for s in range(q) for _ in range(counts[s * q + s])]
+        pieces = [[0] * self.vpp for _ in range(self.pp)]
+        c0 = self.cl.of(0)
+        for r, (state, (i, j), periods) in enumerate(picks):
+            kind, amount = self._first(state // nc)[4][i]
+            choice = self._later(state % nc)[4][j]
+            residues: list[tuple[int, int]] = []
+            if kind == "length":
+                pieces[r][0] = amount
+                c0 = int(self.cl.exit[c0, amount])
+            else:
+                residues.append((0, amount))
+                c0 = h + (c0 - h + amount) % q
+            taken: set[int] = set()
+            for pair, split in enumerate(choice):
+                free = [t for t, (s, f) in enumerate(rounds) if s * q + f == pair and t not in taken]
+                given = [rho for rho, m in enumerate(split) for _ in range(m)]
+                for t, rho in zip(free, given, strict=False):
+                    residues.append((t + 1, rho))
+                    taken.add(t)
+            size = {slot: rho + q * (rho == 0) for slot, rho in residues}
+            for _ in range(periods - sum(rho == 0 for _, rho in residues)):
+                slot = min(size, key=lambda s: (size[s], s))
+                size[slot] += q
+            for slot, length in size.items():
+                pieces[r][slot] = length
+            for t, rho in residues:
+                if t:
+                    rounds[t - 1][1] = (rounds[t - 1][1] + rho) % q
+        order = self._trail(rounds, c0 - h)
+        return tuple(pieces[k % self.pp][0 if k < self.pp else 1 + order[k // self.pp - 1]]
+                     for k in range(self.pp * self.vpp))
+
+    @staticmethod
+    def _trail(rounds: list[list[int]], start: int) -> list[int]:
+        """The rounds (start class, end class) in an order where each starts where the one before ends, the
+        first at `start` (Hierholzer's walk)."""
+        out: dict[int, list[int]] = {}
+        for t, (s, _) in enumerate(rounds):
+            out.setdefault(s, []).append(t)
+        for edges in out.values():
+            edges.reverse()
+        stack: list[tuple[int, int | None]] = [(start, None)]
+        path: list[int] = []
+        while stack:
+            node, edge = stack[-1]
+            if out.get(node):
+                t = out[node].pop()
+                stack.append((rounds[t][1], t))
+            else:
+                stack.pop()
+                if edge is not None:
+                    path.append(edge)
+        path.reverse()
+        assert len(path) == len(rounds)
+        return path
+
