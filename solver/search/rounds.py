@@ -33,6 +33,8 @@ COMPOSITION_LIMIT = 20_000
 to run (q = 2: 816 at VPP 16)."""
 CELL_LIMIT = 1 << 25
 """Most cells (moves × block counts) one rank's step may read; past it the question is declined."""
+EDGE_SETS = 8
+"""Live-state sets whose joined edges a geometry keeps."""
 CHUNK = 1 << 21
 """Cells one slice of a rank's step reads at once (bounds the arrays' memory)."""
 
@@ -110,50 +112,38 @@ class _Layer:
     periods: np.ndarray
 
 
-class RoundProgram:
-    """The exact interleaved cut program of one row whose later rounds all start past the lead-in."""
+class _Geometry:
+    """What the program needs of a row's block sequence and shape alone (shared by every row of a problem
+    with that sequence grouping, PP and VPP): the round counts, each state's moves and their expansions."""
 
-    def __init__(self, cuts, groups: np.ndarray) -> None:  # noqa: ANN001 - InterleavedCuts (no cycle)
-        self.cuts = cuts
-        self.pp, self.vpp, self.n = cuts.pp, cuts.vpp, cuts.n
-        self.relaxed = cuts.relaxed
-        seq = tuple(int(g) for g in groups)
-        found = lead_period(seq, self.pp)
-        self.usable = False
-        """Whether this program runs on the row (a short enough lead-in, few enough round counts)."""
-        if found is None or self.vpp < 2:
-            return
-        self.h, self.q = found
-        if math.comb(self.vpp + self.q * self.q - 2, self.q * self.q - 1) > COMPOSITION_LIMIT:
-            return
-        self.comps = _compositions(self.vpp - 1, self.q * self.q)
-        self.usable = True
-        self.cl: Classes = classes_of(seq, len(self.relaxed.groups), self.h, self.q)
-        self.index = {c: i for i, c in enumerate(self.comps)}
-        self.classes = self.h + self.q
-        self.longest = self.n - self.pp * self.vpp + self.vpp
-        self.period = self.cl.content[self.h, self.q]
-        self.total = np.array(self.relaxed.total, dtype=np.int64)
+    def __init__(self, seq: tuple[int, ...], groups: int, pp: int, vpp: int, h: int, q: int) -> None:
+        self.pp, self.vpp, self.n, self.h, self.q = pp, vpp, len(seq), h, q
+        self.comps = _compositions(vpp - 1, q * q)
+        self.codes = np.array([sum(x * vpp ** i for i, x in enumerate(c)) for c in self.comps], dtype=np.int64)
+        self.order = np.argsort(self.codes)
+        self.cl: Classes = classes_of(seq, groups, h, q)
+        self.classes = h + q
+        self.longest = self.n - pp * vpp + vpp
+        self.period = self.cl.content[h, q]
+        self.total = np.bincount(np.array(seq, dtype=np.int64), minlength=groups).astype(np.int64)
         self.place = np.cumprod(np.concatenate([[1], self.total[:-1] + 1])).astype(np.int64)
         self.moves_of: dict[int, _Moves] = {}
+        self.expanded_of: dict[int, tuple[np.ndarray, ...]] = {}
+        self.edges_of: dict[bytes, tuple[np.ndarray, ...]] = {}
         self.later_of: dict[int, tuple] = {}
         self.first_of: dict[int, tuple] = {}
-
-    @functools.cached_property
-    def priced(self) -> tuple[np.ndarray, np.ndarray]:
-        """Time (µs) and memory (MB) of every rank (rows) holding each kind-count vector up to the model's
-        totals (columns, by code: vector @ place)."""
-        shape = tuple(int(t) + 1 for t in self.total)
-        vectors = np.indices(shape).reshape(len(shape), -1).T.astype(np.int64)
-        order = np.argsort(vectors @ self.place)
-        return tuple(x[:, order] for x in self.relaxed.costs(vectors))
 
     @functools.cached_property
     def trails(self) -> np.ndarray:
         """trails[comp, s]: whether the later rounds counted by comp chain from round 0 ending at class s."""
         return np.array([[trail_exists(c, self.q, s) for s in range(self.q)] for c in self.comps], dtype=bool)
 
-    def _first(self, c0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list]:
+    def comp_of(self, after: np.ndarray) -> np.ndarray:
+        """The indices of round-count vectors (rows of `after`) among the compositions."""
+        codes = after @ (self.vpp ** np.arange(self.q * self.q, dtype=np.int64))
+        return self.order[np.searchsorted(self.codes[self.order], codes)]
+
+    def first(self, c0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list]:
         """Round 0's options from a front at class c0: (class after, kind counts, blocks, periods needed) and
         what each is (("length", L) before h, whole; ("residue", ρ) after, its periods pooled)."""
         if c0 not in self.first_of:
@@ -169,42 +159,45 @@ class RoundProgram:
                 len(opts[0]), -1), np.array(opts[2], dtype=np.int64), np.array(opts[3], dtype=np.int64), opts[4])
         return self.first_of[c0]
 
-    def _later(self, comp: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list]:
+    def later(self, comp: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The later rounds' options for one rank from round counts comp: for each (start, front) pair, how
-        many of its rounds take a piece of each residue; (counts after, kind counts, blocks, periods needed,
-        the per-pair residue counts)."""
+        many of its rounds take a piece of each residue (an index into _compositions(count, q)); (counts
+        after, kind counts, blocks, periods needed, those indices per pair), one per distinct effect."""
         if comp not in self.later_of:
             q, h, cl = self.q, self.h, self.cl
-            counts = self.comps[comp]
-            per_pair = [_compositions(m, q) for m in counts]
-            dst, vec, blocks, least, what = [], [], [], [], []
-            for choice in itertools.product(*per_pair):
-                after = [0] * (q * q)
-                content = np.zeros(cl.content.shape[2], dtype=np.int64)
-                size = need = 0
-                for pair, split in enumerate(choice):
-                    start, front = divmod(pair, q)
-                    for rho, m in enumerate(split):
-                        if m:
-                            after[start * q + (front + rho) % q] += m
-                            content += m * cl.content[h + front, rho]
-                            size += m * rho
-                            need += m * (rho == 0)
-                dst.append(self.index[tuple(after)])
-                vec.append(content)
-                blocks.append(size)
-                least.append(need)
-                what.append(choice)
-            self.later_of[comp] = (np.array(dst, dtype=np.int64), np.array(vec, dtype=np.int64).reshape(len(dst), -1),
-                                   np.array(blocks, dtype=np.int64), np.array(least, dtype=np.int64), what)
+            pairs = q * q
+            groups = cl.content.shape[2]
+            after = np.zeros((1, pairs), dtype=np.int64)
+            vec = np.zeros((1, groups), dtype=np.int64)
+            size = np.zeros(1, dtype=np.int64)
+            need = np.zeros(1, dtype=np.int64)
+            picks = np.zeros((1, 0), dtype=np.int64)
+            for pair, count in enumerate(self.comps[comp]):
+                start, front = divmod(pair, q)
+                split = np.array(_compositions(count, q), dtype=np.int64).reshape(-1, q)
+                moved = np.zeros((len(split), pairs), dtype=np.int64)
+                for rho in range(q):
+                    moved[:, start * q + (front + rho) % q] += split[:, rho]
+                gain = split @ cl.content[h + front, :q]
+                k = len(split)
+                after = (after[:, None, :] + moved[None, :, :]).reshape(-1, pairs)
+                vec = (vec[:, None, :] + gain[None, :, :]).reshape(-1, groups)
+                size = (size[:, None] + (split @ np.arange(q))[None, :]).ravel()
+                need = (need[:, None] + split[None, :, 0]).ravel()
+                picks = np.concatenate([np.repeat(picks, k, axis=0), np.tile(np.arange(k), len(picks))[:, None]],
+                                       axis=1)
+            dst = self.comp_of(after)
+            key = np.concatenate([dst[:, None], vec, size[:, None], need[:, None]], axis=1)
+            keep = np.sort(np.unique(key, axis=0, return_index=True)[1])
+            self.later_of[comp] = (dst[keep], vec[keep], size[keep], need[keep], picks[keep])
         return self.later_of[comp]
 
-    def _moves(self, state: int) -> _Moves:
+    def moves(self, state: int) -> _Moves:
         """Every move of one rank from `state` (c0 · comps + comp): a round-0 option with a later-rounds one."""
         if state not in self.moves_of:
             c0, comp = divmod(state, len(self.comps))
-            f_to, f_vec, f_blocks, f_least, _ = self._first(c0)
-            l_to, l_vec, l_blocks, l_least, _ = self._later(comp)
+            f_to, f_vec, f_blocks, f_least, _ = self.first(c0)
+            l_to, l_vec, l_blocks, l_least, _ = self.later(comp)
             a, b = len(f_to), len(l_to)
             detail = np.stack([np.repeat(np.arange(a), b), np.tile(np.arange(b), a)], axis=1)
             self.moves_of[state] = _Moves(
@@ -214,25 +207,88 @@ class RoundProgram:
                 (f_least[:, None] + l_least[None, :]).ravel(), detail)
         return self.moves_of[state]
 
+    def expanded(self, state: int) -> tuple[np.ndarray, ...]:
+        """Every move from `state` with each number of pooled periods that keeps the rank within the longest
+        rank and the model's kind totals: (dst, blocks, code of the kind counts, move index, periods)."""
+        if state not in self.expanded_of:
+            m = self.moves(state)
+            periods = np.arange(self.longest // self.q + 1)
+            content = m.vec[:, None, :] + periods[None, :, None] * self.period[None, None, :]
+            size = m.blocks[:, None] + self.q * periods[None, :]
+            ok = ((periods[None, :] >= m.least[:, None]) & (size >= 1) & (size <= self.longest)
+                  & (content <= self.total).all(axis=2))
+            move, k = np.nonzero(ok)
+            dst, blocks, code = m.dst[move], size[move, k], content[move, k] @ self.place
+            first = np.unique(np.stack([dst, blocks, code], axis=1), axis=0, return_index=True)[1]
+            self.expanded_of[state] = (dst[first].astype(np.int32), blocks[first].astype(np.int32), code[first],
+                                       move[first].astype(np.int32), periods[k[first]].astype(np.int32))
+        return self.expanded_of[state]
+
+    def edges(self, live: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The expanded moves of every live state together, sorted by destination: (src, dst, blocks, code,
+        move index, periods); the latest few live sets are kept (ranks ask for the same ones question after
+        question)."""
+        key = live.tobytes()
+        if key not in self.edges_of:
+            parts = [self.expanded(int(s)) for s in live]
+            src = np.repeat(live, [len(p[0]) for p in parts])
+            joined = [src, *(np.concatenate([p[i] for p in parts]) for i in range(5))]
+            order = np.argsort(joined[1], kind="stable")
+            if len(self.edges_of) >= EDGE_SETS:
+                del self.edges_of[next(iter(self.edges_of))]
+            self.edges_of[key] = tuple(x[order] for x in joined)
+        return self.edges_of[key]
+
+
+@functools.lru_cache(maxsize=4)
+def _geometry(seq: tuple[int, ...], groups: int, pp: int, vpp: int, h: int, q: int) -> _Geometry:
+    """The shared geometry of a sequence grouping, PP and VPP (rows of one problem ask for the same ones)."""
+    return _Geometry(seq, groups, pp, vpp, h, q)
+
+
+class RoundProgram:
+    """The exact interleaved cut program of one row whose later rounds all start past the lead-in."""
+
+    def __init__(self, cuts, groups: np.ndarray) -> None:  # noqa: ANN001 - InterleavedCuts (no cycle)
+        self.cuts = cuts
+        self.pp, self.vpp, self.n = cuts.pp, cuts.vpp, cuts.n
+        seq = tuple(int(g) for g in groups)
+        found = lead_period(seq, self.pp)
+        self.usable = False
+        """Whether this program runs on the row (a short enough lead-in, few enough round counts)."""
+        if found is None or self.vpp < 2:
+            return
+        h, q = found
+        if math.comb(self.vpp + q * q - 2, q * q - 1) > COMPOSITION_LIMIT:
+            return
+        self.usable = True
+        self.g = _geometry(seq, len(cuts.relaxed.groups), self.pp, self.vpp, h, q)
+        self.h, self.q, self.comps, self.cl = h, q, self.g.comps, self.g.cl
+
+    @functools.cached_property
+    def blocks(self) -> np.ndarray:
+        """Blocks in each kind-count vector, by code (as `priced`)."""
+        shape = tuple(int(t) + 1 for t in self.g.total)
+        vectors = np.indices(shape).reshape(len(shape), -1).T.astype(np.int64)
+        return vectors.sum(axis=1)[np.argsort(vectors @ self.g.place)]
+
+    @functools.cached_property
+    def priced(self) -> tuple[np.ndarray, np.ndarray]:
+        """Time (µs) and memory (MB) of every rank (rows) holding each kind-count vector up to the model's
+        totals (columns, by code: vector @ place)."""
+        shape = tuple(int(t) + 1 for t in self.g.total)
+        vectors = np.indices(shape).reshape(len(shape), -1).T.astype(np.int64)
+        order = np.argsort(vectors @ self.g.place)
+        return tuple(x[:, order] for x in self.cuts.relaxed.costs(vectors))
+
     def _edges(self, r: int, live: np.ndarray, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple:
-        """Rank r's edges from the live states within both bounds: (src, dst, blocks, objective, detail,
-        pooled periods)."""
-        moves = [self._moves(int(s)) for s in live]
-        src = np.concatenate([np.full(len(m.dst), s, dtype=np.int64) for s, m in zip(live, moves, strict=True)])
-        dst, vec, blocks, least, detail = (np.concatenate([getattr(m, f) for m in moves])
-                                           for f in ("dst", "vec", "blocks", "least", "detail"))
-        periods = np.arange(self.longest // self.q + 1)
-        content = vec[:, None, :] + periods[None, :, None] * self.period[None, None, :]
-        size = blocks[:, None] + self.q * periods[None, :]
-        ok = ((periods[None, :] >= least[:, None]) & (size >= 1) & (size <= self.longest)
-              & (content <= self.total).all(axis=2))
-        move, k = np.nonzero(ok)
-        code = content[move, k] @ self.place
+        """Rank r's edges from the live states within both bounds, sorted by destination: (src, dst, blocks,
+        objective, move index, pooled periods)."""
+        src, dst, size, code, move, periods = self.g.edges(live)
         time, memory = self.priced[0][r, code], self.priced[1][r, code]
         fit = (time <= slowest_us) & (memory <= cap_mb)
-        move, k = move[fit], k[fit]
         cost = (time if minimise_time else memory)[fit]
-        return src[move], dst[move], size[move, k], cost, detail[move], periods[k]
+        return src[fit], dst[fit].astype(np.int64), size[fit].astype(np.int64), cost, move[fit], periods[fit]
 
     def least(self, slowest_us: int, cap_mb: int, minimise_time: bool,
               alike: Callable[[int], int] | None = None) -> tuple[int, tuple[int, ...]] | None:
@@ -241,44 +297,72 @@ class RoundProgram:
         as evenly as its ranks' totals allow; `alike` is accepted for FrontProgram's signature and not
         used). None when no cut is within both. Raises Declined past the deadline or CELL_LIMIT."""
         del alike
-        v, n, pp, nc = self.vpp, self.n, self.pp, len(self.comps)
-        states = self.classes * nc
+        slowest_us, cap_mb = self._tightened(slowest_us, cap_mb, minimise_time)
+        n, pp, nc = self.n, self.pp, len(self.comps)
+        states = self.g.classes * nc
         values = np.full((states, n + 1), INF, dtype=np.int64)
-        first = [self.index[c] for c in self.comps
+        first = [i for i, c in enumerate(self.comps)
                  if all(c[s * self.q + e] == 0 for s in range(self.q) for e in range(self.q) if s != e)]
         values[np.array(first, dtype=np.int64) + self.cl.of(0) * nc, 0] = 0
         layers: list[_Layer] = []
+        windows = self._windows(slowest_us, cap_mb)
+        if windows is None:
+            return None
         for r in range(pp):
             if self.cuts.late():
                 raise Declined
             live = np.flatnonzero((values < INF).any(axis=1))
+            if not len(live):
+                return None
             src, dst, shift, cost, detail, periods = self._edges(r, live, slowest_us, cap_mb, minimise_time)
             layers.append(_Layer(values, src, dst, shift, cost, detail, periods))
-            lo = max(v * (r + 1), n - (pp - r - 1) * self.longest)
-            hi = n - (pp - r - 1) * v
+            lo, hi = windows[r]
             if not len(src) or hi < lo:
                 return None
             if len(src) * (hi - lo + 1) > CELL_LIMIT:
                 raise Declined
             values = self._step(values, src, dst, shift, cost, lo, hi)
-        final = values[:, n].reshape(self.classes, nc)[self.h:, :].T
-        final = np.where(self.trails, final, INF)
+        final = values[:, n].reshape(self.g.classes, nc)[self.h:, :].T
+        final = np.where(self.g.trails, final, INF)
         value = int(final.min())
         if value >= INF:
             return None
         comp, end = np.unravel_index(int(np.argmin(final)), final.shape)
         return value, self._trace(value, (self.h + int(end)) * nc + int(comp), layers)
 
+    def _windows(self, slowest_us: int, cap_mb: int) -> list[tuple[int, int]] | None:
+        """For each rank, the blocks the ranks up to it can have placed: each rank holds between the fewest and
+        the most blocks of any kind counts it can hold within both bounds (VPP … the longest rank), and the
+        ranks after it must be able to take the rest; None when some rank can hold nothing."""
+        fit = (self.priced[0] <= slowest_us) & (self.priced[1] <= cap_mb)
+        fit &= (self.blocks >= self.vpp) & (self.blocks <= self.g.longest)
+        if not fit.any(axis=1).all():
+            return None
+        least = np.where(fit, self.blocks, self.n + 1).min(axis=1)
+        most = np.where(fit, self.blocks, -1).max(axis=1)
+        done_least, done_most = np.cumsum(least), np.cumsum(most)
+        rest_least, rest_most = done_least[-1] - done_least, done_most[-1] - done_most
+        return [(int(max(done_least[r], self.n - rest_most[r])), int(min(done_most[r], self.n - rest_least[r])))
+                for r in range(self.pp)]
+
+    def _tightened(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[int, int]:
+        """The bounds with the objective's lowered to the evenest cut's value when that cut is within both
+        (the least is at most it, so no cut of the least is lost and far fewer moves are priced)."""
+        stages = self.pp * self.vpp
+        edges = [k * self.n // stages for k in range(stages + 1)]
+        time, memory = self.cuts.measure(tuple(edges[k + 1] - edges[k] for k in range(stages)))
+        if time > slowest_us or memory > cap_mb:
+            return slowest_us, cap_mb
+        return (time, cap_mb) if minimise_time else (slowest_us, memory)
+
     def _step(self, values: np.ndarray, src: np.ndarray, dst: np.ndarray, shift: np.ndarray, cost: np.ndarray,
               lo: int, hi: int) -> np.ndarray:
-        """One rank: for every state and blocks placed lo … hi, the least over edges into it of the larger of
-        the value it came from and the edge's cost."""
+        """One rank: for every state and blocks placed lo … hi, the least over edges into it (sorted by `dst`)
+        of the larger of the value it came from and the edge's cost."""
         n = self.n
         out = np.full_like(values, INF)
         padded = np.concatenate([np.full((len(values), n + 1), INF, dtype=np.int64), values], axis=1)
         placed = np.arange(lo, hi + 1)
-        order = np.argsort(dst, kind="stable")
-        src, dst, shift, cost = src[order], dst[order], shift[order], cost[order]
         step = max(1, CHUNK // len(placed))
         for i in range(0, len(src), step):
             s, d, sh, c = src[i:i + step], dst[i:i + step], shift[i:i + step], cost[i:i + step]
@@ -299,7 +383,8 @@ class RoundProgram:
             ok = (layer.dst == state) & (at >= 0) & (layer.cost <= value)
             ok[ok] &= layer.values[layer.src[ok], at[ok]] <= value
             e = int(np.flatnonzero(ok)[0])
-            picks.append((int(layer.src[e]), tuple(int(x) for x in layer.detail[e]), int(layer.periods[e])))
+            detail = self.g.moves(int(layer.src[e])).detail[int(layer.detail[e])]
+            picks.append((int(layer.src[e]), (int(detail[0]), int(detail[1])), int(layer.periods[e])))
             placed -= int(layer.shift[e])
             state = int(layer.src[e])
         picks.reverse()
@@ -315,8 +400,9 @@ class RoundProgram:
         pieces = [[0] * self.vpp for _ in range(self.pp)]
         c0 = self.cl.of(0)
         for r, (state, (i, j), periods) in enumerate(picks):
-            kind, amount = self._first(state // nc)[4][i]
-            choice = self._later(state % nc)[4][j]
+            kind, amount = self.g.first(state // nc)[4][i]
+            picked = self.g.later(state % nc)[4][j]
+            choice = [_compositions(m, q)[int(x)] for m, x in zip(self.comps[state % nc], picked, strict=True)]
             residues: list[tuple[int, int]] = []
             if kind == "length":
                 pieces[r][0] = amount
