@@ -127,7 +127,8 @@ class _Geometry:
         self.period = self.cl.content[h, q]
         self.total = np.bincount(np.array(seq, dtype=np.int64), minlength=groups).astype(np.int64)
         self.place = np.cumprod(np.concatenate([[1], self.total[:-1] + 1])).astype(np.int64)
-        self.moves_of: dict[int, _Moves] = {}
+        self.detail_of: dict[int, np.ndarray] = {}
+        """Per expanded state, its moves' (round-0 option, later-rounds option) indices."""
         self.expanded_of: dict[int, tuple[np.ndarray, ...]] = {}
         self.edges_of: dict[bytes, tuple[np.ndarray, ...]] = {}
         self.later_of: dict[int, tuple] = {}
@@ -194,35 +195,43 @@ class _Geometry:
 
     def moves(self, state: int) -> _Moves:
         """Every move of one rank from `state` (c0 · comps + comp): a round-0 option with a later-rounds one."""
-        if state not in self.moves_of:
-            c0, comp = divmod(state, len(self.comps))
-            f_to, f_vec, f_blocks, f_least, _ = self.first(c0)
-            l_to, l_vec, l_blocks, l_least, _ = self.later(comp)
-            a, b = len(f_to), len(l_to)
-            detail = np.stack([np.repeat(np.arange(a), b), np.tile(np.arange(b), a)], axis=1)
-            self.moves_of[state] = _Moves(
-                (f_to[:, None] * len(self.comps) + l_to[None, :]).ravel(),
-                (f_vec[:, None, :] + l_vec[None, :, :]).reshape(a * b, -1),
-                (f_blocks[:, None] + l_blocks[None, :]).ravel(),
-                (f_least[:, None] + l_least[None, :]).ravel(), detail)
-        return self.moves_of[state]
+        c0, comp = divmod(state, len(self.comps))
+        f_to, f_vec, f_blocks, f_least, _ = self.first(c0)
+        l_to, l_vec, l_blocks, l_least, _ = self.later(comp)
+        a, b = len(f_to), len(l_to)
+        detail = np.stack([np.repeat(np.arange(a), b), np.tile(np.arange(b), a)], axis=1)
+        return _Moves((f_to[:, None] * len(self.comps) + l_to[None, :]).ravel(),
+                      (f_vec[:, None, :] + l_vec[None, :, :]).reshape(a * b, -1),
+                      (f_blocks[:, None] + l_blocks[None, :]).ravel(),
+                      (f_least[:, None] + l_least[None, :]).ravel(), detail)
 
-    def expanded(self, state: int) -> tuple[np.ndarray, ...]:
-        """Every move from `state` with each number of pooled periods that keeps the rank within the longest
-        rank and the model's kind totals: (dst, blocks, code of the kind counts, move index, periods)."""
-        if state not in self.expanded_of:
-            m = self.moves(state)
-            periods = np.arange(self.longest // self.q + 1)
-            content = m.vec[:, None, :] + periods[None, :, None] * self.period[None, None, :]
-            size = m.blocks[:, None] + self.q * periods[None, :]
-            ok = ((periods[None, :] >= m.least[:, None]) & (size >= 1) & (size <= self.longest)
-                  & (content <= self.total).all(axis=2))
-            move, k = np.nonzero(ok)
-            dst, blocks, code = m.dst[move], size[move, k], content[move, k] @ self.place
-            first = np.unique(np.stack([dst, blocks, code], axis=1), axis=0, return_index=True)[1]
-            self.expanded_of[state] = (dst[first].astype(np.int32), blocks[first].astype(np.int32), code[first],
-                                       move[first].astype(np.int32), periods[k[first]].astype(np.int32))
-        return self.expanded_of[state]
+    def expand(self, states: list[int]) -> None:
+        """Every move from each of `states` with each number of pooled periods that keeps the rank within the
+        longest rank and the model's kind totals, one per (destination, blocks, kind counts), kept per state
+        as (dst, blocks, code of the kind counts, move index, periods); all states in one pass."""
+        moves = [self.moves(s) for s in states]
+        owner = np.repeat(np.arange(len(states)), [len(m.dst) for m in moves])
+        dst, vec, blocks, least = (np.concatenate([getattr(m, f) for m in moves])
+                                   for f in ("dst", "vec", "blocks", "least"))
+        index = np.concatenate([np.arange(len(m.dst)) for m in moves])
+        periods = np.arange(self.longest // self.q + 1)
+        room = np.where(self.period > 0, (self.total - vec) // np.maximum(self.period, 1), self.longest)
+        top = np.where((vec <= self.total).all(axis=1), room.min(axis=1), -1)
+        top = np.minimum(top, (self.longest - blocks) // self.q)
+        move, k = np.nonzero((periods[None, :] >= least[:, None]) & (periods[None, :] <= top[:, None])
+                             & (blocks[:, None] + self.q * periods[None, :] >= 1))
+        size = blocks[move] + self.q * k
+        code = vec[move] @ self.place + k * int(self.period @ self.place)
+        key = ((owner[move] * (self.classes * len(self.comps)) + dst[move]) * (self.longest + 1) + size) \
+            * int(self.place[-1] * (self.total[-1] + 1)) + code
+        first = np.unique(key, return_index=True)[1]
+        move, k, size, code = move[first], k[first], size[first], code[first]
+        bounds = np.searchsorted(owner[move], np.arange(len(states) + 1))
+        for i, state in enumerate(states):
+            part = slice(bounds[i], bounds[i + 1])
+            self.detail_of[state] = moves[i].detail.astype(np.int32)
+            self.expanded_of[state] = (dst[move[part]].astype(np.int32), size[part].astype(np.int32), code[part],
+                                       index[move[part]].astype(np.int32), periods[k[part]].astype(np.int32))
 
     def edges(self, live: np.ndarray) -> tuple[np.ndarray, ...]:
         """The expanded moves of every live state together, sorted by destination: (src, dst, blocks, code,
@@ -230,7 +239,10 @@ class _Geometry:
         question)."""
         key = live.tobytes()
         if key not in self.edges_of:
-            parts = [self.expanded(int(s)) for s in live]
+            missing = [int(s) for s in live if int(s) not in self.expanded_of]
+            if missing:
+                self.expand(missing)
+            parts = [self.expanded_of[int(s)] for s in live]
             src = np.repeat(live, [len(p[0]) for p in parts])
             joined = [src, *(np.concatenate([p[i] for p in parts]) for i in range(5))]
             order = np.argsort(joined[1], kind="stable")
@@ -383,7 +395,7 @@ class RoundProgram:
             ok = (layer.dst == state) & (at >= 0) & (layer.cost <= value)
             ok[ok] &= layer.values[layer.src[ok], at[ok]] <= value
             e = int(np.flatnonzero(ok)[0])
-            detail = self.g.moves(int(layer.src[e])).detail[int(layer.detail[e])]
+            detail = self.g.detail_of[int(layer.src[e])][int(layer.detail[e])]
             picks.append((int(layer.src[e]), (int(detail[0]), int(detail[1])), int(layer.periods[e])))
             placed -= int(layer.shift[e])
             state = int(layer.src[e])
