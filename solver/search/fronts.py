@@ -261,6 +261,14 @@ class FrontProgram:
         assert evenest is not None
         return found[0], evenest[1]
 
+    def evenest(self, slowest_us: int, cap_mb: int, minimise_time: bool, within: int) -> tuple[int, ...]:
+        """The evenest cut (least's second pass) whose objective is at most `within`, with each rank within
+        `slowest_us` and `cap_mb`; `within` must be at least the least (some cut has it). Raises Declined as
+        least does."""
+        found = self._program(_Question(slowest_us, cap_mb, minimise_time, within))
+        assert found is not None
+        return found[1]
+
     def _program(self, question: _Question) -> tuple[int, tuple[int, ...]] | None:
         """The dynamic program over the ranks: the least largest rank objective (`within` None) or the least
         total spread of moves within `within`, and a cut that has it. A layer holds, per front key, the

@@ -220,14 +220,17 @@ class InterleavedCuts:
         return tuple(layout) if go(0, 0) else None
 
     @functools.cached_property
-    def fronts(self) -> FrontProgram | RoundProgram | None:
-        """The exact front program of this row's block sequence when its state space is small enough, else the
-        round program when every later round starts past the lead-in (PP at least its length)."""
+    def fronts(self) -> FrontProgram | None:
+        """The exact front program of this row's block sequence when its state space is small enough."""
         program = FrontProgram(self, self.groups)
-        if program.usable:
-            return program
-        rounds = RoundProgram(self, self.groups)
-        return rounds if rounds.usable else None
+        return program if program.usable else None
+
+    @functools.cached_property
+    def rounds(self) -> RoundProgram | None:
+        """The exact round program of this row when every later round starts past the lead-in (PP at least
+        its length) and the round counts are few."""
+        program = RoundProgram(self, self.groups)
+        return program if program.usable else None
 
     @property
     def groups(self) -> np.ndarray:
@@ -235,15 +238,24 @@ class InterleavedCuts:
         return np.array([self.relaxed.pattern[bit.bit_length() - 1] for bit in self.b.bit], dtype=np.int64)
 
     def exact_least(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[bool, tuple[int, ...] | None]:
-        """The front program's answer: (True, cut of least slowest time, or peak memory, within both bounds),
-        (True, None) when no cut is within both, (False, None) when the program declines the question. Only
-        the leanest cut is printed (best), so only it is made the evenest of its memory unit."""
-        if self.fronts is None:
-            return False, None
+        """The exact programs' answer: (True, cut of least slowest time, or peak memory, within both bounds),
+        (True, None) when no cut is within both, (False, None) when both decline the question. The round
+        program answers first (it is the faster); only the leanest cut is printed (best), so where the front
+        program runs it makes that cut the evenest of its memory unit, as it did alone."""
         def alike(value: int) -> int:
             """The largest peak memory in the same solver unit as `value`."""
             return min(cap_mb, -(-value // MEMORY_UNIT_MB) * MEMORY_UNIT_MB)
 
+        if self.rounds is not None:
+            try:
+                found = self.rounds.least(slowest_us, cap_mb, minimise_time)
+                if found is None or minimise_time or self.fronts is None:
+                    return True, None if found is None else found[1]
+                return True, self.fronts.evenest(slowest_us, cap_mb, minimise_time, alike(found[0]))
+            except Declined:
+                pass
+        if self.fronts is None:
+            return False, None
         try:
             found = self.fronts.least(slowest_us, cap_mb, minimise_time, None if minimise_time else alike)
         except Declined:

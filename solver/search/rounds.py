@@ -31,6 +31,8 @@ from parasol.solver.search.fronts import INF, Classes, Declined, classes_of
 COMPOSITION_LIMIT = 20_000
 """Most ways to count the VPP − 1 later rounds over the q² (start, front) class pairs for this program
 to run (q = 2: 816 at VPP 16)."""
+PERIOD_LIMIT = 4
+"""Longest period this program takes (q² class pairs; DeepSeek-V4 has 2, hybrid attention patterns 3-4)."""
 CELL_LIMIT = 1 << 25
 """Most cells (moves × block counts) one rank's step may read; past it the question is declined."""
 EDGE_SETS = 8
@@ -271,7 +273,7 @@ class RoundProgram:
         if found is None or self.vpp < 2:
             return
         h, q = found
-        if math.comb(self.vpp + q * q - 2, q * q - 1) > COMPOSITION_LIMIT:
+        if q > PERIOD_LIMIT or math.comb(self.vpp + q * q - 2, q * q - 1) > COMPOSITION_LIMIT:
             return
         self.usable = True
         self.g = _geometry(seq, len(cuts.relaxed.groups), self.pp, self.vpp, h, q)
