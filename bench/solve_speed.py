@@ -7,7 +7,7 @@ no `search:` section) across model families (dense, MoE with and without MTP, De
 rows screened for memory within the time limit, rows with a cut that fits, rows priced in full (settled
 and cut: those no `top` rows cut before dominate by their floor), and the time spent in the CP-SAT master.
 
-Run: python bench/solve_speed.py [--runs 5] | python bench/solve_speed.py --default-space [--only NAME]
+Run: python bench/solve_speed.py [--runs 5] | python bench/solve_speed.py --default-space [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def default_space_text(model: str, preset: str, gpus: int, seq: int, gbs: int, p
             f"  gpus: {gpus}\n" + ("framework:" + extra.split("framework:")[1] if "framework:" in extra else ""))
 
 
-def default_space(only: str | None, time_limit: float) -> None:
+def default_space(only: list[str] | None, time_limit: float) -> None:
     """Solve each default-space problem once in this process and print its figures."""
     import parasol.solver.search.solve as solve_module
     from parasol.constraints.physics.step_time import CalibratedStageTimes
@@ -120,7 +120,7 @@ def default_space(only: str | None, time_limit: float) -> None:
     print(f"{'problem':<26} {'status':>8} {'time s':>7} {'rows':>7} {'screened':>8} {'fitting':>7} {'cut':>6} "
           f"{'master s':>8}  best step / memory")
     for name, *spec in DEFAULT_SPACE:
-        if only and only not in name:
+        if only and not any(part in name for part in only):
             continue
         problem = load_problem_text(default_space_text(*spec))
         master[0] = 0.0
@@ -138,7 +138,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--reference", type=int, default=6, help="generated problems to compare")
     parser.add_argument("--default-space", action="store_true", help="the default-space set (issue 15)")
-    parser.add_argument("--only", help="default-space problems whose name contains this")
+    parser.add_argument("--only", nargs="*", help="default-space problems whose name contains one of these")
     parser.add_argument("--time-limit", type=float, default=600.0, help="default-space solve time limit (s)")
     args = parser.parse_args()
     if args.default_space:

@@ -204,8 +204,23 @@ def test_round_program_equals_enumeration(name: str) -> None:
                     if lean is not None:
                         assert lean[0] == min(within)
                         assert cuts.measure(lean[1])[1] == lean[0] and cuts.measure(lean[1])[0] <= bound
+                        _assert_evenest(cuts, program, bound, cap, lean[0] + rng.choice([0, 0, 15, 60]))
                     checked += 1
     assert checked >= 12
+
+
+def _assert_evenest(cuts: InterleavedCuts, program: RoundProgram, bound: int, cap: int, alike: int) -> None:
+    """The evenness pass: the cut returned has the least Σ |stage · stages − n| of every cut with each rank
+    within `bound` and memory within min(cap, alike)."""
+    def spread(layout: tuple[int, ...]) -> int:
+        return sum(abs(x * cuts.stages - cuts.n) for x in layout)
+
+    within = min(cap, alike)
+    best = min(spread(layout) for layout in _every_cut(cuts.n, cuts.stages)
+               if (lambda tm: tm[0] <= bound and tm[1] <= within)(cuts.measure(layout)))
+    _, even = program.least(bound, cap, False, lambda _: within)
+    t, m = cuts.measure(even)
+    assert t <= bound and m <= within and spread(even) == best
 
 
 def test_lead_period_and_trails() -> None:

@@ -134,7 +134,7 @@ class _Pieces:
 
 
 @dataclass(frozen=True)
-class _Question:
+class Question:
     """One pass of the program: both bounds, which objective, and (for the evenness pass) the objective's
     least value found, within which the evenest cut is sought."""
 
@@ -223,7 +223,7 @@ class FrontProgram:
         """Front-class tuples (rows) of codes."""
         return (codes[:, None] // self.radix[None, :]) % (self.cl.h + self.cl.q)
 
-    def _moves(self, r: int, keys: np.ndarray, question: _Question) -> _Moves:
+    def _moves(self, r: int, keys: np.ndarray, question: Question) -> _Moves:
         """Rank r's moves from the fronts coded `keys` within the question's bounds: for each (front, end
         fronts, blocks taken), the least score (the objective, or with `within` set the pieces' spread among
         moves whose objective is within it) and the piece lengths that have it."""
@@ -254,22 +254,14 @@ class FrontProgram:
         `alike(least)` instead (the caller's rounding: a cut it cannot tell from the least's). None when no
         cut is within both. Raises Declined past the deadline or when a step would read more than CELL_LIMIT
         cells."""
-        found = self._program(_Question(slowest_us, cap_mb, minimise_time, None))
+        found = self._program(Question(slowest_us, cap_mb, minimise_time, None))
         if found is None or alike is None:
             return found
-        evenest = self._program(_Question(slowest_us, cap_mb, minimise_time, alike(found[0])))
+        evenest = self._program(Question(slowest_us, cap_mb, minimise_time, alike(found[0])))
         assert evenest is not None
         return found[0], evenest[1]
 
-    def evenest(self, slowest_us: int, cap_mb: int, minimise_time: bool, within: int) -> tuple[int, ...]:
-        """The evenest cut (least's second pass) whose objective is at most `within`, with each rank within
-        `slowest_us` and `cap_mb`; `within` must be at least the least (some cut has it). Raises Declined as
-        least does."""
-        found = self._program(_Question(slowest_us, cap_mb, minimise_time, within))
-        assert found is not None
-        return found[1]
-
-    def _program(self, question: _Question) -> tuple[int, tuple[int, ...]] | None:
+    def _program(self, question: Question) -> tuple[int, tuple[int, ...]] | None:
         """The dynamic program over the ranks: the least largest rank objective (`within` None) or the least
         total spread of moves within `within`, and a cut that has it. A layer holds, per front key, the
         blocks placed (a window lo … lo + width − 1 of them: the ranks after must still find at least VPP

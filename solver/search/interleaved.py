@@ -239,28 +239,22 @@ class InterleavedCuts:
 
     def exact_least(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[bool, tuple[int, ...] | None]:
         """The exact programs' answer: (True, cut of least slowest time, or peak memory, within both bounds),
-        (True, None) when no cut is within both, (False, None) when both decline the question. The round
-        program answers first (it is the faster); only the leanest cut is printed (best), so where the front
-        program runs it makes that cut the evenest of its memory unit, as it did alone."""
+        (True, None) when no cut is within both, (False, None) when the programs decline the question. The
+        round program answers where it runs (it is the faster), else the front program. Only the leanest cut
+        is printed (best), so only it is made the evenest of its memory unit."""
         def alike(value: int) -> int:
             """The largest peak memory in the same solver unit as `value`."""
             return min(cap_mb, -(-value // MEMORY_UNIT_MB) * MEMORY_UNIT_MB)
 
-        if self.rounds is not None:
+        for program in (self.rounds, self.fronts):
+            if program is None:
+                continue
             try:
-                found = self.rounds.least(slowest_us, cap_mb, minimise_time)
-                if found is None or minimise_time or self.fronts is None:
-                    return True, None if found is None else found[1]
-                return True, self.fronts.evenest(slowest_us, cap_mb, minimise_time, alike(found[0]))
+                found = program.least(slowest_us, cap_mb, minimise_time, None if minimise_time else alike)
             except Declined:
-                pass
-        if self.fronts is None:
-            return False, None
-        try:
-            found = self.fronts.least(slowest_us, cap_mb, minimise_time, None if minimise_time else alike)
-        except Declined:
-            return False, None
-        return True, None if found is None else found[1]
+                continue
+            return True, None if found is None else found[1]
+        return False, None
 
     def settle(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[bool, tuple[int, ...] | None]:
         """The exact answers that need no search (relaxed_cut's and exact_least's contract): with one kind of

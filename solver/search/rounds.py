@@ -19,6 +19,7 @@ the trail orders the rounds of a cut that has it.
 from __future__ import annotations
 
 import functools
+import heapq
 import itertools
 import math
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parasol.solver.search.fronts import INF, Classes, Declined, classes_of
+from parasol.solver.search.fronts import INF, Classes, Declined, Question, classes_of
 
 COMPOSITION_LIMIT = 20_000
 """Most ways to count the VPP − 1 later rounds over the q² (start, front) class pairs for this program
@@ -99,6 +100,12 @@ class _Moves:
     blocks: np.ndarray
     least: np.ndarray
     detail: np.ndarray
+    hist: np.ndarray
+    """Pieces of each residue whose periods are pooled."""
+    fixed: np.ndarray
+    """The length of a round-0 piece taken whole (0 when its periods are pooled too)."""
+    lead: np.ndarray
+    """The starting length of a round-0 lead-in piece whose periods are pooled (0 when none)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,7 @@ class _Geometry:
         """Per expanded state, its moves' (round-0 option, later-rounds option) indices."""
         self.expanded_of: dict[int, tuple[np.ndarray, ...]] = {}
         self.edges_of: dict[bytes, tuple[np.ndarray, ...]] = {}
+        self.spread_of: dict[tuple[tuple[int, ...], int, int, int], int] = {}
         self.later_of: dict[int, tuple] = {}
         self.first_of: dict[int, tuple] = {}
 
@@ -146,26 +154,35 @@ class _Geometry:
         codes = after @ (self.vpp ** np.arange(self.q * self.q, dtype=np.int64))
         return self.order[np.searchsorted(self.codes[self.order], codes)]
 
-    def first(self, c0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list]:
-        """Round 0's options from a front at class c0: (class after, kind counts, blocks, periods needed) and
-        what each is (("length", L) before h, whole; ("residue", ρ) after, its periods pooled)."""
+    def first(self, c0: int) -> tuple:
+        """Round 0's options from a front at class c0: (class after, kind counts, blocks, periods needed,
+        pieces of each residue whose periods are pooled, the length of a piece taken whole, the starting
+        length of a lead-in piece whose periods are pooled, what each is). Before h: a piece ending inside
+        the lead-in ("length", L), or one running past it ("lead", L: the rest of the lead-in and a residue,
+        more periods pooled); after h: ("residue", ρ), its periods pooled."""
         if c0 not in self.first_of:
             cl, h, q = self.cl, self.h, self.q
             if c0 < h:
-                lengths = list(range(1, self.longest + 1))
+                inside = list(range(1, h - c0))
+                past = [h - c0 + rho for rho in range(q)]
+                lengths = inside + past
                 opts = ([int(cl.exit[c0, L]) for L in lengths], [cl.content[c0, L] for L in lengths], lengths,
-                        [0] * len(lengths), [("length", L) for L in lengths])
+                        [0] * len(lengths), [[0] * q for _ in lengths], inside + [0] * q, [0] * len(inside) + past,
+                        [("length", L) for L in inside] + [("lead", L) for L in past])
             else:
                 opts = ([h + (c0 - h + rho) % q for rho in range(q)], [cl.content[c0, rho] for rho in range(q)],
-                        list(range(q)), [int(rho == 0) for rho in range(q)], [("residue", rho) for rho in range(q)])
-            self.first_of[c0] = (np.array(opts[0], dtype=np.int64), np.array(opts[1], dtype=np.int64).reshape(
-                len(opts[0]), -1), np.array(opts[2], dtype=np.int64), np.array(opts[3], dtype=np.int64), opts[4])
+                        list(range(q)), [int(rho == 0) for rho in range(q)], np.eye(q, dtype=np.int64).tolist(),
+                        [0] * q, [0] * q, [("residue", rho) for rho in range(q)])
+            count = len(opts[0])
+            self.first_of[c0] = (*(np.array(x, dtype=np.int64).reshape(count, -1) if i in (1, 4)
+                                   else np.array(x, dtype=np.int64) for i, x in enumerate(opts[:7])), opts[7])
         return self.first_of[c0]
 
     def later(self, comp: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The later rounds' options for one rank from round counts comp: for each (start, front) pair, how
         many of its rounds take a piece of each residue (an index into _compositions(count, q)); (counts
-        after, kind counts, blocks, periods needed, those indices per pair), one per distinct effect."""
+        after, kind counts, blocks, periods needed, pieces of each residue, those indices per pair), one per
+        distinct effect."""
         if comp not in self.later_of:
             q, h, cl = self.q, self.h, self.cl
             pairs = q * q
@@ -174,6 +191,7 @@ class _Geometry:
             vec = np.zeros((1, groups), dtype=np.int64)
             size = np.zeros(1, dtype=np.int64)
             need = np.zeros(1, dtype=np.int64)
+            hist = np.zeros((1, q), dtype=np.int64)
             picks = np.zeros((1, 0), dtype=np.int64)
             for pair, count in enumerate(self.comps[comp]):
                 start, front = divmod(pair, q)
@@ -187,34 +205,53 @@ class _Geometry:
                 vec = (vec[:, None, :] + gain[None, :, :]).reshape(-1, groups)
                 size = (size[:, None] + (split @ np.arange(q))[None, :]).ravel()
                 need = (need[:, None] + split[None, :, 0]).ravel()
+                hist = (hist[:, None, :] + split[None, :, :]).reshape(-1, q)
                 picks = np.concatenate([np.repeat(picks, k, axis=0), np.tile(np.arange(k), len(picks))[:, None]],
                                        axis=1)
             dst = self.comp_of(after)
-            key = np.concatenate([dst[:, None], vec, size[:, None], need[:, None]], axis=1)
+            key = np.concatenate([dst[:, None], vec, size[:, None], need[:, None], hist], axis=1)
             keep = np.sort(np.unique(key, axis=0, return_index=True)[1])
-            self.later_of[comp] = (dst[keep], vec[keep], size[keep], need[keep], picks[keep])
+            self.later_of[comp] = (dst[keep], vec[keep], size[keep], need[keep], hist[keep], picks[keep])
         return self.later_of[comp]
 
     def moves(self, state: int) -> _Moves:
         """Every move of one rank from `state` (c0 · comps + comp): a round-0 option with a later-rounds one."""
         c0, comp = divmod(state, len(self.comps))
-        f_to, f_vec, f_blocks, f_least, _ = self.first(c0)
-        l_to, l_vec, l_blocks, l_least, _ = self.later(comp)
+        f_to, f_vec, f_blocks, f_least, f_hist, f_fixed, f_lead, _ = self.first(c0)
+        l_to, l_vec, l_blocks, l_least, l_hist, _ = self.later(comp)
         a, b = len(f_to), len(l_to)
         detail = np.stack([np.repeat(np.arange(a), b), np.tile(np.arange(b), a)], axis=1)
         return _Moves((f_to[:, None] * len(self.comps) + l_to[None, :]).ravel(),
                       (f_vec[:, None, :] + l_vec[None, :, :]).reshape(a * b, -1),
                       (f_blocks[:, None] + l_blocks[None, :]).ravel(),
-                      (f_least[:, None] + l_least[None, :]).ravel(), detail)
+                      (f_least[:, None] + l_least[None, :]).ravel(), detail,
+                      (f_hist[:, None, :] + l_hist[None, :, :]).reshape(a * b, -1), np.repeat(f_fixed, b),
+                      np.repeat(f_lead, b))
+
+    def spread(self, hist: tuple[int, ...], fixed: int, lead: int, extra: int) -> int:
+        """Σ |length · stages − n| over one rank's pieces at their evenest: `hist` pieces of each residue
+        (residue 0 at one period) and a lead-in piece starting at `lead` blocks (none when 0) get `extra`
+        more periods, each to a shortest piece; a piece taken whole has length `fixed` (none when 0)."""
+        key = (hist, fixed, lead, extra)
+        if key not in self.spread_of:
+            stages, q = self.pp * self.vpp, self.q
+            sizes = [rho + q * (rho == 0) for rho, m in enumerate(hist) for _ in range(m)] + ([lead] if lead else [])
+            heapq.heapify(sizes)
+            for _ in range(extra):
+                heapq.heappush(sizes, heapq.heappop(sizes) + q)
+            self.spread_of[key] = (sum(abs(x * stages - self.n) for x in sizes)
+                                   + (abs(fixed * stages - self.n) if fixed else 0))
+        return self.spread_of[key]
 
     def expand(self, states: list[int]) -> None:
         """Every move from each of `states` with each number of pooled periods that keeps the rank within the
         longest rank and the model's kind totals, one per (destination, blocks, kind counts), kept per state
-        as (dst, blocks, code of the kind counts, move index, periods); all states in one pass."""
+        as (dst, blocks, code of the kind counts, move index, periods, spread: the evenest of those alike);
+        all states in one pass."""
         moves = [self.moves(s) for s in states]
         owner = np.repeat(np.arange(len(states)), [len(m.dst) for m in moves])
-        dst, vec, blocks, least = (np.concatenate([getattr(m, f) for m in moves])
-                                   for f in ("dst", "vec", "blocks", "least"))
+        dst, vec, blocks, least, hist, fixed, lead = (np.concatenate([getattr(m, f) for m in moves]) for f in
+                                                      ("dst", "vec", "blocks", "least", "hist", "fixed", "lead"))
         index = np.concatenate([np.arange(len(m.dst)) for m in moves])
         periods = np.arange(self.longest // self.q + 1)
         room = np.where(self.period > 0, (self.total - vec) // np.maximum(self.period, 1), self.longest)
@@ -224,20 +261,35 @@ class _Geometry:
                              & (blocks[:, None] + self.q * periods[None, :] >= 1))
         size = blocks[move] + self.q * k
         code = vec[move] @ self.place + k * int(self.period @ self.place)
+        base = self.longest + 1
+        shape = np.concatenate([hist[move], fixed[move, None], lead[move, None], (k - least[move])[:, None]],
+                               axis=1) @ base ** np.arange(self.q + 3, dtype=np.int64)
+        shapes, which = np.unique(shape, return_inverse=True)
+        spread = np.array([self.spread(tuple(x[:-3]), *x[-3:]) for x in
+                           ((shapes[:, None] // base ** np.arange(self.q + 3)) % base).tolist()],
+                          dtype=np.int64)[which.ravel()]
         key = ((owner[move] * (self.classes * len(self.comps)) + dst[move]) * (self.longest + 1) + size) \
             * int(self.place[-1] * (self.total[-1] + 1)) + code
-        first = np.unique(key, return_index=True)[1]
-        move, k, size, code = move[first], k[first], size[first], code[first]
+        scale = int(spread.max(initial=0)) + 1
+        if (len(states) * self.classes * len(self.comps) * base * int(self.place[-1] * (self.total[-1] + 1))
+                < (1 << 62) // scale):
+            evenest = np.argsort(key * scale + spread)
+        else:
+            evenest = np.lexsort((spread, key))
+        ordered = key[evenest]
+        first = np.sort(evenest[np.r_[True, ordered[1:] != ordered[:-1]]])
+        move, k, size, code, spread = move[first], k[first], size[first], code[first], spread[first]
         bounds = np.searchsorted(owner[move], np.arange(len(states) + 1))
         for i, state in enumerate(states):
             part = slice(bounds[i], bounds[i + 1])
             self.detail_of[state] = moves[i].detail.astype(np.int32)
             self.expanded_of[state] = (dst[move[part]].astype(np.int32), size[part].astype(np.int32), code[part],
-                                       index[move[part]].astype(np.int32), periods[k[part]].astype(np.int32))
+                                       index[move[part]].astype(np.int32), periods[k[part]].astype(np.int32),
+                                       spread[part])
 
     def edges(self, live: np.ndarray) -> tuple[np.ndarray, ...]:
         """The expanded moves of every live state together, sorted by destination: (src, dst, blocks, code,
-        move index, periods); the latest few live sets are kept (ranks ask for the same ones question after
+        move index, periods, spread); the latest few live sets are kept (ranks ask for the same ones question after
         question)."""
         key = live.tobytes()
         if key not in self.edges_of:
@@ -246,7 +298,7 @@ class _Geometry:
                 self.expand(missing)
             parts = [self.expanded_of[int(s)] for s in live]
             src = np.repeat(live, [len(p[0]) for p in parts])
-            joined = [src, *(np.concatenate([p[i] for p in parts]) for i in range(5))]
+            joined = [src, *(np.concatenate([p[i] for p in parts]) for i in range(6))]
             order = np.argsort(joined[1], kind="stable")
             if len(self.edges_of) >= EDGE_SETS:
                 del self.edges_of[next(iter(self.edges_of))]
@@ -295,31 +347,46 @@ class RoundProgram:
         order = np.argsort(vectors @ self.g.place)
         return tuple(x[:, order] for x in self.cuts.relaxed.costs(vectors))
 
-    def _edges(self, r: int, live: np.ndarray, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple:
-        """Rank r's edges from the live states within both bounds, sorted by destination: (src, dst, blocks,
-        objective, move index, pooled periods)."""
-        src, dst, size, code, move, periods = self.g.edges(live)
+    def _edges(self, r: int, live: np.ndarray, question: Question) -> tuple:
+        """Rank r's edges from the live states within both bounds (and with `within` set, objective within
+        it), sorted by destination: (src, dst, blocks, score: the objective, or with `within` the spread,
+        move index, pooled periods)."""
+        src, dst, size, code, move, periods, spread = self.g.edges(live)
         time, memory = self.priced[0][r, code], self.priced[1][r, code]
-        fit = (time <= slowest_us) & (memory <= cap_mb)
-        cost = (time if minimise_time else memory)[fit]
+        fit = (time <= question.slowest_us) & (memory <= question.cap_mb)
+        objective = time if question.minimise_time else memory
+        if question.within is not None:
+            fit &= objective <= question.within
+        cost = (objective if question.within is None else spread)[fit]
         return src[fit], dst[fit].astype(np.int64), size[fit].astype(np.int64), cost, move[fit], periods[fit]
 
     def least(self, slowest_us: int, cap_mb: int, minimise_time: bool,
               alike: Callable[[int], int] | None = None) -> tuple[int, tuple[int, ...]] | None:
         """The least slowest-rank time (µs; or with `minimise_time` False the least peak rank memory, MB) over
-        every cut with each rank within `slowest_us` and `cap_mb`, and a cut that has it (its pieces spread
-        as evenly as its ranks' totals allow; `alike` is accepted for FrontProgram's signature and not
-        used). None when no cut is within both. Raises Declined past the deadline or CELL_LIMIT."""
-        del alike
+        every cut with each rank within `slowest_us` and `cap_mb`, and a cut that has it; with `alike`, the
+        evenest cut (least Σ |stage length · stages − n|) whose objective is at most `alike(least)` instead
+        (FrontProgram.least's contract). None when no cut is within both. Raises Declined past the deadline
+        or CELL_LIMIT."""
         slowest_us, cap_mb = self._tightened(slowest_us, cap_mb, minimise_time)
+        found = self._program(Question(slowest_us, cap_mb, minimise_time, None))
+        if found is None or alike is None:
+            return found
+        evenest = self._program(Question(slowest_us, cap_mb, minimise_time, alike(found[0])))
+        assert evenest is not None
+        return found[0], evenest[1]
+
+    def _program(self, question: Question) -> tuple[int, tuple[int, ...]] | None:
+        """The dynamic program over the ranks: the least largest rank objective (`within` None) or the least
+        total spread of moves within `within`, and a cut that has it."""
         n, pp, nc = self.n, self.pp, len(self.comps)
+        add = question.within is not None
         states = self.g.classes * nc
         values = np.full((states, n + 1), INF, dtype=np.int64)
         first = [i for i, c in enumerate(self.comps)
                  if all(c[s * self.q + e] == 0 for s in range(self.q) for e in range(self.q) if s != e)]
         values[np.array(first, dtype=np.int64) + self.cl.of(0) * nc, 0] = 0
         layers: list[_Layer] = []
-        windows = self._windows(slowest_us, cap_mb)
+        windows = self._windows(question.slowest_us, question.cap_mb)
         if windows is None:
             return None
         for r in range(pp):
@@ -328,21 +395,21 @@ class RoundProgram:
             live = np.flatnonzero((values < INF).any(axis=1))
             if not len(live):
                 return None
-            src, dst, shift, cost, detail, periods = self._edges(r, live, slowest_us, cap_mb, minimise_time)
+            src, dst, shift, cost, detail, periods = self._edges(r, live, question)
             layers.append(_Layer(values, src, dst, shift, cost, detail, periods))
             lo, hi = windows[r]
             if not len(src) or hi < lo:
                 return None
             if len(src) * (hi - lo + 1) > CELL_LIMIT:
                 raise Declined
-            values = self._step(values, src, dst, shift, cost, lo, hi)
+            values = self._step(values, src, dst, shift, cost, lo, hi, add)
         final = values[:, n].reshape(self.g.classes, nc)[self.h:, :].T
         final = np.where(self.g.trails, final, INF)
         value = int(final.min())
         if value >= INF:
             return None
         comp, end = np.unravel_index(int(np.argmin(final)), final.shape)
-        return value, self._trace(value, (self.h + int(end)) * nc + int(comp), layers)
+        return value, self._trace(value, (self.h + int(end)) * nc + int(comp), layers, add)
 
     def _windows(self, slowest_us: int, cap_mb: int) -> list[tuple[int, int]] | None:
         """For each rank, the blocks the ranks up to it can have placed: each rank holds between the fewest and
@@ -370,9 +437,9 @@ class RoundProgram:
         return (time, cap_mb) if minimise_time else (slowest_us, memory)
 
     def _step(self, values: np.ndarray, src: np.ndarray, dst: np.ndarray, shift: np.ndarray, cost: np.ndarray,
-              lo: int, hi: int) -> np.ndarray:
+              lo: int, hi: int, add: bool) -> np.ndarray:
         """One rank: for every state and blocks placed lo … hi, the least over edges into it (sorted by `dst`)
-        of the larger of the value it came from and the edge's cost."""
+        of the larger of the value it came from and the edge's cost (with `add`, of their sum)."""
         n = self.n
         out = np.full_like(values, INF)
         padded = np.concatenate([np.full((len(values), n + 1), INF, dtype=np.int64), values], axis=1)
@@ -381,22 +448,26 @@ class RoundProgram:
         for i in range(0, len(src), step):
             s, d, sh, c = src[i:i + step], dst[i:i + step], shift[i:i + step], cost[i:i + step]
             came = padded[s[:, None], n + 1 + placed[None, :] - sh[:, None]]
-            reached = np.maximum(came, c[:, None])
+            reached = np.where(came < INF, came + c[:, None], INF) if add else np.maximum(came, c[:, None])
             starts = np.flatnonzero(np.r_[True, np.diff(d) != 0])
             best = np.minimum.reduceat(reached, starts, axis=0)
             keys = d[starts]
             out[keys, lo:hi + 1] = np.minimum(out[keys, lo:hi + 1], best)
         return out
 
-    def _trace(self, value: int, state: int, layers: list[_Layer]) -> tuple[int, ...]:
+    def _trace(self, value: int, state: int, layers: list[_Layer], add: bool) -> tuple[int, ...]:
         """A cut of `value` ending in `state`: each rank, last first, takes an edge into the state from a
-        value within `value`; the moves are then replayed on named rounds and the rounds put in trail order."""
+        value within `value` (with `add`, from the value less the edge's score, which is then owed); the
+        moves are then replayed on named rounds and the rounds put in trail order."""
         placed, picks = self.n, []
         for layer in reversed(layers):
             at = placed - layer.shift
             ok = (layer.dst == state) & (at >= 0) & (layer.cost <= value)
-            ok[ok] &= layer.values[layer.src[ok], at[ok]] <= value
+            came = layer.values[layer.src[ok], at[ok]]
+            ok[ok] = (came < INF) & (came + layer.cost[ok] == value) if add else came <= value
             e = int(np.flatnonzero(ok)[0])
+            if add:
+                value -= int(layer.cost[e])
             detail = self.g.detail_of[int(layer.src[e])][int(layer.detail[e])]
             picks.append((int(layer.src[e]), (int(detail[0]), int(detail[1])), int(layer.periods[e])))
             placed -= int(layer.shift[e])
@@ -414,16 +485,20 @@ class RoundProgram:
         pieces = [[0] * self.vpp for _ in range(self.pp)]
         c0 = self.cl.of(0)
         for r, (state, (i, j), periods) in enumerate(picks):
-            kind, amount = self.g.first(state // nc)[4][i]
-            picked = self.g.later(state % nc)[4][j]
+            kind, amount = self.g.first(state // nc)[7][i]
+            picked = self.g.later(state % nc)[5][j]
             choice = [_compositions(m, q)[int(x)] for m, x in zip(self.comps[state % nc], picked, strict=True)]
             residues: list[tuple[int, int]] = []
-            if kind == "length":
-                pieces[r][0] = amount
-                c0 = int(self.cl.exit[c0, amount])
-            else:
+            size: dict[int, int] = {}
+            if kind == "residue":
                 residues.append((0, amount))
                 c0 = h + (c0 - h + amount) % q
+            else:
+                if kind == "length":
+                    pieces[r][0] = amount
+                else:
+                    size[0] = amount
+                c0 = int(self.cl.exit[c0, amount])
             taken: set[int] = set()
             for pair, split in enumerate(choice):
                 free = [t for t, (s, f) in enumerate(rounds) if s * q + f == pair and t not in taken]
@@ -431,7 +506,7 @@ class RoundProgram:
                 for t, rho in zip(free, given, strict=False):
                     residues.append((t + 1, rho))
                     taken.add(t)
-            size = {slot: rho + q * (rho == 0) for slot, rho in residues}
+            size.update({slot: rho + q * (rho == 0) for slot, rho in residues})
             for _ in range(periods - sum(rho == 0 for _, rho in residues)):
                 slot = min(size, key=lambda s: (size[s], s))
                 size[slot] += q
