@@ -20,7 +20,7 @@ torchrun --nnodes 1024 --nproc-per-node 8 --node-rank "${NODE_RANK}" --master-ad
     --micro-batch-size 1 \
     --global-batch-size 4096 \
     --seq-length 8192 \
-    --hybrid-layer-pattern 'HEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CE|HECE|HECE|HECE|HECE|HECE|HECE|HECE|HE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CE|HECE|HECE|HECE|HECE|HECE|HECE|HECE|HECE/WE' \
+    --hybrid-layer-pattern 'HEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CE|HECE|HECE|HECE|HECE|HECE|HECE|HECE|HE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CE/WE' \
     --recompute-granularity full \
     --recompute-method uniform \
     --recompute-num-layers 1 \
