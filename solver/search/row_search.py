@@ -117,6 +117,14 @@ class RowSearch:
         """Rows screened and not yet cut or skipped."""
         return len(self._waiting)
 
+    def waiting_floors(self) -> list[tuple[int, int]]:
+        """The floors of the rows screened and not yet cut or skipped (their least over the candidates)."""
+        return [floor for floor, _, _ in self._waiting]
+
+    def floor_of(self, i: int) -> tuple[int, int]:
+        """The floor of cut row i under the options it chose: no cut of it goes below."""
+        return self._floor(self.rows[i])
+
     def cut_waiting(self, deadline: float) -> None:
         """Cut the waiting rows, least floor first, until `deadline` (time.perf_counter()). A row whose fit
         needs the cut search gets it only now, unless already beaten, and waits again when the variant
