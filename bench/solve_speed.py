@@ -118,7 +118,7 @@ def default_space(only: list[str] | None, time_limit: float) -> None:
 
     solve_module.pareto_search = timed_search
     print(f"{'problem':<26} {'status':>8} {'time s':>7} {'rows':>7} {'screened':>8} {'fitting':>7} {'cut':>6} "
-          f"{'master s':>8}  best step / memory")
+          f"{'master s':>8}  best step / memory, gap to the space's bound")
     for name, *spec in DEFAULT_SPACE:
         if only and not any(part in name for part in only):
             continue
@@ -129,6 +129,9 @@ def default_space(only: list[str] | None, time_limit: float) -> None:
         seconds = time.perf_counter() - start
         best = min(result.mappings, key=lambda m: m.front_values.get("step_time", 0), default=None)
         what = "-" if best is None else " / ".join(f"{v:.3f}" for v in best.front_values.values())
+        if result.mappings:
+            gap = result.mappings[0].gap
+            what += ", gap " + ("unbounded (rows unscreened)" if gap is None else f"{100 * gap:.1f}%")
         print(f"{name:<26} {result.status:>8} {seconds:7.2f} {result.rows:7,} {result.rows_screened:8,} {result.rows_fitting:7,} "
               f"{result.rows_cut:6,} {master[0]:8.2f}  {what}", flush=True)
 

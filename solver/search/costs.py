@@ -299,9 +299,14 @@ def interval_counts(prefix: tuple[tuple[int, ...], ...]) -> np.ndarray:
     return np.where(counts > 0, counts, 0)
 
 
+NO_STAGE = np.iinfo(np.int64).max
+"""all_stage_matrices' time and memory where i >= j: no stage holds no block."""
+
+
 def all_stage_matrices(c: RowCosts, counts: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Time and memory of each stage s holding blocks i..j−1, for every (i, j): RowCosts formulas in bulk,
-    the blocks' sums over each interval computed once and each stage adding its edge and in-flight share."""
+    """Time and memory of each stage s holding blocks i..j−1, for every i < j (NO_STAGE elsewhere): RowCosts
+    formulas in bulk, the blocks' sums over each interval computed once, the terms that read a stage's edge
+    once per distinct edge, and each stage adding its in-flight share of the activations."""
     time = counts @ np.array(c.kind_time_us, dtype=np.int64)
     static = counts @ np.array(c.kind_static, dtype=np.int64)
     held = counts @ np.array(c.kind_activation, dtype=np.int64)
@@ -312,14 +317,20 @@ def all_stage_matrices(c: RowCosts, counts: np.ndarray) -> list[tuple[np.ndarray
         peak = np.where(present[:, :, k], np.maximum(peak, c.kind_peak[k]), peak)
         if c.kind_moe[k]:
             moe = moe | present[:, :, k]
+    none = np.where(np.triu(np.ones(held.shape, dtype=bool), k=1), 0, NO_STAGE)
+    by_edge: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     out = []
     for s in range(c.row.pp):
+        edge = (c.edge_static[s], c.edge_activation[s], c.edge_peak[s], c.edge_moe[s], c.edge_time_us[s])
+        if edge not in by_edge:
+            fixed = (c.edge_static[s] + static + np.maximum(peak, c.edge_peak[s])
+                     + np.where(moe | c.edge_moe[s], c.dispatch_mb, 0) + c.workspace_mb)
+            by_edge[edge] = (np.maximum(c.edge_time_us[s] + time, none), fixed, c.edge_activation[s] + held)
+        stage_time, fixed, stage_held = by_edge[edge]
         frac = c.inflight[s]
-        act = -(-((c.edge_activation[s] + held) * frac.numerator) // frac.denominator)
-        rank_moe = moe | c.edge_moe[s]
-        memory = (c.edge_static[s] + static + act + np.maximum(peak, c.edge_peak[s])
-                  + np.where(rank_moe, c.dispatch_mb, 0) + c.workspace_mb)
-        out.append((c.edge_time_us[s] + time, memory))
+        act = stage_held * frac.numerator if frac.denominator == 1 else \
+            -(-(stage_held * frac.numerator) // frac.denominator)
+        out.append((stage_time, np.maximum(fixed + act, none)))
     return out
 
 

@@ -26,7 +26,7 @@ from parasol.solver.search.costs import (
     prefix_counts,
     usable_mb,
 )
-from parasol.solver.search.cuts import CutPoint
+from parasol.solver.search.cuts import CutPoint, Staircase
 from parasol.solver.search.domains import rule_domains
 from parasol.solver.search.objectives import (
     DEFAULT_OBJECTIVES,
@@ -37,7 +37,7 @@ from parasol.solver.search.objectives import (
     program_objectives,
     row_units,
 )
-from parasol.solver.search.pareto import pareto_search
+from parasol.solver.search.pareto import Point, pareto_search
 from parasol.solver.search.program import compile_program
 from parasol.solver.search.prune import pruned
 from parasol.solver.search.row_search import RowSearch, search_rows
@@ -55,8 +55,10 @@ class SolvedMapping:
     peak_memory_objective_gb: float
     front_values: dict[str, float]
     """The two front objectives (in order) and their values in display units (s, GB, fraction, GPUs, tokens/s)."""
-    bound: dict[str, float]
-    """Best lower bound proved for the first objective the program minimised (= its value when optimal)."""
+    bound: dict[str, float | None]
+    """Best lower bound proved for the first objective the program minimised, over every mapping of the space
+    within this one's front and its cap on the second (= its value when optimal); None when rows the search
+    never screened leave it unbounded (open_bound)."""
     explanation: Explanation
     settings: dict[str, str] = field(default_factory=dict)
     """Framework options the solver chose for this mapping (MoE token dispatcher, CP communication type),
@@ -72,8 +74,6 @@ class SolvedMapping:
         data["settings"] = dict(self.settings)
         if self.saving != NONE:
             data["memory_saving"] = self.saving
-        minimised, bound = next(iter(self.bound.items()))
-        value = self.step_time_objective_s if minimised == "step_time" else self.front_values.get(minimised, bound)
         data["objective"] = {
             "front": dict(self.front_values),
             "step_time_s": self.step_time_objective_s,
@@ -81,9 +81,18 @@ class SolvedMapping:
             "resolution": dict(RESOLUTIONS),
             "proved_optimal": self.optimal,
             "bound": dict(self.bound),
-            "gap": 0.0 if self.optimal or value == 0 else round((value - bound) / value, 6),
+            "gap": self.gap,
         }
         return data
+
+    @property
+    def gap(self) -> float | None:
+        """(value − bound) / value of the first objective minimised: 0 when proved optimal, None unbounded."""
+        minimised, bound = next(iter(self.bound.items()))
+        value = self.step_time_objective_s if minimised == "step_time" else self.front_values.get(minimised, bound)
+        if self.optimal or value == 0:
+            return 0.0
+        return None if bound is None else round((value - bound) / value, 6)
 
 
 @dataclass(frozen=True)
@@ -122,12 +131,54 @@ class SolveResult:
         }
 
 
+def open_floors(search: RowSearch, staircases: list[Staircase], screened_all: bool,
+                minimised: tuple[Objective, ...]) -> list[tuple[int, int]] | None:
+    """Floors (first, second objective units) of the rows the master program does not settle: rows screened
+    but left waiting, and cut rows whose staircase is unproved. Every other row is in the program or beaten
+    by `top` rows in it, whose steps the master's bound covers (prune.py's argument: fronts are listed only
+    while fewer than `top` mappings are found, so some dominator of a beaten row is always left). None when
+    some row was never screened, or floors are not in the objectives' units: then nothing bounds the space."""
+    if not screened_all:
+        return None
+    unproved = [i for i, st in enumerate(staircases) if not st.proved]
+    if minimised != DEFAULT_OBJECTIVES or not search.floors:
+        return None if unproved or search.waiting else []
+    return search.waiting_floors() + [search.floor_of(i) for i in unproved]
+
+
+def front_caps(points: tuple[Point, ...]) -> list[int | None]:
+    """The cap on the second objective under which the master found each point: one unit below the
+    previous point of its front (pareto.one_front), none for the first."""
+    caps: list[int | None] = []
+    for k, pt in enumerate(points):
+        earlier = points[k - 1] if k else None
+        caps.append(earlier.values[1] - 1 if earlier and earlier.pareto_rank == pt.pareto_rank else None)
+    return caps
+
+
+def open_bound(proved: int, cap: int | None, floors: list[tuple[int, int]] | None) -> int | None:
+    """A point's bound over the whole space: the master's proved bound, lowered to the floor of any row it
+    does not settle within the point's cap (open_floors); None when nothing bounds the space."""
+    if floors is None:
+        return None
+    within = [t for t, m in floors if cap is None or m <= cap]
+    return min([proved, *within])
+
+
 def why_not_optimal(result: SolveResult, problem: Problem, time_limit_s: float) -> str:
     """Why an answer is not `optimal`, in one sentence ('' when it is)."""
     if result.status == "optimal":
         return ""
     if result.status == "feasible":
-        return f"the search was cut off by the time limit ({time_limit_s:g} s): the best mappings found so far"
+        first = result.mappings[0]
+        unit, bound = next(iter(first.bound.items()))
+        cut_off = f"the search was cut off by the time limit ({time_limit_s:g} s): the best mappings found so far"
+        if bound is None:
+            unseen = result.rows - result.rows_screened
+            return f"{cut_off}; {unseen:,} of {result.rows:,} rows were never screened, so no bound holds"
+        value = f"{bound:.3f} s" if unit == "step_time" else f"{bound:g}"
+        return (f"{cut_off}; no mapping of the space is below {value} on {unit.replace('_', ' ')} "
+                f"(the first found is {100 * (first.gap or 0.0):.1f}% above)")
     if result.status == "unknown":
         return f"no mapping found within the time limit ({time_limit_s:g} s)"
     if result.rules_refuse_all:
@@ -327,13 +378,15 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     if prune:
         stairs = pruned(stairs, lambda i, q: tuple(_point_value(o, i, q, per_row) for o in minimised), top,
                         search.feasible_row)
+    floors = open_floors(search, staircases, listed and screened == len(ordered), minimised)
     program = compile_program(problem, rows, tuple(costs), stairs, row_values=per_row)
     remaining = max((1 - EXPLAIN_SHARE) * time_limit_s - (time.perf_counter() - start), 0.05)
     on_front = None if progress is None else \
         (lambda fronts, found: progress(SearchProgress(screened, len(ordered), fronts, found)))
     outcome = pareto_search(program, top, remaining, minimised, on_front)
     solved = []
-    for pt in outcome.points:
+    caps = front_caps(outcome.points)
+    for pt, cap in zip(outcome.points, caps, strict=True):
         if solved and time.perf_counter() - start > time_limit_s:
             break
         row = rows[pt.row_index]
@@ -341,9 +394,11 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         metrics = account.as_dict()["metrics"]
         front = {o.value: round(objective_value(o, metrics, v * SCALES[p].resolution), 9)
                  for o, p, v in zip(objectives, minimised, pt.values, strict=True)}
-        solved.append(SolvedMapping(pt.pareto_rank, pt.optimal, round(pt.time_units * TIME_UNIT_S, 9),
+        bound = open_bound(pt.bound, cap, floors)
+        solved.append(SolvedMapping(pt.pareto_rank, pt.optimal and all_priced, round(pt.time_units * TIME_UNIT_S, 9),
                                     pt.memory_units * MEMORY_UNIT_MB / 1000, front,
-                                    {minimised[0].value: round(pt.bound * SCALES[minimised[0]].resolution, 9)},
+                                    {minimised[0].value: None if bound is None
+                                     else round(bound * SCALES[minimised[0]].resolution, 9)},
                                     account, row.settings(), row.saving))
     complete = outcome.complete and all_priced and len(solved) == len(outcome.points)
     if not solved:
