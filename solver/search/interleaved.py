@@ -38,6 +38,9 @@ FIRST_BUDGET = 300
 fits at all (it answers "none" far faster when memory is tight)."""
 NODE_BUDGET = 2_000
 """Partial cuts one bounded search may visit before the question goes to the CP-SAT cut program."""
+RELAXATION_FIRST = 30_000
+"""Round-program states (RoundProgram.states) past which the relaxation is asked first: long programs (PP 2
+below DeepSeek-V4's lead-in at VPP 8-16) where its optimum mostly has a layout."""
 REALISE_BUDGET = 2_000
 """Partial layouts the search for a layout with given per-rank kind counts may visit before giving up
 (then the branch and bound answers instead)."""
@@ -258,9 +261,14 @@ class InterleavedCuts:
 
     def settle(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[bool, tuple[int, ...] | None]:
         """The exact answers that need no search (relaxed_cut's and exact_least's contract): with one kind of
-        block the relaxation's (a layout always realises it), with several the front program's where it
-        runs (the relaxation's optimum often has no layout there), else the relaxation's when realised."""
+        block the relaxation's (a layout always realises it), with several the exact programs' where they
+        run (the relaxation's optimum often has no layout there; it is asked first where the round program
+        is long), else the relaxation's when realised."""
         if len(self.relaxed.groups) > 1:
+            if self.rounds is not None and self.rounds.states > RELAXATION_FIRST:
+                settled, layout = self.relaxed_cut(slowest_us, cap_mb, minimise_time)
+                if settled:
+                    return settled, layout
             settled, layout = self.exact_least(slowest_us, cap_mb, minimise_time)
             if settled:
                 return settled, layout

@@ -29,6 +29,8 @@ import numpy as np
 
 from parasol.solver.search.fronts import INF, Classes, Declined, Question, classes_of
 
+CASE_LIMIT = 8
+"""Most rounds 0 ending inside the lead-in (PP shorter than it) the program takes, one case each."""
 COMPOSITION_LIMIT = 20_000
 """Most ways to count the VPP − 1 later rounds over the q² (start, front) class pairs for this program
 to run (q = 2: 816 at VPP 16)."""
@@ -42,17 +44,17 @@ CHUNK = 1 << 21
 """Cells one slice of a rank's step reads at once (bounds the arrays' memory)."""
 
 
-def lead_period(seq: tuple[int, ...], pp: int) -> tuple[int, int] | None:
-    """(h, q): the shortest period q whose lead-in h is at most PP (so every later round starts past it),
-    with the shortest such lead-in; None when no period has a lead-in that short."""
-    n = len(seq)
-    for q in range(1, n + 1):
-        h = n - q
+def lead_period(seq: tuple[int, ...]) -> tuple[int, int] | None:
+    """(h, q): the period q up to PERIOD_LIMIT with the shortest lead-in h (seq[i] == seq[i + q] for i >= h),
+    the shorter period on a tie; None for a sequence shorter than two blocks."""
+    best: tuple[int, int] | None = None
+    for q in range(1, min(PERIOD_LIMIT, len(seq) - 1) + 1):
+        h = len(seq) - q
         while h > 0 and seq[h - 1] == seq[h - 1 + q]:
             h -= 1
-        if h <= pp:
-            return h, q
-    return None
+        if best is None or h < best[0]:
+            best = (h, q)
+    return best
 
 
 @functools.lru_cache(maxsize=32)
@@ -125,8 +127,12 @@ class _Geometry:
     """What the program needs of a row's block sequence and shape alone (shared by every row of a problem
     with that sequence grouping, PP and VPP): the round counts, each state's moves and their expansions."""
 
-    def __init__(self, seq: tuple[int, ...], groups: int, pp: int, vpp: int, h: int, q: int) -> None:
+    def __init__(self, seq: tuple[int, ...], groups: int, pp: int, vpp: int, h: int, q: int,
+                 whole: tuple[int, int]) -> None:
         self.pp, self.vpp, self.n, self.h, self.q = pp, vpp, len(seq), h, q
+        self.whole = whole
+        """(stages, blocks) of the whole cut, for the pieces' distance from even (a case's sequence may be its
+        tail)."""
         self.comps = _compositions(vpp - 1, q * q)
         self.codes = np.array([sum(x * vpp ** i for i, x in enumerate(c)) for c in self.comps], dtype=np.int64)
         self.order = np.argsort(self.codes)
@@ -234,13 +240,13 @@ class _Geometry:
         more periods, each to a shortest piece; a piece taken whole has length `fixed` (none when 0)."""
         key = (hist, fixed, lead, extra)
         if key not in self.spread_of:
-            stages, q = self.pp * self.vpp, self.q
+            (stages, whole), q = self.whole, self.q
             sizes = [rho + q * (rho == 0) for rho, m in enumerate(hist) for _ in range(m)] + ([lead] if lead else [])
             heapq.heapify(sizes)
             for _ in range(extra):
                 heapq.heappush(sizes, heapq.heappop(sizes) + q)
-            self.spread_of[key] = (sum(abs(x * stages - self.n) for x in sizes)
-                                   + (abs(fixed * stages - self.n) if fixed else 0))
+            self.spread_of[key] = (sum(abs(x * stages - whole) for x in sizes)
+                                   + (abs(fixed * stages - whole) if fixed else 0))
         return self.spread_of[key]
 
     def expand(self, states: list[int]) -> None:
@@ -257,6 +263,7 @@ class _Geometry:
         room = np.where(self.period > 0, (self.total - vec) // np.maximum(self.period, 1), self.longest)
         top = np.where((vec <= self.total).all(axis=1), room.min(axis=1), -1)
         top = np.minimum(top, (self.longest - blocks) // self.q)
+        top = np.where((hist.sum(axis=1) > 0) | (lead > 0), top, np.minimum(top, 0))
         move, k = np.nonzero((periods[None, :] >= least[:, None]) & (periods[None, :] <= top[:, None])
                              & (blocks[:, None] + self.q * periods[None, :] >= 1))
         size = blocks[move] + self.q * k
@@ -306,30 +313,45 @@ class _Geometry:
         return self.edges_of[key]
 
 
-@functools.lru_cache(maxsize=4)
-def _geometry(seq: tuple[int, ...], groups: int, pp: int, vpp: int, h: int, q: int) -> _Geometry:
+@functools.lru_cache(maxsize=6)
+def _geometry(seq: tuple[int, ...], groups: int, pp: int, vpp: int, h: int, q: int,
+              whole: tuple[int, int]) -> _Geometry:
     """The shared geometry of a sequence grouping, PP and VPP (rows of one problem ask for the same ones)."""
-    return _Geometry(seq, groups, pp, vpp, h, q)
+    return _Geometry(seq, groups, pp, vpp, h, q, whole)
 
 
-class RoundProgram:
-    """The exact interleaved cut program of one row whose later rounds all start past the lead-in."""
+def _shape(seq: tuple[int, ...], vpp: int) -> tuple[int, int] | None:
+    """lead_period's (h, q) of `seq` when the program takes it: few enough round counts for `vpp` rounds."""
+    found = lead_period(seq)
+    if found is None or math.comb(vpp + found[1] ** 2 - 2, found[1] ** 2 - 1) > COMPOSITION_LIMIT:
+        return None
+    return found
 
-    def __init__(self, cuts, groups: np.ndarray) -> None:  # noqa: ANN001 - InterleavedCuts (no cycle)
-        self.cuts = cuts
-        self.pp, self.vpp, self.n = cuts.pp, cuts.vpp, cuts.n
-        seq = tuple(int(g) for g in groups)
-        found = lead_period(seq, self.pp)
-        self.usable = False
-        """Whether this program runs on the row (a short enough lead-in, few enough round counts)."""
-        if found is None or self.vpp < 2:
-            return
-        h, q = found
-        if q > PERIOD_LIMIT or math.comb(self.vpp + q * q - 2, q * q - 1) > COMPOSITION_LIMIT:
-            return
-        self.usable = True
-        self.g = _geometry(seq, len(cuts.relaxed.groups), self.pp, self.vpp, h, q)
-        self.h, self.q, self.comps, self.cl = h, q, self.g.comps, self.g.cl
+
+def _openings(pp: int, h: int) -> list[tuple[int, ...]]:
+    """Every round 0 of PP pieces ending inside a lead-in of h blocks (so round 1 starts in it)."""
+    return [parts for total in range(pp, h) for parts in (
+        tuple(b - a for a, b in itertools.pairwise((0, *cut, total)))
+        for cut in itertools.combinations(range(1, total), pp - 1))]
+
+
+class _Case:
+    """The program over the cuts whose round 1 starts past the lead-in (`prefix` empty), or over those whose
+    round 0 is `prefix` and whose later rounds run on the tail after it (round 1 as this case's round 0),
+    each rank holding its prefix piece besides."""
+
+    def __init__(self, cuts, seq: tuple[int, ...], shape: tuple[int, int], prefix: tuple[int, ...],  # noqa: ANN001
+                 offsets: np.ndarray) -> None:
+        self.cuts, self.prefix, self.offsets = cuts, prefix, offsets
+        self.pp = cuts.pp
+        self.vpp = cuts.vpp - (1 if prefix else 0)
+        self.n = len(seq)
+        self.h, self.q = shape
+        whole = (cuts.pp * cuts.vpp, cuts.n)
+        self.g = _geometry(seq, len(cuts.relaxed.groups), self.pp, self.vpp, self.h, self.q, whole)
+        self.comps, self.cl = self.g.comps, self.g.cl
+        self.spread0 = sum(abs(x * whole[0] - whole[1]) for x in prefix)
+        """The prefix pieces' distance from even."""
 
     @functools.cached_property
     def blocks(self) -> np.ndarray:
@@ -340,12 +362,17 @@ class RoundProgram:
 
     @functools.cached_property
     def priced(self) -> tuple[np.ndarray, np.ndarray]:
-        """Time (µs) and memory (MB) of every rank (rows) holding each kind-count vector up to the model's
-        totals (columns, by code: vector @ place)."""
+        """Time (µs) and memory (MB) of every rank (rows) holding each kind-count vector up to the sequence's
+        totals (columns, by code: vector @ place) besides its prefix piece."""
         shape = tuple(int(t) + 1 for t in self.g.total)
         vectors = np.indices(shape).reshape(len(shape), -1).T.astype(np.int64)
-        order = np.argsort(vectors @ self.g.place)
-        return tuple(x[:, order] for x in self.cuts.relaxed.costs(vectors))
+        vectors = vectors[np.argsort(vectors @ self.g.place)]
+        time = np.empty((self.pp, len(vectors)), dtype=np.int64)
+        memory = np.empty((self.pp, len(vectors)), dtype=np.int64)
+        for r, offset in enumerate(self.offsets):
+            t, m = self.cuts.relaxed.costs(vectors + offset)
+            time[r], memory[r] = t[r], m[r]
+        return time, memory
 
     def _edges(self, r: int, live: np.ndarray, question: Question) -> tuple:
         """Rank r's edges from the live states within both bounds (and with `within` set, objective within
@@ -360,24 +387,9 @@ class RoundProgram:
         cost = (objective if question.within is None else spread)[fit]
         return src[fit], dst[fit].astype(np.int64), size[fit].astype(np.int64), cost, move[fit], periods[fit]
 
-    def least(self, slowest_us: int, cap_mb: int, minimise_time: bool,
-              alike: Callable[[int], int] | None = None) -> tuple[int, tuple[int, ...]] | None:
-        """The least slowest-rank time (µs; or with `minimise_time` False the least peak rank memory, MB) over
-        every cut with each rank within `slowest_us` and `cap_mb`, and a cut that has it; with `alike`, the
-        evenest cut (least Σ |stage length · stages − n|) whose objective is at most `alike(least)` instead
-        (FrontProgram.least's contract). None when no cut is within both. Raises Declined past the deadline
-        or CELL_LIMIT."""
-        slowest_us, cap_mb = self._tightened(slowest_us, cap_mb, minimise_time)
-        found = self._program(Question(slowest_us, cap_mb, minimise_time, None))
-        if found is None or alike is None:
-            return found
-        evenest = self._program(Question(slowest_us, cap_mb, minimise_time, alike(found[0])))
-        assert evenest is not None
-        return found[0], evenest[1]
-
-    def _program(self, question: Question) -> tuple[int, tuple[int, ...]] | None:
+    def program(self, question: Question) -> tuple[int, tuple[int, ...]] | None:
         """The dynamic program over the ranks: the least largest rank objective (`within` None) or the least
-        total spread of moves within `within`, and a cut that has it."""
+        total spread of moves within `within` (the prefix's included), and a whole cut that has it."""
         n, pp, nc = self.n, self.pp, len(self.comps)
         add = question.within is not None
         states = self.g.classes * nc
@@ -409,7 +421,8 @@ class RoundProgram:
         if value >= INF:
             return None
         comp, end = np.unravel_index(int(np.argmin(final)), final.shape)
-        return value, self._trace(value, (self.h + int(end)) * nc + int(comp), layers, add)
+        cut = self.prefix + self._trace(value, (self.h + int(end)) * nc + int(comp), layers, add)
+        return value + (self.spread0 if add else 0), cut
 
     def _windows(self, slowest_us: int, cap_mb: int) -> list[tuple[int, int]] | None:
         """For each rank, the blocks the ranks up to it can have placed: each rank holds between the fewest and
@@ -425,16 +438,6 @@ class RoundProgram:
         rest_least, rest_most = done_least[-1] - done_least, done_most[-1] - done_most
         return [(int(max(done_least[r], self.n - rest_most[r])), int(min(done_most[r], self.n - rest_least[r])))
                 for r in range(self.pp)]
-
-    def _tightened(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[int, int]:
-        """The bounds with the objective's lowered to the evenest cut's value when that cut is within both
-        (the least is at most it, so no cut of the least is lost and far fewer moves are priced)."""
-        stages = self.pp * self.vpp
-        edges = [k * self.n // stages for k in range(stages + 1)]
-        time, memory = self.cuts.measure(tuple(edges[k + 1] - edges[k] for k in range(stages)))
-        if time > slowest_us or memory > cap_mb:
-            return slowest_us, cap_mb
-        return (time, cap_mb) if minimise_time else (slowest_us, memory)
 
     def _step(self, values: np.ndarray, src: np.ndarray, dst: np.ndarray, shift: np.ndarray, cost: np.ndarray,
               lo: int, hi: int, add: bool) -> np.ndarray:
@@ -542,4 +545,74 @@ class RoundProgram:
         path.reverse()
         assert len(path) == len(rounds)
         return path
+
+
+class RoundProgram:
+    """The exact interleaved cut program of one row: the cuts whose round 1 starts past the lead-in (one
+    case), and where PP is shorter than the lead-in, those whose round 0 ends inside it (one case per such
+    round 0, few: a V4 row at PP 2 has one, round 0 one block a rank); the least over the cases."""
+
+    def __init__(self, cuts, groups: np.ndarray) -> None:  # noqa: ANN001 - InterleavedCuts (no cycle)
+        self.cuts = cuts
+        self.pp, self.vpp, self.n = cuts.pp, cuts.vpp, cuts.n
+        seq = tuple(int(g) for g in groups)
+        self.usable = False
+        """Whether this program runs on the row (a short enough period and lead-in, few enough round counts)."""
+        self.cases: list[_Case] = []
+        shape = _shape(seq, self.vpp)
+        if shape is None or self.vpp < 2:
+            return
+        openings = _openings(self.pp, shape[0])
+        if len(openings) > CASE_LIMIT:
+            return
+        groups_n = len(cuts.relaxed.groups)
+        cases = [_Case(cuts, seq, shape, (), np.zeros((self.pp, groups_n), dtype=np.int64))]
+        for prefix in openings:
+            tail = seq[sum(prefix):]
+            inner = _shape(tail, self.vpp - 1)
+            if inner is None or inner[0] > self.pp:
+                return
+            offsets = np.zeros((self.pp, groups_n), dtype=np.int64)
+            start = 0
+            for r, length in enumerate(prefix):
+                np.add.at(offsets[r], np.array(seq[start:start + length], dtype=np.int64), 1)
+                start += length
+            cases.append(_Case(cuts, tail, inner, prefix, offsets))
+        self.cases, self.usable = cases, True
+
+    @property
+    def states(self) -> int:
+        """The program's states over its cases (front classes × round counts × blocks placed a rank can
+        leave), a measure of its cost."""
+        return sum(case.g.classes * len(case.comps) * (case.n - self.pp * case.vpp + 1) for case in self.cases)
+
+    def least(self, slowest_us: int, cap_mb: int, minimise_time: bool,
+              alike: Callable[[int], int] | None = None) -> tuple[int, tuple[int, ...]] | None:
+        """The least slowest-rank time (µs; or with `minimise_time` False the least peak rank memory, MB) over
+        every cut with each rank within `slowest_us` and `cap_mb`, and a cut that has it; with `alike`, the
+        evenest cut (least Σ |stage length · stages − n|) whose objective is at most `alike(least)` instead
+        (FrontProgram.least's contract). None when no cut is within both. Raises Declined past the deadline
+        or CELL_LIMIT."""
+        slowest_us, cap_mb = self._tightened(slowest_us, cap_mb, minimise_time)
+        found = self._best(Question(slowest_us, cap_mb, minimise_time, None))
+        if found is None or alike is None:
+            return found
+        evenest = self._best(Question(slowest_us, cap_mb, minimise_time, alike(found[0])))
+        assert evenest is not None
+        return found[0], evenest[1]
+
+    def _best(self, question: Question) -> tuple[int, tuple[int, ...]] | None:
+        """The least value over the cases (the first case's cut on a tie)."""
+        found = [x for x in (case.program(question) for case in self.cases) if x is not None]
+        return min(found, key=lambda x: x[0]) if found else None
+
+    def _tightened(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[int, int]:
+        """The bounds with the objective's lowered to the evenest cut's value when that cut is within both
+        (the least is at most it, so no cut of the least is lost and far fewer moves are priced)."""
+        stages = self.pp * self.vpp
+        edges = [k * self.n // stages for k in range(stages + 1)]
+        time, memory = self.cuts.measure(tuple(edges[k + 1] - edges[k] for k in range(stages)))
+        if time > slowest_us or memory > cap_mb:
+            return slowest_us, cap_mb
+        return (time, cap_mb) if minimise_time else (slowest_us, memory)
 
