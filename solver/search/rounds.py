@@ -1,10 +1,11 @@
-"""Exact interleaved cuts when every round after the first starts past the lead-in (PP >= h): a dynamic
-program over the ranks that counts the later rounds by class instead of naming them (DeepSeek-V4 at
-VPP 6-16, where fronts.py's per-round state is too large).
+"""Exact interleaved cuts of block sequences that repeat after a short lead-in: a dynamic program over the
+ranks that counts the later rounds by class instead of naming them (DeepSeek-V4 at VPP 6-16, where
+fronts.py's per-round state is too large).
 
 Round j covers blocks p_j … p_{j+1} − 1, one piece per rank in rank order. With kinds repeating with
-period q from block h on and PP >= h, every round j >= 1 starts at p_j >= PP >= h, so its pieces' kind
-counts depend only on the class (residue mod q) where the round starts, R_j, and the pieces' lengths. A
+period q from block h on, take the cuts whose round 1 starts past the lead-in (p_1 >= h; all of them
+when PP >= h). Every round j >= 1 starts at p_j >= p_1 >= h, so its pieces' kind counts depend only on
+the class (residue mod q) where the round starts, R_j, and the pieces' lengths. A
 rank's time and memory depend only on its total kind counts, so renumbering rounds 1 … VPP−1 changes no
 rank: a cut is valid exactly when its rounds chain, R_{j+1} the class where round j ends (E_j). Read as
 an edge R_j → E_j per round, the rounds 1 … VPP−1 can be put in some chaining order exactly when their
@@ -12,8 +13,10 @@ edges form an Euler trail from E_0, the class where round 0 ends. The program's 
 is therefore: blocks placed, the class of round 0's front, and how many later rounds have each (start
 class, front class) pair; a rank's move picks for every round a piece length (its residue mod q moves
 the round's front; the whole periods are pooled, F of them, since only their total counts). The least
-largest rank cost over the paths to a final state with an Euler trail is the least over every cut, and
-the trail orders the rounds of a cut that has it.
+largest rank cost over the paths to a final state with an Euler trail is the least over those cuts, and
+the trail orders the rounds of a cut that has it. The cuts whose round 0 ends inside the lead-in (PP < h)
+are one more case per such round 0, few: the same program on the blocks after it, each rank holding its
+round-0 piece besides.
 """
 
 from __future__ import annotations
@@ -367,6 +370,8 @@ class _Case:
         shape = tuple(int(t) + 1 for t in self.g.total)
         vectors = np.indices(shape).reshape(len(shape), -1).T.astype(np.int64)
         vectors = vectors[np.argsort(vectors @ self.g.place)]
+        if not self.offsets.any():
+            return self.cuts.relaxed.costs(vectors)
         time = np.empty((self.pp, len(vectors)), dtype=np.int64)
         memory = np.empty((self.pp, len(vectors)), dtype=np.int64)
         for r, offset in enumerate(self.offsets):
