@@ -79,14 +79,22 @@ def test_a2a_p2p_price_by_hand() -> None:
 
 
 def test_a2a_p2p_is_tried_only_where_it_can_gain() -> None:
-    """Splits with both levels > 1, level 1 inside an NVLink domain, the CP group over several: TP 2 CP 8 on
-    8-GPU nodes tries [2, 4] and [4, 2]; a CP group inside one node (TP 1 CP 8, TP 2 CP 4) and CP 2 none; a
-    problem that sets the sizes keeps them; `search.cp_comm_type: a2a+p2p` alone takes every split."""
-    problem = load_problem_text(SMALL_MOE)
-    splits = {(v.cp_comm, v.cp_levels) for v in choice_variants(problem, Row(1, 1, 2, 8, 8, 1, 1, "none"))}
-    assert {s for c, s in splits if c == "a2a+p2p"} == {(2, 4), (4, 2)}
+    """Splits with both levels > 1, level 1 inside an NVLink domain, and the CP group over several or a flat
+    a2a that cannot split the heads: TP 2 CP 8 on 8-GPU nodes tries [2, 4] and [4, 2]; with 32 heads and 8 KV
+    heads a CP group inside one node (TP 1 CP 8, TP 2 CP 4) and CP 2 none; with SMALL_MOE's 4 KV heads TP 1
+    CP 8 inside a node tries both (a2a cannot run, and [4, 2] beats p2p there: its all-to-all moves 5 ring
+    steps' bytes, 3/4 of them out, and one ring step follows, 4.75 against 7); a problem that sets the sizes keeps them; `search.cp_comm_type: a2a+p2p` alone takes
+    every split."""
+    problem, gqa = load_problem_text(SMALL_MOE), load_problem_text(GQA)
+    for source in (problem, gqa):
+        splits = {(v.cp_comm, v.cp_levels) for v in choice_variants(source, Row(1, 1, 2, 8, 8, 1, 1, "none"))}
+        assert {s for c, s in splits if c == "a2a+p2p"} == {(2, 4), (4, 2)}
     for tp, cp in ((1, 8), (2, 4), (1, 2)):
-        assert "a2a+p2p" not in {v.cp_comm for v in choice_variants(problem, Row(1, 1, tp, cp, 8, 1, 1, "none"))}
+        assert "a2a+p2p" not in {v.cp_comm for v in choice_variants(gqa, Row(1, 1, tp, cp, 8, 1, 1, "none"))}
+    inside = Row(1, 1, 1, 8, 8, 1, 1, "none")
+    assert {v.cp_levels for v in choice_variants(problem, inside) if v.cp_comm == "a2a+p2p"} == {(2, 4), (4, 2)}
+    row, _, proved = settled(problem, inside, CalibratedStageTimes(problem))
+    assert proved and (row.cp_comm, row.cp_levels) == ("a2a+p2p", (4, 2))
     own = load_problem_text(SMALL_MOE.replace("[megatron-core]}", "[megatron-core], options: "
                                               "{hierarchical_context_parallel_sizes: [2, 4]}}"))
     variant = next(v for v in choice_variants(own, Row(1, 1, 2, 8, 8, 1, 1, "none")) if v.cp_comm == "a2a+p2p")

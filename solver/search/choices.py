@@ -1,5 +1,5 @@
-"""The framework options a row chooses besides its degrees: the MoE token dispatcher (rows with EP > 1)
-and the CP communication type (rows with CP > 1).
+"""The framework options a row chooses besides its degrees: the MoE token dispatcher with its flex backend
+(rows with EP > 1) and the CP communication type with a2a+p2p's hierarchical sizes (rows with CP > 1).
 
 Neither changes the memory ledger, so the variants of one row differ only in time; a variant whose
 every stage time table is no slower than every other variant's (after the rules on these options,
