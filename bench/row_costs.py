@@ -1,7 +1,7 @@
 """Per-row cost of `parasol solve` on default-space problems (issue 15): seconds per 1,000 calls of the
 functions solve runs once per row listed (rows_until, ideal_step_s) or per row screened or cut
 (fit_candidates, resolve_fit for rows whose fit needs the cut search, row_costs, settled,
-rows_pass_rules), on a fixed sample of each problem's rows, and a digest of their results (equal
+rows_pass_rules, row_staircase), on a fixed sample of each problem's rows, and a digest of their results (equal
 digests before and after a change: the same answers).
 
 Run: python bench/row_costs.py [--only NAME] [--sample 150]
@@ -39,6 +39,7 @@ def measure(name: str, sample: int) -> None:
     from parasol.problems.loader import load_problem_text
     from parasol.solver.search.choices import settled
     from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts, row_costs, usable_mb
+    from parasol.solver.search.cuts import row_staircase
     from parasol.solver.search.row_search import rows_pass_rules
     from parasol.solver.search.savings import (
         NONE,
@@ -81,6 +82,11 @@ def measure(name: str, sample: int) -> None:
     _timed("row_costs(problem, row, time model)",
            [lambda v=v: row_costs(row_problem(problem, v), v, fresh[v.saving]) for v in variants], digest)
     _timed("rows_pass_rules", [lambda v=v: rows_pass_rules(problem, v) for v in variants], digest)
+    tables = [c for _, c, _ in chosen]
+    _timed("row_staircase, VPP 1", [lambda c=c: row_staircase(c, counts, usable) for c in tables if c.row.vpp == 1],
+           digest)
+    _timed("row_staircase, VPP > 1", [lambda c=c: row_staircase(c, counts, usable) for c in tables if c.row.vpp > 1],
+           digest)
     print(f"  {len(rows):,} rows, {len(picked)} sampled, {len(fitted)} fit; digest {digest.hexdigest()[:16]}")
 
 

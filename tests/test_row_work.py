@@ -37,6 +37,7 @@ from parasol.solver.search.savings import (
     fit_candidates,
     open_savings,
     resolve_fit,
+    row_problem,
     with_saving,
     without_static,
 )
@@ -166,7 +167,7 @@ def test_memory_floor_is_below_every_cut_and_fitting_is_unchanged(problems: list
     """The floor never exceeds the least peak of a 1F1B row, nor the peak of an interleaved row's default
     cut; a row whose default cut fits is one the cut search finds fitting; resolve_fit with both shortcuts
     answers as cuts.some_cut_fits alone does, and its quick candidates (savings.fit_candidates) hold that
-    answer, alone when they call it settled."""
+    answer, alone when they call it settled, with the memory tables each candidate's own problem gives."""
     pruned = deferred = 0
     for problem in problems:
         counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
@@ -194,6 +195,7 @@ def test_memory_floor_is_below_every_cut_and_fitting_is_unchanged(problems: list
                               if some_cut_fits(row_costs(with_saving(problem, v.saving), v, None), counts, usable)),
                              None)
             candidates = fit_candidates(problem, row, savings, counts, usable)
+            assert candidates.costs == tuple(row_costs(row_problem(problem, v), v, None) for v in candidates.rows)
             assert resolve_fit(problem, candidates, counts, usable) == plain
             assert plain is None or plain in candidates.rows
             if candidates.settled:

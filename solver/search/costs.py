@@ -299,9 +299,14 @@ def interval_counts(prefix: tuple[tuple[int, ...], ...]) -> np.ndarray:
     return np.where(counts > 0, counts, 0)
 
 
+NO_STAGE = np.iinfo(np.int64).max
+"""all_stage_matrices' time and memory where i >= j: no stage holds no block."""
+
+
 def all_stage_matrices(c: RowCosts, counts: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Time and memory of each stage s holding blocks i..j−1, for every (i, j): RowCosts formulas in bulk,
-    the blocks' sums over each interval computed once and each stage adding its edge and in-flight share."""
+    """Time and memory of each stage s holding blocks i..j−1, for every i < j (NO_STAGE elsewhere): RowCosts
+    formulas in bulk, the blocks' sums over each interval computed once and each stage adding its edge and
+    in-flight share."""
     time = counts @ np.array(c.kind_time_us, dtype=np.int64)
     static = counts @ np.array(c.kind_static, dtype=np.int64)
     held = counts @ np.array(c.kind_activation, dtype=np.int64)
@@ -312,6 +317,8 @@ def all_stage_matrices(c: RowCosts, counts: np.ndarray) -> list[tuple[np.ndarray
         peak = np.where(present[:, :, k], np.maximum(peak, c.kind_peak[k]), peak)
         if c.kind_moe[k]:
             moe = moe | present[:, :, k]
+    none = ~np.triu(np.ones(held.shape, dtype=bool), k=1)
+    time[none] = static[none] = held[none] = peak[none] = 0
     out = []
     for s in range(c.row.pp):
         frac = c.inflight[s]
@@ -319,7 +326,9 @@ def all_stage_matrices(c: RowCosts, counts: np.ndarray) -> list[tuple[np.ndarray
         rank_moe = moe | c.edge_moe[s]
         memory = (c.edge_static[s] + static + act + np.maximum(peak, c.edge_peak[s])
                   + np.where(rank_moe, c.dispatch_mb, 0) + c.workspace_mb)
-        out.append((c.edge_time_us[s] + time, memory))
+        stage_time = c.edge_time_us[s] + time
+        stage_time[none] = memory[none] = NO_STAGE
+        out.append((stage_time, memory))
     return out
 
 

@@ -19,6 +19,7 @@ from parasol.problems.derived import stage_of_virtual
 from parasol.solver.search.costs import (
     MEMORY_UNIT_MB,
     MICROSECONDS,
+    NO_STAGE,
     TIME_UNIT_S,
     RowCosts,
     all_stage_matrices,
@@ -49,8 +50,8 @@ def dp_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
     depends on the cut only through the slowest stage (Σ t_s is the same for every cut), so each step
     is: least slowest-stage time under a memory cap, then least peak memory at that step time."""
     blocks = counts.shape[0] - 1
-    mats = all_stage_matrices(c, counts)
-    inf = np.iinfo(np.int64).max
+    mats = _ends_only(all_stage_matrices(c, counts))
+    inf = NO_STAGE
     unit = round(TIME_UNIT_S * MICROSECONDS)
     totals = [int(x) for x in counts[0, blocks]]
     stage_sum = sum(c.edge_time_us) + sum(t * n for t, n in zip(c.kind_time_us, totals, strict=True))
@@ -73,6 +74,13 @@ def dp_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
         points.append(CutPoint(time_units, memory_units, leanest[1]))
         cap = (memory_units - 1) * MEMORY_UNIT_MB
     return Staircase(tuple(points))
+
+
+def _ends_only(mats: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The stage matrices as min_max_cut reads them: the first stage's row 0, the last's last column."""
+    if len(mats) == 1:
+        return [(t[:1], m[:1]) for t, m in mats]
+    return [(t[:1], m[:1]) for t, m in mats[:1]] + mats[1:-1] + [(t[:, -1:], m[:, -1:]) for t, m in mats[-1:]]
 
 
 def rank_counts(layout: tuple[int, ...], pp: int, counts: np.ndarray) -> list[tuple[int, ...]]:
@@ -113,9 +121,8 @@ def some_cut_fits(c: RowCosts, counts: np.ndarray, usable: int, deadline: float 
     if c.row.vpp > 1:
         return InterleavedCuts(c, counts, deadline).fits(usable)
     blocks = counts.shape[0] - 1
-    inf = np.iinfo(np.int64).max
-    memory = [m for _, m in all_stage_matrices(c, counts)]
-    return min_max_cut([np.where(m <= usable, m, inf) for m in memory], blocks) is not None
+    memory = [m for _, m in _ends_only(all_stage_matrices(c, counts))]
+    return min_max_cut([np.where(m <= usable, m, NO_STAGE) for m in memory], blocks) is not None
 
 
 def best_cut(c: RowCosts, counts: np.ndarray, cap_mb: int) -> CutPoint | None:
@@ -139,21 +146,31 @@ def row_staircase(c: RowCosts, counts: np.ndarray, usable: int, deadline: float 
 
 
 def min_max_cut(stage_costs: list[np.ndarray], blocks: int) -> tuple[int, tuple[int, ...]] | None:
-    """Least possible largest stage cost over contiguous cuts with >= 1 block per stage (exact DP)."""
-    inf = np.iinfo(np.int64).max
-    best = np.full(blocks + 1, inf, dtype=np.int64)
-    best[0] = 0
+    """Least possible largest stage cost over contiguous cuts with >= 1 block per stage (exact DP): stage
+    s holding blocks i..j−1 costs stage_costs[s][i, j], NO_STAGE where it may not (i >= j, or excluded).
+    The first stage starts at block 0 and the last ends at `blocks`, so only the first's row 0 and the last's
+    last column are read (the callers may pass just those)."""
+    first, *middle, last = stage_costs if len(stage_costs) > 1 else (stage_costs[0], stage_costs[0])
+    if len(stage_costs) == 1:
+        value = int(first[0, -1])
+        return None if value >= NO_STAGE else (value, (blocks,))
+    best = first[0]
+    columns = np.arange(blocks + 1)
     choice = []
-    valid = np.triu(np.ones((blocks + 1, blocks + 1), dtype=bool), k=1)
-    for cost in stage_costs:
-        cand = np.where(valid & (best[:, None] < inf), np.maximum(best[:, None], cost), inf)
-        choice.append(np.argmin(cand, axis=0))
-        best = cand.min(axis=0)
-    if best[blocks] >= inf:
+    for cost in middle:
+        cand = np.maximum(best[:, None], cost)
+        arg = cand.argmin(axis=0)
+        choice.append(arg)
+        best = cand[arg, columns]
+    ends = np.maximum(best, last[:, -1])
+    j = int(ends.argmin())
+    value = int(ends[j])
+    if value >= NO_STAGE:
         return None
-    layout, j = [], blocks
+    layout = [blocks - j]
     for arg in reversed(choice):
-        i = int(arg[j])
-        layout.append(j - i)
-        j = i
-    return int(best[blocks]), tuple(reversed(layout))
+        start = int(arg[j])
+        layout.append(j - start)
+        j = start
+    layout.append(j)
+    return value, tuple(reversed(layout))

@@ -92,7 +92,7 @@ class RowSearch:
             return
         floor = (0, 0)
         if self.floors:
-            floors = [self._floor(v) for v in candidates.rows]
+            floors = [self._floor(v, c) for v, c in zip(candidates.rows, candidates.costs, strict=True)]
             floor = (min(t for t, _ in floors), min(m for _, m in floors))
             if len(self.rows) >= self.top and self._beaten(floor):
                 return
@@ -101,9 +101,10 @@ class RowSearch:
         heapq.heappush(self._waiting, (floor, self._queued, candidates))
         self._queued += 1
 
-    def _floor(self, row: Row) -> tuple[int, int]:
-        """The row's floor under its saving (reprice.floor_point): it holds for every option it may choose."""
-        memory = row_costs(row_problem(self.problem, row), row, None)
+    def _floor(self, row: Row, memory: RowCosts | None = None) -> tuple[int, int]:
+        """The row's floor under its saving (reprice.floor_point; `memory`: its memory tables when known): it
+        holds for every option it may choose."""
+        memory = memory or row_costs(row_problem(self.problem, row), row, None)
         return floor_point(memory, row.mapping(self.problem), self.counts, self.model_of(row))
 
     def _beaten(self, floor: tuple[int, int]) -> bool:
@@ -131,8 +132,9 @@ class RowSearch:
                 if fitted is None:
                     continue
                 self.fitting += 1
-                resolved = FitCandidates((fitted,), True)
-                own = self._floor(fitted) if self.floors else floor
+                tables = candidates.costs[candidates.rows.index(fitted)]
+                resolved = FitCandidates((fitted,), True, (tables,))
+                own = self._floor(fitted, tables) if self.floors else floor
                 if own > floor:
                     heapq.heappush(self._waiting, (own, self._queued, resolved))
                     self._queued += 1

@@ -114,6 +114,8 @@ class FitCandidates:
     rows: tuple[Row, ...]
     settled: bool
     """Whether the answer is known: no candidate, or the first surely fits."""
+    costs: tuple[RowCosts, ...]
+    """Each candidate's memory tables (row_costs with no time model), kept for its floor and fit question."""
 
 
 def fit_candidates(problem: Problem, row: Row, savings: tuple[str, ...], counts: np.ndarray,
@@ -124,17 +126,19 @@ def fit_candidates(problem: Problem, row: Row, savings: tuple[str, ...], counts:
     costs = row_costs(problem, row, None)
     verdict = quick_fit(costs, counts, usable)
     if verdict:
-        return FitCandidates((row,), True)
-    found = [row] if verdict is None else []
+        return FitCandidates((row,), True, (costs,))
+    found = [(row, costs)] if verdict is None else []
     if savings and quick_fit(without_static(costs), counts, usable) is not False:
         for saving in savings:
             variant = dataclasses.replace(row, saving=saving)
-            verdict = quick_fit(row_costs(with_saving(problem, saving), variant, None), counts, usable)
+            tables = row_costs(with_saving(problem, saving), variant, None)
+            verdict = quick_fit(tables, counts, usable)
             if verdict is not False:
-                found.append(variant)
+                found.append((variant, tables))
             if verdict:
                 break
-    return FitCandidates(tuple(found), not found or (len(found) == 1 and verdict is True))
+    return FitCandidates(tuple(v for v, _ in found), not found or (len(found) == 1 and verdict is True),
+                         tuple(c for _, c in found))
 
 
 def resolve_fit(problem: Problem, candidates: FitCandidates, counts: np.ndarray, usable: int,
@@ -142,9 +146,8 @@ def resolve_fit(problem: Problem, candidates: FitCandidates, counts: np.ndarray,
     """The row as it fits: the first candidate some cut of which fits (cuts.some_cut_fits), or None. A
     question still open at `deadline` counts as fitting: the row's staircase, cut short too, then says
     whether it was proved."""
-    for variant in candidates.rows:
-        if candidates.settled or cut_fits(row_costs(with_saving(problem, variant.saving), variant, None), counts,
-                                          usable, deadline):
+    for variant, costs in zip(candidates.rows, candidates.costs, strict=True):
+        if candidates.settled or cut_fits(costs, counts, usable, deadline):
             return variant
     return None
 
