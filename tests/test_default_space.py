@@ -64,11 +64,11 @@ def test_dispatcher_and_cp_comm_choices_follow_the_problem() -> None:
     listed = load_problem_text(SMALL_MOE + "search: {dispatcher: [flex, alltoall], cp_comm_type: a2a}\n")
     assert dispatcher_choices(listed) == ("flex", "alltoall") and cp_comm_choices(listed) == ("a2a",)
     assert dispatcher_choices(load_problem_text(DENSE)) == ()
-    assert cp_comm_choices(moe) == ("p2p", "a2a", "allgather")
+    assert cp_comm_choices(moe) == ("p2p", "a2a", "allgather", "a2a+p2p")
     mla = load_problem("problems/deepseek-v4-pro-1024.yaml")
     assert cp_comm_choices(mla) == ("p2p",)
     row = Row(pp=2, vpp=1, tp=1, cp=2, ep=4, etp=1, mbs=1, recompute="none")
-    assert len(choice_variants(moe, row)) == 9
+    assert len(choice_variants(moe, row)) == 9  # CP 2 has no a2a+p2p split with both levels > 1
     assert {v.dispatcher for v in choice_variants(moe, Row(2, 1, 1, 1, 1, 1, 1, "none"))} == {"allgather"}
 
 

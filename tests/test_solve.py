@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from parasol.constraints.physics.step_time import CalibratedStageTimes
-from parasol.problems.loader import load_problem, load_problem_text
+from parasol.problems.loader import Problem, load_problem, load_problem_text
 from parasol.problems.mapping import Mapping
 from parasol.solver.cli import main
 from parasol.solver.diagnose.explain import explain
@@ -146,26 +146,30 @@ def test_rows_that_fit_only_under_fsdp_take_turns_with_the_rest() -> None:
 def test_gb200_ep_groups_stay_in_a_domain_or_pay() -> None:
     """GB200 NVL72 (72-GPU domains of 4-GPU nodes): a returned mapping whose EP group straddles two
     NVLink domains says so in its groups and pays for it: its exposed EP time is more than twice that
-    of the same mapping with a domain-aligned EP24; the fastest mapping keeps EP in one domain. EP48
-    against EP24 shows the same price on a fixed mapping."""
+    of the same mapping with a domain-aligned EP24; the fastest mapping keeps EP in one domain, and runs
+    flex on Hybrid-EP (DeepEP reaches 8 ranks over NVLink, so even EP24 in one domain goes to the NICs
+    under it). EP48 against EP24 shows the same price on a fixed mapping."""
     problem = load_problem(GB200)
     result = solve(problem, CalibratedStageTimes(problem), top=4)
     assert result.mappings
+    hybrid = result.mappings[0].explanation.problem
+    assert hybrid.spec.framework.options.moe_flex_dispatcher_backend == "hybridep"
 
-    def ep_seconds(mapping: Mapping) -> tuple[bool, float]:
-        data = explain(problem, mapping, repairs=0).as_dict()
+    def ep_seconds(mapping: Mapping, chosen: Problem = hybrid) -> tuple[bool, float]:
+        data = explain(chosen, mapping, repairs=0).as_dict()
         return {g["group"]: g for g in data["groups"]}["ep"]["inside_nvlink_domain"], \
             data["step_time"]["breakdown_s"]["ep"]
 
     assert ep_seconds(result.mappings[0].explanation.mapping)[0]
     for sm in result.mappings:
-        inside, seconds = ep_seconds(sm.explanation.mapping)
+        inside, seconds = ep_seconds(sm.explanation.mapping, sm.explanation.problem)
         if not inside:
             assert seconds > 2 * ep_seconds(sm.explanation.mapping.model_copy(update={"ep": 24}))[1]
     fixed = Mapping(gpus=1152, tp=1, pp=8, cp=2, ep=24, etp=1, mbs=1, gbs=4608, seq_len=8192, recompute="full")
     aligned, straddling = ep_seconds(fixed), ep_seconds(fixed.model_copy(update={"ep": 48}))
     assert aligned[0] and not straddling[0]
     assert straddling[1] > 2 * aligned[1]
+    assert ep_seconds(fixed, problem)[1] > 2 * aligned[1]
 
 
 @pytest.mark.slow

@@ -30,7 +30,7 @@ achievable fraction of the nominal rate (a calibrated coefficient).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -40,6 +40,8 @@ from parasol.problems.rank_groups import GROUP_KINDS, dense_sizes, expert_sizes,
 
 GB = 1e9
 US = 1e-6
+DEEPEP_NVL_PEERS = 8
+"""NUM_MAX_NVL_PEERS of DeepEP (csrc/kernels/configs.cuh:3): NVLink peers of one rank in its normal kernels."""
 
 
 @dataclass(frozen=True)
@@ -213,7 +215,13 @@ def group_link(topology: ClusterTopology, mapping: Mapping, kind: str) -> GroupL
     bases agree modulo the rack size lie alike: one of each residue is examined."""
     grid, dims = GROUP_KINDS[kind]
     sizes = dense_sizes(mapping) if grid == "dense" else expert_sizes(mapping)
-    offsets, bases = _group_offsets(sizes, dims, order_of(mapping))
+    return _placed_link(topology, kind, sizes, dims, order_of(mapping))
+
+
+def _placed_link(topology: ClusterTopology, kind: str, sizes: dict[str, int], dims: tuple[str, ...],
+                 order: tuple[str, ...]) -> GroupLink:
+    """The GroupLink of the worst-placed group over `dims` of a rank grid of `sizes` in `order`."""
+    offsets, bases = _group_offsets(sizes, dims, order)
     _, first = np.unique(bases % topology.gpus_per_rack, return_index=True)
     worst = _worst_placed(topology, offsets, np.sort(bases[first]))
     span = topology.placed_span(worst)
@@ -223,3 +231,30 @@ def group_link(topology: ClusterTopology, mapping: Mapping, kind: str) -> GroupL
         nvlink_gb_s=topology.nvlink_gb_s,
         network_gb_s=topology.spine_gb_s if span.racks > 1 else topology.nic_gb_s,
     )
+
+
+def cp_level_links(topology: ClusterTopology, mapping: Mapping, levels: tuple[int, ...]) -> tuple[GroupLink, ...]:
+    """The worst-placed group of each level of --hierarchical-context-parallel-sizes (product CP): Megatron
+    cuts every CP group, in its rank order, into level-1 groups of `levels[0]` consecutive members, level-2
+    groups of members `levels[0]` apart, and so on (parallel_state.py:378-420, create_hierarchical_groups,
+    "(l s u) -> (l u) s"); the CP dimension is split into one dimension per level, fastest first."""
+    sizes = dense_sizes(mapping)
+    names = tuple(f"cp{i}" for i in range(len(levels)))
+    split = {k: v for k, v in sizes.items() if k != "cp"} | dict(zip(names, levels, strict=True))
+    order = tuple(d for dim in order_of(mapping) for d in (names if dim == "cp" else (dim,)))
+    return tuple(_placed_link(topology, "cp", split, (name,), order) for name in names)
+
+
+def deepep_link(topology: ClusterTopology, link: GroupLink, expert_tp: int) -> GroupLink:
+    """The EP link as DeepEP's normal (training) kernels see it: a rank reaches at most NUM_MAX_NVL_PEERS = 8
+    ranks of its ETP×EP group over NVLink, the 8 consecutive ones (rank % 8), and every other one over RDMA
+    through the NIC even inside a larger NVLink domain (DeepEP hybrid-ep@94a9f8f csrc/kernels/configs.cuh:3,
+    csrc/deep_ep.cpp:169-170; csrc/kernels/internode.cu:665-672 sends with nvshmemi_ibgda_put_nbi_warp), so
+    on a 72-GPU NVL72 domain the deduplicating unit is 8/ETP EP ranks, not the domain. Unchanged where the
+    group's share of a domain is already within that reach (8-GPU nodes)."""
+    reach = max(DEEPEP_NVL_PEERS // max(expert_tp, 1), 1)
+    if link.local_peers <= reach or link.size <= 1:
+        return link
+    level = Level.rack if link.level is Level.nvlink_domain else link.level
+    return replace(link, level=level, bandwidth_gb_s=topology.level_bandwidth(level),
+                   latency_us=topology.level_latency_us(level), local_peers=reach, domains=-(-link.size // reach))

@@ -4,8 +4,9 @@ gradient reduction and parameter gather. Volumes become CommTerms that constrain
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
+from math import prod
 
 from parasol.constraints.physics.comm import (
     NO_COMM,
@@ -13,7 +14,9 @@ from parasol.constraints.physics.comm import (
     GroupLink,
     all_gather,
     all_to_all,
+    cp_level_links,
     deduplicated_dispatch,
+    deepep_link,
     group_link,
     point_to_point,
     reduce_scatter,
@@ -43,14 +46,39 @@ class Links:
     pp: GroupLink
     dp_cp: GroupLink
     dp_expert: GroupLink
+    ep_deepep: GroupLink
+    """The EP group as DeepEP's normal kernels reach it (comm.deepep_link)."""
+    cp_levels: tuple[GroupLink, ...] = ()
+    """The groups of each level of --hierarchical-context-parallel-sizes (comm.cp_level_links); empty without."""
 
 
-def links_for(topology, mapping: Mapping) -> Links:  # noqa: ANN001 - ClusterTopology
-    """Place every group of the mapping on the cluster (worst group of each kind). Placement depends
-    only on the grid sizes and the rank order, so rows differing in recompute, VPP, MBS or cut share
-    one placement (cached: placing groups dominated large searches)."""
-    return grid_links(topology, mapping.gpus, mapping.tp, mapping.cp, mapping.pp, mapping.ep, mapping.expert_tp,
-                      RankOrder(mapping.rank_order))
+def links_for(topology, mapping: Mapping, cp_levels: tuple[int, ...] = ()) -> Links:  # noqa: ANN001 - ClusterTopology
+    """Place every group of the mapping on the cluster (worst group of each kind), with the hierarchical CP
+    levels when `cp_levels` (sizes multiplying to CP) are given. Placement depends only on the grid sizes and
+    the rank order, so rows differing in recompute, VPP, MBS or cut share one placement (cached: placing
+    groups dominated large searches)."""
+    links = grid_links(topology, mapping.gpus, mapping.tp, mapping.cp, mapping.pp, mapping.ep, mapping.expert_tp,
+                       RankOrder(mapping.rank_order))
+    if len(cp_levels) < 2 or prod(cp_levels) != mapping.cp:
+        return links
+    return replace(links, cp_levels=level_links(topology, mapping.gpus, mapping.tp, mapping.cp, mapping.pp,
+                                                RankOrder(mapping.rank_order), tuple(cp_levels)))
+
+
+@lru_cache(maxsize=1024)
+def level_links(topology, gpus: int, tp: int, cp: int, pp: int, order: RankOrder,  # noqa: ANN001
+                cp_levels: tuple[int, ...]) -> tuple[GroupLink, ...]:
+    """comm.cp_level_links on the dense grid sizes alone (cached like grid_links)."""
+    grid = Mapping(gpus=gpus, tp=tp, cp=cp, pp=pp, ep=1, etp=tp, rank_order=order, gbs=1, seq_len=1)
+    return cp_level_links(topology, grid, cp_levels)
+
+
+def dispatch_link(links: Links, dispatcher: str, backend: str) -> GroupLink:
+    """The link the EP exchange runs on: the EP group as DeepEP reaches it under the flex dispatcher with
+    the deepep backend, else the EP group's own placement (Hybrid-EP uses the group's whole NVLink domain:
+    DeepEP hybrid-ep@94a9f8f deep_ep/hybrid_ep_buffer.py:61-83, local ranks = the ranks it reaches over
+    NVLink; NCCL all-to-all goes over NVLink wherever it can)."""
+    return links.ep_deepep if dispatcher == "flex" and backend == "deepep" else links.ep
 
 
 @lru_cache(maxsize=4096)
@@ -58,7 +86,8 @@ def grid_links(topology, gpus: int, tp: int, cp: int, pp: int, ep: int, etp: int
                order: RankOrder) -> Links:
     """links_for on the grid sizes alone (no mapping to build: the search space lists rows by degrees)."""
     grid = Mapping(gpus=gpus, tp=tp, cp=cp, pp=pp, ep=ep, etp=etp, rank_order=order, gbs=1, seq_len=1)
-    return Links(*(group_link(topology, grid, kind) for kind in ("tp", "cp", "ep", "pp", "dp_cp", "dp_expert")))
+    placed = [group_link(topology, grid, kind) for kind in ("tp", "cp", "ep", "pp", "dp_cp", "dp_expert")]
+    return Links(*placed, ep_deepep=deepep_link(topology, placed[2], etp))
 
 
 def tp_regions(model: ModelArchitecture, block: Block) -> int:
@@ -89,16 +118,17 @@ def tp_comm(model: ModelArchitecture, block: Block | None, tokens: float, tp_lin
 
 
 def cp_comm(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_link: GroupLink,
-            comm_type: str = "p2p") -> CommTerm:
+            comm_type: str = "p2p", levels: tuple[GroupLink, ...] = ()) -> CommTerm:
     """CP exchange of one block's forward attention, by Megatron's --cp-comm-type (Transformer Engine's
     context-parallel attention).
 
     GQA/MLA: p2p (ring attention): CP−1 steps, each passing the local K and V chunk (MLA: per-head keys
     and values after the up-projection); allgather: the K and V of the whole sequence gathered at once;
     a2a (DeepSpeed-Ulysses, arXiv 2309.14509 §3.1): Q, K and V all-to-all from sequence to head shards
-    before the attention and its output back (cp_a2a_bytes); a2a+p2p is priced as p2p. V4 hybrid: the
-    compressed KV entries (and CSA index keys) are all-gathered and the sliding window's halo rows come
-    from the previous rank, whatever the type."""
+    before the attention and its output back (cp_a2a_bytes); a2a+p2p on GQA with its two `levels`:
+    hierarchical_cp_comm; MLA's a2a and a2a+p2p are priced as p2p. V4 hybrid: the compressed KV entries
+    (and CSA index keys) are all-gathered and the sliding window's halo rows come from the previous rank,
+    whatever the type."""
     cp = cp_link.size
     if cp <= 1:
         return NO_COMM
@@ -112,6 +142,8 @@ def cp_comm(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_l
             return all_gather(cp * tokens * width * BF16_BYTES, cp_link)
         if comm_type == "a2a" and isinstance(att, GQAAttention):
             return all_to_all(cp_a2a_bytes(att, tokens, tp), cp_link)
+        if comm_type == "a2a+p2p" and isinstance(att, GQAAttention) and len(levels) == 2:
+            return hierarchical_cp_comm(att, tokens, tp, width, levels[0], levels[1])
         return point_to_point(tokens * width * BF16_BYTES, cp_link).scaled(cp - 1)
     assert isinstance(att, DSV4Attention)
     ratio = block.compress_ratio or 0
@@ -120,6 +152,19 @@ def cp_comm(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_l
         return halo
     width = att.head_dim + (att.index_head_dim if ratio == CSA_RATIO else 0)
     return halo + all_gather(cp * tokens / ratio * width * BF16_BYTES, cp_link)
+
+
+def hierarchical_cp_comm(att: GQAAttention, tokens: float, tp: int, width: float, a2a_link: GroupLink,
+                         p2p_link: GroupLink) -> CommTerm:
+    """The a2a+p2p CP exchange (Transformer Engine's AttnFuncWithCPAndKVP2P with cp_group = [a2a, p2p]):
+    Q, K and V all-to-all inside the level-1 group of size A, from `tokens` of every head to A·tokens of
+    heads/A (and the output back), as a2a does (cp_a2a_bytes, on that group's links); then a ring over the
+    level-2 group of size P = CP/A: P−1 steps, each passing the K and V of A·tokens for KV heads/A, the same
+    bytes as one p2p step of the flat ring (TE transformer_engine/pytorch/attention/dot_product_attention/
+    context_parallel.py@d0067d0 :1407-1419 send_dst/recv_src at stride A, 1486-1500 the a2a before the ring,
+    2032-2040 the output's a2a after it)."""
+    a2a = all_to_all(cp_a2a_bytes(att, tokens, tp), a2a_link)
+    return a2a + point_to_point(tokens * width * BF16_BYTES, p2p_link).scaled(p2p_link.size - 1)
 
 
 def cp_a2a_bytes(att: GQAAttention, tokens: float, tp: int) -> float:

@@ -42,7 +42,15 @@ from typing import get_args
 import numpy as np
 
 from parasol.constraints.physics.comm import NO_COMM, CommTerm
-from parasol.constraints.physics.exchanges import Links, cp_comm, ep_comm, links_for, tp_comm
+from parasol.constraints.physics.exchanges import (
+    Links,
+    cp_comm,
+    dispatch_link,
+    ep_comm,
+    level_links,
+    links_for,
+    tp_comm,
+)
 from parasol.constraints.physics.memory import block_kind, rank_holdings, schedule_fits_layout
 from parasol.constraints.physics.pricing import (
     BREAKDOWN_KINDS,
@@ -70,7 +78,7 @@ from parasol.constraints.physics.workload import (
 )
 from parasol.hardware.calibration import StepCoefficients, coefficients_for_gpu
 from parasol.problems.derived import Derived
-from parasol.problems.mapping import Mapping
+from parasol.problems.mapping import Mapping, RankOrder
 from parasol.problems.model.architecture import Block, BlockKind
 from parasol.problems.options import MegatronOptions
 
@@ -242,6 +250,8 @@ class RankWork:
 
 DISPATCHERS = get_args(MegatronOptions.model_fields["moe_token_dispatcher_type"].annotation)
 """Every MoE token dispatcher Megatron offers (--moe-token-dispatcher-type)."""
+FLEX_BACKENDS = get_args(MegatronOptions.model_fields["moe_flex_dispatcher_backend"].annotation)
+"""The flex dispatcher's backends (--moe-flex-dispatcher-backend)."""
 CP_COMM_KINDS = get_args(MegatronOptions.model_fields["cp_comm_type"].annotation)
 """Every CP communication type Megatron offers (--cp-comm-type)."""
 
@@ -297,9 +307,9 @@ class CalibratedStageTimes:
     def links(self, mapping: Mapping) -> Links:
         """Group placement of a mapping, computed once per mapping less its VPP and layout (placement reads
         neither)."""
-        key = vpp_free(mapping)
+        key = (vpp_free(mapping), self.settings.cp_levels)
         if key not in self._links:
-            self._links[key] = links_for(self.problem.hardware.topology, mapping)
+            self._links[key] = links_for(self.problem.hardware.topology, mapping, self.settings.cp_levels)
         return self._links[key]
 
     def _run(self, mapping: Mapping, derived: Derived) -> Workload:
@@ -421,16 +431,24 @@ class CalibratedStageTimes:
         hidden_ep = 1.0 if settings.ep_overlap else min(float(coefs["overlap_ep"]), 1.0)
         if moe_blocks and links.ep.size > 1 and hidden_ep < 1.0:
             received = dispatch_received(settings)
-            least = min(comm_seconds(ep_comm(model, tokens, mapping.tp, mapping.expert_tp, links.ep, received, kind)
-                                     .scaled(moe_blocks), coefs) for kind in DISPATCHERS)
+            least = min(comm_seconds(ep_comm(model, tokens, mapping.tp, mapping.expert_tp,
+                                             dispatch_link(links, kind, backend), received, kind)
+                                     .scaled(moe_blocks), coefs) for kind in DISPATCHERS for backend in FLEX_BACKENDS)
             floor += PASSES_PER_MICROBATCH["ep"] * (1.0 - hidden_ep) * least
         hidden_cp = min(float(coefs["overlap_cp"]), 1.0)
         if links.cp.size > 1 and hidden_cp < 1.0:
             least = min(comm_seconds(self._over_blocks(
-                lambda b, kind=kind: cp_comm(model, b, tokens, mapping.tp, links.cp, kind), totals), coefs)
-                for kind in CP_COMM_KINDS)
+                lambda b, kind=kind, levels=levels: cp_comm(model, b, tokens, mapping.tp, links.cp, kind, levels),
+                totals), coefs) for kind in CP_COMM_KINDS for levels in self._cp_levels(mapping))
             floor += PASSES_PER_MICROBATCH["cp"] * (1.0 - hidden_cp) * least
         return floor
+
+    def _cp_levels(self, mapping: Mapping) -> tuple[tuple, ...]:
+        """Every two-level placement a2a+p2p may run under this mapping's CP (each split CP = A·P), and no
+        levels (the flat types): the floor holds whatever hierarchical sizes a row chooses."""
+        cp, topology = mapping.cp, self.problem.hardware.topology
+        return ((), *(level_links(topology, mapping.gpus, mapping.tp, cp, mapping.pp, RankOrder(mapping.rank_order),
+                                  (a, cp // a)) for a in range(2, cp) if cp % a == 0))
 
     def stage_times_s(self, mapping: Mapping, derived: Derived,
                       stages: list[tuple[int, tuple[int, ...]]]) -> list[float]:

@@ -18,6 +18,7 @@ from parasol.constraints.physics.dtypes import BF16_BYTES, FP32_BYTES
 from parasol.constraints.physics.exchanges import (
     Links,
     cp_comm,
+    dispatch_link,
     dp_comm,
     ep_comm,
     links_for,
@@ -97,8 +98,12 @@ class StepSettings:
     and the scores' HBM traffic instead of a fused causal kernel."""
     dispatcher: str = "alltoall"
     """Megatron's MoE token dispatcher (--moe-token-dispatcher-type): allgather, alltoall or flex."""
+    flex_backend: str = "deepep"
+    """The flex dispatcher's backend (--moe-flex-dispatcher-backend; deepep under --moe-enable-deepep)."""
     cp_comm: str = "p2p"
     """Megatron's CP communication type (--cp-comm-type): p2p, a2a, allgather or a2a+p2p."""
+    cp_levels: tuple[int, ...] = ()
+    """--hierarchical-context-parallel-sizes under a2a+p2p (empty otherwise)."""
     dispatch_amplification: float = 1.0
     """EP bytes sent over the balanced k·T·h: the capacity factor when expert buffers are fixed-size
     (seed 003 §4: a fixed-size whole-group all-to-all moves at least CF times the ideal)."""
@@ -131,6 +136,9 @@ def settings_for(problem, options: MegatronOptions | None = None) -> StepSetting
     return StepSettings(precision=training.precision.value,
                         grad_reduce_bytes=FP32_BYTES if training.grad_dtype == "fp32" else BF16_BYTES,
                         dispatcher=opts.moe_token_dispatcher_type, cp_comm=opts.cp_comm_type,
+                        flex_backend="deepep" if opts.moe_enable_deepep else opts.moe_flex_dispatcher_backend,
+                        cp_levels=tuple(opts.hierarchical_context_parallel_sizes or ())
+                        if opts.cp_comm_type == "a2a+p2p" else (),
                         dispatch_amplification=amplification,
                         fixed_size_all_to_all=fixed, fsdp=training.fsdp != "none",
                         frozen_weights=training.frozen_base_weights, **overlap_settings(training, opts))
@@ -368,9 +376,9 @@ def block_work(ctx: _StageContext, b: Block, count: int) -> _BlockWork:
     nbytes *= count
     block_tp = tp_comm(model, b, ctx.tokens, ctx.links.tp, sp).scaled(count)
     block_ep = NO_COMM if b.mlp is not BlockKind.moe else ep_comm(
-        model, ctx.tokens, m.tp, m.expert_tp, ctx.links.ep, dispatch_received(settings),
-        settings.dispatcher).scaled(count)
-    block_cp = cp_comm(model, b, ctx.tokens, m.tp, ctx.links.cp, settings.cp_comm).scaled(count)
+        model, ctx.tokens, m.tp, m.expert_tp, dispatch_link(ctx.links, settings.dispatcher, settings.flex_backend),
+        dispatch_received(settings), settings.dispatcher).scaled(count)
+    block_cp = cp_comm(model, b, ctx.tokens, m.tp, ctx.links.cp, settings.cp_comm, ctx.links.cp_levels).scaled(count)
     again = recomputed_flops(m.recompute, tuple(ctx.training.recompute_modules), bf)
     muon = ctx.training.optimizer is Optimizer.muon
     nd, nr = newton_schulz_flops(model, b) if muon else (0, 0)
@@ -510,7 +518,7 @@ def build_workload(problem, mapping: Mapping, derived: Derived,  # noqa: ANN001 
     model: ModelArchitecture = problem.model
     training: Training = problem.training
     settings = routed(problem, mapping, settings or settings_for(problem))
-    links = links or links_for(problem.hardware.topology, mapping)
+    links = links or links_for(problem.hardware.topology, mapping, settings.cp_levels)
     all_blocks = [*model.blocks, *model.mtp_blocks]
     stages, known = [], {}
     for r in rank_holdings(derived.layout, mapping.pp, training.pipeline_schedule):

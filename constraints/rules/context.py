@@ -119,6 +119,99 @@ class CPA2AHeadsDivisible(Constraint):
         v.divides(split, v.consts["num_query_groups"], "a2a_groups", enforce)
 
 
+TE_CP = ("TransformerEngine@d0067d0 transformer_engine/pytorch/attention/dot_product_attention/"
+         "context_parallel.py")
+
+
+def _a2a_level(f: Facts) -> int | None:
+    """The level-1 (all-to-all) size of an a2a+p2p run, None when the type is not a2a+p2p or has no sizes."""
+    sizes = f.options.hierarchical_context_parallel_sizes
+    return sizes[0] if f.options.cp_comm_type == "a2a+p2p" and sizes else None
+
+
+class CPA2AP2PTwoLevels(Constraint):
+    """Transformer Engine's a2a+p2p attention takes exactly two CP groups, [all-to-all group, ring group]:
+    --hierarchical-context-parallel-sizes must have two sizes (Megatron passes one group per size,
+    parallel_state.py:1130-1139 and transformer_engine.py:2143-2151; it checks only their product)."""
+
+    reads_choices = True
+    id = "cp-a2a-p2p-two-levels"
+    family = Family.context
+    citation = Citation(f"{TE_CP}:5020-5023 ('CP implementation a2a+p2p requires cp_group = "
+                        "[a2a_cp_group, p2p_cp_group]!')", MegatronStage.not_megatron)
+    unit = "levels"
+    summary = "cp_comm_type a2a+p2p with sizes -> exactly two hierarchical CP sizes"
+    exact = True
+
+    def _levels(self, options) -> int | None:  # noqa: ANN001 - MegatronOptions
+        sizes = options.hierarchical_context_parallel_sizes
+        return len(sizes) if options.cp_comm_type == "a2a+p2p" and sizes is not None else None
+
+    def in_force(self, f: Facts) -> bool:
+        """Only a2a+p2p reads the hierarchical sizes as TE's two groups (CP > 1: TE's CP attention runs)."""
+        return self._levels(f.options) is not None and f.mapping.cp > 1
+
+    def slack(self, f: Facts) -> float:
+        levels = self._levels(f.options)
+        return 0.0 if levels is None or f.mapping.cp == 1 else -float(abs(levels - 2))
+
+    def message(self, f: Facts) -> str:
+        sizes = list(f.options.hierarchical_context_parallel_sizes or ())
+        return (f"CP implementation a2a+p2p requires cp_group = [a2a_cp_group, p2p_cp_group]! "
+                f"(--hierarchical-context-parallel-sizes {sizes}: {len(sizes)} levels)")
+
+    def post(self, model, v, enforce) -> None:
+        levels = self._levels(v.options)
+        if levels is not None and levels != 2:
+            model.Add(v.cp == 1).OnlyEnforceIf(enforce)
+
+
+class CPA2AP2PHeadsDivisible(Constraint):
+    """a2a+p2p's all-to-all splits a TP rank's query and KV heads over its level-1 group of size A: both
+    divide by A (Transformer Engine views [tokens, heads] as [tokens, A, heads/A] before the all-to-all,
+    flash_attn_a2a_communicate; Megatron passes the type through unchecked)."""
+
+    reads_choices = True
+    id = "cp-a2a-p2p-heads-divisible"
+    family = Family.context
+    citation = Citation(f"{TE_CP}:459-468 (flash_attn_a2a_communicate: x.view(..., cp_size, "
+                        "h // cp_size, ...))", MegatronStage.not_megatron)
+    unit = "heads"
+    summary = "cp_comm_type a2a+p2p -> (heads/TP) % A == 0 and (query groups/TP) % A == 0, A the level-1 size"
+    exact = True
+
+    def applies(self, problem) -> bool:  # noqa: ANN001 - Problem
+        return isinstance(problem.model.attention, GQAAttention)
+
+    def in_force(self, f: Facts) -> bool:
+        """Only a2a+p2p with its sizes splits heads over the level-1 group, and only with CP > 1."""
+        return _a2a_level(f) is not None and f.mapping.cp > 1
+
+    def slack(self, f: Facts) -> float:
+        if not self.in_force(f):
+            return 0.0
+        consts, split = model_consts(f.problem), f.mapping.tp * _a2a_level(f)
+        return min(remainder_slack(consts["num_heads"], split), remainder_slack(consts["num_query_groups"], split))
+
+    def message(self, f: Facts) -> str:
+        consts, m = model_consts(f.problem), f.mapping
+        return (f"a2a+p2p splits every TP rank's heads over its all-to-all level: {consts['num_heads']} heads and "
+                f"{consts['num_query_groups']} KV heads over TP {m.tp} and a level of {_a2a_level(f)} do not split whole")
+
+    def post(self, model, v, enforce) -> None:
+        sizes = v.options.hierarchical_context_parallel_sizes
+        if v.options.cp_comm_type != "a2a+p2p" or not sizes:
+            return
+        a = sizes[0]
+        split = v.all_of([enforce, v.at_least("cp", 2)], "a2a_p2p_split")
+        for name in ("num_heads", "num_query_groups"):
+            total = v.consts[name]
+            if total % a:
+                model.AddBoolOr([split.Not()])
+            else:
+                v.divides(v.tp, total // a, f"a2a_p2p_{name}", split)
+
+
 class HierarchicalCPProduct(Constraint):
     """The hierarchical CP group sizes multiply to CP."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from parasol.constraints.core.base import Citation, Constraint, Facts, Family, remainder_slack
 from parasol.constraints.core.consts import model_consts
+from parasol.constraints.physics.comm import DEEPEP_NVL_PEERS
 from parasol.constraints.rules.feature import SettingsRule
 from parasol.problems.megatron.stages import MegatronStage
 from parasol.problems.options import MegatronOptions
@@ -173,6 +174,61 @@ class DeepEPNCCLEPNeedEtpEpGt1(Constraint):
     def post(self, model, v, enforce) -> None:
         if uses_backend(v.options, "deepep", "ncclep"):
             model.Add(v.product("etp", "ep") >= 2).OnlyEnforceIf(enforce)
+
+
+DEEPEP = "DeepEP hybrid-ep@94a9f8f csrc/deep_ep.cpp"
+DEEPEP_RDMA_PEERS = 20
+"""NUM_MAX_RDMA_PEERS of DeepEP (csrc/kernels/configs.cuh:4)."""
+
+
+def deepep_group_ok(expert_tp: int, ep: int) -> bool:
+    """Whether DeepEP's normal kernels take an ETP×EP group of this size (DeepEPGroupSize)."""
+    ranks = expert_tp * ep
+    return (ranks < DEEPEP_NVL_PEERS or ranks % DEEPEP_NVL_PEERS == 0) and ranks <= DEEPEP_NVL_PEERS * DEEPEP_RDMA_PEERS
+
+
+class DeepEPGroupSize(Constraint):
+    """DeepEP's normal kernels (the ones Megatron's flex dispatcher builds: Buffer(group, nvl bytes, rdma
+    bytes), fused_a2a.py:68, not low-latency mode) split the ETP×EP group into RDMA ranks of 8 NVLink peers:
+    the group has fewer than 8 ranks or a multiple of 8, and at most 8·20 = 160 ranks."""
+
+    reads_choices = True
+    id = "deepep-group-size"
+    family = Family.moe
+    citation = Citation(f"{DEEPEP}:152-153 (EP_HOST_ASSERT in Buffer::Buffer; the buffer is built at the first "
+                        "dispatch, megatron/core/transformer/moe/fused_a2a.py:60-68)", MegatronStage.not_megatron)
+    unit = "ranks"
+    summary = "flex with deepep -> ETP·EP < 8 or ETP·EP % 8 == 0, and ETP·EP <= 160"
+    exact = True
+
+    def applies(self, problem) -> bool:
+        return problem.model.moe is not None
+
+    def in_force(self, f: Facts) -> bool:
+        """Only the DeepEP backend of the flex dispatcher builds DeepEP's buffer."""
+        return uses_backend(f.options, "deepep")
+
+    def slack(self, f: Facts) -> float:
+        if not self.in_force(f):
+            return 0.0
+        ranks = f.mapping.expert_tp * f.mapping.ep
+        uneven = -float(ranks % DEEPEP_NVL_PEERS) if ranks >= DEEPEP_NVL_PEERS else 0.0
+        return min(uneven, float(DEEPEP_NVL_PEERS * DEEPEP_RDMA_PEERS - ranks))
+
+    def message(self, f: Facts) -> str:
+        return (f"DeepEP takes an ETP×EP group of fewer than {DEEPEP_NVL_PEERS} ranks or a multiple of "
+                f"{DEEPEP_NVL_PEERS}, at most {DEEPEP_NVL_PEERS * DEEPEP_RDMA_PEERS} (ETP·EP = "
+                f"{f.mapping.expert_tp}·{f.mapping.ep}); the hybridep backend takes any group")
+
+    def post(self, model, v, enforce) -> None:
+        if not uses_backend(v.options, "deepep"):
+            return
+        ranks = v.product("etp", "ep")
+        model.Add(ranks <= DEEPEP_NVL_PEERS * DEEPEP_RDMA_PEERS).OnlyEnforceIf(enforce)
+        small = model.NewBoolVar("deepep_small_group")
+        model.Add(ranks <= DEEPEP_NVL_PEERS - 1).OnlyEnforceIf([enforce, small])
+        quotient = model.NewIntVar(0, DEEPEP_RDMA_PEERS, "deepep_rdma_ranks")
+        model.Add(ranks == DEEPEP_NVL_PEERS * quotient).OnlyEnforceIf([enforce, small.Not()])
 
 
 class DeepEPFlagRequiresFlex(MoERule):

@@ -7,7 +7,9 @@ from parasol.constraints.rules.batch import EvalGbsDivisible, GbsDivisibleByMbsD
 from parasol.constraints.rules.capacity import MemoryFitsHBM
 from parasol.constraints.rules.context import (
     CPA2AHeadsDivisible,
+    CPA2AP2PHeadsDivisible,
     CPA2AP2PRequiresHierarchical,
+    CPA2AP2PTwoLevels,
     CPSeqDivisibleBy2CP,
     HierarchicalCPProduct,
 )
@@ -49,6 +51,7 @@ from parasol.constraints.rules.feature import (
 )
 from parasol.constraints.rules.moe import (
     DeepEPFlagRequiresFlex,
+    DeepEPGroupSize,
     DeepEPNCCLEPNeedEtpEpGt1,
     DeepEPNoPadToCapacity,
     EPA2AOverlap,
@@ -129,7 +132,7 @@ STAGE_B_MODEL_BUILD = (
     QueryGroupsDivideHeads, TPShardedLinearDims, DeepEPNCCLEPNeedEtpEpGt1, NCCLEPNoDropPad,
 )
 STAGE_R_RUNTIME = (SPActivationSeqDivisibleByTP, MoETPRequiresSP, VppMicrobatchGroupRange, VppFinalGroupRemainder,
-                   CPA2AHeadsDivisible)
+                   CPA2AHeadsDivisible, CPA2AP2PTwoLevels, CPA2AP2PHeadsDivisible, DeepEPGroupSize)
 PARASOL_RULES = (LayoutCoversBlocks, VirtualStagesWithinBlocks, MemoryFitsHBM)
 
 

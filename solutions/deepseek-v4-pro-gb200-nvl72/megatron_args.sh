@@ -24,7 +24,7 @@ torchrun --nnodes 288 --nproc-per-node 4 --node-rank "${NODE_RANK}" --master-add
     --recompute-granularity selective \
     --recompute-modules moe_act \
     --moe-token-dispatcher-type flex \
-    --moe-flex-dispatcher-backend deepep \
+    --moe-flex-dispatcher-backend hybridep \
     --moe-grouped-gemm \
     --cp-comm-type p2p \
     --cp-partition-mode contiguous

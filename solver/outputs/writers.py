@@ -46,7 +46,7 @@ def front_table(result: SolveResult, problem: Problem) -> Table:
             str(sm.pareto_rank), *([f"{m['gpus']:,}"] if pooled else []),
             *(str(m[k]) for k in DEGREES), recompute_cell(d),
             *([m["rank_order"]] if orders else []),
-            *(d["settings"].get(k, getattr(problem.spec.framework.options, k)) for k in chosen),
+            *(chosen_cell(problem, d["settings"], k) for k in chosen),
             str(derived["num_microbatches"]), f"{derived['bubble_fraction']:.1%}", run_length(m["layout"]),
             f"{metrics.get('step_time_s', float('nan')):.3f}", f"{metrics.get('tokens_per_s_per_gpu', 0):,.0f}",
             f"{metrics.get('mfu', 0):.1%}", f"{metrics.get('peak_memory_gb', 0):.2f}",
@@ -54,6 +54,20 @@ def front_table(result: SolveResult, problem: Problem) -> Table:
             *([f"{metrics.get('effective_tokens_per_s', float('nan')):,.0f}"] if goodput else []),
         )
     return table
+
+
+def chosen_cell(problem: Problem, settings: dict, option: str) -> str:
+    """A chosen option as the table shows it: the flex dispatcher with its backend, a2a+p2p with its
+    hierarchical CP sizes (the row's choice, else the problem's option)."""
+    def value(key: str) -> object:
+        return settings.get(key, getattr(problem.spec.framework.options, key))
+
+    shown = str(value(option))
+    if option == "moe_token_dispatcher_type" and shown == "flex":
+        return f"flex {value('moe_flex_dispatcher_backend')}"
+    if option == "cp_comm_type" and shown == "a2a+p2p":
+        return f"a2a+p2p {'x'.join(str(s) for s in value('hierarchical_context_parallel_sizes') or ())}"
+    return shown
 
 
 def chosen_columns(problem: Problem, accounts: list[dict]) -> dict[str, str]:

@@ -1,5 +1,5 @@
-"""The framework options a row chooses besides its degrees: the MoE token dispatcher (rows with EP > 1)
-and the CP communication type (rows with CP > 1).
+"""The framework options a row chooses besides its degrees: the MoE token dispatcher with its flex backend
+(rows with EP > 1) and the CP communication type with a2a+p2p's hierarchical sizes (rows with CP > 1).
 
 Neither changes the memory ledger, so the variants of one row differ only in time; a variant whose
 every stage time table is no slower than every other variant's (after the rules on these options,
@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from parasol.constraints.evaluate import holds
 from parasol.constraints.physics.comm import CommTerm
-from parasol.constraints.physics.exchanges import cp_comm, ep_comm, links_for
+from parasol.constraints.physics.exchanges import cp_comm, dispatch_link, ep_comm, links_for
 from parasol.constraints.physics.workload import dispatch_received, routed, settings_for
 from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
@@ -60,11 +60,12 @@ def exchanges(problem: Problem, row: Row) -> tuple[CommTerm, CommTerm]:
     chosen = with_choices(problem, row)
     model, mapping = chosen.model, row.mapping(chosen)
     settings = routed(chosen, mapping, settings_for(chosen))
-    links = links_for(chosen.hardware.topology, mapping)
+    links = links_for(chosen.hardware.topology, mapping, settings.cp_levels)
     tokens = mapping.mbs * mapping.seq_len / mapping.cp
-    ep = ep_comm(model, tokens, mapping.tp, mapping.expert_tp, links.ep, dispatch_received(settings),
+    ep = ep_comm(model, tokens, mapping.tp, mapping.expert_tp,
+                 dispatch_link(links, settings.dispatcher, settings.flex_backend), dispatch_received(settings),
                  settings.dispatcher)
-    cp = cp_comm(model, model.blocks[0], tokens, mapping.tp, links.cp, settings.cp_comm)
+    cp = cp_comm(model, model.blocks[0], tokens, mapping.tp, links.cp, settings.cp_comm, links.cp_levels)
     return ep, cp
 
 

@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from itertools import product
 from operator import attrgetter
 
-from parasol.constraints.physics.exchanges import grid_links
+from parasol.constraints.physics.exchanges import grid_links, level_links
+from parasol.constraints.rules.moe import deepep_group_ok
+from parasol.hardware.topology import Level
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, Mapping, RankOrder, Recompute
 from parasol.problems.model.architecture import GQAAttention
@@ -137,9 +139,9 @@ def distinct_orders(problem: Problem, orders: tuple[RankOrder, ...], row: Row) -
 DISPATCHERS = ("allgather", "alltoall", "flex")
 """Megatron's MoE token dispatchers (--moe-token-dispatcher-type); flex runs the options' backend
 (--moe-flex-dispatcher-backend: DeepEP by default, Hybrid-EP)."""
-CP_COMM_TYPES = ("p2p", "a2a", "allgather")
-"""CP communication types `solve` tries by default (--cp-comm-type); a2a+p2p needs the problem's
-hierarchical CP sizes, so it is tried only where `search.cp_comm_type` lists it."""
+CP_COMM_TYPES = ("p2p", "a2a", "allgather", "a2a+p2p")
+"""CP communication types `solve` tries by default (--cp-comm-type); a2a+p2p with the hierarchical sizes
+cp_level_choices gives a row (the problem's own --hierarchical-context-parallel-sizes where it sets them)."""
 
 
 def _explicit(problem: Problem, option: str) -> str | None:
@@ -207,6 +209,10 @@ class Row:
     """The CP communication type the row runs ("": the problem's option)."""
     saving: str = "none"
     """A memory saving solve switched on for this row (solver/search/savings.py), 'none' for the problem's own."""
+    flex_backend: str = ""
+    """The flex dispatcher's backend the row runs ("": the problem's option)."""
+    cp_levels: tuple[int, ...] = ()
+    """The hierarchical CP sizes of an a2a+p2p row (--hierarchical-context-parallel-sizes; (): the problem's)."""
 
     def mapping(self, problem: Problem, layout: tuple[int, ...] | None = None) -> Mapping:
         """The full mapping this row stands for (layout None: the default split)."""
@@ -214,9 +220,10 @@ class Row:
                        tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, etp=self.etp, vpp=self.vpp,
                        mbs=self.mbs, recompute=self.recompute, layout=layout, rank_order=self.rank_order)
 
-    def settings(self) -> dict[str, str]:
+    def settings(self) -> dict[str, str | tuple[int, ...]]:
         """The framework options the row chooses, by their `--set` names."""
-        chosen = {"moe_token_dispatcher_type": self.dispatcher, "cp_comm_type": self.cp_comm}
+        chosen = {"moe_token_dispatcher_type": self.dispatcher, "moe_flex_dispatcher_backend": self.flex_backend,
+                  "cp_comm_type": self.cp_comm, "hierarchical_context_parallel_sizes": self.cp_levels}
         return {k: v for k, v in chosen.items() if v}
 
 
@@ -304,10 +311,58 @@ def rows_until(problem: Problem, deadline: float | None,
 
 
 def choice_variants(problem: Problem, row: Row) -> tuple[Row, ...]:
-    """The row once per dispatcher (EP > 1) and CP communication type (CP > 1) it may run; where a choice
+    """The row once per dispatcher (EP > 1) with each flex backend that matters (flex_backend_choices) and per
+    CP communication type (CP > 1) with each a2a+p2p split worth trying (cp_level_choices); where a choice
     does not act the row takes its first value (the problem's option when the choice is not open)."""
     dispatchers = dispatcher_choices(problem)
     cp_comms = cp_comm_choices(problem)
     dispatchers = (dispatchers if row.ep > 1 else dispatchers[:1]) or ("",)
     cp_comms = (cp_comms if row.cp > 1 else cp_comms[:1]) or ("",)
-    return tuple(dataclasses.replace(row, dispatcher=d, cp_comm=c) for d in dispatchers for c in cp_comms)
+    ep_options = [(d, b) for d in dispatchers for b in (flex_backend_choices(problem, row) if d == "flex" else ("",))]
+    cp_options = [(c, sizes) for c in cp_comms
+                  for sizes in (cp_level_choices(problem, row, len(cp_comms) == 1) if c == "a2a+p2p" else ((),))]
+    return tuple(dataclasses.replace(row, dispatcher=d, flex_backend=b, cp_comm=c, cp_levels=sizes)
+                 for d, b in ep_options for c, sizes in cp_options)
+
+
+def flex_backend_choices(problem: Problem, row: Row) -> tuple[str, ...]:
+    """Flex backends a row tries: the problem's (deepep unless it sets one), and hybridep as well when the
+    problem leaves the backend open and the two differ for this row: DeepEP reaches fewer of the EP group's
+    ranks over NVLink than the group has in its NVLink domain (comm.deepep_link: NVL72 racks), or DeepEP's
+    kernels cannot take the ETP×EP group (deepep_group_ok). Elsewhere both move the same bytes on the same
+    links, and one row is enough."""
+    options = problem.spec.framework.options
+    if {"moe_flex_dispatcher_backend", "moe_enable_deepep"} & options.model_fields_set:
+        return ("",)
+    links = grid_links(problem.hardware.topology, problem.gpus, row.tp, row.cp, row.pp, row.ep, row.etp,
+                       RankOrder(row.rank_order))
+    if links.ep_deepep == links.ep and deepep_group_ok(row.etp, row.ep):
+        return ("",)
+    return ("", "hybridep")
+
+
+def cp_level_choices(problem: Problem, row: Row, only: bool) -> tuple[tuple[int, ...], ...]:
+    """Hierarchical CP sizes an a2a+p2p row tries: the problem's own where it sets them (()), else every
+    split CP = A·P with A, P > 1 whose level-1 (all-to-all) groups lie inside one NVLink domain, where the
+    CP group spans several domains or the flat a2a cannot split a rank's heads over CP: inside one domain a
+    split's exchange lies between a2a's and p2p's (its seconds are linear in 1/A from p2p at A = 1 to a2a at
+    A = CP), so it can only beat both there when a2a is not allowed. `only`: a2a+p2p is the one type the row
+    may run, so with no such split it takes every split with A, P > 1 (or (1, CP))."""
+    if problem.spec.framework.options.hierarchical_context_parallel_sizes is not None:
+        return ((),)
+    cp, topology, order = row.cp, problem.hardware.topology, RankOrder(row.rank_order)
+    splits = [(a, cp // a) for a in range(2, cp) if cp % a == 0]
+    spans = grid_links(topology, problem.gpus, row.tp, cp, row.pp, row.ep, row.etp, order).cp.domains > 1
+    gains = spans or not _a2a_splits_heads(problem, row.tp * cp)
+    worth = [s for s in splits if gains
+             and level_links(topology, problem.gpus, row.tp, cp, row.pp, order, s)[0].level is Level.nvlink_domain]
+    if worth or not only:
+        return tuple(worth)
+    return tuple(splits) or ((1, cp),)
+
+
+def _a2a_splits_heads(problem: Problem, split: int) -> bool:
+    """Whether an all-to-all over `split` = TP·CP ranks gives each whole query and KV heads (the rule
+    cp-a2a-heads-divisible; attention other than GQA/MHA has no such all-to-all here)."""
+    att = problem.model.attention
+    return not isinstance(att, GQAAttention) or (att.num_heads % split == 0 and att.num_kv_heads % split == 0)
