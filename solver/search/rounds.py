@@ -41,8 +41,10 @@ PERIOD_LIMIT = 4
 """Longest period this program takes (q² class pairs; DeepSeek-V4 has 2, hybrid attention patterns 3-4)."""
 CELL_LIMIT = 1 << 25
 """Most cells (moves × block counts) one rank's step may read; past it the question is declined."""
-EDGE_SETS = 8
-"""Live-state sets whose joined edges a geometry keeps."""
+EDGE_SETS = 64
+"""Most live-state sets whose joined edges a geometry keeps."""
+EDGES_KEPT = 1_000_000
+"""Most joined edges (about 40 bytes each) a geometry keeps over its live-state sets, the oldest dropped."""
 CHUNK = 1 << 21
 """Cells one slice of a rank's step reads at once (bounds the arrays' memory)."""
 
@@ -149,6 +151,8 @@ class _Geometry:
         """Per expanded state, its moves' (round-0 option, later-rounds option) indices."""
         self.expanded_of: dict[int, tuple[np.ndarray, ...]] = {}
         self.edges_of: dict[bytes, tuple[np.ndarray, ...]] = {}
+        self.kept = 0
+        """Edges held in edges_of."""
         self.spread_of: dict[tuple[tuple[int, ...], int, int, int], int] = {}
         self.later_of: dict[int, tuple] = {}
         self.first_of: dict[int, tuple] = {}
@@ -310,9 +314,11 @@ class _Geometry:
             src = np.repeat(live, [len(p[0]) for p in parts])
             joined = [src, *(np.concatenate([p[i] for p in parts]) for i in range(6))]
             order = np.argsort(joined[1], kind="stable")
-            if len(self.edges_of) >= EDGE_SETS:
-                del self.edges_of[next(iter(self.edges_of))]
+            while self.edges_of and (len(self.edges_of) >= EDGE_SETS
+                                     or self.kept + len(src) > EDGES_KEPT):
+                self.kept -= len(self.edges_of.pop(next(iter(self.edges_of)))[0])
             self.edges_of[key] = tuple(x[order] for x in joined)
+            self.kept += len(src)
         return self.edges_of[key]
 
 
