@@ -3,8 +3,8 @@ default-space problems (bench/solve_speed.py's set), by VPP: rows timed, mean an
 left unproved. Rows are a fixed sample of those where some cut fits in memory, priced with the
 calibrated step-time model. The default set has one kind of block (GPT-3), a dense lead-in (DeepSeek-V3)
 and a lead-in with alternating kinds (DeepSeek-V4-Pro), the last two settled by the round program
-(solver/search/rounds.py) where PP covers the lead-in and by the front program (solver/search/fronts.py)
-where its states are few.
+(solver/search/rounds.py) where the period after the lead-in is short and by the front program
+(solver/search/fronts.py) where its states are few.
 
 Run: python bench/interleaved_speed.py [--only NAME ...] [--rows 12] [--vpp 3 4 8 16]
 """

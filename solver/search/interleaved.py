@@ -230,8 +230,8 @@ class InterleavedCuts:
 
     @functools.cached_property
     def rounds(self) -> RoundProgram | None:
-        """The exact round program of this row when every later round starts past the lead-in (PP at least
-        its length) and the round counts are few."""
+        """The exact round program of this row when its block sequence repeats with a short period after its
+        lead-in and the round counts and cases are few."""
         program = RoundProgram(self, self.groups)
         return program if program.usable else None
 
@@ -249,7 +249,8 @@ class InterleavedCuts:
             """The largest peak memory in the same solver unit as `value`."""
             return min(cap_mb, -(-value // MEMORY_UNIT_MB) * MEMORY_UNIT_MB)
 
-        for program in (self.rounds, self.fronts):
+        for name in ("rounds", "fronts"):
+            program = getattr(self, name)
             if program is None:
                 continue
             try:
