@@ -19,9 +19,11 @@ import yaml
 from inline_problems import SMALL_MOE
 
 from parasol.constraints.physics.comm import cp_level_links, deduplicated_dispatch, group_link
-from parasol.constraints.physics.exchanges import cp_comm, dispatch_link, grid_links
-from parasol.constraints.physics.step_time import CalibratedStageTimes
+from parasol.constraints.physics.exchanges import cp_comm, cp_parts, dispatch_link, grid_links
+from parasol.constraints.physics.step_time import CalibratedStageTimes, step_time
+from parasol.hardware.calibration import StepCoefficients
 from parasol.hardware.topology import Level
+from parasol.problems.derived import derive
 from parasol.problems.loader import load_problem_text
 from parasol.problems.mapping import Mapping, RankOrder
 from parasol.solver.diagnose.explain import explain
@@ -78,21 +80,21 @@ def test_a2a_p2p_price_by_hand() -> None:
     assert cp_comm(problem.model, block, 1024.0, 2, flat, "a2a+p2p") == p2p  # no sizes: Megatron refuses anyway
 
 
-def test_a2a_p2p_is_tried_only_where_it_can_gain() -> None:
-    """Splits with both levels > 1, level 1 inside an NVLink domain, and the CP group over several or a flat
-    a2a that cannot split the heads: TP 2 CP 8 on 8-GPU nodes tries [2, 4] and [4, 2]; with 32 heads and 8 KV
-    heads a CP group inside one node (TP 1 CP 8, TP 2 CP 4) and CP 2 none; with SMALL_MOE's 4 KV heads TP 1
-    CP 8 inside a node tries both (a2a cannot run, and [4, 2] beats p2p there: its all-to-all moves 5 ring
-    steps' bytes, 3/4 of them out, and one ring step follows, 4.75 against 7); a problem that sets the sizes keeps them; `search.cp_comm_type: a2a+p2p` alone takes
+def test_a2a_p2p_is_tried_where_its_all_to_all_stays_in_a_domain() -> None:
+    """Splits with both levels > 1 and level 1 inside an NVLink domain: TP 2 CP 8 on 8-GPU nodes tries [2, 4]
+    and [4, 2] (level 1 of [4, 2] spans 4·2 = 8 GPUs, one node); TP 1 CP 8 inside one node tries both too (a
+    split's ring may hide where the flat all-to-all blocks); TP 4 CP 8 only [2, 4] ([4, 2]'s level 1 spans
+    16 GPUs); CP 2 none. A problem that sets the sizes keeps them; `search.cp_comm_type: a2a+p2p` alone takes
     every split."""
     problem, gqa = load_problem_text(SMALL_MOE), load_problem_text(GQA)
     for source in (problem, gqa):
-        splits = {(v.cp_comm, v.cp_levels) for v in choice_variants(source, Row(1, 1, 2, 8, 8, 1, 1, "none"))}
-        assert {s for c, s in splits if c == "a2a+p2p"} == {(2, 4), (4, 2)}
-    for tp, cp in ((1, 8), (2, 4), (1, 2)):
-        assert "a2a+p2p" not in {v.cp_comm for v in choice_variants(gqa, Row(1, 1, tp, cp, 8, 1, 1, "none"))}
+        for tp in (1, 2):
+            splits = {(v.cp_comm, v.cp_levels) for v in choice_variants(source, Row(1, 1, tp, 8, 8, 1, 1, "none"))}
+            assert {s for c, s in splits if c == "a2a+p2p"} == {(2, 4), (4, 2)}
+        splits = {(v.cp_comm, v.cp_levels) for v in choice_variants(source, Row(1, 1, 4, 8, 8, 1, 1, "none"))}
+        assert {s for c, s in splits if c == "a2a+p2p"} == {(2, 4)}
+    assert "a2a+p2p" not in {v.cp_comm for v in choice_variants(gqa, Row(1, 1, 1, 2, 8, 1, 1, "none"))}
     inside = Row(1, 1, 1, 8, 8, 1, 1, "none")
-    assert {v.cp_levels for v in choice_variants(problem, inside) if v.cp_comm == "a2a+p2p"} == {(2, 4), (4, 2)}
     row, _, proved = settled(problem, inside, CalibratedStageTimes(problem))
     assert proved and (row.cp_comm, row.cp_levels) == ("a2a+p2p", (4, 2))
     own = load_problem_text(SMALL_MOE.replace("[megatron-core]}", "[megatron-core], options: "
@@ -101,6 +103,38 @@ def test_a2a_p2p_is_tried_only_where_it_can_gain() -> None:
     assert variant.cp_levels == () and with_choices(own, variant).spec.framework.options.hierarchical_context_parallel_sizes == (2, 4)
     only = load_problem_text(SMALL_MOE + "search: {cp_comm_type: a2a+p2p}\n")
     assert cp_level_choices(only, Row(1, 1, 1, 8, 8, 1, 1, "none"), True) == ((2, 4), (4, 2))
+
+
+def test_only_a_ring_hides_behind_attention() -> None:
+    """Transformer Engine's all-to-all waits for Q, K and V before the attention and its KV all-gather ends
+    before the first step (context_parallel.py@d0067d0 :387-535, :3212-3238); only ring steps run beside the
+    attention. So cp_parts gives a2a and allgather no ring part, p2p no blocking part, a2a+p2p its
+    all-to-all as the blocking part (the hand prices of test_a2a_p2p_price_by_hand); and a mapping's exposed
+    CP seconds (step time breakdown) are the whole
+    exchange under a2a and allgather whatever overlap_cp says, and shrink with it under p2p."""
+    problem = load_problem_text(GQA)
+    block = problem.model.blocks[1]
+    mapping = Mapping(gpus=64, gbs=256, seq_len=8192, tp=2, cp=8)
+    topology = problem.hardware.topology
+    flat = group_link(topology, mapping, "cp")
+    for kind in ("a2a", "allgather"):
+        ring, blocking = cp_parts(problem.model, block, 1024.0, 2, flat, kind)
+        assert ring.seconds() == 0 and blocking == cp_comm(problem.model, block, 1024.0, 2, flat, kind)
+    ring, blocking = cp_parts(problem.model, block, 1024.0, 2, flat, "p2p")
+    assert blocking.seconds() == 0 and ring.seconds() > 0
+    levels = cp_level_links(topology, mapping, (4, 2))
+    ring, blocking = cp_parts(problem.model, block, 1024.0, 2, flat, "a2a+p2p", levels)
+    assert blocking.seconds() == pytest.approx(17.476 * US + 3.4 * US, rel=1e-3)
+    assert ring.seconds() == pytest.approx(41.943 * US + 14 * US, rel=1e-3)
+    full = mapping.model_copy(update={"ep": 8, "etp": 1})
+    exposed = {}
+    for kind in ("p2p", "a2a", "allgather"):
+        chosen = load_problem_text(GQA.replace("[megatron-core]}", f"[megatron-core], options: {{cp_comm_type: {kind}}}}}"))
+        derived = derive(chosen.model, full)
+        exposed[kind] = [step_time(chosen, full, derived, StepCoefficients(overlap_cp=share)).breakdown["cp"]
+                         for share in (0.0, 0.9)]
+    assert exposed["p2p"][1] < exposed["p2p"][0]
+    assert exposed["a2a"][1] == exposed["a2a"][0] > 0 and exposed["allgather"][1] == exposed["allgather"][0] > 0
 
 
 def test_a2a_p2p_rules() -> None:

@@ -119,19 +119,37 @@ def tp_comm(model: ModelArchitecture, block: Block | None, tokens: float, tp_lin
 
 def cp_comm(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_link: GroupLink,
             comm_type: str = "p2p", levels: tuple[GroupLink, ...] = ()) -> CommTerm:
-    """CP exchange of one block's forward attention, by Megatron's --cp-comm-type (Transformer Engine's
-    context-parallel attention).
+    """CP exchange of one block's forward attention, by Megatron's --cp-comm-type: its ring part plus its
+    blocking part (cp_parts)."""
+    ring, blocking = cp_parts(model, block, tokens, tp, cp_link, comm_type, levels)
+    return ring + blocking
+
+
+def cp_blocking_comm(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_link: GroupLink,
+                     comm_type: str = "p2p", levels: tuple[GroupLink, ...] = ()) -> CommTerm:
+    """The part of cp_comm no attention compute hides: the collectives before and after it (cp_parts)."""
+    return cp_parts(model, block, tokens, tp, cp_link, comm_type, levels)[1]
+
+
+def cp_parts(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_link: GroupLink,
+             comm_type: str = "p2p", levels: tuple[GroupLink, ...] = ()) -> tuple[CommTerm, CommTerm]:
+    """(ring part, blocking part) of the CP exchange of one block's forward attention, by Megatron's
+    --cp-comm-type (Transformer Engine's context-parallel attention). Only a ring's steps run beside the
+    attention of the chunk already held; TE's all-to-all waits for Q, K and V before the attention starts
+    (flash_attn_a2a_communicate overlaps it with the chunk reordering only) and its KV all-gather completes
+    before the first step (AttnFuncWithCPAndKVAllGather: gather_along_first_dim, then cp_stream waits on
+    it), so those are blocking (context_parallel.py@d0067d0 :387-535, :3212-3238).
 
     GQA/MLA: p2p (ring attention): CP−1 steps, each passing the local K and V chunk (MLA: per-head keys
     and values after the up-projection); allgather: the K and V of the whole sequence gathered at once;
     a2a (DeepSpeed-Ulysses, arXiv 2309.14509 §3.1): Q, K and V all-to-all from sequence to head shards
     before the attention and its output back (cp_a2a_bytes); a2a+p2p on GQA with its two `levels`:
-    hierarchical_cp_comm; MLA's a2a and a2a+p2p are priced as p2p. V4 hybrid: the compressed KV entries
+    hierarchical_cp_parts; MLA's a2a and a2a+p2p are priced as p2p. V4 hybrid: the compressed KV entries
     (and CSA index keys) are all-gathered and the sliding window's halo rows come from the previous rank,
-    whatever the type."""
+    whatever the type, priced as a ring's part as before (no source yet says how that path overlaps)."""
     cp = cp_link.size
     if cp <= 1:
-        return NO_COMM
+        return NO_COMM, NO_COMM
     att = model.attention
     if isinstance(att, GQAAttention | MLAAttention):
         if isinstance(att, GQAAttention):
@@ -139,32 +157,32 @@ def cp_comm(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_l
         else:
             width = att.num_heads / tp * (att.qk_nope_head_dim + att.qk_rope_head_dim + att.v_head_dim)
         if comm_type == "allgather":
-            return all_gather(cp * tokens * width * BF16_BYTES, cp_link)
+            return NO_COMM, all_gather(cp * tokens * width * BF16_BYTES, cp_link)
         if comm_type == "a2a" and isinstance(att, GQAAttention):
-            return all_to_all(cp_a2a_bytes(att, tokens, tp), cp_link)
+            return NO_COMM, all_to_all(cp_a2a_bytes(att, tokens, tp), cp_link)
         if comm_type == "a2a+p2p" and isinstance(att, GQAAttention) and len(levels) == 2:
-            return hierarchical_cp_comm(att, tokens, tp, width, levels[0], levels[1])
-        return point_to_point(tokens * width * BF16_BYTES, cp_link).scaled(cp - 1)
+            return hierarchical_cp_parts(att, tokens, tp, width, levels[0], levels[1])
+        return point_to_point(tokens * width * BF16_BYTES, cp_link).scaled(cp - 1), NO_COMM
     assert isinstance(att, DSV4Attention)
     ratio = block.compress_ratio or 0
     halo = point_to_point(att.sliding_window * att.head_dim * BF16_BYTES, cp_link)
     if not ratio:
-        return halo
+        return halo, NO_COMM
     width = att.head_dim + (att.index_head_dim if ratio == CSA_RATIO else 0)
-    return halo + all_gather(cp * tokens / ratio * width * BF16_BYTES, cp_link)
+    return halo + all_gather(cp * tokens / ratio * width * BF16_BYTES, cp_link), NO_COMM
 
 
-def hierarchical_cp_comm(att: GQAAttention, tokens: float, tp: int, width: float, a2a_link: GroupLink,
-                         p2p_link: GroupLink) -> CommTerm:
+def hierarchical_cp_parts(att: GQAAttention, tokens: float, tp: int, width: float, a2a_link: GroupLink,
+                          p2p_link: GroupLink) -> tuple[CommTerm, CommTerm]:
     """The a2a+p2p CP exchange (Transformer Engine's AttnFuncWithCPAndKVP2P with cp_group = [a2a, p2p]):
     Q, K and V all-to-all inside the level-1 group of size A, from `tokens` of every head to A·tokens of
     heads/A (and the output back), as a2a does (cp_a2a_bytes, on that group's links); then a ring over the
     level-2 group of size P = CP/A: P−1 steps, each passing the K and V of A·tokens for KV heads/A, the same
     bytes as one p2p step of the flat ring (TE transformer_engine/pytorch/attention/dot_product_attention/
     context_parallel.py@d0067d0 :1407-1419 send_dst/recv_src at stride A, 1486-1500 the a2a before the ring,
-    2032-2040 the output's a2a after it)."""
+    2032-2040 the output's a2a after it). Returned as (ring, all-to-all): only the ring hides behind attention."""
     a2a = all_to_all(cp_a2a_bytes(att, tokens, tp), a2a_link)
-    return a2a + point_to_point(tokens * width * BF16_BYTES, p2p_link).scaled(p2p_link.size - 1)
+    return point_to_point(tokens * width * BF16_BYTES, p2p_link).scaled(p2p_link.size - 1), a2a
 
 
 def cp_a2a_bytes(att: GQAAttention, tokens: float, tp: int) -> float:

@@ -32,7 +32,7 @@ MEMORY_BACKWARD = 2.0
 BREAKDOWN_KINDS = ("compute", "tp", "cp", "ep", "pp", "dp_dense", "dp_expert", "optimizer", "offload", "bubble")
 
 
-COMM_FIELDS = ("tp", "cp", "ep", "recompute_comm", "fsdp_gather", "fsdp_reduce", "dp_dense_reduce",
+COMM_FIELDS = ("tp", "cp", "cp_blocking", "ep", "recompute_comm", "fsdp_gather", "fsdp_reduce", "dp_dense_reduce",
                "dp_dense_gather", "dp_expert_reduce", "dp_expert_gather")
 
 
@@ -216,13 +216,15 @@ def _exposed_per_microbatch(b: WorkloadBatch, c: Coefs, t: dict[str, np.ndarray]
     inside the block's GEMMs; with --overlap-moe-expert-parallel-comm EP hides behind the other
     microbatch's compute (else up to the overlap_ep share: shared-expert and dispatcher overlap); FSDP's
     gathers and reduce-scatters hide behind compute under --overlap-param-gather/--overlap-grad-reduce;
-    ring CP hides up to overlap_cp behind attention; offloaded activations go to the host during the
+    a CP ring hides up to overlap_cp behind attention, CP's all-to-alls and all-gathers nothing
+    (exchanges.cp_parts); offloaded activations go to the host during the
     forward and return during the backward."""
     r = b.run
     compute = t["forward"] + t["backward"]
     n = PASSES_PER_MICROBATCH
     tp = n["tp"] * _priced(b.comm["tp"], c) + n["recompute_comm"] * _priced(b.comm["recompute_comm"], c)
     cp = n["cp"] * _priced(b.comm["cp"], c)
+    cp_ring = cp - n["cp"] * _priced(b.comm["cp_blocking"], c)
     ep = n["ep"] * _priced(b.comm["ep"], c)
     gather = n["fsdp_gather"] * _priced(b.comm["fsdp_gather"], c)
     reduce = n["fsdp_reduce"] * _priced(b.comm["fsdp_reduce"], c)
@@ -233,7 +235,7 @@ def _exposed_per_microbatch(b: WorkloadBatch, c: Coefs, t: dict[str, np.ndarray]
     host = b.stage["offload_bytes"] / _col(r["host_bytes_per_s"])
     return {
         "tp": tp - _behind(tp, r["tp_overlap"], gemm_window),
-        "cp": cp - _hidden(cp, c["overlap_cp"], (1 + ATTENTION_BACKWARD) * t["attention"]),
+        "cp": cp - _hidden(cp_ring, c["overlap_cp"], (1 + ATTENTION_BACKWARD) * t["attention"]),
         "ep": ep - ep_hidden,
         "fsdp": gather + reduce - np.minimum(fsdp_hideable, compute),
         "offload": np.maximum(host - t["forward"], 0.0) + np.maximum(host - t["backward"], 0.0),

@@ -44,7 +44,7 @@ import numpy as np
 from parasol.constraints.physics.comm import NO_COMM, CommTerm
 from parasol.constraints.physics.exchanges import (
     Links,
-    cp_comm,
+    cp_parts,
     dispatch_link,
     ep_comm,
     level_links,
@@ -420,8 +420,9 @@ class CalibratedStageTimes:
         """Exposed EP and CP seconds of one microbatch that all ranks together cannot go below, under any
         dispatcher and CP communication type (the least over every type, so it holds whichever a row
         chooses): a rank hides at most the overlap_ep share of its EP exchange unless
-        --overlap-moe-expert-parallel-comm is on, and at most overlap_cp of its CP exchange (pricing.py
-        _exposed_per_microbatch); seconds of summed terms are at most the sum of the ranks' seconds."""
+        --overlap-moe-expert-parallel-comm is on, and at most overlap_cp of its CP exchange's ring part,
+        none of its blocking part (pricing.py _exposed_per_microbatch); seconds of summed terms are at most
+        the sum of the ranks' seconds."""
         coefs = coefficient_values(self.coefficients)
         settings = routed(self.problem, mapping, self.settings)
         links, model = self.links(mapping), self.problem.model
@@ -436,11 +437,16 @@ class CalibratedStageTimes:
                                      .scaled(moe_blocks), coefs) for kind in DISPATCHERS for backend in FLEX_BACKENDS)
             floor += PASSES_PER_MICROBATCH["ep"] * (1.0 - hidden_ep) * least
         hidden_cp = min(float(coefs["overlap_cp"]), 1.0)
-        if links.cp.size > 1 and hidden_cp < 1.0:
-            least = min(comm_seconds(self._over_blocks(
-                lambda b, kind=kind, levels=levels: cp_comm(model, b, tokens, mapping.tp, links.cp, kind, levels),
-                totals), coefs) for kind in CP_COMM_KINDS for levels in self._cp_levels(mapping))
-            floor += PASSES_PER_MICROBATCH["cp"] * (1.0 - hidden_cp) * least
+        if links.cp.size > 1:
+            def exposed(kind: str, levels: tuple) -> float:
+                """At least the blocking part and the unhidden share of the ring part (pricing.py)."""
+                ring, blocking = (comm_seconds(self._over_blocks(
+                    lambda b, part=part: cp_parts(model, b, tokens, mapping.tp, links.cp, kind, levels)[part],
+                    totals), coefs) for part in (0, 1))
+                return (1.0 - hidden_cp) * ring + blocking
+
+            least = min(exposed(kind, levels) for kind in CP_COMM_KINDS for levels in self._cp_levels(mapping))
+            floor += PASSES_PER_MICROBATCH["cp"] * least
         return floor
 
     def _cp_levels(self, mapping: Mapping) -> tuple[tuple, ...]:

@@ -17,7 +17,7 @@ from parasol.constraints.physics.comm import (
 from parasol.constraints.physics.dtypes import BF16_BYTES, FP32_BYTES
 from parasol.constraints.physics.exchanges import (
     Links,
-    cp_comm,
+    cp_parts,
     dispatch_link,
     dp_comm,
     ep_comm,
@@ -187,6 +187,7 @@ class StageWork:
     recompute_memory_bytes: float
     tp: CommTerm
     cp: CommTerm
+    """The whole CP exchange; cp_blocking is the part of it no attention hides (exchanges.cp_parts)."""
     ep: CommTerm
     recompute_comm: CommTerm
     fsdp_gather: CommTerm
@@ -204,6 +205,7 @@ class StageWork:
     scan_flops: float = 0.0
     """Mamba-2 scan and gated-delta-rule FLOPs (forward, per microbatch)."""
     recompute_scan_flops: float = 0.0
+    cp_blocking: CommTerm = NO_COMM
     head_flops: float = 0.0
     """Output-head (logits) GEMM FLOPs, forward per microbatch: Megatron's output layer is a plain
     ColumnParallelLinear, not a Transformer Engine module, so it runs in BF16 whatever the FP8/FP4 recipe
@@ -283,6 +285,7 @@ class _StageSums:
     r_memory: float = 0.0
     tp: CommTerm = NO_COMM
     cp: CommTerm = NO_COMM
+    cp_blocking: CommTerm = NO_COMM
     ep: CommTerm = NO_COMM
     r_comm: CommTerm = NO_COMM
     dense_weights: float = 0.0
@@ -311,7 +314,7 @@ class _StageSums:
         self.scan += work.scan
         self.memory += work.memory
         self.tp, self.ep = self.tp + work.tp, self.ep + work.ep
-        self.cp = self.cp + work.cp
+        self.cp, self.cp_blocking = self.cp + work.cp, self.cp_blocking + work.cp_blocking
         self.r_gemm += work.r_gemm
         self.r_grouped += work.r_grouped
         self.r_attention += work.r_attention
@@ -350,6 +353,7 @@ class _BlockWork:
     tp: CommTerm
     ep: CommTerm
     cp: CommTerm
+    cp_blocking: CommTerm
     r_gemm: float
     r_grouped: float
     r_attention: float
@@ -378,7 +382,8 @@ def block_work(ctx: _StageContext, b: Block, count: int) -> _BlockWork:
     block_ep = NO_COMM if b.mlp is not BlockKind.moe else ep_comm(
         model, ctx.tokens, m.tp, m.expert_tp, dispatch_link(ctx.links, settings.dispatcher, settings.flex_backend),
         dispatch_received(settings), settings.dispatcher).scaled(count)
-    block_cp = cp_comm(model, b, ctx.tokens, m.tp, ctx.links.cp, settings.cp_comm, ctx.links.cp_levels).scaled(count)
+    cp_ring, cp_blocking = cp_parts(model, b, ctx.tokens, m.tp, ctx.links.cp, settings.cp_comm, ctx.links.cp_levels)
+    block_cp, block_cp_blocking = (cp_ring + cp_blocking).scaled(count), cp_blocking.scaled(count)
     again = recomputed_flops(m.recompute, tuple(ctx.training.recompute_modules), bf)
     muon = ctx.training.optimizer is Optimizer.muon
     nd, nr = newton_schulz_flops(model, b) if muon else (0, 0)
@@ -387,6 +392,7 @@ def block_work(ctx: _StageContext, b: Block, count: int) -> _BlockWork:
         expert_weights=held * float(ctx.derived.experts_per_rank or 0) * bp.per_expert / m.expert_tp,
         gemm=bf.gemm * share, grouped=bf.routed_gemm * share, attention=bf.attention_core * share,
         scan=bf.scan * share, memory=nbytes, tp=block_tp, ep=block_ep, cp=block_cp,
+        cp_blocking=block_cp_blocking,
         r_gemm=again.gemm * share, r_grouped=again.routed_gemm * share, r_attention=again.attention_core * share,
         r_scan=again.scan * share, full_recompute=m.recompute is Recompute.full, muon=muon,
         ns_dense=count * nd / m.tp, ns_routed=count * nr)
@@ -450,6 +456,7 @@ def stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Train
         recompute_attention_flops=sums.r_attention, recompute_memory_bytes=sums.r_memory,
         tp=sums.tp, cp=sums.cp, ep=sums.ep, recompute_comm=sums.r_comm, **_data_parallel_terms(ctx, sums, first),
         offload_bytes=offloaded, scan_flops=sums.scan, recompute_scan_flops=sums.r_scan, head_flops=sums.head,
+        cp_blocking=sums.cp_blocking,
     )
     if key is not None:
         known[key] = work

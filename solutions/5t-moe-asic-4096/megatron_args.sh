@@ -28,4 +28,4 @@ torchrun --nnodes 512 --nproc-per-node 8 --node-rank "${NODE_RANK}" --master-add
     --moe-token-dispatcher-type alltoall \
     --moe-grouped-gemm \
     --moe-expert-capacity-factor 1.25 \
-    --cp-comm-type allgather
+    --cp-comm-type p2p

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from parasol.constraints.evaluate import holds
 from parasol.constraints.physics.comm import CommTerm
-from parasol.constraints.physics.exchanges import cp_comm, dispatch_link, ep_comm, links_for
+from parasol.constraints.physics.exchanges import cp_parts, dispatch_link, ep_comm, links_for
 from parasol.constraints.physics.workload import dispatch_received, routed, settings_for
 from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
@@ -54,9 +54,10 @@ def no_slower(a: RowCosts, b: RowCosts) -> bool:
     return all(x <= y for name in TIME_TABLES for x, y in zip(getattr(a, name), getattr(b, name), strict=True))
 
 
-def exchanges(problem: Problem, row: Row) -> tuple[CommTerm, CommTerm]:
-    """(EP exchange of one MoE block, CP exchange of one attention) of one microbatch's forward under the
-    row's options, as the workload builds them: the only terms its dispatcher and CP type change."""
+def exchanges(problem: Problem, row: Row) -> tuple[CommTerm, CommTerm, CommTerm]:
+    """(EP exchange of one MoE block, CP exchange of one attention, the blocking part of that CP exchange)
+    of one microbatch's forward under the row's options, as the workload builds them: the only terms its
+    dispatcher and CP type change."""
     chosen = with_choices(problem, row)
     model, mapping = chosen.model, row.mapping(chosen)
     settings = routed(chosen, mapping, settings_for(chosen))
@@ -65,18 +66,21 @@ def exchanges(problem: Problem, row: Row) -> tuple[CommTerm, CommTerm]:
     ep = ep_comm(model, tokens, mapping.tp, mapping.expert_tp,
                  dispatch_link(links, settings.dispatcher, settings.flex_backend), dispatch_received(settings),
                  settings.dispatcher)
-    cp = cp_comm(model, model.blocks[0], tokens, mapping.tp, links.cp, settings.cp_comm, links.cp_levels)
-    return ep, cp
+    ring, blocking = cp_parts(model, model.blocks[0], tokens, mapping.tp, links.cp, settings.cp_comm, links.cp_levels)
+    return ep, ring + blocking, blocking
 
 
 def least_exchanges(problem: Problem, variants: tuple[Row, ...], seconds: Callable[[CommTerm], float]) -> Row | None:
-    """The first variant whose EP and CP exchanges take no more `seconds` than every other variant's (and
-    move no more network bytes, when those are an objective); None when no variant does."""
+    """The first variant whose EP exchange, CP exchange and its blocking part take no more `seconds` than
+    every other variant's (and move no more network bytes, when those are an objective); None when no
+    variant does. A stage's exposed CP seconds grow with the whole exchange and, at a fixed whole, with its
+    blocking part (pricing.py), so such a variant is no slower on any stage."""
     bytes_count = Objective.network_bytes in problem.spec.objectives
     keys = []
     for v in variants:
-        ep, cp = exchanges(problem, v)
-        keys.append((seconds(ep), seconds(cp), *((ep.network_bytes, cp.network_bytes) if bytes_count else ())))
+        ep, cp, blocking = exchanges(problem, v)
+        keys.append((seconds(ep), seconds(cp), seconds(blocking),
+                     *((ep.network_bytes, cp.network_bytes) if bytes_count else ())))
     for v, mine in zip(variants, keys, strict=True):
         if all(all(a <= b for a, b in zip(mine, other, strict=True)) for other in keys):
             return v

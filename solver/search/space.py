@@ -343,26 +343,16 @@ def flex_backend_choices(problem: Problem, row: Row) -> tuple[str, ...]:
 
 def cp_level_choices(problem: Problem, row: Row, only: bool) -> tuple[tuple[int, ...], ...]:
     """Hierarchical CP sizes an a2a+p2p row tries: the problem's own where it sets them (()), else every
-    split CP = A·P with A, P > 1 whose level-1 (all-to-all) groups lie inside one NVLink domain, where the
-    CP group spans several domains or the flat a2a cannot split a rank's heads over CP: inside one domain a
-    split's exchange lies between a2a's and p2p's (its seconds are linear in 1/A from p2p at A = 1 to a2a at
-    A = CP), so it can only beat both there when a2a is not allowed. `only`: a2a+p2p is the one type the row
-    may run, so with no such split it takes every split with A, P > 1 (or (1, CP))."""
+    split CP = A·P with A, P > 1 whose level-1 (all-to-all) groups lie inside one NVLink domain: its
+    all-to-all blocks the attention and its ring may hide behind it (exchanges.cp_parts), so a split can
+    beat both the flat ring and the flat all-to-all, inside a domain too. `only`: a2a+p2p is the one type the
+    row may run, so with no such split it takes every split with A, P > 1 (or (1, CP))."""
     if problem.spec.framework.options.hierarchical_context_parallel_sizes is not None:
         return ((),)
     cp, topology, order = row.cp, problem.hardware.topology, RankOrder(row.rank_order)
     splits = [(a, cp // a) for a in range(2, cp) if cp % a == 0]
-    spans = grid_links(topology, problem.gpus, row.tp, cp, row.pp, row.ep, row.etp, order).cp.domains > 1
-    gains = spans or not _a2a_splits_heads(problem, row.tp * cp)
-    worth = [s for s in splits if gains
-             and level_links(topology, problem.gpus, row.tp, cp, row.pp, order, s)[0].level is Level.nvlink_domain]
+    worth = [s for s in splits
+             if level_links(topology, problem.gpus, row.tp, cp, row.pp, order, s)[0].level is Level.nvlink_domain]
     if worth or not only:
         return tuple(worth)
     return tuple(splits) or ((1, cp),)
-
-
-def _a2a_splits_heads(problem: Problem, split: int) -> bool:
-    """Whether an all-to-all over `split` = TP·CP ranks gives each whole query and KV heads (the rule
-    cp-a2a-heads-divisible; attention other than GQA/MHA has no such all-to-all here)."""
-    att = problem.model.attention
-    return not isinstance(att, GQAAttention) or (att.num_heads % split == 0 and att.num_kv_heads % split == 0)
