@@ -19,7 +19,7 @@ from parasol.solver.search.costs import interval_counts, row_costs, usable_mb
 from parasol.solver.search.cut_program import UNBOUNDED
 from parasol.solver.search.cuts import rank_counts, row_staircase
 from parasol.solver.search.dominance import nondominated
-from parasol.solver.search.fronts import classes, period
+from parasol.solver.search.fronts import FrontProgram, classes, period
 from parasol.solver.search.interleaved import InterleavedCuts
 from parasol.solver.search.rounds import RoundProgram, lead_period, trail_exists
 from parasol.solver.search.space import enumerate_rows
@@ -94,27 +94,39 @@ def test_front_program_equals_enumeration(name: str, monkeypatch: pytest.MonkeyP
         cuts = InterleavedCuts(c, counts)
         program = cuts.fronts
         assert program is not None
-        measured = [cuts.measure(layout) for layout in _every_cut(cuts.n, cuts.stages)]
-        peaks = sorted({m for _, m in measured})
-        times = sorted({t for t, _ in measured})
-        rng = random.Random(seed)
-        for cap in [peaks[0] - 1, peaks[0], *rng.sample(peaks, min(4, len(peaks))), UNBOUNDED]:
-            fitting = [t for t, m in measured if m <= cap]
-            found = program.least(UNBOUNDED, cap, True)
-            assert (found is None) == (not fitting)
-            if found is None:
-                continue
-            assert found[0] == min(fitting) and sum(found[1]) == cuts.n and len(found[1]) == cuts.stages
-            assert cuts.measure(found[1])[0] == found[0] and cuts.measure(found[1])[1] <= cap
-            for bound in (found[0], rng.choice(times)):
-                within = [m for t, m in measured if t <= bound and m <= cap]
-                lean = program.least(bound, cap, False)
-                assert (lean is None) == (not within)
-                if lean is not None:
-                    assert lean[0] == min(within)
-                    assert cuts.measure(lean[1])[1] == lean[0] and cuts.measure(lean[1])[0] <= bound
-                checked += 1
+        checked += _checks_against_every_cut(cuts, program, random.Random(seed), 4, evenest=False)
     assert checked >= 20
+
+
+def _checks_against_every_cut(cuts: InterleavedCuts, program: FrontProgram | RoundProgram, rng: random.Random,
+                              caps: int, evenest: bool) -> int:
+    """Ask `program` for the least slowest time under memory caps (the least, the least − 1, `caps` sampled
+    and none) and the least peak under time bounds, check each answer and its cut against every cut of the
+    row (and, when `evenest`, that the leanest cut is the evenest of its memory unit); the questions asked."""
+    measured = [cuts.measure(layout) for layout in _every_cut(cuts.n, cuts.stages)]
+    peaks = sorted({m for _, m in measured})
+    times = sorted({t for t, _ in measured})
+    checked = 0
+    for cap in [peaks[0] - 1, peaks[0], *rng.sample(peaks, min(caps, len(peaks))), UNBOUNDED]:
+        fitting = [t for t, m in measured if m <= cap]
+        found = program.least(UNBOUNDED, cap, True)
+        assert (found is None) == (not fitting)
+        if found is None:
+            continue
+        assert found[0] == min(fitting) and sum(found[1]) == cuts.n and len(found[1]) == cuts.stages
+        assert min(found[1]) >= 1
+        assert cuts.measure(found[1])[0] == found[0] and cuts.measure(found[1])[1] <= cap
+        for bound in (found[0], rng.choice(times)):
+            within = [m for t, m in measured if t <= bound and m <= cap]
+            lean = program.least(bound, cap, False)
+            assert (lean is None) == (not within)
+            if lean is not None:
+                assert lean[0] == min(within)
+                assert cuts.measure(lean[1])[1] == lean[0] and cuts.measure(lean[1])[0] <= bound
+                if evenest:
+                    _assert_evenest(cuts, program, bound, cap, lean[0] + rng.choice([0, 0, 15, 60]))
+            checked += 1
+    return checked
 
 
 @pytest.mark.parametrize("name", list(SEQUENCES))
@@ -187,28 +199,7 @@ def test_round_program_equals_enumeration(name: str) -> None:
             cuts = InterleavedCuts(c, counts)
             program = RoundProgram(cuts, cuts.groups)
             assert program.usable
-            measured = [cuts.measure(layout) for layout in _every_cut(cuts.n, cuts.stages)]
-            peaks = sorted({m for _, m in measured})
-            times = sorted({t for t, _ in measured})
-            rng = random.Random(seed)
-            for cap in [peaks[0] - 1, peaks[0], *rng.sample(peaks, min(3, len(peaks))), UNBOUNDED]:
-                fitting = [t for t, m in measured if m <= cap]
-                found = program.least(UNBOUNDED, cap, True)
-                assert (found is None) == (not fitting)
-                if found is None:
-                    continue
-                assert found[0] == min(fitting) and sum(found[1]) == cuts.n and len(found[1]) == cuts.stages
-                assert min(found[1]) >= 1
-                assert cuts.measure(found[1])[0] == found[0] and cuts.measure(found[1])[1] <= cap
-                for bound in (found[0], rng.choice(times)):
-                    within = [m for t, m in measured if t <= bound and m <= cap]
-                    lean = program.least(bound, cap, False)
-                    assert (lean is None) == (not within)
-                    if lean is not None:
-                        assert lean[0] == min(within)
-                        assert cuts.measure(lean[1])[1] == lean[0] and cuts.measure(lean[1])[0] <= bound
-                        _assert_evenest(cuts, program, bound, cap, lean[0] + rng.choice([0, 0, 15, 60]))
-                    checked += 1
+            checked += _checks_against_every_cut(cuts, program, random.Random(seed), 3, evenest=True)
     assert checked >= 12
 
 
