@@ -263,6 +263,25 @@ def test_cut_off_bounds_hold_over_the_space(limit: float) -> None:
         assert result.status == "optimal" or result.mappings[0].gap >= 0
 
 
+@pytest.mark.slow
+def test_cut_searches_stopped_by_their_share_get_the_time_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row's cut search stops at its share of the limit (row_search.ROW_SHARE); once every row is screened
+    and cut, those searches run again with the time left, so a complete search is proved whatever share each
+    row got: with a share that stops every interleaved search at once, V4-Pro 8,192 is still `optimal` with
+    the complete search's mappings, and without the second pass it is not."""
+    from parasol.solver.search import row_search
+
+    problem = load_problem("problems/deepseek-v4-pro-8192.yaml")
+    complete = _complete_8192()
+    monkeypatch.setattr(row_search, "ROW_SHARE", 1e-12)
+    again = solve(problem, CalibratedStageTimes(problem), top=10)
+    assert again.status == "optimal"
+    assert [(m.step_time_objective_s, m.peak_memory_objective_gb) for m in again.mappings] == \
+        [(m.step_time_objective_s, m.peak_memory_objective_gb) for m in complete.mappings]
+    monkeypatch.setattr(row_search.RowSearch, "recut_unproved", lambda self, deadline: None)
+    assert solve(problem, CalibratedStageTimes(problem), top=10).status == "feasible"
+
+
 @functools.cache
 def _complete_8192():  # noqa: ANN202
     problem = load_problem("problems/deepseek-v4-pro-8192.yaml")

@@ -65,6 +65,7 @@ class RowSearch:
         self.rows: list[Row] = []
         self.costs: list[RowCosts] = []
         self.staircases: list[Staircase] = []
+        self._options_proved: list[bool] = []
         self.fitting = 0
         self._waiting: list[tuple[tuple[int, int], int, FitCandidates]] = []
         self._queued = 0
@@ -154,23 +155,43 @@ class RowSearch:
         """Settle the row's options, then its staircase re-priced as printed and judged by the row rules (the
         cut search stops at `deadline`, unproved)."""
         chosen, c, sure = settled(row_problem(self.problem, row), row, self.model_of(row))
-        priced = row_problem(self.problem, chosen)
-        stairs = admissible(priced, chosen, row_staircase(c, self.counts, self.usable, deadline), self.row_rules,
-                            self.cut_rules)
-        stairs = exact_staircase(c, chosen.mapping(self.problem), stairs, self.counts, self.model_of(chosen))
+        stairs = self._staircase(chosen, c, deadline)
         i = len(self.rows)
         self.rows.append(chosen)
         self.costs.append(c)
+        self._options_proved.append(sure)
         self.staircases.append(stairs if sure else Staircase(stairs.points, False))
         self._step_rows.extend(i for _ in stairs.points)
         self._step_values.extend((q.time_units, q.memory_units) for q in stairs.points)
+
+    def _staircase(self, chosen: Row, c: RowCosts, deadline: float) -> Staircase:
+        """The staircase of a settled row, re-priced as printed and judged by the row rules (the cut search
+        stops at `deadline`, unproved)."""
+        stairs = admissible(row_problem(self.problem, chosen), chosen, row_staircase(c, self.counts, self.usable,
+                                                                                      deadline),
+                            self.row_rules, self.cut_rules)
+        return exact_staircase(c, chosen.mapping(self.problem), stairs, self.counts, self.model_of(chosen))
+
+    def recut_unproved(self, deadline: float) -> None:
+        """Search again, with all the time left to `deadline`, the cuts of rows whose cut search stopped at its
+        share of the limit (their options proved): the rows cut later may have left the time, so a complete
+        search is proved at a load that would otherwise leave it `feasible`. The steps found before stay
+        as dominators (each is a cut of the row)."""
+        for i, stairs in enumerate(self.staircases):
+            if stairs.proved or not self._options_proved[i] or time.perf_counter() > deadline:
+                continue
+            again = self._staircase(self.rows[i], self.costs[i], deadline)
+            self.staircases[i] = again
+            self._step_rows.extend(i for _ in again.points)
+            self._step_values.extend((q.time_units, q.memory_units) for q in again.points)
 
 
 def search_rows(search: RowSearch, ordered: tuple[Row, ...], deadline: float,
                 on_screened: Callable[[int], None] | None = None) -> int:
     """Screen `ordered` in doubling batches, each followed by cutting every waiting row, until `deadline`;
-    a round screens for at most half the time left, so cutting always has the other half. Returns how many
-    rows were screened."""
+    a round screens for at most half the time left, so cutting always has the other half. With every row
+    screened and cut, the time left goes to the cut searches a row's share stopped. Returns how many rows
+    were screened."""
     position, batch = 0, FIRST_BATCH
     while (position < len(ordered) or search.waiting) and time.perf_counter() <= deadline:
         now = time.perf_counter()
@@ -183,4 +204,6 @@ def search_rows(search: RowSearch, ordered: tuple[Row, ...], deadline: float,
                 on_screened(position)
         search.cut_waiting(deadline)
         batch *= 2
+    if position == len(ordered) and not search.waiting:
+        search.recut_unproved(deadline)
     return position
