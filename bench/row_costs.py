@@ -70,7 +70,7 @@ def measure(name: str, sample: int) -> None:
     usable, savings = usable_mb(problem), open_savings(problem)
     candidates = _timed("fit_candidates", [lambda r=r: fit_candidates(problem, r, savings, counts, usable)
                                            for r in picked], digest)
-    fitted = [f for f in _timed("resolve_fit", [lambda c=c: resolve_fit(problem, c, counts, usable)
+    fitted = [f for f in _timed("resolve_fit", [lambda c=c: resolve_fit(c, counts, usable)
                                                 for c in candidates], digest) if f is not None]
     models = {NONE: model}
     for f in fitted:

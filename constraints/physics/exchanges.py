@@ -125,12 +125,6 @@ def cp_comm(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_l
     return ring + blocking
 
 
-def cp_blocking_comm(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_link: GroupLink,
-                     comm_type: str = "p2p", levels: tuple[GroupLink, ...] = ()) -> CommTerm:
-    """The part of cp_comm no attention compute hides: the collectives before and after it (cp_parts)."""
-    return cp_parts(model, block, tokens, tp, cp_link, comm_type, levels)[1]
-
-
 def cp_parts(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_link: GroupLink,
              comm_type: str = "p2p", levels: tuple[GroupLink, ...] = ()) -> tuple[CommTerm, CommTerm]:
     """(ring part, blocking part) of the CP exchange of one block's forward attention, by Megatron's

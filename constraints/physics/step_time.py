@@ -44,6 +44,7 @@ import numpy as np
 from parasol.constraints.physics.comm import NO_COMM, CommTerm
 from parasol.constraints.physics.exchanges import (
     Links,
+    cp_comm,
     cp_parts,
     dispatch_link,
     ep_comm,
@@ -439,11 +440,12 @@ class CalibratedStageTimes:
         hidden_cp = min(float(coefs["overlap_cp"]), 1.0)
         if links.cp.size > 1:
             def exposed(kind: str, levels: tuple) -> float:
-                """At least the blocking part and the unhidden share of the ring part (pricing.py)."""
-                ring, blocking = (comm_seconds(self._over_blocks(
-                    lambda b, part=part: cp_parts(model, b, tokens, mapping.tp, links.cp, kind, levels)[part],
-                    totals), coefs) for part in (0, 1))
-                return (1.0 - hidden_cp) * ring + blocking
+                """pricing.py hides at most overlap_cp of the whole exchange's seconds less its blocking
+                part's, so at least (1 − h)·whole + h·blocking is exposed (subadditive in the terms)."""
+                args = (tokens, mapping.tp, links.cp, kind, levels)
+                whole = comm_seconds(self._over_blocks(lambda b: cp_comm(model, b, *args), totals), coefs)
+                blocking = comm_seconds(self._over_blocks(lambda b: cp_parts(model, b, *args)[1], totals), coefs)
+                return (1.0 - hidden_cp) * whole + hidden_cp * blocking
 
             least = min(exposed(kind, levels) for kind in CP_COMM_KINDS for levels in self._cp_levels(mapping))
             floor += PASSES_PER_MICROBATCH["cp"] * least

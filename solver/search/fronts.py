@@ -156,6 +156,19 @@ class _Moves:
     lengths: np.ndarray
 
 
+def least_then_evenest(answer: Callable[[Question], tuple[int, tuple[int, ...]] | None], slowest_us: int,
+                       cap_mb: int, minimise_time: bool, alike: Callable[[int], int] | None
+                       ) -> tuple[int, tuple[int, ...]] | None:
+    """The exact programs' `least` contract on one program's `answer` to a Question: the least value and a
+    cut with it, then (with `alike`) the evenest cut whose objective is at most `alike(least)`."""
+    found = answer(Question(slowest_us, cap_mb, minimise_time, None))
+    if found is None or alike is None:
+        return found
+    evenest = answer(Question(slowest_us, cap_mb, minimise_time, alike(found[0])))
+    assert evenest is not None
+    return found[0], evenest[1]
+
+
 class FrontProgram:
     """The exact interleaved cut program of one row (InterleavedCuts supplies its costs and geometry)."""
 
@@ -254,12 +267,7 @@ class FrontProgram:
         `alike(least)` instead (the caller's rounding: a cut it cannot tell from the least's). None when no
         cut is within both. Raises Declined past the deadline or when a step would read more than CELL_LIMIT
         cells."""
-        found = self._program(Question(slowest_us, cap_mb, minimise_time, None))
-        if found is None or alike is None:
-            return found
-        evenest = self._program(Question(slowest_us, cap_mb, minimise_time, alike(found[0])))
-        assert evenest is not None
-        return found[0], evenest[1]
+        return least_then_evenest(self._program, slowest_us, cap_mb, minimise_time, alike)
 
     def _program(self, question: Question) -> tuple[int, tuple[int, ...]] | None:
         """The dynamic program over the ranks: the least largest rank objective (`within` None) or the least

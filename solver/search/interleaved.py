@@ -435,8 +435,8 @@ class InterleavedCuts:
 
     def fastest(self, cap_mb: int) -> tuple[tuple[int, ...] | None, bool]:
         """The cut of least step time (in solver units) with every rank within `cap_mb`, or None when no cut
-        fits; and whether that is proved (the searches stayed within their budget). The relaxation answers
-        first, then the front program; the searches run only when neither settles the question."""
+        fits; and whether that is proved (the searches stayed within their budget). `settle` answers first
+        (the relaxation and the exact programs); the searches run only when it does not."""
         settled, layout = self.settle(UNBOUNDED, cap_mb, True)
         if settled:
             return layout, True

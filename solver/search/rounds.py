@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parasol.solver.search.fronts import INF, Classes, Declined, Question, classes_of
+from parasol.solver.search.fronts import INF, Classes, Declined, Question, classes_of, least_then_evenest
 
 CASE_LIMIT = 8
 """Most rounds 0 ending inside the lead-in (PP shorter than it) the program takes, one case each."""
@@ -605,12 +605,7 @@ class RoundProgram:
         (FrontProgram.least's contract). None when no cut is within both. Raises Declined past the deadline
         or CELL_LIMIT."""
         slowest_us, cap_mb = self._tightened(slowest_us, cap_mb, minimise_time)
-        found = self._best(Question(slowest_us, cap_mb, minimise_time, None))
-        if found is None or alike is None:
-            return found
-        evenest = self._best(Question(slowest_us, cap_mb, minimise_time, alike(found[0])))
-        assert evenest is not None
-        return found[0], evenest[1]
+        return least_then_evenest(self._best, slowest_us, cap_mb, minimise_time, alike)
 
     def _best(self, question: Question) -> tuple[int, tuple[int, ...]] | None:
         """The least value over the cases (the first case's cut on a tie)."""

@@ -137,7 +137,7 @@ class RowSearch:
             now = time.perf_counter()
             row_deadline = min(deadline, now + ROW_SHARE * (deadline - now))
             if not candidates.settled:
-                fitted = resolve_fit(self.problem, candidates, self.counts, self.usable, row_deadline)
+                fitted = resolve_fit(candidates, self.counts, self.usable, row_deadline)
                 if fitted is None:
                     continue
                 self.fitting += 1

@@ -141,8 +141,7 @@ def fit_candidates(problem: Problem, row: Row, savings: tuple[str, ...], counts:
                          tuple(c for _, c in found))
 
 
-def resolve_fit(problem: Problem, candidates: FitCandidates, counts: np.ndarray, usable: int,
-                deadline: float = math.inf) -> Row | None:
+def resolve_fit(candidates: FitCandidates, counts: np.ndarray, usable: int, deadline: float = math.inf) -> Row | None:
     """The row as it fits: the first candidate some cut of which fits (cuts.some_cut_fits), or None. A
     question still open at `deadline` counts as fitting: the row's staircase, cut short too, then says
     whether it was proved."""
