@@ -244,3 +244,32 @@ def test_floor_is_below_every_cut_under_every_option(source: str) -> None:
             priced = model.for_problem(chosen)
             seconds = priced.cut_step_times_s(mapping, derive(chosen.model, mapping), _random_cuts(rng, row, counts))
             assert floor <= seconds.min() * (1 + 1e-12), (row, variant.settings())
+
+
+@pytest.mark.parametrize("name", ["deepseek-v4-pro-1024", "qwen3-30b-a3b-h100-64", "llama-3.1-70b-h100-256"])
+def test_compute_floor_is_the_floors_compute_and_below_it(name: str) -> None:
+    """The compute floor, built once per TP, CP, EP, ETP, MBS and recompute from one rank holding every block
+    (CalibratedStageTimes.compute_floor_s), is exactly the compute of the all-ranks work step_floor_s sums
+    (pricing.compute_per_microbatch of it) for rows of every PP, VPP and rank order sharing those, and
+    never above step_floor_s: solve skips a row it shows beaten before pricing the floor."""
+    from parasol.constraints.physics.pricing import compute_per_microbatch
+
+    problem = load_problem(ROOT / "problems" / f"{name}.yaml")
+    model = CalibratedStageTimes(problem)
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    totals = counts[0, counts.shape[0] - 1]
+    rows = enumerate_rows(problem)
+    coefs = coefficient_values(model.coefficients)
+    shared = 0
+    for row in random.Random(23).sample(rows, min(40, len(rows))):
+        mapping = row.mapping(problem)
+        d = derive(problem.model, mapping)
+        summed = model._floor_parts(mapping, d, totals).summed
+        built = len(model._compute)
+        compute = model.compute_floor_s(mapping, d, totals)
+        shared += len(model._compute) == built
+        m = float(d.num_microbatches)
+        assert compute == pytest.approx(float(compute_per_microbatch(summed, coefs)[0, 0])
+                                        * (1 + (row.vpp * m - 1) / row.pp) / row.vpp, rel=1e-12), row
+        assert compute <= model.step_floor_s(mapping, d, totals), row
+    assert shared > 0

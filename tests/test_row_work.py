@@ -383,3 +383,52 @@ def test_memory_floor_in_bytes_is_below_every_cut(problems: list) -> None:
                     c, kind_bytes=tuple((s, a, 0) for s, a, _ in c.kind_bytes),
                     edge_bytes=tuple((s, a, 0) for s, a, _ in c.edge_bytes), dispatch_bytes=0), counts)
     assert lifted > 0
+
+
+def _least_peak(weight, pp: int, counts: np.ndarray) -> int:  # noqa: ANN001 - RowCosts.stage_bytes or stage_memory
+    """The least over every contiguous cut (one virtual stage per rank, each at least one block) of the
+    heaviest rank's `weight(stage, counts)`, by a dynamic program over (stage, first block)."""
+    blocks = counts.shape[0] - 1
+    best = {blocks: 0}
+    for s in reversed(range(pp)):
+        best = {i: min(max(weight(s, tuple(int(x) for x in counts[i, j])), best[j]) for j in best if j > i)
+                for i in range(s, blocks - (pp - 1 - s)) if any(j > i for j in best)}
+    return best[0]
+
+
+def test_whole_block_memory_floor_is_below_every_cut_and_often_exact(problems: list) -> None:
+    """costs.whole_block_memory_floor (ranks hold whole blocks, each at its least bytes) never exceeds the
+    printed peak-memory units of the least-memory contiguous cut (a dynamic program over every cut), nor
+    in MB the least cut's RowCosts.stage_memory (what savings.quick_fit compares), nor random interleaved
+    cuts, and it meets the least cut on some row of a model with one kind of
+    block, where the weighted means fall short (a rank holding 2 of 94 blocks)."""
+    from parasol.solver.search.costs import whole_block_memory_floor
+    from parasol.solver.search.cuts import rank_counts
+    from parasol.solver.search.reprice import memory_floor_bytes, memory_floor_units, memory_units
+
+    rng = np.random.default_rng(31)
+    exact = lifted = 0
+    for problem in problems:
+        counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+        blocks = counts.shape[0] - 1
+        rows = enumerate_rows(problem)
+        plain = [r for r in rows if r.vpp == 1 and r.pp > 1]
+        interleaved = [r for r in rows if r.vpp > 1]
+        for row in [plain[k] for k in rng.choice(len(plain), 6, replace=False)]:
+            c = row_costs(problem, row, None)
+            floor = memory_floor_units(c, counts)
+            least = memory_units(_least_peak(c.stage_bytes, row.pp, counts))
+            assert floor <= least, row
+            assert whole_block_memory_floor(c, counts[0, blocks], 1, in_bytes=False) <= \
+                _least_peak(c.stage_memory, row.pp, counts), row
+            exact += floor == least
+            lifted += floor > memory_units(memory_floor_bytes(c, counts))
+        for row in [interleaved[k] for k in rng.choice(len(interleaved), min(6, len(interleaved)), replace=False)]:
+            c = row_costs(problem, row, None)
+            floor = memory_floor_units(c, counts)
+            stages = row.pp * row.vpp
+            for _ in range(4):
+                layout = np.diff([0, *sorted(rng.choice(np.arange(1, blocks), stages - 1, replace=False)), blocks])
+                ranks = rank_counts(tuple(int(x) for x in layout), row.pp, counts)
+                assert floor <= memory_units(max(c.stage_bytes(r, n) for r, n in enumerate(ranks))), row
+    assert exact > 0 and lifted > 0

@@ -166,11 +166,12 @@ def seconds_per_gemm_flop(r: dict[str, np.ndarray], c: Coefs) -> np.ndarray:
     return np.where(level >= 2, fp4, np.where(level >= 1, fp8, bf16))
 
 
-def _compute_times(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
+def _compute_times(b: WorkloadBatch, c: Coefs, weight_traffic: bool = True) -> dict[str, np.ndarray]:
     """Per-stage compute seconds of one microbatch (runs × stages): each kind forward ('gemm', 'grouped',
     'attention', 'memory', 'overhead'), the GEMMs' backward ('gemm_b', 'grouped_b'), 'ideal_grouped'
     (forward + backward at full grouped-GEMM efficiency), 'recompute', and the totals 'forward',
-    'backward'."""
+    'backward'. Without `weight_traffic` a GEMM pass is bound by its FLOPs alone (a lower bound, linear in
+    the stage's work)."""
     s, r = b.stage, b.run
     sec_per_flop = _col(seconds_per_gemm_flop(r, c))
     tpe = r["tokens_per_expert"]
@@ -186,6 +187,8 @@ def _compute_times(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
     def gemm_passes(flops: np.ndarray, weights: np.ndarray, sec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(forward, backward) time of GEMMs with `flops` forward FLOPs over `weights` local weights: each
         pass (forward, input gradient, weight gradient) is bound by its FLOPs or by its weight traffic."""
+        if not weight_traffic:
+            return flops * sec, flops * sec * (1 + weight_grads)
         fwd = np.maximum(flops * sec, weights * w_read)
         wgrad = np.maximum(flops * sec * weight_grads, weights * w_accumulate)
         return fwd, fwd + wgrad
@@ -367,6 +370,22 @@ def rank_floor_per_microbatch(b: WorkloadBatch, c: Coefs) -> np.ndarray:
     tp_left = (1 - _col(r["tp_overlap"])) * tp
     beside_gemms = compute - (t["gemm"] + t["gemm_b"] + t["grouped"] + t["grouped_b"])
     return np.maximum.reduce([compute + fsdp_left + tp_left, gather + reduce + tp_left, beside_gemms + tp + fsdp_left])
+
+
+def compute_per_microbatch(b: WorkloadBatch, c: Coefs) -> np.ndarray:
+    """Per stage, forward plus backward compute seconds of one microbatch, recompute included: the first
+    term of rank_floor_per_microbatch less its exchanges, so never above it (exposed exchanges are never
+    negative), and, like it, at most the sum over ranks when `b` holds the ranks' summed work."""
+    t = _compute_times(b, c)
+    return t["forward"] + t["backward"]
+
+
+def linear_compute_per_microbatch(b: WorkloadBatch, c: Coefs) -> np.ndarray:
+    """compute_per_microbatch with every GEMM pass bound by its FLOPs alone, never above it: linear in the
+    stage's work, so a rank's value is its edge's plus its blocks' (a per-rank bound on the slowest
+    rank, CalibratedStageTimes.step_floor_s)."""
+    t = _compute_times(b, c, weight_traffic=False)
+    return t["forward"] + t["backward"]
 
 
 def step_floor_extra(b: WorkloadBatch, c: Coefs, vpp: int) -> np.ndarray:

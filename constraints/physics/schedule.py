@@ -23,3 +23,18 @@ def pipeline_time_scaled(total, slowest, m, vpp):  # noqa: ANN001, ANN201 - ints
 def pipeline_seconds(stage: np.ndarray, m: np.ndarray | float, vpp: np.ndarray | float) -> np.ndarray:
     """Pipeline time of m microbatches over stages with per-microbatch times `stage` (runs × stages)."""
     return pipeline_time_scaled(stage.sum(axis=1), stage.max(axis=1), m, vpp) / vpp
+
+
+def least_heaviest_rank(base: np.ndarray, slope: np.ndarray, blocks: int, least: int) -> float:
+    """The least possible largest base_r + slope_r·k_r over whole block counts k_r >= `least` per rank adding
+    up to `blocks` (slopes >= 0): every rank takes its `least`, then each further block goes where it adds
+    least, so the answer is the larger of the ranks' start and the (blocks − least·ranks)-th smallest of
+    base_r + slope_r·(least + j), j >= 1. A bound on the slowest (or heaviest) pipeline rank when every
+    block costs a rank at least slope_r: it sees the whole blocks a mean over the ranks misses."""
+    first = float(np.max(base + least * slope))
+    extra = blocks - least * len(base)
+    if extra <= 0:
+        return first
+    steps = np.arange(least + 1, least + extra + 1, dtype=float)
+    values = (base[:, None] + slope[:, None] * steps[None, :]).ravel()
+    return max(first, float(np.partition(values, extra - 1)[extra - 1]))

@@ -60,11 +60,14 @@ from parasol.constraints.physics.pricing import (
     batch_from_vectors,
     coefficient_values,
     comm_seconds,
+    compute_per_microbatch,
+    linear_compute_per_microbatch,
     price,
     rank_floor_per_microbatch,
     stage_vector,
     step_floor_extra,
 )
+from parasol.constraints.physics.schedule import least_heaviest_rank
 from parasol.constraints.physics.workload import (
     PASSES_PER_MICROBATCH,
     StepSettings,
@@ -249,6 +252,29 @@ class RankWork:
         return linear + jump
 
 
+@dataclass(frozen=True)
+class _FloorParts:
+    """What step_floor_s reads of a mapping less its VPP."""
+
+    ranks: float
+    """All ranks' rank floor and unhidden EP/CP seconds of one microbatch: at most the stage times' sum."""
+    optimizer: float
+    """The optimizer step of all ranks' work."""
+    summed: WorkloadBatch
+    """The one-stage batch of all ranks' work."""
+    rank_compute: np.ndarray
+    """Each rank's compute seconds of one microbatch holding no block (pricing.linear_compute_per_microbatch)."""
+    block_compute: float
+    """The least compute seconds one block adds to any rank (linear_compute_per_microbatch of the rank work's
+    slopes over every rank position and kind the model holds)."""
+
+    def slowest_compute(self, blocks: int, vpp: int) -> float:
+        """A bound on the slowest rank's seconds of one microbatch: its compute (never above its stage time)
+        when the ranks hold `blocks` whole blocks, at least one per virtual stage (least_heaviest_rank)."""
+        return least_heaviest_rank(self.rank_compute, np.full(len(self.rank_compute), self.block_compute), blocks,
+                                   vpp)
+
+
 DISPATCHERS = get_args(MegatronOptions.model_fields["moe_token_dispatcher_type"].annotation)
 """Every MoE token dispatcher Megatron offers (--moe-token-dispatcher-type)."""
 FLEX_BACKENDS = get_args(MegatronOptions.model_fields["moe_flex_dispatcher_backend"].annotation)
@@ -284,7 +310,8 @@ class CalibratedStageTimes:
         self._workloads: dict[Mapping, Workload] = {}
         self._siblings: dict[int, CalibratedStageTimes] = {}
         self._rank_work: dict[Mapping, RankWork] = {}
-        self._floors: dict[tuple[Mapping, bytes], tuple[float, float, WorkloadBatch]] = {}
+        self._floors: dict[tuple[Mapping, bytes], _FloorParts] = {}
+        self._compute: dict[tuple, float] = {}
 
     def for_problem(self, problem) -> CalibratedStageTimes:  # noqa: ANN001 - Problem
         """The model of `problem`, a variant of this one's problem with other framework options (a row's
@@ -371,35 +398,65 @@ class CalibratedStageTimes:
 
     def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
         """A lower bound on the step seconds of every cut of the mapping (`totals`: blocks of each kind in
-        the model), under every MoE dispatcher and CP communication type: all ranks' compute and the TP
-        and FSDP seconds no overlap hides (pricing.rank_floor_per_microbatch) plus the least exposed EP and
-        CP exchange seconds any type gives (exchange_floor_s), spread evenly over the pipeline, plus the
-        unhidden pipeline sends and data-parallel exchanges and the optimizer step of an average rank
+        the model), under every MoE dispatcher and CP communication type: the pipeline time (Σ_s t_s +
+        (v·m − 1)·max_s t_s)/v with the stage times' sum at least all ranks' compute and the TP and FSDP
+        seconds no overlap hides (pricing.rank_floor_per_microbatch) plus the least exposed EP and CP
+        exchange seconds any type gives (exchange_floor_s), and the slowest stage at least their mean and at
+        least the slowest rank's compute when ranks hold whole blocks (_FloorParts.slowest_compute), plus
+        the unhidden pipeline sends and data-parallel exchanges and the optimizer step of an average rank
         (pricing.step_floor_extra). Sound because a rank's compute and exchanges are sublinear in its
         work (sums of maxima of linear terms: the price of all ranks' summed work is at most the sum of
-        their prices), every field grows with blocks (the least slope over rank positions is taken), the
-        slowest rank is at least the mean, and the pipeline time grows with every stage time."""
-        ranks, optimizer, summed = self._floor_parts(mapping, derived, totals)
+        their prices), every field grows with blocks (the least slope over rank positions is taken), and
+        the pipeline time grows with every stage time."""
+        parts = self._floor_parts(mapping, derived, totals)
         m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
-        extra = float(step_floor_extra(summed, coefficient_values(self.coefficients), vpp)[0])
-        return ranks * (1 + (vpp * m - 1) / pp) / vpp + (optimizer / pp + extra)
+        extra = float(step_floor_extra(parts.summed, coefficient_values(self.coefficients), vpp)[0])
+        slowest = max(parts.ranks / pp, parts.slowest_compute(int(totals.sum()), vpp))
+        return (parts.ranks + (vpp * m - 1) * slowest) / vpp + (parts.optimizer / pp + extra)
 
-    def _floor_parts(self, mapping: Mapping, derived: Derived, totals: np.ndarray
-                     ) -> tuple[float, float, WorkloadBatch]:
-        """(all ranks' rank floor and unhidden EP/CP seconds of one microbatch, the optimizer step of all
-        ranks' work, the one-stage batch of that work) of step_floor_s, built once per mapping less its
-        VPP: neither the rank work, the run's prices nor the exchanges read VPP (the schedule and the
-        pipeline sends' count do, step_floor_extra)."""
+    def _floor_parts(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> _FloorParts:
+        """step_floor_s's parts, built once per mapping less its VPP: neither the rank work, the run's prices
+        nor the exchanges read VPP (the schedule and the pipeline sends' count do, step_floor_extra)."""
         key = (vpp_free(mapping), totals.tobytes())
         if key not in self._floors:
             work = self.rank_work(mapping, derived)
             total = work.empty.sum(axis=0) + totals.astype(float) @ work.slope.min(axis=0)
-            summed = batch_from_vectors(self._run(mapping, derived), total[None, None, :])
+            run = self._run(mapping, derived)
+            summed = batch_from_vectors(run, total[None, None, :])
             coefs = coefficient_values(self.coefficients)
             optimizer = float(price(summed, coefs)["optimizer"][0])
-            self._floors[key] = (float(rank_floor_per_microbatch(summed, coefs)[0, 0])
-                                 + self.exchange_floor_s(mapping, totals), optimizer, summed)
+            held = totals > 0
+            linear = linear_compute_per_microbatch(
+                batch_from_vectors(run, np.concatenate([work.empty, work.slope[:, held].reshape(-1, work.empty.shape[1])])
+                                   [None]), coefs)[0]
+            self._floors[key] = _FloorParts(float(rank_floor_per_microbatch(summed, coefs)[0, 0])
+                                            + self.exchange_floor_s(mapping, totals), optimizer, summed,
+                                            linear[:mapping.pp], float(linear[mapping.pp:].min()))
         return self._floors[key]
+
+    def compute_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
+        """A lower bound on step_floor_s, hence on the step seconds of every cut, from the compute alone: the
+        forward and backward compute of one microbatch over all blocks, edges and MTP blocks
+        (pricing.compute_per_microbatch, a part of step_floor_s's rank floor), spread over the pipeline as
+        step_floor_s spreads it. The compute reads only TP, CP, EP, ETP, MBS and recompute, so it is built
+        once per those for all rows sharing them (one rank holding every block: the compute fields of the
+        rank work add up over blocks), a small share of what step_floor_s builds per row."""
+        m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
+        return self._compute_per_microbatch(mapping, derived, totals) * (1 + (vpp * m - 1) / pp) / vpp
+
+    def _compute_per_microbatch(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
+        """All ranks' compute seconds of one microbatch (compute_floor_s), built once per compute key."""
+        key = (mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.mbs, mapping.recompute,
+               totals.tobytes())
+        if key not in self._compute:
+            model = self.problem.model
+            held = [b for b, n in zip(self.kinds.values(), totals.tolist(), strict=True) for _ in range(n)]
+            work = stage_work(model, mapping, derived, self.problem.training,
+                              routed(self.problem, mapping, self.settings), self.links(mapping),
+                              held + list(model.mtp_blocks), True, True)
+            one = batch_from_vectors(self._run(mapping, derived), stage_vector(work)[None, None, :])
+            self._compute[key] = float(compute_per_microbatch(one, coefficient_values(self.coefficients))[0, 0])
+        return self._compute[key]
 
     def tp_exchange_s(self, mapping: Mapping, totals: np.ndarray) -> float:
         """Seconds of the TP collectives of one microbatch over all ranks' blocks (forward and backward),

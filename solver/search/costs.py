@@ -10,6 +10,7 @@ both rounded up.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -28,7 +29,7 @@ from parasol.constraints.physics.memory import (
     inflight_microbatches,
     workspace_bytes,
 )
-from parasol.constraints.physics.schedule import pipeline_time_scaled
+from parasol.constraints.physics.schedule import least_heaviest_rank, pipeline_time_scaled
 from parasol.problems.derived import Derived, derive
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
@@ -68,6 +69,11 @@ class StageTimeModel(Protocol):
         """A lower bound on the exact step seconds of every cut (totals: blocks of each kind) under every
         MoE dispatcher and CP communication type the row may choose: solve judges a row by its floor
         before it settles those options (solver/search/choices.py)."""
+        ...
+
+    def compute_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
+        """A lower bound on step_floor_s that costs less: solve skips a row it shows beaten before pricing
+        step_floor_s."""
         ...
 
 
@@ -178,11 +184,45 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None) -> 
     only, all times zero, for the cheap first pass that finds the rows with a cut that fits); the row's
     framework options (dispatcher, CP communication type) price it."""
     problem = with_choices(problem, row)
-    time_model = time_model.for_problem(problem) if time_model is not None else None
+    mapping = row.mapping(problem)
+    d = derive(problem.model, mapping)
+    tables = dataclasses.replace(_memory_tables(problem, row), row=row, derived=d,
+                                 inflight=stage_inflight(row.pp, row.vpp, d.num_microbatches))
+    if time_model is None:
+        return tables
+    time_model = time_model.for_problem(problem)
+    representatives = kind_representatives(problem)
+    return dataclasses.replace(
+        tables,
+        kind_time_us=tuple(_us(t) for t in time_model.block_times_s(mapping, d, [representatives[k]
+                                                                                 for k in block_kinds(problem)])),
+        edge_time_us=tuple(_us(t) for t in time_model.edge_times_s(mapping, d)),
+        constant_time_us=_us(time_model.step_extra_s(mapping, d)))
+
+
+MEMORY_TABLES_MEMO = 65536
+"""Rows' memory tables kept per problem (the table starts afresh past this)."""
+
+
+def _memory_tables(problem: Problem, row: Row) -> RowCosts:
+    """The row's memory tables with no time model, built once per problem and row less its VPP: the ledger's
+    per-kind and per-edge terms, the dispatch buffers and the workspace read no VPP (only the in-flight
+    shares do, which row_costs sets)."""
+    key = dataclasses.replace(row, vpp=1)
+    table = memo_table(problem, "memory_tables")
+    found = table.get(key)
+    if found is None:
+        if len(table) >= MEMORY_TABLES_MEMO:
+            table.clear()
+        found = table[key] = _build_memory_tables(problem, key)
+    return found
+
+
+def _build_memory_tables(problem: Problem, row: Row) -> RowCosts:
+    """The memory tables of a VPP-1 row (its times zero)."""
     mapping = row.mapping(problem)
     d = derive(problem.model, mapping)
     training = problem.training
-    representatives = kind_representatives(problem)
     kinds = block_kinds(problem)
     pp = row.pp
     per_kind, by_end = _contributions(problem, mapping, d)
@@ -201,18 +241,23 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None) -> 
         edge_activation=tuple(_mb(c.activation) for c in edges),
         edge_peak=tuple(_mb(c.recompute_peak) for c in edges),
         edge_moe=tuple(c.moe for c in edges),
-        inflight=tuple(inflight_microbatches(s, pp, row.vpp, d.num_microbatches) for s in range(pp)),
+        inflight=stage_inflight(pp, row.vpp, d.num_microbatches),
         dispatch_mb=_mb(dispatch),
         workspace_mb=_mb(workspace) + _mb(fsdp),
-        kind_time_us=tuple(_us(t) for t in time_model.block_times_s(mapping, d, [representatives[k] for k in kinds]))
-        if time_model else (0,) * len(kinds),
-        edge_time_us=tuple(_us(t) for t in time_model.edge_times_s(mapping, d)) if time_model else (0,) * pp,
-        constant_time_us=_us(time_model.step_extra_s(mapping, d)) if time_model else 0,
+        kind_time_us=(0,) * len(kinds),
+        edge_time_us=(0,) * pp,
+        constant_time_us=0,
         kind_bytes=tuple((c.static, c.activation, c.recompute_peak) for c in per_kind),
         edge_bytes=tuple((c.static, c.activation, c.recompute_peak) for c in edges),
         dispatch_bytes=dispatch,
         fixed_bytes=workspace + fsdp,
     )
+
+
+@lru_cache(maxsize=4096)
+def stage_inflight(pp: int, vpp: int, microbatches: Fraction | int) -> tuple[Fraction, ...]:
+    """Each pipeline rank's in-flight microbatches (memory.inflight_microbatches), one tuple per schedule."""
+    return tuple(inflight_microbatches(s, pp, vpp, microbatches) for s in range(pp))
 
 
 CONTRIBUTION_MEMO = 65536
@@ -249,22 +294,78 @@ def kind_representatives(problem: Problem) -> dict[tuple, Block]:
     return memoised(problem.model, "kind_representatives", build)
 
 
-def memory_floor_mb(c: RowCosts, totals: np.ndarray) -> Fraction:
-    """A lower bound, in MB, on the heaviest rank's memory (RowCosts.stage_memory) under every cut of the
-    row (`totals`: blocks of each kind in the model). The heaviest rank holds at least any weighted mean of
-    the ranks; a rank holds at least its static memory, its activations times its in-flight share, the
-    workspace and what it holds besides (least_held). Weighting rank r by 1/inflight_r makes every
-    block's activations count alike wherever it sits, and even weights spread the static memory; either
-    mean has its least value when every block sits on the rank where it weighs least."""
-    inv, inv_den, share, share_den = _inflight_terms(tuple(c.inflight))
-    least, most = min(c.inflight), max(c.inflight)
-    spread = Fraction(sum(inv), inv_den)
-    blocks = [(int(n), s, a) for n, s, a in zip(totals, c.kind_static, c.kind_activation, strict=True) if n]
-    harmonic = (Fraction(sum(s * x for s, x in zip(c.edge_static, inv, strict=True)), inv_den)
-                + sum(c.edge_activation) + sum(n * (s / (most if s >= 0 else least) + a) for n, s, a in blocks))
-    even = (sum(c.edge_static) + Fraction(sum(a * x for a, x in zip(c.edge_activation, share, strict=True)), share_den)
-            + sum(n * (s + a * (least if a >= 0 else most)) for n, s, a in blocks))
-    return max(harmonic / spread, even / len(c.inflight)) + least_held(c, totals) + c.workspace_mb
+def memory_floor_mb(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> Fraction:
+    """A lower bound, in MB (or in the ledger's exact bytes), on the heaviest rank's memory
+    (RowCosts.stage_memory, stage_bytes) under every cut of the row (`totals`: blocks of each kind in the
+    model). The heaviest rank holds at least any weighted mean of the ranks; a rank holds at least its
+    static memory, its activations times its in-flight share, the workspace and what it holds besides
+    (least_held). Weighting rank r by 1/inflight_r makes every block's activations count alike wherever it
+    sits, and even weights spread the static memory; either mean has its least value when every block
+    sits on the rank where it weighs least. Whole-number arithmetic over common denominators: the exact
+    fractions, without a Fraction per term."""
+    if in_bytes:
+        kind_static, kind_activation = [k[0] for k in c.kind_bytes], [k[1] for k in c.kind_bytes]
+        edge_static, edge_activation = [e[0] for e in c.edge_bytes], [e[1] for e in c.edge_bytes]
+        fixed = c.fixed_bytes
+    else:
+        kind_static, kind_activation, edge_static, edge_activation = (c.kind_static, c.kind_activation,
+                                                                      c.edge_static, c.edge_activation)
+        fixed = c.workspace_mb
+    inv, inv_den, share, share_den, least, most = _inflight_terms(c.row.pp, c.row.vpp, c.derived.num_microbatches)
+    static_up = static_down = held_up = held_down = 0
+    for n, s, a in zip(totals.tolist(), kind_static, kind_activation, strict=True):
+        if s >= 0:
+            static_up += n * s
+        else:
+            static_down += n * s
+        if a >= 0:
+            held_up += n * a
+        else:
+            held_down += n * a
+    spread = sum(inv)
+    # harmonic / spread, each kind's static over the rank where it weighs least (the most or least in flight)
+    held = sum(edge_activation) + held_up + held_down
+    h_den = spread * most.numerator * least.numerator
+    h_num = ((sum(s * x for s, x in zip(edge_static, inv, strict=True)) + held * inv_den)
+             * most.numerator * least.numerator
+             + static_up * most.denominator * inv_den * least.numerator
+             + static_down * least.denominator * inv_den * most.numerator)
+    # even / ranks, each kind's activations at the least (or most) in-flight share
+    ranks = len(inv)
+    e_den = share_den * least.denominator * most.denominator * ranks
+    e_num = (((sum(edge_static) + static_up + static_down) * share_den
+              + sum(a * x for a, x in zip(edge_activation, share, strict=True))) * least.denominator * most.denominator
+             + (held_up * least.numerator * most.denominator + held_down * most.numerator * least.denominator)
+             * share_den)
+    mean = Fraction(h_num, h_den) if h_num * e_den >= e_num * h_den else Fraction(e_num, e_den)
+    return mean + least_held(c, totals, in_bytes) + fixed
+
+
+def whole_block_memory_floor(c: RowCosts, totals: np.ndarray, unit: int, in_bytes: bool = True) -> int:
+    """A lower bound, in whole `unit`s of bytes (or of MB, not in_bytes) rounded up, on the heaviest rank's
+    bytes (stage_bytes; stage_memory's MB) under every cut the cut searches consider. Every rank holds a
+    whole number of blocks, at least one per virtual stage, and a block adds to rank r at least the least
+    static and activation memory of any kind (activations times r's in-flight share), so rank r holding k
+    blocks weighs at least A_r + B_r·k (schedule.least_heaviest_rank; rounding activations up cannot lift
+    a whole number past a whole bound). It sees what the weighted means (memory_floor_mb) miss when blocks
+    are few per rank (a rank of 64 holding 2 of 94 blocks). 0 where a kind's memory is negative."""
+    present = [k for k, n in enumerate(totals.tolist()) if n]
+    kinds = c.kind_bytes if in_bytes else tuple(zip(c.kind_static, c.kind_activation, c.kind_peak, strict=True))
+    edges = np.array(c.edge_bytes if in_bytes else list(zip(c.edge_static, c.edge_activation, c.edge_peak,
+                                                            strict=True)), dtype=float).reshape(-1, 3)
+    dispatch, fixed = (c.dispatch_bytes, c.fixed_bytes) if in_bytes else (c.dispatch_mb, c.workspace_mb)
+    static = min(kinds[k][0] for k in present)
+    held = min(kinds[k][1] for k in present)
+    if static < 0 or held < 0:
+        return 0
+    inflight = np.array([float(f) for f in c.inflight])
+    every_moe = all(c.kind_moe[k] for k in present)
+    least_peak = min(kinds[k][2] for k in present)
+    moe = np.array([m or every_moe for m in c.edge_moe])
+    base = (edges[:, 0] + inflight * edges[:, 1] + np.maximum(edges[:, 2], least_peak)
+            + np.where(moe, dispatch, 0) + fixed)
+    heaviest = least_heaviest_rank(base, static + inflight * held, int(totals.sum()), c.row.vpp)
+    return -(-int(heaviest * (1 - 1e-12)) // unit)
 
 
 def least_held(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> int:
@@ -283,13 +384,16 @@ def least_held(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> int:
 
 
 @lru_cache(maxsize=4096)
-def _inflight_terms(inflight: tuple[Fraction, ...]) -> tuple[tuple[int, ...], int, tuple[int, ...], int]:
-    """Each rank's 1/inflight and inflight as whole numbers over one common denominator each:
-    (1/f_r · L for every r, L, f_r · M for every r, M)."""
+def _inflight_terms(pp: int, vpp: int, microbatches: Fraction | int
+                    ) -> tuple[tuple[int, ...], int, tuple[int, ...], int, Fraction, Fraction]:
+    """The ranks' in-flight shares f_r (stage_inflight) as whole numbers over one common denominator each:
+    (1/f_r · L for every r, L, f_r · M for every r, M, the least f_r, the most f_r)."""
+    inflight = stage_inflight(pp, vpp, microbatches)
     inv_den = math.lcm(*(f.numerator for f in inflight))
     share_den = math.lcm(*(f.denominator for f in inflight))
     return (tuple(f.denominator * (inv_den // f.numerator) for f in inflight), inv_den,
-            tuple(f.numerator * (share_den // f.denominator) for f in inflight), share_den)
+            tuple(f.numerator * (share_den // f.denominator) for f in inflight), share_den,
+            min(inflight), max(inflight))
 
 
 def interval_counts(prefix: tuple[tuple[int, ...], ...]) -> np.ndarray:

@@ -18,7 +18,15 @@ import math
 import numpy as np
 
 from parasol.problems.mapping import Mapping
-from parasol.solver.search.costs import MB, MEMORY_UNIT_MB, TIME_UNIT_S, RowCosts, StageTimeModel, least_held
+from parasol.solver.search.costs import (
+    MB,
+    MEMORY_UNIT_MB,
+    TIME_UNIT_S,
+    RowCosts,
+    StageTimeModel,
+    memory_floor_mb,
+    whole_block_memory_floor,
+)
 from parasol.solver.search.cuts import CutPoint, Staircase, rank_counts
 
 
@@ -57,20 +65,37 @@ def exact_staircase(c: RowCosts, mapping: Mapping, staircase: Staircase, counts:
 
 
 def memory_floor_bytes(c: RowCosts, counts: np.ndarray) -> int:
-    """Peak bytes no cut of the row goes below, as the ledger prints them: the weights, optimizer state
-    and least in-flight activations of all blocks and edges spread evenly over the pipeline ranks (the
-    heaviest rank holds at least the mean), plus what every rank holds: the fixed buffers, and at least
-    the least recompute working set and dispatch buffers any rank holds (costs.least_held)."""
-    totals = counts[0, counts.shape[0] - 1]
-    static = sum(e[0] for e in c.edge_bytes) + sum(int(n) * k[0] for n, k in zip(totals, c.kind_bytes, strict=True))
-    held = sum(e[1] for e in c.edge_bytes) + sum(int(n) * k[1] for n, k in zip(totals, c.kind_bytes, strict=True))
-    fmin = min(c.inflight)
-    mean = -(-(static * fmin.denominator + held * fmin.numerator) // (fmin.denominator * c.row.pp))
-    return mean + least_held(c, totals, in_bytes=True) + c.fixed_bytes
+    """Peak bytes no cut of the row goes below, as the ledger prints them: costs.memory_floor_mb's weighted
+    means of the ranks over the ledger's exact bytes, rounded up."""
+    return math.ceil(memory_floor_mb(c, counts[0, counts.shape[0] - 1], in_bytes=True))
+
+
+def memory_floor_units(c: RowCosts, counts: np.ndarray) -> int:
+    """Peak-memory units no cut of the row goes below: the larger of memory_floor_bytes' and the whole-block
+    bound's (costs.whole_block_memory_floor)."""
+    unit = MEMORY_UNIT_MB * MB
+    return max(memory_units(memory_floor_bytes(c, counts)),
+               whole_block_memory_floor(c, counts[0, counts.shape[0] - 1], unit))
+
+
+def units_below(seconds: float) -> int:
+    """A floor's seconds in the program's units, rounded down with room for float noise: never above the
+    units of a step it bounds."""
+    return math.floor(seconds / TIME_UNIT_S * (1 - 1e-9))
 
 
 def floor_point(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel) -> tuple[int, int]:
-    """(step time, peak memory) units no cut of the row goes below, as printed: the step-time model's
-    compute-only floor (StageTimeModel.step_floor_s) and memory_floor_bytes."""
-    seconds = time_model.step_floor_s(mapping, c.derived, counts[0, counts.shape[0] - 1])
-    return math.floor(seconds / TIME_UNIT_S * (1 - 1e-9)), memory_units(memory_floor_bytes(c, counts))
+    """(step time, peak memory) units no cut of the row goes below, as printed: step_floor_units and
+    memory_floor_units."""
+    return step_floor_units(c, mapping, counts, time_model), memory_floor_units(c, counts)
+
+
+def step_floor_units(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel) -> int:
+    """Step-time units no cut of the row goes below: the step-time model's floor (StageTimeModel.step_floor_s)."""
+    return units_below(time_model.step_floor_s(mapping, c.derived, counts[0, counts.shape[0] - 1]))
+
+
+def compute_floor_units(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel) -> int:
+    """step_floor_units from the step-time model's compute floor (StageTimeModel.compute_floor_s): never above
+    it, for a fraction of its cost, so a row it shows beaten is skipped before step_floor_units."""
+    return units_below(time_model.compute_floor_s(mapping, c.derived, counts[0, counts.shape[0] - 1]) * (1 - 1e-9))

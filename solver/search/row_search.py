@@ -23,7 +23,13 @@ from parasol.solver.search.costs import RowCosts, StageTimeModel, row_costs
 from parasol.solver.search.cuts import Staircase, row_staircase
 from parasol.solver.search.program import admissible, choice_rules, judged_rules, program_rules
 from parasol.solver.search.prune import beaten
-from parasol.solver.search.reprice import exact_staircase, floor_point
+from parasol.solver.search.reprice import (
+    compute_floor_units,
+    exact_staircase,
+    floor_point,
+    memory_floor_units,
+    step_floor_units,
+)
 from parasol.solver.search.savings import (
     NONE,
     FitCandidates,
@@ -87,15 +93,23 @@ class RowSearch:
 
     def screen(self, row: Row) -> None:
         """Drop the row when no variant of it may fit (savings.fit_candidates) or when `top` rows cut so far
-        beat its least floor over the variants that may; otherwise let it wait, by that floor, to be cut."""
+        beat its least floor over the variants that may (judged first with the time part from the compute
+        alone, reprice.compute_floor_units, which costs a fraction of the step floor and never exceeds it);
+        otherwise let it wait, by that floor, to be cut."""
         candidates = fit_candidates(self.problem, row, self.savings, self.counts, self.usable)
         if not candidates.rows:
             return
         floor = (0, 0)
         if self.floors:
-            floors = [self._floor(v, c) for v, c in zip(candidates.rows, candidates.costs, strict=True)]
-            floor = (min(t for t, _ in floors), min(m for _, m in floors))
-            if len(self.rows) >= self.top and self._beaten(floor):
+            judged = len(self.rows) >= self.top
+            variants = [(v, c, v.mapping(self.problem), self.model_of(v))
+                        for v, c in zip(candidates.rows, candidates.costs, strict=True)]
+            memory = min(memory_floor_units(c, self.counts) for _, c, _, _ in variants)
+            if judged and self._beaten((min(compute_floor_units(c, m, self.counts, model)
+                                            for _, c, m, model in variants), memory)):
+                return
+            floor = (min(step_floor_units(c, m, self.counts, model) for _, c, m, model in variants), memory)
+            if judged and self._beaten(floor):
                 return
         if candidates.settled:
             self.fitting += 1

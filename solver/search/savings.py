@@ -35,7 +35,13 @@ from parasol.problems.loader import Problem
 from parasol.problems.mapping_input import apply_settings
 from parasol.problems.memo import memoised
 from parasol.problems.schema import Optimizer
-from parasol.solver.search.costs import RowCosts, StageTimeModel, memory_floor_mb, row_costs
+from parasol.solver.search.costs import (
+    RowCosts,
+    StageTimeModel,
+    memory_floor_mb,
+    row_costs,
+    whole_block_memory_floor,
+)
 from parasol.solver.search.cuts import some_cut_fits
 from parasol.solver.search.space import Row, with_choices
 
@@ -92,11 +98,15 @@ def default_cut_fits(costs: RowCosts, counts: np.ndarray, usable: int) -> bool:
 
 def quick_fit(costs: RowCosts, counts: np.ndarray, usable: int) -> bool | None:
     """cuts.some_cut_fits where it is answered at once: False for a row whose memory floor
-    (costs.memory_floor_mb) already exceeds usable HBM (most rows that fit no cut), True for one whose even
-    default cut fits (most rows that fit); None when only the cut search can tell."""
-    if memory_floor_mb(costs, counts[0, -1]) > usable:
+    (costs.memory_floor_mb, then costs.whole_block_memory_floor) already exceeds usable HBM (most rows that
+    fit no cut), True for one whose even default cut fits (most rows that fit); None when only the cut
+    search can tell."""
+    totals = counts[0, -1]
+    if memory_floor_mb(costs, totals) > usable:
         return False
-    return True if default_cut_fits(costs, counts, usable) else None
+    if default_cut_fits(costs, counts, usable):
+        return True
+    return False if whole_block_memory_floor(costs, totals, 1, in_bytes=False) > usable else None
 
 
 def cut_fits(costs: RowCosts, counts: np.ndarray, usable: int, deadline: float = math.inf) -> bool:
