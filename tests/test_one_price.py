@@ -273,3 +273,23 @@ def test_compute_floor_is_the_floors_compute_and_below_it(name: str) -> None:
                                         * (1 + (row.vpp * m - 1) / row.pp) / row.vpp, rel=1e-12), row
         assert compute <= model.step_floor_s(mapping, d, totals), row
     assert shared > 0
+
+
+def test_compute_floor_is_the_same_under_every_saving() -> None:
+    """The savings solve may switch on move weights, gradients and optimizer state, not the compute: a
+    row's compute floor under each saving's step-time model is its plain one (RowSearch.unseen_floors bounds
+    rows never screened, whose saving is not chosen yet, by the plain model)."""
+    from parasol.solver.search.savings import open_savings, time_model_for, with_saving
+
+    problem = load_problem(ROOT / "problems" / "llama-3.1-70b-h100-256.yaml")
+    savings = open_savings(problem)
+    assert savings
+    plain = CalibratedStageTimes(problem)
+    totals = interval_counts(prefix_counts(problem, block_kinds(problem)))[0, -1]
+    for row in random.Random(24).sample(enumerate_rows(problem), 8):
+        mapping = row.mapping(problem)
+        d = derive(problem.model, mapping)
+        floor = plain.compute_floor_s(mapping, d, totals)
+        for saving in savings:
+            saved = with_saving(problem, saving)
+            assert time_model_for(plain, saved).compute_floor_s(row.mapping(saved), d, totals) == floor, saving

@@ -116,6 +116,27 @@ class RowSearch:
         heapq.heappush(self._waiting, (floor, self._queued, candidates))
         self._queued += 1
 
+    def unseen_floors(self, rows: tuple[Row, ...], deadline: float) -> list[tuple[int, int]] | None:
+        """Floors of rows never screened: each one's compute floor (reprice.compute_floor_units, the same under
+        every saving: the savings move weights, gradients and optimizer state, not the compute) with no
+        memory floor, the least per compute key (the floor scales with the pipeline's stretch alone within
+        one). None past `deadline` (time.perf_counter()): then nothing bounds those rows."""
+        least: dict[tuple, tuple[float, Row]] = {}
+        gpus, batch = self.problem.gpus, self.problem.training.global_batch
+        for row in rows:
+            m = batch * row.tp * row.pp * row.cp / (row.mbs * gpus)
+            stretch = (1 + (row.vpp * m - 1) / row.pp) / row.vpp
+            key = (row.tp, row.cp, row.ep, row.etp, row.mbs, row.recompute)
+            if key not in least or stretch < least[key][0]:
+                least[key] = (stretch, row)
+        floors = []
+        for _, row in least.values():
+            if time.perf_counter() > deadline:
+                return None
+            c = row_costs(self.problem, row, None)
+            floors.append((compute_floor_units(c, row.mapping(self.problem), self.counts, self.models[NONE]), 0))
+        return floors
+
     def _floor(self, row: Row, memory: RowCosts | None = None) -> tuple[int, int]:
         """The row's floor under its saving (reprice.floor_point; `memory`: its memory tables when known): it
         holds for every option it may choose."""

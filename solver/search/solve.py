@@ -131,19 +131,24 @@ class SolveResult:
         }
 
 
-def open_floors(search: RowSearch, staircases: list[Staircase], screened_all: bool,
-                minimised: tuple[Objective, ...]) -> list[tuple[int, int]] | None:
+def open_floors(search: RowSearch, staircases: list[Staircase], unseen: tuple[Row, ...] | None,
+                minimised: tuple[Objective, ...], deadline: float) -> list[tuple[int, int]] | None:
     """Floors (first, second objective units) of the rows the master program does not settle: rows screened
-    but left waiting, and cut rows whose staircase is unproved. Every other row is in the program or beaten
-    by `top` rows in it, whose steps the master's bound covers (prune.py's argument: fronts are listed only
-    while fewer than `top` mappings are found, so some dominator of a beaten row is always left). None when
-    some row was never screened, or floors are not in the objectives' units: then nothing bounds the space."""
-    if not screened_all:
-        return None
+    but left waiting, cut rows whose staircase is unproved, and the rows never screened (`unseen`; None when
+    rows were never even listed), by their compute floors (RowSearch.unseen_floors, until `deadline`). Every
+    other row is in the program or beaten by `top` rows in it, whose steps the master's bound covers
+    (prune.py's argument: fronts are listed only while fewer than `top` mappings are found, so some
+    dominator of a beaten row is always left). None when floors are not in the objectives' units or some
+    row is left unbounded: then nothing bounds the space."""
     unproved = [i for i, st in enumerate(staircases) if not st.proved]
     if minimised != DEFAULT_OBJECTIVES or not search.floors:
-        return None if unproved or search.waiting else []
-    return search.waiting_floors() + [search.floor_of(i) for i in unproved]
+        return None if unproved or search.waiting or unseen is None or len(unseen) else []
+    if unseen is None:
+        return None
+    never = search.unseen_floors(unseen, deadline)
+    if never is None:
+        return None
+    return search.waiting_floors() + [search.floor_of(i) for i in unproved] + never
 
 
 def front_caps(points: tuple[Point, ...]) -> list[int | None]:
@@ -173,12 +178,13 @@ def why_not_optimal(result: SolveResult, problem: Problem, time_limit_s: float) 
         first = result.mappings[0]
         unit, bound = next(iter(first.bound.items()))
         cut_off = f"the search was cut off by the time limit ({time_limit_s:g} s): the best mappings found so far"
+        unseen = result.rows - result.rows_screened
         if bound is None:
-            unseen = result.rows - result.rows_screened
-            return f"{cut_off}; {unseen:,} of {result.rows:,} rows were never screened, so no bound holds"
+            return f"{cut_off}; {unseen:,} of {result.rows:,} rows were never screened and no bound holds"
         value = f"{bound:.3f} s" if unit == "step_time" else f"{bound:g}"
+        never = f"; {unseen:,} of {result.rows:,} rows were never screened, bounded by their compute" if unseen else ""
         return (f"{cut_off}; no mapping of the space is below {value} on {unit.replace('_', ' ')} "
-                f"(the first found is {100 * (first.gap or 0.0):.1f}% above)")
+                f"(the first found is {100 * (first.gap or 0.0):.1f}% above{never})")
     if result.status == "unknown":
         return f"no mapping found within the time limit ({time_limit_s:g} s)"
     if result.rules_refuse_all:
@@ -214,6 +220,9 @@ order's exchange estimate pays for first) still leaves time to cut rows and retu
 PRICING_SHARE = 0.8
 """Share of the time limit screening, settling and cutting rows may use (in rounds, row_search.search_rows)
 before the master program is built."""
+BOUND_SHARE = 0.05
+"""Share of the time limit a cut-off search may spend, after screening, bounding the rows it never screened
+(RowSearch.unseen_floors): past it the answer says no bound holds."""
 EXPLAIN_SHARE = 0.1
 """Share of the time limit kept for explaining the mappings found: the master search stops before it.
 The master and explaining take well under a second on every bundled problem, so the shares leave them
@@ -378,7 +387,8 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     if prune:
         stairs = pruned(stairs, lambda i, q: tuple(_point_value(o, i, q, per_row) for o in minimised), top,
                         search.feasible_row)
-    floors = open_floors(search, staircases, listed and screened == len(ordered), minimised)
+    floors = open_floors(search, staircases, ordered[screened:] if listed else None, minimised,
+                         start + (PRICING_SHARE + BOUND_SHARE) * time_limit_s)
     program = compile_program(problem, rows, tuple(costs), stairs, row_values=per_row)
     remaining = max((1 - EXPLAIN_SHARE) * time_limit_s - (time.perf_counter() - start), 0.05)
     on_front = None if progress is None else \
