@@ -39,6 +39,7 @@ from parasol.solver.search.savings import (
     row_problem,
     time_model_for,
     with_saving,
+    without_static,
 )
 from parasol.solver.search.space import Row
 
@@ -78,6 +79,7 @@ class RowSearch:
         self._passes: dict[int, bool] = {}
         self._step_rows: list[int] = []
         self._step_values: list[tuple[int, int]] = []
+        self._step_arrays: tuple[np.ndarray, np.ndarray] | None = None
 
     def model_of(self, row: Row) -> StageTimeModel:
         """The step-time model of a row: its saving's, under the dispatcher and CP type it chose."""
@@ -93,15 +95,23 @@ class RowSearch:
 
     def screen(self, row: Row) -> None:
         """Drop the row when no variant of it may fit (savings.fit_candidates) or when `top` rows cut so far
-        beat its least floor over the variants that may (judged first with the time part from the compute
-        alone, reprice.compute_floor_units, which costs a fraction of the step floor and never exceeds it);
-        otherwise let it wait, by that floor, to be cut."""
-        candidates = fit_candidates(self.problem, row, self.savings, self.counts, self.usable)
+        beat its least floor over the variants that may; otherwise let it wait, by that floor, to be cut.
+        Cheaper floors that never exceed it are judged first: the compute floor (reprice.compute_floor_units,
+        the same under every saving) with the memory of the row's own tables (less their weights, gradients
+        and optimizer state where savings are open: those only shrink them), before the variants are
+        built; then the compute floor with the variants' memory floors, before the step floor is priced."""
+        plain = row_costs(self.problem, row, None)
+        judged = self.floors and len(self.rows) >= self.top
+        if judged and self._beaten((compute_floor_units(plain, row.mapping(self.problem), self.counts,
+                                                        self.model_of(row)),
+                                    memory_floor_units(without_static(plain) if self.savings else plain,
+                                                       self.counts))):
+            return
+        candidates = fit_candidates(self.problem, row, self.savings, self.counts, self.usable, plain)
         if not candidates.rows:
             return
         floor = (0, 0)
         if self.floors:
-            judged = len(self.rows) >= self.top
             variants = [(v, c, v.mapping(self.problem), self.model_of(v))
                         for v, c in zip(candidates.rows, candidates.costs, strict=True)]
             memory = min(memory_floor_units(c, self.counts) for _, c, _, _ in variants)
@@ -145,8 +155,10 @@ class RowSearch:
 
     def _beaten(self, floor: tuple[int, int]) -> bool:
         """Whether steps of `top` rule-feasible rows cut so far dominate `floor` (prune.beaten)."""
-        return beaten(floor, np.array(self._step_rows, dtype=np.int64),
-                      np.array(self._step_values, dtype=np.int64).reshape(-1, 2), self.top, self.feasible_row)
+        if self._step_arrays is None or len(self._step_arrays[0]) != len(self._step_rows):
+            self._step_arrays = (np.array(self._step_rows, dtype=np.int64),
+                                 np.array(self._step_values, dtype=np.int64).reshape(-1, 2))
+        return beaten(floor, *self._step_arrays, self.top, self.feasible_row)
 
     @property
     def waiting(self) -> int:

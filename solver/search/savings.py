@@ -129,11 +129,11 @@ class FitCandidates:
 
 
 def fit_candidates(problem: Problem, row: Row, savings: tuple[str, ...], counts: np.ndarray,
-                   usable: int) -> FitCandidates:
+                   usable: int, costs: RowCosts | None = None) -> FitCandidates:
     """A row's fit candidates, from the quick answers only: solve lets a row wait by the least floor of
     its candidates and asks the cut search (resolve_fit) only when the row is about to be cut, when most
-    rows are already beaten."""
-    costs = row_costs(problem, row, None)
+    rows are already beaten. `costs`: the row's own memory tables when known."""
+    costs = costs or row_costs(problem, row, None)
     verdict = quick_fit(costs, counts, usable)
     if verdict:
         return FitCandidates((row,), True, (costs,))
