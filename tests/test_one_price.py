@@ -251,7 +251,8 @@ def test_compute_floor_is_the_floors_compute_and_below_it(name: str) -> None:
     """The compute floor, built once per TP, CP, EP, ETP, MBS and recompute from one rank holding every block
     (CalibratedStageTimes.compute_floor_s), is exactly the compute of the all-ranks work step_floor_s sums
     (pricing.compute_per_microbatch of it) for rows of every PP, VPP and rank order sharing those, and
-    never above step_floor_s: solve skips a row it shows beaten before pricing the floor."""
+    never above the compute and exposed-exchange floor (exposed_floor_s), itself never above step_floor_s:
+    solve skips a row either shows beaten before pricing the next."""
     from parasol.constraints.physics.pricing import compute_per_microbatch
 
     problem = load_problem(ROOT / "problems" / f"{name}.yaml")
@@ -271,7 +272,7 @@ def test_compute_floor_is_the_floors_compute_and_below_it(name: str) -> None:
         m = float(d.num_microbatches)
         assert compute == pytest.approx(float(compute_per_microbatch(summed, coefs)[0, 0])
                                         * (1 + (row.vpp * m - 1) / row.pp) / row.vpp, rel=1e-12), row
-        assert compute <= model.step_floor_s(mapping, d, totals), row
+        assert compute <= model.exposed_floor_s(mapping, d, totals) <= model.step_floor_s(mapping, d, totals), row
     assert shared > 0
 
 

@@ -432,3 +432,30 @@ def test_whole_block_memory_floor_is_below_every_cut_and_often_exact(problems: l
                 ranks = rank_counts(tuple(int(x) for x in layout), row.pp, counts)
                 assert floor <= memory_units(max(c.stage_bytes(r, n) for r, n in enumerate(ranks))), row
     assert exact > 0 and lifted > 0
+
+
+def test_floor_without_static_bounds_every_saving() -> None:
+    """A row's memory floors with its weights, gradients and optimizer state at zero (savings.without_static,
+    in MB and in bytes) are at most every saving variant's: solve judges a row by them before building the
+    variants (RowSearch.screen), so a row some saving lets fit is never dropped by its own static memory."""
+    from parasol.solver.search.costs import whole_block_memory_floor
+    from parasol.solver.search.reprice import memory_floor_units
+
+    problem = load_problem(ROOT / "problems/llama-3.1-70b-h100-256.yaml")
+    savings = open_savings(problem)
+    assert savings
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    totals = counts[0, counts.shape[0] - 1]
+    lower = 0
+    for row in _sample(problem, 24):
+        bare = without_static(row_costs(problem, row, None))
+        floors = (memory_floor_units(bare, counts), memory_floor_mb(bare, totals),
+                  whole_block_memory_floor(bare, totals, 1, in_bytes=False))
+        for saving in savings:
+            variant = dataclasses.replace(row, saving=saving)
+            c = row_costs(with_saving(problem, saving), variant, None)
+            saved = (memory_floor_units(c, counts), memory_floor_mb(c, totals),
+                     whole_block_memory_floor(c, totals, 1, in_bytes=False))
+            assert all(f <= g for f, g in zip(floors, saved, strict=True)), (variant, floors, saved)
+            lower += floors[0] < saved[0]
+    assert lower > 0

@@ -99,6 +99,10 @@ class AdditiveTime:
         """The model's floor serves as its cheaper bound too (any admissible value does)."""
         return self.step_floor_s(m, d, totals)
 
+    def exposed_floor_s(self, m, d, totals):
+        """The model's floor serves as its cheaper bound too (any admissible value does)."""
+        return self.step_floor_s(m, d, totals)
+
 def problem_text(rng: random.Random, index: int) -> str:
     """A small random problem: GQA model with an odd block count, dense or MoE, on an HGX preset."""
     layers = rng.choice([5, 7, 9, 11, 13])

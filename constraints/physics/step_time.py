@@ -312,6 +312,7 @@ class CalibratedStageTimes:
         self._rank_work: dict[Mapping, RankWork] = {}
         self._floors: dict[tuple[Mapping, bytes], _FloorParts] = {}
         self._compute: dict[tuple, float] = {}
+        self._exchange_floors: dict[tuple, float] = {}
 
     def for_problem(self, problem) -> CalibratedStageTimes:  # noqa: ANN001 - Problem
         """The model of `problem`, a variant of this one's problem with other framework options (a row's
@@ -444,6 +445,15 @@ class CalibratedStageTimes:
         m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
         return self._compute_per_microbatch(mapping, derived, totals) * (1 + (vpp * m - 1) / pp) / vpp
 
+    def exposed_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
+        """compute_floor_s with the least exposed EP and CP seconds of one microbatch added (exchange_floor_s),
+        spread the same way: between compute_floor_s and step_floor_s (whose rank floor is at least the
+        compute, and which adds the same exchange floor), for a share of step_floor_s's cost, since the
+        exchanges read no recompute or VPP."""
+        m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
+        return ((self._compute_per_microbatch(mapping, derived, totals) + self.exchange_floor_s(mapping, totals))
+                * (1 + (vpp * m - 1) / pp) / vpp)
+
     def _compute_per_microbatch(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
         """All ranks' compute seconds of one microbatch (compute_floor_s), built once per compute key."""
         key = (mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.mbs, mapping.recompute,
@@ -480,7 +490,16 @@ class CalibratedStageTimes:
         chooses): a rank hides at most the overlap_ep share of its EP exchange unless
         --overlap-moe-expert-parallel-comm is on, and at most overlap_cp of its CP exchange's ring part,
         none of its blocking part (pricing.py _exposed_per_microbatch); seconds of summed terms are at most
-        the sum of the ranks' seconds."""
+        the sum of the ranks' seconds. Built once per the grid, rank order and MBS (no recompute or VPP
+        reads it)."""
+        key = (mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.pp, mapping.rank_order, mapping.mbs,
+               totals.tobytes())
+        if key not in self._exchange_floors:
+            self._exchange_floors[key] = self._exchange_floor(mapping, totals)
+        return self._exchange_floors[key]
+
+    def _exchange_floor(self, mapping: Mapping, totals: np.ndarray) -> float:
+        """exchange_floor_s, computed."""
         coefs = coefficient_values(self.coefficients)
         settings = routed(self.problem, mapping, self.settings)
         links, model = self.links(mapping), self.problem.model

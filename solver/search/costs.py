@@ -32,7 +32,7 @@ from parasol.constraints.physics.memory import (
 from parasol.constraints.physics.schedule import least_heaviest_rank, pipeline_time_scaled
 from parasol.problems.derived import Derived, derive
 from parasol.problems.loader import Problem
-from parasol.problems.mapping import Mapping
+from parasol.problems.mapping import Mapping, RankOrder
 from parasol.problems.memo import memo_table, memoised
 from parasol.problems.model.architecture import Block
 from parasol.solver.search.space import Row, with_choices
@@ -74,6 +74,11 @@ class StageTimeModel(Protocol):
     def compute_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
         """A lower bound on step_floor_s that costs less: solve skips a row it shows beaten before pricing
         step_floor_s."""
+        ...
+
+    def exposed_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
+        """A lower bound between compute_floor_s and step_floor_s in value and in cost: solve judges a row by
+        it after compute_floor_s and before step_floor_s."""
         ...
 
 
@@ -205,10 +210,10 @@ MEMORY_TABLES_MEMO = 65536
 
 
 def _memory_tables(problem: Problem, row: Row) -> RowCosts:
-    """The row's memory tables with no time model, built once per problem and row less its VPP: the ledger's
-    per-kind and per-edge terms, the dispatch buffers and the workspace read no VPP (only the in-flight
-    shares do, which row_costs sets)."""
-    key = dataclasses.replace(row, vpp=1)
+    """The row's memory tables with no time model, built once per problem and row less its VPP and rank order:
+    the ledger's per-kind and per-edge terms, the dispatch buffers and the workspace read neither (only the
+    in-flight shares read VPP, which row_costs sets)."""
+    key = dataclasses.replace(row, vpp=1, rank_order=RankOrder.pp_last.value)
     table = memo_table(problem, "memory_tables")
     found = table.get(key)
     if found is None:

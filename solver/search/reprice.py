@@ -99,3 +99,9 @@ def compute_floor_units(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_
     """step_floor_units from the step-time model's compute floor (StageTimeModel.compute_floor_s): never above
     it, for a fraction of its cost, so a row it shows beaten is skipped before step_floor_units."""
     return units_below(time_model.compute_floor_s(mapping, c.derived, counts[0, counts.shape[0] - 1]) * (1 - 1e-9))
+
+
+def exposed_floor_units(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel) -> int:
+    """step_floor_units from the step-time model's compute and exposed-exchange floor
+    (StageTimeModel.exposed_floor_s): between compute_floor_units and step_floor_units."""
+    return units_below(time_model.exposed_floor_s(mapping, c.derived, counts[0, counts.shape[0] - 1]) * (1 - 1e-9))

@@ -26,6 +26,7 @@ from parasol.solver.search.prune import beaten
 from parasol.solver.search.reprice import (
     compute_floor_units,
     exact_staircase,
+    exposed_floor_units,
     floor_point,
     memory_floor_units,
     step_floor_units,
@@ -99,7 +100,8 @@ class RowSearch:
         Cheaper floors that never exceed it are judged first: the compute floor (reprice.compute_floor_units,
         the same under every saving) with the memory of the row's own tables (less their weights, gradients
         and optimizer state where savings are open: those only shrink them), before the variants are
-        built; then the compute floor with the variants' memory floors, before the step floor is priced."""
+        built; then, with the variants' memory floors, the compute floor and the compute and exposed-exchange
+        floor (reprice.exposed_floor_units), before the step floor is priced."""
         plain = row_costs(self.problem, row, None)
         judged = self.floors and len(self.rows) >= self.top
         if judged and self._beaten((compute_floor_units(plain, row.mapping(self.problem), self.counts,
@@ -115,12 +117,10 @@ class RowSearch:
             variants = [(v, c, v.mapping(self.problem), self.model_of(v))
                         for v, c in zip(candidates.rows, candidates.costs, strict=True)]
             memory = min(memory_floor_units(c, self.counts) for _, c, _, _ in variants)
-            if judged and self._beaten((min(compute_floor_units(c, m, self.counts, model)
-                                            for _, c, m, model in variants), memory)):
-                return
-            floor = (min(step_floor_units(c, m, self.counts, model) for _, c, m, model in variants), memory)
-            if judged and self._beaten(floor):
-                return
+            for time_floor in (compute_floor_units, exposed_floor_units, step_floor_units):
+                floor = (min(time_floor(c, m, self.counts, model) for _, c, m, model in variants), memory)
+                if judged and self._beaten(floor):
+                    return
         if candidates.settled:
             self.fitting += 1
         heapq.heappush(self._waiting, (floor, self._queued, candidates))

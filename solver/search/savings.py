@@ -78,10 +78,13 @@ def row_problem(problem: Problem, row: Row) -> Problem:
 
 
 def without_static(costs: RowCosts) -> RowCosts:
-    """The row's tables with weights, gradients and optimizer state at zero: the savings only shrink those
-    (FSDP's unit buffers sit in the workspace), so a row that overflows even so fits under none of them."""
+    """The row's tables with weights, gradients and optimizer state at zero, in MB and in bytes: the savings
+    only shrink those (FSDP's unit buffers sit in the workspace), so a row that overflows even so fits
+    under none of them, and its memory floors bound every saving's."""
     return dataclasses.replace(costs, kind_static=(0,) * len(costs.kind_static),
-                               edge_static=(0,) * len(costs.edge_static))
+                               edge_static=(0,) * len(costs.edge_static),
+                               kind_bytes=tuple((0, a, p) for _, a, p in costs.kind_bytes),
+                               edge_bytes=tuple((0, a, p) for _, a, p in costs.edge_bytes))
 
 
 def default_cut_fits(costs: RowCosts, counts: np.ndarray, usable: int) -> bool:
