@@ -19,7 +19,6 @@ to is a proof, so the cuts it returns are the best under each memory cap, not a 
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -69,19 +68,48 @@ class _Blocks:
     """Suffix sums of the least memory a block adds to any rank (static + ⌊f_min·activation⌋)."""
 
 
+def _by_unevenness(pos: int, low: int, top: int, blocks: int, rounds: int) -> Iterator[tuple[int, ...]]:
+    """The ends low…top of a piece from `pos`, grouped by unevenness |(end − pos)·rounds − blocks|, least
+    first, each group in increasing order (what sorting by (unevenness, end) and grouping gives): walking
+    down from the largest end at or below the even share and up from the one above it."""
+    even = pos + blocks // rounds
+    down, up = min(even, top), max(even + 1, low)
+    while down >= low or up <= top:
+        below = blocks - (down - pos) * rounds if down >= low else None
+        above = (up - pos) * rounds - blocks if up <= top else None
+        if above is None or (below is not None and below < above):
+            yield (down,)
+            down -= 1
+        elif below is None or above < below:
+            yield (up,)
+            up += 1
+        else:
+            yield (down, up)
+            down, up = down - 1, up + 1
+
+
+@functools.lru_cache(maxsize=16)
+def _block_kinds(raw: bytes, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The kind of each block of the sequence whose interval counts are `raw` (int64, `shape`): the same
+    for every row of a problem, so read once."""
+    counts = np.frombuffer(raw, dtype=np.int64).reshape(shape)
+    blocks = shape[0] - 1
+    return tuple(int(k) for k in np.argmax(counts[np.arange(blocks), np.arange(1, blocks + 1)], axis=1))
+
+
 def _blocks(c: RowCosts, counts: np.ndarray) -> _Blocks:
     """Prefix tables of the block sequence under the row's per-kind costs."""
     blocks = counts.shape[0] - 1
-    kinds = [int(np.argmax(counts[i, i + 1])) for i in range(blocks)]
+    kinds = _block_kinds(np.ascontiguousarray(counts, dtype=np.int64).tobytes(), counts.shape)
     fmin = min(c.inflight)
     time, static, act, lean = [0], [0], [0], [0] * (blocks + 1)
     for k in kinds:
         time.append(time[-1] + c.kind_time_us[k])
         static.append(static[-1] + c.kind_static[k])
         act.append(act[-1] + c.kind_activation[k])
+    least = [s + math.floor(fmin * a) for s, a in zip(c.kind_static, c.kind_activation, strict=True)]
     for i in range(blocks - 1, -1, -1):
-        k = kinds[i]
-        lean[i] = lean[i + 1] + c.kind_static[k] + math.floor(fmin * c.kind_activation[k])
+        lean[i] = lean[i + 1] + least[kinds[i]]
     return _Blocks(tuple(time), tuple(static), tuple(act), tuple(1 << k for k in kinds), tuple(lean))
 
 
@@ -178,7 +206,9 @@ class InterleavedCuts:
         in order, a rank's pieces nearest its even share of what it still needs, and only pieces that leave
         it a need some j intervals can hold (`sums[j]`: codes, RankTotals.decomposable) for its j stages left."""
         place = [int(x) for x in self.relaxed.place]
+        at, coded = self._prefix_codes
         left = [tuple(int(x) for x in t) for t in targets]
+        codes = [sum(x * w for x, w in zip(t, place, strict=True)) for t in left]
         layout: list[int] = []
         failed: set[tuple] = set()
         nodes = [0]
@@ -191,36 +221,47 @@ class InterleavedCuts:
             if nodes[0] > REALISE_BUDGET or key in failed:
                 return False
             r, rounds = k % self.pp, self.vpp - k // self.pp
-            need = left[r]
-            blocks = sum(need)
-            top = min(pos + blocks - rounds + 1, self.n - (self.stages - k - 1))
-            low = pos + blocks if rounds == 1 else pos + 1
-            def moves() -> Iterator[tuple[int, tuple[int, ...]]]:
-                """The pieces in order: evenest size first, then nearest the rank's share by kind."""
-                def unevenness(end: int) -> int:
-                    return abs((end - pos) * rounds - blocks)
-
-                ends = sorted(range(max(low, pos + 1), top + 1), key=lambda e: (unevenness(e), e))
-                for _, alike in itertools.groupby(ends, key=unevenness):
-                    valid = []
-                    for end in alike:
-                        rest = tuple(y - p[end] + p[pos] for p, y in zip(self.prefix, need, strict=True))
-                        if min(rest) >= 0 and sum(x * w for x, w in zip(rest, place, strict=True)) in sums[rounds - 1]:
-                            valid.append((sum(abs((y - x) * rounds - y) for x, y in zip(rest, need, strict=True)),
-                                          end, rest))
-                    yield from ((end, rest) for _, end, rest in sorted(valid))
-
-            for end, rest in moves():
-                left[r] = rest
+            need, code = left[r], codes[r]
+            top = min(pos + sum(need) - rounds + 1, self.n - (self.stages - k - 1))
+            for end, rest in self._realise_moves(pos, top, need, code, rounds, at, coded, sums[rounds - 1]):
+                left[r], codes[r] = rest, code - coded[end] + coded[pos]
                 layout.append(end - pos)
                 if go(k + 1, end):
                     return True
                 layout.pop()
-                left[r] = need
+                left[r], codes[r] = need, code
             failed.add(key)
             return False
 
         return tuple(layout) if go(0, 0) else None
+
+    @functools.cached_property
+    def _prefix_codes(self) -> tuple[list[tuple[int, ...]], list[int]]:
+        """Per block boundary i, the relaxation's kind counts among the first i blocks and their code
+        (RankTotals.place): realise's pieces are differences of these."""
+        at = list(zip(*self.prefix, strict=True))
+        place = [int(x) for x in self.relaxed.place]
+        return at, [sum(x * w for x, w in zip(v, place, strict=True)) for v in at]
+
+    @staticmethod
+    def _realise_moves(pos: int, top: int, need: tuple[int, ...], code: int, rounds: int, at: list[tuple[int, ...]],
+                       coded: list[int], allowed: set[int]) -> Iterator[tuple[int, tuple[int, ...]]]:
+        """realise's pieces from block `pos` to an end at most `top` for a rank that still needs `need` (coded
+        `code`) over `rounds` stages, in order: evenest size first, then nearest the rank's share by kind; a
+        piece qualifies when what it leaves is non-negative and its code is in `allowed`. Lazily, one size
+        group at a time: the search mostly takes the first piece."""
+        blocks = sum(need)
+        low = max(pos + blocks if rounds == 1 else pos + 1, pos + 1)
+        here, base = at[pos], coded[pos]
+        for alike in _by_unevenness(pos, low, top, blocks, rounds):
+            valid = []
+            for end in alike:
+                if code - coded[end] + base not in allowed:
+                    continue
+                rest = tuple(y - a + b for y, a, b in zip(need, at[end], here, strict=True))
+                if min(rest) >= 0:
+                    valid.append((sum(abs((y - x) * rounds - y) for x, y in zip(rest, need, strict=True)), end, rest))
+            yield from ((end, rest) for _, end, rest in sorted(valid))
 
     @functools.cached_property
     def fronts(self) -> FrontProgram | None:
