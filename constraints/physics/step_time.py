@@ -288,6 +288,7 @@ class CalibratedStageTimes:
         self._totals = np.array([sum(block_kind(b) == k for b in problem.model.blocks) for k in self.kinds],
                                 dtype=np.int64)
         self._row: tuple[Mapping, dict[str, np.ndarray]] | None = None
+        self._layouts: dict[tuple[tuple[int, ...], int], np.ndarray] = {}
 
     def for_problem(self, problem) -> CalibratedStageTimes:  # noqa: ANN001 - Problem
         """The model of `problem`, a variant of this one's problem with other framework options (a row's
@@ -326,14 +327,19 @@ class CalibratedStageTimes:
         return self._workloads[mapping]
 
     def _default_counts(self, mapping: Mapping, derived: Derived) -> np.ndarray:
-        """Blocks of each kind per pipeline rank under the mapping's own (or the default) layout, 1 × PP × kinds."""
-        kinds = list(self.kinds)
-        blocks = self.problem.model.blocks
-        out = np.zeros((1, mapping.pp, len(kinds)), dtype=np.int64)
-        for r, holding in enumerate(rank_holdings(derived.layout, mapping.pp, self.problem.training.pipeline_schedule)):
-            for i in holding.blocks:
-                out[0, r, kinds.index(block_kind(blocks[i]))] += 1
-        return out
+        """Blocks of each kind per pipeline rank under the mapping's own (or the default) layout, 1 × PP × kinds
+        (built once per layout and PP)."""
+        key = (tuple(derived.layout), mapping.pp)
+        if key not in self._layouts:
+            kinds = list(self.kinds)
+            blocks = self.problem.model.blocks
+            out = np.zeros((1, mapping.pp, len(kinds)), dtype=np.int64)
+            for r, holding in enumerate(rank_holdings(derived.layout, mapping.pp,
+                                                      self.problem.training.pipeline_schedule)):
+                for i in holding.blocks:
+                    out[0, r, kinds.index(block_kind(blocks[i]))] += 1
+            self._layouts[key] = out
+        return self._layouts[key]
 
     def rank_work(self, mapping: Mapping, derived: Derived) -> RankWork:
         """The mapping's rank work per block count (RankWork), built once from ranks holding no block,

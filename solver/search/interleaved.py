@@ -130,6 +130,7 @@ class InterleavedCuts:
         self.peak_of = [max([0] + [c.kind_peak[k] for k in range(kinds) if mask >> k & 1]) for mask in range(1 << kinds)]
         self.moe_bits = sum(1 << k for k in range(kinds) if c.kind_moe[k])
         self.failed: dict[tuple, list[tuple[int, int]]] = {}
+        self._realised: dict[tuple, tuple[list[set[int]], tuple[int, ...] | None]] = {}
         self.total_us = sum(c.edge_time_us) + self.b.time[-1]
         self.unit = round(TIME_UNIT_S * MICROSECONDS)
         self.relaxed = RankTotals(self, counts)
@@ -204,10 +205,19 @@ class InterleavedCuts:
         """A layout whose ranks hold exactly `targets` (blocks of each kind per rank), every virtual stage
         non-empty; None when the search finds none within REALISE_BUDGET partial layouts. Stages are placed
         in order, a rank's pieces nearest its even share of what it still needs, and only pieces that leave
-        it a need some j intervals can hold (`sums[j]`: codes, RankTotals.decomposable) for its j stages left."""
+        it a need some j intervals can hold (`sums[j]`: codes, RankTotals.decomposable) for its j stages left.
+        Answered once per targets and sums: the staircase's questions often relax to the same ranks' counts."""
+        left = [tuple(int(x) for x in t) for t in targets]
+        key = (tuple(left), id(sums))
+        known = self._realised.get(key)
+        if known is None or known[0] is not sums:
+            known = self._realised[key] = (sums, self._realise(left, sums))
+        return known[1]
+
+    def _realise(self, left: list[tuple[int, ...]], sums: list[set[int]]) -> tuple[int, ...] | None:
+        """realise's search, from the ranks' needs `left` (changed as it goes)."""
         place = [int(x) for x in self.relaxed.place]
         at, coded = self._prefix_codes
-        left = [tuple(int(x) for x in t) for t in targets]
         codes = [sum(x * w for x, w in zip(t, place, strict=True)) for t in left]
         layout: list[int] = []
         failed: set[tuple] = set()
@@ -773,29 +783,33 @@ class RankTotals:
         value = int(layer[end])
         if value >= inf:
             return None
-        traced = [self._trace(value, layers, [m[:2] for m in moves], even) for even in (True, False)]
+        held_by: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        traced = [self._trace(value, layers, [m[:2] for m in moves], even, held_by) for even in (True, False)]
         if all((a == b).all() for a, b in zip(*traced, strict=True)):
             traced.pop()
         return value, traced
 
     def _trace(self, value: int, layers: list[np.ndarray], moves: list[tuple[np.ndarray, np.ndarray]],
-               even: bool) -> list[np.ndarray]:
+               even: bool, held_by: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
         """The ranks' kind counts of a relaxed cut of `value`, last rank first taken back: each rank takes
         the vector within `value` nearest what it holds in the evenest layout (`even`; the layout found
         then looks like the even one) or nearest its even share of what is left (balanced totals are the
-        ones an interleaved layout most often realises)."""
+        ones an interleaved layout most often realises). `held_by`: per rank and running total, the codes and
+        vectors rank r may take there, shared by the two traces of one solve."""
         at = int((self.total + self.total + 1) @ self.place)
         left = self.total.copy()
         out = []
         for r in range(self.cuts.pp - 1, -1, -1):
-            move, cost = moves[r]
-            ok = (cost <= value) & (layers[r][at - move] <= value)
-            vectors = self._decode(move[ok])
+            if (r, at) not in held_by:
+                move, cost = moves[r]
+                taken = move[(cost <= value) & (layers[r][at - move] <= value)]
+                held_by[r, at] = (taken, self._decode(taken))
+            taken, vectors = held_by[r, at]
             near = self.even[r] if even else left / (r + 1)
             pick = int(np.argmin(np.abs(vectors - near[None, :]).sum(axis=1)))
             out.append(vectors[pick])
             left = left - vectors[pick]
-            at -= int(move[ok][pick])
+            at -= int(taken[pick])
         return out[::-1]
 
     def fastest_us(self, cap_mb: int, slowest_us: int) -> int | None:
