@@ -639,6 +639,7 @@ class RankTotals:
         self.km = np.array([g[4] for g in self.groups], dtype=bool)
         self.cache: dict[tuple[int, int, str], np.ndarray] = {}
         self.fit_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.fit_codes: dict[tuple[int, int], np.ndarray] = {}
         self.grid: tuple[np.ndarray, np.ndarray, int] | None = None
         self.partial: dict[tuple[int, int], list[set[int]]] = {}
         """Per bounds, the codes of sums of j intervals some rank can hold, j = 0..VPP (_rank_vectors)."""
@@ -682,31 +683,45 @@ class RankTotals:
                   + np.where(moe[None, :] | e["moe"][:, None], c.dispatch_mb, 0) + c.workspace_mb)
         return time, memory
 
-    def _fitting(self, vectors: np.ndarray, slowest_us: int, cap_mb: int) -> np.ndarray:
-        """The vectors some rank could hold within both bounds (time and memory grow with every block)."""
-        if not len(vectors):
-            return vectors
-        time, memory = self.costs(vectors)
-        return vectors[((time <= slowest_us) & (memory <= cap_mb)).any(axis=0)]
+    @functools.cached_property
+    def _grid_costs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(code, time µs, memory MB on every rank, column by code) of every kind-count vector up to the
+        model's totals, priced once (costs): the vectors _rank_vectors sums are among them."""
+        states = self._states()[0]
+        codes = states @ self.place
+        column = np.full(self.size, -1, dtype=np.int64)
+        column[codes] = np.arange(len(codes))
+        return (codes, *self.costs(states), column)
+
+    def _fitting(self, slowest_us: int, cap_mb: int) -> np.ndarray:
+        """By code, whether the vector is within the model's totals and some rank could hold it within both
+        bounds (time and memory grow with every block)."""
+        key = (slowest_us, cap_mb)
+        if key not in self.fit_codes:
+            codes, time, memory, _ = self._grid_costs
+            table = np.zeros(self.size, dtype=bool)
+            table[codes] = ((time <= slowest_us) & (memory <= cap_mb)).any(axis=0)
+            self.fit_codes[key] = table
+        return self.fit_codes[key]
 
     def _rank_vectors(self, slowest_us: int, cap_mb: int, edge: str) -> np.ndarray:
         """Kind counts some rank can hold: sums of VPP intervals within the bounds; edge "first": the first
-        interval starts at block 0, "last": the last one ends at the last block."""
+        interval starts at block 0, "last": the last one ends at the last block. Summed as codes, in order."""
         key = (slowest_us, cap_mb, edge)
         if key not in self.cache:
             pieces, heads, tails = self._pieces(slowest_us, cap_mb)
-            sums = np.zeros((1, len(self.total)), dtype=np.int64)
+            fitting = self._fitting(slowest_us, cap_mb)
+            sums = np.zeros(1, dtype=np.int64)
             partial = self.partial.setdefault((slowest_us, cap_mb), [{0}]) if not edge else []
             for round_ in range(self.cuts.vpp):
                 use = heads if edge == "first" and round_ == 0 else \
                     tails if edge == "last" and round_ == self.cuts.vpp - 1 else pieces
                 marked = np.zeros(self.size, dtype=bool)
-                marked[(sums @ self.place)[:, None] + use[None, :]] = True
-                sums = self._decode(np.flatnonzero(marked))
-                sums = self._fitting(sums[(sums <= self.total[None, :]).all(axis=1)], slowest_us, cap_mb)
+                marked[sums[:, None] + use[None, :]] = True
+                sums = np.flatnonzero(marked & fitting)
                 if not edge:
-                    partial.append(set((sums @ self.place).tolist()))
-            self.cache[key] = sums
+                    partial.append(set(sums.tolist()))
+            self.cache[key] = self._decode(sums)
         return self.cache[key]
 
     def decomposable(self, slowest_us: int, cap_mb: int) -> list[set[int]]:
@@ -739,7 +754,9 @@ class RankTotals:
                    (slowest_us, cap_mb, edge))
         if key not in self.priced:
             vectors = self._rank_vectors(*key)
-            self.priced[key] = (vectors @ self.place, vectors.sum(axis=1), *self.costs(vectors))
+            codes = vectors @ self.place
+            _, time, memory, column = self._grid_costs
+            self.priced[key] = (codes, vectors.sum(axis=1), time[:, column[codes]], memory[:, column[codes]])
         codes, blocks, time, memory = self.priced[key]
         ok = (time[r] <= slowest_us) & (memory[r] <= cap_mb)
         return codes[ok], (time[r] if minimise_time else memory[r])[ok], blocks[ok]
