@@ -291,7 +291,7 @@ class _Geometry:
         else:
             evenest = np.lexsort((spread, key))
         ordered = key[evenest]
-        first = np.sort(evenest[np.r_[True, ordered[1:] != ordered[:-1]]])
+        first = np.sort(evenest[np.concatenate(([True], ordered[1:] != ordered[:-1]))])
         move, k, size, code, spread = move[first], k[first], size[first], code[first], spread[first]
         bounds = np.searchsorted(owner[move], np.arange(len(states) + 1))
         for i, state in enumerate(states):
@@ -463,7 +463,7 @@ class _Case:
             s, d, sh, c = src[i:i + step], dst[i:i + step], shift[i:i + step], cost[i:i + step]
             came = padded[s[:, None], n + 1 + placed[None, :] - sh[:, None]]
             reached = np.where(came < INF, came + c[:, None], INF) if add else np.maximum(came, c[:, None])
-            starts = np.flatnonzero(np.r_[True, np.diff(d) != 0])
+            starts = np.flatnonzero(np.concatenate(([True], np.diff(d) != 0)))
             best = np.minimum.reduceat(reached, starts, axis=0)
             keys = d[starts]
             out[keys, lo:hi + 1] = np.minimum(out[keys, lo:hi + 1], best)
