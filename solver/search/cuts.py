@@ -105,11 +105,9 @@ def _banded(mats: list, blocks: int) -> list:
 def rank_counts(layout: tuple[int, ...], pp: int, counts: np.ndarray) -> list[tuple[int, ...]]:
     """Blocks of each kind per pipeline rank for a virtual-stage layout (derived.stage_of_virtual)."""
     per_rank = np.zeros((pp, counts.shape[2]), dtype=np.int64)
-    start = 0
-    for k, n in enumerate(layout):
-        per_rank[stage_of_virtual(k, pp)] += counts[start, start + n]
-        start += n
-    return [tuple(int(x) for x in row) for row in per_rank]
+    ends = np.cumsum(layout, dtype=np.int64)
+    np.add.at(per_rank, [stage_of_virtual(k, pp) for k in range(len(layout))], counts[ends - layout, ends])
+    return [tuple(int(x) for x in row) for row in per_rank.tolist()]
 
 
 def interleaved_staircase(c: RowCosts, counts: np.ndarray, usable: int, deadline: float = math.inf) -> Staircase:
