@@ -63,7 +63,7 @@ def dp_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
     points: list[CutPoint] = []
     cap = usable
     while cap >= 0:
-        fastest = _min_max_banded([np.where(mem <= cap, t, inf) for t, mem in mats], blocks)
+        fastest = _min_max_banded([np.where(mem <= cap, t, inf) for t, mem in mats], blocks, trace=False)
         if fastest is None:
             break
         time_units = -(-step_us(fastest[0]) // unit)
@@ -170,10 +170,12 @@ def min_max_cut(stage_costs: list[np.ndarray], blocks: int) -> tuple[int, tuple[
     return _min_max_banded(_banded(list(stage_costs), blocks), blocks)
 
 
-def _min_max_banded(stage_costs: list[np.ndarray], blocks: int) -> tuple[int, tuple[int, ...]] | None:
+def _min_max_banded(stage_costs: list[np.ndarray], blocks: int,
+                    trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
     """min_max_cut over _banded matrices: a middle stage's starts and ends only where every stage can still
     hold a block (elsewhere no cut is possible, so the least values and the first of the least on every
-    cut that completes are min_max_cut's over whole matrices)."""
+    cut that completes are min_max_cut's over whole matrices). Without `trace`, the least value alone
+    (and an empty cut)."""
     first, *middle, last = stage_costs if len(stage_costs) > 1 else (stage_costs[0], stage_costs[0])
     if len(stage_costs) == 1:
         value = int(first[0, -1])
@@ -186,15 +188,20 @@ def _min_max_banded(stage_costs: list[np.ndarray], blocks: int) -> tuple[int, tu
     for s, cost in enumerate(middle, start=1):
         rows, cols = _band(s, stages, blocks), _band(s + 1, stages, blocks)
         cand = np.maximum(best[rows, None], cost)
-        arg = cand.argmin(axis=0)
-        choice.append(arg + rows.start)
         best = np.full(blocks + 1, NO_STAGE, dtype=np.int64)
-        best[cols] = cand[arg, np.arange(cand.shape[1])]
+        if trace:
+            arg = cand.argmin(axis=0)
+            choice.append(arg + rows.start)
+            best[cols] = cand[arg, np.arange(cand.shape[1])]
+        else:
+            best[cols] = cand.min(axis=0)
     ends = np.maximum(best, last[:, -1])
     j = int(ends.argmin())
     value = int(ends[j])
     if value >= NO_STAGE:
         return None
+    if not trace:
+        return value, ()
     layout = [blocks - j]
     for s, arg in reversed(list(enumerate(choice, start=1))):
         start = int(arg[j - _band(s + 1, stages, blocks).start])
