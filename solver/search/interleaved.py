@@ -761,10 +761,11 @@ class RankTotals:
         ok = (time[r] <= slowest_us) & (memory[r] <= cap_mb)
         return codes[ok], (time[r] if minimise_time else memory[r])[ok], blocks[ok]
 
-    def solve(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[int, list[list[np.ndarray]]] | None:
+    def solve(self, slowest_us: int, cap_mb: int,
+              minimise_time: bool) -> tuple[int, Iterator[list[np.ndarray]]] | None:
         """The relaxed least slowest time (or peak memory) with every rank within both bounds, and the
-        ranks' kind counts of one or two relaxed cuts that have it (_trace); None when no relaxed cut is
-        within both. The
+        ranks' kind counts of one or two relaxed cuts that have it (_trace), each traced when it is asked
+        for; None when no relaxed cut is within both. The
         first rank starts from no blocks and the last only has to reach the model's totals; a rank between
         takes only the states whose block count the ranks before can reach and the ranks after complete."""
         states, codes, size = self._states()
@@ -800,11 +801,18 @@ class RankTotals:
         value = int(layer[end])
         if value >= inf:
             return None
+        return value, self._traces(value, layers, [m[:2] for m in moves])
+
+    def _traces(self, value: int, layers: list[np.ndarray],
+                moves: list[tuple[np.ndarray, np.ndarray]]) -> Iterator[list[np.ndarray]]:
+        """solve's relaxed cuts of `value`: the one nearest the evenest layout, then the one nearest even
+        shares when it differs (_trace)."""
         held_by: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-        traced = [self._trace(value, layers, [m[:2] for m in moves], even, held_by) for even in (True, False)]
-        if all((a == b).all() for a, b in zip(*traced, strict=True)):
-            traced.pop()
-        return value, traced
+        first = self._trace(value, layers, moves, True, held_by)
+        yield first
+        second = self._trace(value, layers, moves, False, held_by)
+        if not all((a == b).all() for a, b in zip(first, second, strict=True)):
+            yield second
 
     def _trace(self, value: int, layers: list[np.ndarray], moves: list[tuple[np.ndarray, np.ndarray]],
                even: bool, held_by: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
