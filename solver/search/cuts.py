@@ -89,7 +89,11 @@ def _band(stage: int, stages: int, blocks: int) -> slice:
     return slice(stage, blocks - (stages - stage) + 1)
 
 
-def _banded(mats: list, blocks: int) -> list:
+Stage = np.ndarray | tuple[np.ndarray, np.ndarray]
+"""A stage's cost matrix, or its (time, memory) pair."""
+
+
+def _banded(mats: list[Stage], blocks: int) -> list[Stage]:
     """_ends_only's matrices (or pairs of them) with each middle stage's cut to the starts and ends its
     place allows (_band): what _min_max_banded reads."""
     stages = len(mats)
