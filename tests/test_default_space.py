@@ -133,3 +133,23 @@ def test_exchanges_settle_rows_as_pricing_every_variant_does() -> None:
         assert quick[1].kind_time_us == full[1].kind_time_us and quick[1].edge_time_us == full[1].edge_time_us
         compared += len(choice_variants(problem, row)) > 1
     assert compared == 6
+
+
+def test_variants_within_an_earlier_ones_exchanges_are_not_priced() -> None:
+    """Where no variant's exchanges are within every other's, settled prices only the variants no earlier
+    variant's exchanges are within, and keeps what pricing every variant keeps (variant, tables, proof),
+    on MoE rows with CP of a default-space 8x22B problem."""
+    from parasol.solver.search.choices import choice_rules_hold, least_exchanges
+    from parasol.solver.search.space import enumerate_rows
+
+    problem = load_problem_text("model: mixtral-8x22b\ntraining: {seq_len: 4096, global_batch: 2048}\n"
+                                "hardware: {preset: h100-hgx, gpus: 512}\n")
+    model = CalibratedStageTimes(problem)
+    rows = [r for r in enumerate_rows(problem) if r.ep > 1 and r.cp > 1 and r.vpp == 1]
+    pruned = 0
+    for row in rows[::max(len(rows) // 60, 1)][:60]:
+        variants = tuple(v for v in choice_variants(problem, row) if choice_rules_hold(problem, v))
+        kept = least_exchanges(problem, variants, model.exchange_seconds)
+        pruned += 1 < len(kept) < len(variants)
+        assert settled(problem, row, model) == settled(problem, row, model, compare=False)
+    assert pruned

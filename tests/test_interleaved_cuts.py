@@ -341,3 +341,22 @@ def test_undecided_steps_mark_the_staircase_unproved(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(cut_program, "CUT_PROOF_WORK", 0.0)
     monkeypatch.setattr(fronts, "STATE_LIMIT", 0)
     assert not row_staircase(c, counts, usable).proved
+
+
+def test_realise_pieces_come_by_unevenness_then_end() -> None:
+    """The ends realise tries (_by_unevenness) are those low…top sorted by (|(end − pos)·rounds − blocks|,
+    end), grouped by that unevenness."""
+    from itertools import groupby
+
+    from parasol.solver.search.interleaved import _by_unevenness
+
+    rng = random.Random(15)
+    for _ in range(5000):
+        pos, blocks, rounds = rng.randint(0, 20), rng.randint(0, 40), rng.randint(1, 6)
+        low, top = pos + rng.randint(1, 30), pos + rng.randint(-3, 40)
+
+        def unevenness(end: int, pos: int = pos, blocks: int = blocks, rounds: int = rounds) -> int:
+            return abs((end - pos) * rounds - blocks)
+
+        ends = sorted(range(low, top + 1), key=lambda e: (unevenness(e), e))
+        assert list(_by_unevenness(pos, low, top, blocks, rounds)) == [tuple(g) for _, g in groupby(ends, unevenness)]

@@ -16,6 +16,7 @@ import pytest
 from parasol.constraints.evaluate import evaluate, facts_for
 from parasol.constraints.physics.exchanges import grid_links, links_for
 from parasol.constraints.physics.memory import _rank_params, fsdp_buffer_bytes, memory_ledger, rank_holdings
+from parasol.constraints.physics.memory import block_kind as block_kind_of
 from parasol.constraints.physics.workload import build_workload, routed, settings_for, stage_work
 from parasol.constraints.rules.registry import active_constraints
 from parasol.problems.derived import default_layout, derive
@@ -459,3 +460,56 @@ def test_floor_without_static_bounds_every_saving() -> None:
             assert all(f <= g for f, g in zip(floors, saved, strict=True)), (variant, floors, saved)
             lower += floors[0] < saved[0]
     assert lower > 0
+
+
+def test_row_times_in_one_price_are_each_priced_alone(problems: list) -> None:
+    """block_times_s, edge_times_s and step_extra_s read one price of the row's cuts (_row_prices) and give
+    exactly what pricing each on its own gives: the probes as stages alone, the default cut as a run."""
+    from parasol.constraints.physics.step_time import CalibratedStageTimes
+
+    for problem in problems:
+        model = CalibratedStageTimes(problem)
+        kinds = list(model.kinds)
+        for row in _sample(problem, 6):
+            m = row.mapping(problem)
+            d = derive(problem.model, m)
+            reps = list(model.kinds.values())
+            shares = [max(round(sum(block_kind_of(b) == k for b in problem.model.blocks) / m.pp), 1) for k in kinds]
+            zero = (0,) * len(kinds)
+            probes = [(0, zero)] + [(0, tuple(s if j == i else 0 for j in range(len(kinds)))) for i, s in enumerate(shares)]
+            alone = model.stage_times_s(m, d, probes)
+            whole = model._priced_cuts(m, d, model._default_counts(m, d))
+            fresh = CalibratedStageTimes(problem)
+            assert fresh.block_times_s(m, d, reps) == [(t - alone[0]) / s for t, s in zip(alone[1:], shares, strict=True)]
+            assert fresh.edge_times_s(m, d) == model.stage_times_s(m, d, [(s, zero) for s in range(m.pp)])
+            assert fresh.step_extra_s(m, d) == float(whole["step"][0] - whole["pipeline"][0])
+
+
+def test_min_max_cut_is_the_least_over_every_cut() -> None:
+    """min_max_cut (its DP read only where every stage can still hold a block) gives the least largest
+    stage cost over every contiguous cut of random tables, and a cut that has it; None when no cut has a
+    finite cost."""
+    from itertools import combinations
+
+    from parasol.solver.search.costs import NO_STAGE
+
+    rng = np.random.default_rng(15)
+    for _ in range(400):
+        blocks, stages = int(rng.integers(1, 9)), int(rng.integers(1, 6))
+        tables = []
+        for _ in range(stages):
+            table = rng.integers(0, 5, size=(blocks + 1, blocks + 1)).astype(np.int64)
+            open_ = np.triu(np.ones_like(table, dtype=bool), k=1) & (rng.random(table.shape) > 0.2)
+            tables.append(np.where(open_, table, NO_STAGE))
+        least = NO_STAGE
+        for cut in combinations(range(1, blocks), stages - 1):
+            bounds = (0, *cut, blocks)
+            least = min(least, max(int(t[a, b]) for t, a, b in zip(tables, bounds, bounds[1:], strict=False)))
+        found = min_max_cut(tables, blocks)
+        if least >= NO_STAGE:
+            assert found is None
+            continue
+        assert found is not None and found[0] == least
+        bounds = np.concatenate([[0], np.cumsum(found[1])])
+        assert bounds[-1] == blocks and all(n >= 1 for n in found[1])
+        assert max(int(t[a, b]) for t, a, b in zip(tables, bounds, bounds[1:], strict=False)) == least

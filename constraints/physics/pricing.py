@@ -105,12 +105,11 @@ def stage_vector(work: StageWork) -> np.ndarray:
     return np.array(values)
 
 
-def batch_from_vectors(base: Workload, stages: np.ndarray) -> WorkloadBatch:
+def batch_from_vectors(one: WorkloadBatch, stages: np.ndarray) -> WorkloadBatch:
     """N runs of one mapping that differ only in their ranks' work: `stages` is N × ranks × STAGE_VECTOR;
-    run-level fields and the pipeline sends are the mapping's (`base`). Priced by `price` exactly as
-    the workloads that hold those ranks."""
+    run-level fields and the pipeline sends are the mapping's (`one`: `batch` of its run-level workload,
+    built once per mapping by the caller). Priced by `price` exactly as the workloads that hold those ranks."""
     n, ranks, _ = stages.shape
-    one = batch([base])
     width = len(STAGE_FIELDS)
     stage = {f: stages[:, :, i] for i, f in enumerate(STAGE_FIELDS)}
     comm = {f: tuple(stages[:, :, width + 3 * j + part] for part in range(3)) for j, f in enumerate(COMM_FIELDS)}

@@ -307,12 +307,16 @@ class CalibratedStageTimes:
         for b in problem.model.blocks:
             self.kinds.setdefault(block_kind(b), b)
         self._links: dict[Mapping, Links] = {}
-        self._workloads: dict[Mapping, Workload] = {}
+        self._workloads: dict[Mapping, WorkloadBatch] = {}
         self._siblings: dict[int, CalibratedStageTimes] = {}
         self._rank_work: dict[Mapping, RankWork] = {}
         self._floors: dict[tuple[Mapping, bytes], _FloorParts] = {}
         self._compute: dict[tuple, float] = {}
         self._exchange_floors: dict[tuple, float] = {}
+        self._totals = np.array([sum(block_kind(b) == k for b in problem.model.blocks) for k in self.kinds],
+                                dtype=np.int64)
+        self._row: tuple[Mapping, dict[str, np.ndarray]] | None = None
+        self._layouts: dict[tuple[tuple[int, ...], int], np.ndarray] = {}
 
     def for_problem(self, problem) -> CalibratedStageTimes:  # noqa: ANN001 - Problem
         """The model of `problem`, a variant of this one's problem with other framework options (a row's
@@ -341,22 +345,29 @@ class CalibratedStageTimes:
             self._links[key] = links_for(self.problem.hardware.topology, mapping, self.settings.cp_levels)
         return self._links[key]
 
-    def _run(self, mapping: Mapping, derived: Derived) -> Workload:
-        """The mapping's run-level workload (no stage: rank work comes as vectors), built once."""
+    def _run(self, mapping: Mapping, derived: Derived) -> WorkloadBatch:
+        """The mapping's run-level workload (no stage: rank work comes as vectors) as a batch of one run,
+        built once (pricing.batch_from_vectors)."""
         if mapping not in self._workloads:
-            self._workloads[mapping] = run_workload(self.problem, mapping, derived,
-                                                    routed(self.problem, mapping, self.settings), self.links(mapping))
+            self._workloads[mapping] = batch([run_workload(self.problem, mapping, derived,
+                                                           routed(self.problem, mapping, self.settings),
+                                                           self.links(mapping))])
         return self._workloads[mapping]
 
     def _default_counts(self, mapping: Mapping, derived: Derived) -> np.ndarray:
-        """Blocks of each kind per pipeline rank under the mapping's own (or the default) layout, 1 × PP × kinds."""
-        kinds = list(self.kinds)
-        blocks = self.problem.model.blocks
-        out = np.zeros((1, mapping.pp, len(kinds)), dtype=np.int64)
-        for r, holding in enumerate(rank_holdings(derived.layout, mapping.pp, self.problem.training.pipeline_schedule)):
-            for i in holding.blocks:
-                out[0, r, kinds.index(block_kind(blocks[i]))] += 1
-        return out
+        """Blocks of each kind per pipeline rank under the mapping's own (or the default) layout, 1 × PP × kinds
+        (built once per layout and PP)."""
+        key = (tuple(derived.layout), mapping.pp)
+        if key not in self._layouts:
+            kinds = list(self.kinds)
+            blocks = self.problem.model.blocks
+            out = np.zeros((1, mapping.pp, len(kinds)), dtype=np.int64)
+            for r, holding in enumerate(rank_holdings(derived.layout, mapping.pp,
+                                                      self.problem.training.pipeline_schedule)):
+                for i in holding.blocks:
+                    out[0, r, kinds.index(block_kind(blocks[i]))] += 1
+            self._layouts[key] = out
+        return self._layouts[key]
 
     def rank_work(self, mapping: Mapping, derived: Derived) -> RankWork:
         """The mapping's rank work per block count (RankWork), built once from ranks holding no block,
@@ -550,27 +561,39 @@ class CalibratedStageTimes:
                        coefficient_values(self.coefficients))
         return [float(x) for x in prices["stage"][:, 0]]
 
+    def _shares(self, mapping: Mapping) -> np.ndarray:
+        """Blocks of each kind block_times_s probes a rank with: its share over the pipeline ranks, at least one."""
+        return np.array([max(round(int(n) / mapping.pp), 1) for n in self._totals], dtype=np.int64)
+
+    def _row_prices(self, mapping: Mapping, derived: Derived) -> dict[str, np.ndarray]:
+        """`price` of the cuts a row's cost tables read, in one call (kept for the last mapping: row_costs
+        asks edge_times_s, block_times_s and step_extra_s in turn): the default cut, a cut holding no
+        block, and per kind a cut whose first rank holds that kind's share (_shares). A stage's price
+        reads only its rank's work and the run, so each rank is priced as it would be alone."""
+        if self._row is None or self._row[0] != mapping:
+            kinds = len(self.kinds)
+            counts = np.zeros((2 + kinds, mapping.pp, kinds), dtype=np.int64)
+            counts[0] = self._default_counts(mapping, derived)[0]
+            counts[2 + np.arange(kinds), 0, np.arange(kinds)] = self._shares(mapping)
+            self._row = (mapping, self._priced_cuts(mapping, derived, counts))
+        return self._row[1]
+
     def edge_times_s(self, mapping: Mapping, derived: Derived) -> list[float]:
         """Seconds of each pipeline rank holding no block: embedding on the first, head, loss and MTP
         on the last (the solver's stage time is this edge plus its blocks' times)."""
-        zero = (0,) * len(self.kinds)
-        return self.stage_times_s(mapping, derived, [(s, zero) for s in range(mapping.pp)])
+        return [float(x) for x in self._row_prices(mapping, derived)["stage"][1]]
 
     def block_times_s(self, mapping: Mapping, derived: Derived, blocks: list[Block]) -> list[float]:
         """Seconds each block kind adds to a stage, linearised at the stage's typical load: the first
         rank's time with its share (blocks of that kind / PP) of the kind, less the empty rank, per
         block. Stage pricing is nearly linear in its blocks (compute-bound GEMMs, communication hidden
         up to a window); the solver adds these up, `step_time` prices the exact stage."""
-        keys = [block_kind(b) for b in blocks]
         kinds = list(self.kinds)
-        totals = {k: sum(block_kind(b) == k for b in self.problem.model.blocks) for k in kinds}
-        zero = (0,) * len(kinds)
-        shares = {k: max(round(totals[k] / mapping.pp), 1) for k in keys}
-        probes = [(0, zero)] + [(0, tuple(shares[k] if j == k else 0 for j in kinds)) for k in keys]
-        times = self.stage_times_s(mapping, derived, probes)
-        return [(t - times[0]) / shares[k] for k, t in zip(keys, times[1:], strict=True)]
+        first, shares = self._row_prices(mapping, derived)["stage"][:, 0], self._shares(mapping)
+        empty = float(first[1])
+        return [(float(first[2 + j]) - empty) / int(shares[j]) for j in (kinds.index(block_kind(b)) for b in blocks)]
 
     def step_extra_s(self, mapping: Mapping, derived: Derived) -> float:
         """Per-step seconds outside the pipeline: exposed sends, gradient reduction, optimizer."""
-        prices = self._priced_cuts(mapping, derived, self._default_counts(mapping, derived))
+        prices = self._row_prices(mapping, derived)
         return float(prices["step"][0] - prices["pipeline"][0])

@@ -11,8 +11,9 @@ MoE block and the CP type only through the CP exchange of an attention, equal in
 (CP) exchange is k times one block's in seconds, and its exposed time is non-decreasing in those seconds
 (constraints/physics/pricing.py exposes max((1 − overlap)·x, x − window)). A variant whose two
 exchanges take no more seconds than every other variant's (and move no more network bytes when those are
-an objective) is no slower on every table, and only it is priced. Otherwise every variant is
-priced; where none is fastest on every table the row keeps the fastest in sum and says so (not proved).
+an objective) is no slower on every table, and only it is priced. Otherwise every variant is priced
+but those whose exchanges are within an earlier variant's (no faster anywhere than it); where none is
+fastest on every table the row keeps the fastest in sum and says so (not proved).
 """
 
 from __future__ import annotations
@@ -70,21 +71,30 @@ def exchanges(problem: Problem, row: Row) -> tuple[CommTerm, CommTerm, CommTerm]
     return ep, ring + blocking, blocking
 
 
-def least_exchanges(problem: Problem, variants: tuple[Row, ...], seconds: Callable[[CommTerm], float]) -> Row | None:
-    """The first variant whose EP exchange, CP exchange and its blocking part take no more `seconds` than
-    every other variant's (and move no more network bytes, when those are an objective); None when no
-    variant does. A stage's exposed CP seconds grow with the whole exchange and, at a fixed whole, with its
-    blocking part (pricing.py), so such a variant is no slower on any stage."""
+def least_exchanges(problem: Problem, variants: tuple[Row, ...],
+                    seconds: Callable[[CommTerm], float]) -> tuple[Row, ...]:
+    """The variants worth pricing: the first whose EP exchange, CP exchange and its blocking part take no
+    more `seconds` than every other variant's (and move no more network bytes, when those are an
+    objective), alone, when there is one; else every variant no earlier variant's exchanges are within on
+    all of them. A stage's exposed CP seconds grow with the whole exchange and, at a fixed whole, with its
+    blocking part (pricing.py), so a variant whose exchanges are within another's is no slower on any
+    stage: the earlier one is then no slower on every table, and `settled` (the first variant no slower
+    than all, else the first of least summed time) keeps the same variant without pricing the later."""
     bytes_count = Objective.network_bytes in problem.spec.objectives
     keys = []
     for v in variants:
         ep, cp, blocking = exchanges(problem, v)
         keys.append((seconds(ep), seconds(cp), seconds(blocking),
                      *((ep.network_bytes, cp.network_bytes) if bytes_count else ())))
+
+    def within(a: tuple, b: tuple) -> bool:
+        return all(x <= y for x, y in zip(a, b, strict=True))
+
     for v, mine in zip(variants, keys, strict=True):
-        if all(all(a <= b for a, b in zip(mine, other, strict=True)) for other in keys):
-            return v
-    return None
+        if all(within(mine, other) for other in keys):
+            return (v,)
+    return tuple(v for i, (v, mine) in enumerate(zip(variants, keys, strict=True))
+                 if not any(within(earlier, mine) for earlier in keys[:i]))
 
 
 def settled(problem: Problem, row: Row, time_model: StageTimeModel, compare: bool = True) -> tuple[Row, RowCosts, bool]:
@@ -96,8 +106,7 @@ def settled(problem: Problem, row: Row, time_model: StageTimeModel, compare: boo
         variants = tuple(v for v in variants if choice_rules_hold(problem, v)) or variants[:1]
     seconds = getattr(time_model, "exchange_seconds", None)
     if len(variants) > 1 and compare and seconds is not None:
-        least = least_exchanges(problem, variants, seconds)
-        variants = (least,) if least is not None else variants
+        variants = least_exchanges(problem, variants, seconds)
     priced = [(v, row_costs(problem, v, time_model)) for v in variants]
     for v, c in priced:
         if all(no_slower(c, other) for _, other in priced):

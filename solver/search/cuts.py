@@ -50,7 +50,7 @@ def dp_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
     depends on the cut only through the slowest stage (Σ t_s is the same for every cut), so each step
     is: least slowest-stage time under a memory cap, then least peak memory at that step time."""
     blocks = counts.shape[0] - 1
-    mats = _ends_only(all_stage_matrices(c, counts))
+    mats = _banded(_ends_only(all_stage_matrices(c, counts)), blocks)
     inf = NO_STAGE
     unit = round(TIME_UNIT_S * MICROSECONDS)
     totals = [int(x) for x in counts[0, blocks]]
@@ -63,12 +63,12 @@ def dp_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
     points: list[CutPoint] = []
     cap = usable
     while cap >= 0:
-        fastest = min_max_cut([np.where(mem <= cap, t, inf) for t, mem in mats], blocks)
+        fastest = _min_max_banded([np.where(mem <= cap, t, inf) for t, mem in mats], blocks, trace=False)
         if fastest is None:
             break
         time_units = -(-step_us(fastest[0]) // unit)
         limit = (time_units * unit - base) // slope if slope else inf
-        leanest = min_max_cut([np.where((mem <= cap) & (t <= limit), mem, inf) for t, mem in mats], blocks)
+        leanest = _min_max_banded([np.where((mem <= cap) & (t <= limit), mem, inf) for t, mem in mats], blocks)
         assert leanest is not None
         memory_units = -(-leanest[0] // MEMORY_UNIT_MB)
         points.append(CutPoint(time_units, memory_units, leanest[1]))
@@ -83,14 +83,35 @@ def _ends_only(mats: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarr
     return [(t[:1], m[:1]) for t, m in mats[:1]] + mats[1:-1] + [(t[:, -1:], m[:, -1:]) for t, m in mats[-1:]]
 
 
+def _band(stage: int, stages: int, blocks: int) -> slice:
+    """The ends a cut's first `stage` stages may have when all `stages` hold a block each: stage..blocks −
+    (stages − stage). The middle stage `stage` starts at one of them and ends at one of the next stage's."""
+    return slice(stage, blocks - (stages - stage) + 1)
+
+
+Stage = np.ndarray | tuple[np.ndarray, np.ndarray]
+"""A stage's cost matrix, or its (time, memory) pair."""
+
+
+def _banded(mats: list[Stage], blocks: int) -> list[Stage]:
+    """_ends_only's matrices (or pairs of them) with each middle stage's cut to the starts and ends its
+    place allows (_band): what _min_max_banded reads."""
+    stages = len(mats)
+    if stages <= 2 or blocks < stages:
+        return mats
+    out = mats[:1]
+    for s, m in enumerate(mats[1:-1], start=1):
+        rows, cols = _band(s, stages, blocks), _band(s + 1, stages, blocks)
+        out.append(tuple(x[rows, cols] for x in m) if isinstance(m, tuple) else m[rows, cols])
+    return out + mats[-1:]
+
+
 def rank_counts(layout: tuple[int, ...], pp: int, counts: np.ndarray) -> list[tuple[int, ...]]:
     """Blocks of each kind per pipeline rank for a virtual-stage layout (derived.stage_of_virtual)."""
     per_rank = np.zeros((pp, counts.shape[2]), dtype=np.int64)
-    start = 0
-    for k, n in enumerate(layout):
-        per_rank[stage_of_virtual(k, pp)] += counts[start, start + n]
-        start += n
-    return [tuple(int(x) for x in row) for row in per_rank]
+    ends = np.cumsum(layout, dtype=np.int64)
+    np.add.at(per_rank, [stage_of_virtual(k, pp) for k in range(len(layout))], counts[ends - layout, ends])
+    return [tuple(int(x) for x in row) for row in per_rank.tolist()]
 
 
 def interleaved_staircase(c: RowCosts, counts: np.ndarray, usable: int, deadline: float = math.inf) -> Staircase:
@@ -150,26 +171,44 @@ def min_max_cut(stage_costs: list[np.ndarray], blocks: int) -> tuple[int, tuple[
     s holding blocks i..j−1 costs stage_costs[s][i, j], NO_STAGE where it may not (i >= j, or excluded).
     The first stage starts at block 0 and the last ends at `blocks`, so only the first's row 0 and the last's
     last column are read (the callers may pass just those)."""
+    return _min_max_banded(_banded(list(stage_costs), blocks), blocks)
+
+
+def _min_max_banded(stage_costs: list[np.ndarray], blocks: int,
+                    trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
+    """min_max_cut over _banded matrices: a middle stage's starts and ends only where every stage can still
+    hold a block (elsewhere no cut is possible, so the least values and the first of the least on every
+    cut that completes are min_max_cut's over whole matrices). Without `trace`, the least value alone
+    (and an empty cut)."""
     first, *middle, last = stage_costs if len(stage_costs) > 1 else (stage_costs[0], stage_costs[0])
     if len(stage_costs) == 1:
         value = int(first[0, -1])
         return None if value >= NO_STAGE else (value, (blocks,))
+    stages = len(stage_costs)
+    if blocks < stages:
+        return None
     best = first[0]
-    columns = np.arange(blocks + 1)
     choice = []
-    for cost in middle:
-        cand = np.maximum(best[:, None], cost)
-        arg = cand.argmin(axis=0)
-        choice.append(arg)
-        best = cand[arg, columns]
+    for s, cost in enumerate(middle, start=1):
+        rows, cols = _band(s, stages, blocks), _band(s + 1, stages, blocks)
+        cand = np.maximum(best[rows, None], cost)
+        best = np.full(blocks + 1, NO_STAGE, dtype=np.int64)
+        if trace:
+            arg = cand.argmin(axis=0)
+            choice.append(arg + rows.start)
+            best[cols] = cand[arg, np.arange(cand.shape[1])]
+        else:
+            best[cols] = cand.min(axis=0)
     ends = np.maximum(best, last[:, -1])
     j = int(ends.argmin())
     value = int(ends[j])
     if value >= NO_STAGE:
         return None
+    if not trace:
+        return value, ()
     layout = [blocks - j]
-    for arg in reversed(choice):
-        start = int(arg[j])
+    for s, arg in reversed(list(enumerate(choice, start=1))):
+        start = int(arg[j - _band(s + 1, stages, blocks).start])
         layout.append(j - start)
         j = start
     layout.append(j)

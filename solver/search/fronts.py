@@ -311,7 +311,7 @@ class FrontProgram:
             reached = np.where(came < INF, came + cost, INF) if add else np.maximum(came, cost)
             keys, slot = np.unique(moves.end, return_inverse=True)
             order = np.argsort(slot, kind="stable")
-            starts = np.flatnonzero(np.r_[True, np.diff(slot[order]) != 0])
+            starts = np.flatnonzero(np.concatenate(([True], np.diff(slot[order]) != 0)))
             values = np.minimum.reduceat(reached[order], starts, axis=0)
             lo = new_lo
             held = np.flatnonzero((values < INF).any(axis=(0, 2)))

@@ -19,7 +19,6 @@ to is a proof, so the cuts it returns are the best under each memory cap, not a 
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -69,19 +68,48 @@ class _Blocks:
     """Suffix sums of the least memory a block adds to any rank (static + ⌊f_min·activation⌋)."""
 
 
+def _by_unevenness(pos: int, low: int, top: int, blocks: int, rounds: int) -> Iterator[tuple[int, ...]]:
+    """The ends low…top of a piece from `pos`, grouped by unevenness |(end − pos)·rounds − blocks|, least
+    first, each group in increasing order (what sorting by (unevenness, end) and grouping gives): walking
+    down from the largest end at or below the even share and up from the one above it."""
+    even = pos + blocks // rounds
+    down, up = min(even, top), max(even + 1, low)
+    while down >= low or up <= top:
+        below = blocks - (down - pos) * rounds if down >= low else None
+        above = (up - pos) * rounds - blocks if up <= top else None
+        if above is None or (below is not None and below < above):
+            yield (down,)
+            down -= 1
+        elif below is None or above < below:
+            yield (up,)
+            up += 1
+        else:
+            yield (down, up)
+            down, up = down - 1, up + 1
+
+
+@functools.lru_cache(maxsize=16)
+def _block_kinds(raw: bytes, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The kind of each block of the sequence whose interval counts are `raw` (int64, `shape`): the same
+    for every row of a problem, so read once."""
+    counts = np.frombuffer(raw, dtype=np.int64).reshape(shape)
+    blocks = shape[0] - 1
+    return tuple(int(k) for k in np.argmax(counts[np.arange(blocks), np.arange(1, blocks + 1)], axis=1))
+
+
 def _blocks(c: RowCosts, counts: np.ndarray) -> _Blocks:
     """Prefix tables of the block sequence under the row's per-kind costs."""
     blocks = counts.shape[0] - 1
-    kinds = [int(np.argmax(counts[i, i + 1])) for i in range(blocks)]
+    kinds = _block_kinds(np.ascontiguousarray(counts, dtype=np.int64).tobytes(), counts.shape)
     fmin = min(c.inflight)
     time, static, act, lean = [0], [0], [0], [0] * (blocks + 1)
     for k in kinds:
         time.append(time[-1] + c.kind_time_us[k])
         static.append(static[-1] + c.kind_static[k])
         act.append(act[-1] + c.kind_activation[k])
+    least = [s + math.floor(fmin * a) for s, a in zip(c.kind_static, c.kind_activation, strict=True)]
     for i in range(blocks - 1, -1, -1):
-        k = kinds[i]
-        lean[i] = lean[i + 1] + c.kind_static[k] + math.floor(fmin * c.kind_activation[k])
+        lean[i] = lean[i + 1] + least[kinds[i]]
     return _Blocks(tuple(time), tuple(static), tuple(act), tuple(1 << k for k in kinds), tuple(lean))
 
 
@@ -102,6 +130,7 @@ class InterleavedCuts:
         self.peak_of = [max([0] + [c.kind_peak[k] for k in range(kinds) if mask >> k & 1]) for mask in range(1 << kinds)]
         self.moe_bits = sum(1 << k for k in range(kinds) if c.kind_moe[k])
         self.failed: dict[tuple, list[tuple[int, int]]] = {}
+        self._realised: dict[tuple, tuple[list[set[int]], tuple[int, ...] | None]] = {}
         self.total_us = sum(c.edge_time_us) + self.b.time[-1]
         self.unit = round(TIME_UNIT_S * MICROSECONDS)
         self.relaxed = RankTotals(self, counts)
@@ -176,9 +205,20 @@ class InterleavedCuts:
         """A layout whose ranks hold exactly `targets` (blocks of each kind per rank), every virtual stage
         non-empty; None when the search finds none within REALISE_BUDGET partial layouts. Stages are placed
         in order, a rank's pieces nearest its even share of what it still needs, and only pieces that leave
-        it a need some j intervals can hold (`sums[j]`: codes, RankTotals.decomposable) for its j stages left."""
-        place = [int(x) for x in self.relaxed.place]
+        it a need some j intervals can hold (`sums[j]`: codes, RankTotals.decomposable) for its j stages left.
+        Answered once per targets and sums: the staircase's questions often relax to the same ranks' counts."""
         left = [tuple(int(x) for x in t) for t in targets]
+        key = (tuple(left), id(sums))
+        known = self._realised.get(key)
+        if known is None or known[0] is not sums:
+            known = self._realised[key] = (sums, self._realise(left, sums))
+        return known[1]
+
+    def _realise(self, left: list[tuple[int, ...]], sums: list[set[int]]) -> tuple[int, ...] | None:
+        """realise's search, from the ranks' needs `left` (changed as it goes)."""
+        place = [int(x) for x in self.relaxed.place]
+        at, coded = self._prefix_codes
+        codes = [sum(x * w for x, w in zip(t, place, strict=True)) for t in left]
         layout: list[int] = []
         failed: set[tuple] = set()
         nodes = [0]
@@ -191,36 +231,47 @@ class InterleavedCuts:
             if nodes[0] > REALISE_BUDGET or key in failed:
                 return False
             r, rounds = k % self.pp, self.vpp - k // self.pp
-            need = left[r]
-            blocks = sum(need)
-            top = min(pos + blocks - rounds + 1, self.n - (self.stages - k - 1))
-            low = pos + blocks if rounds == 1 else pos + 1
-            def moves() -> Iterator[tuple[int, tuple[int, ...]]]:
-                """The pieces in order: evenest size first, then nearest the rank's share by kind."""
-                def unevenness(end: int) -> int:
-                    return abs((end - pos) * rounds - blocks)
-
-                ends = sorted(range(max(low, pos + 1), top + 1), key=lambda e: (unevenness(e), e))
-                for _, alike in itertools.groupby(ends, key=unevenness):
-                    valid = []
-                    for end in alike:
-                        rest = tuple(y - p[end] + p[pos] for p, y in zip(self.prefix, need, strict=True))
-                        if min(rest) >= 0 and sum(x * w for x, w in zip(rest, place, strict=True)) in sums[rounds - 1]:
-                            valid.append((sum(abs((y - x) * rounds - y) for x, y in zip(rest, need, strict=True)),
-                                          end, rest))
-                    yield from ((end, rest) for _, end, rest in sorted(valid))
-
-            for end, rest in moves():
-                left[r] = rest
+            need, code = left[r], codes[r]
+            top = min(pos + sum(need) - rounds + 1, self.n - (self.stages - k - 1))
+            for end, rest in self._realise_moves(pos, top, need, code, rounds, at, coded, sums[rounds - 1]):
+                left[r], codes[r] = rest, code - coded[end] + coded[pos]
                 layout.append(end - pos)
                 if go(k + 1, end):
                     return True
                 layout.pop()
-                left[r] = need
+                left[r], codes[r] = need, code
             failed.add(key)
             return False
 
         return tuple(layout) if go(0, 0) else None
+
+    @functools.cached_property
+    def _prefix_codes(self) -> tuple[list[tuple[int, ...]], list[int]]:
+        """Per block boundary i, the relaxation's kind counts among the first i blocks and their code
+        (RankTotals.place): realise's pieces are differences of these."""
+        at = list(zip(*self.prefix, strict=True))
+        place = [int(x) for x in self.relaxed.place]
+        return at, [sum(x * w for x, w in zip(v, place, strict=True)) for v in at]
+
+    @staticmethod
+    def _realise_moves(pos: int, top: int, need: tuple[int, ...], code: int, rounds: int, at: list[tuple[int, ...]],
+                       coded: list[int], allowed: set[int]) -> Iterator[tuple[int, tuple[int, ...]]]:
+        """realise's pieces from block `pos` to an end at most `top` for a rank that still needs `need` (coded
+        `code`) over `rounds` stages, in order: evenest size first, then nearest the rank's share by kind; a
+        piece qualifies when what it leaves is non-negative and its code is in `allowed`. Lazily, one size
+        group at a time: the search mostly takes the first piece."""
+        blocks = sum(need)
+        low = max(pos + blocks if rounds == 1 else pos + 1, pos + 1)
+        here, base = at[pos], coded[pos]
+        for alike in _by_unevenness(pos, low, top, blocks, rounds):
+            valid = []
+            for end in alike:
+                if code - coded[end] + base not in allowed:
+                    continue
+                rest = tuple(y - a + b for y, a, b in zip(need, at[end], here, strict=True))
+                if min(rest) >= 0:
+                    valid.append((sum(abs((y - x) * rounds - y) for x, y in zip(rest, need, strict=True)), end, rest))
+            yield from ((end, rest) for _, end, rest in sorted(valid))
 
     @functools.cached_property
     def fronts(self) -> FrontProgram | None:
@@ -588,6 +639,7 @@ class RankTotals:
         self.km = np.array([g[4] for g in self.groups], dtype=bool)
         self.cache: dict[tuple[int, int, str], np.ndarray] = {}
         self.fit_cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.fit_codes: dict[tuple[int, int], np.ndarray] = {}
         self.grid: tuple[np.ndarray, np.ndarray, int] | None = None
         self.partial: dict[tuple[int, int], list[set[int]]] = {}
         """Per bounds, the codes of sums of j intervals some rank can hold, j = 0..VPP (_rank_vectors)."""
@@ -631,31 +683,45 @@ class RankTotals:
                   + np.where(moe[None, :] | e["moe"][:, None], c.dispatch_mb, 0) + c.workspace_mb)
         return time, memory
 
-    def _fitting(self, vectors: np.ndarray, slowest_us: int, cap_mb: int) -> np.ndarray:
-        """The vectors some rank could hold within both bounds (time and memory grow with every block)."""
-        if not len(vectors):
-            return vectors
-        time, memory = self.costs(vectors)
-        return vectors[((time <= slowest_us) & (memory <= cap_mb)).any(axis=0)]
+    @functools.cached_property
+    def _grid_costs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(code, time µs, memory MB on every rank, column by code) of every kind-count vector up to the
+        model's totals, priced once (costs): the vectors _rank_vectors sums are among them."""
+        states = self._states()[0]
+        codes = states @ self.place
+        column = np.full(self.size, -1, dtype=np.int64)
+        column[codes] = np.arange(len(codes))
+        return (codes, *self.costs(states), column)
+
+    def _fitting(self, slowest_us: int, cap_mb: int) -> np.ndarray:
+        """By code, whether the vector is within the model's totals and some rank could hold it within both
+        bounds (time and memory grow with every block)."""
+        key = (slowest_us, cap_mb)
+        if key not in self.fit_codes:
+            codes, time, memory, _ = self._grid_costs
+            table = np.zeros(self.size, dtype=bool)
+            table[codes] = ((time <= slowest_us) & (memory <= cap_mb)).any(axis=0)
+            self.fit_codes[key] = table
+        return self.fit_codes[key]
 
     def _rank_vectors(self, slowest_us: int, cap_mb: int, edge: str) -> np.ndarray:
         """Kind counts some rank can hold: sums of VPP intervals within the bounds; edge "first": the first
-        interval starts at block 0, "last": the last one ends at the last block."""
+        interval starts at block 0, "last": the last one ends at the last block. Summed as codes, in order."""
         key = (slowest_us, cap_mb, edge)
         if key not in self.cache:
             pieces, heads, tails = self._pieces(slowest_us, cap_mb)
-            sums = np.zeros((1, len(self.total)), dtype=np.int64)
+            fitting = self._fitting(slowest_us, cap_mb)
+            sums = np.zeros(1, dtype=np.int64)
             partial = self.partial.setdefault((slowest_us, cap_mb), [{0}]) if not edge else []
             for round_ in range(self.cuts.vpp):
                 use = heads if edge == "first" and round_ == 0 else \
                     tails if edge == "last" and round_ == self.cuts.vpp - 1 else pieces
                 marked = np.zeros(self.size, dtype=bool)
-                marked[(sums @ self.place)[:, None] + use[None, :]] = True
-                sums = self._decode(np.flatnonzero(marked))
-                sums = self._fitting(sums[(sums <= self.total[None, :]).all(axis=1)], slowest_us, cap_mb)
+                marked[sums[:, None] + use[None, :]] = True
+                sums = np.flatnonzero(marked & fitting)
                 if not edge:
-                    partial.append(set((sums @ self.place).tolist()))
-            self.cache[key] = sums
+                    partial.append(set(sums.tolist()))
+            self.cache[key] = self._decode(sums)
         return self.cache[key]
 
     def decomposable(self, slowest_us: int, cap_mb: int) -> list[set[int]]:
@@ -688,15 +754,18 @@ class RankTotals:
                    (slowest_us, cap_mb, edge))
         if key not in self.priced:
             vectors = self._rank_vectors(*key)
-            self.priced[key] = (vectors @ self.place, vectors.sum(axis=1), *self.costs(vectors))
+            codes = vectors @ self.place
+            _, time, memory, column = self._grid_costs
+            self.priced[key] = (codes, vectors.sum(axis=1), time[:, column[codes]], memory[:, column[codes]])
         codes, blocks, time, memory = self.priced[key]
         ok = (time[r] <= slowest_us) & (memory[r] <= cap_mb)
         return codes[ok], (time[r] if minimise_time else memory[r])[ok], blocks[ok]
 
-    def solve(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[int, list[list[np.ndarray]]] | None:
+    def solve(self, slowest_us: int, cap_mb: int,
+              minimise_time: bool) -> tuple[int, Iterator[list[np.ndarray]]] | None:
         """The relaxed least slowest time (or peak memory) with every rank within both bounds, and the
-        ranks' kind counts of one or two relaxed cuts that have it (_trace); None when no relaxed cut is
-        within both. The
+        ranks' kind counts of one or two relaxed cuts that have it (_trace), each traced when it is asked
+        for; None when no relaxed cut is within both. The
         first rank starts from no blocks and the last only has to reach the model's totals; a rank between
         takes only the states whose block count the ranks before can reach and the ranks after complete."""
         states, codes, size = self._states()
@@ -732,29 +801,40 @@ class RankTotals:
         value = int(layer[end])
         if value >= inf:
             return None
-        traced = [self._trace(value, layers, [m[:2] for m in moves], even) for even in (True, False)]
-        if all((a == b).all() for a, b in zip(*traced, strict=True)):
-            traced.pop()
-        return value, traced
+        return value, self._traces(value, layers, [m[:2] for m in moves])
+
+    def _traces(self, value: int, layers: list[np.ndarray],
+                moves: list[tuple[np.ndarray, np.ndarray]]) -> Iterator[list[np.ndarray]]:
+        """solve's relaxed cuts of `value`: the one nearest the evenest layout, then the one nearest even
+        shares when it differs (_trace)."""
+        held_by: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        first = self._trace(value, layers, moves, True, held_by)
+        yield first
+        second = self._trace(value, layers, moves, False, held_by)
+        if not all((a == b).all() for a, b in zip(first, second, strict=True)):
+            yield second
 
     def _trace(self, value: int, layers: list[np.ndarray], moves: list[tuple[np.ndarray, np.ndarray]],
-               even: bool) -> list[np.ndarray]:
+               even: bool, held_by: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
         """The ranks' kind counts of a relaxed cut of `value`, last rank first taken back: each rank takes
         the vector within `value` nearest what it holds in the evenest layout (`even`; the layout found
         then looks like the even one) or nearest its even share of what is left (balanced totals are the
-        ones an interleaved layout most often realises)."""
+        ones an interleaved layout most often realises). `held_by`: per rank and running total, the codes and
+        vectors rank r may take there, shared by the two traces of one solve."""
         at = int((self.total + self.total + 1) @ self.place)
         left = self.total.copy()
         out = []
         for r in range(self.cuts.pp - 1, -1, -1):
-            move, cost = moves[r]
-            ok = (cost <= value) & (layers[r][at - move] <= value)
-            vectors = self._decode(move[ok])
+            if (r, at) not in held_by:
+                move, cost = moves[r]
+                taken = move[(cost <= value) & (layers[r][at - move] <= value)]
+                held_by[r, at] = (taken, self._decode(taken))
+            taken, vectors = held_by[r, at]
             near = self.even[r] if even else left / (r + 1)
             pick = int(np.argmin(np.abs(vectors - near[None, :]).sum(axis=1)))
             out.append(vectors[pick])
             left = left - vectors[pick]
-            at -= int(move[ok][pick])
+            at -= int(taken[pick])
         return out[::-1]
 
     def fastest_us(self, cap_mb: int, slowest_us: int) -> int | None:

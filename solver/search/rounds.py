@@ -291,7 +291,7 @@ class _Geometry:
         else:
             evenest = np.lexsort((spread, key))
         ordered = key[evenest]
-        first = np.sort(evenest[np.r_[True, ordered[1:] != ordered[:-1]]])
+        first = np.sort(evenest[np.concatenate(([True], ordered[1:] != ordered[:-1]))])
         move, k, size, code, spread = move[first], k[first], size[first], code[first], spread[first]
         bounds = np.searchsorted(owner[move], np.arange(len(states) + 1))
         for i, state in enumerate(states):
@@ -313,13 +313,21 @@ class _Geometry:
             parts = [self.expanded_of[int(s)] for s in live]
             src = np.repeat(live, [len(p[0]) for p in parts])
             joined = [src, *(np.concatenate([p[i] for p in parts]) for i in range(6))]
-            order = np.argsort(joined[1], kind="stable")
+            order = _stable_order(joined[1])
             while self.edges_of and (len(self.edges_of) >= EDGE_SETS
                                      or self.kept + len(src) > EDGES_KEPT):
                 self.kept -= len(self.edges_of.pop(next(iter(self.edges_of)))[0])
             self.edges_of[key] = tuple(x[order] for x in joined)
             self.kept += len(src)
         return self.edges_of[key]
+
+
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    """np.argsort(keys, kind="stable") of non-negative integer keys, by numpy's radix sort when they fit 16
+    bits (a stable order is unique, so the same indices)."""
+    if len(keys) and int(keys.min()) >= 0 and int(keys.max()) < 1 << 15:
+        keys = keys.astype(np.int16)
+    return np.argsort(keys, kind="stable")
 
 
 @functools.lru_cache(maxsize=6)
@@ -463,7 +471,7 @@ class _Case:
             s, d, sh, c = src[i:i + step], dst[i:i + step], shift[i:i + step], cost[i:i + step]
             came = padded[s[:, None], n + 1 + placed[None, :] - sh[:, None]]
             reached = np.where(came < INF, came + c[:, None], INF) if add else np.maximum(came, c[:, None])
-            starts = np.flatnonzero(np.r_[True, np.diff(d) != 0])
+            starts = np.flatnonzero(np.concatenate(([True], np.diff(d) != 0)))
             best = np.minimum.reduceat(reached, starts, axis=0)
             keys = d[starts]
             out[keys, lo:hi + 1] = np.minimum(out[keys, lo:hi + 1], best)
