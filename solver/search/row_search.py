@@ -29,7 +29,6 @@ from parasol.solver.search.reprice import (
     exposed_floor_units,
     floor_point,
     memory_floor_units,
-    step_floor_units,
 )
 from parasol.solver.search.savings import (
     NONE,
@@ -75,7 +74,7 @@ class RowSearch:
         self.staircases: list[Staircase] = []
         self._options_proved: list[bool] = []
         self.fitting = 0
-        self._waiting: list[tuple[tuple[int, int], int, FitCandidates]] = []
+        self._waiting: list[tuple[tuple[int, int], int, FitCandidates, bool]] = []
         self._queued = 0
         self._passes: dict[int, bool] = {}
         self._step_rows: list[int] = []
@@ -101,7 +100,8 @@ class RowSearch:
         the same under every saving) with the memory of the row's own tables (less their weights, gradients
         and optimizer state where savings are open: those only shrink them), before the variants are
         built; then, with the variants' memory floors, the compute floor and the compute and exposed-exchange
-        floor (reprice.exposed_floor_units), before the step floor is priced."""
+        floor (reprice.exposed_floor_units), by which the row waits: its step floor is priced only when it
+        is about to be cut (cut_waiting), when most rows are already beaten."""
         plain = row_costs(self.problem, row, None)
         judged = self.floors and len(self.rows) >= self.top
         if judged and self._beaten((compute_floor_units(plain, row.mapping(self.problem), self.counts,
@@ -117,13 +117,13 @@ class RowSearch:
             variants = [(v, c, v.mapping(self.problem), self.model_of(v))
                         for v, c in zip(candidates.rows, candidates.costs, strict=True)]
             memory = min(memory_floor_units(c, self.counts) for _, c, _, _ in variants)
-            for time_floor in (compute_floor_units, exposed_floor_units, step_floor_units):
+            for time_floor in (compute_floor_units, exposed_floor_units):
                 floor = (min(time_floor(c, m, self.counts, model) for _, c, m, model in variants), memory)
                 if judged and self._beaten(floor):
                     return
         if candidates.settled:
             self.fitting += 1
-        heapq.heappush(self._waiting, (floor, self._queued, candidates))
+        heapq.heappush(self._waiting, (floor, self._queued, candidates, not self.floors))
         self._queued += 1
 
     def unseen_floors(self, rows: tuple[Row, ...], deadline: float) -> list[tuple[int, int]] | None:
@@ -167,20 +167,27 @@ class RowSearch:
 
     def waiting_floors(self) -> list[tuple[int, int]]:
         """The floors of the rows screened and not yet cut or skipped (their least over the candidates)."""
-        return [floor for floor, _, _ in self._waiting]
+        return [floor for floor, *_ in self._waiting]
 
     def floor_of(self, i: int) -> tuple[int, int]:
         """The floor of cut row i under the options it chose: no cut of it goes below."""
         return self._floor(self.rows[i])
 
     def cut_waiting(self, deadline: float) -> None:
-        """Cut the waiting rows, least floor first, until `deadline` (time.perf_counter()). A row whose fit
-        needs the cut search gets it only now, unless already beaten, and waits again when the variant
-        that fits has a higher floor."""
+        """Cut the waiting rows, least floor first, until `deadline` (time.perf_counter()). A row waits by the
+        floor screening judged it by; its step floor (reprice.step_floor_units, which costs most) and, when
+        its fit needs the cut search, that search run only now, unless already beaten, and it waits again
+        when its step floor, or that of the variant that fits, is higher."""
         while self._waiting and time.perf_counter() <= deadline:
-            floor, _, candidates = heapq.heappop(self._waiting)
+            floor, _, candidates, exact = heapq.heappop(self._waiting)
             if self.floors and self._beaten(floor):
                 continue
+            if candidates.settled and not exact:
+                own = self._floor(candidates.rows[0], candidates.costs[0])
+                if own > floor:
+                    heapq.heappush(self._waiting, (own, self._queued, candidates, True))
+                    self._queued += 1
+                    continue
             now = time.perf_counter()
             row_deadline = min(deadline, now + ROW_SHARE * (deadline - now))
             if not candidates.settled:
@@ -192,7 +199,7 @@ class RowSearch:
                 resolved = FitCandidates((fitted,), True, (tables,))
                 own = self._floor(fitted, tables) if self.floors else floor
                 if own > floor:
-                    heapq.heappush(self._waiting, (own, self._queued, resolved))
+                    heapq.heappush(self._waiting, (own, self._queued, resolved, True))
                     self._queued += 1
                     continue
                 candidates = resolved
