@@ -70,5 +70,7 @@ def beaten(point: tuple[int, int], rows: np.ndarray, values: np.ndarray, top: in
         return False
     dominating = (values[:, 0] <= point[0]) & (values[:, 1] <= point[1]) & (
         (values[:, 0] < point[0]) | (values[:, 1] < point[1]))
+    if np.count_nonzero(dominating) < top:
+        return False
     others = np.unique(rows[dominating])
     return len(others) >= top and sum(1 for r in others.tolist() if row_feasible(r)) >= top
