@@ -149,8 +149,9 @@ class _Geometry:
         self.place = np.cumprod(np.concatenate([[1], self.total[:-1] + 1])).astype(np.int64)
         self.detail_of: dict[int, np.ndarray] = {}
         """Per expanded state, its moves' (round-0 option, later-rounds option) indices."""
-        self.expanded_of: dict[int, tuple[np.ndarray, ...]] = {}
-        self.edges_of: dict[bytes, tuple[np.ndarray, ...]] = {}
+        self.expanded_of: dict[int, np.ndarray] = {}
+        """Per expanded state, its moves' (dst, blocks, code, move index, periods, spread), one row each."""
+        self.edges_of: dict[bytes, _Joined] = {}
         self.kept = 0
         """Edges held in edges_of."""
         self.spread_of: dict[tuple[tuple[int, ...], int, int, int], int] = {}
@@ -161,6 +162,13 @@ class _Geometry:
     def trails(self) -> np.ndarray:
         """trails[comp, s]: whether the later rounds counted by comp chain from round 0 ending at class s."""
         return np.array([[trail_exists(c, self.q, s) for s in range(self.q)] for c in self.comps], dtype=bool)
+
+    @functools.cached_property
+    def openers(self) -> np.ndarray:
+        """The round counts a program starts from: every later round starting and ending at one class."""
+        q = self.q
+        return np.array([i for i, c in enumerate(self.comps)
+                         if all(c[s * q + e] == 0 for s in range(q) for e in range(q) if s != e)], dtype=np.int64)
 
     def comp_of(self, after: np.ndarray) -> np.ndarray:
         """The indices of round-count vectors (rows of `after`) among the compositions."""
@@ -297,29 +305,36 @@ class _Geometry:
         for i, state in enumerate(states):
             part = slice(bounds[i], bounds[i + 1])
             self.detail_of[state] = moves[i].detail.astype(np.int32)
-            self.expanded_of[state] = (dst[move[part]].astype(np.int32), size[part].astype(np.int32), code[part],
-                                       index[move[part]].astype(np.int32), periods[k[part]].astype(np.int32),
-                                       spread[part])
+            self.expanded_of[state] = np.stack([dst[move[part]], size[part], code[part], index[move[part]],
+                                                periods[k[part]], spread[part]])
 
-    def edges(self, live: np.ndarray) -> tuple[np.ndarray, ...]:
-        """The expanded moves of every live state together, sorted by destination: (src, dst, blocks, code,
-        move index, periods, spread); the latest few live sets are kept (ranks ask for the same ones question after
-        question)."""
+    def edges(self, live: np.ndarray) -> _Joined:
+        """The expanded moves of every live state together (_Joined); the latest few live sets are kept (ranks
+        ask for the same ones question after question)."""
         key = live.tobytes()
         if key not in self.edges_of:
-            missing = [int(s) for s in live if int(s) not in self.expanded_of]
+            missing = [s for s in live.tolist() if s not in self.expanded_of]
             if missing:
                 self.expand(missing)
-            parts = [self.expanded_of[int(s)] for s in live]
-            src = np.repeat(live, [len(p[0]) for p in parts])
-            joined = [src, *(np.concatenate([p[i] for p in parts]) for i in range(6))]
-            order = _stable_order(joined[1])
+            parts = [self.expanded_of[s] for s in live.tolist()]
+            src = np.repeat(live, [p.shape[1] for p in parts])
+            joined = np.concatenate(parts, axis=1)
+            order = _stable_order(joined[0])
             while self.edges_of and (len(self.edges_of) >= EDGE_SETS
                                      or self.kept + len(src) > EDGES_KEPT):
-                self.kept -= len(self.edges_of.pop(next(iter(self.edges_of)))[0])
-            self.edges_of[key] = tuple(x[order] for x in joined)
+                self.kept -= len(self.edges_of.pop(next(iter(self.edges_of))).src)
+            self.edges_of[key] = _Joined(src[order], joined[:, order])
             self.kept += len(src)
         return self.edges_of[key]
+
+
+@dataclass(frozen=True)
+class _Joined:
+    """The expanded moves of a live set, sorted by destination (stably): their sources and their rows (dst,
+    blocks, code, move index, periods, spread)."""
+
+    src: np.ndarray
+    rows: np.ndarray
 
 
 def _stable_order(keys: np.ndarray) -> np.ndarray:
@@ -330,7 +345,7 @@ def _stable_order(keys: np.ndarray) -> np.ndarray:
     return np.argsort(keys, kind="stable")
 
 
-@functools.lru_cache(maxsize=6)
+@functools.lru_cache(maxsize=32)
 def _geometry(seq: tuple[int, ...], groups: int, pp: int, vpp: int, h: int, q: int,
               whole: tuple[int, int]) -> _Geometry:
     """The shared geometry of a sequence grouping, PP and VPP (rows of one problem ask for the same ones)."""
@@ -397,14 +412,16 @@ class _Case:
         """Rank r's edges from the live states within both bounds (and with `within` set, objective within
         it), sorted by destination: (src, dst, blocks, score: the objective, or with `within` the spread,
         move index, pooled periods)."""
-        src, dst, size, code, move, periods, spread = self.g.edges(live)
-        time, memory = self.priced[0][r, code], self.priced[1][r, code]
-        fit = (time <= question.slowest_us) & (memory <= question.cap_mb)
+        joined = self.g.edges(live)
+        time, memory = self.priced[0][r], self.priced[1][r]
+        fits = (time <= question.slowest_us) & (memory <= question.cap_mb)
         objective = time if question.minimise_time else memory
         if question.within is not None:
-            fit &= objective <= question.within
-        cost = (objective if question.within is None else spread)[fit]
-        return src[fit], dst[fit].astype(np.int64), size[fit].astype(np.int64), cost, move[fit], periods[fit]
+            fits &= objective <= question.within
+        pick = np.flatnonzero(fits[joined.rows[2]])
+        dst, size, code, move, periods, spread = joined.rows[:, pick]
+        cost = objective[code] if question.within is None else spread
+        return joined.src[pick], dst, size, cost, move, periods
 
     def program(self, question: Question) -> tuple[int, tuple[int, ...]] | None:
         """The dynamic program over the ranks: the least largest rank objective (`within` None) or the least
@@ -413,9 +430,7 @@ class _Case:
         add = question.within is not None
         states = self.g.classes * nc
         values = np.full((states, n + 1), INF, dtype=np.int64)
-        first = [i for i, c in enumerate(self.comps)
-                 if all(c[s * self.q + e] == 0 for s in range(self.q) for e in range(self.q) if s != e)]
-        values[np.array(first, dtype=np.int64) + self.cl.of(0) * nc, 0] = 0
+        values[self.g.openers + self.cl.of(0) * nc, 0] = 0
         layers: list[_Layer] = []
         windows = self._windows(question.slowest_us, question.cap_mb)
         if windows is None:
@@ -433,7 +448,7 @@ class _Case:
                 return None
             if len(src) * (hi - lo + 1) > CELL_LIMIT:
                 raise Declined
-            values = self._step(values, src, dst, shift, cost, lo, hi, add)
+            values = self._step(values, live, src, dst, shift, cost, lo, hi, add)
         final = values[:, n].reshape(self.g.classes, nc)[self.h:, :].T
         final = np.where(self.g.trails, final, INF)
         value = int(final.min())
@@ -458,20 +473,27 @@ class _Case:
         return [(int(max(done_least[r], self.n - rest_most[r])), int(min(done_most[r], self.n - rest_least[r])))
                 for r in range(self.pp)]
 
-    def _step(self, values: np.ndarray, src: np.ndarray, dst: np.ndarray, shift: np.ndarray, cost: np.ndarray,
-              lo: int, hi: int, add: bool) -> np.ndarray:
-        """One rank: for every state and blocks placed lo … hi, the least over edges into it (sorted by `dst`)
-        of the larger of the value it came from and the edge's cost (with `add`, of their sum)."""
+    def _step(self, values: np.ndarray, live: np.ndarray, src: np.ndarray, dst: np.ndarray, shift: np.ndarray,
+              cost: np.ndarray, lo: int, hi: int, add: bool) -> np.ndarray:
+        """One rank: for every state and blocks placed lo … hi, the least over edges into it (sorted by `dst`;
+        their sources among the `live` states) of the larger of the value it came from and the edge's cost
+        (with `add`, of their sum). The live states' values are read from one flat array, INF-padded on the
+        left so that a source with fewer blocks placed than the edge's reads INF."""
         n = self.n
         out = np.full_like(values, INF)
-        padded = np.concatenate([np.full((len(values), n + 1), INF, dtype=np.int64), values], axis=1)
+        width = 2 * n + 2
+        padded = np.full((len(live), width), INF, dtype=np.int64)
+        padded[:, n + 1:] = values[live]
+        local = np.zeros(len(values), dtype=np.int64)
+        local[live] = np.arange(len(live)) * width
+        flat = padded.ravel()
         placed = np.arange(lo, hi + 1)
         step = max(1, CHUNK // len(placed))
         for i in range(0, len(src), step):
             s, d, sh, c = src[i:i + step], dst[i:i + step], shift[i:i + step], cost[i:i + step]
-            came = padded[s[:, None], n + 1 + placed[None, :] - sh[:, None]]
+            came = flat[(local[s] + (n + 1) - sh)[:, None] + placed[None, :]]
             reached = np.where(came < INF, came + c[:, None], INF) if add else np.maximum(came, c[:, None])
-            starts = np.flatnonzero(np.concatenate(([True], np.diff(d) != 0)))
+            starts = np.flatnonzero(np.concatenate(([True], d[1:] != d[:-1])))
             best = np.minimum.reduceat(reached, starts, axis=0)
             keys = d[starts]
             out[keys, lo:hi + 1] = np.minimum(out[keys, lo:hi + 1], best)
@@ -483,11 +505,13 @@ class _Case:
         moves are then replayed on named rounds and the rounds put in trail order."""
         placed, picks = self.n, []
         for layer in reversed(layers):
-            at = placed - layer.shift
-            ok = (layer.dst == state) & (at >= 0) & (layer.cost <= value)
-            came = layer.values[layer.src[ok], at[ok]]
-            ok[ok] = (came < INF) & (came + layer.cost[ok] == value) if add else came <= value
-            e = int(np.flatnonzero(ok)[0])
+            into = slice(*np.searchsorted(layer.dst, [state, state + 1]).tolist())
+            at = placed - layer.shift[into]
+            cost = layer.cost[into]
+            ok = (at >= 0) & (cost <= value)
+            came = layer.values[layer.src[into][ok], at[ok]]
+            ok[ok] = (came < INF) & (came + cost[ok] == value) if add else came <= value
+            e = into.start + int(np.flatnonzero(ok)[0])
             if add:
                 value -= int(layer.cost[e])
             detail = self.g.detail_of[int(layer.src[e])][int(layer.detail[e])]
