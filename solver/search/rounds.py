@@ -323,7 +323,7 @@ class _Geometry:
             while self.edges_of and (len(self.edges_of) >= EDGE_SETS
                                      or self.kept + len(src) > EDGES_KEPT):
                 self.kept -= len(self.edges_of.pop(next(iter(self.edges_of))).src)
-            self.edges_of[key] = _Joined(src[order], joined[:, order])
+            self.edges_of[key] = _Joined(src[order], np.take(joined, order, axis=1))
             self.kept += len(src)
         return self.edges_of[key]
 
@@ -419,7 +419,7 @@ class _Case:
         if question.within is not None:
             fits &= objective <= question.within
         pick = np.flatnonzero(fits[joined.rows[2]])
-        dst, size, code, move, periods, spread = joined.rows[:, pick]
+        dst, size, code, move, periods, spread = np.take(joined.rows, pick, axis=1)
         cost = objective[code] if question.within is None else spread
         return joined.src[pick], dst, size, cost, move, periods
 
