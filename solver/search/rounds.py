@@ -45,6 +45,8 @@ EDGE_SETS = 64
 """Most live-state sets whose joined edges a geometry keeps."""
 EDGES_KEPT = 1_000_000
 """Most joined edges (about 40 bytes each) a geometry keeps over its live-state sets, the oldest dropped."""
+WINDOWS_KEPT = 8
+"""Most bounds whose rank windows a case keeps."""
 CHUNK = 1 << 21
 """Cells one slice of a rank's step reads at once (bounds the arrays' memory)."""
 
@@ -384,6 +386,8 @@ class _Case:
         self.comps, self.cl = self.g.comps, self.g.cl
         self.spread0 = sum(abs(x * whole[0] - whole[1]) for x in prefix)
         """The prefix pieces' distance from even."""
+        self.windows_of: dict[tuple[int, int], list[tuple[int, int]] | None] = {}
+        """_windows' answers by bounds, the latest WINDOWS_KEPT."""
 
     @functools.cached_property
     def blocks(self) -> np.ndarray:
@@ -423,9 +427,10 @@ class _Case:
         cost = objective[code] if question.within is None else spread
         return joined.src[pick], dst, size, cost, move, periods
 
-    def program(self, question: Question) -> tuple[int, tuple[int, ...]] | None:
+    def program(self, question: Question, trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
         """The dynamic program over the ranks: the least largest rank objective (`within` None) or the least
-        total spread of moves within `within` (the prefix's included), and a whole cut that has it."""
+        total spread of moves within `within` (the prefix's included), and a whole cut that has it (without
+        `trace`, an empty cut: the value alone)."""
         n, pp, nc = self.n, self.pp, len(self.comps)
         add = question.within is not None
         states = self.g.classes * nc
@@ -454,11 +459,22 @@ class _Case:
         value = int(final.min())
         if value >= INF:
             return None
+        if not trace:
+            return value + (self.spread0 if add else 0), ()
         comp, end = np.unravel_index(int(np.argmin(final)), final.shape)
         cut = self.prefix + self._trace(value, (self.h + int(end)) * nc + int(comp), layers, add)
         return value + (self.spread0 if add else 0), cut
 
     def _windows(self, slowest_us: int, cap_mb: int) -> list[tuple[int, int]] | None:
+        """_placed for these bounds, the latest few kept (a least and its evenest cut ask for the same)."""
+        key = (slowest_us, cap_mb)
+        if key not in self.windows_of:
+            if len(self.windows_of) >= WINDOWS_KEPT:
+                self.windows_of.pop(next(iter(self.windows_of)))
+            self.windows_of[key] = self._placed(slowest_us, cap_mb)
+        return self.windows_of[key]
+
+    def _placed(self, slowest_us: int, cap_mb: int) -> list[tuple[int, int]] | None:
         """For each rank, the blocks the ranks up to it can have placed: each rank holds between the fewest and
         the most blocks of any kind counts it can hold within both bounds (VPP … the longest rank), and the
         ranks after it must be able to take the rest; None when some rank can hold nothing."""
@@ -637,12 +653,17 @@ class RoundProgram:
         (FrontProgram.least's contract). None when no cut is within both. Raises Declined past the deadline
         or CELL_LIMIT."""
         slowest_us, cap_mb = self._tightened(slowest_us, cap_mb, minimise_time)
-        return least_then_evenest(self._best, slowest_us, cap_mb, minimise_time, alike)
+        return least_then_evenest(self._best, slowest_us, cap_mb, minimise_time, alike, self._least)
 
-    def _best(self, question: Question) -> tuple[int, tuple[int, ...]] | None:
+    def _best(self, question: Question, trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
         """The least value over the cases (the first case's cut on a tie)."""
-        found = [x for x in (case.program(question) for case in self.cases) if x is not None]
+        found = [x for x in (case.program(question, trace) for case in self.cases) if x is not None]
         return min(found, key=lambda x: x[0]) if found else None
+
+    def _least(self, question: Question) -> int | None:
+        """The least value over the cases, no cut built."""
+        found = self._best(question, trace=False)
+        return None if found is None else found[0]
 
     def _tightened(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[int, int]:
         """The bounds with the objective's lowered to the evenest cut's value when that cut is within both
