@@ -119,15 +119,14 @@ class _Moves:
 
 @dataclass(frozen=True)
 class _Layer:
-    """One rank's step of a pass: the values before it (states × blocks placed) and its edges."""
+    """One rank's step of a pass: the values before it (states × blocks placed) and its edges (destination
+    and cost), with where they are among the live set's moves (`joined`) for the rest."""
 
     values: np.ndarray
-    src: np.ndarray
     dst: np.ndarray
-    shift: np.ndarray
     cost: np.ndarray
-    detail: np.ndarray
-    periods: np.ndarray
+    pick: np.ndarray
+    joined: _Joined
 
 
 class _Geometry:
@@ -319,24 +318,28 @@ class _Geometry:
             if missing:
                 self.expand(missing)
             parts = [self.expanded_of[s] for s in live.tolist()]
-            src = np.repeat(live, [p.shape[1] for p in parts])
+            lengths = [p.shape[1] for p in parts]
+            src = np.repeat(live, lengths)
             joined = np.concatenate(parts, axis=1)
             order = _stable_order(joined[0])
+            start = np.repeat(np.arange(len(live)) * (2 * self.n + 2) + self.n + 1, lengths) - joined[1]
             while self.edges_of and (len(self.edges_of) >= EDGE_SETS
                                      or self.kept + len(src) > EDGES_KEPT):
                 self.kept -= len(self.edges_of.pop(next(iter(self.edges_of))).src)
-            self.edges_of[key] = _Joined(src[order], np.take(joined, order, axis=1))
+            self.edges_of[key] = _Joined(src[order], np.take(joined, order, axis=1), start[order])
             self.kept += len(src)
         return self.edges_of[key]
 
 
 @dataclass(frozen=True)
 class _Joined:
-    """The expanded moves of a live set, sorted by destination (stably): their sources and their rows (dst,
-    blocks, code, move index, periods, spread)."""
+    """The expanded moves of a live set, sorted by destination (stably): their sources, their rows (dst,
+    blocks, code, move index, periods, spread), and where each reads its source's values in _Case._step's
+    padded live values (source's position in the live set · (2n + 2) + n + 1 − blocks)."""
 
     src: np.ndarray
     rows: np.ndarray
+    start: np.ndarray
 
 
 def _stable_order(keys: np.ndarray) -> np.ndarray:
@@ -414,8 +417,8 @@ class _Case:
 
     def _edges(self, r: int, live: np.ndarray, question: Question) -> tuple:
         """Rank r's edges from the live states within both bounds (and with `within` set, objective within
-        it), sorted by destination: (src, dst, blocks, score: the objective, or with `within` the spread,
-        move index, pooled periods)."""
+        it), sorted by destination: (where each reads its source's values in _step, dst, score: the objective,
+        or with `within` the spread, their indices among the live set's moves, those moves)."""
         joined = self.g.edges(live)
         time, memory = self.priced[0][r], self.priced[1][r]
         fits = (time <= question.slowest_us) & (memory <= question.cap_mb)
@@ -423,9 +426,9 @@ class _Case:
         if question.within is not None:
             fits &= objective <= question.within
         pick = np.flatnonzero(fits[joined.rows[2]])
-        dst, size, code, move, periods, spread = np.take(joined.rows, pick, axis=1)
-        cost = objective[code] if question.within is None else spread
-        return joined.src[pick], dst, size, cost, move, periods
+        rows = joined.rows
+        cost = objective.take(rows[2].take(pick)) if question.within is None else rows[5].take(pick)
+        return joined.start.take(pick), rows[0].take(pick), cost, pick, joined
 
     def program(self, question: Question, trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
         """The dynamic program over the ranks: the least largest rank objective (`within` None) or the least
@@ -446,14 +449,14 @@ class _Case:
             live = np.flatnonzero((values < INF).any(axis=1))
             if not len(live):
                 return None
-            src, dst, shift, cost, detail, periods = self._edges(r, live, question)
-            layers.append(_Layer(values, src, dst, shift, cost, detail, periods))
+            start, dst, cost, pick, joined = self._edges(r, live, question)
+            layers.append(_Layer(values, dst, cost, pick, joined))
             lo, hi = windows[r]
-            if not len(src) or hi < lo:
+            if not len(start) or hi < lo:
                 return None
-            if len(src) * (hi - lo + 1) > CELL_LIMIT:
+            if len(start) * (hi - lo + 1) > CELL_LIMIT:
                 raise Declined
-            values = self._step(values, live, src, dst, shift, cost, lo, hi, add)
+            values = self._step(values, live, start, dst, cost, lo, hi, add)
         final = values[:, n].reshape(self.g.classes, nc)[self.h:, :].T
         final = np.where(self.g.trails, final, INF)
         value = int(final.min())
@@ -489,25 +492,22 @@ class _Case:
         return [(int(max(done_least[r], self.n - rest_most[r])), int(min(done_most[r], self.n - rest_least[r])))
                 for r in range(self.pp)]
 
-    def _step(self, values: np.ndarray, live: np.ndarray, src: np.ndarray, dst: np.ndarray, shift: np.ndarray,
-              cost: np.ndarray, lo: int, hi: int, add: bool) -> np.ndarray:
-        """One rank: for every state and blocks placed lo … hi, the least over edges into it (sorted by `dst`;
-        their sources among the `live` states) of the larger of the value it came from and the edge's cost
-        (with `add`, of their sum). The live states' values are read from one flat array, INF-padded on the
-        left so that a source with fewer blocks placed than the edge's reads INF."""
+    def _step(self, values: np.ndarray, live: np.ndarray, start: np.ndarray, dst: np.ndarray, cost: np.ndarray,
+              lo: int, hi: int, add: bool) -> np.ndarray:
+        """One rank: for every state and blocks placed lo … hi, the least over edges into it (sorted by `dst`)
+        of the larger of the value it came from and the edge's cost (with `add`, of their sum). The `live`
+        states' values are read from one flat array (at `start` + blocks placed, _Joined's), INF-padded on
+        the left so that a source with fewer blocks placed than the edge's reads INF."""
         n = self.n
         out = np.full_like(values, INF)
-        width = 2 * n + 2
-        padded = np.full((len(live), width), INF, dtype=np.int64)
+        padded = np.full((len(live), 2 * n + 2), INF, dtype=np.int64)
         padded[:, n + 1:] = values[live]
-        local = np.zeros(len(values), dtype=np.int64)
-        local[live] = np.arange(len(live)) * width
         flat = padded.ravel()
         placed = np.arange(lo, hi + 1)
         step = max(1, CHUNK // len(placed))
-        for i in range(0, len(src), step):
-            s, d, sh, c = src[i:i + step], dst[i:i + step], shift[i:i + step], cost[i:i + step]
-            came = flat[(local[s] + (n + 1) - sh)[:, None] + placed[None, :]]
+        for i in range(0, len(start), step):
+            s, d, c = start[i:i + step], dst[i:i + step], cost[i:i + step]
+            came = flat[s[:, None] + placed[None, :]]
             reached = np.where(came < INF, came + c[:, None], INF) if add else np.maximum(came, c[:, None])
             starts = np.flatnonzero(np.concatenate(([True], d[1:] != d[:-1])))
             best = np.minimum.reduceat(reached, starts, axis=0)
@@ -522,18 +522,20 @@ class _Case:
         placed, picks = self.n, []
         for layer in reversed(layers):
             into = slice(*np.searchsorted(layer.dst, [state, state + 1]).tolist())
-            at = placed - layer.shift[into]
-            cost = layer.cost[into]
+            which = layer.pick[into]
+            src, shift, cost = layer.joined.src[which], layer.joined.rows[1, which], layer.cost[into]
+            at = placed - shift
             ok = (at >= 0) & (cost <= value)
-            came = layer.values[layer.src[into][ok], at[ok]]
+            came = layer.values[src[ok], at[ok]]
             ok[ok] = (came < INF) & (came + cost[ok] == value) if add else came <= value
-            e = into.start + int(np.flatnonzero(ok)[0])
+            e = int(np.flatnonzero(ok)[0])
             if add:
-                value -= int(layer.cost[e])
-            detail = self.g.detail_of[int(layer.src[e])][int(layer.detail[e])]
-            picks.append((int(layer.src[e]), (int(detail[0]), int(detail[1])), int(layer.periods[e])))
-            placed -= int(layer.shift[e])
-            state = int(layer.src[e])
+                value -= int(cost[e])
+            move, periods = layer.joined.rows[3:5, which[e]].tolist()
+            detail = self.g.detail_of[int(src[e])][move]
+            picks.append((int(src[e]), (int(detail[0]), int(detail[1])), periods))
+            placed -= int(shift[e])
+            state = int(src[e])
         picks.reverse()
         return self._layout(state, picks)
 
