@@ -157,16 +157,24 @@ class _Moves:
 
 
 def least_then_evenest(answer: Callable[[Question], tuple[int, tuple[int, ...]] | None], slowest_us: int,
-                       cap_mb: int, minimise_time: bool, alike: Callable[[int], int] | None
-                       ) -> tuple[int, tuple[int, ...]] | None:
+                       cap_mb: int, minimise_time: bool, alike: Callable[[int], int] | None,
+                       value: Callable[[Question], int | None] | None = None) -> tuple[int, tuple[int, ...]] | None:
     """The exact programs' `least` contract on one program's `answer` to a Question: the least value and a
-    cut with it, then (with `alike`) the evenest cut whose objective is at most `alike(least)`."""
-    found = answer(Question(slowest_us, cap_mb, minimise_time, None))
-    if found is None or alike is None:
-        return found
-    evenest = answer(Question(slowest_us, cap_mb, minimise_time, alike(found[0])))
+    cut with it, then (with `alike`) the evenest cut whose objective is at most `alike(least)`. With `value`
+    (answer's value alone, without building its cut) the least is asked of it when the evenest cut follows."""
+    question = Question(slowest_us, cap_mb, minimise_time, None)
+    if alike is not None and value is not None:
+        least = value(question)
+        if least is None:
+            return None
+    else:
+        found = answer(question)
+        if found is None or alike is None:
+            return found
+        least = found[0]
+    evenest = answer(Question(slowest_us, cap_mb, minimise_time, alike(least)))
     assert evenest is not None
-    return found[0], evenest[1]
+    return least, evenest[1]
 
 
 class FrontProgram:

@@ -45,6 +45,8 @@ EDGE_SETS = 64
 """Most live-state sets whose joined edges a geometry keeps."""
 EDGES_KEPT = 1_000_000
 """Most joined edges (about 40 bytes each) a geometry keeps over its live-state sets, the oldest dropped."""
+WINDOWS_KEPT = 8
+"""Most bounds whose rank windows a case keeps."""
 CHUNK = 1 << 21
 """Cells one slice of a rank's step reads at once (bounds the arrays' memory)."""
 
@@ -117,15 +119,14 @@ class _Moves:
 
 @dataclass(frozen=True)
 class _Layer:
-    """One rank's step of a pass: the values before it (states × blocks placed) and its edges."""
+    """One rank's step of a pass: the values before it (states × blocks placed) and its edges (destination
+    and cost), with where they are among the live set's moves (`joined`) for the rest."""
 
     values: np.ndarray
-    src: np.ndarray
     dst: np.ndarray
-    shift: np.ndarray
     cost: np.ndarray
-    detail: np.ndarray
-    periods: np.ndarray
+    pick: np.ndarray
+    joined: _Joined
 
 
 class _Geometry:
@@ -149,8 +150,9 @@ class _Geometry:
         self.place = np.cumprod(np.concatenate([[1], self.total[:-1] + 1])).astype(np.int64)
         self.detail_of: dict[int, np.ndarray] = {}
         """Per expanded state, its moves' (round-0 option, later-rounds option) indices."""
-        self.expanded_of: dict[int, tuple[np.ndarray, ...]] = {}
-        self.edges_of: dict[bytes, tuple[np.ndarray, ...]] = {}
+        self.expanded_of: dict[int, np.ndarray] = {}
+        """Per expanded state, its moves' (dst, blocks, code, move index, periods, spread), one row each."""
+        self.edges_of: dict[bytes, _Joined] = {}
         self.kept = 0
         """Edges held in edges_of."""
         self.spread_of: dict[tuple[tuple[int, ...], int, int, int], int] = {}
@@ -161,6 +163,13 @@ class _Geometry:
     def trails(self) -> np.ndarray:
         """trails[comp, s]: whether the later rounds counted by comp chain from round 0 ending at class s."""
         return np.array([[trail_exists(c, self.q, s) for s in range(self.q)] for c in self.comps], dtype=bool)
+
+    @functools.cached_property
+    def openers(self) -> np.ndarray:
+        """The round counts a program starts from: every later round starting and ending at one class."""
+        q = self.q
+        return np.array([i for i, c in enumerate(self.comps)
+                         if all(c[s * q + e] == 0 for s in range(q) for e in range(q) if s != e)], dtype=np.int64)
 
     def comp_of(self, after: np.ndarray) -> np.ndarray:
         """The indices of round-count vectors (rows of `after`) among the compositions."""
@@ -297,29 +306,40 @@ class _Geometry:
         for i, state in enumerate(states):
             part = slice(bounds[i], bounds[i + 1])
             self.detail_of[state] = moves[i].detail.astype(np.int32)
-            self.expanded_of[state] = (dst[move[part]].astype(np.int32), size[part].astype(np.int32), code[part],
-                                       index[move[part]].astype(np.int32), periods[k[part]].astype(np.int32),
-                                       spread[part])
+            self.expanded_of[state] = np.stack([dst[move[part]], size[part], code[part], index[move[part]],
+                                                periods[k[part]], spread[part]])
 
-    def edges(self, live: np.ndarray) -> tuple[np.ndarray, ...]:
-        """The expanded moves of every live state together, sorted by destination: (src, dst, blocks, code,
-        move index, periods, spread); the latest few live sets are kept (ranks ask for the same ones question after
-        question)."""
+    def edges(self, live: np.ndarray) -> _Joined:
+        """The expanded moves of every live state together (_Joined); the latest few live sets are kept (ranks
+        ask for the same ones question after question)."""
         key = live.tobytes()
         if key not in self.edges_of:
-            missing = [int(s) for s in live if int(s) not in self.expanded_of]
+            missing = [s for s in live.tolist() if s not in self.expanded_of]
             if missing:
                 self.expand(missing)
-            parts = [self.expanded_of[int(s)] for s in live]
-            src = np.repeat(live, [len(p[0]) for p in parts])
-            joined = [src, *(np.concatenate([p[i] for p in parts]) for i in range(6))]
-            order = _stable_order(joined[1])
+            parts = [self.expanded_of[s] for s in live.tolist()]
+            lengths = [p.shape[1] for p in parts]
+            src = np.repeat(live, lengths)
+            joined = np.concatenate(parts, axis=1)
+            order = _stable_order(joined[0])
+            start = np.repeat(np.arange(len(live)) * (2 * self.n + 2) + self.n + 1, lengths) - joined[1]
             while self.edges_of and (len(self.edges_of) >= EDGE_SETS
                                      or self.kept + len(src) > EDGES_KEPT):
-                self.kept -= len(self.edges_of.pop(next(iter(self.edges_of)))[0])
-            self.edges_of[key] = tuple(x[order] for x in joined)
+                self.kept -= len(self.edges_of.pop(next(iter(self.edges_of))).src)
+            self.edges_of[key] = _Joined(src[order], np.take(joined, order, axis=1), start[order])
             self.kept += len(src)
         return self.edges_of[key]
+
+
+@dataclass(frozen=True)
+class _Joined:
+    """The expanded moves of a live set, sorted by destination (stably): their sources, their rows (dst,
+    blocks, code, move index, periods, spread), and where each reads its source's values in _Case._step's
+    padded live values (source's position in the live set · (2n + 2) + n + 1 − blocks)."""
+
+    src: np.ndarray
+    rows: np.ndarray
+    start: np.ndarray
 
 
 def _stable_order(keys: np.ndarray) -> np.ndarray:
@@ -330,7 +350,7 @@ def _stable_order(keys: np.ndarray) -> np.ndarray:
     return np.argsort(keys, kind="stable")
 
 
-@functools.lru_cache(maxsize=6)
+@functools.lru_cache(maxsize=32)
 def _geometry(seq: tuple[int, ...], groups: int, pp: int, vpp: int, h: int, q: int,
               whole: tuple[int, int]) -> _Geometry:
     """The shared geometry of a sequence grouping, PP and VPP (rows of one problem ask for the same ones)."""
@@ -369,6 +389,8 @@ class _Case:
         self.comps, self.cl = self.g.comps, self.g.cl
         self.spread0 = sum(abs(x * whole[0] - whole[1]) for x in prefix)
         """The prefix pieces' distance from even."""
+        self.windows_of: dict[tuple[int, int], list[tuple[int, int]] | None] = {}
+        """_windows' answers by bounds, the latest WINDOWS_KEPT."""
 
     @functools.cached_property
     def blocks(self) -> np.ndarray:
@@ -395,27 +417,28 @@ class _Case:
 
     def _edges(self, r: int, live: np.ndarray, question: Question) -> tuple:
         """Rank r's edges from the live states within both bounds (and with `within` set, objective within
-        it), sorted by destination: (src, dst, blocks, score: the objective, or with `within` the spread,
-        move index, pooled periods)."""
-        src, dst, size, code, move, periods, spread = self.g.edges(live)
-        time, memory = self.priced[0][r, code], self.priced[1][r, code]
-        fit = (time <= question.slowest_us) & (memory <= question.cap_mb)
+        it), sorted by destination: (where each reads its source's values in _step, dst, score: the objective,
+        or with `within` the spread, their indices among the live set's moves, those moves)."""
+        joined = self.g.edges(live)
+        time, memory = self.priced[0][r], self.priced[1][r]
+        fits = (time <= question.slowest_us) & (memory <= question.cap_mb)
         objective = time if question.minimise_time else memory
         if question.within is not None:
-            fit &= objective <= question.within
-        cost = (objective if question.within is None else spread)[fit]
-        return src[fit], dst[fit].astype(np.int64), size[fit].astype(np.int64), cost, move[fit], periods[fit]
+            fits &= objective <= question.within
+        pick = np.flatnonzero(fits[joined.rows[2]])
+        rows = joined.rows
+        cost = objective.take(rows[2].take(pick)) if question.within is None else rows[5].take(pick)
+        return joined.start.take(pick), rows[0].take(pick), cost, pick, joined
 
-    def program(self, question: Question) -> tuple[int, tuple[int, ...]] | None:
+    def program(self, question: Question, trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
         """The dynamic program over the ranks: the least largest rank objective (`within` None) or the least
-        total spread of moves within `within` (the prefix's included), and a whole cut that has it."""
+        total spread of moves within `within` (the prefix's included), and a whole cut that has it (without
+        `trace`, an empty cut: the value alone)."""
         n, pp, nc = self.n, self.pp, len(self.comps)
         add = question.within is not None
         states = self.g.classes * nc
         values = np.full((states, n + 1), INF, dtype=np.int64)
-        first = [i for i, c in enumerate(self.comps)
-                 if all(c[s * self.q + e] == 0 for s in range(self.q) for e in range(self.q) if s != e)]
-        values[np.array(first, dtype=np.int64) + self.cl.of(0) * nc, 0] = 0
+        values[self.g.openers + self.cl.of(0) * nc, 0] = 0
         layers: list[_Layer] = []
         windows = self._windows(question.slowest_us, question.cap_mb)
         if windows is None:
@@ -426,24 +449,35 @@ class _Case:
             live = np.flatnonzero((values < INF).any(axis=1))
             if not len(live):
                 return None
-            src, dst, shift, cost, detail, periods = self._edges(r, live, question)
-            layers.append(_Layer(values, src, dst, shift, cost, detail, periods))
+            start, dst, cost, pick, joined = self._edges(r, live, question)
+            layers.append(_Layer(values, dst, cost, pick, joined))
             lo, hi = windows[r]
-            if not len(src) or hi < lo:
+            if not len(start) or hi < lo:
                 return None
-            if len(src) * (hi - lo + 1) > CELL_LIMIT:
+            if len(start) * (hi - lo + 1) > CELL_LIMIT:
                 raise Declined
-            values = self._step(values, src, dst, shift, cost, lo, hi, add)
+            values = self._step(values, live, start, dst, cost, lo, hi, add)
         final = values[:, n].reshape(self.g.classes, nc)[self.h:, :].T
         final = np.where(self.g.trails, final, INF)
         value = int(final.min())
         if value >= INF:
             return None
+        if not trace:
+            return value + (self.spread0 if add else 0), ()
         comp, end = np.unravel_index(int(np.argmin(final)), final.shape)
         cut = self.prefix + self._trace(value, (self.h + int(end)) * nc + int(comp), layers, add)
         return value + (self.spread0 if add else 0), cut
 
     def _windows(self, slowest_us: int, cap_mb: int) -> list[tuple[int, int]] | None:
+        """_placed for these bounds, the latest few kept (a least and its evenest cut ask for the same)."""
+        key = (slowest_us, cap_mb)
+        if key not in self.windows_of:
+            if len(self.windows_of) >= WINDOWS_KEPT:
+                self.windows_of.pop(next(iter(self.windows_of)))
+            self.windows_of[key] = self._placed(slowest_us, cap_mb)
+        return self.windows_of[key]
+
+    def _placed(self, slowest_us: int, cap_mb: int) -> list[tuple[int, int]] | None:
         """For each rank, the blocks the ranks up to it can have placed: each rank holds between the fewest and
         the most blocks of any kind counts it can hold within both bounds (VPP … the longest rank), and the
         ranks after it must be able to take the rest; None when some rank can hold nothing."""
@@ -458,20 +492,24 @@ class _Case:
         return [(int(max(done_least[r], self.n - rest_most[r])), int(min(done_most[r], self.n - rest_least[r])))
                 for r in range(self.pp)]
 
-    def _step(self, values: np.ndarray, src: np.ndarray, dst: np.ndarray, shift: np.ndarray, cost: np.ndarray,
+    def _step(self, values: np.ndarray, live: np.ndarray, start: np.ndarray, dst: np.ndarray, cost: np.ndarray,
               lo: int, hi: int, add: bool) -> np.ndarray:
         """One rank: for every state and blocks placed lo … hi, the least over edges into it (sorted by `dst`)
-        of the larger of the value it came from and the edge's cost (with `add`, of their sum)."""
+        of the larger of the value it came from and the edge's cost (with `add`, of their sum). The `live`
+        states' values are read from one flat array (at `start` + blocks placed, _Joined's), INF-padded on
+        the left so that a source with fewer blocks placed than the edge's reads INF."""
         n = self.n
         out = np.full_like(values, INF)
-        padded = np.concatenate([np.full((len(values), n + 1), INF, dtype=np.int64), values], axis=1)
+        padded = np.full((len(live), 2 * n + 2), INF, dtype=np.int64)
+        padded[:, n + 1:] = values[live]
+        flat = padded.ravel()
         placed = np.arange(lo, hi + 1)
         step = max(1, CHUNK // len(placed))
-        for i in range(0, len(src), step):
-            s, d, sh, c = src[i:i + step], dst[i:i + step], shift[i:i + step], cost[i:i + step]
-            came = padded[s[:, None], n + 1 + placed[None, :] - sh[:, None]]
+        for i in range(0, len(start), step):
+            s, d, c = start[i:i + step], dst[i:i + step], cost[i:i + step]
+            came = flat[s[:, None] + placed[None, :]]
             reached = np.where(came < INF, came + c[:, None], INF) if add else np.maximum(came, c[:, None])
-            starts = np.flatnonzero(np.concatenate(([True], np.diff(d) != 0)))
+            starts = np.flatnonzero(np.concatenate(([True], d[1:] != d[:-1])))
             best = np.minimum.reduceat(reached, starts, axis=0)
             keys = d[starts]
             out[keys, lo:hi + 1] = np.minimum(out[keys, lo:hi + 1], best)
@@ -483,17 +521,21 @@ class _Case:
         moves are then replayed on named rounds and the rounds put in trail order."""
         placed, picks = self.n, []
         for layer in reversed(layers):
-            at = placed - layer.shift
-            ok = (layer.dst == state) & (at >= 0) & (layer.cost <= value)
-            came = layer.values[layer.src[ok], at[ok]]
-            ok[ok] = (came < INF) & (came + layer.cost[ok] == value) if add else came <= value
+            into = slice(*np.searchsorted(layer.dst, [state, state + 1]).tolist())
+            which = layer.pick[into]
+            src, shift, cost = layer.joined.src[which], layer.joined.rows[1, which], layer.cost[into]
+            at = placed - shift
+            ok = (at >= 0) & (cost <= value)
+            came = layer.values[src[ok], at[ok]]
+            ok[ok] = (came < INF) & (came + cost[ok] == value) if add else came <= value
             e = int(np.flatnonzero(ok)[0])
             if add:
-                value -= int(layer.cost[e])
-            detail = self.g.detail_of[int(layer.src[e])][int(layer.detail[e])]
-            picks.append((int(layer.src[e]), (int(detail[0]), int(detail[1])), int(layer.periods[e])))
-            placed -= int(layer.shift[e])
-            state = int(layer.src[e])
+                value -= int(cost[e])
+            move, periods = layer.joined.rows[3:5, which[e]].tolist()
+            detail = self.g.detail_of[int(src[e])][move]
+            picks.append((int(src[e]), (int(detail[0]), int(detail[1])), periods))
+            placed -= int(shift[e])
+            state = int(src[e])
         picks.reverse()
         return self._layout(state, picks)
 
@@ -613,12 +655,17 @@ class RoundProgram:
         (FrontProgram.least's contract). None when no cut is within both. Raises Declined past the deadline
         or CELL_LIMIT."""
         slowest_us, cap_mb = self._tightened(slowest_us, cap_mb, minimise_time)
-        return least_then_evenest(self._best, slowest_us, cap_mb, minimise_time, alike)
+        return least_then_evenest(self._best, slowest_us, cap_mb, minimise_time, alike, self._least)
 
-    def _best(self, question: Question) -> tuple[int, tuple[int, ...]] | None:
+    def _best(self, question: Question, trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
         """The least value over the cases (the first case's cut on a tie)."""
-        found = [x for x in (case.program(question) for case in self.cases) if x is not None]
+        found = [x for x in (case.program(question, trace) for case in self.cases) if x is not None]
         return min(found, key=lambda x: x[0]) if found else None
+
+    def _least(self, question: Question) -> int | None:
+        """The least value over the cases, no cut built."""
+        found = self._best(question, trace=False)
+        return None if found is None else found[0]
 
     def _tightened(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[int, int]:
         """The bounds with the objective's lowered to the evenest cut's value when that cut is within both
