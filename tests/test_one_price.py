@@ -254,6 +254,7 @@ def test_compute_floor_is_the_floors_compute_and_below_it(name: str) -> None:
     never above the compute and exposed-exchange floor (exposed_floor_s), itself never above step_floor_s:
     solve skips a row either shows beaten before pricing the next."""
     from parasol.constraints.physics.pricing import compute_per_microbatch
+    from parasol.constraints.physics.schedule import even_stretch
 
     problem = load_problem(ROOT / "problems" / f"{name}.yaml")
     model = CalibratedStageTimes(problem)
@@ -271,7 +272,7 @@ def test_compute_floor_is_the_floors_compute_and_below_it(name: str) -> None:
         shared += len(model._compute) == built
         m = float(d.num_microbatches)
         assert compute == pytest.approx(float(compute_per_microbatch(summed, coefs)[0, 0])
-                                        * (1 + (row.vpp * m - 1) / row.pp) / row.vpp, rel=1e-12), row
+                                        * even_stretch(row.pp, row.vpp, m), rel=1e-12), row
         assert compute <= model.exposed_floor_s(mapping, d, totals) <= model.step_floor_s(mapping, d, totals), row
     assert shared > 0
 

@@ -8,6 +8,7 @@ formulas cited in constraints/physics/comm.py and constraints/physics/step_time.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 from functools import cache
@@ -33,7 +34,7 @@ from parasol.constraints.physics.flops import (
 )
 from parasol.constraints.physics.memory import block_kind, stage_block_ranges
 from parasol.constraints.physics.pricing import BREAKDOWN_KINDS
-from parasol.constraints.physics.schedule import pipeline_seconds
+from parasol.constraints.physics.schedule import even_stretch, least_heaviest_rank, pipeline_seconds
 from parasol.constraints.physics.step_time import CalibratedStageTimes, step_time, step_time_or_none
 from parasol.constraints.physics.workload import StepSettings, build_workload, settings_for
 from parasol.errors import InputError
@@ -395,3 +396,25 @@ def test_output_head_runs_in_bf16_under_fp8() -> None:
     with_head, without = price(batch([work, no_head]), coefs)["gemm"]
     bf16_rate = StepCoefficients().gemm_efficiency * work.bf16_flops
     assert with_head - without == pytest.approx(3 * work.stages[0].head_flops / bf16_rate * work.microbatches)
+
+
+def test_even_stretch_is_the_pipeline_time_of_equal_stages() -> None:
+    """schedule.even_stretch times the stages' summed time is pipeline_seconds of PP equal stages: with
+    m = 8, PP = 4, VPP = 2, 4 stages of 1 s give (4 + (16 − 1)·1)/2 = 9.5 s, the stretch 9.5/4."""
+    assert even_stretch(4, 2, 8) == pytest.approx(9.5 / 4)
+    for pp, vpp, m in [(1, 1, 3), (8, 1, 16), (16, 4, 32), (2, 6, 5)]:
+        stages = np.full((1, pp), 0.7)
+        assert float(pipeline_seconds(stages, m, vpp)[0]) == pytest.approx(0.7 * pp * even_stretch(pp, vpp, m))
+
+
+def test_least_heaviest_rank_is_the_best_whole_block_assignment() -> None:
+    """schedule.least_heaviest_rank equals the least largest base_r + slope_r·k_r over every assignment of
+    whole blocks (k_r >= least, adding up to the blocks), enumerated on small random cases."""
+    rng = np.random.default_rng(41)
+    for _ in range(60):
+        ranks, least = int(rng.integers(1, 5)), int(rng.integers(1, 3))
+        blocks = int(rng.integers(ranks * least, ranks * least + 7))
+        base, slope = rng.uniform(0, 10, ranks), rng.uniform(0, 3, ranks)
+        best = min(max(base + slope * np.array(k)) for k in itertools.product(range(least, blocks + 1), repeat=ranks)
+                   if sum(k) == blocks)
+        assert least_heaviest_rank(base, slope, blocks, least) == pytest.approx(best)

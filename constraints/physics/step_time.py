@@ -67,7 +67,7 @@ from parasol.constraints.physics.pricing import (
     stage_vector,
     step_floor_extra,
 )
-from parasol.constraints.physics.schedule import least_heaviest_rank
+from parasol.constraints.physics.schedule import even_stretch, least_heaviest_rank
 from parasol.constraints.physics.workload import (
     PASSES_PER_MICROBATCH,
     StepSettings,
@@ -453,17 +453,16 @@ class CalibratedStageTimes:
         step_floor_s spreads it. The compute reads only TP, CP, EP, ETP, MBS and recompute, so it is built
         once per those for all rows sharing them (one rank holding every block: the compute fields of the
         rank work add up over blocks), a small share of what step_floor_s builds per row."""
-        m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
-        return self._compute_per_microbatch(mapping, derived, totals) * (1 + (vpp * m - 1) / pp) / vpp
+        return self._compute_per_microbatch(mapping, derived, totals) * even_stretch(
+            mapping.pp, mapping.vpp, float(derived.num_microbatches))
 
     def exposed_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
         """compute_floor_s with the least exposed EP and CP seconds of one microbatch added (exchange_floor_s),
         spread the same way: between compute_floor_s and step_floor_s (whose rank floor is at least the
         compute, and which adds the same exchange floor), for a share of step_floor_s's cost, since the
         exchanges read no recompute or VPP."""
-        m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
         return ((self._compute_per_microbatch(mapping, derived, totals) + self.exchange_floor_s(mapping, totals))
-                * (1 + (vpp * m - 1) / pp) / vpp)
+                * even_stretch(mapping.pp, mapping.vpp, float(derived.num_microbatches)))
 
     def _compute_per_microbatch(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
         """All ranks' compute seconds of one microbatch (compute_floor_s), built once per compute key."""

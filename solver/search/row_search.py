@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from parasol.constraints.evaluate import holds
+from parasol.constraints.physics.schedule import even_stretch
 from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
 from parasol.solver.search.choices import settled
@@ -134,8 +135,7 @@ class RowSearch:
         least: dict[tuple, tuple[float, Row]] = {}
         gpus, batch = self.problem.gpus, self.problem.training.global_batch
         for row in rows:
-            m = batch * row.tp * row.pp * row.cp / (row.mbs * gpus)
-            stretch = (1 + (row.vpp * m - 1) / row.pp) / row.vpp
+            stretch = even_stretch(row.pp, row.vpp, batch * row.tp * row.pp * row.cp / (row.mbs * gpus))
             key = (row.tp, row.cp, row.ep, row.etp, row.mbs, row.recompute)
             if key not in least or stretch < least[key][0]:
                 least[key] = (stretch, row)
@@ -144,7 +144,7 @@ class RowSearch:
             if time.perf_counter() > deadline:
                 return None
             c = row_costs(self.problem, row, None)
-            floors.append((compute_floor_units(c, row.mapping(self.problem), self.counts, self.models[NONE]), 0))
+            floors.append((compute_floor_units(c, row.mapping(self.problem), self.counts, self.model_of(row)), 0))
         return floors
 
     def _floor(self, row: Row, memory: RowCosts | None = None) -> tuple[int, int]:
