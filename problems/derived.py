@@ -12,7 +12,7 @@ from fractions import Fraction
 from functools import lru_cache
 
 from parasol.problems.mapping import Mapping
-from parasol.problems.memo import memo_table
+from parasol.problems.memo import memoised_by
 from parasol.problems.model.architecture import ModelArchitecture
 
 
@@ -177,13 +177,7 @@ def derive(model: ModelArchitecture, mapping: Mapping) -> Derived:
     read (not its recompute or rank order)."""
     m = mapping
     key = (m.gpus, m.gbs, m.seq_len, m.tp, m.pp, m.cp, m.ep, m.expert_tp, m.vpp, m.mbs, m.layout)
-    memo = memo_table(model, "derive")
-    found = memo.get(key)
-    if found is None:
-        if len(memo) >= DERIVE_MEMO:
-            memo.clear()
-        found = memo[key] = _derive(model, m)
-    return found
+    return memoised_by(model, "derive", key, DERIVE_MEMO, lambda: _derive(model, m))
 
 
 def _derive(model: ModelArchitecture, m: Mapping) -> Derived:

@@ -29,3 +29,15 @@ def memoised(owner: object, kind: str, build: Callable[[], T]) -> T:
     if kind not in table:
         table[kind] = build()
     return table[kind]
+
+
+def memoised_by(owner: object, kind: str, key: object, limit: int, build: Callable[[], T]) -> T:
+    """The value of `kind` for `owner` under `key`, built on first use; past `limit` values the table
+    starts afresh (a search over many rows keeps its memory bounded)."""
+    table = memo_table(owner, kind)
+    found = table.get(key)
+    if found is None:
+        if len(table) >= limit:
+            table.clear()
+        found = table[key] = build()
+    return found

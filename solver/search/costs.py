@@ -33,7 +33,7 @@ from parasol.constraints.physics.schedule import least_heaviest_rank, pipeline_t
 from parasol.problems.derived import Derived, derive
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping, RankOrder
-from parasol.problems.memo import memo_table, memoised
+from parasol.problems.memo import memoised, memoised_by
 from parasol.problems.model.architecture import Block
 from parasol.solver.search.space import Row, with_choices
 
@@ -214,13 +214,7 @@ def _memory_tables(problem: Problem, row: Row) -> RowCosts:
     the ledger's per-kind and per-edge terms, the dispatch buffers and the workspace read neither (only the
     in-flight shares read VPP, which row_costs sets)."""
     key = dataclasses.replace(row, vpp=1, rank_order=RankOrder.pp_last.value)
-    table = memo_table(problem, "memory_tables")
-    found = table.get(key)
-    if found is None:
-        if len(table) >= MEMORY_TABLES_MEMO:
-            table.clear()
-        found = table[key] = _build_memory_tables(problem, key)
-    return found
+    return memoised_by(problem, "memory_tables", key, MEMORY_TABLES_MEMO, lambda: _build_memory_tables(problem, key))
 
 
 def _build_memory_tables(problem: Problem, row: Row) -> RowCosts:
@@ -275,17 +269,15 @@ def _contributions(problem: Problem, mapping: Mapping, d: Derived) -> tuple[list
     the mapping fields they read: rows differing only in VPP, rank order or cut share them."""
     m = mapping
     key = (m.pp, m.tp, m.expert_tp, m.cp, m.mbs, m.recompute, d.dp_attn, d.dp_expert, d.experts_per_rank)
-    table = memo_table(problem, "contributions")
-    found = table.get(key)
-    if found is None:
-        if len(table) >= CONTRIBUTION_MEMO:
-            table.clear()
+
+    def build() -> tuple[list[Contribution], dict[tuple[bool, bool], Contribution]]:
         model, training, options = problem.model, problem.training, problem.spec.framework.options
         representatives = kind_representatives(problem)
         per_kind = [block_contribution(model, m, d, training, representatives[k], options) for k in block_kinds(problem)]
         ends = sorted({(s == 0, s == m.pp - 1) for s in (0, m.pp - 1, min(1, m.pp - 1))})
-        found = table[key] = (per_kind, {end: edge_contribution(model, m, d, training, *end, options) for end in ends})
-    return found
+        return per_kind, {end: edge_contribution(model, m, d, training, *end, options) for end in ends}
+
+    return memoised_by(problem, "contributions", key, CONTRIBUTION_MEMO, build)
 
 
 def kind_representatives(problem: Problem) -> dict[tuple, Block]:
