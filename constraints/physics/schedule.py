@@ -25,12 +25,12 @@ def pipeline_seconds(stage: np.ndarray, m: np.ndarray | float, vpp: np.ndarray |
     return pipeline_time_scaled(stage.sum(axis=1), stage.max(axis=1), m, vpp) / vpp
 
 
-
 def even_stretch(pp: int, vpp: int, m: float) -> float:
     """The pipeline time of m microbatches over PP equal stages (v chunks per rank) per second of the
-    stages' summed time of one microbatch: (1 + (v·m − 1)/p)/v. A floor on the summed time, spread evenly,
+    stages' summed time of one microbatch, (1 + (v·m − 1)/p)/v: a floor on the summed time, spread evenly,
     is a floor on the pipeline time."""
-    return (1 + (vpp * m - 1) / pp) / vpp
+    return pipeline_time_scaled(pp, 1, m, vpp) / (vpp * pp)
+
 
 def least_heaviest_rank(base: np.ndarray, slope: np.ndarray, blocks: int, least: int) -> float:
     """The least possible largest base_r + slope_r·k_r over whole block counts k_r >= `least` per rank adding

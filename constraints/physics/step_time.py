@@ -67,7 +67,7 @@ from parasol.constraints.physics.pricing import (
     stage_vector,
     step_floor_extra,
 )
-from parasol.constraints.physics.schedule import even_stretch, least_heaviest_rank
+from parasol.constraints.physics.schedule import even_stretch, least_heaviest_rank, pipeline_time_scaled
 from parasol.constraints.physics.workload import (
     PASSES_PER_MICROBATCH,
     StepSettings,
@@ -424,7 +424,7 @@ class CalibratedStageTimes:
         m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
         extra = float(step_floor_extra(parts.summed, coefficient_values(self.coefficients), vpp)[0])
         slowest = max(parts.ranks / pp, parts.slowest_compute(int(totals.sum()), vpp))
-        return (parts.ranks + (vpp * m - 1) * slowest) / vpp + (parts.optimizer / pp + extra)
+        return pipeline_time_scaled(parts.ranks, slowest, m, vpp) / vpp + (parts.optimizer / pp + extra)
 
     def _floor_parts(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> _FloorParts:
         """step_floor_s's parts, built once per mapping less its VPP: neither the rank work, the run's prices

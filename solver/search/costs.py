@@ -291,6 +291,27 @@ def kind_representatives(problem: Problem) -> dict[tuple, Block]:
     return memoised(problem.model, "kind_representatives", build)
 
 
+@dataclass(frozen=True)
+class _MemoryTerms:
+    """A row's memory tables in one unit, MB (RowCosts.stage_memory) or the ledger's bytes (stage_bytes):
+    per kind and per edge (static, activation, recompute peak), the dispatch buffers and what every rank
+    holds besides."""
+
+    kinds: tuple[tuple[int, int, int], ...]
+    edges: tuple[tuple[int, int, int], ...]
+    dispatch: int
+    fixed: int
+
+
+def _memory_terms(c: RowCosts, in_bytes: bool) -> _MemoryTerms:
+    """The row's memory tables in bytes or in MB."""
+    if in_bytes:
+        return _MemoryTerms(c.kind_bytes, c.edge_bytes, c.dispatch_bytes, c.fixed_bytes)
+    return _MemoryTerms(tuple(zip(c.kind_static, c.kind_activation, c.kind_peak, strict=True)),
+                        tuple(zip(c.edge_static, c.edge_activation, c.edge_peak, strict=True)),
+                        c.dispatch_mb, c.workspace_mb)
+
+
 def memory_floor_mb(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> Fraction:
     """A lower bound, in MB (or in the ledger's exact bytes), on the heaviest rank's memory
     (RowCosts.stage_memory, stage_bytes) under every cut of the row (`totals`: blocks of each kind in the
@@ -300,17 +321,11 @@ def memory_floor_mb(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> 
     sits, and even weights spread the static memory; either mean has its least value when every block
     sits on the rank where it weighs least. Whole-number arithmetic over common denominators: the exact
     fractions, without a Fraction per term."""
-    if in_bytes:
-        kind_static, kind_activation = [k[0] for k in c.kind_bytes], [k[1] for k in c.kind_bytes]
-        edge_static, edge_activation = [e[0] for e in c.edge_bytes], [e[1] for e in c.edge_bytes]
-        fixed = c.fixed_bytes
-    else:
-        kind_static, kind_activation, edge_static, edge_activation = (c.kind_static, c.kind_activation,
-                                                                      c.edge_static, c.edge_activation)
-        fixed = c.workspace_mb
+    terms = _memory_terms(c, in_bytes)
+    edge_static, edge_activation = [e[0] for e in terms.edges], [e[1] for e in terms.edges]
     inv, inv_den, share, share_den, least, most = _inflight_terms(c.row.pp, c.row.vpp, c.derived.num_microbatches)
     static_up = static_down = held_up = held_down = 0
-    for n, s, a in zip(totals.tolist(), kind_static, kind_activation, strict=True):
+    for n, (s, a, _) in zip(totals.tolist(), terms.kinds, strict=True):
         if s >= 0:
             static_up += n * s
         else:
@@ -335,7 +350,7 @@ def memory_floor_mb(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> 
              + (held_up * least.numerator * most.denominator + held_down * most.numerator * least.denominator)
              * share_den)
     mean = Fraction(h_num, h_den) if h_num * e_den >= e_num * h_den else Fraction(e_num, e_den)
-    return mean + least_held(c, totals, in_bytes) + fixed
+    return mean + least_held(c, totals, in_bytes) + terms.fixed
 
 
 def whole_block_memory_floor(c: RowCosts, totals: np.ndarray, unit: int, in_bytes: bool = True) -> int:
@@ -347,20 +362,14 @@ def whole_block_memory_floor(c: RowCosts, totals: np.ndarray, unit: int, in_byte
     a whole number past a whole bound). It sees what the weighted means (memory_floor_mb) miss when blocks
     are few per rank (a rank of 64 holding 2 of 94 blocks). 0 where a kind's memory is negative."""
     present = [k for k, n in enumerate(totals.tolist()) if n]
-    kinds = c.kind_bytes if in_bytes else tuple(zip(c.kind_static, c.kind_activation, c.kind_peak, strict=True))
-    edges = np.array(c.edge_bytes if in_bytes else list(zip(c.edge_static, c.edge_activation, c.edge_peak,
-                                                            strict=True)), dtype=float).reshape(-1, 3)
-    dispatch, fixed = (c.dispatch_bytes, c.fixed_bytes) if in_bytes else (c.dispatch_mb, c.workspace_mb)
-    static = min(kinds[k][0] for k in present)
-    held = min(kinds[k][1] for k in present)
+    terms = _memory_terms(c, in_bytes)
+    static = min(terms.kinds[k][0] for k in present)
+    held = min(terms.kinds[k][1] for k in present)
     if static < 0 or held < 0:
         return 0
     inflight = np.array([float(f) for f in c.inflight])
-    every_moe = all(c.kind_moe[k] for k in present)
-    least_peak = min(kinds[k][2] for k in present)
-    moe = np.array([m or every_moe for m in c.edge_moe])
-    base = (edges[:, 0] + inflight * edges[:, 1] + np.maximum(edges[:, 2], least_peak)
-            + np.where(moe, dispatch, 0) + fixed)
+    edges = np.array(terms.edges, dtype=float).reshape(-1, 3)
+    base = edges[:, 0] + inflight * edges[:, 1] + _held_besides(c, totals, terms) + terms.fixed
     heaviest = least_heaviest_rank(base, static + inflight * held, int(totals.sum()), c.row.vpp)
     return -(-int(heaviest * (1 - 1e-12)) // unit)
 
@@ -371,13 +380,17 @@ def least_held(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> int:
     the least of the model's kinds, since every rank holds a block) and the dispatch buffers where the
     rank surely holds a MoE block (its edge does, or every kind is MoE). The heaviest rank's memory is at
     least a weighted mean of the ranks' other terms plus the least of these."""
-    edge_peak = [e[2] for e in c.edge_bytes] if in_bytes else c.edge_peak
-    kind_peak = [k[2] for k in c.kind_bytes] if in_bytes else c.kind_peak
-    dispatch = c.dispatch_bytes if in_bytes else c.dispatch_mb
-    kinds = [k for k, n in enumerate(totals) if n]
+    return int(_held_besides(c, totals, _memory_terms(c, in_bytes)).min())
+
+
+def _held_besides(c: RowCosts, totals: np.ndarray, terms: _MemoryTerms) -> np.ndarray:
+    """least_held's terms rank by rank: at least its edge's recompute working set and the least of the
+    model's kinds', plus the dispatch buffers where the rank surely holds a MoE block."""
+    kinds = [k for k, n in enumerate(totals.tolist()) if n]
     every_moe = all(c.kind_moe[k] for k in kinds)
-    return min(max(edge_peak[r], min(kind_peak[k] for k in kinds)) + (dispatch if c.edge_moe[r] or every_moe else 0)
-               for r in range(c.row.pp))
+    least_peak = min(terms.kinds[k][2] for k in kinds)
+    return np.array([max(e[2], least_peak) + (terms.dispatch if moe or every_moe else 0)
+                     for e, moe in zip(terms.edges, c.edge_moe, strict=True)], dtype=np.int64)
 
 
 @lru_cache(maxsize=4096)
