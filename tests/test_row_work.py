@@ -32,9 +32,10 @@ from parasol.solver.search.costs import (
     row_costs,
     usable_mb,
 )
-from parasol.solver.search.cuts import min_max_cut, some_cut_fits
+from parasol.solver.search.cuts import min_max_cut, rank_counts, some_cut_fits
 from parasol.solver.search.savings import (
     default_cut_fits,
+    default_rank_counts,
     fit_candidates,
     open_savings,
     resolve_fit,
@@ -354,6 +355,26 @@ def test_stage_matrices_are_the_stage_formulas(problems: list) -> None:
                 for i, j in sorted({tuple(sorted(rng.choice(blocks + 1, 2, replace=False))) for _ in range(12)}):
                     held = tuple(int(x) for x in counts[i, j])
                     assert time[i, j] == c.stage_time_us(s, held) and memory[i, j] == c.stage_memory(s, held)
+
+
+def test_ranks_memory_is_stage_memory_rank_by_rank(problems: list) -> None:
+    """RowCosts.ranks_memory (every rank at once, as default_cut_fits judges the default cut) gives each rank's
+    stage_memory, with and without static memory, on the default cut and on random per-rank counts; the
+    default cut fits exactly when its heaviest rank does."""
+    rng = np.random.default_rng(29)
+    for problem in problems:
+        counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+        for row in _sample(problem, 40):
+            plain = row_costs(problem, row, None)
+            default = default_rank_counts(counts, row.pp, row.vpp)
+            layout = default_layout(problem.model.num_layers, row.pp * row.vpp)
+            assert default.tolist() == [list(r) for r in rank_counts(layout, row.pp, counts)]
+            for c in (plain, without_static(plain)):
+                for held in (default, rng.integers(0, 3, size=(row.pp, counts.shape[2]))):
+                    expected = [c.stage_memory(r, tuple(int(x) for x in held[r])) for r in range(row.pp)]
+                    assert c.ranks_memory(held).tolist() == expected
+                heaviest = max(c.stage_memory(r, tuple(int(x) for x in default[r])) for r in range(row.pp))
+                assert default_cut_fits(c, counts, heaviest) and not default_cut_fits(c, counts, heaviest - 1)
 
 
 def test_memory_floor_in_bytes_is_below_every_cut(problems: list) -> None:

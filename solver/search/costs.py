@@ -154,6 +154,17 @@ class RowCosts:
         moe = self.edge_moe[stage] or any(m for m, n in zip(self.kind_moe, counts, strict=True) if n)
         return static + act + peak + (self.dispatch_mb if moe else 0) + self.workspace_mb
 
+    def ranks_memory(self, counts: np.ndarray) -> np.ndarray:
+        """stage_memory of every pipeline rank at once: rank r holding counts[r] blocks of each kind (MB)."""
+        static = np.array(self.edge_static, dtype=np.int64) + counts @ np.array(self.kind_static, dtype=np.int64)
+        held = np.array(self.edge_activation, dtype=np.int64) + counts @ np.array(self.kind_activation, dtype=np.int64)
+        act = -(-held * _numerators(self.inflight) // _denominators(self.inflight))
+        present = counts > 0
+        peak = np.maximum(np.array(self.edge_peak, dtype=np.int64),
+                          np.where(present, np.array(self.kind_peak, dtype=np.int64), 0).max(axis=1))
+        moe = np.array(self.edge_moe, dtype=bool) | (present & np.array(self.kind_moe, dtype=bool)).any(axis=1)
+        return static + act + peak + np.where(moe, self.dispatch_mb, 0) + self.workspace_mb
+
     def stage_bytes(self, stage: int, counts: tuple[int, ...]) -> int:
         """Bytes of the heaviest rank of `stage` holding `counts` blocks of each kind, exactly as the
         ledger sums them (constraints/physics/memory.py assemble_stage): what explain prints."""
@@ -251,6 +262,18 @@ def _build_memory_tables(problem: Problem, row: Row) -> RowCosts:
         dispatch_bytes=dispatch,
         fixed_bytes=workspace + fsdp,
     )
+
+
+@lru_cache(maxsize=4096)
+def _numerators(inflight: tuple[Fraction, ...]) -> np.ndarray:
+    """The in-flight shares' numerators as an array (RowCosts.ranks_memory)."""
+    return np.array([f.numerator for f in inflight], dtype=np.int64)
+
+
+@lru_cache(maxsize=4096)
+def _denominators(inflight: tuple[Fraction, ...]) -> np.ndarray:
+    """The in-flight shares' denominators as an array (RowCosts.ranks_memory)."""
+    return np.array([f.denominator for f in inflight], dtype=np.int64)
 
 
 @lru_cache(maxsize=4096)

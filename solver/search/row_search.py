@@ -98,30 +98,34 @@ class RowSearch:
         """Drop the row when no variant of it may fit (savings.fit_candidates) or when `top` rows cut so far
         beat its least floor over the variants that may; otherwise let it wait, by that floor, to be cut.
         Cheaper floors that never exceed it are judged first: the compute floor (reprice.compute_floor_units,
-        the same under every saving) with the memory of the row's own tables (less their weights, gradients
-        and optimizer state where savings are open: those only shrink them), before the variants are
-        built; then, with the variants' memory floors, the compute floor and the compute and exposed-exchange
-        floor (reprice.exposed_floor_units), by which the row waits: its step floor is priced only when it
-        is about to be cut (cut_waiting), when most rows are already beaten."""
+        the same under every saving, so priced once) with the memory of the row's own tables (less their
+        weights, gradients and optimizer state where savings are open: those only shrink them), before the
+        variants are built; then, with the variants' memory floors, the compute floor and the compute and
+        exposed-exchange floor (reprice.exposed_floor_units), by which the row waits: its step floor is
+        priced only when it is about to be cut (cut_waiting), when most rows are already beaten."""
         plain = row_costs(self.problem, row, None)
         judged = self.floors and len(self.rows) >= self.top
-        if judged and self._beaten((compute_floor_units(plain, row.mapping(self.problem), self.counts,
-                                                        self.model_of(row)),
-                                    memory_floor_units(without_static(plain) if self.savings else plain,
-                                                       self.counts))):
-            return
+        compute, own = 0, None
+        if self.floors:
+            compute = compute_floor_units(plain, row.mapping(self.problem), self.counts, self.model_of(row))
+            own = None if self.savings else memory_floor_units(plain, self.counts)
+            if judged and self._beaten((compute, own if own is not None
+                                        else memory_floor_units(without_static(plain), self.counts))):
+                return
         candidates = fit_candidates(self.problem, row, self.savings, self.counts, self.usable, plain)
         if not candidates.rows:
             return
         floor = (0, 0)
         if self.floors:
-            variants = [(v, c, v.mapping(self.problem), self.model_of(v))
-                        for v, c in zip(candidates.rows, candidates.costs, strict=True)]
-            memory = min(memory_floor_units(c, self.counts) for _, c, _, _ in variants)
-            for time_floor in (compute_floor_units, exposed_floor_units):
-                floor = (min(time_floor(c, m, self.counts, model) for _, c, m, model in variants), memory)
-                if judged and self._beaten(floor):
-                    return
+            memory = min(own if c is plain and own is not None else memory_floor_units(c, self.counts)
+                         for c in candidates.costs)
+            floor = (compute, memory)
+            if judged and self._beaten(floor):
+                return
+            floor = (min(exposed_floor_units(c, v.mapping(self.problem), self.counts, self.model_of(v))
+                         for v, c in zip(candidates.rows, candidates.costs, strict=True)), memory)
+            if judged and self._beaten(floor):
+                return
         if candidates.settled:
             self.fitting += 1
         heapq.heappush(self._waiting, (floor, self._queued, candidates, not self.floors))

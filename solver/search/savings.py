@@ -90,13 +90,16 @@ def without_static(costs: RowCosts) -> RowCosts:
 def default_cut_fits(costs: RowCosts, counts: np.ndarray, usable: int) -> bool:
     """Whether the even default cut (derived.default_layout, one of the cuts every search considers) keeps
     every pipeline rank within `usable` MB."""
-    pp, blocks = costs.row.pp, counts.shape[0] - 1
-    layout = default_layout(blocks, pp * costs.row.vpp)
+    return bool((costs.ranks_memory(default_rank_counts(counts, costs.row.pp, costs.row.vpp)) <= usable).all())
+
+
+def default_rank_counts(counts: np.ndarray, pp: int, vpp: int) -> np.ndarray:
+    """Blocks of each kind on each pipeline rank under the default cut (`counts`: cuts.interval_counts)."""
+    layout = default_layout(counts.shape[0] - 1, pp * vpp)
     starts = np.cumsum((0, *layout))
     ranks = np.zeros((pp, counts.shape[2]), dtype=np.int64)
-    for k, n in enumerate(layout):
-        ranks[k % pp] += counts[starts[k], starts[k] + n]
-    return all(costs.stage_memory(r, tuple(ranks[r].tolist())) <= usable for r in range(pp))
+    np.add.at(ranks, np.arange(len(layout)) % pp, counts[starts[:-1], starts[1:]])
+    return ranks
 
 
 def quick_fit(costs: RowCosts, counts: np.ndarray, usable: int) -> bool | None:

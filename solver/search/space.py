@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import product
 from operator import attrgetter
 
@@ -215,16 +216,28 @@ class Row:
     """The hierarchical CP sizes of an a2a+p2p row (--hierarchical-context-parallel-sizes; (): the problem's)."""
 
     def mapping(self, problem: Problem, layout: tuple[int, ...] | None = None) -> Mapping:
-        """The full mapping this row stands for (layout None: the default split)."""
-        return Mapping(gpus=problem.gpus, gbs=problem.training.global_batch, seq_len=problem.training.seq_len,
-                       tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, etp=self.etp, vpp=self.vpp,
-                       mbs=self.mbs, recompute=self.recompute, layout=layout, rank_order=self.rank_order)
+        """The full mapping this row stands for (layout None: the default split); one object per distinct
+        mapping (_mapping): a search asks for the same ones many times, and validating one costs."""
+        return _mapping(problem.gpus, problem.training.global_batch, problem.training.seq_len, self.tp, self.pp,
+                        self.cp, self.ep, self.etp, self.vpp, self.mbs, self.recompute, layout, self.rank_order)
 
     def settings(self) -> dict[str, str | tuple[int, ...]]:
         """The framework options the row chooses, by their `--set` names."""
         chosen = {"moe_token_dispatcher_type": self.dispatcher, "moe_flex_dispatcher_backend": self.flex_backend,
                   "cp_comm_type": self.cp_comm, "hierarchical_context_parallel_sizes": self.cp_levels}
         return {k: v for k, v in chosen.items() if v}
+
+
+MAPPINGS_KEPT = 1 << 16
+"""Distinct mappings Row.mapping keeps (least recently used dropped first)."""
+
+
+@lru_cache(maxsize=MAPPINGS_KEPT)
+def _mapping(gpus: int, gbs: int, seq_len: int, tp: int, pp: int, cp: int, ep: int, etp: int, vpp: int, mbs: int,
+             recompute: str, layout: tuple[int, ...] | None, rank_order: str) -> Mapping:
+    """The mapping of these values, validated once (mappings are immutable, so one object serves every row)."""
+    return Mapping(gpus=gpus, gbs=gbs, seq_len=seq_len, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=mbs,
+                   recompute=recompute, layout=layout, rank_order=rank_order)
 
 
 ROW_ORDER = attrgetter(*(f.name for f in dataclasses.fields(Row)))
