@@ -226,13 +226,13 @@ class ClusterTopology(BaseModel):
         if len(set(members)) != len(members):
             raise InputError("A communication group lists a rank twice.", field="ranks", value=list(ranks),
                              expected="distinct ranks")
-        return self.placed_span(np.array(members, dtype=np.int64))
+        return self.placed_span(np.sort(np.array(members, dtype=np.int64)))
 
     def placed_span(self, members: np.ndarray) -> GroupSpan:
-        """group_span of a group the caller built itself (distinct non-negative ranks, in bulk as one
-        integer array): counted at once, for the large data-parallel groups of big clusters."""
-        domains = int(np.unique(members // self.gpus_per_nvlink_domain).size)
-        racks = int(np.unique(members // self.gpus_per_rack).size)
+        """group_span of a group the caller built itself (distinct non-negative ranks, ascending, in bulk as
+        one integer array): counted at once, for the large data-parallel groups of big clusters."""
+        domains = distinct_ascending(members // self.gpus_per_nvlink_domain)
+        racks = distinct_ascending(members // self.gpus_per_rack)
         if members.size == 1:
             level = Level.same_gpu
         elif racks > 1:
@@ -243,7 +243,7 @@ class ClusterTopology(BaseModel):
             level = Level.nvlink_domain
         return GroupSpan(
             size=int(members.size),
-            nodes=int(np.unique(members // self.gpus_per_node).size),
+            nodes=distinct_ascending(members // self.gpus_per_node),
             domains=domains,
             racks=racks,
             level=level,
@@ -300,3 +300,8 @@ def _check_rank(rank: int) -> int:
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
         raise InputError("A rank must be a non-negative integer.", field="rank", value=rank)
     return rank
+
+
+def distinct_ascending(values: np.ndarray) -> int:
+    """How many distinct values an ascending array holds: one more than the places it changes."""
+    return int(np.count_nonzero(values[1:] != values[:-1])) + 1 if values.size else 0

@@ -9,6 +9,7 @@ contiguous rank blocks under the usual launcher layout rank = node·G + local_ra
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from itertools import product
 
@@ -97,13 +98,28 @@ def lattice(sizes: dict[str, int], dims: list[str], order: tuple[str, ...] = ORD
     return points
 
 
+def residue_bases(sizes: dict[str, int], dims: tuple[str, ...], period: int, order: tuple[str, ...] = ORDER
+                  ) -> np.ndarray:
+    """The bases (rank of each group's first member) of the groups over `dims`, one per residue modulo
+    `period`, the first of each residue in lattice order, ascending. Every other dimension d adds idx·stride_d,
+    whose residues repeat every period/gcd(stride_d, period) steps, and the first base of each residue has
+    every idx below that, so the lattice is built over those indices only: a few bases where the whole
+    lattice holds one per group (131,072 on a 131,072-GPU TP-1 grid)."""
+    st = strides(sizes, order)
+    points = np.zeros(1, dtype=np.int64)
+    for d in (d for d in order if d not in dims):
+        steps = min(sizes[d], period // math.gcd(st[d], period))
+        points = (points[:, None] + np.arange(steps, dtype=np.int64)[None, :] * st[d]).reshape(-1)
+    _, first = np.unique(points % period, return_index=True)
+    return np.sort(points[first])
+
+
 def _max_span(sizes: dict[str, int], dims: tuple[str, ...], block: int, order: tuple[str, ...] = ORDER) -> int:
     """Most distinct blocks of `block` consecutive ranks (nodes, NVLink domains) one group over `dims`
     touches. Every group is base + offsets, and base b = q·block + r spans as many blocks as r does,
     so one base per residue r is enough."""
     offsets = lattice(sizes, list(dims), order)
-    residues = np.unique(lattice(sizes, [d for d in order if d not in dims], order) % block)
-    return max(len(np.unique((r + offsets) // block)) for r in residues)
+    return max(len(np.unique((r + offsets) // block)) for r in residue_bases(sizes, dims, block, order))
 
 
 def placements(m: Mapping, gpus_per_node: int, gpus_per_domain: int) -> tuple[GroupPlacement, ...]:

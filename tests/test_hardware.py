@@ -126,6 +126,7 @@ def test_group_span_of_strided_and_single_groups() -> None:
     topo = small_racks("h100-hgx", nodes_per_rack=4)
     dp = topo.group_span(range(0, 128, 16))
     assert (dp.nodes, dp.racks, dp.level, dp.bandwidth_gb_s) == (8, 4, Level.spine, 25)
+    assert topo.group_span([112, 0, 48, 16, 96, 32, 80, 64]) == dp
     one = topo.group_span([5])
     assert (one.level, one.bandwidth_gb_s, one.latency_us) == (Level.same_gpu, math.inf, 0.0)
     with pytest.raises(InputError, match="twice"):

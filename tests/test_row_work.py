@@ -207,21 +207,30 @@ def test_memory_floor_is_below_every_cut_and_fitting_is_unchanged(problems: list
 
 
 def test_worst_placed_group_is_the_one_placement_ranks_worst(problems: list) -> None:
-    """group_link's worst group, placed all at once, is the first of the groups _placement ranks worst."""
+    """group_link's worst group, placed all at once, is the first of the groups _placement ranks worst; the
+    bases it examines (rank_groups.residue_bases, built over the indices that add new residues only) are the
+    first base of each residue modulo the rack in the whole lattice of bases, and no group placed anywhere
+    lies worse."""
     from parasol.constraints.physics import comm
+    from parasol.problems.rank_groups import lattice, residue_bases
 
     for problem in problems:
         topology = problem.hardware.topology
         for row in _sample(problem, 10):
             m = row.mapping(problem)
+            order = comm.order_of(m)
             for kind in ("tp", "cp", "ep", "pp", "dp_cp", "dp_expert"):
                 grid, dims = comm.GROUP_KINDS[kind]
                 sizes = comm.dense_sizes(m) if grid == "dense" else comm.expert_sizes(m)
-                offsets, bases = comm._group_offsets(sizes, dims, comm.order_of(m))
+                offsets = comm._group_offsets(sizes, dims, order)
+                bases = lattice(sizes, [d for d in order if d not in dims], order)
                 _, first = np.unique(bases % topology.gpus_per_rack, return_index=True)
-                plain = max(([int(b) + o for o in offsets] for b in sorted(bases[first])),
+                assert residue_bases(sizes, dims, topology.gpus_per_rack, order).tolist() == sorted(bases[first])
+                plain = max(([int(b) + int(o) for o in offsets] for b in sorted(bases[first])),
                             key=lambda members: comm._placement(topology, members))
                 assert comm._worst_placed(topology, offsets, np.sort(bases[first])).tolist() == plain
+                everywhere = max(comm._placement(topology, [int(b) + int(o) for o in offsets]) for b in bases[:4096])
+                assert comm._placement(topology, plain) >= everywhere
 
 
 def test_row_costs_edges_are_every_stage_priced_on_its_own(problems: list) -> None:

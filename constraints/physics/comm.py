@@ -34,9 +34,16 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from parasol.hardware.topology import ClusterTopology, Level
+from parasol.hardware.topology import ClusterTopology, Level, distinct_ascending
 from parasol.problems.mapping import Mapping
-from parasol.problems.rank_groups import GROUP_KINDS, dense_sizes, expert_sizes, lattice, order_of
+from parasol.problems.rank_groups import (
+    GROUP_KINDS,
+    dense_sizes,
+    expert_sizes,
+    lattice,
+    order_of,
+    residue_bases,
+)
 
 GB = 1e9
 US = 1e-6
@@ -176,24 +183,24 @@ def point_to_point(nbytes: float, link: GroupLink) -> CommTerm:
 
 def _placement(topology: ClusterTopology, members: Sequence[int] | np.ndarray) -> tuple[int, int, int]:
     """(racks touched, domains touched, −fewest members sharing one domain): larger is worse placed."""
-    ranks = np.asarray(members, dtype=np.int64)
-    _, per_domain = np.unique(ranks // topology.gpus_per_nvlink_domain, return_counts=True)
-    racks = int(np.unique(ranks // topology.gpus_per_rack).size)
-    return racks, int(per_domain.size), -int(per_domain.min())
+    ranks = np.sort(np.asarray(members, dtype=np.int64))
+    domains = ranks // topology.gpus_per_nvlink_domain
+    starts = np.flatnonzero(np.concatenate(([True], domains[1:] != domains[:-1])))
+    per_domain = np.diff(np.append(starts, domains.size))
+    return distinct_ascending(ranks // topology.gpus_per_rack), int(per_domain.size), -int(per_domain.min())
 
 
-def _group_offsets(sizes: dict[str, int], dims: tuple[str, ...],
-                   order: tuple[str, ...]) -> tuple[list[int], np.ndarray]:
-    """(member offsets, group bases): every group of `dims` is base + offsets (rank_groups.groups)."""
-    offsets = sorted(int(x) for x in lattice(sizes, list(dims), order))
-    return offsets, lattice(sizes, [d for d in order if d not in dims], order)
+def _group_offsets(sizes: dict[str, int], dims: tuple[str, ...], order: tuple[str, ...]) -> np.ndarray:
+    """The member offsets of every group of `dims`, ascending: each group is its base + these
+    (rank_groups.groups)."""
+    return np.sort(lattice(sizes, list(dims), order))
 
 
-def _worst_placed(topology: ClusterTopology, offsets: list[int], bases: np.ndarray) -> np.ndarray:
+def _worst_placed(topology: ClusterTopology, offsets: np.ndarray, bases: np.ndarray) -> np.ndarray:
     """The members of the worst-placed group base + offsets by _placement's order (the first of equals, in
     the order of `bases`), every group placed at once: offsets ascend, so each group's NVLink domains and
     racks ascend too, and counting them is counting where they change."""
-    members = bases.astype(np.int64)[:, None] + np.asarray(offsets, dtype=np.int64)[None, :]
+    members = bases.astype(np.int64)[:, None] + offsets.astype(np.int64)[None, :]
     keys = []
     for size in (topology.gpus_per_rack, topology.gpus_per_nvlink_domain):
         unit = members // size
@@ -221,9 +228,8 @@ def group_link(topology: ClusterTopology, mapping: Mapping, kind: str) -> GroupL
 def _placed_link(topology: ClusterTopology, kind: str, sizes: dict[str, int], dims: tuple[str, ...],
                  order: tuple[str, ...]) -> GroupLink:
     """The GroupLink of the worst-placed group over `dims` of a rank grid of `sizes` in `order`."""
-    offsets, bases = _group_offsets(sizes, dims, order)
-    _, first = np.unique(bases % topology.gpus_per_rack, return_index=True)
-    worst = _worst_placed(topology, offsets, np.sort(bases[first]))
+    bases = residue_bases(sizes, dims, topology.gpus_per_rack, order)
+    worst = _worst_placed(topology, _group_offsets(sizes, dims, order), bases)
     span = topology.placed_span(worst)
     return GroupLink(
         kind=kind, size=span.size, level=span.level, bandwidth_gb_s=span.bandwidth_gb_s,
