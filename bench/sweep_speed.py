@@ -4,7 +4,11 @@ process pool and with the Ray backend (a local Ray started by each run), one ser
 parallel speed-up; checks that every backend gives the same answers and prints the per-size solve
 times and seed 000's 1,024 → 8,192 story.
 
-Run: python bench/sweep_speed.py [--runs 3] [--no-ray]
+With --default-space it times instead one sweep of the same nine sizes of a DeepSeek-V4-Pro problem as a
+new user writes it (catalog model, preset, no `search:` section; bench/solve_speed.py's default-space text)
+on the local pool, and prints each size's status, solve seconds and best step (issue 15's target: 30 s).
+
+Run: python bench/sweep_speed.py [--runs 3] [--no-ray] [--default-space [--time-limit S]]
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,12 +27,33 @@ PROBLEM = "problems/deepseek-v4-pro-1024.yaml"
 SIZES = "256..65536x2"
 
 
-def cli_sweep(backend: str) -> tuple[float, dict]:
-    """Wall seconds of `parasol sweep PROBLEM --gpus SIZES --backend B --json` and its JSON."""
+def cli_sweep(backend: str, problem: str | Path = PROBLEM, *extra: str) -> tuple[float, dict]:
+    """Wall seconds of `parasol sweep PROBLEM --gpus SIZES --backend B --json [extra]` and its JSON."""
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "parasol.solver.cli", "sweep", PROBLEM, "--gpus", SIZES,
-                           "--backend", backend, "--json"], check=True, capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-m", "parasol.solver.cli", "sweep", str(problem), "--gpus", SIZES,
+                           "--backend", backend, "--json", *extra], check=True, capture_output=True, text=True,
+                          cwd=ROOT)
     return time.perf_counter() - start, json.loads(done.stdout)
+
+
+def default_space_sweep(time_limit: float) -> None:
+    """One local-pool sweep of nine sizes of DeepSeek-V4-Pro written as a new user writes it."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from solve_speed import DEFAULT_SPACE, default_space_text
+
+    _, *spec = next(s for s in DEFAULT_SPACE if s[0] == "deepseek-v4-pro-8192")
+    spec[2] = 1024
+    with tempfile.TemporaryDirectory() as tmp:
+        problem = Path(tmp) / "deepseek-v4-pro-default-space.yaml"
+        problem.write_text(default_space_text(*spec))
+        seconds, data = cli_sweep("local", problem, "--time-limit", f"{time_limit:g}")
+    print(f"nine sizes ({SIZES}) of DeepSeek-V4-Pro, default space, local pool ({data['run']['workers']} workers), "
+          f"CLI start to output: {seconds:.2f} s")
+    print(f"{'GPUs':>7}  {'status':<10} {'solve s':>7}  best")
+    for size in data["sizes"]:
+        best = size.get("best") or {}
+        print(f"{size['gpus']:>7,}  {size['status']:<10} {size['search']['seconds']:7.2f}  "
+              f"{best.get('label', '-')} {best.get('step_time_s', float('nan')):.3f} s")
 
 
 def timed(backend: str, runs: int) -> tuple[list[float], list[dict]]:
@@ -75,7 +101,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray backend")
+    parser.add_argument("--default-space", action="store_true", help="one default-space sweep (issue 15)")
+    parser.add_argument("--time-limit", type=float, default=60.0, help="the default-space sweep's time limit (s)")
     args = parser.parse_args()
+    if args.default_space:
+        default_space_sweep(args.time_limit)
+        return
     from parasol.solver.sweep.run import answers
 
     backends = ["local", *([] if args.no_ray else ["ray"])]
