@@ -180,8 +180,9 @@ def _random_cuts(rng: random.Random, row, counts: np.ndarray, n: int = 4) -> np.
 ])
 def test_floor_counting_unhidden_exchanges_is_below_every_cut(settings: dict[str, str]) -> None:
     """The floor's TP, FSDP, pipeline-send and data-parallel parts (pricing.rank_floor_per_microbatch,
-    step_floor_extra) stay below the exact step time of random cuts of random rows, with FSDP on and with
-    the overlap switches off, and the FSDP part is what lifts an FSDP row's floor above the plain one."""
+    pipeline_sends_floor, data_parallel_floor) stay below the exact step time of random cuts of random rows,
+    with FSDP on and with the overlap switches off, and the FSDP part is what lifts an FSDP row's floor above
+    the plain one."""
     from parasol.problems.mapping_input import apply_settings
 
     base = load_problem_text("model: qwen3-30b-a3b\ntraining: {seq_len: 4096, global_batch: 256}\n"

@@ -387,20 +387,30 @@ def linear_compute_per_microbatch(b: WorkloadBatch, c: Coefs) -> np.ndarray:
     return t["forward"] + t["backward"]
 
 
-def step_floor_extra(b: WorkloadBatch, c: Coefs, vpp: int) -> np.ndarray:
-    """Per run, seconds of the step outside the pipeline that no overlap hides, when `b`'s one stage holds
-    all ranks' summed work, at `vpp` virtual stages per rank (nothing else here reads VPP): the pipeline
-    sends that fill and drain the pipeline plus the unhidden share of the rest, and an average stage's
-    data-parallel exchanges their overlap switches leave exposed (the slowest stage's are at least the
-    mean). price's 'pp', 'dp_dense' and 'dp_expert' never go below it; the optimizer is priced apart."""
+def pipeline_sends_floor(b: WorkloadBatch, c: Coefs, vpp: int) -> np.ndarray:
+    """Per run, seconds of pipeline sends no overlap hides, when `b`'s one stage holds all ranks' summed
+    work, at `vpp` virtual stages per rank (nothing else here reads VPP): the sends that fill and drain the
+    pipeline plus the unhidden share of the rest. price's 'pp' never goes below it."""
     r = b.run
     m, pp = r["microbatches"], r["pp"]
     p2p = _priced(b.p2p, c, per_stage=False) * vpp
-    sends = np.where(pp > 1, m * (1 - r["p2p_overlap"]) * p2p + (pp - 1) * p2p, 0.0)
+    return np.where(pp > 1, m * (1 - r["p2p_overlap"]) * p2p + (pp - 1) * p2p, 0.0)
+
+
+def data_parallel_floor(b: WorkloadBatch, c: Coefs) -> tuple[np.ndarray, np.ndarray]:
+    """Per run, when `b`'s one stage holds all ranks' summed work: (an average stage's data-parallel
+    exchange seconds its overlap switches leave exposed whatever the window, an average stage's whole
+    exchange seconds). price's 'dp_dense' + 'dp_expert' is the slowest stage's exposure, at least every
+    stage's: at least the first, and at least a stage's whole exchange less its forward and backward (the
+    windows _data_parallel_exposure hides it behind), so at least the second less the slowest stage's time
+    (the caller bounds that; the largest exchange is at least the mean, and the summed work's exchange
+    at most the sum of the stages')."""
+    r = b.run
+    pp = r["pp"]
     reduce = _priced(b.comm["dp_dense_reduce"], c) + _priced(b.comm["dp_expert_reduce"], c)
     gather = _priced(b.comm["dp_dense_gather"], c) + _priced(b.comm["dp_expert_gather"], c)
     exposed = (1 - _col(r["grad_reduce_overlap"])) * reduce + (1 - _col(r["param_gather_overlap"])) * gather
-    return sends + exposed.sum(axis=1) / pp
+    return exposed.sum(axis=1) / pp, (reduce + gather).sum(axis=1) / pp
 
 
 def coefficient_values(coefficients: StepCoefficients) -> Coefs:

@@ -61,11 +61,12 @@ from parasol.constraints.physics.pricing import (
     coefficient_values,
     comm_seconds,
     compute_per_microbatch,
+    data_parallel_floor,
     linear_compute_per_microbatch,
+    pipeline_sends_floor,
     price,
     rank_floor_per_microbatch,
     stage_vector,
-    step_floor_extra,
 )
 from parasol.constraints.physics.schedule import even_stretch, least_heaviest_rank, pipeline_time_scaled
 from parasol.constraints.physics.workload import (
@@ -411,20 +412,26 @@ class CalibratedStageTimes:
     def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
         """A lower bound on the step seconds of every cut of the mapping (`totals`: blocks of each kind in
         the model), under every MoE dispatcher and CP communication type: the pipeline time (Σ_s t_s +
-        (v·m − 1)·max_s t_s)/v with the stage times' sum at least all ranks' compute and the TP and FSDP
-        seconds no overlap hides (pricing.rank_floor_per_microbatch) plus the least exposed EP and CP
-        exchange seconds any type gives (exchange_floor_s), and the slowest stage at least their mean and at
-        least the slowest rank's compute when ranks hold whole blocks (_FloorParts.slowest_compute), plus
-        the unhidden pipeline sends and data-parallel exchanges and the optimizer step of an average rank
-        (pricing.step_floor_extra). Sound because a rank's compute and exchanges are sublinear in its
-        work (sums of maxima of linear terms: the price of all ranks' summed work is at most the sum of
-        their prices), every field grows with blocks (the least slope over rank positions is taken), and
-        the pipeline time grows with every stage time."""
+        (v·m − 1)·T)/v, T = max_s t_s, with the stage times' sum at least all ranks' compute and the TP and
+        FSDP seconds no overlap hides (pricing.rank_floor_per_microbatch) plus the least exposed EP and CP
+        exchange seconds any type gives (exchange_floor_s), and T at least their mean and at least the
+        slowest rank's compute when ranks hold whole blocks (_FloorParts.slowest_compute); plus the
+        unhidden pipeline sends (pricing.pipeline_sends_floor), the data-parallel exchanges at least as
+        exposed as the larger of what their switches leave and the whole exchange less T
+        (pricing.data_parallel_floor), and the optimizer step of an average rank. Sound because a rank's
+        compute and exchanges are sublinear in its work (sums of maxima of linear terms: the price of all
+        ranks' summed work is at most the sum of their prices), every field grows with blocks (the least
+        slope over rank positions is taken), and the step grows with the stage times' sum and, but for
+        the data-parallel term at one microbatch, with T: there T takes the least value of the bound's
+        convex function of it."""
         parts = self._floor_parts(mapping, derived, totals)
+        coefs = coefficient_values(self.coefficients)
         m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
-        extra = float(step_floor_extra(parts.summed, coefficient_values(self.coefficients), vpp)[0])
-        slowest = max(parts.ranks / pp, parts.slowest_compute(int(totals.sum()), vpp))
-        return pipeline_time_scaled(parts.ranks, slowest, m, vpp) / vpp + (parts.optimizer / pp + extra)
+        exposed, whole = (float(x[0]) for x in data_parallel_floor(parts.summed, coefs))
+        least = max(parts.ranks / pp, parts.slowest_compute(int(totals.sum()), vpp))
+        slowest = least if vpp * m - 1 >= vpp else max(least, whole - exposed)
+        return (pipeline_time_scaled(parts.ranks, slowest, m, vpp) / vpp + max(exposed, whole - slowest)
+                + float(pipeline_sends_floor(parts.summed, coefs, vpp)[0]) + parts.optimizer / pp)
 
     def _floor_parts(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> _FloorParts:
         """step_floor_s's parts, built once per mapping less its VPP: neither the rank work, the run's prices
