@@ -62,6 +62,7 @@ from parasol.constraints.physics.pricing import (
     comm_seconds,
     compute_per_microbatch,
     data_parallel_floor,
+    data_parallel_lines,
     linear_compute_per_microbatch,
     pipeline_sends_floor,
     price,
@@ -268,6 +269,16 @@ class _FloorParts:
     block_compute: float
     """The least compute seconds one block adds to any rank (linear_compute_per_microbatch of the rank work's
     slopes over every rank position and kind the model holds)."""
+    data_parallel: tuple[np.ndarray, np.ndarray]
+    """Per rank, a line a_r + b_r·k below its whole data-parallel exchange seconds holding k >= 1 blocks
+    (pricing.data_parallel_lines of its work with no block, the least onset and the least slope)."""
+
+    def heaviest_exchange(self, blocks: int, vpp: int) -> float:
+        """A bound on the largest rank's whole data-parallel exchange seconds when the ranks hold `blocks` whole
+        blocks, at least one per virtual stage (least_heaviest_rank over data_parallel's lines; 0 where a
+        line falls with blocks)."""
+        base, slope = self.data_parallel
+        return least_heaviest_rank(base, slope, blocks, vpp) if (slope >= 0).all() else 0.0
 
     def slowest_compute(self, blocks: int, vpp: int) -> float:
         """A bound on the slowest rank's seconds of one microbatch: its compute (never above its stage time)
@@ -417,8 +428,9 @@ class CalibratedStageTimes:
         exchange seconds any type gives (exchange_floor_s), and T at least their mean and at least the
         slowest rank's compute when ranks hold whole blocks (_FloorParts.slowest_compute); plus the
         unhidden pipeline sends (pricing.pipeline_sends_floor), the data-parallel exchanges at least as
-        exposed as the larger of what their switches leave and the whole exchange less T
-        (pricing.data_parallel_floor), and the optimizer step of an average rank. Sound because a rank's
+        exposed as the larger of what their switches leave and the largest rank's whole exchange less T
+        (at least the mean, pricing.data_parallel_floor, and at least the heaviest rank's when ranks hold
+        whole blocks, _FloorParts.heaviest_exchange), and the optimizer step of an average rank. Sound because a rank's
         compute and exchanges are sublinear in its work (sums of maxima of linear terms: the price of all
         ranks' summed work is at most the sum of their prices), every field grows with blocks (the least
         slope over rank positions is taken), and the step grows with the stage times' sum and, but for
@@ -428,6 +440,7 @@ class CalibratedStageTimes:
         coefs = coefficient_values(self.coefficients)
         m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
         exposed, whole = (float(x[0]) for x in data_parallel_floor(parts.summed, coefs))
+        whole = max(whole, parts.heaviest_exchange(int(totals.sum()), vpp))
         least = max(parts.ranks / pp, parts.slowest_compute(int(totals.sum()), vpp))
         slowest = least if vpp * m - 1 >= vpp else max(least, whole - exposed)
         return (pipeline_time_scaled(parts.ranks, slowest, m, vpp) / vpp + max(exposed, whole - slowest)
@@ -448,9 +461,11 @@ class CalibratedStageTimes:
             linear = linear_compute_per_microbatch(
                 batch_from_vectors(run, np.concatenate([work.empty, work.slope[:, held].reshape(-1, work.empty.shape[1])])
                                    [None]), coefs)[0]
+            lines = data_parallel_lines(work.empty + work.onset[:, held].min(axis=1), work.slope[:, held].min(axis=1),
+                                        coefs)
             self._floors[key] = _FloorParts(float(rank_floor_per_microbatch(summed, coefs)[0, 0])
                                             + self.exchange_floor_s(mapping, totals), optimizer, summed,
-                                            linear[:mapping.pp], float(linear[mapping.pp:].min()))
+                                            linear[:mapping.pp], float(linear[mapping.pp:].min()), lines)
         return self._floors[key]
 
     def compute_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
