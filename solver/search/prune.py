@@ -11,7 +11,8 @@ agree), lazily and only as dominators.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from bisect import bisect_right
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -74,3 +75,121 @@ def beaten(point: tuple[int, int], rows: np.ndarray, values: np.ndarray, top: in
         return False
     others = np.unique(rows[dominating])
     return len(others) >= top and sum(1 for r in others.tolist() if row_feasible(r)) >= top
+
+
+NONE_BELOW = np.iinfo(np.int64).max
+"""The time a staircase reads below its first step (no step there): above every step time."""
+
+
+def _least_times(steps: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """A row's staircase from its steps: their memories in ascending order and, at each, the least time of
+    the steps at or below it (the row's least time under memory m is at the last memory <= m)."""
+    values = np.array(steps, dtype=np.int64).reshape(-1, 2)
+    order = np.lexsort((values[:, 0], values[:, 1]))
+    return values[order, 1], np.minimum.accumulate(values[order, 0])
+
+
+def _on_grid(memories: np.ndarray, times: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """A staircase (`memories` ascending, their least `times`) read at each memory of `grid`."""
+    at = np.searchsorted(memories, grid, side="right") - 1
+    read = np.full(len(grid), NONE_BELOW, dtype=np.int64)
+    read[at >= 0] = times[at[at >= 0]]
+    return read
+
+
+class TopStaircase:
+    """`beaten`'s answer in O(log n) a query: for the rule-feasible rows, the j-th least of their least times
+    under each memory (j = 1..top, on the grid of their step memories), kept as rows arrive. A point
+    (t, m) is beaten when the top-th is below t at m, or at most t at m - 1 (memories are integer units):
+    top rows then hold a step that dominates it; it is not when the top-th exceeds t at m. The one case
+    left (the top-th equals t at m, exceeds it at m - 1: a dominator may only tie the point on one
+    objective) is `beaten`'s scan. Rows are judged by the rules lazily: a row arriving is judged only when
+    its staircase lies below the top-th somewhere (else, feasible or not, it cannot move the top-th, now
+    or later, as the top-th only falls); steps added to a row already counted rebuild the order."""
+
+    def __init__(self, top: int, row_feasible: Callable[[int], bool]) -> None:
+        self.top, self.row_feasible = top, row_feasible
+        self._rows: list[int] = []
+        self._values: list[tuple[int, int]] = []
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
+        self._steps: dict[int, list[tuple[int, int]]] = {}
+        self._arrived: list[int] = []
+        self._counted: list[int] = []
+        self._judged: dict[int, bool] = {}
+        self._grid = np.zeros(0, dtype=np.int64)
+        self._least = np.full((max(top, 1), 0), NONE_BELOW, dtype=np.int64)
+        self._grid_list: list[int] = []
+        self._top_list: list[int] = []
+
+    def add(self, row: int, steps: Iterable[tuple[int, int]]) -> None:
+        """Steps (time, memory) of `row`, cut now (a row cut again adds its new steps to its old)."""
+        steps = list(steps)
+        self._rows.extend(row for _ in steps)
+        self._values.extend(steps)
+        self._steps.setdefault(row, []).extend(steps)
+        self._arrived.append(row)
+
+    def beaten(self, point: tuple[int, int]) -> bool:
+        """Whether steps of `top` rule-feasible rows dominate `point` (exactly `beaten`'s answer)."""
+        if self.top < 1:
+            return self._scan(point)
+        if self._arrived:
+            self._take_arrived()
+        t, m = point
+        at = bisect_right(self._grid_list, m) - 1
+        least = self._top_list[at] if at >= 0 else NONE_BELOW
+        if least != t:
+            return least < t
+        below = bisect_right(self._grid_list, m - 1) - 1
+        if below >= 0 and self._top_list[below] <= t:
+            return True
+        return self._scan(point)
+
+    def _scan(self, point: tuple[int, int]) -> bool:
+        """`beaten` over every step added."""
+        if self._arrays is None or len(self._arrays[0]) != len(self._rows):
+            self._arrays = (np.array(self._rows, dtype=np.int64),
+                            np.array(self._values, dtype=np.int64).reshape(-1, 2))
+        return beaten(point, *self._arrays, self.top, self.row_feasible)
+
+    def _take_arrived(self) -> None:
+        """Count the rows that arrived: rebuild the order if a counted row has new steps, then judge and count
+        each other row whose staircase lies below the top-th somewhere."""
+        arrived, self._arrived = self._arrived, []
+        if any(self._judged.get(r, False) for r in arrived):
+            self._rebuild()
+        for r in dict.fromkeys(arrived):
+            if r in self._judged:
+                continue
+            memories, times = _least_times(self._steps[r])
+            if not len(memories) or not np.any(times < _on_grid(self._grid, self._least[-1], memories)):
+                continue
+            self._judged[r] = self.row_feasible(r)
+            if self._judged[r]:
+                self._count(r)
+        self._grid_list, self._top_list = self._grid.tolist(), self._least[-1].tolist()
+
+    def _rebuild(self) -> None:
+        """The order over the counted rows anew (one of them has new steps)."""
+        counted, self._counted = self._counted, []
+        self._grid = np.zeros(0, dtype=np.int64)
+        self._least = np.full((self._least.shape[0], 0), NONE_BELOW, dtype=np.int64)
+        for r in counted:
+            self._count(r)
+
+    def _count(self, row: int) -> None:
+        """Put a rule-feasible row's staircase into the order: the j-th least becomes the least of the j-th
+        and the larger of the (j-1)-th and the row's time."""
+        memories, times = _least_times(self._steps[row])
+        grid = np.union1d(self._grid, memories)
+        if len(grid) != len(self._grid):
+            at = np.searchsorted(self._grid, grid, side="right") - 1
+            least = np.full((self._least.shape[0], len(grid)), NONE_BELOW, dtype=np.int64)
+            least[:, at >= 0] = self._least[:, at[at >= 0]]
+            self._grid, self._least = grid, least
+        row_times = _on_grid(memories, times, self._grid)
+        above = np.empty_like(self._least)
+        above[0] = np.iinfo(np.int64).min
+        above[1:] = self._least[:-1]
+        self._least = np.minimum(self._least, np.maximum(above, row_times))
+        self._counted.append(row)

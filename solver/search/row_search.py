@@ -23,7 +23,7 @@ from parasol.solver.search.choices import settled
 from parasol.solver.search.costs import RowCosts, StageTimeModel, row_costs
 from parasol.solver.search.cuts import Staircase, row_staircase
 from parasol.solver.search.program import admissible, choice_rules, judged_rules, program_rules
-from parasol.solver.search.prune import beaten
+from parasol.solver.search.prune import TopStaircase
 from parasol.solver.search.reprice import (
     compute_floor_units,
     exact_staircase,
@@ -78,9 +78,7 @@ class RowSearch:
         self._waiting: list[tuple[tuple[int, int], int, FitCandidates, bool]] = []
         self._queued = 0
         self._passes: dict[int, bool] = {}
-        self._step_rows: list[int] = []
-        self._step_values: list[tuple[int, int]] = []
-        self._step_arrays: tuple[np.ndarray, np.ndarray] | None = None
+        self._steps = TopStaircase(top, self.feasible_row)
 
     def model_of(self, row: Row) -> StageTimeModel:
         """The step-time model of a row: its saving's, under the dispatcher and CP type it chose."""
@@ -159,10 +157,7 @@ class RowSearch:
 
     def _beaten(self, floor: tuple[int, int]) -> bool:
         """Whether steps of `top` rule-feasible rows cut so far dominate `floor` (prune.beaten)."""
-        if self._step_arrays is None or len(self._step_arrays[0]) != len(self._step_rows):
-            self._step_arrays = (np.array(self._step_rows, dtype=np.int64),
-                                 np.array(self._step_values, dtype=np.int64).reshape(-1, 2))
-        return beaten(floor, *self._step_arrays, self.top, self.feasible_row)
+        return self._steps.beaten(floor)
 
     @property
     def waiting(self) -> int:
@@ -219,8 +214,7 @@ class RowSearch:
         self.costs.append(c)
         self._options_proved.append(sure)
         self.staircases.append(stairs if sure else Staircase(stairs.points, False))
-        self._step_rows.extend(i for _ in stairs.points)
-        self._step_values.extend((q.time_units, q.memory_units) for q in stairs.points)
+        self._steps.add(i, ((q.time_units, q.memory_units) for q in stairs.points))
 
     def _staircase(self, chosen: Row, c: RowCosts, deadline: float) -> Staircase:
         """The staircase of a settled row, re-priced as printed and judged by the row rules (the cut search
@@ -240,8 +234,7 @@ class RowSearch:
                 continue
             again = self._staircase(self.rows[i], self.costs[i], deadline)
             self.staircases[i] = again
-            self._step_rows.extend(i for _ in again.points)
-            self._step_values.extend((q.time_units, q.memory_units) for q in again.points)
+            self._steps.add(i, ((q.time_units, q.memory_units) for q in again.points))
 
 
 def search_rows(search: RowSearch, ordered: tuple[Row, ...], deadline: float,
