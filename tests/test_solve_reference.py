@@ -83,9 +83,10 @@ class AdditiveTime:
         stage = np.array(self.edge_times_s(m, d))[None, :] + counts @ per_kind
         return self.step_extra_s(m, d) + pipeline_seconds(stage, float(d.num_microbatches), m.vpp)
 
-    def step_floor_s(self, m, d, totals):
+    def step_floor_s(self, m, d, totals, most=None):
         """Every cut's step time is at least the constant plus the rank times' sum spread evenly, under the
-        fastest dispatcher and CP exchange (a floor holds for every option a row may choose)."""
+        fastest dispatcher and CP exchange (a floor holds for every option a row may choose; it reads no
+        per-rank block bound)."""
         reps = {}
         for b in self.p.model.blocks:
             reps.setdefault(block_kind(b), b)

@@ -407,14 +407,43 @@ def test_even_stretch_is_the_pipeline_time_of_equal_stages() -> None:
         assert float(pipeline_seconds(stages, m, vpp)[0]) == pytest.approx(0.7 * pp * even_stretch(pp, vpp, m))
 
 
+def _assignments(kinds: tuple[int, ...], ranks: int):  # noqa: ANN202 - a test's enumeration
+    """Every way to put kinds[k] blocks of each kind k on `ranks` ranks: ranks × kinds count arrays."""
+    per_kind = [[c for c in itertools.product(range(n + 1), repeat=ranks) if sum(c) == n] for n in kinds]
+    for choice in itertools.product(*per_kind):
+        yield np.array(choice).T
+
+
 def test_least_heaviest_rank_is_the_best_whole_block_assignment() -> None:
-    """schedule.least_heaviest_rank equals the least largest base_r + slope_r·k_r over every assignment of
-    whole blocks (k_r >= least, adding up to the blocks), enumerated on small random cases."""
+    """schedule.least_heaviest_rank is at most the least largest base_r + Σ_k weights[r, k]·n_rk over every
+    assignment of whole blocks of each kind (least <= Σ_k n_rk <= most_r where those leave room, else without
+    the upper bound), enumerated on small random cases, and equal to it when every kind weighs alike on
+    each rank (where the relaxation is exact)."""
     rng = np.random.default_rng(41)
-    for _ in range(60):
-        ranks, least = int(rng.integers(1, 5)), int(rng.integers(1, 3))
-        blocks = int(rng.integers(ranks * least, ranks * least + 7))
-        base, slope = rng.uniform(0, 10, ranks), rng.uniform(0, 3, ranks)
-        best = min(max(base + slope * np.array(k)) for k in itertools.product(range(least, blocks + 1), repeat=ranks)
-                   if sum(k) == blocks)
-        assert least_heaviest_rank(base, slope, blocks, least) == pytest.approx(best)
+    for case in range(80):
+        ranks, least = int(rng.integers(1, 4)), int(rng.integers(1, 3))
+        kinds = tuple(int(n) for n in rng.integers(0, 4, int(rng.integers(1, 3))))
+        if sum(kinds) < ranks * least:
+            continue
+        base = rng.uniform(0, 10, ranks)
+        alike = case % 2 == 0
+        weights = np.repeat(rng.uniform(0, 3, (ranks, 1)), len(kinds), axis=1) if alike \
+            else rng.uniform(0, 3, (ranks, len(kinds)))
+        most = rng.integers(least - 1, least + 4, ranks)
+        totals = np.array(kinds, dtype=np.int64)
+        best = capped = np.inf
+        for n in _assignments(kinds, ranks):
+            held = n.sum(axis=1)
+            if (held >= least).all():
+                value = float(np.max(base + (weights * n).sum(axis=1)))
+                best = min(best, value)
+                if (held <= most).all():
+                    capped = min(capped, value)
+        if capped == np.inf:
+            capped = best
+        bound = least_heaviest_rank(base, weights, totals, least)
+        assert bound <= best + 1e-9
+        assert least_heaviest_rank(base, weights, totals, least, most) <= capped + 1e-9
+        if alike:
+            assert bound == pytest.approx(best)
+            assert least_heaviest_rank(base, weights, totals, least, most) == pytest.approx(capped)

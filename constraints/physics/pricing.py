@@ -418,21 +418,22 @@ DATA_PARALLEL_TERMS = ("dp_dense_reduce", "dp_dense_gather", "dp_expert_reduce",
 
 
 def data_parallel_lines(base: np.ndarray, per_block: np.ndarray, c: Coefs) -> tuple[np.ndarray, np.ndarray]:
-    """Per rank, (a_r, b_r) with a_r + b_r·k at most the seconds of its whole data-parallel exchange when it
-    holds k >= 1 blocks, from rank vectors (STAGE_VECTOR) `base` (what it holds with one block's onset) and
-    `per_block` (what each block adds at least), ranks × fields, with every comm part growing with blocks:
-    each term's seconds max(nvlink/e, network/e) + latency are at least either part plus the latency, both
-    linear in k; per rank and term the part larger at one block is taken."""
+    """Per rank, (a_r, b_rk) with a_r + Σ_k b_rk·n_k at most the seconds of its whole data-parallel exchange
+    when it holds n_k blocks of each kind k (at least one in all), from rank vectors (STAGE_VECTOR) `base`
+    (ranks × fields: what it holds with the least onset one block brings) and `per_block` (ranks × kinds ×
+    fields: what each block of a kind adds at least), every comm part growing with blocks: each term's
+    seconds max(nvlink/e, network/e) + latency are at least either part plus the latency, both linear in
+    the counts; per rank and term the part larger at one block of the average kind is taken."""
     width = len(STAGE_FIELDS)
     a = np.zeros(base.shape[0])
-    b = np.zeros(base.shape[0])
+    b = np.zeros(per_block.shape[:2])
     for term in DATA_PARALLEL_TERMS:
         at = width + 3 * COMM_FIELDS.index(term)
-        lines = [(base[:, at + part] / float(c[efficiency]), per_block[:, at + part] / float(c[efficiency]))
+        lines = [(base[:, at + part] / float(c[efficiency]), per_block[:, :, at + part] / float(c[efficiency]))
                  for part, efficiency in ((0, "nvlink_efficiency"), (1, "network_efficiency"))]
-        network = lines[1][0] + lines[1][1] >= lines[0][0] + lines[0][1]
+        network = lines[1][0] + lines[1][1].mean(axis=1) >= lines[0][0] + lines[0][1].mean(axis=1)
         a += np.where(network, lines[1][0], lines[0][0]) + base[:, at + 2]
-        b += np.where(network, lines[1][1], lines[0][1]) + per_block[:, at + 2]
+        b += np.where(network[:, None], lines[1][1], lines[0][1]) + per_block[:, :, at + 2]
     return a, b
 
 

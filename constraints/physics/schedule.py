@@ -32,16 +32,34 @@ def even_stretch(pp: int, vpp: int, m: float) -> float:
     return pipeline_time_scaled(pp, 1, m, vpp) / (vpp * pp)
 
 
-def least_heaviest_rank(base: np.ndarray, slope: np.ndarray, blocks: int, least: int) -> float:
-    """The least possible largest base_r + slope_r·k_r over whole block counts k_r >= `least` per rank adding
-    up to `blocks` (slopes >= 0): every rank takes its `least`, then each further block goes where it adds
-    least, so the answer is the larger of the ranks' start and the (blocks − least·ranks)-th smallest of
-    base_r + slope_r·(least + j), j >= 1. A bound on the slowest (or heaviest) pipeline rank when every
-    block costs a rank at least slope_r: it sees the whole blocks a mean over the ranks misses."""
-    first = float(np.max(base + least * slope))
+def least_heaviest_rank(base: np.ndarray, weights: np.ndarray, totals: np.ndarray, least: int,
+                        most: np.ndarray | None = None) -> float:
+    """The least possible largest base_r + the weights of the blocks rank r holds, over every assignment of
+    whole blocks (totals[k] of each kind k, each weighing weights[r, k] >= 0 on rank r) with least <= k_r <=
+    most_r blocks per rank (`most` None: no upper bound). A rank holding j blocks weighs at least base_r
+    plus its j lightest (lightest_blocks: convex in j), so every rank takes its `least`, then each further
+    block goes where it adds least among the ranks with room: the answer is the larger of the ranks' start
+    and the (blocks − least·ranks)-th smallest of base_r + lightest_r(least + j), 1 <= j <= most_r − least.
+    A bound on the slowest (or heaviest) pipeline rank: it sees the whole blocks, and the kinds a rank
+    cannot all hold, that a mean over the ranks misses. Where `most` leaves too little room for the blocks
+    it is ignored (the bound without it still holds)."""
+    blocks = int(totals.sum())
     extra = blocks - least * len(base)
+    lightest = lightest_blocks(weights, totals, min(max(least + extra, least), blocks))
+    first = float(np.max(base + lightest[:, min(least, blocks)]))
     if extra <= 0:
         return first
-    steps = np.arange(least + 1, least + extra + 1, dtype=float)
-    values = (base[:, None] + slope[:, None] * steps[None, :]).ravel()
-    return max(first, float(np.partition(values, extra - 1)[extra - 1]))
+    values = base[:, None] + lightest[:, least + 1:]
+    if most is not None and (most >= least).all() and int(np.minimum(most - least, extra).sum()) >= extra:
+        values = np.where(np.arange(least + 1, least + extra + 1)[None, :] <= most[:, None], values, np.inf)
+    return max(first, float(np.partition(values.ravel(), extra - 1)[extra - 1]))
+
+
+def lightest_blocks(weights: np.ndarray, totals: np.ndarray, upto: int) -> np.ndarray:
+    """ranks × (upto + 1): the least weight of j blocks on each rank r (j = 0..upto), among totals[k] blocks of
+    each kind k weighing weights[r, k] there: its j lightest, each rank's kinds lightest first."""
+    out = np.zeros((weights.shape[0], upto + 1))
+    for r, row in enumerate(weights):
+        order = np.argsort(row, kind="stable")
+        out[r, 1:] = np.cumsum(np.repeat(row[order], totals[order])[:upto])
+    return out

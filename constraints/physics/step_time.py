@@ -266,25 +266,30 @@ class _FloorParts:
     """The one-stage batch of all ranks' work."""
     rank_compute: np.ndarray
     """Each rank's compute seconds of one microbatch holding no block (pricing.linear_compute_per_microbatch)."""
-    block_compute: float
-    """The least compute seconds one block adds to any rank (linear_compute_per_microbatch of the rank work's
-    slopes over every rank position and kind the model holds)."""
+    block_compute: np.ndarray
+    """The compute seconds one block of each kind the model holds adds to each rank (ranks × those kinds;
+    linear_compute_per_microbatch of the rank work's slopes)."""
+    held: np.ndarray
+    """The blocks of each kind the model holds (the kinds of block_compute)."""
     data_parallel: tuple[np.ndarray, np.ndarray]
-    """Per rank, a line a_r + b_r·k below its whole data-parallel exchange seconds holding k >= 1 blocks
-    (pricing.data_parallel_lines of its work with no block, the least onset and the least slope)."""
+    """Per rank, a_r and per kind b_rk with a_r + Σ_k b_rk·n_k below its whole data-parallel exchange seconds
+    holding n_k blocks of each kind, at least one (pricing.data_parallel_lines of its work with no block,
+    the least onset and each kind's slope)."""
 
-    def heaviest_exchange(self, blocks: int, vpp: int) -> float:
-        """A bound on the largest rank's whole data-parallel exchange seconds when the ranks hold `blocks` whole
-        blocks, at least one per virtual stage (least_heaviest_rank over data_parallel's lines; 0 where a
-        line falls with blocks)."""
-        base, slope = self.data_parallel
-        return least_heaviest_rank(base, slope, blocks, vpp) if (slope >= 0).all() else 0.0
+    def heaviest_exchange(self, vpp: int, most: np.ndarray | None = None) -> float:
+        """A bound on the largest rank's whole data-parallel exchange seconds when the ranks hold the model's
+        whole blocks, at least one per virtual stage and at most `most` (least_heaviest_rank over
+        data_parallel's lines; 0 where a line falls with blocks)."""
+        base, weights = self.data_parallel
+        return least_heaviest_rank(base, weights, self.held, vpp, most) if (weights >= 0).all() else 0.0
 
-    def slowest_compute(self, blocks: int, vpp: int) -> float:
+    def slowest_compute(self, vpp: int, most: np.ndarray | None = None) -> float:
         """A bound on the slowest rank's seconds of one microbatch: its compute (never above its stage time)
-        when the ranks hold `blocks` whole blocks, at least one per virtual stage (least_heaviest_rank)."""
-        return least_heaviest_rank(self.rank_compute, np.full(len(self.rank_compute), self.block_compute), blocks,
-                                   vpp)
+        when the ranks hold the model's whole blocks, at least one per virtual stage and at most `most`
+        (least_heaviest_rank; 0 where a block's compute is negative)."""
+        if (self.block_compute < 0).any():
+            return 0.0
+        return least_heaviest_rank(self.rank_compute, self.block_compute, self.held, vpp, most)
 
 
 DISPATCHERS = get_args(MegatronOptions.model_fields["moe_token_dispatcher_type"].annotation)
@@ -420,9 +425,11 @@ class CalibratedStageTimes:
         vectors = self.rank_work(mapping, derived).vectors(counts)
         return price(batch_from_vectors(self._run(mapping, derived), vectors), coefficient_values(self.coefficients))
 
-    def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
+    def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
+                     most: np.ndarray | None = None) -> float:
         """A lower bound on the step seconds of every cut of the mapping (`totals`: blocks of each kind in
-        the model), under every MoE dispatcher and CP communication type: the pipeline time (Σ_s t_s +
+        the model) holding at most most_r blocks on each pipeline rank r (None: any number; e.g. what fits
+        its memory), under every MoE dispatcher and CP communication type: the pipeline time (Σ_s t_s +
         (v·m − 1)·T)/v, T = max_s t_s, with the stage times' sum at least all ranks' compute and the TP and
         FSDP seconds no overlap hides (pricing.rank_floor_per_microbatch) plus the least exposed EP and CP
         exchange seconds any type gives (exchange_floor_s), and T at least their mean and at least the
@@ -440,8 +447,8 @@ class CalibratedStageTimes:
         coefs = coefficient_values(self.coefficients)
         m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
         exposed, whole = (float(x[0]) for x in data_parallel_floor(parts.summed, coefs))
-        whole = max(whole, parts.heaviest_exchange(int(totals.sum()), vpp))
-        least = max(parts.ranks / pp, parts.slowest_compute(int(totals.sum()), vpp))
+        whole = max(whole, parts.heaviest_exchange(vpp, most))
+        least = max(parts.ranks / pp, parts.slowest_compute(vpp, most))
         slowest = least if vpp * m - 1 >= vpp else max(least, whole - exposed)
         return (pipeline_time_scaled(parts.ranks, slowest, m, vpp) / vpp + max(exposed, whole - slowest)
                 + float(pipeline_sends_floor(parts.summed, coefs, vpp)[0]) + parts.optimizer / pp)
@@ -461,11 +468,11 @@ class CalibratedStageTimes:
             linear = linear_compute_per_microbatch(
                 batch_from_vectors(run, np.concatenate([work.empty, work.slope[:, held].reshape(-1, work.empty.shape[1])])
                                    [None]), coefs)[0]
-            lines = data_parallel_lines(work.empty + work.onset[:, held].min(axis=1), work.slope[:, held].min(axis=1),
-                                        coefs)
+            lines = data_parallel_lines(work.empty + work.onset[:, held].min(axis=1), work.slope[:, held], coefs)
             self._floors[key] = _FloorParts(float(rank_floor_per_microbatch(summed, coefs)[0, 0])
                                             + self.exchange_floor_s(mapping, totals), optimizer, summed,
-                                            linear[:mapping.pp], float(linear[mapping.pp:].min()), lines)
+                                            linear[:mapping.pp], linear[mapping.pp:].reshape(mapping.pp, -1),
+                                            totals[held].astype(np.int64), lines)
         return self._floors[key]
 
     def compute_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:

@@ -379,21 +379,22 @@ def memory_floor_mb(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> 
 def whole_block_memory_floor(c: RowCosts, totals: np.ndarray, unit: int, in_bytes: bool = True) -> int:
     """A lower bound, in whole `unit`s of bytes (or of MB, not in_bytes) rounded up, on the heaviest rank's
     bytes (stage_bytes; stage_memory's MB) under every cut the cut searches consider. Every rank holds a
-    whole number of blocks, at least one per virtual stage, and a block adds to rank r at least the least
-    static and activation memory of any kind (activations times r's in-flight share), so rank r holding k
-    blocks weighs at least A_r + B_r·k (schedule.least_heaviest_rank; rounding activations up cannot lift
-    a whole number past a whole bound). It sees what the weighted means (memory_floor_mb) miss when blocks
-    are few per rank (a rank of 64 holding 2 of 94 blocks). 0 where a kind's memory is negative."""
+    whole number of blocks, at least one per virtual stage, and a block of kind k adds to rank r its static
+    memory and its activations times r's in-flight share, so rank r holding j blocks weighs at least A_r
+    plus its j lightest blocks there (schedule.least_heaviest_rank; rounding activations up cannot lift a
+    whole number past a whole bound). It sees what the weighted means (memory_floor_mb) miss when blocks
+    are few per rank (a rank of 64 holding 2 of 94 blocks) or of unlike kinds (3 dense blocks among 61).
+    0 where a kind's memory is negative."""
     present = [k for k, n in enumerate(totals.tolist()) if n]
     terms = _memory_terms(c, in_bytes)
-    static = min(terms.kinds[k][0] for k in present)
-    held = min(terms.kinds[k][1] for k in present)
-    if static < 0 or held < 0:
+    kinds = np.array([terms.kinds[k][:2] for k in present], dtype=float).reshape(-1, 2)
+    if (kinds < 0).any():
         return 0
     inflight = np.array([float(f) for f in c.inflight])
     edges = np.array(terms.edges, dtype=float).reshape(-1, 3)
     base = edges[:, 0] + inflight * edges[:, 1] + _held_besides(c, totals, terms) + terms.fixed
-    heaviest = least_heaviest_rank(base, static + inflight * held, int(totals.sum()), c.row.vpp)
+    weights = kinds[None, :, 0] + inflight[:, None] * kinds[None, :, 1]
+    heaviest = least_heaviest_rank(base, weights, totals[present].astype(np.int64), c.row.vpp)
     return -(-int(heaviest * (1 - 1e-12)) // unit)
 
 
