@@ -12,19 +12,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from parasol.constraints.physics.memory import (
     Contribution,
-    block_contribution,
+    block_activations,
     block_kind,
+    block_param_state,
     dispatch_buffer_bytes,
-    edge_contribution,
+    edge_activations,
+    edge_param_state,
     fsdp_buffer_bytes,
     inflight_microbatches,
     workspace_bytes,
@@ -260,24 +263,67 @@ def stage_inflight(pp: int, vpp: int, microbatches: Fraction | int) -> tuple[Fra
 
 
 CONTRIBUTION_MEMO = 65536
-"""Rows' contributions kept per problem (the table starts afresh past this)."""
+"""Parameter states and saved activations kept per problem (each table starts afresh past this)."""
+
+Ends = tuple[bool, bool]
+"""A pipeline rank's edges: (first, last), whether it runs the embedding and the head."""
 
 
 def _contributions(problem: Problem, mapping: Mapping, d: Derived) -> tuple[list[Contribution],
-                                                                            dict[tuple[bool, bool], Contribution]]:
-    """(each block kind's contribution, the edges' by (first, last)) of a row, computed once per problem and
-    the mapping fields they read: rows differing only in VPP, rank order or cut share them."""
-    m = mapping
-    key = (m.pp, m.tp, m.expert_tp, m.cp, m.mbs, m.recompute, d.dp_attn, d.dp_expert, d.experts_per_rank)
+                                                                            dict[Ends, Contribution]]:
+    """(each block kind's contribution, the edges' by (first, last)) of a row: each its parameter state
+    (_param_states) holding its saved activations (_block_activations, _edge_activations), each half computed
+    once per problem and the mapping fields it reads."""
+    states, edge_states = _param_states(problem, mapping, d)
+    saved, edge_saved = _block_activations(problem, mapping), _edge_activations(problem, mapping)
+    return ([state.holding(held) for state, held in zip(states, saved, strict=True)],
+            {end: edge_states[end].holding(edge_saved[end]) for end in _ends(mapping.pp)})
 
-    def build() -> tuple[list[Contribution], dict[tuple[bool, bool], Contribution]]:
+
+def _ends(pp: int) -> list[Ends]:
+    """The distinct (first, last) edges of PP ranks: the first, a middle one and the last."""
+    return sorted({(s == 0, s == pp - 1) for s in (0, pp - 1, min(1, pp - 1))})
+
+
+def _param_states(problem: Problem, m: Mapping, d: Derived) -> tuple[list[Contribution], dict[Ends, Contribution]]:
+    """Each block kind's and each edge's weights, gradients and optimizer state (memory.block_param_state,
+    edge_param_state), once per problem and what they read: TP, ETP, the experts per rank, the data-parallel
+    shards (D_a·CP, D_e) and PP (which edges; D_a, TP and CP fix it on one problem), not the microbatch,
+    recompute or VPP."""
+    key = (m.pp, m.tp, m.expert_tp, m.cp, d.dp_attn, d.dp_expert, d.experts_per_rank)
+
+    def build() -> tuple[list[Contribution], dict[Ends, Contribution]]:
         model, training, options = problem.model, problem.training, problem.spec.framework.options
         representatives = kind_representatives(problem)
-        per_kind = [block_contribution(model, m, d, training, representatives[k], options) for k in block_kinds(problem)]
-        ends = sorted({(s == 0, s == m.pp - 1) for s in (0, m.pp - 1, min(1, m.pp - 1))})
-        return per_kind, {end: edge_contribution(model, m, d, training, *end, options) for end in ends}
+        return ([block_param_state(model, m, d, training, representatives[k], options) for k in block_kinds(problem)],
+                {end: edge_param_state(model, m, d, training, *end, options) for end in _ends(m.pp)})
 
-    return memoised_by(problem, "contributions", key, CONTRIBUTION_MEMO, build)
+    return memoised_by(problem, "param_states", key, CONTRIBUTION_MEMO, build)
+
+
+def _block_activations(problem: Problem, m: Mapping) -> list[Contribution]:
+    """Each block kind's saved activations and recompute working set (memory.block_activations), once per
+    problem and what they read: TP, ETP, CP, the microbatch, the sequence and recompute."""
+    key = (m.tp, m.expert_tp, m.cp, m.mbs, m.seq_len, m.recompute)
+
+    def build() -> list[Contribution]:
+        model, training, options = problem.model, problem.training, problem.spec.framework.options
+        representatives = kind_representatives(problem)
+        return [block_activations(model, m, training, representatives[k], options) for k in block_kinds(problem)]
+
+    return memoised_by(problem, "block_activations", key, CONTRIBUTION_MEMO, build)
+
+
+def _edge_activations(problem: Problem, m: Mapping) -> dict[Ends, Contribution]:
+    """Each edge's saved activations and recompute working set (memory.edge_activations), once per problem and
+    what they read: the block activations' fields and PP."""
+    key = (m.pp, m.tp, m.expert_tp, m.cp, m.mbs, m.seq_len, m.recompute)
+
+    def build() -> dict[Ends, Contribution]:
+        model, training, options = problem.model, problem.training, problem.spec.framework.options
+        return {end: edge_activations(model, m, training, *end, options) for end in _ends(m.pp)}
+
+    return memoised_by(problem, "edge_activations", key, CONTRIBUTION_MEMO, build)
 
 
 def kind_representatives(problem: Problem) -> dict[tuple, Block]:
@@ -291,14 +337,17 @@ def kind_representatives(problem: Problem) -> dict[tuple, Block]:
     return memoised(problem.model, "kind_representatives", build)
 
 
-@dataclass(frozen=True)
-class _MemoryTerms:
-    """A row's memory tables in one unit, MB (RowCosts.stage_memory) or the ledger's bytes (stage_bytes):
-    per kind and per edge (static, activation, recompute peak), the dispatch buffers and what every rank
-    holds besides."""
+class _MemoryTerms(NamedTuple):
+    """A row's memory tables in one unit, MB (RowCosts.stage_memory) or the ledger's bytes (stage_bytes), by
+    column: per kind and per edge the static memory, activation and recompute peak, the dispatch buffers and
+    what every rank holds besides."""
 
-    kinds: tuple[tuple[int, int, int], ...]
-    edges: tuple[tuple[int, int, int], ...]
+    kind_static: tuple[int, ...]
+    kind_activation: tuple[int, ...]
+    kind_peak: tuple[int, ...]
+    edge_static: tuple[int, ...]
+    edge_activation: tuple[int, ...]
+    edge_peak: tuple[int, ...]
     dispatch: int
     fixed: int
 
@@ -306,10 +355,10 @@ class _MemoryTerms:
 def _memory_terms(c: RowCosts, in_bytes: bool) -> _MemoryTerms:
     """The row's memory tables in bytes or in MB."""
     if in_bytes:
-        return _MemoryTerms(c.kind_bytes, c.edge_bytes, c.dispatch_bytes, c.fixed_bytes)
-    return _MemoryTerms(tuple(zip(c.kind_static, c.kind_activation, c.kind_peak, strict=True)),
-                        tuple(zip(c.edge_static, c.edge_activation, c.edge_peak, strict=True)),
-                        c.dispatch_mb, c.workspace_mb)
+        return _MemoryTerms(*zip(*c.kind_bytes, strict=True), *zip(*c.edge_bytes, strict=True),
+                            c.dispatch_bytes, c.fixed_bytes)
+    return _MemoryTerms(c.kind_static, c.kind_activation, c.kind_peak, c.edge_static, c.edge_activation,
+                        c.edge_peak, c.dispatch_mb, c.workspace_mb)
 
 
 def memory_floor_mb(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> Fraction:
@@ -322,10 +371,10 @@ def memory_floor_mb(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> 
     sits on the rank where it weighs least. Whole-number arithmetic over common denominators: the exact
     fractions, without a Fraction per term."""
     terms = _memory_terms(c, in_bytes)
-    edge_static, edge_activation = [e[0] for e in terms.edges], [e[1] for e in terms.edges]
+    counts = totals.tolist()
     inv, inv_den, share, share_den, least, most = _inflight_terms(c.row.pp, c.row.vpp, c.derived.num_microbatches)
     static_up = static_down = held_up = held_down = 0
-    for n, (s, a, _) in zip(totals.tolist(), terms.kinds, strict=True):
+    for n, s, a in zip(counts, terms.kind_static, terms.kind_activation, strict=True):
         if s >= 0:
             static_up += n * s
         else:
@@ -334,23 +383,21 @@ def memory_floor_mb(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> 
             held_up += n * a
         else:
             held_down += n * a
-    spread = sum(inv)
+    edge_static, edge_activation = terms.edge_static, terms.edge_activation
     # harmonic / spread, each kind's static over the rank where it weighs least (the most or least in flight)
     held = sum(edge_activation) + held_up + held_down
-    h_den = spread * most.numerator * least.numerator
-    h_num = ((sum(s * x for s, x in zip(edge_static, inv, strict=True)) + held * inv_den)
-             * most.numerator * least.numerator
+    h_den = sum(inv) * most.numerator * least.numerator
+    h_num = ((sum(map(operator.mul, edge_static, inv)) + held * inv_den) * most.numerator * least.numerator
              + static_up * most.denominator * inv_den * least.numerator
              + static_down * least.denominator * inv_den * most.numerator)
     # even / ranks, each kind's activations at the least (or most) in-flight share
-    ranks = len(inv)
-    e_den = share_den * least.denominator * most.denominator * ranks
+    e_den = share_den * least.denominator * most.denominator * len(inv)
     e_num = (((sum(edge_static) + static_up + static_down) * share_den
-              + sum(a * x for a, x in zip(edge_activation, share, strict=True))) * least.denominator * most.denominator
+              + sum(map(operator.mul, edge_activation, share))) * least.denominator * most.denominator
              + (held_up * least.numerator * most.denominator + held_down * most.numerator * least.denominator)
              * share_den)
-    mean = Fraction(h_num, h_den) if h_num * e_den >= e_num * h_den else Fraction(e_num, e_den)
-    return mean + least_held(c, totals, in_bytes) + terms.fixed
+    num, den = (h_num, h_den) if h_num * e_den >= e_num * h_den else (e_num, e_den)
+    return Fraction(num + (_least_besides(c, counts, terms) + terms.fixed) * den, den)
 
 
 def whole_block_memory_floor(c: RowCosts, totals: np.ndarray, unit: int, in_bytes: bool = True) -> int:
@@ -361,16 +408,17 @@ def whole_block_memory_floor(c: RowCosts, totals: np.ndarray, unit: int, in_byte
     blocks weighs at least A_r + B_r·k (schedule.least_heaviest_rank; rounding activations up cannot lift
     a whole number past a whole bound). It sees what the weighted means (memory_floor_mb) miss when blocks
     are few per rank (a rank of 64 holding 2 of 94 blocks). 0 where a kind's memory is negative."""
-    present = [k for k, n in enumerate(totals.tolist()) if n]
+    counts = totals.tolist()
+    present = [k for k, n in enumerate(counts) if n]
     terms = _memory_terms(c, in_bytes)
-    static = min(terms.kinds[k][0] for k in present)
-    held = min(terms.kinds[k][1] for k in present)
+    static = min(terms.kind_static[k] for k in present)
+    held = min(terms.kind_activation[k] for k in present)
     if static < 0 or held < 0:
         return 0
-    inflight = np.array([float(f) for f in c.inflight])
-    edges = np.array(terms.edges, dtype=float).reshape(-1, 3)
-    base = edges[:, 0] + inflight * edges[:, 1] + _held_besides(c, totals, terms) + terms.fixed
-    heaviest = least_heaviest_rank(base, static + inflight * held, int(totals.sum()), c.row.vpp)
+    inflight = _inflight_floats(c.row.pp, c.row.vpp, c.derived.num_microbatches)
+    base = (np.array(terms.edge_static, dtype=float) + inflight * np.array(terms.edge_activation, dtype=float)
+            + _held_besides(c, counts, terms) + terms.fixed)
+    heaviest = least_heaviest_rank(base, static + inflight * held, sum(counts), c.row.vpp)
     return -(-int(heaviest * (1 - 1e-12)) // unit)
 
 
@@ -380,17 +428,30 @@ def least_held(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> int:
     the least of the model's kinds, since every rank holds a block) and the dispatch buffers where the
     rank surely holds a MoE block (its edge does, or every kind is MoE). The heaviest rank's memory is at
     least a weighted mean of the ranks' other terms plus the least of these."""
-    return int(_held_besides(c, totals, _memory_terms(c, in_bytes)).min())
+    return _least_besides(c, totals.tolist(), _memory_terms(c, in_bytes))
 
 
-def _held_besides(c: RowCosts, totals: np.ndarray, terms: _MemoryTerms) -> np.ndarray:
+def _least_besides(c: RowCosts, counts: list[int], terms: _MemoryTerms) -> int:
+    """least_held: the least of _held_besides' terms, taken over the ranks' distinct edges (a first, a middle
+    and a last) rather than rank by rank."""
+    least_peak, every_moe = _besides_kinds(c, counts, terms)
+    return min(max(peak, least_peak) + (terms.dispatch if moe or every_moe else 0)
+               for peak, moe in set(zip(terms.edge_peak, c.edge_moe, strict=True)))
+
+
+def _held_besides(c: RowCosts, counts: list[int], terms: _MemoryTerms) -> np.ndarray:
     """least_held's terms rank by rank: at least its edge's recompute working set and the least of the
     model's kinds', plus the dispatch buffers where the rank surely holds a MoE block."""
-    kinds = [k for k, n in enumerate(totals.tolist()) if n]
-    every_moe = all(c.kind_moe[k] for k in kinds)
-    least_peak = min(terms.kinds[k][2] for k in kinds)
-    return np.array([max(e[2], least_peak) + (terms.dispatch if moe or every_moe else 0)
-                     for e, moe in zip(terms.edges, c.edge_moe, strict=True)], dtype=np.int64)
+    least_peak, every_moe = _besides_kinds(c, counts, terms)
+    return np.array([max(peak, least_peak) + (terms.dispatch if moe or every_moe else 0)
+                     for peak, moe in zip(terms.edge_peak, c.edge_moe, strict=True)], dtype=np.int64)
+
+
+def _besides_kinds(c: RowCosts, counts: list[int], terms: _MemoryTerms) -> tuple[int, bool]:
+    """What the kinds present (`counts`: blocks of each) add to every rank besides: the least recompute
+    working set among them, and whether every one of them is MoE (then every rank holds the dispatch buffers)."""
+    kinds = [k for k, n in enumerate(counts) if n]
+    return min(terms.kind_peak[k] for k in kinds), all(c.kind_moe[k] for k in kinds)
 
 
 @lru_cache(maxsize=4096)
@@ -404,6 +465,14 @@ def _inflight_terms(pp: int, vpp: int, microbatches: Fraction | int
     return (tuple(f.denominator * (inv_den // f.numerator) for f in inflight), inv_den,
             tuple(f.numerator * (share_den // f.denominator) for f in inflight), share_den,
             min(inflight), max(inflight))
+
+
+@lru_cache(maxsize=4096)
+def _inflight_floats(pp: int, vpp: int, microbatches: Fraction | int) -> np.ndarray:
+    """The ranks' in-flight shares (stage_inflight) as floats, read-only: whole_block_memory_floor's weights."""
+    floats = np.array([float(f) for f in stage_inflight(pp, vpp, microbatches)])
+    floats.flags.writeable = False
+    return floats
 
 
 def interval_counts(prefix: tuple[tuple[int, ...], ...]) -> np.ndarray:
