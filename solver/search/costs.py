@@ -35,7 +35,7 @@ from parasol.constraints.physics.memory import (
 from parasol.constraints.physics.schedule import least_heaviest_rank, pipeline_time_scaled
 from parasol.problems.derived import Derived, derive
 from parasol.problems.loader import Problem
-from parasol.problems.mapping import Mapping, RankOrder
+from parasol.problems.mapping import Mapping
 from parasol.problems.memo import memoised, memoised_by
 from parasol.problems.model.architecture import Block
 from parasol.solver.search.space import Row, with_choices
@@ -194,7 +194,7 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None) -> 
     problem = with_choices(problem, row)
     mapping = row.mapping(problem)
     d = derive(problem.model, mapping)
-    tables = dataclasses.replace(_memory_tables(problem, row), row=row, derived=d,
+    tables = dataclasses.replace(_memory_tables(problem, row, mapping, d), row=row, derived=d,
                                  inflight=stage_inflight(row.pp, row.vpp, d.num_microbatches))
     if time_model is None:
         return tables
@@ -211,26 +211,27 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None) -> 
 MEMORY_TABLES_MEMO = 65536
 """Rows' memory tables kept per problem (the table starts afresh past this)."""
 
-
-def _memory_tables(problem: Problem, row: Row) -> RowCosts:
-    """The row's memory tables with no time model, built once per problem and row less its VPP and rank order:
-    the ledger's per-kind and per-edge terms, the dispatch buffers and the workspace read neither (only the
-    in-flight shares read VPP, which row_costs sets)."""
-    key = dataclasses.replace(row, vpp=1, rank_order=RankOrder.pp_last.value)
-    return memoised_by(problem, "memory_tables", key, MEMORY_TABLES_MEMO, lambda: _build_memory_tables(problem, key))
+_MEMORY_KEY = operator.attrgetter(*(f.name for f in dataclasses.fields(Row) if f.name not in ("vpp", "rank_order")))
+"""A row's fields less its VPP and rank order: what its memory tables read."""
 
 
-def _build_memory_tables(problem: Problem, row: Row) -> RowCosts:
-    """The memory tables of a VPP-1 row (its times zero)."""
-    mapping = row.mapping(problem)
-    d = derive(problem.model, mapping)
-    training = problem.training
-    kinds = block_kinds(problem)
+def _memory_tables(problem: Problem, row: Row, mapping: Mapping, d: Derived) -> RowCosts:
+    """The row's memory tables with no time model (`mapping`, `d`: the row's), built once per problem and row
+    less its VPP and rank order: the ledger's per-kind and per-edge terms, the dispatch buffers and the
+    workspace read neither (only the in-flight shares read VPP). The tables kept carry the row, derived
+    sizes and in-flight shares of the first row asked; row_costs sets each row's own."""
+    return memoised_by(problem, "memory_tables", _MEMORY_KEY(row), MEMORY_TABLES_MEMO,
+                       lambda: _build_memory_tables(problem, row, mapping, d))
+
+
+def _build_memory_tables(problem: Problem, row: Row, mapping: Mapping, d: Derived) -> RowCosts:
+    """The memory tables of a row (its times zero)."""
     pp = row.pp
     per_kind, by_end = _contributions(problem, mapping, d)
-    edges = [by_end[s == 0, s == pp - 1] for s in range(pp)]
-    dispatch = dispatch_buffer_bytes(problem.model, mapping, training)
-    workspace, fsdp = workspace_bytes(training), fsdp_buffer_bytes(problem.model, mapping, d, training)
+    edge_mb = {end: (_mb(c.static), _mb(c.activation), _mb(c.recompute_peak), c.moe) for end, c in by_end.items()}
+    edge_bytes = {end: (c.static, c.activation, c.recompute_peak) for end, c in by_end.items()}
+    ranks = [(s == 0, s == pp - 1) for s in range(pp)]
+    dispatch, workspace, fsdp = _row_buffers(problem, mapping, d)
     return RowCosts(
         row=row,
         derived=d,
@@ -239,21 +240,35 @@ def _build_memory_tables(problem: Problem, row: Row) -> RowCosts:
         kind_activation=tuple(_mb(c.activation) for c in per_kind),
         kind_peak=tuple(_mb(c.recompute_peak) for c in per_kind),
         kind_moe=tuple(c.moe for c in per_kind),
-        edge_static=tuple(_mb(c.static) for c in edges),
-        edge_activation=tuple(_mb(c.activation) for c in edges),
-        edge_peak=tuple(_mb(c.recompute_peak) for c in edges),
-        edge_moe=tuple(c.moe for c in edges),
+        edge_static=tuple(edge_mb[end][0] for end in ranks),
+        edge_activation=tuple(edge_mb[end][1] for end in ranks),
+        edge_peak=tuple(edge_mb[end][2] for end in ranks),
+        edge_moe=tuple(edge_mb[end][3] for end in ranks),
         inflight=stage_inflight(pp, row.vpp, d.num_microbatches),
         dispatch_mb=_mb(dispatch),
         workspace_mb=_mb(workspace) + _mb(fsdp),
-        kind_time_us=(0,) * len(kinds),
+        kind_time_us=(0,) * len(per_kind),
         edge_time_us=(0,) * pp,
         constant_time_us=0,
         kind_bytes=tuple((c.static, c.activation, c.recompute_peak) for c in per_kind),
-        edge_bytes=tuple((c.static, c.activation, c.recompute_peak) for c in edges),
+        edge_bytes=tuple(edge_bytes[end] for end in ranks),
         dispatch_bytes=dispatch,
         fixed_bytes=workspace + fsdp,
     )
+
+
+def _row_buffers(problem: Problem, m: Mapping, d: Derived) -> tuple[int, int, int]:
+    """(MoE dispatch buffers, workspace, FSDP unit buffers) bytes of a row (memory.dispatch_buffer_bytes,
+    workspace_bytes, fsdp_buffer_bytes), once per problem and what they read: TP, ETP, CP, the microbatch,
+    the sequence and the experts per rank."""
+    key = (m.tp, m.expert_tp, m.cp, m.mbs, m.seq_len, d.experts_per_rank)
+
+    def build() -> tuple[int, int, int]:
+        model, training = problem.model, problem.training
+        return (dispatch_buffer_bytes(model, m, training), workspace_bytes(training),
+                fsdp_buffer_bytes(model, m, d, training))
+
+    return memoised_by(problem, "row_buffers", key, CONTRIBUTION_MEMO, build)
 
 
 @lru_cache(maxsize=4096)
