@@ -149,23 +149,25 @@ class RowCosts:
     def stage_memory(self, stage: int, counts: tuple[int, ...]) -> int:
         """MB of the heaviest rank of `stage` holding `counts` blocks of each kind (the ledger's terms,
         each rounded up to a whole MB)."""
-        static = self.edge_static[stage] + sum(c * n for c, n in zip(self.kind_static, counts, strict=True))
-        held = self.edge_activation[stage] + sum(c * n for c, n in zip(self.kind_activation, counts, strict=True))
+        static, held = self.edge_static[stage], self.edge_activation[stage]
+        peak, moe = self.edge_peak[stage], self.edge_moe[stage]
+        for k_static, k_act, k_peak, k_moe, n in zip(self.kind_static, self.kind_activation, self.kind_peak,
+                                                     self.kind_moe, counts, strict=True):
+            if n:
+                static, held, peak, moe = static + n * k_static, held + n * k_act, max(peak, k_peak), moe or k_moe
         frac = self.inflight[stage]
         act = -(-frac.numerator * held // frac.denominator)
-        peak = max([self.edge_peak[stage]] + [p for p, n in zip(self.kind_peak, counts, strict=True) if n])
-        moe = self.edge_moe[stage] or any(m for m, n in zip(self.kind_moe, counts, strict=True) if n)
         return static + act + peak + (self.dispatch_mb if moe else 0) + self.workspace_mb
 
     def stage_bytes(self, stage: int, counts: tuple[int, ...]) -> int:
         """Bytes of the heaviest rank of `stage` holding `counts` blocks of each kind, exactly as the
         ledger sums them (constraints/physics/memory.py assemble_stage): what explain prints."""
         static, held, peak = self.edge_bytes[stage]
-        for (k_static, k_act, k_peak), n in zip(self.kind_bytes, counts, strict=True):
+        moe = self.edge_moe[stage]
+        for (k_static, k_act, k_peak), k_moe, n in zip(self.kind_bytes, self.kind_moe, counts, strict=True):
             if n:
-                static, held, peak = static + n * k_static, held + n * k_act, max(peak, k_peak)
+                static, held, peak, moe = static + n * k_static, held + n * k_act, max(peak, k_peak), moe or k_moe
         frac = self.inflight[stage]
-        moe = self.edge_moe[stage] or any(m for m, n in zip(self.kind_moe, counts, strict=True) if n)
         return (static + -(-frac.numerator * held // frac.denominator) + peak
                 + (self.dispatch_bytes if moe else 0) + self.fixed_bytes)
 
