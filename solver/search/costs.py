@@ -230,9 +230,8 @@ def _build_memory_tables(problem: Problem, row: Row, mapping: Mapping, d: Derive
     """The memory tables of a row (its times zero)."""
     pp = row.pp
     per_kind, by_end = _contributions(problem, mapping, d)
-    edge_mb = {end: (_mb(c.static), _mb(c.activation), _mb(c.recompute_peak), c.moe) for end, c in by_end.items()}
-    edge_bytes = {end: (c.static, c.activation, c.recompute_peak) for end, c in by_end.items()}
-    ranks = [(s == 0, s == pp - 1) for s in range(pp)]
+    edges = _per_rank(pp, {end: (_mb(c.static), _mb(c.activation), _mb(c.recompute_peak), c.moe,
+                                 (c.static, c.activation, c.recompute_peak)) for end, c in by_end.items()})
     dispatch, workspace, fsdp = _row_buffers(problem, mapping, d)
     return RowCosts(
         row=row,
@@ -242,10 +241,10 @@ def _build_memory_tables(problem: Problem, row: Row, mapping: Mapping, d: Derive
         kind_activation=tuple(_mb(c.activation) for c in per_kind),
         kind_peak=tuple(_mb(c.recompute_peak) for c in per_kind),
         kind_moe=tuple(c.moe for c in per_kind),
-        edge_static=tuple(edge_mb[end][0] for end in ranks),
-        edge_activation=tuple(edge_mb[end][1] for end in ranks),
-        edge_peak=tuple(edge_mb[end][2] for end in ranks),
-        edge_moe=tuple(edge_mb[end][3] for end in ranks),
+        edge_static=edges[0],
+        edge_activation=edges[1],
+        edge_peak=edges[2],
+        edge_moe=edges[3],
         inflight=stage_inflight(pp, row.vpp, d.num_microbatches),
         dispatch_mb=_mb(dispatch),
         workspace_mb=_mb(workspace) + _mb(fsdp),
@@ -253,10 +252,21 @@ def _build_memory_tables(problem: Problem, row: Row, mapping: Mapping, d: Derive
         edge_time_us=(0,) * pp,
         constant_time_us=0,
         kind_bytes=tuple((c.static, c.activation, c.recompute_peak) for c in per_kind),
-        edge_bytes=tuple(edge_bytes[end] for end in ranks),
+        edge_bytes=edges[4],
         dispatch_bytes=dispatch,
         fixed_bytes=workspace + fsdp,
     )
+
+
+def _per_rank(pp: int, by_end: dict[Ends, tuple]) -> tuple[tuple, ...]:
+    """Columns of per-rank values from each edge's (first, last) tuple of columns: the first rank's, PP − 2
+    middle ones' and the last rank's (one rank, PP 1: its own), each column built whole, not rank by rank."""
+    if pp == 1:
+        return tuple((value,) for value in by_end[True, True])
+    first, last = by_end[True, False], by_end[False, True]
+    middle = by_end.get((False, False), first)  # PP 2 has no middle rank: its PP − 2 = 0 copies read nothing
+    return tuple((at_first,) + (at_middle,) * (pp - 2) + (at_last,)
+                 for at_first, at_middle, at_last in zip(first, middle, last, strict=True))
 
 
 def _row_buffers(problem: Problem, m: Mapping, d: Derived) -> tuple[int, int, int]:
