@@ -257,6 +257,38 @@ def test_row_costs_edges_are_every_stage_priced_on_its_own(problems: list) -> No
                 assert c.kind_bytes == tuple((k.static, k.activation, k.recompute_peak) for k in kinds)
 
 
+def test_memoised_halves_are_the_ledger(problems: list) -> None:
+    """row_costs keeps a block's (and an edge's) parameter state and its saved activations apart, each per
+    problem and the fields it reads, so rows that differ in the microbatch or recompute share the first and
+    rows that differ in PP or EP the second: every row's tables, under each saving and with CPU offloading,
+    are those of the whole contributions and buffers the ledger computes for that row alone."""
+    from parasol.constraints.physics.memory import (
+        block_contribution,
+        dispatch_buffer_bytes,
+        edge_contribution,
+        workspace_bytes,
+    )
+    from parasol.solver.search.costs import kind_representatives
+
+    offloading = load_problem_text(QWEN + "framework: {options: {cpu_offloading: true, cpu_offloading_num_layers: 3}}\n")
+    variants = [with_saving(p, s) for p in problems for s in ("none", *open_savings(p))] + [offloading]
+    for problem in variants:
+        options, model, training = problem.spec.framework.options, problem.model, problem.training
+        rows = enumerate_rows(problem)
+        shared = {(r.pp, r.tp, r.cp, r.ep, r.etp) for r in rows[::max(len(rows) // 3, 1)]}
+        for row in [r for r in rows if (r.pp, r.tp, r.cp, r.ep, r.etp) in shared][:40] + list(rows[::max(len(rows) // 12, 1)][:12]):
+            c = row_costs(problem, row, None)
+            m = row.mapping(problem)
+            d = derive(model, m)
+            edges = [edge_contribution(model, m, d, training, s == 0, s == row.pp - 1, options) for s in range(row.pp)]
+            kinds = [block_contribution(model, m, d, training, b, options) for b in kind_representatives(problem).values()]
+            assert c.edge_bytes == tuple((e.static, e.activation, e.recompute_peak) for e in edges)
+            assert c.kind_bytes == tuple((k.static, k.activation, k.recompute_peak) for k in kinds)
+            assert (c.edge_moe, c.kind_moe) == (tuple(e.moe for e in edges), tuple(k.moe for k in kinds))
+            assert c.dispatch_bytes == dispatch_buffer_bytes(model, m, training)
+            assert c.fixed_bytes == workspace_bytes(training) + fsdp_buffer_bytes(model, m, d, training)
+
+
 def test_derive_memo_is_the_computation(problems: list) -> None:
     """derive's memo gives what computing the mapping afresh gives, and rows differing only in recompute
     or rank order share one entry."""

@@ -257,6 +257,12 @@ class Contribution:
             self.expert_params + other.expert_params,
         )
 
+    def holding(self, saved: Contribution) -> Contribution:
+        """This parameter state (block_param_state, edge_param_state) with `saved`'s activations and
+        recompute working set (block_activations, edge_activations): the whole contribution."""
+        return Contribution(self.weights_dense, self.weights_expert, self.gradients, self.optimizer,
+                            saved.activation, saved.recompute_peak, self.moe, self.dense_params, self.expert_params)
+
     def times(self, n: int) -> Contribution:
         """n blocks of this kind (the working-set peak and the MoE flag do not add up)."""
         if n == 0:
@@ -322,9 +328,24 @@ def tokens_on_rank(m: Mapping) -> Fraction:
 def block_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
                        block: Block, options: MegatronOptions = NO_OPTIONS) -> Contribution:
     """What one block adds to the rank that holds it: its parameter state and saved activations."""
+    return block_param_state(model, m, d, training, block, options).holding(
+        block_activations(model, m, training, block, options))
+
+
+def block_param_state(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
+                      block: Block, options: MegatronOptions = NO_OPTIONS) -> Contribution:
+    """One block's weights, gradients and optimizer state on the rank that holds it (no activations): they
+    read TP, ETP, the experts per rank and the data-parallel shards, not the microbatch or recompute."""
     bp = block_params(model, block)
     dense, expert, matrix = _rank_params(bp, m, d.experts_per_rank or Fraction(0))
     wd, we, g, o = _param_bytes(dense, expert, matrix, m, d, training, options)
+    return Contribution(wd, we, g, o, 0, 0, bool(bp.num_experts), dense, expert)
+
+
+def block_activations(model: ModelArchitecture, m: Mapping, training: Training, block: Block,
+                      options: MegatronOptions = NO_OPTIONS) -> Contribution:
+    """One block's saved activations per microbatch and its full-recompute working set (no parameter state):
+    they read TP, ETP, CP, the microbatch and recompute, not PP, EP or data parallelism."""
     ctx = activation_context(m, training, options)
     tokens = tokens_on_rank(m)
     act = _ceil(Fraction(saved_bytes_per_token(model, block, ctx)) * tokens)
@@ -332,7 +353,7 @@ def block_contribution(model: ModelArchitecture, m: Mapping, d: Derived, trainin
     if m.recompute is Recompute.full:
         full = replace(ctx, recompute=Recompute.none)
         peak = _ceil(Fraction(saved_bytes_per_token(model, block, full)) * tokens)
-    return Contribution(wd, we, g, o, act, peak, bool(bp.num_experts), dense, expert)
+    return Contribution(activation=act, recompute_peak=peak)
 
 
 def edge_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
@@ -341,6 +362,14 @@ def edge_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training
     on a rank without the embedding) a copy of the input embedding on the last stage. A rank holding
     both ends (PP 1, DualPipe's rank 0 and PP−1, DualPipeV's rank 0) shares one embedding between the
     main model and MTP (DeepSeek-V3 report §3.2.3, "Shared Embedding and Output Head for MTP")."""
+    return edge_param_state(model, m, d, training, first, last, options).holding(
+        edge_activations(model, m, training, first, last, options))
+
+
+def edge_param_state(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
+                     first: bool, last: bool, options: MegatronOptions = NO_OPTIONS) -> Contribution:
+    """edge_contribution's weights, gradients and optimizer state (no activations): the embedding, head and
+    MTP copies it holds; an MTP block sharing the main blocks' weights adds none (only its MoE flag)."""
     h = model.hidden_size
     vocab_rows = Fraction(model.vocab_size * h, m.tp)
     params = Fraction(0)
@@ -351,23 +380,31 @@ def edge_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training
         mtp_embed = 1 if model.mtp_layers and not first else 0
         params += vocab_rows * (head_copies + mtp_embed) + h
     wd, we, g, o = _param_bytes(params, Fraction(0), Fraction(0), m, d, training, options)
+    edge = Contribution(wd, we, g, o, 0, 0, False, params, Fraction(0))
+    if last:
+        for b in model.mtp_blocks:
+            c = block_param_state(model, m, d, training, b, options)
+            edge = edge + (Contribution(moe=c.moe) if model.mtp_shares_weights(b) else c)
+    return edge
+
+
+def edge_activations(model: ModelArchitecture, m: Mapping, training: Training, first: bool, last: bool,
+                     options: MegatronOptions = NO_OPTIONS) -> Contribution:
+    """edge_contribution's saved activations and recompute working set (no parameter state): the loss's
+    logits and the MTP blocks' activations on the last stage, less what --cpu-offloading keeps on the host."""
     act = 0
     if last:
         act = _ceil(Fraction(logits_bytes_per_token(model, m.tp)) * tokens_on_rank(m) * (1 + model.mtp_layers))
     if first:
-        act -= cpu_offloaded_bytes(model, m, d, training, options)
-    edge = Contribution(wd, we, g, o, act, 0, False, params, Fraction(0))
+        act -= cpu_offloaded_bytes(model, m, training, options)
+    edge = Contribution(activation=act)
     if last:
         for b in model.mtp_blocks:
-            c = block_contribution(model, m, d, training, b, options)
-            if model.mtp_shares_weights(b):
-                c = Contribution(activation=c.activation, recompute_peak=c.recompute_peak, moe=c.moe)
-            edge = edge + c
+            edge = edge + block_activations(model, m, training, b, options)
     return edge
 
 
-def cpu_offloaded_bytes(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
-                        options: MegatronOptions) -> int:
+def cpu_offloaded_bytes(model: ModelArchitecture, m: Mapping, training: Training, options: MegatronOptions) -> int:
     """Activations --cpu-offloading keeps on the host: those of the first cpu_offloading_num_layers blocks
     (Transformer Engine's offload context groups the layers in forward order and offloads the first N,
     Megatron-LM transformer_block.py:303-317; the rest stay in HBM). Megatron allows it only with PP 1 and
@@ -375,7 +412,7 @@ def cpu_offloaded_bytes(model: ModelArchitecture, m: Mapping, d: Derived, traini
     if not (options.cpu_offloading and options.cpu_offloading_activations) or m.pp != 1:
         return 0
     blocks = model.blocks[:options.cpu_offloading_num_layers]
-    return sum(block_contribution(model, m, d, training, b, options).activation for b in blocks)
+    return sum(block_activations(model, m, training, b, options).activation for b in blocks)
 
 
 def dispatch_buffer_bytes(model: ModelArchitecture, m: Mapping, training: Training) -> int:

@@ -12,19 +12,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from parasol.constraints.physics.memory import (
     Contribution,
-    block_contribution,
+    block_activations,
     block_kind,
+    block_param_state,
     dispatch_buffer_bytes,
-    edge_contribution,
+    edge_activations,
+    edge_param_state,
     fsdp_buffer_bytes,
     inflight_microbatches,
     workspace_bytes,
@@ -32,7 +35,7 @@ from parasol.constraints.physics.memory import (
 from parasol.constraints.physics.schedule import least_heaviest_rank, pipeline_time_scaled
 from parasol.problems.derived import Derived, derive
 from parasol.problems.loader import Problem
-from parasol.problems.mapping import Mapping, RankOrder
+from parasol.problems.mapping import Mapping
 from parasol.problems.memo import memoised, memoised_by
 from parasol.problems.model.architecture import Block
 from parasol.solver.search.space import Row, with_choices
@@ -146,12 +149,14 @@ class RowCosts:
     def stage_memory(self, stage: int, counts: tuple[int, ...]) -> int:
         """MB of the heaviest rank of `stage` holding `counts` blocks of each kind (the ledger's terms,
         each rounded up to a whole MB)."""
-        static = self.edge_static[stage] + sum(c * n for c, n in zip(self.kind_static, counts, strict=True))
-        held = self.edge_activation[stage] + sum(c * n for c, n in zip(self.kind_activation, counts, strict=True))
+        static, held = self.edge_static[stage], self.edge_activation[stage]
+        peak, moe = self.edge_peak[stage], self.edge_moe[stage]
+        for k_static, k_act, k_peak, k_moe, n in zip(self.kind_static, self.kind_activation, self.kind_peak,
+                                                     self.kind_moe, counts, strict=True):
+            if n:
+                static, held, peak, moe = static + n * k_static, held + n * k_act, max(peak, k_peak), moe or k_moe
         frac = self.inflight[stage]
         act = -(-frac.numerator * held // frac.denominator)
-        peak = max([self.edge_peak[stage]] + [p for p, n in zip(self.kind_peak, counts, strict=True) if n])
-        moe = self.edge_moe[stage] or any(m for m, n in zip(self.kind_moe, counts, strict=True) if n)
         return static + act + peak + (self.dispatch_mb if moe else 0) + self.workspace_mb
 
     def ranks_memory(self, counts: np.ndarray) -> np.ndarray:
@@ -169,11 +174,11 @@ class RowCosts:
         """Bytes of the heaviest rank of `stage` holding `counts` blocks of each kind, exactly as the
         ledger sums them (constraints/physics/memory.py assemble_stage): what explain prints."""
         static, held, peak = self.edge_bytes[stage]
-        for (k_static, k_act, k_peak), n in zip(self.kind_bytes, counts, strict=True):
+        moe = self.edge_moe[stage]
+        for (k_static, k_act, k_peak), k_moe, n in zip(self.kind_bytes, self.kind_moe, counts, strict=True):
             if n:
-                static, held, peak = static + n * k_static, held + n * k_act, max(peak, k_peak)
+                static, held, peak, moe = static + n * k_static, held + n * k_act, max(peak, k_peak), moe or k_moe
         frac = self.inflight[stage]
-        moe = self.edge_moe[stage] or any(m for m, n in zip(self.kind_moe, counts, strict=True) if n)
         return (static + -(-frac.numerator * held // frac.denominator) + peak
                 + (self.dispatch_bytes if moe else 0) + self.fixed_bytes)
 
@@ -202,7 +207,7 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None) -> 
     problem = with_choices(problem, row)
     mapping = row.mapping(problem)
     d = derive(problem.model, mapping)
-    tables = dataclasses.replace(_memory_tables(problem, row), row=row, derived=d,
+    tables = dataclasses.replace(_memory_tables(problem, row, mapping, d), row=row, derived=d,
                                  inflight=stage_inflight(row.pp, row.vpp, d.num_microbatches))
     if time_model is None:
         return tables
@@ -219,26 +224,26 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None) -> 
 MEMORY_TABLES_MEMO = 65536
 """Rows' memory tables kept per problem (the table starts afresh past this)."""
 
-
-def _memory_tables(problem: Problem, row: Row) -> RowCosts:
-    """The row's memory tables with no time model, built once per problem and row less its VPP and rank order:
-    the ledger's per-kind and per-edge terms, the dispatch buffers and the workspace read neither (only the
-    in-flight shares read VPP, which row_costs sets)."""
-    key = dataclasses.replace(row, vpp=1, rank_order=RankOrder.pp_last.value)
-    return memoised_by(problem, "memory_tables", key, MEMORY_TABLES_MEMO, lambda: _build_memory_tables(problem, key))
+_MEMORY_KEY = operator.attrgetter(*(f.name for f in dataclasses.fields(Row) if f.name not in ("vpp", "rank_order")))
+"""A row's fields less its VPP and rank order: what its memory tables read."""
 
 
-def _build_memory_tables(problem: Problem, row: Row) -> RowCosts:
-    """The memory tables of a VPP-1 row (its times zero)."""
-    mapping = row.mapping(problem)
-    d = derive(problem.model, mapping)
-    training = problem.training
-    kinds = block_kinds(problem)
+def _memory_tables(problem: Problem, row: Row, mapping: Mapping, d: Derived) -> RowCosts:
+    """The row's memory tables with no time model (`mapping`, `d`: the row's), built once per problem and row
+    less its VPP and rank order: the ledger's per-kind and per-edge terms, the dispatch buffers and the
+    workspace read neither (only the in-flight shares read VPP). The tables kept carry the row, derived
+    sizes and in-flight shares of the first row asked; row_costs sets each row's own."""
+    return memoised_by(problem, "memory_tables", _MEMORY_KEY(row), MEMORY_TABLES_MEMO,
+                       lambda: _build_memory_tables(problem, row, mapping, d))
+
+
+def _build_memory_tables(problem: Problem, row: Row, mapping: Mapping, d: Derived) -> RowCosts:
+    """The memory tables of a row (its times zero)."""
     pp = row.pp
     per_kind, by_end = _contributions(problem, mapping, d)
-    edges = [by_end[s == 0, s == pp - 1] for s in range(pp)]
-    dispatch = dispatch_buffer_bytes(problem.model, mapping, training)
-    workspace, fsdp = workspace_bytes(training), fsdp_buffer_bytes(problem.model, mapping, d, training)
+    edges = _per_rank(pp, {end: (_mb(c.static), _mb(c.activation), _mb(c.recompute_peak), c.moe,
+                                 (c.static, c.activation, c.recompute_peak)) for end, c in by_end.items()})
+    dispatch, workspace, fsdp = _row_buffers(problem, mapping, d)
     return RowCosts(
         row=row,
         derived=d,
@@ -247,21 +252,46 @@ def _build_memory_tables(problem: Problem, row: Row) -> RowCosts:
         kind_activation=tuple(_mb(c.activation) for c in per_kind),
         kind_peak=tuple(_mb(c.recompute_peak) for c in per_kind),
         kind_moe=tuple(c.moe for c in per_kind),
-        edge_static=tuple(_mb(c.static) for c in edges),
-        edge_activation=tuple(_mb(c.activation) for c in edges),
-        edge_peak=tuple(_mb(c.recompute_peak) for c in edges),
-        edge_moe=tuple(c.moe for c in edges),
+        edge_static=edges[0],
+        edge_activation=edges[1],
+        edge_peak=edges[2],
+        edge_moe=edges[3],
         inflight=stage_inflight(pp, row.vpp, d.num_microbatches),
         dispatch_mb=_mb(dispatch),
         workspace_mb=_mb(workspace) + _mb(fsdp),
-        kind_time_us=(0,) * len(kinds),
+        kind_time_us=(0,) * len(per_kind),
         edge_time_us=(0,) * pp,
         constant_time_us=0,
         kind_bytes=tuple((c.static, c.activation, c.recompute_peak) for c in per_kind),
-        edge_bytes=tuple((c.static, c.activation, c.recompute_peak) for c in edges),
+        edge_bytes=edges[4],
         dispatch_bytes=dispatch,
         fixed_bytes=workspace + fsdp,
     )
+
+
+def _per_rank(pp: int, by_end: dict[Ends, tuple]) -> tuple[tuple, ...]:
+    """Columns of per-rank values from each edge's (first, last) tuple of columns: the first rank's, PP − 2
+    middle ones' and the last rank's (one rank, PP 1: its own), each column built whole, not rank by rank."""
+    if pp == 1:
+        return tuple((value,) for value in by_end[True, True])
+    first, last = by_end[True, False], by_end[False, True]
+    middle = by_end.get((False, False), first)  # PP 2 has no middle rank: its PP − 2 = 0 copies read nothing
+    return tuple((at_first,) + (at_middle,) * (pp - 2) + (at_last,)
+                 for at_first, at_middle, at_last in zip(first, middle, last, strict=True))
+
+
+def _row_buffers(problem: Problem, m: Mapping, d: Derived) -> tuple[int, int, int]:
+    """(MoE dispatch buffers, workspace, FSDP unit buffers) bytes of a row (memory.dispatch_buffer_bytes,
+    workspace_bytes, fsdp_buffer_bytes), once per problem and what they read: TP, ETP, CP, the microbatch,
+    the sequence and the experts per rank."""
+    key = (m.tp, m.expert_tp, m.cp, m.mbs, m.seq_len, d.experts_per_rank)
+
+    def build() -> tuple[int, int, int]:
+        model, training = problem.model, problem.training
+        return (dispatch_buffer_bytes(model, m, training), workspace_bytes(training),
+                fsdp_buffer_bytes(model, m, d, training))
+
+    return memoised_by(problem, "row_buffers", key, CONTRIBUTION_MEMO, build)
 
 
 @lru_cache(maxsize=4096)
@@ -283,24 +313,67 @@ def stage_inflight(pp: int, vpp: int, microbatches: Fraction | int) -> tuple[Fra
 
 
 CONTRIBUTION_MEMO = 65536
-"""Rows' contributions kept per problem (the table starts afresh past this)."""
+"""Parameter states and saved activations kept per problem (each table starts afresh past this)."""
+
+Ends = tuple[bool, bool]
+"""A pipeline rank's edges: (first, last), whether it runs the embedding and the head."""
 
 
 def _contributions(problem: Problem, mapping: Mapping, d: Derived) -> tuple[list[Contribution],
-                                                                            dict[tuple[bool, bool], Contribution]]:
-    """(each block kind's contribution, the edges' by (first, last)) of a row, computed once per problem and
-    the mapping fields they read: rows differing only in VPP, rank order or cut share them."""
-    m = mapping
-    key = (m.pp, m.tp, m.expert_tp, m.cp, m.mbs, m.recompute, d.dp_attn, d.dp_expert, d.experts_per_rank)
+                                                                            dict[Ends, Contribution]]:
+    """(each block kind's contribution, the edges' by (first, last)) of a row: each its parameter state
+    (_param_states) holding its saved activations (_block_activations, _edge_activations), each half computed
+    once per problem and the mapping fields it reads."""
+    states, edge_states = _param_states(problem, mapping, d)
+    saved, edge_saved = _block_activations(problem, mapping), _edge_activations(problem, mapping)
+    return ([state.holding(held) for state, held in zip(states, saved, strict=True)],
+            {end: edge_states[end].holding(edge_saved[end]) for end in _ends(mapping.pp)})
 
-    def build() -> tuple[list[Contribution], dict[tuple[bool, bool], Contribution]]:
+
+def _ends(pp: int) -> list[Ends]:
+    """The distinct (first, last) edges of PP ranks: the first, a middle one and the last."""
+    return sorted({(s == 0, s == pp - 1) for s in (0, pp - 1, min(1, pp - 1))})
+
+
+def _param_states(problem: Problem, m: Mapping, d: Derived) -> tuple[list[Contribution], dict[Ends, Contribution]]:
+    """Each block kind's and each edge's weights, gradients and optimizer state (memory.block_param_state,
+    edge_param_state), once per problem and what they read: TP, ETP, the experts per rank, the data-parallel
+    shards (D_a·CP, D_e) and PP (which edges; D_a, TP and CP fix it on one problem), not the microbatch,
+    recompute or VPP."""
+    key = (m.pp, m.tp, m.expert_tp, m.cp, d.dp_attn, d.dp_expert, d.experts_per_rank)
+
+    def build() -> tuple[list[Contribution], dict[Ends, Contribution]]:
         model, training, options = problem.model, problem.training, problem.spec.framework.options
         representatives = kind_representatives(problem)
-        per_kind = [block_contribution(model, m, d, training, representatives[k], options) for k in block_kinds(problem)]
-        ends = sorted({(s == 0, s == m.pp - 1) for s in (0, m.pp - 1, min(1, m.pp - 1))})
-        return per_kind, {end: edge_contribution(model, m, d, training, *end, options) for end in ends}
+        return ([block_param_state(model, m, d, training, representatives[k], options) for k in block_kinds(problem)],
+                {end: edge_param_state(model, m, d, training, *end, options) for end in _ends(m.pp)})
 
-    return memoised_by(problem, "contributions", key, CONTRIBUTION_MEMO, build)
+    return memoised_by(problem, "param_states", key, CONTRIBUTION_MEMO, build)
+
+
+def _block_activations(problem: Problem, m: Mapping) -> list[Contribution]:
+    """Each block kind's saved activations and recompute working set (memory.block_activations), once per
+    problem and what they read: TP, ETP, CP, the microbatch, the sequence and recompute."""
+    key = (m.tp, m.expert_tp, m.cp, m.mbs, m.seq_len, m.recompute)
+
+    def build() -> list[Contribution]:
+        model, training, options = problem.model, problem.training, problem.spec.framework.options
+        representatives = kind_representatives(problem)
+        return [block_activations(model, m, training, representatives[k], options) for k in block_kinds(problem)]
+
+    return memoised_by(problem, "block_activations", key, CONTRIBUTION_MEMO, build)
+
+
+def _edge_activations(problem: Problem, m: Mapping) -> dict[Ends, Contribution]:
+    """Each edge's saved activations and recompute working set (memory.edge_activations), once per problem and
+    what they read: the block activations' fields and PP."""
+    key = (m.pp, m.tp, m.expert_tp, m.cp, m.mbs, m.seq_len, m.recompute)
+
+    def build() -> dict[Ends, Contribution]:
+        model, training, options = problem.model, problem.training, problem.spec.framework.options
+        return {end: edge_activations(model, m, training, *end, options) for end in _ends(m.pp)}
+
+    return memoised_by(problem, "edge_activations", key, CONTRIBUTION_MEMO, build)
 
 
 def kind_representatives(problem: Problem) -> dict[tuple, Block]:
@@ -314,14 +387,17 @@ def kind_representatives(problem: Problem) -> dict[tuple, Block]:
     return memoised(problem.model, "kind_representatives", build)
 
 
-@dataclass(frozen=True)
-class _MemoryTerms:
-    """A row's memory tables in one unit, MB (RowCosts.stage_memory) or the ledger's bytes (stage_bytes):
-    per kind and per edge (static, activation, recompute peak), the dispatch buffers and what every rank
-    holds besides."""
+class _MemoryTerms(NamedTuple):
+    """A row's memory tables in one unit, MB (RowCosts.stage_memory) or the ledger's bytes (stage_bytes), by
+    column: per kind and per edge the static memory, activation and recompute peak, the dispatch buffers and
+    what every rank holds besides."""
 
-    kinds: tuple[tuple[int, int, int], ...]
-    edges: tuple[tuple[int, int, int], ...]
+    kind_static: tuple[int, ...]
+    kind_activation: tuple[int, ...]
+    kind_peak: tuple[int, ...]
+    edge_static: tuple[int, ...]
+    edge_activation: tuple[int, ...]
+    edge_peak: tuple[int, ...]
     dispatch: int
     fixed: int
 
@@ -329,10 +405,10 @@ class _MemoryTerms:
 def _memory_terms(c: RowCosts, in_bytes: bool) -> _MemoryTerms:
     """The row's memory tables in bytes or in MB."""
     if in_bytes:
-        return _MemoryTerms(c.kind_bytes, c.edge_bytes, c.dispatch_bytes, c.fixed_bytes)
-    return _MemoryTerms(tuple(zip(c.kind_static, c.kind_activation, c.kind_peak, strict=True)),
-                        tuple(zip(c.edge_static, c.edge_activation, c.edge_peak, strict=True)),
-                        c.dispatch_mb, c.workspace_mb)
+        return _MemoryTerms(*zip(*c.kind_bytes, strict=True), *zip(*c.edge_bytes, strict=True),
+                            c.dispatch_bytes, c.fixed_bytes)
+    return _MemoryTerms(c.kind_static, c.kind_activation, c.kind_peak, c.edge_static, c.edge_activation,
+                        c.edge_peak, c.dispatch_mb, c.workspace_mb)
 
 
 def memory_floor_mb(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> Fraction:
@@ -345,10 +421,10 @@ def memory_floor_mb(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> 
     sits on the rank where it weighs least. Whole-number arithmetic over common denominators: the exact
     fractions, without a Fraction per term."""
     terms = _memory_terms(c, in_bytes)
-    edge_static, edge_activation = [e[0] for e in terms.edges], [e[1] for e in terms.edges]
+    counts = totals.tolist()
     inv, inv_den, share, share_den, least, most = _inflight_terms(c.row.pp, c.row.vpp, c.derived.num_microbatches)
     static_up = static_down = held_up = held_down = 0
-    for n, (s, a, _) in zip(totals.tolist(), terms.kinds, strict=True):
+    for n, s, a in zip(counts, terms.kind_static, terms.kind_activation, strict=True):
         if s >= 0:
             static_up += n * s
         else:
@@ -357,23 +433,21 @@ def memory_floor_mb(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> 
             held_up += n * a
         else:
             held_down += n * a
-    spread = sum(inv)
+    edge_static, edge_activation = terms.edge_static, terms.edge_activation
     # harmonic / spread, each kind's static over the rank where it weighs least (the most or least in flight)
     held = sum(edge_activation) + held_up + held_down
-    h_den = spread * most.numerator * least.numerator
-    h_num = ((sum(s * x for s, x in zip(edge_static, inv, strict=True)) + held * inv_den)
-             * most.numerator * least.numerator
+    h_den = sum(inv) * most.numerator * least.numerator
+    h_num = ((sum(map(operator.mul, edge_static, inv)) + held * inv_den) * most.numerator * least.numerator
              + static_up * most.denominator * inv_den * least.numerator
              + static_down * least.denominator * inv_den * most.numerator)
     # even / ranks, each kind's activations at the least (or most) in-flight share
-    ranks = len(inv)
-    e_den = share_den * least.denominator * most.denominator * ranks
+    e_den = share_den * least.denominator * most.denominator * len(inv)
     e_num = (((sum(edge_static) + static_up + static_down) * share_den
-              + sum(a * x for a, x in zip(edge_activation, share, strict=True))) * least.denominator * most.denominator
+              + sum(map(operator.mul, edge_activation, share))) * least.denominator * most.denominator
              + (held_up * least.numerator * most.denominator + held_down * most.numerator * least.denominator)
              * share_den)
-    mean = Fraction(h_num, h_den) if h_num * e_den >= e_num * h_den else Fraction(e_num, e_den)
-    return mean + least_held(c, totals, in_bytes) + terms.fixed
+    num, den = (h_num, h_den) if h_num * e_den >= e_num * h_den else (e_num, e_den)
+    return Fraction(num + (_least_besides(c, counts, terms) + terms.fixed) * den, den)
 
 
 def whole_block_memory_floor(c: RowCosts, totals: np.ndarray, unit: int, in_bytes: bool = True) -> int:
@@ -385,16 +459,19 @@ def whole_block_memory_floor(c: RowCosts, totals: np.ndarray, unit: int, in_byte
     whole number past a whole bound). It sees what the weighted means (memory_floor_mb) miss when blocks
     are few per rank (a rank of 64 holding 2 of 94 blocks) or of unlike kinds (3 dense blocks among 61).
     0 where a kind's memory is negative."""
-    present = [k for k, n in enumerate(totals.tolist()) if n]
+    counts = totals.tolist()
+    present = [k for k, n in enumerate(counts) if n]
     terms = _memory_terms(c, in_bytes)
-    kinds = np.array([terms.kinds[k][:2] for k in present], dtype=float).reshape(-1, 2)
-    if (kinds < 0).any():
+    static = np.array([terms.kind_static[k] for k in present], dtype=float)
+    held = np.array([terms.kind_activation[k] for k in present], dtype=float)
+    if (static < 0).any() or (held < 0).any():
         return 0
-    inflight = np.array([float(f) for f in c.inflight])
-    edges = np.array(terms.edges, dtype=float).reshape(-1, 3)
-    base = edges[:, 0] + inflight * edges[:, 1] + _held_besides(c, totals, terms) + terms.fixed
-    weights = kinds[None, :, 0] + inflight[:, None] * kinds[None, :, 1]
-    heaviest = least_heaviest_rank(base, weights, totals[present].astype(np.int64), c.row.vpp)
+    inflight = _inflight_floats(c.row.pp, c.row.vpp, c.derived.num_microbatches)
+    base = (np.array(terms.edge_static, dtype=float) + inflight * np.array(terms.edge_activation, dtype=float)
+            + _held_besides(c, counts, terms) + terms.fixed)
+    weights = static[None, :] + inflight[:, None] * held[None, :]
+    heaviest = least_heaviest_rank(base, weights, np.array([counts[k] for k in present], dtype=np.int64),
+                                   c.row.vpp)
     return -(-int(heaviest * (1 - 1e-12)) // unit)
 
 
@@ -404,17 +481,30 @@ def least_held(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> int:
     the least of the model's kinds, since every rank holds a block) and the dispatch buffers where the
     rank surely holds a MoE block (its edge does, or every kind is MoE). The heaviest rank's memory is at
     least a weighted mean of the ranks' other terms plus the least of these."""
-    return int(_held_besides(c, totals, _memory_terms(c, in_bytes)).min())
+    return _least_besides(c, totals.tolist(), _memory_terms(c, in_bytes))
 
 
-def _held_besides(c: RowCosts, totals: np.ndarray, terms: _MemoryTerms) -> np.ndarray:
+def _least_besides(c: RowCosts, counts: list[int], terms: _MemoryTerms) -> int:
+    """least_held: the least of _held_besides' terms, taken over the ranks' distinct edges (a first, a middle
+    and a last) rather than rank by rank."""
+    least_peak, every_moe = _besides_kinds(c, counts, terms)
+    return min(max(peak, least_peak) + (terms.dispatch if moe or every_moe else 0)
+               for peak, moe in set(zip(terms.edge_peak, c.edge_moe, strict=True)))
+
+
+def _held_besides(c: RowCosts, counts: list[int], terms: _MemoryTerms) -> np.ndarray:
     """least_held's terms rank by rank: at least its edge's recompute working set and the least of the
     model's kinds', plus the dispatch buffers where the rank surely holds a MoE block."""
-    kinds = [k for k, n in enumerate(totals.tolist()) if n]
-    every_moe = all(c.kind_moe[k] for k in kinds)
-    least_peak = min(terms.kinds[k][2] for k in kinds)
-    return np.array([max(e[2], least_peak) + (terms.dispatch if moe or every_moe else 0)
-                     for e, moe in zip(terms.edges, c.edge_moe, strict=True)], dtype=np.int64)
+    least_peak, every_moe = _besides_kinds(c, counts, terms)
+    return np.array([max(peak, least_peak) + (terms.dispatch if moe or every_moe else 0)
+                     for peak, moe in zip(terms.edge_peak, c.edge_moe, strict=True)], dtype=np.int64)
+
+
+def _besides_kinds(c: RowCosts, counts: list[int], terms: _MemoryTerms) -> tuple[int, bool]:
+    """What the kinds present (`counts`: blocks of each) add to every rank besides: the least recompute
+    working set among them, and whether every one of them is MoE (then every rank holds the dispatch buffers)."""
+    kinds = [k for k, n in enumerate(counts) if n]
+    return min(terms.kind_peak[k] for k in kinds), all(c.kind_moe[k] for k in kinds)
 
 
 @lru_cache(maxsize=4096)
@@ -428,6 +518,14 @@ def _inflight_terms(pp: int, vpp: int, microbatches: Fraction | int
     return (tuple(f.denominator * (inv_den // f.numerator) for f in inflight), inv_den,
             tuple(f.numerator * (share_den // f.denominator) for f in inflight), share_den,
             min(inflight), max(inflight))
+
+
+@lru_cache(maxsize=4096)
+def _inflight_floats(pp: int, vpp: int, microbatches: Fraction | int) -> np.ndarray:
+    """The ranks' in-flight shares (stage_inflight) as floats, read-only: whole_block_memory_floor's weights."""
+    floats = np.array([float(f) for f in stage_inflight(pp, vpp, microbatches)])
+    floats.flags.writeable = False
+    return floats
 
 
 def interval_counts(prefix: tuple[tuple[int, ...], ...]) -> np.ndarray:
