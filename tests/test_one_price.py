@@ -296,3 +296,38 @@ def test_compute_floor_is_the_same_under_every_saving() -> None:
         for saving in savings:
             saved = with_saving(problem, saving)
             assert time_model_for(plain, saved).compute_floor_s(row.mapping(saved), d, totals) == floor, saving
+
+
+def test_floor_with_memory_bounded_blocks_is_below_every_fitting_cut() -> None:
+    """costs.most_blocks never falls below the blocks a rank holds in a cut that fits (stage_memory within
+    usable HBM on every rank), and the step floor with each rank's blocks so bounded (reprice.step_floor_units
+    with `usable`) stays below the exact step time of every step of the row's staircase under that HBM, on
+    memory-tight rows of Qwen3-235B on 256 H100 (where it lifts some floors above the unbounded one)."""
+    from parasol.solver.search.costs import most_blocks, usable_mb
+    from parasol.solver.search.cuts import row_staircase
+    from parasol.solver.search.reprice import step_floor_units, time_units
+
+    problem = load_problem_text("model: qwen3-235b-a22b\ntraining: {seq_len: 4096, global_batch: 1024}\n"
+                                "hardware: {preset: h100-hgx, gpus: 256}\n")
+    model = CalibratedStageTimes(problem)
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    totals, usable = counts[0, counts.shape[0] - 1], usable_mb(problem)
+    rng = random.Random(23)
+    rows = [r for r in enumerate_rows(problem) if r.pp >= 8 and r.recompute == "none"]
+    lifted = checked = 0
+    for row in rng.sample(rows, 40):
+        c = row_costs(problem, row, model)
+        mapping = row.mapping(problem)
+        stairs = row_staircase(c, counts, usable)
+        if not stairs.points:
+            continue
+        checked += 1
+        most = most_blocks(c, totals, usable)
+        floor = step_floor_units(c, mapping, counts, model, usable)
+        for q in stairs.points:
+            held = np.array(rank_counts(q.layout, row.pp, counts))
+            assert (held.sum(axis=1) <= most).all()
+            exact = model.cut_step_times_s(mapping, c.derived, held[None])[0]
+            assert floor <= time_units(float(exact)), row
+        lifted += floor > step_floor_units(c, mapping, counts, model)
+    assert checked >= 10 and lifted > 0

@@ -57,9 +57,14 @@ def least_heaviest_rank(base: np.ndarray, weights: np.ndarray, totals: np.ndarra
 
 def lightest_blocks(weights: np.ndarray, totals: np.ndarray, upto: int) -> np.ndarray:
     """ranks × (upto + 1): the least weight of j blocks on each rank r (j = 0..upto), among totals[k] blocks of
-    each kind k weighing weights[r, k] there: its j lightest, each rank's kinds lightest first."""
-    out = np.zeros((weights.shape[0], upto + 1))
-    for r, row in enumerate(weights):
-        order = np.argsort(row, kind="stable")
-        out[r, 1:] = np.cumsum(np.repeat(row[order], totals[order])[:upto])
-    return out
+    each kind k weighing weights[r, k] there: its j lightest, each rank's kinds lightest first (a kind in
+    sorted place i gives min(max(j − the blocks before it, 0), its blocks) of them)."""
+    steps = np.arange(upto + 1, dtype=np.int64)
+    if weights.shape[1] == 1:
+        return weights[:, :1] * np.minimum(steps, totals[0])[None, :]
+    order = np.argsort(weights, axis=1, kind="stable")
+    lighter = np.take_along_axis(weights, order, axis=1)
+    blocks = totals[order]
+    before = np.cumsum(blocks, axis=1) - blocks
+    taken = np.clip(steps[None, None, :] - before[:, :, None], 0, blocks[:, :, None])
+    return (lighter[:, :, None] * taken).sum(axis=1)

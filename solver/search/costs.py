@@ -32,7 +32,7 @@ from parasol.constraints.physics.memory import (
     inflight_microbatches,
     workspace_bytes,
 )
-from parasol.constraints.physics.schedule import least_heaviest_rank, pipeline_time_scaled
+from parasol.constraints.physics.schedule import least_heaviest_rank, lightest_blocks, pipeline_time_scaled
 from parasol.problems.derived import Derived, derive
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
@@ -68,9 +68,11 @@ class StageTimeModel(Protocol):
         """Exact step seconds of N cuts (counts: N × PP × kinds blocks per pipeline rank), as printed."""
         ...
 
-    def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
-        """A lower bound on the exact step seconds of every cut (totals: blocks of each kind) under every
-        MoE dispatcher and CP communication type the row may choose: solve judges a row by its floor
+    def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
+                     most: np.ndarray | None = None) -> float:
+        """A lower bound on the exact step seconds of every cut (totals: blocks of each kind) holding at most
+        most[r] blocks on pipeline rank r (None: any number; most_blocks gives what memory allows) under
+        every MoE dispatcher and CP communication type the row may choose: solve judges a row by its floor
         before it settles those options (solver/search/choices.py)."""
         ...
 
@@ -452,27 +454,48 @@ def memory_floor_mb(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> 
 
 def whole_block_memory_floor(c: RowCosts, totals: np.ndarray, unit: int, in_bytes: bool = True) -> int:
     """A lower bound, in whole `unit`s of bytes (or of MB, not in_bytes) rounded up, on the heaviest rank's
-    bytes (stage_bytes; stage_memory's MB) under every cut the cut searches consider. Every rank holds a
-    whole number of blocks, at least one per virtual stage, and a block of kind k adds to rank r its static
-    memory and its activations times r's in-flight share, so rank r holding j blocks weighs at least A_r
-    plus its j lightest blocks there (schedule.least_heaviest_rank; rounding activations up cannot lift a
-    whole number past a whole bound). It sees what the weighted means (memory_floor_mb) miss when blocks
-    are few per rank (a rank of 64 holding 2 of 94 blocks) or of unlike kinds (3 dense blocks among 61).
-    0 where a kind's memory is negative."""
+    bytes (stage_bytes; stage_memory's MB) under every cut the cut searches consider: the least largest
+    rank over the whole-block lines (_whole_block_lines, schedule.least_heaviest_rank). It sees what the
+    weighted means (memory_floor_mb) miss when blocks are few per rank (a rank of 64 holding 2 of 94 blocks)
+    or of unlike kinds (3 dense blocks among 61). 0 where a kind's memory is negative."""
+    lines = _whole_block_lines(c, totals, in_bytes)
+    if lines is None:
+        return 0
+    heaviest = least_heaviest_rank(*lines, c.row.vpp)
+    return -(-int(heaviest * (1 - 1e-12)) // unit)
+
+
+def most_blocks(c: RowCosts, totals: np.ndarray, usable: int) -> np.ndarray | None:
+    """Per pipeline rank, the most whole blocks it can hold within `usable` MB (stage_memory, as every cut
+    search keeps every rank): past it even its lightest blocks (_whole_block_lines) overflow. None where a
+    kind's memory is negative."""
+    lines = _whole_block_lines(c, totals, False)
+    if lines is None:
+        return None
+    base, weights, kinds = lines
+    lightest = lightest_blocks(weights, kinds, int(kinds.sum()))
+    return (base[:, None] + lightest <= usable * (1 + 1e-12)).sum(axis=1) - 1
+
+
+def _whole_block_lines(c: RowCosts, totals: np.ndarray, in_bytes: bool) -> tuple[np.ndarray, np.ndarray,
+                                                                                  np.ndarray] | None:
+    """(A_r, w_rk, n_k): a rank r holding blocks weighs at least A_r plus w_rk for each block of kind k it
+    holds (n_k of each kind in the model), in bytes or MB: a block adds its static memory and its
+    activations times r's in-flight share, A_r is its edge's and what it holds besides (_held_besides), and
+    rounding activations up cannot lift a whole number past a whole bound. None where a kind's memory is
+    negative."""
     counts = totals.tolist()
     present = [k for k, n in enumerate(counts) if n]
     terms = _memory_terms(c, in_bytes)
     static = np.array([terms.kind_static[k] for k in present], dtype=float)
     held = np.array([terms.kind_activation[k] for k in present], dtype=float)
     if (static < 0).any() or (held < 0).any():
-        return 0
+        return None
     inflight = _inflight_floats(c.row.pp, c.row.vpp, c.derived.num_microbatches)
     base = (np.array(terms.edge_static, dtype=float) + inflight * np.array(terms.edge_activation, dtype=float)
             + _held_besides(c, counts, terms) + terms.fixed)
-    weights = static[None, :] + inflight[:, None] * held[None, :]
-    heaviest = least_heaviest_rank(base, weights, np.array([counts[k] for k in present], dtype=np.int64),
-                                   c.row.vpp)
-    return -(-int(heaviest * (1 - 1e-12)) // unit)
+    return base, static[None, :] + inflight[:, None] * held[None, :], np.array([counts[k] for k in present],
+                                                                                dtype=np.int64)
 
 
 def least_held(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> int:

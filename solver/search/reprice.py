@@ -25,6 +25,7 @@ from parasol.solver.search.costs import (
     RowCosts,
     StageTimeModel,
     memory_floor_mb,
+    most_blocks,
     whole_block_memory_floor,
 )
 from parasol.solver.search.cuts import CutPoint, Staircase, rank_counts
@@ -84,15 +85,21 @@ def units_below(seconds: float) -> int:
     return math.floor(seconds / TIME_UNIT_S * (1 - 1e-9))
 
 
-def floor_point(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel) -> tuple[int, int]:
+def floor_point(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel,
+                usable: int | None = None) -> tuple[int, int]:
     """(step time, peak memory) units no cut of the row goes below, as printed: step_floor_units and
-    memory_floor_units."""
-    return step_floor_units(c, mapping, counts, time_model), memory_floor_units(c, counts)
+    memory_floor_units (`usable`: the MB every cut keeps each rank within, None: no such bound)."""
+    return step_floor_units(c, mapping, counts, time_model, usable), memory_floor_units(c, counts)
 
 
-def step_floor_units(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel) -> int:
-    """Step-time units no cut of the row goes below: the step-time model's floor (StageTimeModel.step_floor_s)."""
-    return units_below(time_model.step_floor_s(mapping, c.derived, counts[0, counts.shape[0] - 1]))
+def step_floor_units(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel,
+                     usable: int | None = None) -> int:
+    """Step-time units no cut of the row goes below: the step-time model's floor (StageTimeModel.step_floor_s),
+    with each rank holding at most the blocks its memory allows within `usable` MB (costs.most_blocks; None:
+    any number)."""
+    totals = counts[0, counts.shape[0] - 1]
+    most = None if usable is None else most_blocks(c, totals, usable)
+    return units_below(time_model.step_floor_s(mapping, c.derived, totals, most))
 
 
 def compute_floor_units(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel) -> int:

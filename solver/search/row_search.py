@@ -150,10 +150,10 @@ class RowSearch:
         return floors
 
     def _floor(self, row: Row, memory: RowCosts | None = None) -> tuple[int, int]:
-        """The row's floor under its saving (reprice.floor_point; `memory`: its memory tables when known): it
-        holds for every option it may choose."""
+        """The row's floor under its saving (reprice.floor_point, each rank holding what fits usable HBM;
+        `memory`: its memory tables when known): it holds for every option it may choose."""
         memory = memory or row_costs(row_problem(self.problem, row), row, None)
-        return floor_point(memory, row.mapping(self.problem), self.counts, self.model_of(row))
+        return floor_point(memory, row.mapping(self.problem), self.counts, self.model_of(row), self.usable)
 
     def _beaten(self, floor: tuple[int, int]) -> bool:
         """Whether steps of `top` rule-feasible rows cut so far dominate `floor` (prune.beaten)."""
