@@ -437,12 +437,12 @@ class CalibratedStageTimes:
         unhidden pipeline sends (pricing.pipeline_sends_floor), the data-parallel exchanges at least as
         exposed as the larger of what their switches leave and the largest rank's whole exchange less T
         (at least the mean, pricing.data_parallel_floor, and at least the heaviest rank's when ranks hold
-        whole blocks, _FloorParts.heaviest_exchange), and the optimizer step of an average rank. Sound because a rank's
-        compute and exchanges are sublinear in its work (sums of maxima of linear terms: the price of all
-        ranks' summed work is at most the sum of their prices), every field grows with blocks (the least
-        slope over rank positions is taken), and the step grows with the stage times' sum and, but for
-        the data-parallel term at one microbatch, with T: there T takes the least value of the bound's
-        convex function of it."""
+        whole blocks, _FloorParts.heaviest_exchange), and the optimizer step of an average rank. Sound
+        because a rank's compute and exchanges are sublinear in its work (sums of maxima of linear terms:
+        the price of all ranks' summed work is at most the sum of their prices), every field grows with
+        blocks (the summed work takes the least slope over rank positions; a rank's own bound its own
+        slope per kind), and the step grows with the stage times' sum and, but for the data-parallel term
+        at one microbatch, with T: there T takes the least value of the bound's convex function of it."""
         parts = self._floor_parts(mapping, derived, totals)
         coefs = coefficient_values(self.coefficients)
         m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
