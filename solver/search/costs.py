@@ -296,16 +296,15 @@ def _row_buffers(problem: Problem, m: Mapping, d: Derived) -> tuple[int, int, in
     return memoised_by(problem, "row_buffers", key, CONTRIBUTION_MEMO, build)
 
 
-@lru_cache(maxsize=4096)
 def _numerators(inflight: tuple[Fraction, ...]) -> np.ndarray:
-    """The in-flight shares' numerators as an array (RowCosts.ranks_memory)."""
-    return np.array([f.numerator for f in inflight], dtype=np.int64)
+    """The in-flight shares' numerators as an array (RowCosts.ranks_memory; read afresh: hashing the
+    shares for a cache costs more)."""
+    return np.fromiter((f.numerator for f in inflight), dtype=np.int64, count=len(inflight))
 
 
-@lru_cache(maxsize=4096)
 def _denominators(inflight: tuple[Fraction, ...]) -> np.ndarray:
     """The in-flight shares' denominators as an array (RowCosts.ranks_memory)."""
-    return np.array([f.denominator for f in inflight], dtype=np.int64)
+    return np.fromiter((f.denominator for f in inflight), dtype=np.int64, count=len(inflight))
 
 
 @lru_cache(maxsize=4096)
