@@ -244,14 +244,22 @@ def _exposed_per_microbatch(b: WorkloadBatch, c: Coefs, t: dict[str, np.ndarray]
     }
 
 
+DATA_PARALLEL_TERMS = ("dp_dense_reduce", "dp_expert_reduce", "dp_dense_gather", "dp_expert_gather")
+"""The comm terms of a rank's data-parallel exchange (_data_parallel_exposure prices their sum per stage)."""
+
+
+def _data_parallel_seconds(b: WorkloadBatch, c: Coefs) -> list[np.ndarray]:
+    """Per stage, the seconds of each DATA_PARALLEL_TERMS term: dense and expert reduce, then gather."""
+    return [_priced(b.comm[term], c) for term in DATA_PARALLEL_TERMS]
+
+
 def _data_parallel_exposure(b: WorkloadBatch, c: Coefs, t: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Exposed (dense, expert) DP seconds per step: with --overlap-grad-reduce the bucketed gradient
     reduce-scatter runs during the last microbatch's backward, with --overlap-param-gather the parameter
     all-gather during the first forward (Megatron-LM distributed/param_and_grad_buffer.py), each hidden up
     to that window; off, each is exposed whole. The slowest stage counts."""
     r = b.run
-    dense_reduce, expert_reduce = _priced(b.comm["dp_dense_reduce"], c), _priced(b.comm["dp_expert_reduce"], c)
-    dense_gather, expert_gather = _priced(b.comm["dp_dense_gather"], c), _priced(b.comm["dp_expert_gather"], c)
+    dense_reduce, expert_reduce, dense_gather, expert_gather = _data_parallel_seconds(b, c)
     reduce, gather = dense_reduce + expert_reduce, dense_gather + expert_gather
     exposed = reduce - _behind(reduce, r["grad_reduce_overlap"], t["backward"]) + gather - _behind(
         gather, r["param_gather_overlap"], t["forward"])
@@ -407,14 +415,10 @@ def data_parallel_floor(b: WorkloadBatch, c: Coefs) -> tuple[np.ndarray, np.ndar
     at most the sum of the stages')."""
     r = b.run
     pp = r["pp"]
-    reduce = _priced(b.comm["dp_dense_reduce"], c) + _priced(b.comm["dp_expert_reduce"], c)
-    gather = _priced(b.comm["dp_dense_gather"], c) + _priced(b.comm["dp_expert_gather"], c)
+    dense_reduce, expert_reduce, dense_gather, expert_gather = _data_parallel_seconds(b, c)
+    reduce, gather = dense_reduce + expert_reduce, dense_gather + expert_gather
     exposed = (1 - _col(r["grad_reduce_overlap"])) * reduce + (1 - _col(r["param_gather_overlap"])) * gather
     return exposed.sum(axis=1) / pp, (reduce + gather).sum(axis=1) / pp
-
-
-DATA_PARALLEL_TERMS = ("dp_dense_reduce", "dp_dense_gather", "dp_expert_reduce", "dp_expert_gather")
-"""The comm terms of a rank's data-parallel exchange (_data_parallel_exposure prices their sum per stage)."""
 
 
 def data_parallel_lines(base: np.ndarray, per_block: np.ndarray, c: Coefs) -> tuple[np.ndarray, np.ndarray]:

@@ -42,7 +42,7 @@ from parasol.solver.search.costs import (
     row_costs,
     whole_block_memory_floor,
 )
-from parasol.solver.search.cuts import some_cut_fits
+from parasol.solver.search.cuts import rank_counts, some_cut_fits
 from parasol.solver.search.space import Row, with_choices
 
 NONE = "none"
@@ -95,11 +95,7 @@ def default_cut_fits(costs: RowCosts, counts: np.ndarray, usable: int) -> bool:
 
 def default_rank_counts(counts: np.ndarray, pp: int, vpp: int) -> np.ndarray:
     """Blocks of each kind on each pipeline rank under the default cut (`counts`: cuts.interval_counts)."""
-    layout = default_layout(counts.shape[0] - 1, pp * vpp)
-    starts = np.cumsum((0, *layout))
-    ranks = np.zeros((pp, counts.shape[2]), dtype=np.int64)
-    np.add.at(ranks, np.arange(len(layout)) % pp, counts[starts[:-1], starts[1:]])
-    return ranks
+    return np.array(rank_counts(default_layout(counts.shape[0] - 1, pp * vpp), pp, counts), dtype=np.int64)
 
 
 def quick_fit(costs: RowCosts, counts: np.ndarray, usable: int) -> bool | None:
