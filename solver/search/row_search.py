@@ -1,9 +1,11 @@
-"""The rows `solve` takes to the master program, found in rounds: screen a batch of rows for memory and
-price their floors, then settle and cut the screened rows in the order of their floors, skipping every
-row whose floor `top` rule-feasible rows already cut dominate (solver/search/prune.py's argument).
+"""The rows `solve` takes to the master program, found best first: every row waits by its compute floor,
+and the waiting row with the least floor comes up next, to be judged by its dearer floors and its fit (it
+waits again by the higher floor they give), or settled and cut; a row whose floor `top` rule-feasible rows
+already cut dominate is skipped (solver/search/prune.py's argument).
 
-Batches double, so a search the time limit cuts short has cut the most promising rows it screened,
-and a search that completes gives the answer one pass would: a skipped row can never enter the answer,
+When a row comes up, every row with a lower floor has been cut or skipped, so it is judged against the
+most rows it can be: a search the time limit cuts short has cut the most promising rows, and a search
+that completes gives the answer one pass would, since a skipped row can never enter the answer,
 whichever rows were cut before it.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -44,12 +47,24 @@ from parasol.solver.search.savings import (
 )
 from parasol.solver.search.space import Row
 
-FIRST_BATCH = 256
-"""Rows screened in the first round; each round screens twice as many as the one before."""
 ROW_SHARE = 0.1
 """Share of the time left that one row's cut search may take: a row whose exact interleaved cuts take long
 (several block kinds the relaxation cannot lay out) returns the steps it found, unproved, and leaves the
 rest of the limit to the rows after it."""
+
+
+class _Screened(NamedTuple):
+    """A row screened and waiting by its compute floor: its memory tables (row_costs, no time model)."""
+
+    row: Row
+    plain: RowCosts
+
+
+class _Candidates(NamedTuple):
+    """A row's fit candidates waiting to be cut; `exact`: they wait by their step floor (or no floors)."""
+
+    candidates: FitCandidates
+    exact: bool
 
 
 def rows_pass_rules(problem: Problem, row: Row) -> bool:
@@ -75,7 +90,7 @@ class RowSearch:
         self.staircases: list[Staircase] = []
         self._options_proved: list[bool] = []
         self.fitting = 0
-        self._waiting: list[tuple[tuple[int, int], int, FitCandidates, bool]] = []
+        self._waiting: list[tuple[tuple[int, int], int, _Screened | _Candidates]] = []
         self._queued = 0
         self._passes: dict[int, bool] = {}
         self._steps = TopStaircase(top, self.feasible_row)
@@ -93,40 +108,52 @@ class RowSearch:
         return self._passes[i]
 
     def screen(self, row: Row) -> None:
-        """Drop the row when no variant of it may fit (savings.fit_candidates) or when `top` rows cut so far
-        beat its least floor over the variants that may; otherwise let it wait, by that floor, to be cut.
-        Cheaper floors that never exceed it are judged first: the compute floor (reprice.compute_floor_units,
-        the same under every saving, so priced once) with the memory of the row's own tables (less their
-        weights, gradients and optimizer state where savings are open: those only shrink them), before the
-        variants are built; then, with the variants' memory floors, the compute floor and the compute and
-        exposed-exchange floor (reprice.exposed_floor_units), by which the row waits: its step floor is
-        priced only when it is about to be cut (cut_waiting), when most rows are already beaten."""
+        """Let the row wait by its compute floor (reprice.compute_floor_units: the same under every saving,
+        so priced once, with no memory floor yet); the dearer floors and its fit are judged when it comes up
+        (_judge), by then against every row cut with a lower floor. Without floors, its fit candidates
+        are found now and it waits at once to be cut."""
         plain = row_costs(self.problem, row, None)
-        judged = self.floors and len(self.rows) >= self.top
-        compute, own = 0, None
-        if self.floors:
-            compute = compute_floor_units(plain, row.mapping(self.problem), self.counts, self.model_of(row))
-            own = None if self.savings else memory_floor_units(plain, self.counts)
-            if judged and self._beaten((compute, own if own is not None
-                                        else memory_floor_units(without_static(plain), self.counts))):
-                return
+        if not self.floors:
+            candidates = fit_candidates(self.problem, row, self.savings, self.counts, self.usable, plain)
+            if candidates.rows:
+                self._wait((0, 0), candidates, True)
+            return
+        compute = compute_floor_units(plain, row.mapping(self.problem), self.counts, self.model_of(row))
+        heapq.heappush(self._waiting, ((compute, 0), self._queued, _Screened(row, plain)))
+        self._queued += 1
+
+    def _judge(self, screened: _Screened, compute: int) -> None:
+        """Drop the row when `top` rows cut so far beat its floors or when no variant of it may fit
+        (savings.fit_candidates); otherwise let it wait, by its least floor over the variants that may fit,
+        to be cut. Cheaper floors that never exceed the next are judged first: with the compute floor, the
+        memory of the row's own tables (less their weights, gradients and optimizer state where savings are
+        open: those only shrink them), then, once the variants are built, their least memory floor, then the
+        compute and exposed-exchange floor (reprice.exposed_floor_units), by which the row waits: its step
+        floor is priced only when it is about to be cut (cut_waiting)."""
+        row, plain = screened
+        judged = len(self.rows) >= self.top
+        own = None if self.savings else memory_floor_units(plain, self.counts)
+        if judged and self._beaten((compute, own if own is not None
+                                    else memory_floor_units(without_static(plain), self.counts))):
+            return
         candidates = fit_candidates(self.problem, row, self.savings, self.counts, self.usable, plain)
         if not candidates.rows:
             return
-        floor = (0, 0)
-        if self.floors:
-            memory = min(own if c is plain and own is not None else memory_floor_units(c, self.counts)
-                         for c in candidates.costs)
-            floor = (compute, memory)
-            if judged and self._beaten(floor):
-                return
-            floor = (min(exposed_floor_units(c, v.mapping(self.problem), self.counts, self.model_of(v))
-                         for v, c in zip(candidates.rows, candidates.costs, strict=True)), memory)
-            if judged and self._beaten(floor):
-                return
+        memory = min(own if c is plain and own is not None else memory_floor_units(c, self.counts)
+                     for c in candidates.costs)
+        if judged and self._beaten((compute, memory)):
+            return
+        floor = (min(exposed_floor_units(c, v.mapping(self.problem), self.counts, self.model_of(v))
+                     for v, c in zip(candidates.rows, candidates.costs, strict=True)), memory)
+        if judged and self._beaten(floor):
+            return
+        self._wait(floor, candidates, False)
+
+    def _wait(self, floor: tuple[int, int], candidates: FitCandidates, exact: bool) -> None:
+        """Let fit candidates wait by `floor` to be cut (`exact`: floor is their step floor, or no floors)."""
         if candidates.settled:
             self.fitting += 1
-        heapq.heappush(self._waiting, (floor, self._queued, candidates, not self.floors))
+        heapq.heappush(self._waiting, (floor, self._queued, _Candidates(candidates, exact)))
         self._queued += 1
 
     def unseen_floors(self, rows: tuple[Row, ...], deadline: float) -> list[tuple[int, int]] | None:
@@ -173,19 +200,23 @@ class RowSearch:
         return self._floor(self.rows[i])
 
     def cut_waiting(self, deadline: float) -> None:
-        """Cut the waiting rows, least floor first, until `deadline` (time.perf_counter()). A row waits by the
-        floor screening judged it by; its step floor (reprice.step_floor_units, which costs most) and, when
-        its fit needs the cut search, that search run only now, unless already beaten, and it waits again
-        when its step floor, or that of the variant that fits, is higher."""
+        """Cut the waiting rows, least floor first, until `deadline` (time.perf_counter()). A screened row is
+        judged first (_judge) and waits again by the floor that judges it; a row's step floor
+        (reprice.step_floor_units, which costs most) and, when its fit needs the cut search, that search run
+        only when it comes up again, unless already beaten, and it waits again when its step floor, or that
+        of the variant that fits, is higher."""
         while self._waiting and time.perf_counter() <= deadline:
-            floor, _, candidates, exact = heapq.heappop(self._waiting)
+            floor, _, waiting = heapq.heappop(self._waiting)
             if self.floors and self._beaten(floor):
                 continue
+            if isinstance(waiting, _Screened):
+                self._judge(waiting, floor[0])
+                continue
+            candidates, exact = waiting
             if candidates.settled and not exact:
                 own = self._floor(candidates.rows[0], candidates.costs[0])
                 if own > floor:
-                    heapq.heappush(self._waiting, (own, self._queued, candidates, True))
-                    self._queued += 1
+                    self._wait_again(own, candidates)
                     continue
             now = time.perf_counter()
             row_deadline = min(deadline, now + ROW_SHARE * (deadline - now))
@@ -198,11 +229,15 @@ class RowSearch:
                 resolved = FitCandidates((fitted,), True, (tables,))
                 own = self._floor(fitted, tables) if self.floors else floor
                 if own > floor:
-                    heapq.heappush(self._waiting, (own, self._queued, resolved, True))
-                    self._queued += 1
+                    self._wait_again(own, resolved)
                     continue
                 candidates = resolved
             self._cut(candidates.rows[0], row_deadline)
+
+    def _wait_again(self, floor: tuple[int, int], candidates: FitCandidates) -> None:
+        """Let settled candidates wait again, by their step floor."""
+        heapq.heappush(self._waiting, (floor, self._queued, _Candidates(candidates, True)))
+        self._queued += 1
 
     def _cut(self, row: Row, deadline: float) -> None:
         """Settle the row's options, then its staircase re-priced as printed and judged by the row rules (the
@@ -239,22 +274,21 @@ class RowSearch:
 
 def search_rows(search: RowSearch, ordered: tuple[Row, ...], deadline: float,
                 on_screened: Callable[[int], None] | None = None) -> int:
-    """Screen `ordered` in doubling batches, each followed by cutting every waiting row, until `deadline`;
-    a round screens for at most half the time left, so cutting always has the other half. With every row
-    screened and cut, the time left goes to the cut searches a row's share stopped. Returns how many rows
-    were screened."""
-    position, batch = 0, FIRST_BATCH
+    """Screen `ordered` (each row waits by its compute floor) for at most half the time left, then cut the
+    waiting rows, least floor first, until `deadline`; rows a round leaves unscreened are screened in the
+    next. With every row screened and cut, the time left goes to the cut searches a row's share stopped.
+    Returns how many rows were screened."""
+    position = 0
     while (position < len(ordered) or search.waiting) and time.perf_counter() <= deadline:
         now = time.perf_counter()
         screen_until = now + (deadline - now) / 2
-        first, end = position, min(position + batch, len(ordered))
-        while position < end and (position == first or time.perf_counter() <= screen_until):
+        first = position
+        while position < len(ordered) and (position == first or time.perf_counter() <= screen_until):
             search.screen(ordered[position])
             position += 1
             if on_screened is not None:
                 on_screened(position)
         search.cut_waiting(deadline)
-        batch *= 2
     if position == len(ordered) and not search.waiting:
         search.recut_unproved(deadline)
     return position
