@@ -575,3 +575,35 @@ def test_min_max_cut_is_the_least_over_every_cut() -> None:
         bounds = np.concatenate([[0], np.cumsum(found[1])])
         assert bounds[-1] == blocks and all(n >= 1 for n in found[1])
         assert max(int(t[a, b]) for t, a, b in zip(tables, bounds, bounds[1:], strict=False)) == least
+
+
+def test_table_memo_is_shared_by_a_tables_rows_and_follows_its_fields(problems: list) -> None:
+    """The memory floors' memo (costs.TableMemo) is one per table: the rows of a table that differ in VPP or
+    rank order, and their zero-static twins (savings.without_static), share it; tables whose memory fields
+    were replaced (dataclasses.replace) get floors of their own fields; and every floor, quick answer and
+    fit is what the same tables with no memo give."""
+    from parasol.solver.search.costs import memo_of, whole_block_memory_floor
+    from parasol.solver.search.reprice import memory_floor_units
+    from parasol.solver.search.savings import quick_fit
+
+    for problem in problems:
+        counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+        totals, usable = counts[0, counts.shape[0] - 1], usable_mb(problem)
+        shared = 0
+        for row in _sample(problem, 12):
+            c = row_costs(problem, row, None)
+            sibling = row_costs(problem, dataclasses.replace(row, vpp=1, rank_order=RankOrder.pp_last.value), None)
+            assert c.memo is sibling.memo and without_static(c).memo is without_static(sibling).memo
+            doubled = dataclasses.replace(c, kind_static=tuple(2 * s for s in c.kind_static))
+            assert memo_of(doubled) is not c.memo
+            for tables in (c, without_static(c), doubled, sibling):
+                bare = dataclasses.replace(tables, memo=None)
+                for memoised in (tables, tables):  # asked twice: the second answer is the memo's
+                    assert memory_floor_units(memoised, counts) == memory_floor_units(bare, counts)
+                    assert quick_fit(memoised, counts, usable) == quick_fit(bare, counts, usable)
+                    for in_bytes in (False, True):
+                        assert memory_floor_mb(memoised, totals, in_bytes) == memory_floor_mb(bare, totals, in_bytes)
+                        assert whole_block_memory_floor(memoised, totals, 1, in_bytes) == \
+                            whole_block_memory_floor(bare, totals, 1, in_bytes)
+            shared += row.vpp > 1
+        assert shared > 0

@@ -46,13 +46,15 @@ def least_heaviest_rank(base: np.ndarray, weights: np.ndarray, totals: np.ndarra
     blocks = int(totals.sum())
     extra = blocks - least * len(base)
     lightest = lightest_blocks(weights, totals, min(max(least + extra, least), blocks))
-    first = float(np.max(base + lightest[:, min(least, blocks)]))
+    first = float((base + lightest[:, min(least, blocks)]).max())
     if extra <= 0:
         return first
     values = base[:, None] + lightest[:, least + 1:]
     if most is not None and (most >= least).all() and int(np.minimum(most - least, extra).sum()) >= extra:
         values = np.where(np.arange(least + 1, least + extra + 1)[None, :] <= most[:, None], values, np.inf)
-    return max(first, float(np.partition(values.ravel(), extra - 1)[extra - 1]))
+    flat = values.ravel()  # a fresh array: partitioned in place
+    flat.partition(extra - 1)
+    return max(first, float(flat[extra - 1]))
 
 
 def lightest_blocks(weights: np.ndarray, totals: np.ndarray, upto: int) -> np.ndarray:
@@ -63,8 +65,9 @@ def lightest_blocks(weights: np.ndarray, totals: np.ndarray, upto: int) -> np.nd
     if weights.shape[1] == 1:
         return weights[:, :1] * np.minimum(steps, totals[0])[None, :]
     order = np.argsort(weights, axis=1, kind="stable")
-    lighter = np.take_along_axis(weights, order, axis=1)
+    lighter = weights[np.arange(weights.shape[0])[:, None], order]
     blocks = totals[order]
     before = np.cumsum(blocks, axis=1) - blocks
-    taken = np.clip(steps[None, None, :] - before[:, :, None], 0, blocks[:, :, None])
+    # np.clip's values, for less than its cost
+    taken = np.minimum(np.maximum(steps[None, None, :] - before[:, :, None], 0), blocks[:, :, None])
     return (lighter[:, :, None] * taken).sum(axis=1)

@@ -13,10 +13,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import lru_cache
-from typing import NamedTuple, Protocol
+from functools import cached_property, lru_cache
+from typing import NamedTuple, Protocol, TypeVar
 
 import numpy as np
 
@@ -147,6 +148,9 @@ class RowCosts:
     dispatch_bytes: int = 0
     fixed_bytes: int = 0
     """Workspace and FSDP unit buffers: on every rank."""
+    memo: TableMemo | None = dataclasses.field(default=None, compare=False, repr=False)
+    """What the memory floors read of these tables, computed once: shared by every row row_costs builds from
+    one table (memo_of checks that it still describes the tables)."""
 
     def stage_memory(self, stage: int, counts: tuple[int, ...]) -> int:
         """MB of the heaviest rank of `stage` holding `counts` blocks of each kind (the ledger's terms,
@@ -162,10 +166,16 @@ class RowCosts:
         return static + act + peak + (self.dispatch_mb if moe else 0) + self.workspace_mb
 
     def ranks_memory(self, counts: np.ndarray) -> np.ndarray:
-        """stage_memory of every pipeline rank at once: rank r holding counts[r] blocks of each kind (MB)."""
+        """stage_memory of every pipeline rank at once: rank r holding counts[r] blocks of each kind (MB). The
+        in-flight shares' numerators and denominators come from _shares (those of the row's schedule, as
+        row_costs sets them; read afresh where the tables carry others)."""
         static = np.array(self.edge_static, dtype=np.int64) + counts @ np.array(self.kind_static, dtype=np.int64)
         held = np.array(self.edge_activation, dtype=np.int64) + counts @ np.array(self.kind_activation, dtype=np.int64)
-        act = -(-held * _numerators(self.inflight) // _denominators(self.inflight))
+        shares = _shares_of(self)
+        if shares.inflight == self.inflight:
+            act = -(-held * shares.numerators // shares.denominators)
+        else:
+            act = -(-held * _numerators(self.inflight) // _denominators(self.inflight))
         present = counts > 0
         peak = np.maximum(np.array(self.edge_peak, dtype=np.int64),
                           np.where(present, np.array(self.kind_peak, dtype=np.int64), 0).max(axis=1))
@@ -209,13 +219,13 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None) -> 
     problem = with_choices(problem, row)
     mapping = row.mapping(problem)
     d = derive(problem.model, mapping)
-    tables = dataclasses.replace(_memory_tables(problem, row, mapping, d), row=row, derived=d,
-                                 inflight=stage_inflight(row.pp, row.vpp, d.num_microbatches))
+    tables = replaced(_memory_tables(problem, row, mapping, d), row=row, derived=d,
+                      inflight=stage_inflight(row.pp, row.vpp, d.num_microbatches))
     if time_model is None:
         return tables
     time_model = time_model.for_problem(problem)
     representatives = kind_representatives(problem)
-    return dataclasses.replace(
+    return replaced(
         tables,
         kind_time_us=tuple(_us(t) for t in time_model.block_times_s(mapping, d, [representatives[k]
                                                                                  for k in block_kinds(problem)])),
@@ -240,7 +250,13 @@ def _memory_tables(problem: Problem, row: Row, mapping: Mapping, d: Derived) -> 
 
 
 def _build_memory_tables(problem: Problem, row: Row, mapping: Mapping, d: Derived) -> RowCosts:
-    """The memory tables of a row (its times zero)."""
+    """The memory tables of a row (its times zero), with their memo."""
+    tables = _tables(problem, row, mapping, d)
+    return replaced(tables, memo=TableMemo(memory_fields(tables)))
+
+
+def _tables(problem: Problem, row: Row, mapping: Mapping, d: Derived) -> RowCosts:
+    """The memory tables of a row (its times zero, no memo)."""
     pp = row.pp
     per_kind, by_end = _contributions(problem, mapping, d)
     edges = _per_rank(pp, {end: (_mb(c.static), _mb(c.activation), _mb(c.recompute_peak), c.moe,
@@ -297,8 +313,7 @@ def _row_buffers(problem: Problem, m: Mapping, d: Derived) -> tuple[int, int, in
 
 
 def _numerators(inflight: tuple[Fraction, ...]) -> np.ndarray:
-    """The in-flight shares' numerators as an array (RowCosts.ranks_memory; read afresh: hashing the
-    shares for a cache costs more)."""
+    """The in-flight shares' numerators as an array (RowCosts.ranks_memory, _shares)."""
     return np.fromiter((f.numerator for f in inflight), dtype=np.int64, count=len(inflight))
 
 
@@ -388,6 +403,39 @@ def kind_representatives(problem: Problem) -> dict[tuple, Block]:
     return memoised(problem.model, "kind_representatives", build)
 
 
+T = TypeVar("T")
+
+
+def replaced(c: RowCosts, **changes: object) -> RowCosts:
+    """c with `changes` to its fields, as dataclasses.replace makes it, for a fraction of its cost (a RowCosts'
+    fields are its instance dictionary): screening builds one per row and variant."""
+    return RowCosts(**(c.__dict__ | changes))
+
+
+class MemoryFields(NamedTuple):
+    """The fields of a row's tables that its memory reads (RowCosts.stage_memory, stage_bytes): what a
+    TableMemo describes."""
+
+    kind_static: tuple[int, ...]
+    kind_activation: tuple[int, ...]
+    kind_peak: tuple[int, ...]
+    kind_moe: tuple[bool, ...]
+    edge_static: tuple[int, ...]
+    edge_activation: tuple[int, ...]
+    edge_peak: tuple[int, ...]
+    edge_moe: tuple[bool, ...]
+    dispatch_mb: int
+    workspace_mb: int
+    kind_bytes: tuple[tuple[int, int, int], ...]
+    edge_bytes: tuple[tuple[int, int, int], ...]
+    dispatch_bytes: int
+    fixed_bytes: int
+
+
+memory_fields = operator.attrgetter(*MemoryFields._fields)
+"""A RowCosts' MemoryFields, as a plain tuple."""
+
+
 class _MemoryTerms(NamedTuple):
     """A row's memory tables in one unit, MB (RowCosts.stage_memory) or the ledger's bytes (stage_bytes), by
     column: per kind and per edge the static memory, activation and recompute peak, the dispatch buffers and
@@ -403,27 +451,128 @@ class _MemoryTerms(NamedTuple):
     fixed: int
 
 
-def _memory_terms(c: RowCosts, in_bytes: bool) -> _MemoryTerms:
-    """The row's memory tables in bytes or in MB."""
-    if in_bytes:
-        return _MemoryTerms(*zip(*c.kind_bytes, strict=True), *zip(*c.edge_bytes, strict=True),
-                            c.dispatch_bytes, c.fixed_bytes)
-    return _MemoryTerms(c.kind_static, c.kind_activation, c.kind_peak, c.edge_static, c.edge_activation,
-                        c.edge_peak, c.dispatch_mb, c.workspace_mb)
+class TableMemo:
+    """What the memory floors read of one row's tables (`fields`), each computed on first use and kept with
+    them: their twin with no static memory, and in `values` the sums the floors read per `totals`
+    (_mean_terms, _line_terms) and the floors memoised_floor keeps."""
+
+    def __init__(self, fields: tuple) -> None:
+        self.fields = MemoryFields._make(fields)
+        self.values: dict = {}
+
+    def terms(self, in_bytes: bool) -> _MemoryTerms:
+        """The tables in bytes or in MB (built on each call: only the sums kept in `values` read them, once
+        per table and `totals`)."""
+        f = self.fields
+        if in_bytes:
+            return _MemoryTerms(*zip(*f.kind_bytes, strict=True), *zip(*f.edge_bytes, strict=True),
+                                f.dispatch_bytes, f.fixed_bytes)
+        return _MemoryTerms(f.kind_static, f.kind_activation, f.kind_peak, f.edge_static, f.edge_activation,
+                            f.edge_peak, f.dispatch_mb, f.workspace_mb)
+
+    @cached_property
+    def bare(self) -> dict[str, object]:
+        """The field changes that set weights, gradients and optimizer state to zero, in MB and in bytes, with
+        the memo of the tables they make (savings.without_static): once per table, not per row."""
+        f = self.fields
+        zeroed = {terms: (0, *terms[1:]) for terms in {*f.kind_bytes, *f.edge_bytes}}  # one per distinct edge
+        changes = {"kind_static": (0,) * len(f.kind_static), "edge_static": (0,) * len(f.edge_static),
+                   "kind_bytes": tuple(map(zeroed.__getitem__, f.kind_bytes)),
+                   "edge_bytes": tuple(map(zeroed.__getitem__, f.edge_bytes))}
+        return changes | {"memo": TableMemo(f._replace(**changes))}
+
+
+def memo_of(c: RowCosts) -> TableMemo:
+    """The memo of c's tables: the one they carry while it describes their memory fields (row_costs and
+    without_static share one among the rows of a table), else a fresh one (tables built field by field)."""
+    fields, memo = memory_fields(c), c.memo
+    return memo if memo is not None and memo.fields == fields else TableMemo(fields)
+
+
+_ABSENT = object()
+
+
+def memoised_floor(c: RowCosts, key: tuple, build: Callable[[], T]) -> T:
+    """build(), once per row table (memo_of), in-flight shares (PP, VPP and microbatches: what stage_inflight
+    reads) and `key` (whatever else it reads): the rows of one table that differ in rank order, or in
+    nothing else the floors read, share them."""
+    microbatches = c.derived.num_microbatches
+    values = memo_of(c).values
+    full = (*key, c.row.pp, c.row.vpp, microbatches.numerator, microbatches.denominator)
+    found = values.get(full, _ABSENT)
+    if found is _ABSENT:
+        found = values[full] = build()
+    return found
 
 
 def memory_floor_mb(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> Fraction:
     """A lower bound, in MB (or in the ledger's exact bytes), on the heaviest rank's memory
     (RowCosts.stage_memory, stage_bytes) under every cut of the row (`totals`: blocks of each kind in the
-    model). The heaviest rank holds at least any weighted mean of the ranks; a rank holds at least its
-    static memory, its activations times its in-flight share, the workspace and what it holds besides
-    (least_held). Weighting rank r by 1/inflight_r makes every block's activations count alike wherever it
-    sits, and even weights spread the static memory; either mean has its least value when every block
-    sits on the rank where it weighs least. Whole-number arithmetic over common denominators: the exact
-    fractions, without a Fraction per term."""
-    terms = _memory_terms(c, in_bytes)
-    counts = totals.tolist()
-    inv, inv_den, share, share_den, least, most = _inflight_terms(c.row.pp, c.row.vpp, c.derived.num_microbatches)
+    model): _weighted_means_floor."""
+    return Fraction(*_weighted_means_floor(c, totals.tolist(), in_bytes))
+
+
+def memory_floor_ratio(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> tuple[int, int]:
+    """memory_floor_mb as (numerator, denominator), the denominator positive, the two not reduced: a caller
+    that only compares or rounds it skips building the Fraction."""
+    return _weighted_means_floor(c, totals.tolist(), in_bytes)
+
+
+def _weighted_means_floor(c: RowCosts, counts: list[int], in_bytes: bool) -> tuple[int, int]:
+    """memory_floor_mb, as a numerator and a positive denominator: the heaviest rank holds at least any
+    weighted mean of the ranks; a rank holds at least its static memory, its activations times its in-flight
+    share, the workspace and what it holds besides (least_held). Weighting rank r by 1/inflight_r makes
+    every block's activations count alike wherever it sits, and even weights spread the static memory;
+    either mean has its least value when every block sits on the rank where it weighs least. Whole-number
+    arithmetic over common denominators: the exact fractions, without a Fraction per term; the sums that
+    read no in-flight share once per table (_mean_terms)."""
+    terms, shares = _mean_terms(memo_of(c), counts, in_bytes), _shares_of(c)
+    inv, inv_den, share, share_den = shares.inv, shares.inv_den, shares.share, shares.share_den
+    least_num, least_den, most_num, most_den = shares.least_most
+    # harmonic / spread, each kind's static over the rank where it weighs least (the most or least in flight)
+    h_den = shares.inv_sum * most_num * least_num
+    h_num = ((sum(map(operator.mul, terms.edge_static, inv)) + terms.held * inv_den) * most_num * least_num
+             + terms.static_up * most_den * inv_den * least_num
+             + terms.static_down * least_den * inv_den * most_num)
+    # even / ranks, each kind's activations at the least (or most) in-flight share
+    e_den = share_den * least_den * most_den * len(inv)
+    e_num = ((terms.static * share_den + sum(map(operator.mul, terms.edge_activation, share)))
+             * least_den * most_den
+             + (terms.held_up * least_num * most_den + terms.held_down * most_num * least_den) * share_den)
+    num, den = (h_num, h_den) if h_num * e_den >= e_num * h_den else (e_num, e_den)
+    return num + terms.besides * den, den
+
+
+class _MeanTerms(NamedTuple):
+    """What _weighted_means_floor reads of a table and the blocks of each kind, whatever the schedule: the
+    edges' static memory and activations, the kinds' summed static memory and activations, those that
+    grow and those that shrink a rank (static_up, static_down, held_up, held_down), every rank's static
+    memory and activations summed (static, held), and what every rank holds besides (least_held plus the
+    workspace)."""
+
+    edge_static: tuple[int, ...]
+    edge_activation: tuple[int, ...]
+    static_up: int
+    static_down: int
+    held_up: int
+    held_down: int
+    static: int
+    held: int
+    besides: int
+
+
+def _mean_terms(memo: TableMemo, counts: list[int], in_bytes: bool) -> _MeanTerms:
+    """_MeanTerms of a table, once per table, unit and `counts`."""
+    key = ("mean terms", in_bytes, *counts)
+    found = memo.values.get(key)
+    if found is None:
+        found = memo.values[key] = _sum_mean_terms(memo, counts, in_bytes)
+    return found
+
+
+def _sum_mean_terms(memo: TableMemo, counts: list[int], in_bytes: bool) -> _MeanTerms:
+    """_mean_terms, computed."""
+    terms = memo.terms(in_bytes)
     static_up = static_down = held_up = held_down = 0
     for n, s, a in zip(counts, terms.kind_static, terms.kind_activation, strict=True):
         if s >= 0:
@@ -434,21 +583,10 @@ def memory_floor_mb(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> 
             held_up += n * a
         else:
             held_down += n * a
-    edge_static, edge_activation = terms.edge_static, terms.edge_activation
-    # harmonic / spread, each kind's static over the rank where it weighs least (the most or least in flight)
-    held = sum(edge_activation) + held_up + held_down
-    h_den = sum(inv) * most.numerator * least.numerator
-    h_num = ((sum(map(operator.mul, edge_static, inv)) + held * inv_den) * most.numerator * least.numerator
-             + static_up * most.denominator * inv_den * least.numerator
-             + static_down * least.denominator * inv_den * most.numerator)
-    # even / ranks, each kind's activations at the least (or most) in-flight share
-    e_den = share_den * least.denominator * most.denominator * len(inv)
-    e_num = (((sum(edge_static) + static_up + static_down) * share_den
-              + sum(map(operator.mul, edge_activation, share))) * least.denominator * most.denominator
-             + (held_up * least.numerator * most.denominator + held_down * most.numerator * least.denominator)
-             * share_den)
-    num, den = (h_num, h_den) if h_num * e_den >= e_num * h_den else (e_num, e_den)
-    return Fraction(num + (_least_besides(c, counts, terms) + terms.fixed) * den, den)
+    return _MeanTerms(terms.edge_static, terms.edge_activation, static_up, static_down, held_up, held_down,
+                      sum(terms.edge_static) + static_up + static_down,
+                      sum(terms.edge_activation) + held_up + held_down,
+                      _least_besides(memo.fields, counts, terms) + terms.fixed)
 
 
 def whole_block_memory_floor(c: RowCosts, totals: np.ndarray, unit: int, in_bytes: bool = True) -> int:
@@ -482,19 +620,52 @@ def _whole_block_lines(c: RowCosts, totals: np.ndarray, in_bytes: bool) -> tuple
     holds (n_k of each kind in the model), in bytes or MB: a block adds its static memory and its
     activations times r's in-flight share, A_r is its edge's and what it holds besides (_held_besides), and
     rounding activations up cannot lift a whole number past a whole bound. None where a kind's memory is
+    negative. The terms that read no in-flight share are computed once per table (_line_terms)."""
+    terms = _line_terms(memo_of(c), totals.tolist(), in_bytes)
+    if terms is None:
+        return None
+    inflight, edges, kinds = _shares_of(c).floats, terms.edges, terms.kinds
+    return (edges[0] + inflight * edges[1] + edges[2] + terms.fixed, kinds[:1] + inflight[:, None] * kinds[1:],
+            terms.blocks)
+
+
+class _LineTerms(NamedTuple):
+    """What _whole_block_lines reads of a table and the blocks of each kind, whatever the schedule, in few
+    arrays (a table keeps them): per rank (`edges`, floats) its edge's static memory and activations and
+    what it holds besides (_held_besides, whole numbers, exact as floats), what every rank holds
+    (`fixed`), and per kind present (`kinds`, floats) its static memory and activations, and its blocks."""
+
+    edges: np.ndarray
+    fixed: int
+    kinds: np.ndarray
+    blocks: np.ndarray
+
+
+def _line_terms(memo: TableMemo, counts: list[int], in_bytes: bool) -> _LineTerms | None:
+    """_LineTerms of a table, once per table, unit and `counts` (read-only); None where a kind's memory is
     negative."""
-    counts = totals.tolist()
+    key = ("line terms", in_bytes, *counts)
+    found = memo.values.get(key, _ABSENT)
+    if found is _ABSENT:
+        found = memo.values[key] = _read_line_terms(memo, counts, in_bytes)
+    return found
+
+
+def _read_line_terms(memo: TableMemo, counts: list[int], in_bytes: bool) -> _LineTerms | None:
+    """_line_terms, computed."""
     present = [k for k, n in enumerate(counts) if n]
-    terms = _memory_terms(c, in_bytes)
+    terms = memo.terms(in_bytes)
     static = np.array([terms.kind_static[k] for k in present], dtype=float)
     held = np.array([terms.kind_activation[k] for k in present], dtype=float)
     if (static < 0).any() or (held < 0).any():
         return None
-    inflight = _inflight_floats(c.row.pp, c.row.vpp, c.derived.num_microbatches)
-    base = (np.array(terms.edge_static, dtype=float) + inflight * np.array(terms.edge_activation, dtype=float)
-            + _held_besides(c, counts, terms) + terms.fixed)
-    return base, static[None, :] + inflight[:, None] * held[None, :], np.array([counts[k] for k in present],
-                                                                                dtype=np.int64)
+    edges = np.array([terms.edge_static, terms.edge_activation, _held_besides(memo.fields, counts, terms)],
+                     dtype=float)
+    found = _LineTerms(edges, terms.fixed, np.array([static, held]), np.array([counts[k] for k in present],
+                                                                               dtype=np.int64))
+    for array in (found.edges, found.kinds, found.blocks):
+        array.flags.writeable = False
+    return found
 
 
 def least_held(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> int:
@@ -503,51 +674,72 @@ def least_held(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> int:
     the least of the model's kinds, since every rank holds a block) and the dispatch buffers where the
     rank surely holds a MoE block (its edge does, or every kind is MoE). The heaviest rank's memory is at
     least a weighted mean of the ranks' other terms plus the least of these."""
-    return _least_besides(c, totals.tolist(), _memory_terms(c, in_bytes))
+    memo = memo_of(c)
+    return _least_besides(memo.fields, totals.tolist(), memo.terms(in_bytes))
 
 
-def _least_besides(c: RowCosts, counts: list[int], terms: _MemoryTerms) -> int:
+def _least_besides(fields: MemoryFields, counts: list[int], terms: _MemoryTerms) -> int:
     """least_held: the least of _held_besides' terms, taken over the ranks' distinct edges (a first, a middle
     and a last) rather than rank by rank."""
-    least_peak, every_moe = _besides_kinds(c, counts, terms)
+    least_peak, every_moe = _besides_kinds(fields, counts, terms)
     return min(max(peak, least_peak) + (terms.dispatch if moe or every_moe else 0)
-               for peak, moe in set(zip(terms.edge_peak, c.edge_moe, strict=True)))
+               for peak, moe in set(zip(terms.edge_peak, fields.edge_moe, strict=True)))
 
 
-def _held_besides(c: RowCosts, counts: list[int], terms: _MemoryTerms) -> np.ndarray:
+def _held_besides(fields: MemoryFields, counts: list[int], terms: _MemoryTerms) -> np.ndarray:
     """least_held's terms rank by rank: at least its edge's recompute working set and the least of the
     model's kinds', plus the dispatch buffers where the rank surely holds a MoE block."""
-    least_peak, every_moe = _besides_kinds(c, counts, terms)
+    least_peak, every_moe = _besides_kinds(fields, counts, terms)
     return np.array([max(peak, least_peak) + (terms.dispatch if moe or every_moe else 0)
-                     for peak, moe in zip(terms.edge_peak, c.edge_moe, strict=True)], dtype=np.int64)
+                     for peak, moe in zip(terms.edge_peak, fields.edge_moe, strict=True)], dtype=np.int64)
 
 
-def _besides_kinds(c: RowCosts, counts: list[int], terms: _MemoryTerms) -> tuple[int, bool]:
+def _besides_kinds(fields: MemoryFields, counts: list[int], terms: _MemoryTerms) -> tuple[int, bool]:
     """What the kinds present (`counts`: blocks of each) add to every rank besides: the least recompute
     working set among them, and whether every one of them is MoE (then every rank holds the dispatch buffers)."""
     kinds = [k for k, n in enumerate(counts) if n]
-    return min(terms.kind_peak[k] for k in kinds), all(c.kind_moe[k] for k in kinds)
+    return min(terms.kind_peak[k] for k in kinds), all(fields.kind_moe[k] for k in kinds)
+
+
+class _Shares(NamedTuple):
+    """The ranks' in-flight shares f_r (stage_inflight) as the floors read them: as floats (read-only), as
+    whole numbers over one common denominator each (1/f_r · L for every r, their sum, L, f_r · M for every
+    r, M), the least and the most f_r (numerator, denominator, numerator, denominator), and the shares
+    themselves with their numerators and denominators as arrays (read-only; RowCosts.ranks_memory)."""
+
+    floats: np.ndarray
+    inv: tuple[int, ...]
+    inv_sum: int
+    inv_den: int
+    share: tuple[int, ...]
+    share_den: int
+    least_most: tuple[int, int, int, int]
+    inflight: tuple[Fraction, ...]
+    numerators: np.ndarray
+    denominators: np.ndarray
+
+
+def _shares_of(c: RowCosts) -> _Shares:
+    """The in-flight shares of c's row (its PP, VPP and microbatches)."""
+    microbatches = c.derived.num_microbatches
+    return _shares(c.row.pp, c.row.vpp, microbatches.numerator, microbatches.denominator)
 
 
 @lru_cache(maxsize=4096)
-def _inflight_terms(pp: int, vpp: int, microbatches: Fraction | int
-                    ) -> tuple[tuple[int, ...], int, tuple[int, ...], int, Fraction, Fraction]:
-    """The ranks' in-flight shares f_r (stage_inflight) as whole numbers over one common denominator each:
-    (1/f_r · L for every r, L, f_r · M for every r, M, the least f_r, the most f_r)."""
-    inflight = stage_inflight(pp, vpp, microbatches)
+def _shares(pp: int, vpp: int, numerator: int, denominator: int) -> _Shares:
+    """_Shares of PP ranks running VPP chunks of numerator/denominator microbatches (keyed by whole numbers:
+    hashing a Fraction costs more than the lookup)."""
+    inflight = stage_inflight(pp, vpp, Fraction(numerator, denominator))
     inv_den = math.lcm(*(f.numerator for f in inflight))
     share_den = math.lcm(*(f.denominator for f in inflight))
-    return (tuple(f.denominator * (inv_den // f.numerator) for f in inflight), inv_den,
-            tuple(f.numerator * (share_den // f.denominator) for f in inflight), share_den,
-            min(inflight), max(inflight))
-
-
-@lru_cache(maxsize=4096)
-def _inflight_floats(pp: int, vpp: int, microbatches: Fraction | int) -> np.ndarray:
-    """The ranks' in-flight shares (stage_inflight) as floats, read-only: whole_block_memory_floor's weights."""
-    floats = np.array([float(f) for f in stage_inflight(pp, vpp, microbatches)])
-    floats.flags.writeable = False
-    return floats
+    inv = tuple(f.denominator * (inv_den // f.numerator) for f in inflight)
+    least, most = min(inflight), max(inflight)
+    arrays = (np.array([float(f) for f in inflight]), _numerators(inflight), _denominators(inflight))
+    for array in arrays:
+        array.flags.writeable = False
+    return _Shares(arrays[0], inv, sum(inv), inv_den,
+                   tuple(f.numerator * (share_den // f.denominator) for f in inflight), share_den,
+                   (least.numerator, least.denominator, most.numerator, most.denominator), inflight, *arrays[1:])
 
 
 def interval_counts(prefix: tuple[tuple[int, ...], ...]) -> np.ndarray:

@@ -24,7 +24,8 @@ from parasol.solver.search.costs import (
     TIME_UNIT_S,
     RowCosts,
     StageTimeModel,
-    memory_floor_mb,
+    memoised_floor,
+    memory_floor_ratio,
     most_blocks,
     whole_block_memory_floor,
 )
@@ -68,12 +69,19 @@ def exact_staircase(c: RowCosts, mapping: Mapping, staircase: Staircase, counts:
 def memory_floor_bytes(c: RowCosts, counts: np.ndarray) -> int:
     """Peak bytes no cut of the row goes below, as the ledger prints them: costs.memory_floor_mb's weighted
     means of the ranks over the ledger's exact bytes, rounded up."""
-    return math.ceil(memory_floor_mb(c, counts[0, counts.shape[0] - 1], in_bytes=True))
+    num, den = memory_floor_ratio(c, counts[0, counts.shape[0] - 1], in_bytes=True)
+    return -(-num // den)
 
 
 def memory_floor_units(c: RowCosts, counts: np.ndarray) -> int:
     """Peak-memory units no cut of the row goes below: the larger of memory_floor_bytes' and the whole-block
-    bound's (costs.whole_block_memory_floor)."""
+    bound's (costs.whole_block_memory_floor), once per row table, in-flight shares and `counts`
+    (costs.memoised_floor; the entry holds `counts`, so the identity it is kept by stays its own)."""
+    return memoised_floor(c, ("units", id(counts)), lambda: (counts, _memory_floor_units(c, counts)))[1]
+
+
+def _memory_floor_units(c: RowCosts, counts: np.ndarray) -> int:
+    """memory_floor_units, computed."""
     unit = MEMORY_UNIT_MB * MB
     return max(memory_units(memory_floor_bytes(c, counts)),
                whole_block_memory_floor(c, counts[0, counts.shape[0] - 1], unit))

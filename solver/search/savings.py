@@ -33,12 +33,15 @@ from parasol.constraints.physics.step_time import CalibratedStageTimes
 from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
 from parasol.problems.mapping_input import apply_settings
-from parasol.problems.memo import memoised
+from parasol.problems.memo import memoised, memoised_by
 from parasol.problems.schema import Optimizer
 from parasol.solver.search.costs import (
     RowCosts,
     StageTimeModel,
-    memory_floor_mb,
+    memo_of,
+    memoised_floor,
+    memory_floor_ratio,
+    replaced,
     row_costs,
     whole_block_memory_floor,
 )
@@ -80,11 +83,9 @@ def row_problem(problem: Problem, row: Row) -> Problem:
 def without_static(costs: RowCosts) -> RowCosts:
     """The row's tables with weights, gradients and optimizer state at zero, in MB and in bytes: the savings
     only shrink those (FSDP's unit buffers sit in the workspace), so a row that overflows even so fits
-    under none of them, and its memory floors bound every saving's."""
-    return dataclasses.replace(costs, kind_static=(0,) * len(costs.kind_static),
-                               edge_static=(0,) * len(costs.edge_static),
-                               kind_bytes=tuple((0, a, p) for _, a, p in costs.kind_bytes),
-                               edge_bytes=tuple((0, a, p) for _, a, p in costs.edge_bytes))
+    under none of them, and its memory floors bound every saving's. The zeroed tables and their memo are
+    built once per table (costs.TableMemo.bare), so the rows of a table share their floors here too."""
+    return replaced(costs, **memo_of(costs).bare)
 
 
 def default_cut_fits(costs: RowCosts, counts: np.ndarray, usable: int) -> bool:
@@ -93,18 +94,36 @@ def default_cut_fits(costs: RowCosts, counts: np.ndarray, usable: int) -> bool:
     return bool((costs.ranks_memory(default_rank_counts(counts, costs.row.pp, costs.row.vpp)) <= usable).all())
 
 
+DEFAULT_CUTS_MEMO = 1024
+"""Default cuts' rank counts kept per `counts` table (the table starts afresh past this)."""
+
+
 def default_rank_counts(counts: np.ndarray, pp: int, vpp: int) -> np.ndarray:
-    """Blocks of each kind on each pipeline rank under the default cut (`counts`: cuts.interval_counts)."""
-    return np.array(rank_counts(default_layout(counts.shape[0] - 1, pp * vpp), pp, counts), dtype=np.int64)
+    """Blocks of each kind on each pipeline rank under the default cut (`counts`: cuts.interval_counts), once
+    per `counts` and schedule (read-only): every row of one PP and VPP asks for the same."""
+    def build() -> np.ndarray:
+        per_rank = np.array(rank_counts(default_layout(counts.shape[0] - 1, pp * vpp), pp, counts), dtype=np.int64)
+        per_rank.flags.writeable = False
+        return per_rank
+
+    return memoised_by(counts, "default_rank_counts", (pp, vpp), DEFAULT_CUTS_MEMO, build)
 
 
 def quick_fit(costs: RowCosts, counts: np.ndarray, usable: int) -> bool | None:
     """cuts.some_cut_fits where it is answered at once: False for a row whose memory floor
-    (costs.memory_floor_mb, then costs.whole_block_memory_floor) already exceeds usable HBM (most rows that
-    fit no cut), True for one whose even default cut fits (most rows that fit); None when only the cut
-    search can tell."""
+    (costs.memory_floor_mb, read as memory_floor_ratio, then costs.whole_block_memory_floor) already exceeds
+    usable HBM (most rows that fit no cut), True for one whose even default cut fits (most rows that fit);
+    None when only the cut search can tell. Once per row table, in-flight shares, `counts` and `usable`
+    (costs.memoised_floor; the entry holds `counts`, so the identity it is kept by stays its own)."""
+    return memoised_floor(costs, ("quick_fit", id(counts), usable),
+                          lambda: (counts, _quick_fit(costs, counts, usable)))[1]
+
+
+def _quick_fit(costs: RowCosts, counts: np.ndarray, usable: int) -> bool | None:
+    """quick_fit, computed."""
     totals = counts[0, -1]
-    if memory_floor_mb(costs, totals) > usable:
+    num, den = memory_floor_ratio(costs, totals)
+    if num > usable * den:
         return False
     if default_cut_fits(costs, counts, usable):
         return True
