@@ -41,12 +41,9 @@ PERIOD_LIMIT = 4
 """Longest period this program takes (q² class pairs; DeepSeek-V4 has 2, hybrid attention patterns 3-4)."""
 CELL_LIMIT = 1 << 25
 """Most cells (moves × block counts) one rank's step may read; past it the question is declined."""
-EDGE_SETS = 64
-"""Most live-state sets whose joined edges a geometry keeps."""
-EDGES_KEPT = 500_000
-"""Most joined edges (about 64 bytes each: 32 MB, 1 GB over the 32 geometries kept) a geometry keeps over its
-live-state sets, the oldest dropped (DeepSeek-V4-Flash on 32,768 GPUs: 36 s and 542 MB peak, against 36 s
-and 710 MB at 1,000,000)."""
+EDGES_KEPT = 2_000_000
+"""Most moves (12 bytes each: 24 MB) a geometry keeps the live sets' positions, codes and blocks of, the least
+recently asked dropped (DeepSeek-V4-Flash on 32,768 GPUs asks for about 240 live sets of up to 60,000)."""
 WINDOWS_KEPT = 8
 """Most bounds whose rank windows a case keeps."""
 CHUNK = 1 << 21
@@ -122,7 +119,7 @@ class _Moves:
 @dataclass(frozen=True)
 class _Layer:
     """One rank's step of a pass: the values before it (states × blocks placed) and its edges (destination
-    and cost), with where they are among the live set's moves (`joined`) for the rest."""
+    and cost), with where they are among the expanded states' moves (`joined`) for the rest."""
 
     values: np.ndarray
     dst: np.ndarray
@@ -150,13 +147,17 @@ class _Geometry:
         self.period = self.cl.content[h, q]
         self.total = np.bincount(np.array(seq, dtype=np.int64), minlength=groups).astype(np.int64)
         self.place = np.cumprod(np.concatenate([[1], self.total[:-1] + 1])).astype(np.int64)
+        self.code_type = np.int32 if int(self.place[-1] * (self.total[-1] + 1)) < 1 << 31 else np.int64
+        """The narrowest type that holds every kind-count code."""
         self.detail_of: dict[int, np.ndarray] = {}
         """Per expanded state, its moves' (round-0 option, later-rounds option) indices."""
-        self.expanded_of: dict[int, np.ndarray] = {}
-        """Per expanded state, its moves' (dst, blocks, code, move index, periods, spread), one row each."""
-        self.edges_of: dict[bytes, _Joined] = {}
+        self.joined = _Joined(np.zeros(0, dtype=np.int64), np.zeros((6, 0), dtype=np.int64))
+        """The moves of every expanded state (expand), with each number of pooled periods, together."""
+        self.live_of: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        """Per live set, where its states' moves are in `joined`, and their codes and blocks (edges); the latest
+        few, dropped when `joined` grows."""
         self.kept = 0
-        """Edges held in edges_of."""
+        """Moves held in live_of."""
         self.spread_of: dict[tuple[tuple[int, ...], int, int, int], int] = {}
         self.later_of: dict[int, tuple] = {}
         self.first_of: dict[int, tuple] = {}
@@ -304,52 +305,46 @@ class _Geometry:
         ordered = key[evenest]
         first = np.sort(evenest[np.concatenate(([True], ordered[1:] != ordered[:-1]))])
         move, k, size, code, spread = move[first], k[first], size[first], code[first], spread[first]
-        bounds = np.searchsorted(owner[move], np.arange(len(states) + 1))
         for i, state in enumerate(states):
-            part = slice(bounds[i], bounds[i + 1])
             self.detail_of[state] = moves[i].detail.astype(np.int32)
-            self.expanded_of[state] = np.stack([dst[move[part]], size[part], code[part], index[move[part]],
-                                                periods[k[part]], spread[part]])
+        src = np.array(states, dtype=np.int64)[owner[move]]
+        rows = np.stack([dst[move], size, code, index[move], periods[k], spread])
+        both = _Joined(np.concatenate([self.joined.src, src]), np.concatenate([self.joined.rows, rows], axis=1))
+        order = np.lexsort((both.src, both.rows[0]))
+        self.joined = _Joined(both.src[order], np.take(both.rows, order, axis=1))
+        self.live_of.clear()
+        self.kept = 0
 
-    def edges(self, live: np.ndarray) -> _Joined:
-        """The expanded moves of every live state together (_Joined); the latest few live sets are kept (ranks
-        ask for the same ones question after question)."""
+    def edges(self, live: np.ndarray) -> tuple[_Joined, np.ndarray, np.ndarray, np.ndarray]:
+        """The moves of every expanded state (`joined`, the `live` states expanded first when they are not yet),
+        and where the live states' moves are in it, their codes and their blocks; the latest few live sets'
+        kept (ranks ask for the same ones question after question)."""
+        missing = [s for s in live.tolist() if s not in self.detail_of]
+        if missing:
+            self.expand(missing)
         key = live.tobytes()
-        if key not in self.edges_of:
-            missing = [s for s in live.tolist() if s not in self.expanded_of]
-            if missing:
-                self.expand(missing)
-            parts = [self.expanded_of[s] for s in live.tolist()]
-            lengths = [p.shape[1] for p in parts]
-            src = np.repeat(live, lengths)
-            joined = np.concatenate(parts, axis=1)
-            order = _stable_order(joined[0])
-            start = np.repeat(np.arange(len(live)) * (2 * self.n + 2) + self.n + 1, lengths) - joined[1]
-            while self.edges_of and (len(self.edges_of) >= EDGE_SETS
-                                     or self.kept + len(src) > EDGES_KEPT):
-                self.kept -= len(self.edges_of.pop(next(iter(self.edges_of))).src)
-            self.edges_of[key] = _Joined(src[order], np.take(joined, order, axis=1), start[order])
-            self.kept += len(src)
-        return self.edges_of[key]
+        found = self.live_of.pop(key, None)
+        if found is None:
+            inside = np.zeros(self.classes * len(self.comps), dtype=bool)
+            inside[live] = True
+            where = np.flatnonzero(inside[self.joined.src])
+            found = (where.astype(np.int32), self.joined.rows[2].take(where).astype(self.code_type),
+                     self.joined.rows[1].take(where).astype(np.int32))
+            while self.live_of and self.kept + len(where) > EDGES_KEPT:
+                self.kept -= len(self.live_of.pop(next(iter(self.live_of)))[0])
+            self.kept += len(where)
+        self.live_of[key] = found
+        return self.joined, *found
 
 
 @dataclass(frozen=True)
 class _Joined:
-    """The expanded moves of a live set, sorted by destination (stably): their sources, their rows (dst,
-    blocks, code, move index, periods, spread), and where each reads its source's values in _Case._step's
-    padded live values (source's position in the live set · (2n + 2) + n + 1 − blocks)."""
+    """The expanded moves of a set of states, sorted by destination, then source, then the order expand gave
+    them: their sources and their rows (dst, blocks, code, move index, periods, spread). The moves of any
+    subset of the states, in this order, are those of the subset sorted alike."""
 
     src: np.ndarray
     rows: np.ndarray
-    start: np.ndarray
-
-
-def _stable_order(keys: np.ndarray) -> np.ndarray:
-    """np.argsort(keys, kind="stable") of non-negative integer keys, by numpy's radix sort when they fit 16
-    bits (a stable order is unique, so the same indices)."""
-    if len(keys) and int(keys.min()) >= 0 and int(keys.max()) < 1 << 15:
-        keys = keys.astype(np.int16)
-    return np.argsort(keys, kind="stable")
 
 
 @functools.lru_cache(maxsize=32)
@@ -417,20 +412,27 @@ class _Case:
             time[r], memory[r] = t[r], m[r]
         return time, memory
 
-    def _edges(self, r: int, live: np.ndarray, question: Question) -> tuple:
+    def _edges(self, r: int, live: np.ndarray, question: Question, band: tuple[int, int]) -> tuple:
         """Rank r's edges from the live states within both bounds (and with `within` set, objective within
-        it), sorted by destination: (where each reads its source's values in _step, dst, score: the objective,
-        or with `within` the spread, their indices among the live set's moves, those moves)."""
-        joined = self.g.edges(live)
+        it), sorted by destination, and how many there are; of them only those of blocks within `band` are
+        returned (any other reads no finite value in _step): (where each reads its source's values in _step:
+        the source's position in the live set · (2n + 2) + n + 1 − blocks, dst, score: the objective, or with
+        `within` the spread, their indices among the expanded states' moves, those moves, how many)."""
+        joined, where, code, blocks = self.g.edges(live)
         time, memory = self.priced[0][r], self.priced[1][r]
         fits = (time <= question.slowest_us) & (memory <= question.cap_mb)
         objective = time if question.minimise_time else memory
         if question.within is not None:
             fits &= objective <= question.within
-        pick = np.flatnonzero(fits[joined.rows[2]])
-        rows = joined.rows
-        cost = objective.take(rows[2].take(pick)) if question.within is None else rows[5].take(pick)
-        return joined.start.take(pick), rows[0].take(pick), cost, pick, joined
+        within = fits.take(code)
+        count = int(np.count_nonzero(within))
+        chosen = np.flatnonzero(within & (blocks >= band[0]) & (blocks <= band[1]))
+        pick = where.take(chosen)
+        position = np.zeros(self.g.classes * len(self.comps), dtype=np.int64)
+        position[live] = np.arange(len(live)) * (2 * self.n + 2) + self.n + 1
+        cost = objective.take(code.take(chosen)) if question.within is None else joined.rows[5].take(pick)
+        return (position.take(joined.src.take(pick)) - blocks.take(chosen), joined.rows[0].take(pick), cost, pick,
+                joined, count)
 
     def program(self, question: Question, trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
         """The dynamic program over the ranks: the least largest rank objective (`within` None) or the least
@@ -445,20 +447,22 @@ class _Case:
         windows = self._windows(question.slowest_us, question.cap_mb)
         if windows is None:
             return None
+        before = (0, 0)
         for r in range(pp):
             if self.cuts.late():
                 raise Declined
             live = np.flatnonzero((values < INF).any(axis=1))
             if not len(live):
                 return None
-            start, dst, cost, pick, joined = self._edges(r, live, question)
-            layers.append(_Layer(values, dst, cost, pick, joined))
             lo, hi = windows[r]
-            if not len(start) or hi < lo:
+            start, dst, cost, pick, joined, count = self._edges(r, live, question, (lo - before[1], hi - before[0]))
+            layers.append(_Layer(values, dst, cost, pick, joined))
+            if not count or hi < lo:
                 return None
-            if len(start) * (hi - lo + 1) > CELL_LIMIT:
+            if count * (hi - lo + 1) > CELL_LIMIT:
                 raise Declined
             values = self._step(values, live, start, dst, cost, lo, hi, add)
+            before = (lo, hi)
         final = values[:, n].reshape(self.g.classes, nc)[self.h:, :].T
         final = np.where(self.g.trails, final, INF)
         value = int(final.min())
