@@ -44,6 +44,8 @@ CELL_LIMIT = 1 << 25
 EDGES_KEPT = 2_000_000
 """Most moves (12 bytes each: 24 MB) a geometry keeps the live sets' positions, codes and blocks of, the least
 recently asked dropped (DeepSeek-V4-Flash on 32,768 GPUs asks for about 240 live sets of up to 60,000)."""
+GUESS_SHARE = 128
+"""A time question is first asked within its proved floor plus this share of it (_fastest)."""
 WINDOWS_KEPT = 8
 """Most bounds whose rank windows a case keeps."""
 CHUNK = 1 << 21
@@ -151,7 +153,9 @@ class _Geometry:
         """The narrowest type that holds every kind-count code."""
         self.detail_of: dict[int, np.ndarray] = {}
         """Per expanded state, its moves' (round-0 option, later-rounds option) indices."""
-        self.joined = _Joined(np.zeros(0, dtype=np.int64), np.zeros((6, 0), dtype=np.int64))
+        self.expanded = np.zeros(self.classes * len(self.comps), dtype=bool)
+        """Which states' moves are in `joined`."""
+        self.joined = _Joined(*(np.zeros(n, dtype=np.int64) for n in ((0,), (6, 0), (0,))))
         """The moves of every expanded state (expand), with each number of pooled periods, together."""
         self.live_of: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         """Per live set, where its states' moves are in `joined`, and their codes and blocks (edges); the latest
@@ -307,11 +311,13 @@ class _Geometry:
         move, k, size, code, spread = move[first], k[first], size[first], code[first], spread[first]
         for i, state in enumerate(states):
             self.detail_of[state] = moves[i].detail.astype(np.int32)
-        src = np.array(states, dtype=np.int64)[owner[move]]
-        rows = np.stack([dst[move], size, code, index[move], periods[k], spread])
-        both = _Joined(np.concatenate([self.joined.src, src]), np.concatenate([self.joined.rows, rows], axis=1))
-        order = np.lexsort((both.src, both.rows[0]))
-        self.joined = _Joined(both.src[order], np.take(both.rows, order, axis=1))
+        self.expanded[states] = True
+        src = np.concatenate([self.joined.src, np.array(states, dtype=np.int64)[owner[move]]])
+        rows = np.concatenate([self.joined.rows, np.stack([dst[move], size, code, index[move], periods[k], spread])],
+                              axis=1)
+        order = np.lexsort((src, rows[0]))
+        src, rows = src[order], np.take(rows, order, axis=1)
+        self.joined = _Joined(src, rows, src * (2 * self.n + 2) + self.n + 1 - rows[1])
         self.live_of.clear()
         self.kept = 0
 
@@ -319,9 +325,8 @@ class _Geometry:
         """The moves of every expanded state (`joined`, the `live` states expanded first when they are not yet),
         and where the live states' moves are in it, their codes and their blocks; the latest few live sets'
         kept (ranks ask for the same ones question after question)."""
-        missing = [s for s in live.tolist() if s not in self.detail_of]
-        if missing:
-            self.expand(missing)
+        if not self.expanded.take(live).all():
+            self.expand(live[~self.expanded.take(live)].tolist())
         key = live.tobytes()
         found = self.live_of.pop(key, None)
         if found is None:
@@ -340,11 +345,13 @@ class _Geometry:
 @dataclass(frozen=True)
 class _Joined:
     """The expanded moves of a set of states, sorted by destination, then source, then the order expand gave
-    them: their sources and their rows (dst, blocks, code, move index, periods, spread). The moves of any
-    subset of the states, in this order, are those of the subset sorted alike."""
+    them: their sources, their rows (dst, blocks, code, move index, periods, spread), and where each reads
+    its source's values in _Case._step (source · (2n + 2) + n + 1 − blocks). The moves of any subset of the
+    states, in this order, are those of the subset sorted alike."""
 
     src: np.ndarray
     rows: np.ndarray
+    read: np.ndarray
 
 
 @functools.lru_cache(maxsize=32)
@@ -386,7 +393,7 @@ class _Case:
         self.comps, self.cl = self.g.comps, self.g.cl
         self.spread0 = sum(abs(x * whole[0] - whole[1]) for x in prefix)
         """The prefix pieces' distance from even."""
-        self.windows_of: dict[tuple[int, int], list[tuple[int, int]] | None] = {}
+        self.windows_of: dict[tuple[int, int], tuple[list[tuple[int, int]], np.ndarray] | None] = {}
         """_windows' answers by bounds, the latest WINDOWS_KEPT."""
 
     @functools.cached_property
@@ -412,58 +419,60 @@ class _Case:
             time[r], memory[r] = t[r], m[r]
         return time, memory
 
-    def _edges(self, r: int, live: np.ndarray, question: Question, band: tuple[int, int]) -> tuple:
-        """Rank r's edges from the live states within both bounds (and with `within` set, objective within
-        it), sorted by destination, and how many there are; of them only those of blocks within `band` are
-        returned (any other reads no finite value in _step): (where each reads its source's values in _step:
-        the source's position in the live set · (2n + 2) + n + 1 − blocks, dst, score: the objective, or with
-        `within` the spread, their indices among the expanded states' moves, those moves, how many)."""
+    def _edges(self, r: int, live: np.ndarray, question: Question, fit: np.ndarray, band: tuple[int, int]) -> tuple:
+        """Rank r's edges from the live states within both bounds (`fit`: by code, whether rank r holding it is;
+        with `within` set, objective within it too), sorted by destination, and how many there are; of them
+        only those of blocks within `band` are returned (any other reads no finite value in _step): (where each
+        reads its source's values in _step, dst, score: the objective, or with `within` the spread, their
+        indices among the expanded states' moves, those moves, how many)."""
         joined, where, code, blocks = self.g.edges(live)
-        time, memory = self.priced[0][r], self.priced[1][r]
-        fits = (time <= question.slowest_us) & (memory <= question.cap_mb)
-        objective = time if question.minimise_time else memory
+        objective = self.priced[0][r] if question.minimise_time else self.priced[1][r]
         if question.within is not None:
-            fits &= objective <= question.within
-        within = fits.take(code)
+            fit = fit & (objective <= question.within)
+        within = fit.take(code)
         count = int(np.count_nonzero(within))
-        chosen = np.flatnonzero(within & (blocks >= band[0]) & (blocks <= band[1]))
+        if band[0] > 1:
+            within &= blocks >= band[0]
+        if band[1] < self.g.longest:
+            within &= blocks <= band[1]
+        chosen = np.flatnonzero(within)
         pick = where.take(chosen)
-        position = np.zeros(self.g.classes * len(self.comps), dtype=np.int64)
-        position[live] = np.arange(len(live)) * (2 * self.n + 2) + self.n + 1
         cost = objective.take(code.take(chosen)) if question.within is None else joined.rows[5].take(pick)
-        return (position.take(joined.src.take(pick)) - blocks.take(chosen), joined.rows[0].take(pick), cost, pick,
-                joined, count)
+        return joined.read.take(pick), joined.rows[0].take(pick), cost, pick, joined, count
 
     def program(self, question: Question, trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
         """The dynamic program over the ranks: the least largest rank objective (`within` None) or the least
         total spread of moves within `within` (the prefix's included), and a whole cut that has it (without
-        `trace`, an empty cut: the value alone)."""
+        `trace`, an empty cut: the value alone). A state's values by blocks placed p are at column n + 1 + p,
+        INF to the left, so that a move of more blocks than its source has placed reads INF."""
         n, pp, nc = self.n, self.pp, len(self.comps)
         add = question.within is not None
-        states = self.g.classes * nc
-        values = np.full((states, n + 1), INF, dtype=np.int64)
-        values[self.g.openers + self.cl.of(0) * nc, 0] = 0
-        layers: list[_Layer] = []
-        windows = self._windows(question.slowest_us, question.cap_mb)
-        if windows is None:
+        found = self._windows(question.slowest_us, question.cap_mb)
+        if found is None:
             return None
+        windows, fits = found
+        live = self.g.openers + self.cl.of(0) * nc
+        values = np.full((self.g.classes * nc, 2 * n + 2), INF, dtype=np.int64)
+        values[live, n + 1] = 0
+        layers: list[_Layer] = []
         before = (0, 0)
         for r in range(pp):
             if self.cuts.late():
                 raise Declined
-            live = np.flatnonzero((values < INF).any(axis=1))
             if not len(live):
                 return None
             lo, hi = windows[r]
-            start, dst, cost, pick, joined, count = self._edges(r, live, question, (lo - before[1], hi - before[0]))
+            start, dst, cost, pick, joined, count = self._edges(r, live, question, fits[r],
+                                                                (lo - before[1], hi - before[0]))
             layers.append(_Layer(values, dst, cost, pick, joined))
             if not count or hi < lo:
                 return None
             if count * (hi - lo + 1) > CELL_LIMIT:
                 raise Declined
-            values = self._step(values, live, start, dst, cost, lo, hi, add)
+            values = self._step(values, start, dst, cost, lo, hi, add)
+            live = np.flatnonzero((values[:, n + 1 + lo:n + 2 + hi] < INF).any(axis=1))
             before = (lo, hi)
-        final = values[:, n].reshape(self.g.classes, nc)[self.h:, :].T
+        final = values[:, 2 * n + 1].reshape(self.g.classes, nc)[self.h:, :].T
         final = np.where(self.g.trails, final, INF)
         value = int(final.min())
         if value >= INF:
@@ -474,21 +483,23 @@ class _Case:
         cut = self.prefix + self._trace(value, (self.h + int(end)) * nc + int(comp), layers, add)
         return value + (self.spread0 if add else 0), cut
 
-    def _windows(self, slowest_us: int, cap_mb: int) -> list[tuple[int, int]] | None:
-        """_placed for these bounds, the latest few kept (a least and its evenest cut ask for the same)."""
+    def _windows(self, slowest_us: int, cap_mb: int) -> tuple[list[tuple[int, int]], np.ndarray] | None:
+        """_placed for these bounds, with which kind counts each rank can hold within them (ranks × codes), the
+        latest few kept (a least and its evenest cut ask for the same); None when _placed is."""
         key = (slowest_us, cap_mb)
         if key not in self.windows_of:
             if len(self.windows_of) >= WINDOWS_KEPT:
                 self.windows_of.pop(next(iter(self.windows_of)))
-            self.windows_of[key] = self._placed(slowest_us, cap_mb)
+            fits = (self.priced[0] <= slowest_us) & (self.priced[1] <= cap_mb)
+            windows = self._placed(fits)
+            self.windows_of[key] = None if windows is None else (windows, fits)
         return self.windows_of[key]
 
-    def _placed(self, slowest_us: int, cap_mb: int) -> list[tuple[int, int]] | None:
+    def _placed(self, fits: np.ndarray) -> list[tuple[int, int]] | None:
         """For each rank, the blocks the ranks up to it can have placed: each rank holds between the fewest and
-        the most blocks of any kind counts it can hold within both bounds (VPP … the longest rank), and the
-        ranks after it must be able to take the rest; None when some rank can hold nothing."""
-        fit = (self.priced[0] <= slowest_us) & (self.priced[1] <= cap_mb)
-        fit &= (self.blocks >= self.vpp) & (self.blocks <= self.g.longest)
+        the most blocks of any kind counts it can hold within the bounds (`fits`; VPP … the longest rank), and
+        the ranks after it must be able to take the rest; None when some rank can hold nothing."""
+        fit = fits & (self.blocks >= self.vpp) & (self.blocks <= self.g.longest)
         if not fit.any(axis=1).all():
             return None
         least = np.where(fit, self.blocks, self.n + 1).min(axis=1)
@@ -498,27 +509,24 @@ class _Case:
         return [(int(max(done_least[r], self.n - rest_most[r])), int(min(done_most[r], self.n - rest_least[r])))
                 for r in range(self.pp)]
 
-    def _step(self, values: np.ndarray, live: np.ndarray, start: np.ndarray, dst: np.ndarray, cost: np.ndarray,
-              lo: int, hi: int, add: bool) -> np.ndarray:
+    def _step(self, values: np.ndarray, start: np.ndarray, dst: np.ndarray, cost: np.ndarray, lo: int, hi: int,
+              add: bool) -> np.ndarray:
         """One rank: for every state and blocks placed lo … hi, the least over edges into it (sorted by `dst`)
-        of the larger of the value it came from and the edge's cost (with `add`, of their sum). The `live`
-        states' values are read from one flat array (at `start` + blocks placed, _Joined's), INF-padded on
-        the left so that a source with fewer blocks placed than the edge's reads INF."""
-        n = self.n
+        of the larger of the value it came from and the edge's cost (with `add`, of their sum). Sources' values
+        are read from `values` flat, at `start` + blocks placed (_Joined.read)."""
         out = np.full_like(values, INF)
-        padded = np.full((len(live), 2 * n + 2), INF, dtype=np.int64)
-        padded[:, n + 1:] = values[live]
-        flat = padded.ravel()
+        flat = values.ravel()
         placed = np.arange(lo, hi + 1)
+        columns = slice(self.n + 1 + lo, self.n + 2 + hi)
         step = max(1, CHUNK // len(placed))
         for i in range(0, len(start), step):
             s, d, c = start[i:i + step], dst[i:i + step], cost[i:i + step]
-            came = flat[s[:, None] + placed[None, :]]
+            came = flat.take(s[:, None] + placed[None, :])
             reached = np.where(came < INF, came + c[:, None], INF) if add else np.maximum(came, c[:, None])
             starts = np.flatnonzero(np.concatenate(([True], d[1:] != d[:-1])))
             best = np.minimum.reduceat(reached, starts, axis=0)
-            keys = d[starts]
-            out[keys, lo:hi + 1] = np.minimum(out[keys, lo:hi + 1], best)
+            keys = d.take(starts)
+            out[keys, columns] = best if len(start) <= step else np.minimum(out[keys, columns], best)
         return out
 
     def _trace(self, value: int, state: int, layers: list[_Layer], add: bool) -> tuple[int, ...]:
@@ -532,7 +540,7 @@ class _Case:
             src, shift, cost = layer.joined.src[which], layer.joined.rows[1, which], layer.cost[into]
             at = placed - shift
             ok = (at >= 0) & (cost <= value)
-            came = layer.values[src[ok], at[ok]]
+            came = layer.values[src[ok], self.n + 1 + at[ok]]
             ok[ok] = (came < INF) & (came + cost[ok] == value) if add else came <= value
             e = int(np.flatnonzero(ok)[0])
             if add:
@@ -626,6 +634,8 @@ class RoundProgram:
         self.usable = False
         """Whether this program runs on the row (a short enough period and lead-in, few enough round counts)."""
         self.cases: list[_Case] = []
+        self.floors: list[tuple[int, int]] = []
+        """(cap MB, a slowest-rank time µs no cut within that cap beats) from the time questions answered."""
         shape = _shape(seq, self.vpp)
         if shape is None or self.vpp < 2:
             return
@@ -661,7 +671,26 @@ class RoundProgram:
         (FrontProgram.least's contract). None when no cut is within both. Raises Declined past the deadline
         or CELL_LIMIT."""
         slowest_us, cap_mb = self._tightened(slowest_us, cap_mb, minimise_time)
+        if minimise_time and alike is None:
+            return self._fastest(slowest_us, cap_mb)
         return least_then_evenest(self._best, slowest_us, cap_mb, minimise_time, alike, self._least)
+
+    def _fastest(self, slowest_us: int, cap_mb: int) -> tuple[int, tuple[int, ...]] | None:
+        """least's least slowest-rank time: first within a guess a little above the most any looser cap's
+        answer proves it is at least (a staircase asks for ever tighter caps, and its times climb slowly), then,
+        when no cut is within the guess, within `slowest_us`. A bound at or above the least leaves the least
+        and its traced cut as they are (every cut of the least, and every partial cut on one, is within it), so
+        the answer is the same, from far fewer moves."""
+        floor = max((us for cap, us in self.floors if cap >= cap_mb), default=None)
+        if floor is not None and floor + floor // GUESS_SHARE < slowest_us:
+            found = self._best(Question(floor + floor // GUESS_SHARE, cap_mb, True, None))
+            if found is not None:
+                self.floors.append((cap_mb, found[0]))
+                return found
+            self.floors.append((cap_mb, floor + floor // GUESS_SHARE + 1))
+        found = self._best(Question(slowest_us, cap_mb, True, None))
+        self.floors.append((cap_mb, slowest_us + 1 if found is None else found[0]))
+        return found
 
     def _best(self, question: Question, trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
         """The least value over the cases (the first case's cut on a tie)."""
