@@ -369,6 +369,18 @@ def _shape(seq: tuple[int, ...], vpp: int) -> tuple[int, int] | None:
     return found
 
 
+def _below(question: Question, value: int) -> Question:
+    """The question with its objective's bound lowered below `value` (a least-value pass; the evenness pass,
+    whose value is a spread, as it is). A bound at or above a case's least leaves its least and traced cut
+    as they are (every cut of the least, and every partial cut on one, is within it), and a case with
+    nothing below `value` answers none."""
+    if question.within is not None:
+        return question
+    if question.minimise_time:
+        return Question(min(question.slowest_us, value - 1), question.cap_mb, True, None)
+    return Question(question.slowest_us, min(question.cap_mb, value - 1), False, None)
+
+
 def _openings(pp: int, h: int) -> list[tuple[int, ...]]:
     """Every round 0 of PP pieces ending inside a lead-in of h blocks (so round 1 starts in it)."""
     return [parts for total in range(pp, h) for parts in (
@@ -577,18 +589,19 @@ class _Case:
                 else:
                     size[0] = amount
                 c0 = int(self.cl.exit[c0, amount])
-            taken: set[int] = set()
+            free: dict[int, list[int]] = {}
+            for t, (s, f) in enumerate(rounds):
+                free.setdefault(s * q + f, []).append(t)
             for pair, split in enumerate(choice):
-                free = [t for t, (s, f) in enumerate(rounds) if s * q + f == pair and t not in taken]
                 given = [rho for rho, m in enumerate(split) for _ in range(m)]
-                for t, rho in zip(free, given, strict=False):
-                    residues.append((t + 1, rho))
-                    taken.add(t)
+                residues.extend((t + 1, rho) for t, rho in zip(free.get(pair, ()), given, strict=False))
             size.update({slot: rho + q * (rho == 0) for slot, rho in residues})
+            shortest = [(length, slot) for slot, length in size.items()]
+            heapq.heapify(shortest)
             for _ in range(periods - sum(rho == 0 for _, rho in residues)):
-                slot = min(size, key=lambda s: (size[s], s))
-                size[slot] += q
-            for slot, length in size.items():
+                length, slot = heapq.heappop(shortest)
+                heapq.heappush(shortest, (length + q, slot))
+            for length, slot in shortest:
                 pieces[r][slot] = length
             for t, rho in residues:
                 if t:
@@ -693,21 +706,31 @@ class RoundProgram:
         return found
 
     def _best(self, question: Question, trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
-        """The least value over the cases (the first case's cut on a tie)."""
-        found = [x for x in (case.program(question, trace) for case in self.cases) if x is not None]
-        return min(found, key=lambda x: x[0]) if found else None
+        """The least value over the cases (the first case's cut on a tie). A case after one that answered is
+        asked only for an objective below that answer (_below), which it must beat to count."""
+        best: tuple[int, tuple[int, ...]] | None = None
+        for case in self.cases:
+            found = case.program(question if best is None else _below(question, best[0]), trace)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = found
+        return best
 
     def _least(self, question: Question) -> int | None:
         """The least value over the cases, no cut built."""
         found = self._best(question, trace=False)
         return None if found is None else found[0]
 
+    @functools.cached_property
+    def _even(self) -> tuple[int, int]:
+        """(slowest-rank time µs, peak MB) of the evenest cut (stage sizes differ by at most one)."""
+        stages = self.pp * self.vpp
+        edges = [k * self.n // stages for k in range(stages + 1)]
+        return self.cuts.measure(tuple(edges[k + 1] - edges[k] for k in range(stages)))
+
     def _tightened(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[int, int]:
         """The bounds with the objective's lowered to the evenest cut's value when that cut is within both
         (the least is at most it, so no cut of the least is lost and far fewer moves are priced)."""
-        stages = self.pp * self.vpp
-        edges = [k * self.n // stages for k in range(stages + 1)]
-        time, memory = self.cuts.measure(tuple(edges[k + 1] - edges[k] for k in range(stages)))
+        time, memory = self._even
         if time > slowest_us or memory > cap_mb:
             return slowest_us, cap_mb
         return (time, cap_mb) if minimise_time else (slowest_us, memory)
