@@ -688,7 +688,13 @@ class RoundProgram:
             return self._fastest(slowest_us, cap_mb)
         return least_then_evenest(self._best, slowest_us, cap_mb, minimise_time, alike, self._least)
 
-    def _fastest(self, slowest_us: int, cap_mb: int) -> tuple[int, tuple[int, ...]] | None:
+    def fastest_us(self, slowest_us: int, cap_mb: int) -> int | None:
+        """least's least slowest-rank time alone, no cut built (None when no cut is within both bounds): what a
+        staircase step needs of its fastest cut before the leanest at its step time."""
+        found = self._fastest(*self._tightened(slowest_us, cap_mb, True), trace=False)
+        return None if found is None else found[0]
+
+    def _fastest(self, slowest_us: int, cap_mb: int, trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
         """least's least slowest-rank time: first within a guess a little above the most any looser cap's
         answer proves it is at least (a staircase asks for ever tighter caps, and its times climb slowly), then,
         when no cut is within the guess, within `slowest_us`. A bound at or above the least leaves the least
@@ -696,12 +702,12 @@ class RoundProgram:
         the answer is the same, from far fewer moves."""
         floor = max((us for cap, us in self.floors if cap >= cap_mb), default=None)
         if floor is not None and floor + floor // GUESS_SHARE < slowest_us:
-            found = self._best(Question(floor + floor // GUESS_SHARE, cap_mb, True, None))
+            found = self._best(Question(floor + floor // GUESS_SHARE, cap_mb, True, None), trace)
             if found is not None:
                 self.floors.append((cap_mb, found[0]))
                 return found
             self.floors.append((cap_mb, floor + floor // GUESS_SHARE + 1))
-        found = self._best(Question(slowest_us, cap_mb, True, None))
+        found = self._best(Question(slowest_us, cap_mb, True, None), trace)
         self.floors.append((cap_mb, slowest_us + 1 if found is None else found[0]))
         return found
 
