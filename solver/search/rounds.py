@@ -42,7 +42,7 @@ PERIOD_LIMIT = 4
 CELL_LIMIT = 1 << 25
 """Most cells (moves × block counts) one rank's step may read; past it the question is declined."""
 EDGES_KEPT = 2_000_000
-"""Most moves (12 bytes each: 24 MB) a geometry keeps the live sets' positions, codes and blocks of, the least
+"""Most moves (8 bytes each: 16 MB) a geometry keeps the live sets' positions and codes of, the least
 recently asked dropped (DeepSeek-V4-Flash on 32,768 GPUs asks for about 240 live sets of up to 60,000)."""
 GUESS_SHARE = 128
 """A time question is first asked within its proved floor plus this share of it (_fastest)."""
@@ -158,8 +158,8 @@ class _Geometry:
         self.joined = _Joined(*(np.zeros(n, dtype=np.int64) for n in ((0,), (6, 0), (0,))))
         """The moves of every expanded state (expand), with each number of pooled periods, together."""
         self.live_of: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        """Per live set, where its states' moves are in `joined`, and their codes and blocks (edges); the latest
-        few, dropped when `joined` grows."""
+        """Per live set, where its states' moves are in `joined` by blocks, their codes, and where each number
+        of blocks starts among them (edges); the latest few, dropped when `joined` grows."""
         self.kept = 0
         """Moves held in live_of."""
         self.spread_of: dict[tuple[tuple[int, ...], int, int, int], int] = {}
@@ -323,8 +323,9 @@ class _Geometry:
 
     def edges(self, live: np.ndarray) -> tuple[_Joined, np.ndarray, np.ndarray, np.ndarray]:
         """The moves of every expanded state (`joined`, the `live` states expanded first when they are not yet),
-        and where the live states' moves are in it, their codes and their blocks; the latest few live sets'
-        kept (ranks ask for the same ones question after question)."""
+        and the live states' moves: where they are in `joined`, ordered by blocks (then as in `joined`), their
+        codes, and where the moves of each number of blocks b = 0 … longest + 1 start among them; the latest few
+        live sets' kept (ranks ask for the same ones question after question)."""
         if not self.expanded.take(live).all():
             self.expand(live[~self.expanded.take(live)].tolist())
         key = live.tobytes()
@@ -333,8 +334,11 @@ class _Geometry:
             inside = np.zeros(self.classes * len(self.comps), dtype=bool)
             inside[live] = True
             where = np.flatnonzero(inside[self.joined.src])
+            blocks = self.joined.rows[1].take(where)
+            order = np.argsort(blocks.astype(np.int16), kind="stable")
+            where = where.take(order)
             found = (where.astype(np.int32), self.joined.rows[2].take(where).astype(self.code_type),
-                     self.joined.rows[1].take(where).astype(np.int32))
+                     np.searchsorted(blocks.take(order), np.arange(self.longest + 2)))
             while self.live_of and self.kept + len(where) > EDGES_KEPT:
                 self.kept -= len(self.live_of.pop(next(iter(self.live_of)))[0])
             self.kept += len(where)
@@ -431,26 +435,35 @@ class _Case:
             time[r], memory[r] = t[r], m[r]
         return time, memory
 
-    def _edges(self, r: int, live: np.ndarray, question: Question, fit: np.ndarray, band: tuple[int, int]) -> tuple:
-        """Rank r's edges from the live states within both bounds (`fit`: by code, whether rank r holding it is;
-        with `within` set, objective within it too), sorted by destination, and how many there are; of them
-        only those of blocks within `band` are returned (any other reads no finite value in _step): (where each
-        reads its source's values in _step, dst, score: the objective, or with `within` the spread, their
-        indices among the expanded states' moves, those moves, how many)."""
-        joined, where, code, blocks = self.g.edges(live)
+    def _edges(self, r: int, live: np.ndarray, question: Question, fit: np.ndarray, window: tuple[int, int],
+               before: tuple[int, int]) -> tuple | None:
+        """Rank r's edges into blocks placed within `window` from the live states within both bounds (`fit`: by
+        code, whether rank r holding it is; with `within` set, objective within it too), sorted by destination:
+        (where each reads its source's values in _step, dst, score: the objective, or with `within` the spread,
+        their indices among the expanded states' moves, those moves). Only moves whose blocks can reach the
+        window from the window `before` are taken (any other reads no finite value in _step); None when none is
+        (no cut is then). Raises Declined when the fitting moves times the window's blocks placed pass
+        CELL_LIMIT."""
+        joined, where, code, starts = self.g.edges(live)
         objective = self.priced[0][r] if question.minimise_time else self.priced[1][r]
         if question.within is not None:
             fit = fit & (objective <= question.within)
-        within = fit.take(code)
-        count = int(np.count_nonzero(within))
-        if band[0] > 1:
-            within &= blocks >= band[0]
-        if band[1] < self.g.longest:
-            within &= blocks <= band[1]
-        chosen = np.flatnonzero(within)
-        pick = where.take(chosen)
-        cost = objective.take(code.take(chosen)) if question.within is None else joined.rows[5].take(pick)
-        return joined.read.take(pick), joined.rows[0].take(pick), cost, pick, joined, count
+        lo, hi = window
+        if hi < lo:
+            return None
+        if len(where) * (hi - lo + 1) > CELL_LIMIT:
+            count = int(np.count_nonzero(fit.take(code)))
+            if not count:
+                return None
+            if count * (hi - lo + 1) > CELL_LIMIT:
+                raise Declined
+        least, most = max(lo - before[1], 0), min(hi - before[0], self.g.longest)
+        part = slice(starts[least], starts[most + 1]) if least <= most else slice(0, 0)
+        pick = np.sort(where[part][fit.take(code[part])])
+        if not len(pick):
+            return None
+        cost = objective.take(joined.rows[2].take(pick)) if question.within is None else joined.rows[5].take(pick)
+        return joined.read.take(pick), joined.rows[0].take(pick), cost, pick, joined
 
     def program(self, question: Question, trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
         """The dynamic program over the ranks: the least largest rank objective (`within` None) or the least
@@ -474,13 +487,11 @@ class _Case:
             if not len(live):
                 return None
             lo, hi = windows[r]
-            start, dst, cost, pick, joined, count = self._edges(r, live, question, fits[r],
-                                                                (lo - before[1], hi - before[0]))
-            layers.append(_Layer(values, dst, cost, pick, joined))
-            if not count or hi < lo:
+            edges = self._edges(r, live, question, fits[r], (lo, hi), before)
+            if edges is None:
                 return None
-            if count * (hi - lo + 1) > CELL_LIMIT:
-                raise Declined
+            start, dst, cost, pick, joined = edges
+            layers.append(_Layer(values, dst, cost, pick, joined))
             values = self._step(values, start, dst, cost, lo, hi, add)
             live = np.flatnonzero((values[:, n + 1 + lo:n + 2 + hi] < INF).any(axis=1))
             before = (lo, hi)
