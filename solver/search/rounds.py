@@ -558,23 +558,31 @@ class _Case:
         moves are then replayed on named rounds and the rounds put in trail order."""
         placed, picks = self.n, []
         for layer in reversed(layers):
-            into = slice(*np.searchsorted(layer.dst, [state, state + 1]).tolist())
-            which = layer.pick[into]
-            src, shift, cost = layer.joined.src[which], layer.joined.rows[1, which], layer.cost[into]
-            at = placed - shift
-            ok = (at >= 0) & (cost <= value)
-            came = layer.values[src[ok], self.n + 1 + at[ok]]
-            ok[ok] = (came < INF) & (came + cost[ok] == value) if add else came <= value
-            e = int(np.flatnonzero(ok)[0])
+            which, src, shift, cost = self._into(layer, state, placed, value, add)
             if add:
-                value -= int(cost[e])
-            move, periods = layer.joined.rows[3:5, which[e]].tolist()
-            detail = self.g.detail_of[int(src[e])][move]
-            picks.append((int(src[e]), (int(detail[0]), int(detail[1])), periods))
-            placed -= int(shift[e])
-            state = int(src[e])
+                value -= cost
+            rows = layer.joined.rows
+            detail = self.g.detail_of[src][int(rows[3, which])]
+            picks.append((src, (int(detail[0]), int(detail[1])), int(rows[4, which])))
+            placed -= shift
+            state = src
         picks.reverse()
         return self._layout(state, picks)
+
+    def _into(self, layer: _Layer, state: int, placed: int, value: int, add: bool) -> tuple[int, int, int, int]:
+        """_trace's edge of one layer: the first into `state` with `placed` blocks placed whose cost is within
+        `value` and whose source's value is too (with `add`, is `value` less the cost): (its index among the
+        expanded moves, source, blocks, cost). Edges are read one by one: the first mostly serves."""
+        first, last = np.searchsorted(layer.dst, [state, state + 1]).tolist()
+        for i in range(first, last):
+            which, cost = int(layer.pick[i]), int(layer.cost[i])
+            src, shift = int(layer.joined.src[which]), int(layer.joined.rows[1, which])
+            if placed < shift or cost > value:
+                continue
+            came = int(layer.values[src, self.n + 1 + placed - shift])
+            if (came < INF and came + cost == value) if add else came <= value:
+                return which, src, shift, cost
+        raise AssertionError("no edge of the traced value")
 
     def _layout(self, start: int, picks: list[tuple[int, tuple[int, int], int]]) -> tuple[int, ...]:
         """The cut of the traced moves: later rounds named from the first state's counts, each rank's residues
