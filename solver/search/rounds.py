@@ -420,6 +420,12 @@ class _Case:
         return vectors.sum(axis=1)[np.argsort(vectors @ self.g.place)]
 
     @functools.cached_property
+    def _holdable(self) -> np.ndarray:
+        """By code, whether a rank's kind counts have blocks enough for its VPP pieces and no more than the
+        longest rank."""
+        return (self.blocks >= self.vpp) & (self.blocks <= self.g.longest)
+
+    @functools.cached_property
     def priced(self) -> tuple[np.ndarray, np.ndarray]:
         """Time (µs) and memory (MB) of every rank (rows) holding each kind-count vector up to the sequence's
         totals (columns, by code: vector @ place) besides its prefix piece."""
@@ -522,7 +528,7 @@ class _Case:
         """For each rank, the blocks the ranks up to it can have placed: each rank holds between the fewest and
         the most blocks of any kind counts it can hold within the bounds (`fits`; VPP … the longest rank), and
         the ranks after it must be able to take the rest; None when some rank can hold nothing."""
-        fit = fits & (self.blocks >= self.vpp) & (self.blocks <= self.g.longest)
+        fit = fits & self._holdable
         if not fit.any(axis=1).all():
             return None
         least = np.where(fit, self.blocks, self.n + 1).min(axis=1)
