@@ -326,11 +326,11 @@ class _Geometry:
         and the live states' moves: where they are in `joined`, ordered by blocks (then as in `joined`), their
         codes, and where the moves of each number of blocks b = 0 … longest + 1 start among them; the latest few
         live sets' kept (ranks ask for the same ones question after question)."""
-        if not self.expanded.take(live).all():
-            self.expand(live[~self.expanded.take(live)].tolist())
         key = live.tobytes()
         found = self.live_of.pop(key, None)
         if found is None:
+            if not self.expanded.take(live).all():
+                self.expand(live[~self.expanded.take(live)].tolist())
             inside = np.zeros(self.classes * len(self.comps), dtype=bool)
             inside[live] = True
             where = np.flatnonzero(inside[self.joined.src])
