@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import replace
 from itertools import combinations
 
@@ -249,3 +250,37 @@ def test_v4_8192_round_program_cuts_resist_local_moves(ep: int, vpp: int) -> Non
     cuts = InterleavedCuts(c, counts)
     assert cuts.fronts is None and cuts.rounds is not None
     assert_no_local_move_beats(c, counts, usable, random.Random(vpp), 200)
+
+
+def _round_program(c, counts) -> RoundProgram:  # noqa: ANN001 - RowCosts, interval counts
+    """A fresh round program of one row."""
+    cuts = InterleavedCuts(c, counts)
+    return RoundProgram(cuts, cuts.groups)
+
+
+def _alike(cap: int) -> Callable[[int], int]:
+    """An evenness pass's bound from the least peak, as InterleavedCuts.exact_least's (a coarser unit)."""
+    return lambda least: min(cap, least + 10)
+
+
+@pytest.mark.parametrize("name", list(ROUND_CASES))
+def test_round_program_reuse_keeps_answers(name: str) -> None:
+    """A round program asked a staircase's questions in turn (tighter caps: its time guesses from the floors
+    of looser ones, later cases asked only below the first's answer, fastest_us's time alone) answers each
+    exactly as a fresh program does, cut included."""
+    lead, period_, blocks, shapes = ROUND_CASES[name]
+    asked = 0
+    for c, counts, _ in _rows(_repeat(lead, period_, blocks), 7 + len(name), shapes):
+        shared = _round_program(c, counts)
+        layouts = _every_cut(shared.n, shared.pp * shared.vpp)
+        peaks = sorted({shared.cuts.measure(layout)[1] for layout in layouts})
+        for cap in sorted(peaks[::max(1, len(peaks) // 8)] + [peaks[0] - 1], reverse=True):
+            found = shared.least(UNBOUNDED, cap, True)
+            assert found == _round_program(c, counts).least(UNBOUNDED, cap, True)
+            assert shared.fastest_us(UNBOUNDED, cap) == _round_program(c, counts).fastest_us(UNBOUNDED, cap)
+            assert shared.fastest_us(UNBOUNDED, cap) == (None if found is None else found[0])
+            if found is not None:
+                lean = shared.least(found[0], cap, False, _alike(cap))
+                assert lean == _round_program(c, counts).least(found[0], cap, False, _alike(cap))
+                asked += 1
+    assert asked >= 4

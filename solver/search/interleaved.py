@@ -538,9 +538,11 @@ class InterleavedCuts:
                             lambda units: self.find(self.slowest_within(units), cap_mb, FIRST_BUDGET),
                             lambda cut: self.time_units(self.measure(cut)[0]), least)
 
-    def leanest(self, slowest_us: int, cap_mb: int, incumbent: tuple[int, ...]) -> tuple[tuple[int, ...], bool]:
+    def leanest(self, slowest_us: int, cap_mb: int,
+                incumbent: Callable[[], tuple[int, ...]]) -> tuple[tuple[int, ...], bool]:
         """The cut of least peak memory (in solver units) with every rank within `slowest_us` and `cap_mb`,
-        starting from a cut that meets both; and whether that is proved."""
+        starting from a cut that meets both (`incumbent`, built only when the search needs it); and whether
+        that is proved."""
         settled, layout = self.settle(slowest_us, cap_mb, False)
         if settled:
             assert layout is not None
@@ -548,7 +550,7 @@ class InterleavedCuts:
         bound = self.relaxed.leanest_mb(slowest_us, cap_mb)
         assert bound is not None
         if self.vpp != 2:
-            return self._bisect(-(-bound // MEMORY_UNIT_MB), incumbent,
+            return self._bisect(-(-bound // MEMORY_UNIT_MB), incumbent(),
                                 lambda units: self.decide(slowest_us, units * MEMORY_UNIT_MB),
                                 lambda cut: self.units(cut)[1])
 
@@ -557,18 +559,39 @@ class InterleavedCuts:
             assert found is not None
             return found[1]
 
-        return self._bisect(-(-bound // MEMORY_UNIT_MB), incumbent,
+        return self._bisect(-(-bound // MEMORY_UNIT_MB), incumbent(),
                             lambda units: self.find(slowest_us, units * MEMORY_UNIT_MB, FIRST_BUDGET),
                             lambda cut: self.units(cut)[1], least)
 
     def best(self, cap_mb: int) -> tuple[tuple[int, ...] | None, bool]:
-        """The fastest cut within `cap_mb`, and among those the leanest (in solver units); whether proved."""
+        """The fastest cut within `cap_mb`, and among those the leanest (in solver units); whether proved. The
+        fastest cut itself is built only when the leanest is searched from it (the round program gives its
+        time alone)."""
+        answered, fastest_us = self._fastest_time(cap_mb)
+        if answered:
+            if fastest_us is None:
+                return None, True
+            return self._leanest_at(fastest_us, cap_mb, lambda: self.fastest(cap_mb)[0], True)
         fastest, proved = self.fastest(cap_mb)
         if fastest is None:
             return None, proved
-        slowest = self.slowest_within(self.time_units(self.measure(fastest)[0]))
-        lean, lean_proved = self.leanest(slowest, cap_mb, fastest)
+        return self._leanest_at(self.measure(fastest)[0], cap_mb, lambda: fastest, proved)
+
+    def _leanest_at(self, fastest_us: int, cap_mb: int, incumbent: Callable[[], tuple[int, ...]],
+                    proved: bool) -> tuple[tuple[int, ...] | None, bool]:
+        """best's leanest cut within `cap_mb` at the step time of a slowest rank taking `fastest_us`."""
+        lean, lean_proved = self.leanest(self.slowest_within(self.time_units(fastest_us)), cap_mb, incumbent)
         return lean, proved and lean_proved
+
+    def _fastest_time(self, cap_mb: int) -> tuple[bool, int | None]:
+        """(True, the slowest-rank time of the fastest cut within `cap_mb`, None when none fits) where `settle`
+        would take fastest's answer from the round program and it answers; else (False, None)."""
+        if len(self.relaxed.groups) < 2 or self.rounds is None or self.rounds.states > RELAXATION_FIRST:
+            return False, None
+        try:
+            return True, self.rounds.fastest_us(UNBOUNDED, cap_mb)
+        except Declined:
+            return False, None
 
 
 @dataclass(frozen=True)

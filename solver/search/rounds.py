@@ -41,12 +41,13 @@ PERIOD_LIMIT = 4
 """Longest period this program takes (q² class pairs; DeepSeek-V4 has 2, hybrid attention patterns 3-4)."""
 CELL_LIMIT = 1 << 25
 """Most cells (moves × block counts) one rank's step may read; past it the question is declined."""
-EDGE_SETS = 64
-"""Most live-state sets whose joined edges a geometry keeps."""
-EDGES_KEPT = 500_000
-"""Most joined edges (about 64 bytes each: 32 MB, 1 GB over the 32 geometries kept) a geometry keeps over its
-live-state sets, the oldest dropped (DeepSeek-V4-Flash on 32,768 GPUs: 36 s and 542 MB peak, against 36 s
-and 710 MB at 1,000,000)."""
+EDGES_KEPT = 2_000_000
+"""Most moves (8 bytes each: 16 MB) a geometry keeps the live sets' positions and codes of, the least
+recently asked dropped (DeepSeek-V4-Flash on 32,768 GPUs asks for about 240 live sets of up to 60,000)."""
+GUESS_SHARE = 64
+"""A time question is first asked within its proved floor plus 1/GUESS_SHARE of it (_fastest): on
+DeepSeek-V4-Flash's staircases the least is within 1/64 of the floor 9 times in 10 (1/128 and 1/32 cost a
+little more work, 1/256 much more)."""
 WINDOWS_KEPT = 8
 """Most bounds whose rank windows a case keeps."""
 CHUNK = 1 << 21
@@ -122,7 +123,7 @@ class _Moves:
 @dataclass(frozen=True)
 class _Layer:
     """One rank's step of a pass: the values before it (states × blocks placed) and its edges (destination
-    and cost), with where they are among the live set's moves (`joined`) for the rest."""
+    and cost), with where they are among the expanded states' moves (`joined`) for the rest."""
 
     values: np.ndarray
     dst: np.ndarray
@@ -150,13 +151,19 @@ class _Geometry:
         self.period = self.cl.content[h, q]
         self.total = np.bincount(np.array(seq, dtype=np.int64), minlength=groups).astype(np.int64)
         self.place = np.cumprod(np.concatenate([[1], self.total[:-1] + 1])).astype(np.int64)
+        self.code_type = np.int32 if int(self.place[-1] * (self.total[-1] + 1)) < 1 << 31 else np.int64
+        """The narrowest type that holds every kind-count code."""
         self.detail_of: dict[int, np.ndarray] = {}
         """Per expanded state, its moves' (round-0 option, later-rounds option) indices."""
-        self.expanded_of: dict[int, np.ndarray] = {}
-        """Per expanded state, its moves' (dst, blocks, code, move index, periods, spread), one row each."""
-        self.edges_of: dict[bytes, _Joined] = {}
+        self.expanded = np.zeros(self.classes * len(self.comps), dtype=bool)
+        """Which states' moves are in `joined`."""
+        self.joined = _Joined(*(np.zeros(n, dtype=np.int64) for n in ((0,), (6, 0), (0,))))
+        """The moves of every expanded state (expand), with each number of pooled periods, together."""
+        self.live_of: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        """Per live set, where its states' moves are in `joined` by blocks, their codes, and where each number
+        of blocks starts among them (edges); the latest few, dropped when `joined` grows."""
         self.kept = 0
-        """Edges held in edges_of."""
+        """Moves held in live_of."""
         self.spread_of: dict[tuple[tuple[int, ...], int, int, int], int] = {}
         self.later_of: dict[int, tuple] = {}
         self.first_of: dict[int, tuple] = {}
@@ -304,52 +311,53 @@ class _Geometry:
         ordered = key[evenest]
         first = np.sort(evenest[np.concatenate(([True], ordered[1:] != ordered[:-1]))])
         move, k, size, code, spread = move[first], k[first], size[first], code[first], spread[first]
-        bounds = np.searchsorted(owner[move], np.arange(len(states) + 1))
         for i, state in enumerate(states):
-            part = slice(bounds[i], bounds[i + 1])
             self.detail_of[state] = moves[i].detail.astype(np.int32)
-            self.expanded_of[state] = np.stack([dst[move[part]], size[part], code[part], index[move[part]],
-                                                periods[k[part]], spread[part]])
+        self.expanded[states] = True
+        src = np.concatenate([self.joined.src, np.array(states, dtype=np.int64)[owner[move]]])
+        rows = np.concatenate([self.joined.rows, np.stack([dst[move], size, code, index[move], periods[k], spread])],
+                              axis=1)
+        order = np.lexsort((src, rows[0]))
+        src, rows = src[order], np.take(rows, order, axis=1)
+        self.joined = _Joined(src, rows, src * (2 * self.n + 2) + self.n + 1 - rows[1])
+        self.live_of.clear()
+        self.kept = 0
 
-    def edges(self, live: np.ndarray) -> _Joined:
-        """The expanded moves of every live state together (_Joined); the latest few live sets are kept (ranks
-        ask for the same ones question after question)."""
+    def edges(self, live: np.ndarray) -> tuple[_Joined, np.ndarray, np.ndarray, np.ndarray]:
+        """The moves of every expanded state (`joined`, the `live` states expanded first when they are not yet),
+        and the live states' moves: where they are in `joined`, ordered by blocks (then as in `joined`), their
+        codes, and where the moves of each number of blocks b = 0 … longest + 1 start among them; the latest few
+        live sets' kept (ranks ask for the same ones question after question)."""
         key = live.tobytes()
-        if key not in self.edges_of:
-            missing = [s for s in live.tolist() if s not in self.expanded_of]
-            if missing:
-                self.expand(missing)
-            parts = [self.expanded_of[s] for s in live.tolist()]
-            lengths = [p.shape[1] for p in parts]
-            src = np.repeat(live, lengths)
-            joined = np.concatenate(parts, axis=1)
-            order = _stable_order(joined[0])
-            start = np.repeat(np.arange(len(live)) * (2 * self.n + 2) + self.n + 1, lengths) - joined[1]
-            while self.edges_of and (len(self.edges_of) >= EDGE_SETS
-                                     or self.kept + len(src) > EDGES_KEPT):
-                self.kept -= len(self.edges_of.pop(next(iter(self.edges_of))).src)
-            self.edges_of[key] = _Joined(src[order], np.take(joined, order, axis=1), start[order])
-            self.kept += len(src)
-        return self.edges_of[key]
+        found = self.live_of.pop(key, None)
+        if found is None:
+            if not self.expanded.take(live).all():
+                self.expand(live[~self.expanded.take(live)].tolist())
+            inside = np.zeros(self.classes * len(self.comps), dtype=bool)
+            inside[live] = True
+            where = np.flatnonzero(inside[self.joined.src])
+            blocks = self.joined.rows[1].take(where)
+            order = np.argsort(blocks.astype(np.int16), kind="stable")
+            where = where.take(order)
+            found = (where.astype(np.int32), self.joined.rows[2].take(where).astype(self.code_type),
+                     np.searchsorted(blocks.take(order), np.arange(self.longest + 2)))
+            while self.live_of and self.kept + len(where) > EDGES_KEPT:
+                self.kept -= len(self.live_of.pop(next(iter(self.live_of)))[0])
+            self.kept += len(where)
+        self.live_of[key] = found
+        return self.joined, *found
 
 
 @dataclass(frozen=True)
 class _Joined:
-    """The expanded moves of a live set, sorted by destination (stably): their sources, their rows (dst,
-    blocks, code, move index, periods, spread), and where each reads its source's values in _Case._step's
-    padded live values (source's position in the live set · (2n + 2) + n + 1 − blocks)."""
+    """The expanded moves of a set of states, sorted by destination, then source, then the order expand gave
+    them: their sources, their rows (dst, blocks, code, move index, periods, spread), and where each reads
+    its source's values in _Case._step (source · (2n + 2) + n + 1 − blocks). The moves of any subset of the
+    states, in this order, are those of the subset sorted alike."""
 
     src: np.ndarray
     rows: np.ndarray
-    start: np.ndarray
-
-
-def _stable_order(keys: np.ndarray) -> np.ndarray:
-    """np.argsort(keys, kind="stable") of non-negative integer keys, by numpy's radix sort when they fit 16
-    bits (a stable order is unique, so the same indices)."""
-    if len(keys) and int(keys.min()) >= 0 and int(keys.max()) < 1 << 15:
-        keys = keys.astype(np.int16)
-    return np.argsort(keys, kind="stable")
+    read: np.ndarray
 
 
 @functools.lru_cache(maxsize=32)
@@ -365,6 +373,18 @@ def _shape(seq: tuple[int, ...], vpp: int) -> tuple[int, int] | None:
     if found is None or math.comb(vpp + found[1] ** 2 - 2, found[1] ** 2 - 1) > COMPOSITION_LIMIT:
         return None
     return found
+
+
+def _below(question: Question, value: int) -> Question:
+    """The question with its objective's bound lowered below `value` (a least-value pass; the evenness pass,
+    whose value is a spread, as it is). A bound at or above a case's least leaves its least and traced cut
+    as they are (every cut of the least, and every partial cut on one, is within it), and a case with
+    nothing below `value` answers none."""
+    if question.within is not None:
+        return question
+    if question.minimise_time:
+        return Question(min(question.slowest_us, value - 1), question.cap_mb, True, None)
+    return Question(question.slowest_us, min(question.cap_mb, value - 1), False, None)
 
 
 def _openings(pp: int, h: int) -> list[tuple[int, ...]]:
@@ -391,7 +411,7 @@ class _Case:
         self.comps, self.cl = self.g.comps, self.g.cl
         self.spread0 = sum(abs(x * whole[0] - whole[1]) for x in prefix)
         """The prefix pieces' distance from even."""
-        self.windows_of: dict[tuple[int, int], list[tuple[int, int]] | None] = {}
+        self.windows_of: dict[tuple[int, int], tuple[list[tuple[int, int]], np.ndarray] | None] = {}
         """_windows' answers by bounds, the latest WINDOWS_KEPT."""
 
     @functools.cached_property
@@ -400,6 +420,12 @@ class _Case:
         shape = tuple(int(t) + 1 for t in self.g.total)
         vectors = np.indices(shape).reshape(len(shape), -1).T.astype(np.int64)
         return vectors.sum(axis=1)[np.argsort(vectors @ self.g.place)]
+
+    @functools.cached_property
+    def _holdable(self) -> np.ndarray:
+        """By code, whether a rank's kind counts have blocks enough for its VPP pieces and no more than the
+        longest rank."""
+        return (self.blocks >= self.vpp) & (self.blocks <= self.g.longest)
 
     @functools.cached_property
     def priced(self) -> tuple[np.ndarray, np.ndarray]:
@@ -417,49 +443,67 @@ class _Case:
             time[r], memory[r] = t[r], m[r]
         return time, memory
 
-    def _edges(self, r: int, live: np.ndarray, question: Question) -> tuple:
-        """Rank r's edges from the live states within both bounds (and with `within` set, objective within
-        it), sorted by destination: (where each reads its source's values in _step, dst, score: the objective,
-        or with `within` the spread, their indices among the live set's moves, those moves)."""
-        joined = self.g.edges(live)
-        time, memory = self.priced[0][r], self.priced[1][r]
-        fits = (time <= question.slowest_us) & (memory <= question.cap_mb)
-        objective = time if question.minimise_time else memory
+    def _edges(self, r: int, live: np.ndarray, question: Question, fit: np.ndarray, window: tuple[int, int],
+               before: tuple[int, int]) -> tuple | None:
+        """Rank r's edges into blocks placed within `window` from the live states within both bounds (`fit`: by
+        code, whether rank r holding it is; with `within` set, objective within it too), sorted by destination:
+        (where each reads its source's values in _step, dst, score: the objective, or with `within` the spread,
+        their indices among the expanded states' moves, those moves). Only moves whose blocks can reach the
+        window from the window `before` are taken (any other reads no finite value in _step); None when none is
+        (no cut is then). Raises Declined when the fitting moves times the window's blocks placed pass
+        CELL_LIMIT."""
+        joined, where, code, starts = self.g.edges(live)
+        objective = self.priced[0][r] if question.minimise_time else self.priced[1][r]
         if question.within is not None:
-            fits &= objective <= question.within
-        pick = np.flatnonzero(fits[joined.rows[2]])
-        rows = joined.rows
-        cost = objective.take(rows[2].take(pick)) if question.within is None else rows[5].take(pick)
-        return joined.start.take(pick), rows[0].take(pick), cost, pick, joined
+            fit = fit & (objective <= question.within)
+        lo, hi = window
+        if hi < lo:
+            return None
+        if len(where) * (hi - lo + 1) > CELL_LIMIT:
+            count = int(np.count_nonzero(fit.take(code)))
+            if not count:
+                return None
+            if count * (hi - lo + 1) > CELL_LIMIT:
+                raise Declined
+        least, most = max(lo - before[1], 0), min(hi - before[0], self.g.longest)
+        part = slice(starts[least], starts[most + 1]) if least <= most else slice(0, 0)
+        pick = np.sort(where[part][fit.take(code[part])])
+        if not len(pick):
+            return None
+        cost = objective.take(joined.rows[2].take(pick)) if question.within is None else joined.rows[5].take(pick)
+        return joined.read.take(pick), joined.rows[0].take(pick), cost, pick, joined
 
     def program(self, question: Question, trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
         """The dynamic program over the ranks: the least largest rank objective (`within` None) or the least
         total spread of moves within `within` (the prefix's included), and a whole cut that has it (without
-        `trace`, an empty cut: the value alone)."""
+        `trace`, an empty cut: the value alone). A state's values by blocks placed p are at column n + 1 + p,
+        INF to the left, so that a move of more blocks than its source has placed reads INF."""
         n, pp, nc = self.n, self.pp, len(self.comps)
         add = question.within is not None
-        states = self.g.classes * nc
-        values = np.full((states, n + 1), INF, dtype=np.int64)
-        values[self.g.openers + self.cl.of(0) * nc, 0] = 0
-        layers: list[_Layer] = []
-        windows = self._windows(question.slowest_us, question.cap_mb)
-        if windows is None:
+        found = self._windows(question.slowest_us, question.cap_mb)
+        if found is None:
             return None
+        windows, fits = found
+        live = self.g.openers + self.cl.of(0) * nc
+        values = np.full((self.g.classes * nc, 2 * n + 2), INF, dtype=np.int64)
+        values[live, n + 1] = 0
+        layers: list[_Layer] = []
+        before = (0, 0)
         for r in range(pp):
             if self.cuts.late():
                 raise Declined
-            live = np.flatnonzero((values < INF).any(axis=1))
             if not len(live):
                 return None
-            start, dst, cost, pick, joined = self._edges(r, live, question)
-            layers.append(_Layer(values, dst, cost, pick, joined))
             lo, hi = windows[r]
-            if not len(start) or hi < lo:
+            edges = self._edges(r, live, question, fits[r], (lo, hi), before)
+            if edges is None:
                 return None
-            if len(start) * (hi - lo + 1) > CELL_LIMIT:
-                raise Declined
-            values = self._step(values, live, start, dst, cost, lo, hi, add)
-        final = values[:, n].reshape(self.g.classes, nc)[self.h:, :].T
+            start, dst, cost, pick, joined = edges
+            layers.append(_Layer(values, dst, cost, pick, joined))
+            values = self._step(values, start, dst, cost, lo, hi, add)
+            live = np.flatnonzero((values[:, n + 1 + lo:n + 2 + hi] < INF).any(axis=1))
+            before = (lo, hi)
+        final = values[:, 2 * n + 1].reshape(self.g.classes, nc)[self.h:, :].T
         final = np.where(self.g.trails, final, INF)
         value = int(final.min())
         if value >= INF:
@@ -470,21 +514,23 @@ class _Case:
         cut = self.prefix + self._trace(value, (self.h + int(end)) * nc + int(comp), layers, add)
         return value + (self.spread0 if add else 0), cut
 
-    def _windows(self, slowest_us: int, cap_mb: int) -> list[tuple[int, int]] | None:
-        """_placed for these bounds, the latest few kept (a least and its evenest cut ask for the same)."""
+    def _windows(self, slowest_us: int, cap_mb: int) -> tuple[list[tuple[int, int]], np.ndarray] | None:
+        """_placed for these bounds, with which kind counts each rank can hold within them (ranks × codes), the
+        latest few kept (a least and its evenest cut ask for the same); None when _placed is."""
         key = (slowest_us, cap_mb)
         if key not in self.windows_of:
             if len(self.windows_of) >= WINDOWS_KEPT:
                 self.windows_of.pop(next(iter(self.windows_of)))
-            self.windows_of[key] = self._placed(slowest_us, cap_mb)
+            fits = (self.priced[0] <= slowest_us) & (self.priced[1] <= cap_mb)
+            windows = self._placed(fits)
+            self.windows_of[key] = None if windows is None else (windows, fits)
         return self.windows_of[key]
 
-    def _placed(self, slowest_us: int, cap_mb: int) -> list[tuple[int, int]] | None:
+    def _placed(self, fits: np.ndarray) -> list[tuple[int, int]] | None:
         """For each rank, the blocks the ranks up to it can have placed: each rank holds between the fewest and
-        the most blocks of any kind counts it can hold within both bounds (VPP … the longest rank), and the
-        ranks after it must be able to take the rest; None when some rank can hold nothing."""
-        fit = (self.priced[0] <= slowest_us) & (self.priced[1] <= cap_mb)
-        fit &= (self.blocks >= self.vpp) & (self.blocks <= self.g.longest)
+        the most blocks of any kind counts it can hold within the bounds (`fits`; VPP … the longest rank), and
+        the ranks after it must be able to take the rest; None when some rank can hold nothing."""
+        fit = fits & self._holdable
         if not fit.any(axis=1).all():
             return None
         least = np.where(fit, self.blocks, self.n + 1).min(axis=1)
@@ -494,27 +540,24 @@ class _Case:
         return [(int(max(done_least[r], self.n - rest_most[r])), int(min(done_most[r], self.n - rest_least[r])))
                 for r in range(self.pp)]
 
-    def _step(self, values: np.ndarray, live: np.ndarray, start: np.ndarray, dst: np.ndarray, cost: np.ndarray,
-              lo: int, hi: int, add: bool) -> np.ndarray:
+    def _step(self, values: np.ndarray, start: np.ndarray, dst: np.ndarray, cost: np.ndarray, lo: int, hi: int,
+              add: bool) -> np.ndarray:
         """One rank: for every state and blocks placed lo … hi, the least over edges into it (sorted by `dst`)
-        of the larger of the value it came from and the edge's cost (with `add`, of their sum). The `live`
-        states' values are read from one flat array (at `start` + blocks placed, _Joined's), INF-padded on
-        the left so that a source with fewer blocks placed than the edge's reads INF."""
-        n = self.n
+        of the larger of the value it came from and the edge's cost (with `add`, of their sum). Sources' values
+        are read from `values` flat, at `start` + blocks placed (_Joined.read)."""
         out = np.full_like(values, INF)
-        padded = np.full((len(live), 2 * n + 2), INF, dtype=np.int64)
-        padded[:, n + 1:] = values[live]
-        flat = padded.ravel()
+        flat = values.ravel()
         placed = np.arange(lo, hi + 1)
+        columns = slice(self.n + 1 + lo, self.n + 2 + hi)
         step = max(1, CHUNK // len(placed))
         for i in range(0, len(start), step):
             s, d, c = start[i:i + step], dst[i:i + step], cost[i:i + step]
-            came = flat[s[:, None] + placed[None, :]]
+            came = flat.take(s[:, None] + placed[None, :])
             reached = np.where(came < INF, came + c[:, None], INF) if add else np.maximum(came, c[:, None])
             starts = np.flatnonzero(np.concatenate(([True], d[1:] != d[:-1])))
             best = np.minimum.reduceat(reached, starts, axis=0)
-            keys = d[starts]
-            out[keys, lo:hi + 1] = np.minimum(out[keys, lo:hi + 1], best)
+            keys = d.take(starts)
+            out[keys, columns] = best if len(start) <= step else np.minimum(out[keys, columns], best)
         return out
 
     def _trace(self, value: int, state: int, layers: list[_Layer], add: bool) -> tuple[int, ...]:
@@ -523,23 +566,31 @@ class _Case:
         moves are then replayed on named rounds and the rounds put in trail order."""
         placed, picks = self.n, []
         for layer in reversed(layers):
-            into = slice(*np.searchsorted(layer.dst, [state, state + 1]).tolist())
-            which = layer.pick[into]
-            src, shift, cost = layer.joined.src[which], layer.joined.rows[1, which], layer.cost[into]
-            at = placed - shift
-            ok = (at >= 0) & (cost <= value)
-            came = layer.values[src[ok], at[ok]]
-            ok[ok] = (came < INF) & (came + cost[ok] == value) if add else came <= value
-            e = int(np.flatnonzero(ok)[0])
+            which, src, shift, cost = self._into(layer, state, placed, value, add)
             if add:
-                value -= int(cost[e])
-            move, periods = layer.joined.rows[3:5, which[e]].tolist()
-            detail = self.g.detail_of[int(src[e])][move]
-            picks.append((int(src[e]), (int(detail[0]), int(detail[1])), periods))
-            placed -= int(shift[e])
-            state = int(src[e])
+                value -= cost
+            rows = layer.joined.rows
+            detail = self.g.detail_of[src][int(rows[3, which])]
+            picks.append((src, (int(detail[0]), int(detail[1])), int(rows[4, which])))
+            placed -= shift
+            state = src
         picks.reverse()
         return self._layout(state, picks)
+
+    def _into(self, layer: _Layer, state: int, placed: int, value: int, add: bool) -> tuple[int, int, int, int]:
+        """_trace's edge of one layer: the first into `state` with `placed` blocks placed whose cost is within
+        `value` and whose source's value is too (with `add`, is `value` less the cost): (its index among the
+        expanded moves, source, blocks, cost). Edges are read one by one: the first mostly serves."""
+        first, last = np.searchsorted(layer.dst, [state, state + 1]).tolist()
+        for i in range(first, last):
+            which, cost = int(layer.pick[i]), int(layer.cost[i])
+            src, shift = int(layer.joined.src[which]), int(layer.joined.rows[1, which])
+            if placed < shift or cost > value:
+                continue
+            came = int(layer.values[src, self.n + 1 + placed - shift])
+            if (came < INF and came + cost == value) if add else came <= value:
+                return which, src, shift, cost
+        raise AssertionError("no edge of the traced value")
 
     def _layout(self, start: int, picks: list[tuple[int, tuple[int, int], int]]) -> tuple[int, ...]:
         """The cut of the traced moves: later rounds named from the first state's counts, each rank's residues
@@ -565,18 +616,19 @@ class _Case:
                 else:
                     size[0] = amount
                 c0 = int(self.cl.exit[c0, amount])
-            taken: set[int] = set()
+            free: dict[int, list[int]] = {}
+            for t, (s, f) in enumerate(rounds):
+                free.setdefault(s * q + f, []).append(t)
             for pair, split in enumerate(choice):
-                free = [t for t, (s, f) in enumerate(rounds) if s * q + f == pair and t not in taken]
                 given = [rho for rho, m in enumerate(split) for _ in range(m)]
-                for t, rho in zip(free, given, strict=False):
-                    residues.append((t + 1, rho))
-                    taken.add(t)
+                residues.extend((t + 1, rho) for t, rho in zip(free.get(pair, ()), given, strict=False))
             size.update({slot: rho + q * (rho == 0) for slot, rho in residues})
+            shortest = [(length, slot) for slot, length in size.items()]
+            heapq.heapify(shortest)
             for _ in range(periods - sum(rho == 0 for _, rho in residues)):
-                slot = min(size, key=lambda s: (size[s], s))
-                size[slot] += q
-            for slot, length in size.items():
+                length, slot = heapq.heappop(shortest)
+                heapq.heappush(shortest, (length + q, slot))
+            for length, slot in shortest:
                 pieces[r][slot] = length
             for t, rho in residues:
                 if t:
@@ -622,6 +674,8 @@ class RoundProgram:
         self.usable = False
         """Whether this program runs on the row (a short enough period and lead-in, few enough round counts)."""
         self.cases: list[_Case] = []
+        self.floors: list[tuple[int, int]] = []
+        """(cap MB, a slowest-rank time µs no cut within that cap beats) from the time questions answered."""
         shape = _shape(seq, self.vpp)
         if shape is None or self.vpp < 2:
             return
@@ -657,24 +711,60 @@ class RoundProgram:
         (FrontProgram.least's contract). None when no cut is within both. Raises Declined past the deadline
         or CELL_LIMIT."""
         slowest_us, cap_mb = self._tightened(slowest_us, cap_mb, minimise_time)
+        if minimise_time and alike is None:
+            return self._fastest(slowest_us, cap_mb)
         return least_then_evenest(self._best, slowest_us, cap_mb, minimise_time, alike, self._least)
 
+    def fastest_us(self, slowest_us: int, cap_mb: int) -> int | None:
+        """least's least slowest-rank time alone, no cut built (None when no cut is within both bounds): what a
+        staircase step needs of its fastest cut before the leanest at its step time."""
+        found = self._fastest(*self._tightened(slowest_us, cap_mb, True), trace=False)
+        return None if found is None else found[0]
+
+    def _fastest(self, slowest_us: int, cap_mb: int, trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
+        """least's least slowest-rank time: first within a guess a little above the most any looser cap's
+        answer proves it is at least (a staircase asks for ever tighter caps, and its times climb slowly), then,
+        when no cut is within the guess, within `slowest_us`. A bound at or above the least leaves the least
+        and its traced cut as they are (every cut of the least, and every partial cut on one, is within it), so
+        the answer is the same, from far fewer moves."""
+        floor = max((us for cap, us in self.floors if cap >= cap_mb), default=None)
+        guess = None if floor is None else floor + floor // GUESS_SHARE
+        if guess is not None and guess < slowest_us:
+            found = self._best(Question(guess, cap_mb, True, None), trace)
+            if found is not None:
+                self.floors.append((cap_mb, found[0]))
+                return found
+            self.floors.append((cap_mb, guess + 1))
+        found = self._best(Question(slowest_us, cap_mb, True, None), trace)
+        self.floors.append((cap_mb, slowest_us + 1 if found is None else found[0]))
+        return found
+
     def _best(self, question: Question, trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
-        """The least value over the cases (the first case's cut on a tie)."""
-        found = [x for x in (case.program(question, trace) for case in self.cases) if x is not None]
-        return min(found, key=lambda x: x[0]) if found else None
+        """The least value over the cases (the first case's cut on a tie). A case after one that answered is
+        asked only for an objective below that answer (_below), which it must beat to count."""
+        best: tuple[int, tuple[int, ...]] | None = None
+        for case in self.cases:
+            found = case.program(question if best is None else _below(question, best[0]), trace)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = found
+        return best
 
     def _least(self, question: Question) -> int | None:
         """The least value over the cases, no cut built."""
         found = self._best(question, trace=False)
         return None if found is None else found[0]
 
+    @functools.cached_property
+    def _even(self) -> tuple[int, int]:
+        """(slowest-rank time µs, peak MB) of the evenest cut (stage sizes differ by at most one)."""
+        stages = self.pp * self.vpp
+        edges = [k * self.n // stages for k in range(stages + 1)]
+        return self.cuts.measure(tuple(edges[k + 1] - edges[k] for k in range(stages)))
+
     def _tightened(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[int, int]:
         """The bounds with the objective's lowered to the evenest cut's value when that cut is within both
         (the least is at most it, so no cut of the least is lost and far fewer moves are priced)."""
-        stages = self.pp * self.vpp
-        edges = [k * self.n // stages for k in range(stages + 1)]
-        time, memory = self.cuts.measure(tuple(edges[k + 1] - edges[k] for k in range(stages)))
+        time, memory = self._even
         if time > slowest_us or memory > cap_mb:
             return slowest_us, cap_mb
         return (time, cap_mb) if minimise_time else (slowest_us, memory)
