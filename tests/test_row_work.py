@@ -607,3 +607,37 @@ def test_table_memo_is_shared_by_a_tables_rows_and_follows_its_fields(problems: 
                             whole_block_memory_floor(bare, totals, 1, in_bytes)
             shared += row.vpp > 1
         assert shared > 0
+
+
+def test_tables_alike_in_memory_share_one_memo_and_unlike_ones_do_not(problems: list) -> None:
+    """Rows whose table keys differ but whose memory fields are equal (CP and MBS alike in ratio) share one
+    memo (costs.shared_memo), and so do their zero-static twins; a table differing in one memory field gets a memo of its own; every
+    floor read through a shared memo is what the same tables with no memo give."""
+    from parasol.solver.search.costs import memo_of, memory_fields, whole_block_memory_floor
+    from parasol.solver.search.reprice import memory_floor_units
+    from parasol.solver.search.savings import quick_fit
+
+    problem = problems[1]
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    totals, usable = counts[0, counts.shape[0] - 1], usable_mb(problem)
+    by_fields: dict[tuple, list] = {}
+    for row in enumerate_rows(problem)[:4000]:
+        c = row_costs(problem, row, None)
+        by_fields.setdefault(memory_fields(c), []).append(c)
+    alike = [tables for tables in by_fields.values() if len({(t.row.cp, t.row.mbs) for t in tables}) > 1]
+    assert alike
+    for tables in alike[:5]:
+        first = tables[0]
+        for other in tables[1:]:
+            assert other.memo is first.memo and without_static(other).memo is without_static(first).memo
+        heavier = dataclasses.replace(first, workspace_mb=first.workspace_mb + 1,
+                                      fixed_bytes=first.fixed_bytes + 10**6)
+        assert memo_of(heavier) is not first.memo
+        for c in (*tables, heavier, without_static(first)):
+            bare = dataclasses.replace(c, memo=None)
+            assert memory_floor_units(c, counts) == memory_floor_units(bare, counts)
+            assert quick_fit(c, counts, usable) == quick_fit(bare, counts, usable)
+            for in_bytes in (False, True):
+                assert memory_floor_mb(c, totals, in_bytes) == memory_floor_mb(bare, totals, in_bytes)
+                assert whole_block_memory_floor(c, totals, 1, in_bytes) == whole_block_memory_floor(bare, totals, 1,
+                                                                                                     in_bytes)
