@@ -407,9 +407,15 @@ T = TypeVar("T")
 
 
 def replaced(c: RowCosts, **changes: object) -> RowCosts:
-    """c with `changes` to its fields, as dataclasses.replace makes it, for a fraction of its cost (a RowCosts'
-    fields are its instance dictionary): screening builds one per row and variant."""
-    return RowCosts(**(c.__dict__ | changes))
+    """c with `changes` to its fields, as dataclasses.replace makes it, for a fraction of its cost: a RowCosts'
+    fields are its instance dictionary and it checks nothing on creation, so the copy's dictionary is c's
+    with the changes (screening builds several per row and variant)."""
+    unknown = changes.keys() - c.__dict__.keys()
+    if unknown:
+        raise TypeError(f"RowCosts has no field {sorted(unknown)[0]!r}")
+    out = object.__new__(RowCosts)
+    out.__dict__.update(c.__dict__, **changes)
+    return out
 
 
 class MemoryFields(NamedTuple):

@@ -90,7 +90,8 @@ class RowSearch:
         self.staircases: list[Staircase] = []
         self._options_proved: list[bool] = []
         self.fitting = 0
-        self._waiting: list[tuple[tuple[int, int], int, _Screened | _Candidates]] = []
+        self._waiting: list[tuple[int, int, int, _Screened | _Candidates]] = []
+        """Heap of (time floor, memory floor, order queued, row): flat, so the heap compares whole numbers."""
         self._queued = 0
         self._passes: dict[int, bool] = {}
         self._steps = TopStaircase(top, self.feasible_row)
@@ -119,7 +120,7 @@ class RowSearch:
                 self._wait((0, 0), candidates, True)
             return
         compute = compute_floor_units(plain, row.mapping(self.problem), self.counts, self.model_of(row))
-        heapq.heappush(self._waiting, ((compute, 0), self._queued, _Screened(row, plain)))
+        heapq.heappush(self._waiting, (compute, 0, self._queued, _Screened(row, plain)))
         self._queued += 1
 
     def _judge(self, screened: _Screened, compute: int) -> None:
@@ -153,7 +154,7 @@ class RowSearch:
         """Let fit candidates wait by `floor` to be cut (`exact`: floor is their step floor, or no floors)."""
         if candidates.settled:
             self.fitting += 1
-        heapq.heappush(self._waiting, (floor, self._queued, _Candidates(candidates, exact)))
+        heapq.heappush(self._waiting, (*floor, self._queued, _Candidates(candidates, exact)))
         self._queued += 1
 
     def unseen_floors(self, rows: tuple[Row, ...], deadline: float) -> list[tuple[int, int]] | None:
@@ -193,7 +194,7 @@ class RowSearch:
 
     def waiting_floors(self) -> list[tuple[int, int]]:
         """The floors of the rows screened and not yet cut or skipped (their least over the candidates)."""
-        return [floor for floor, *_ in self._waiting]
+        return [(time_floor, memory_floor) for time_floor, memory_floor, *_ in self._waiting]
 
     def floor_of(self, i: int) -> tuple[int, int]:
         """The floor of cut row i under the options it chose: no cut of it goes below."""
@@ -206,7 +207,8 @@ class RowSearch:
         only when it comes up again, unless already beaten, and it waits again when its step floor, or that
         of the variant that fits, is higher."""
         while self._waiting and time.perf_counter() <= deadline:
-            floor, _, waiting = heapq.heappop(self._waiting)
+            time_floor, memory_floor, _, waiting = heapq.heappop(self._waiting)
+            floor = (time_floor, memory_floor)
             if self.floors and self._beaten(floor):
                 continue
             if isinstance(waiting, _Screened):
@@ -236,7 +238,7 @@ class RowSearch:
 
     def _wait_again(self, floor: tuple[int, int], candidates: FitCandidates) -> None:
         """Let settled candidates wait again, by their step floor."""
-        heapq.heappush(self._waiting, (floor, self._queued, _Candidates(candidates, True)))
+        heapq.heappush(self._waiting, (*floor, self._queued, _Candidates(candidates, True)))
         self._queued += 1
 
     def _cut(self, row: Row, deadline: float) -> None:

@@ -250,6 +250,8 @@ _ROW_PROBLEMS: dict[tuple[int, tuple], tuple[Problem, Problem]] = {}
 def with_choices(problem: Problem, row: Row) -> Problem:
     """The problem with the options the row chooses (the problem itself when it chooses none); one
     object per problem and choice, so per-problem memos stay shared."""
+    if not (row.dispatcher or row.flex_backend or row.cp_comm or row.cp_levels):
+        return problem  # no choice made (Row.settings is empty): most rows, asked several times each
     settings = row.settings()
     options = problem.spec.framework.options
     if all(getattr(options, k) == v for k, v in settings.items()):
