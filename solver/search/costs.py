@@ -22,7 +22,6 @@ from typing import NamedTuple, Protocol, TypeVar
 import numpy as np
 
 from parasol.constraints.physics.memory import (
-    Contribution,
     block_activations,
     block_kind,
     block_param_state,
@@ -256,20 +255,27 @@ def _build_memory_tables(problem: Problem, row: Row, mapping: Mapping, d: Derive
 
 
 def _tables(problem: Problem, row: Row, mapping: Mapping, d: Derived) -> RowCosts:
-    """The memory tables of a row (its times zero, no memo)."""
+    """The memory tables of a row (its times zero, no memo): each block kind's and each edge's parameter state
+    (_param_states) with its saved activations (_block_activations, _edge_activations), each half computed once
+    per problem and the mapping fields it reads, as columns."""
     pp = row.pp
-    per_kind, by_end = _contributions(problem, mapping, d)
-    edges = _per_rank(pp, {end: (_mb(c.static), _mb(c.activation), _mb(c.recompute_peak), c.moe,
-                                 (c.static, c.activation, c.recompute_peak)) for end, c in by_end.items()})
+    kind_static, kind_moe, edge_states = _param_states(problem, mapping, d)
+    kind_activation, kind_peak = _block_activations(problem, mapping)
+    edge_saved = _edge_activations(problem, mapping)
+    by_end = {}
+    for end, (static, moe) in edge_states.items():
+        activation, peak = edge_saved[end]
+        by_end[end] = (_mb(static), _mb(activation), _mb(peak), moe, (static, activation, peak))
+    edges = _per_rank(pp, by_end)
     dispatch, workspace, fsdp = _row_buffers(problem, mapping, d)
     return RowCosts(
         row=row,
         derived=d,
         microbatches=int(d.num_microbatches),
-        kind_static=tuple(_mb(c.static) for c in per_kind),
-        kind_activation=tuple(_mb(c.activation) for c in per_kind),
-        kind_peak=tuple(_mb(c.recompute_peak) for c in per_kind),
-        kind_moe=tuple(c.moe for c in per_kind),
+        kind_static=tuple(map(_mb, kind_static)),
+        kind_activation=tuple(map(_mb, kind_activation)),
+        kind_peak=tuple(map(_mb, kind_peak)),
+        kind_moe=kind_moe,
         edge_static=edges[0],
         edge_activation=edges[1],
         edge_peak=edges[2],
@@ -277,10 +283,10 @@ def _tables(problem: Problem, row: Row, mapping: Mapping, d: Derived) -> RowCost
         inflight=stage_inflight(pp, row.vpp, d.num_microbatches),
         dispatch_mb=_mb(dispatch),
         workspace_mb=_mb(workspace) + _mb(fsdp),
-        kind_time_us=(0,) * len(per_kind),
+        kind_time_us=(0,) * len(kind_moe),
         edge_time_us=(0,) * pp,
         constant_time_us=0,
-        kind_bytes=tuple((c.static, c.activation, c.recompute_peak) for c in per_kind),
+        kind_bytes=tuple(zip(kind_static, kind_activation, kind_peak, strict=True)),
         edge_bytes=edges[4],
         dispatch_bytes=dispatch,
         fixed_bytes=workspace + fsdp,
@@ -335,59 +341,55 @@ Ends = tuple[bool, bool]
 """A pipeline rank's edges: (first, last), whether it runs the embedding and the head."""
 
 
-def _contributions(problem: Problem, mapping: Mapping, d: Derived) -> tuple[list[Contribution],
-                                                                            dict[Ends, Contribution]]:
-    """(each block kind's contribution, the edges' by (first, last)) of a row: each its parameter state
-    (_param_states) holding its saved activations (_block_activations, _edge_activations), each half computed
-    once per problem and the mapping fields it reads."""
-    states, edge_states = _param_states(problem, mapping, d)
-    saved, edge_saved = _block_activations(problem, mapping), _edge_activations(problem, mapping)
-    return ([state.holding(held) for state, held in zip(states, saved, strict=True)],
-            {end: edge_states[end].holding(edge_saved[end]) for end in _ends(mapping.pp)})
-
-
 def _ends(pp: int) -> list[Ends]:
     """The distinct (first, last) edges of PP ranks: the first, a middle one and the last."""
     return sorted({(s == 0, s == pp - 1) for s in (0, pp - 1, min(1, pp - 1))})
 
 
-def _param_states(problem: Problem, m: Mapping, d: Derived) -> tuple[list[Contribution], dict[Ends, Contribution]]:
+def _param_states(problem: Problem, m: Mapping, d: Derived) -> tuple[tuple[int, ...], tuple[bool, ...],
+                                                                     dict[Ends, tuple[int, bool]]]:
     """Each block kind's and each edge's weights, gradients and optimizer state (memory.block_param_state,
     edge_param_state), once per problem and what they read: TP, ETP, the experts per rank, the data-parallel
     shards (D_a·CP, D_e) and PP (which edges; D_a, TP and CP fix it on one problem), not the microbatch,
-    recompute or VPP."""
+    recompute or VPP. As the tables read them: per kind its static bytes and whether it holds routed experts,
+    per edge (first, last) the two."""
     key = (m.pp, m.tp, m.expert_tp, m.cp, d.dp_attn, d.dp_expert, d.experts_per_rank)
 
-    def build() -> tuple[list[Contribution], dict[Ends, Contribution]]:
+    def build() -> tuple[tuple[int, ...], tuple[bool, ...], dict[Ends, tuple[int, bool]]]:
         model, training, options = problem.model, problem.training, problem.spec.framework.options
         representatives = kind_representatives(problem)
-        return ([block_param_state(model, m, d, training, representatives[k], options) for k in block_kinds(problem)],
-                {end: edge_param_state(model, m, d, training, *end, options) for end in _ends(m.pp)})
+        kinds = [block_param_state(model, m, d, training, representatives[k], options) for k in block_kinds(problem)]
+        edges = {end: edge_param_state(model, m, d, training, *end, options) for end in _ends(m.pp)}
+        return (tuple(c.static for c in kinds), tuple(c.moe for c in kinds),
+                {end: (c.static, c.moe) for end, c in edges.items()})
 
     return memoised_by(problem, "param_states", key, CONTRIBUTION_MEMO, build)
 
 
-def _block_activations(problem: Problem, m: Mapping) -> list[Contribution]:
+def _block_activations(problem: Problem, m: Mapping) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Each block kind's saved activations and recompute working set (memory.block_activations), once per
-    problem and what they read: TP, ETP, CP, the microbatch, the sequence and recompute."""
+    problem and what they read: TP, ETP, CP, the microbatch, the sequence and recompute; as two columns of
+    bytes."""
     key = (m.tp, m.expert_tp, m.cp, m.mbs, m.seq_len, m.recompute)
 
-    def build() -> list[Contribution]:
+    def build() -> tuple[tuple[int, ...], tuple[int, ...]]:
         model, training, options = problem.model, problem.training, problem.spec.framework.options
         representatives = kind_representatives(problem)
-        return [block_activations(model, m, training, representatives[k], options) for k in block_kinds(problem)]
+        kinds = [block_activations(model, m, training, representatives[k], options) for k in block_kinds(problem)]
+        return tuple(c.activation for c in kinds), tuple(c.recompute_peak for c in kinds)
 
     return memoised_by(problem, "block_activations", key, CONTRIBUTION_MEMO, build)
 
 
-def _edge_activations(problem: Problem, m: Mapping) -> dict[Ends, Contribution]:
-    """Each edge's saved activations and recompute working set (memory.edge_activations), once per problem and
-    what they read: the block activations' fields and PP."""
+def _edge_activations(problem: Problem, m: Mapping) -> dict[Ends, tuple[int, int]]:
+    """Each edge's saved activations and recompute working set bytes (memory.edge_activations), once per
+    problem and what they read: the block activations' fields and PP."""
     key = (m.pp, m.tp, m.expert_tp, m.cp, m.mbs, m.seq_len, m.recompute)
 
-    def build() -> dict[Ends, Contribution]:
+    def build() -> dict[Ends, tuple[int, int]]:
         model, training, options = problem.model, problem.training, problem.spec.framework.options
-        return {end: edge_activations(model, m, training, *end, options) for end in _ends(m.pp)}
+        edges = {end: edge_activations(model, m, training, *end, options) for end in _ends(m.pp)}
+        return {end: (c.activation, c.recompute_peak) for end, c in edges.items()}
 
     return memoised_by(problem, "edge_activations", key, CONTRIBUTION_MEMO, build)
 
