@@ -181,27 +181,41 @@ def derive(model: ModelArchitecture, mapping: Mapping) -> Derived:
 
 
 def _derive(model: ModelArchitecture, m: Mapping) -> Derived:
-    """Compute every derived size of mapping `m` for `model`."""
-    dp_a = attention_data_parallel(m.gpus, m.pp, m.tp, m.cp)
-    dp_e = expert_data_parallel(m.gpus, m.pp, m.expert_tp, m.ep)
-    mb = num_microbatches(m.gbs, m.mbs, dp_a)
+    """Compute every derived size of mapping `m` for `model`: those that read neither VPP nor the layout once
+    per the fields they read (_sizes; a search's rows differ in VPP most), the pipeline's here."""
+    dp_a, dp_e, mb, per_update, per_rank_tokens, dispatch, assign, per_rank = _sizes(model, m)
     layout = resolve_layout(model, m)
-    moe = model.moe
-    dispatch = assign = per_rank = None
-    if moe is not None:
-        dispatch = tokens_per_ep_dispatch(m.ep, m.expert_tp, m.mbs, m.seq_len, m.cp, m.tp)
-        assign = mean_assignments_per_expert(moe.top_k, dispatch, moe.num_experts)
-        per_rank = experts_per_rank(moe.num_experts, m.ep)
     return Derived(
         dp_attn=dp_a,
         dp_expert=dp_e,
         num_microbatches=mb,
         bubble_fraction=bubble_fraction(m.pp, float(mb), m.vpp),
-        tokens_per_update=tokens_per_update(m.gbs, m.seq_len),
-        tokens_per_rank=tokens_per_rank(m.mbs, m.seq_len, m.cp, m.tp),
+        tokens_per_update=per_update,
+        tokens_per_rank=per_rank_tokens,
         tokens_per_ep_dispatch=dispatch,
         assignments_per_expert=assign,
         experts_per_rank=per_rank,
         layout=layout,
         stage_layers=_layout_totals(layout, m.pp) if len(layout) % m.pp == 0 else layout,
     )
+
+
+def _sizes(model: ModelArchitecture, m: Mapping) -> tuple:
+    """(D_a, D_e, microbatches, tokens per update, tokens per rank, tokens per EP dispatch, assignments per
+    expert, experts per rank) of `m`: what _derive reads besides VPP and the layout, once per model and the
+    mapping fields these read."""
+    key = (m.gpus, m.gbs, m.seq_len, m.tp, m.pp, m.cp, m.ep, m.expert_tp, m.mbs)
+
+    def build() -> tuple:
+        dp_a = attention_data_parallel(m.gpus, m.pp, m.tp, m.cp)
+        moe = model.moe
+        dispatch = assign = per_rank = None
+        if moe is not None:
+            dispatch = tokens_per_ep_dispatch(m.ep, m.expert_tp, m.mbs, m.seq_len, m.cp, m.tp)
+            assign = mean_assignments_per_expert(moe.top_k, dispatch, moe.num_experts)
+            per_rank = experts_per_rank(moe.num_experts, m.ep)
+        return (dp_a, expert_data_parallel(m.gpus, m.pp, m.expert_tp, m.ep), num_microbatches(m.gbs, m.mbs, dp_a),
+                tokens_per_update(m.gbs, m.seq_len), tokens_per_rank(m.mbs, m.seq_len, m.cp, m.tp), dispatch, assign,
+                per_rank)
+
+    return memoised_by(model, "derived_sizes", key, DERIVE_MEMO, build)

@@ -641,3 +641,39 @@ def test_tables_alike_in_memory_share_one_memo_and_unlike_ones_do_not(problems: 
                 assert memory_floor_mb(c, totals, in_bytes) == memory_floor_mb(bare, totals, in_bytes)
                 assert whole_block_memory_floor(c, totals, 1, in_bytes) == whole_block_memory_floor(bare, totals, 1,
                                                                                                      in_bytes)
+
+
+def test_derived_sizes_kept_across_vpp_follow_every_field_they_read(problems: list) -> None:
+    """derive keeps the sizes that read neither VPP nor the layout once per the fields they read (derived._sizes),
+    and builds the rest per mapping: every row's derived sizes, asked after rows that differ in each field
+    (VPP, MBS, the degrees), are those the formulas give for that row."""
+    from parasol.problems.derived import (
+        attention_data_parallel,
+        bubble_fraction,
+        expert_data_parallel,
+        experts_per_rank,
+        mean_assignments_per_expert,
+        num_microbatches,
+        resolve_layout,
+        tokens_per_ep_dispatch,
+        tokens_per_rank,
+    )
+
+    for problem in problems[:2]:
+        model, moe = problem.model, problem.model.moe
+        rows = enumerate_rows(problem)
+        assert len({r.vpp for r in rows}) > 1 and len({r.mbs for r in rows}) > 1
+        for row in rows[::7]:
+            m = row.mapping(problem)
+            d = derive(model, m)
+            dp_a = attention_data_parallel(m.gpus, m.pp, m.tp, m.cp)
+            mb = num_microbatches(m.gbs, m.mbs, dp_a)
+            dispatch = tokens_per_ep_dispatch(m.ep, m.expert_tp, m.mbs, m.seq_len, m.cp, m.tp)
+            assert (d.dp_attn, d.dp_expert, d.num_microbatches) == (
+                dp_a, expert_data_parallel(m.gpus, m.pp, m.expert_tp, m.ep), mb)
+            assert d.bubble_fraction == bubble_fraction(m.pp, float(mb), m.vpp)
+            assert d.tokens_per_rank == tokens_per_rank(m.mbs, m.seq_len, m.cp, m.tp)
+            assert (d.tokens_per_ep_dispatch, d.assignments_per_expert, d.experts_per_rank) == (
+                dispatch, mean_assignments_per_expert(moe.top_k, dispatch, moe.num_experts),
+                experts_per_rank(moe.num_experts, m.ep))
+            assert d.layout == resolve_layout(model, m)
