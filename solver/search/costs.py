@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -36,7 +37,7 @@ from parasol.constraints.physics.schedule import least_heaviest_rank, lightest_b
 from parasol.problems.derived import Derived, derive
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
-from parasol.problems.memo import memo_table, memoised, memoised_by
+from parasol.problems.memo import memoised, memoised_by
 from parasol.problems.model.architecture import Block
 from parasol.solver.search.space import Row, with_choices
 
@@ -251,7 +252,7 @@ def _memory_tables(problem: Problem, row: Row, mapping: Mapping, d: Derived) -> 
 def _build_memory_tables(problem: Problem, row: Row, mapping: Mapping, d: Derived) -> RowCosts:
     """The memory tables of a row (its times zero), with the memo of their memory fields (shared_memo)."""
     tables = _tables(problem, row, mapping, d)
-    return replaced(tables, memo=shared_memo(memo_table(problem, "table_memos"), memory_fields(tables)))
+    return replaced(tables, memo=shared_memo(memoised(problem, "table_memos", MemoPool), memory_fields(tables)))
 
 
 def _tables(problem: Problem, row: Row, mapping: Mapping, d: Derived) -> RowCosts:
@@ -462,13 +463,13 @@ class _MemoryTerms(NamedTuple):
 class TableMemo:
     """What the memory floors read of one row's tables (`fields`), each computed on first use and kept with
     them: their twin with no static memory, and in `values` the sums the floors read per `totals`
-    (_mean_terms, _line_terms) and the floors memoised_floor keeps. `shared`: the memos of a problem by
-    their fields (shared_memo), where the twin's is kept too; None: a memo of its own."""
+    (_mean_terms, _line_terms) and the floors memoised_floor keeps. `shared`: the pool of memos it belongs
+    to (shared_memo), where the twin's is kept too, held weakly; None: a memo of its own."""
 
-    def __init__(self, fields: tuple, shared: dict | None = None) -> None:
+    def __init__(self, fields: tuple, shared: MemoPool | None = None) -> None:
         self.fields = MemoryFields._make(fields)
         self.values: dict = {}
-        self.shared = shared
+        self._pool = None if shared is None else weakref.ref(shared)
 
     def terms(self, in_bytes: bool) -> _MemoryTerms:
         """The tables in bytes or in MB (built on each call: only the sums kept in `values` read them, once
@@ -490,14 +491,20 @@ class TableMemo:
                    "kind_bytes": tuple(map(zeroed.__getitem__, f.kind_bytes)),
                    "edge_bytes": tuple(map(zeroed.__getitem__, f.edge_bytes))}
         bare = f._replace(**changes)
-        return changes | {"memo": TableMemo(bare) if self.shared is None else shared_memo(self.shared, bare)}
+        pool = None if self._pool is None else self._pool()
+        return changes | {"memo": TableMemo(bare) if pool is None else shared_memo(pool, bare)}
 
 
 SHARED_MEMOS = 65536
 """Table memos a problem keeps by their memory fields (the table starts afresh past this)."""
 
 
-def shared_memo(shared: dict, fields: tuple) -> TableMemo:
+class MemoPool(dict):
+    """A problem's table memos by their memory fields (shared_memo). Its memos refer to it weakly, so they are
+    freed with the problem's memo tables, not left to the cycle collector."""
+
+
+def shared_memo(shared: MemoPool, fields: tuple) -> TableMemo:
     """The one memo of tables whose memory fields are `fields` among `shared` (a problem's): rows whose tables
     differ in their key but not in what their memory reads (DeepSeek-V3's 10,773 keys of plain tables hold
     3,938 distinct tables) share their floors, which read only those fields and the keys memoised_floor adds."""
