@@ -105,6 +105,18 @@ def test_a2a_p2p_is_tried_where_its_all_to_all_stays_in_a_domain() -> None:
     assert cp_level_choices(only, Row(1, 1, 1, 8, 8, 1, 1, "none"), True) == ((2, 4), (4, 2))
 
 
+def test_a_row_chooses_an_option_exactly_when_it_has_settings() -> None:
+    """Row.chooses (with_choices' shortcut for rows that choose nothing) agrees with Row.settings on every
+    variant the choices make, and a row choosing nothing is priced under the problem itself."""
+    problem = load_problem_text(SMALL_MOE)
+    plain = Row(1, 1, 2, 8, 8, 1, 1, "none")
+    variants = choice_variants(problem, plain)
+    assert any(v.chooses for v in variants)
+    for v in (plain, *variants):
+        assert v.chooses == bool(v.settings())
+    assert not plain.chooses and with_choices(problem, plain) is problem
+
+
 def test_only_a_ring_hides_behind_attention() -> None:
     """Transformer Engine's all-to-all waits for Q, K and V before the attention and its KV all-gather ends
     before the first step (context_parallel.py@d0067d0 :387-535, :3212-3238); only ring steps run beside the

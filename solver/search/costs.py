@@ -14,6 +14,7 @@ import dataclasses
 import math
 import operator
 import weakref
+from collections import namedtuple
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -421,27 +422,16 @@ def replaced(c: RowCosts, **changes: object) -> RowCosts:
     return out
 
 
-class MemoryFields(NamedTuple):
-    """The fields of a row's tables that its memory reads (RowCosts.stage_memory, stage_bytes): what a
-    TableMemo describes."""
+MEMORY_FIELD_NAMES = ("kind_static", "kind_activation", "kind_peak", "kind_moe", "edge_static", "edge_activation",
+                      "edge_peak", "edge_moe", "dispatch_mb", "workspace_mb", "kind_bytes", "edge_bytes",
+                      "dispatch_bytes", "fixed_bytes")
+"""The RowCosts fields a row's memory reads (RowCosts.stage_memory, stage_bytes; their types there): what a
+TableMemo describes."""
 
-    kind_static: tuple[int, ...]
-    kind_activation: tuple[int, ...]
-    kind_peak: tuple[int, ...]
-    kind_moe: tuple[bool, ...]
-    edge_static: tuple[int, ...]
-    edge_activation: tuple[int, ...]
-    edge_peak: tuple[int, ...]
-    edge_moe: tuple[bool, ...]
-    dispatch_mb: int
-    workspace_mb: int
-    kind_bytes: tuple[tuple[int, int, int], ...]
-    edge_bytes: tuple[tuple[int, int, int], ...]
-    dispatch_bytes: int
-    fixed_bytes: int
+MemoryFields = namedtuple("MemoryFields", MEMORY_FIELD_NAMES)
+"""A row's MEMORY_FIELD_NAMES by name."""
 
-
-memory_fields = operator.attrgetter(*MemoryFields._fields)
+memory_fields = operator.attrgetter(*MEMORY_FIELD_NAMES)
 """A RowCosts' MemoryFields, as a plain tuple."""
 
 

@@ -223,9 +223,20 @@ class Row:
 
     def settings(self) -> dict[str, str | tuple[int, ...]]:
         """The framework options the row chooses, by their `--set` names."""
-        chosen = {"moe_token_dispatcher_type": self.dispatcher, "moe_flex_dispatcher_backend": self.flex_backend,
-                  "cp_comm_type": self.cp_comm, "hierarchical_context_parallel_sizes": self.cp_levels}
-        return {k: v for k, v in chosen.items() if v}
+        return {name: value for name, value in zip(CHOICE_OPTIONS, _choice_values(self), strict=True) if value}
+
+    @property
+    def chooses(self) -> bool:
+        """Whether the row chooses any framework option (settings() is not empty), without building them."""
+        return any(_choice_values(self))
+
+
+CHOICE_OPTIONS = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "cp_comm_type",
+                  "hierarchical_context_parallel_sizes")
+"""The framework options a row may choose, by their `--set` names (Row.dispatcher, flex_backend, cp_comm and
+cp_levels hold them, in this order)."""
+
+_choice_values = attrgetter("dispatcher", "flex_backend", "cp_comm", "cp_levels")
 
 
 MAPPINGS_KEPT = 1 << 16
@@ -250,8 +261,8 @@ _ROW_PROBLEMS: dict[tuple[int, tuple], tuple[Problem, Problem]] = {}
 def with_choices(problem: Problem, row: Row) -> Problem:
     """The problem with the options the row chooses (the problem itself when it chooses none); one
     object per problem and choice, so per-problem memos stay shared."""
-    if not (row.dispatcher or row.flex_backend or row.cp_comm or row.cp_levels):
-        return problem  # no choice made (Row.settings is empty): most rows, asked several times each
+    if not row.chooses:
+        return problem
     settings = row.settings()
     options = problem.spec.framework.options
     if all(getattr(options, k) == v for k, v in settings.items()):
