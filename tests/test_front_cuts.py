@@ -284,3 +284,26 @@ def test_round_program_reuse_keeps_answers(name: str) -> None:
                 assert lean == _round_program(c, counts).least(found[0], cap, False, _alike(cap))
                 asked += 1
     assert asked >= 4
+
+
+def test_best_finds_nothing_unproved_when_the_fastest_cut_runs_out_of_budget() -> None:
+    """Where the round program gives the fastest cut's time but tracing that cut then runs out of budget (a
+    fuzzed solve at --time-limit 0.3 met it: `fastest` returned no cut and the leanest search iterated None),
+    `best` returns no cut, unproved, so the row's staircase says it was cut short."""
+    from parasol.constraints.physics.step_time import CalibratedStageTimes
+    from parasol.problems.loader import load_problem
+    from parasol.solver.search.costs import block_kinds, prefix_counts
+
+    problem = load_problem("problems/deepseek-v4-pro-8192.yaml")
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    usable = usable_mb(problem)
+    row = next(r for r in enumerate_rows(problem) if (r.tp, r.pp, r.cp, r.ep, r.recompute) == (1, 8, 4, 64, "full"))
+    c = row_costs(problem, replace(row, vpp=3), CalibratedStageTimes(problem))
+    whole, cut_short = InterleavedCuts(c, counts), InterleavedCuts(c, counts)
+    answered, fastest_us = cut_short._fastest_time(usable)
+    assert answered and fastest_us is not None
+    layout, proved = whole.best(usable)
+    assert layout is not None and proved
+    cut_short.fastest = lambda cap_mb: (None, False)
+    cut_short.settle = lambda slowest_us, cap_mb, fastest: (False, None)
+    assert cut_short.best(usable) == (None, False)

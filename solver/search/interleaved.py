@@ -539,18 +539,21 @@ class InterleavedCuts:
                             lambda cut: self.time_units(self.measure(cut)[0]), least)
 
     def leanest(self, slowest_us: int, cap_mb: int,
-                incumbent: Callable[[], tuple[int, ...]]) -> tuple[tuple[int, ...], bool]:
+                incumbent: Callable[[], tuple[int, ...] | None]) -> tuple[tuple[int, ...] | None, bool]:
         """The cut of least peak memory (in solver units) with every rank within `slowest_us` and `cap_mb`,
         starting from a cut that meets both (`incumbent`, built only when the search needs it); and whether
-        that is proved."""
+        that is proved. None, unproved, when the incumbent could not be built within its search's budget."""
         settled, layout = self.settle(slowest_us, cap_mb, False)
         if settled:
             assert layout is not None
             return layout, True
         bound = self.relaxed.leanest_mb(slowest_us, cap_mb)
         assert bound is not None
+        start = incumbent()
+        if start is None:
+            return None, False
         if self.vpp != 2:
-            return self._bisect(-(-bound // MEMORY_UNIT_MB), incumbent(),
+            return self._bisect(-(-bound // MEMORY_UNIT_MB), start,
                                 lambda units: self.decide(slowest_us, units * MEMORY_UNIT_MB),
                                 lambda cut: self.units(cut)[1])
 
@@ -559,14 +562,14 @@ class InterleavedCuts:
             assert found is not None
             return found[1]
 
-        return self._bisect(-(-bound // MEMORY_UNIT_MB), incumbent(),
+        return self._bisect(-(-bound // MEMORY_UNIT_MB), start,
                             lambda units: self.find(slowest_us, units * MEMORY_UNIT_MB, FIRST_BUDGET),
                             lambda cut: self.units(cut)[1], least)
 
     def best(self, cap_mb: int) -> tuple[tuple[int, ...] | None, bool]:
         """The fastest cut within `cap_mb`, and among those the leanest (in solver units); whether proved. The
         fastest cut itself is built only when the leanest is searched from it (the round program gives its
-        time alone)."""
+        time alone); when its search then runs out of budget, none is found, unproved."""
         answered, fastest_us = self._fastest_time(cap_mb)
         if answered:
             if fastest_us is None:
@@ -577,7 +580,7 @@ class InterleavedCuts:
             return None, proved
         return self._leanest_at(self.measure(fastest)[0], cap_mb, lambda: fastest, proved)
 
-    def _leanest_at(self, fastest_us: int, cap_mb: int, incumbent: Callable[[], tuple[int, ...]],
+    def _leanest_at(self, fastest_us: int, cap_mb: int, incumbent: Callable[[], tuple[int, ...] | None],
                     proved: bool) -> tuple[tuple[int, ...] | None, bool]:
         """best's leanest cut within `cap_mb` at the step time of a slowest rank taking `fastest_us`."""
         lean, lean_proved = self.leanest(self.slowest_within(self.time_units(fastest_us)), cap_mb, incumbent)
