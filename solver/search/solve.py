@@ -117,6 +117,8 @@ class SolveResult:
     """Rows fold, but no combination of the search's values meets every rule the master posts."""
     rows_cut: int = 0
     """Rows settled and cut (their staircases built): the fitting rows no `top` rows cut before dominate."""
+    rows_refused: int = 0
+    """Rows that came up to be cut but break a rule the master posts (RowSearch._refused): not cut."""
 
     def as_dict(self) -> dict:
         """The BRIEF's `solve --json` contract: {"status", "mappings": [...]} plus search statistics."""
@@ -125,7 +127,7 @@ class SolveResult:
             "mappings": [m.as_dict() for m in self.mappings],
             "search": {"rows": self.rows, "rows_with_a_fitting_cut": self.rows_fitting,
                        "rows_screened": self.rows_screened, "master_solves": self.master_solves,
-                       "rows_cut": self.rows_cut,
+                       "rows_cut": self.rows_cut, "rows_refused": self.rows_refused,
                        "ruled_out": [f"{name}={value}" for name, value in self.ruled_out],
                        "seconds": round(self.seconds, 3)},
         }
@@ -377,12 +379,13 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     all_priced = listed and screened == len(ordered) and not search.waiting and all(st.proved for st in staircases)
     if not kept:
         return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, search.fitting, 0,
-                           time.perf_counter() - start, screened, ruled.dropped)
+                           time.perf_counter() - start, screened, ruled.dropped, rows_refused=search.refused)
     rows, stairs = tuple(kept), tuple(staircases)
     if not any(st.points for st in stairs):
         complete = all_priced
         return SolveResult("infeasible" if complete else "unknown", (), total_rows, search.fitting, 0,
-                           time.perf_counter() - start, screened, ruled.dropped)
+                           time.perf_counter() - start, screened, ruled.dropped, rows_cut=len(kept),
+                           rows_refused=search.refused)
     per_row = {o: tuple(row_units(problem, r, o) for r in rows) for o in minimised if not SCALES[o].per_cut}
     if prune:
         stairs = pruned(stairs, lambda i, q: tuple(_point_value(o, i, q, per_row) for o in minimised), top,
@@ -416,4 +419,5 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     else:
         status = "optimal" if complete and all(s.optimal for s in solved) else "feasible"
     return SolveResult(status, tuple(solved), total_rows, search.fitting, outcome.master_solves,
-                       time.perf_counter() - start, screened, ruled.dropped, rows_cut=len(kept))
+                       time.perf_counter() - start, screened, ruled.dropped, rows_cut=len(kept),
+                       rows_refused=search.refused)
