@@ -48,6 +48,10 @@ class Program:
     literals: dict[str, cp_model.IntVar]
     objectives: dict[Objective, cp_model.IntVar]
     """Every objective the program can minimise, in the integer units of solver/search/objectives.py."""
+    steps: tuple[cp_model.IntVar, ...]
+    """One boolean per staircase step, rows in order and each row's steps in staircase order."""
+    row_values: dict[Objective, tuple[int, ...]]
+    """The per-row objectives' values, one per row (the Pareto search reads every step's values)."""
 
 
 def program_rules(problem: Problem) -> tuple[Constraint, ...]:
@@ -137,4 +141,5 @@ def compile_program(problem: Problem, rows: tuple[Row, ...], costs: tuple[RowCos
         var = model.NewIntVar(min(values), max(values), f"{name.value}_units")
         model.Add(var == sum(values[i] * y for i, y in steps))
         objectives[name] = var
-    return Program(model, rows, costs, staircases, row_index, time_units, memory_units, rules, literals, objectives)
+    return Program(model, rows, costs, staircases, row_index, time_units, memory_units, rules, literals, objectives,
+                   tuple(y for _, y in steps), dict(row_values or {}))
