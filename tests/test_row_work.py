@@ -339,6 +339,54 @@ def test_stage_work_sharing_additions_is_stage_work_alone(problems: list) -> Non
             assert known
 
 
+def _rank_vectors_alone(model, problem, m, d) -> list:  # noqa: ANN001 - CalibratedStageTimes, Problem
+    """Per rank position, the stage vectors of no block, one and two of each kind, each from stage_work on
+    its own (what rank_work read before it kept halves across mappings)."""
+    from parasol.constraints.physics.pricing import stage_vector
+
+    settings, links = routed(problem, m, model.settings), model.links(m)
+    reps = list(model.kinds.values())
+    out = []
+    for first, last in sorted({(s == 0, s == m.pp - 1) for s in range(m.pp)}):
+        tail = list(problem.model.mtp_blocks) if last else []
+        out.append(np.array([stage_vector(stage_work(problem.model, m, d, problem.training, settings, links,
+                                                      held + tail, first, last))
+                             for held in ([], *([b] for b in reps), *([b, b] for b in reps))]))
+    return out
+
+
+def test_rank_work_from_shared_halves_is_stage_work_alone(problems: list) -> None:
+    """rank_work, which keeps a stage's blocks-and-edges half across PP, VPP and rank orders and its
+    data-parallel half across MBS, recompute and the options (sibling models share both), gives exactly the
+    rank work of stages priced on their own, whichever mapping built the halves it reuses."""
+    from parasol.constraints.physics.step_time import CalibratedStageTimes
+    from parasol.solver.search.space import choice_variants, with_choices
+
+    for problem in problems:
+        model = CalibratedStageTimes(problem)
+        rows = _sample(problem, 10)
+        rows += [dataclasses.replace(r, pp=pp) for r in rows[:3] for pp in (1, 2, 4) if pp != r.pp]
+        rows += [dataclasses.replace(r, mbs=2, recompute="full") for r in rows[:3]]
+        rows += [v for r in rows[:4] for v in choice_variants(problem, r)]
+        for row in rows:
+            chosen = with_choices(problem, row)
+            m = row.mapping(chosen)
+            if m.gpus % (m.tp * m.pp * m.cp) or m.gpus % (m.expert_tp * m.ep * m.pp):
+                continue
+            d = derive(chosen.model, m)
+            sibling = model.for_problem(chosen)
+            work = sibling.rank_work(m, d)
+            alone = _rank_vectors_alone(sibling, chosen, m, d)
+            kinds = len(sibling.kinds)
+            for s in range(m.pp):
+                first, last = s == 0, s == m.pp - 1
+                vectors = alone[sorted({(r == 0, r == m.pp - 1) for r in range(m.pp)}).index((first, last))]
+                empty, one, two = vectors[0], vectors[1:1 + kinds], vectors[1 + kinds:]
+                assert np.array_equal(work.empty[s], empty)
+                assert np.array_equal(work.slope[s], two - one)
+                assert np.array_equal(work.onset[s], one - empty - (two - one))
+
+
 def test_hardware_flops_memo_is_the_sum(problems: list) -> None:
     """hardware_flops_per_token's memo gives the sum over every block for each recompute choice."""
     from parasol.constraints.physics.flops import (

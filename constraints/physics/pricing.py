@@ -105,18 +105,48 @@ def stage_vector(work: StageWork) -> np.ndarray:
     return np.array(values)
 
 
+def vector_columns(fields: tuple[str, ...]) -> np.ndarray:
+    """Where the named StageWork fields sit in a STAGE_VECTOR vector (a comm term: its three parts), as a mask."""
+    mask = np.zeros(len(STAGE_VECTOR), dtype=bool)
+    for f in fields:
+        if f in COMM_FIELDS:
+            at = len(STAGE_FIELDS) + 3 * COMM_FIELDS.index(f)
+            mask[at:at + 3] = True
+        else:
+            mask[STAGE_FIELDS.index(f)] = True
+    return mask
+
+
+def fields_vector(values: dict[str, float | CommTerm]) -> np.ndarray:
+    """Some of a rank's StageWork fields by name as a STAGE_VECTOR vector, written as stage_vector writes them
+    (zero in the fields not named)."""
+    out = np.zeros(len(STAGE_VECTOR))
+    for f, value in values.items():
+        if f in COMM_FIELDS:
+            at = len(STAGE_FIELDS) + 3 * COMM_FIELDS.index(f)
+            out[at:at + 3] = value.nvlink_s, value.network_s, value.latency_s
+        else:
+            out[STAGE_FIELDS.index(f)] = float(value)
+    return out
+
+
 def batch_from_vectors(one: WorkloadBatch, stages: np.ndarray) -> WorkloadBatch:
     """N runs of one mapping that differ only in their ranks' work: `stages` is N × ranks × STAGE_VECTOR;
     run-level fields and the pipeline sends are the mapping's (`one`: `batch` of its run-level workload,
-    built once per mapping by the caller). Priced by `price` exactly as the workloads that hold those ranks."""
+    built once per mapping by the caller). Priced by `price` exactly as the workloads that hold those ranks.
+    One run takes `one`'s run-level arrays themselves (pricing never writes into a batch)."""
     n, ranks, _ = stages.shape
     width = len(STAGE_FIELDS)
     stage = {f: stages[:, :, i] for i, f in enumerate(STAGE_FIELDS)}
     comm = {f: tuple(stages[:, :, width + 3 * j + part] for part in range(3)) for j, f in enumerate(COMM_FIELDS)}
-    run = {f: np.repeat(v, n) for f, v in one.run.items()}
-    p2p = tuple(np.repeat(v, n) for v in one.p2p)
+    if n == one.size:
+        run, p2p, frozen = one.run, one.p2p, one.frozen
+    else:
+        run = {f: np.repeat(v, n) for f, v in one.run.items()}
+        p2p = tuple(np.repeat(v, n) for v in one.p2p)
+        frozen = np.repeat(one.frozen, n)
     return WorkloadBatch(stage=stage, comm=comm, run=run, p2p=p2p, mask=np.ones((n, ranks), dtype=bool),  # type: ignore[arg-type]
-                         frozen=np.repeat(one.frozen, n))
+                         frozen=frozen)
 
 
 Coefs = dict[str, np.ndarray | float]
@@ -274,7 +304,7 @@ HOST_STEP_BYTES_PER_PARAM = 4
 updated BF16 weight comes back (2 B) on the other direction, so 4 B per parameter bound the link."""
 
 
-def _optimizer_seconds(b: WorkloadBatch, c: Coefs) -> np.ndarray:
+def optimizer_seconds(b: WorkloadBatch, c: Coefs) -> np.ndarray:
     """Optimizer step of the slowest stage: its state traffic through HBM and Muon's Newton–Schulz GEMMs
     for the share kept on the GPU; the host share (--optimizer-offload-fraction) is bound by the
     gradient and weight transfers over the host link."""
@@ -328,7 +358,7 @@ def price(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
     hidden_p2p = r["p2p_overlap"] * np.minimum(p2p, slowest)
     exposed_pp = np.where(pp > 1, m_all * (p2p - hidden_p2p) + (pp - 1) * p2p, 0.0)
     dp_dense, dp_expert = _data_parallel_exposure(b, c, t)
-    optimizer = _optimizer_seconds(b, c)
+    optimizer = optimizer_seconds(b, c)
     grouped = t["grouped"][crit] + t["grouped_b"][crit]
     return {
         "step": pipeline + exposed_pp + dp_dense + dp_expert + optimizer,

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import get_args
 
 import numpy as np
@@ -63,23 +64,31 @@ from parasol.constraints.physics.pricing import (
     compute_per_microbatch,
     data_parallel_floor,
     data_parallel_lines,
+    fields_vector,
     linear_compute_per_microbatch,
+    optimizer_seconds,
     pipeline_sends_floor,
     price,
     rank_floor_per_microbatch,
     stage_vector,
+    vector_columns,
 )
 from parasol.constraints.physics.schedule import even_stretch, least_heaviest_rank, pipeline_time_scaled
 from parasol.constraints.physics.workload import (
+    DATA_PARALLEL_EXCHANGES,
+    DATA_PARALLEL_FIELDS,
     PASSES_PER_MICROBATCH,
     StepSettings,
     Workload,
     build_workload,
+    data_parallel_terms,
     dispatch_received,
     network_bytes_per_step,
     routed,
     run_workload,
     settings_for,
+    stage_blocks,
+    stage_from_parts,
     stage_work,
 )
 from parasol.hardware.calibration import StepCoefficients, coefficients_for_gpu
@@ -264,6 +273,8 @@ class _FloorParts:
     """The optimizer step of all ranks' work."""
     summed: WorkloadBatch
     """The one-stage batch of all ranks' work."""
+    exposure: tuple[float, float]
+    """pricing.data_parallel_floor of `summed`: an average stage's exposed and whole data-parallel seconds."""
     rank_compute: np.ndarray
     """Each rank's compute seconds of one microbatch holding no block (pricing.linear_compute_per_microbatch)."""
     block_compute: np.ndarray
@@ -308,6 +319,59 @@ def vpp_free(mapping: Mapping) -> Mapping:
     return mapping.model_copy(update={"vpp": 1, "layout": None})
 
 
+DATA_PARALLEL_COLUMNS = vector_columns(DATA_PARALLEL_FIELDS)
+"""The STAGE_VECTOR columns of a rank's data-parallel terms (workload.data_parallel_terms)."""
+NO_DATA_PARALLEL = MappingProxyType({f: NO_COMM if f in DATA_PARALLEL_EXCHANGES else 0.0 for f in DATA_PARALLEL_FIELDS})
+"""Data-parallel terms of nothing: a stage vector's blocks-and-edges half is built with them, its
+DATA_PARALLEL_COLUMNS then replaced."""
+
+
+class _RankParts:
+    """The stage vectors rank_work reads of one mapping (held: no block, then one, then two of each kind),
+    from halves the model keeps for every mapping that shares them: the blocks and edges (workload.StageBlocks:
+    its vector and weights) once per what they read, which leaves out PP, VPP, the rank order and the
+    data-parallel groups, and the data-parallel terms (DATA_PARALLEL_COLUMNS) once per what those read, which
+    leaves out MBS, recompute and the dispatcher and CP types, and of the blocks all but their weights. Each
+    half is computed by the functions stage_work runs, so every vector is stage_work's exactly. Only arrays
+    and numbers are kept, so the collector has few more objects to walk."""
+
+    def __init__(self, model: CalibratedStageTimes, mapping: Mapping, derived: Derived) -> None:
+        self.model, self.mapping, self.derived = model, mapping, derived
+        self.settings = settings = routed(model.problem, mapping, model.settings)
+        self.links = links = model.links(mapping)
+        m, d = mapping, derived
+        self.blocks = model._stage_blocks.setdefault(
+            (m.tp, m.cp, m.mbs, m.seq_len, m.expert_tp, m.recompute, d.experts_per_rank, settings, links.tp,
+             links.cp, links.cp_levels, dispatch_link(links, settings.dispatcher, settings.flex_backend)), {})
+        self.exchanges = model._exchange_vectors.setdefault(
+            (m.tp, m.cp, d.dp_attn, d.dp_expert, d.experts_per_rank, settings.fsdp, settings.frozen_weights,
+             settings.grad_reduce_bytes, links.dp_cp, links.dp_expert), {})
+        reps = list(model.kinds.values())
+        self.held: list[list[Block]] = [[], *([b] for b in reps), *([b, b] for b in reps)]
+        self.known: dict = {}
+
+    def vectors(self, first: bool, last: bool) -> np.ndarray:
+        """The stage vectors of a rank at this position holding each of `held` (MTP blocks on the last)."""
+        problem = self.model.problem
+        tail = list(problem.model.mtp_blocks) if last else []
+        out = []
+        for j, held in enumerate(self.held):
+            entry = self.blocks.get((first, last, j))
+            if entry is None:
+                blocks = stage_blocks(problem.model, self.mapping, self.derived, problem.training, self.settings,
+                                      self.links, held + tail, first, last, self.known)
+                entry = self.blocks[first, last, j] = (stage_vector(stage_from_parts(blocks, NO_DATA_PARALLEL)),
+                                                       blocks.weights)
+            vector, weights = entry
+            exchanges = self.exchanges.get((first, weights))
+            if exchanges is None:
+                exchanges = self.exchanges[first, weights] = fields_vector(data_parallel_terms(
+                    problem.model, self.mapping, self.derived, problem.training, self.settings, self.links, weights,
+                    first))
+            out.append(np.where(DATA_PARALLEL_COLUMNS, exchanges, vector))
+        return np.array(out)
+
+
 class CalibratedStageTimes:
     """The step-time model as the solver reads it (solver/search/costs.py StageTimeModel): per-microbatch time
     of a pipeline rank holding given numbers of each kind of block, and the per-step time outside the
@@ -319,6 +383,8 @@ class CalibratedStageTimes:
                  options: MegatronOptions | None = None) -> None:
         self.problem = problem
         self.coefficients = coefficients or coefficients_for_gpu(problem.hardware.gpu.name)
+        self.coefs = coefficient_values(self.coefficients)
+        """The coefficients as `price` reads them, once (never changed)."""
         self.settings = settings_for(problem, options)
         self.kinds: dict[tuple, Block] = {}
         for b in problem.model.blocks:
@@ -327,6 +393,8 @@ class CalibratedStageTimes:
         self._workloads: dict[Mapping, WorkloadBatch] = {}
         self._siblings: dict[int, CalibratedStageTimes] = {}
         self._rank_work: dict[Mapping, RankWork] = {}
+        self._stage_blocks: dict[tuple, dict] = {}
+        self._exchange_vectors: dict[tuple, dict] = {}
         self._floors: dict[tuple[Mapping, bytes], _FloorParts] = {}
         self._compute: dict[tuple, float] = {}
         self._exchange_floors: dict[tuple, float] = {}
@@ -345,6 +413,8 @@ class CalibratedStageTimes:
         if sibling is None or sibling.problem is not problem:
             sibling = CalibratedStageTimes(problem, self.coefficients)
             sibling._links = self._links
+            if problem.model is self.problem.model and problem.training is self.problem.training:
+                sibling._stage_blocks, sibling._exchange_vectors = self._stage_blocks, self._exchange_vectors
             self._siblings[id(problem)] = sibling
         return sibling
 
@@ -352,7 +422,7 @@ class CalibratedStageTimes:
         """Seconds of one exchange at the coefficients' achievable link rates: stage times are
         non-decreasing in it (pricing.py), so the solver compares a row's dispatcher and CP communication
         variants by it (solver/search/choices.py)."""
-        return comm_seconds(term, coefficient_values(self.coefficients))
+        return comm_seconds(term, self.coefs)
 
     def links(self, mapping: Mapping) -> Links:
         """Group placement of a mapping, computed once per mapping less its VPP and layout (placement reads
@@ -391,25 +461,14 @@ class CalibratedStageTimes:
         one and two blocks of each kind, per rank position (first, middle, last)."""
         key = vpp_free(mapping)
         if key not in self._rank_work:
-            reps = list(self.kinds.values())
-            model, training, links = self.problem.model, self.problem.training, self.links(mapping)
-            settings = routed(self.problem, mapping, self.settings)
+            parts = _RankParts(self, mapping, derived)
             by_position: dict[tuple[bool, bool], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-            known: dict = {}
             for s in range(mapping.pp):
                 first, last = s == 0, s == mapping.pp - 1
-                if (first, last) in by_position:
-                    continue
-                tail = list(model.mtp_blocks) if last else []
-
-                def vector(held: list[Block], first: bool = first, last: bool = last, tail: list = tail) -> np.ndarray:
-                    return stage_vector(stage_work(model, mapping, derived, training, settings, links,
-                                                   held + tail, first, last, known))
-
-                empty = vector([])
-                one = np.array([vector([b]) for b in reps])
-                two = np.array([vector([b, b]) for b in reps])
-                by_position[first, last] = (empty, two - one, one - empty - (two - one))
+                if (first, last) not in by_position:
+                    vectors = parts.vectors(first, last)
+                    empty, one, two = vectors[0], vectors[1:1 + len(self.kinds)], vectors[1 + len(self.kinds):]
+                    by_position[first, last] = (empty, two - one, one - empty - (two - one))
             pos = [by_position[s == 0, s == mapping.pp - 1] for s in range(mapping.pp)]
             self._rank_work[key] = RankWork(np.array([p[0] for p in pos]), np.array([p[1] for p in pos]),
                                             np.array([p[2] for p in pos]))
@@ -423,7 +482,7 @@ class CalibratedStageTimes:
     def _priced_cuts(self, mapping: Mapping, derived: Derived, counts: np.ndarray) -> dict[str, np.ndarray]:
         """`price` of N cuts of one mapping (counts N × PP × kinds blocks per pipeline rank)."""
         vectors = self.rank_work(mapping, derived).vectors(counts)
-        return price(batch_from_vectors(self._run(mapping, derived), vectors), coefficient_values(self.coefficients))
+        return price(batch_from_vectors(self._run(mapping, derived), vectors), self.coefs)
 
     def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
                      most: np.ndarray | None = None) -> float:
@@ -444,9 +503,9 @@ class CalibratedStageTimes:
         slope per kind), and the step grows with the stage times' sum and, but for the data-parallel term
         at one microbatch, with T: there T takes the least value of the bound's convex function of it."""
         parts = self._floor_parts(mapping, derived, totals)
-        coefs = coefficient_values(self.coefficients)
+        coefs = self.coefs
         m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
-        exposed, whole = (float(x[0]) for x in data_parallel_floor(parts.summed, coefs))
+        exposed, whole = parts.exposure
         whole = max(whole, parts.heaviest_exchange(vpp, most))
         least = max(parts.ranks / pp, parts.slowest_compute(vpp, most))
         slowest = least if vpp * m - 1 >= vpp else max(least, whole - exposed)
@@ -462,15 +521,16 @@ class CalibratedStageTimes:
             total = work.empty.sum(axis=0) + totals.astype(float) @ work.slope.min(axis=0)
             run = self._run(mapping, derived)
             summed = batch_from_vectors(run, total[None, None, :])
-            coefs = coefficient_values(self.coefficients)
-            optimizer = float(price(summed, coefs)["optimizer"][0])
+            coefs = self.coefs
+            optimizer = float(optimizer_seconds(summed, coefs)[0])
             held = totals > 0
             linear = linear_compute_per_microbatch(
                 batch_from_vectors(run, np.concatenate([work.empty, work.slope[:, held].reshape(-1, work.empty.shape[1])])
                                    [None]), coefs)[0]
             lines = data_parallel_lines(work.empty + work.onset[:, held].min(axis=1), work.slope[:, held], coefs)
+            exposure = tuple(float(x[0]) for x in data_parallel_floor(summed, coefs))
             self._floors[key] = _FloorParts(float(rank_floor_per_microbatch(summed, coefs)[0, 0])
-                                            + self.exchange_floor_s(mapping, totals), optimizer, summed,
+                                            + self.exchange_floor_s(mapping, totals), optimizer, summed, exposure,
                                             linear[:mapping.pp], linear[mapping.pp:].reshape(mapping.pp, -1),
                                             totals[held].astype(np.int64), lines)
         return self._floors[key]
@@ -504,7 +564,7 @@ class CalibratedStageTimes:
                               routed(self.problem, mapping, self.settings), self.links(mapping),
                               held + list(model.mtp_blocks), True, True)
             one = batch_from_vectors(self._run(mapping, derived), stage_vector(work)[None, None, :])
-            self._compute[key] = float(compute_per_microbatch(one, coefficient_values(self.coefficients))[0, 0])
+            self._compute[key] = float(compute_per_microbatch(one, self.coefs)[0, 0])
         return self._compute[key]
 
     def tp_exchange_s(self, mapping: Mapping, totals: np.ndarray) -> float:
@@ -517,7 +577,7 @@ class CalibratedStageTimes:
         tokens = mapping.mbs * mapping.seq_len / mapping.cp
         sp = self.problem.training.sequence_parallel
         term = self._over_blocks(lambda b: tp_comm(model, b, tokens, links.tp, sp), totals)
-        return PASSES_PER_MICROBATCH["tp"] * comm_seconds(term, coefficient_values(self.coefficients))
+        return PASSES_PER_MICROBATCH["tp"] * comm_seconds(term, self.coefs)
 
     def _over_blocks(self, term_of: Callable[[Block], CommTerm], totals: np.ndarray) -> CommTerm:
         """One block's exchange (`term_of` its kind's representative) summed over `totals` blocks of each kind."""
@@ -539,7 +599,7 @@ class CalibratedStageTimes:
 
     def _exchange_floor(self, mapping: Mapping, totals: np.ndarray) -> float:
         """exchange_floor_s, computed."""
-        coefs = coefficient_values(self.coefficients)
+        coefs = self.coefs
         settings = routed(self.problem, mapping, self.settings)
         links, model = self.links(mapping), self.problem.model
         tokens = mapping.mbs * mapping.seq_len / mapping.cp
@@ -586,7 +646,7 @@ class CalibratedStageTimes:
         ranks = [stage for stage, _ in stages]
         vectors = self.rank_work(mapping, derived).vectors(counts)[np.arange(len(stages)), ranks]
         prices = price(batch_from_vectors(self._run(mapping, derived), vectors[:, None, :]),
-                       coefficient_values(self.coefficients))
+                       self.coefs)
         return [float(x) for x in prices["stage"][:, 0]]
 
     def _shares(self, mapping: Mapping) -> np.ndarray:

@@ -4,8 +4,10 @@ optimizer work; and the run's settings the mapping does not say (precision, disp
 
 from __future__ import annotations
 
+from collections import abc
 from dataclasses import dataclass, replace
 from itertools import groupby
+from typing import NamedTuple
 
 from parasol.constraints.physics.activations import saved_bytes_per_token
 from parasol.constraints.physics.comm import (
@@ -398,16 +400,34 @@ def block_work(ctx: _StageContext, b: Block, count: int) -> _BlockWork:
         ns_dense=count * nd / m.tp, ns_routed=count * nr)
 
 
-def _data_parallel_terms(ctx: _StageContext, sums: _StageSums, first: bool) -> dict:
+DATA_PARALLEL_EXCHANGES = ("fsdp_gather", "fsdp_reduce", "dp_dense_reduce", "dp_dense_gather", "dp_expert_reduce",
+                           "dp_expert_gather")
+"""The exchanges of a stage's parameters over its data-parallel groups (_data_parallel_terms)."""
+DATA_PARALLEL_FIELDS = (*DATA_PARALLEL_EXCHANGES, "optimizer_bytes", "optimizer_flops", "optimizer_params")
+"""The StageWork fields _data_parallel_terms gives: the only ones that read PP or the data-parallel groups."""
+
+
+class StageWeights(NamedTuple):
+    """All a stage's data-parallel terms read of its blocks (_data_parallel_terms): the weights it holds and
+    their Newton–Schulz FLOPs."""
+
+    dense: float
+    expert: float
+    ns_dense: float
+    ns_routed: float
+
+
+def _data_parallel_terms(ctx: _StageContext, weights: StageWeights, first: bool) -> dict:
     """Per-step gradient reduction and parameter gathers (or per-microbatch FSDP gathers) of a stage's
-    parameters over the dense (D_a·CP) and expert (D_e) DP groups, and its optimizer traffic and FLOPs."""
+    parameters over the dense (D_a·CP) and expert (D_e) DP groups, and its optimizer traffic and FLOPs
+    (DATA_PARALLEL_FIELDS). They read of the settings the FSDP, frozen-weight and gradient-wire switches, of
+    the mapping TP, CP, the data-parallel sizes and experts per rank, and the data-parallel links."""
     model, m, d, training, settings = ctx.model, ctx.mapping, ctx.derived, ctx.training, ctx.settings
     embedding = (model.vocab_size + model.learned_position_embeddings) * model.hidden_size / m.tp if first else 0.0
-    dense, expert = sums.dense_weights + embedding, sums.expert_weights
+    dense, expert = weights.dense + embedding, weights.expert
     trainable = (0.0, 0.0) if settings.frozen_weights else (dense, expert)
     wire = settings.grad_reduce_bytes
-    terms: dict = dict.fromkeys(("fsdp_gather", "fsdp_reduce", "dp_dense_reduce", "dp_dense_gather",
-                                 "dp_expert_reduce", "dp_expert_gather"), NO_COMM)
+    terms: dict = dict.fromkeys(DATA_PARALLEL_EXCHANGES, NO_COMM)
     if settings.fsdp:
         terms["fsdp_gather"] = all_gather(dense * BF16_BYTES, ctx.links.dp_cp) + \
             all_gather(expert * BF16_BYTES, ctx.links.dp_expert)
@@ -423,11 +443,90 @@ def _data_parallel_terms(ctx: _StageContext, sums: _StageSums, first: bool) -> d
     local = trainable[0] / (dense_shard if sharded else 1.0) + trainable[1] / (expert_shard if sharded else 1.0)
     per_param = MUON_BYTES_PER_PARAM if training.optimizer is Optimizer.muon else ADAM_BYTES_PER_PARAM
     routed_here = float(d.experts_per_rank or 0) / (model.moe.num_experts if model.moe else 1)
-    ns = 0.0 if settings.frozen_weights else sums.ns_dense / dense_shard + sums.ns_routed * routed_here / expert_shard
+    ns = 0.0 if settings.frozen_weights else (weights.ns_dense / dense_shard
+                                              + weights.ns_routed * routed_here / expert_shard)
     terms["optimizer_bytes"] = local * per_param
     terms["optimizer_flops"] = ns
     terms["optimizer_params"] = local
     return terms
+
+
+@dataclass(frozen=True)
+class StageBlocks:
+    """What a stage's blocks and edges add up to, before its data-parallel terms (stage_work less
+    _data_parallel_terms): they read the mapping's TP, CP, MBS, ETP and recompute, the experts per rank, the
+    settings and the TP, CP and EP links, never PP or the data-parallel groups. Never changed once built."""
+
+    sums: _StageSums
+    blocks: int
+    moe_blocks: int
+    offloaded: float
+
+    @property
+    def weights(self) -> StageWeights:
+        """What the stage's data-parallel terms read of it."""
+        sums = self.sums
+        return StageWeights(sums.dense_weights, sums.expert_weights, sums.ns_dense, sums.ns_routed)
+
+
+def _runs(held: list[Block]) -> list[tuple[Block, int]]:
+    """The held blocks as runs of equal blocks: (the first, how many)."""
+    return [(group[0], len(group)) for group in (list(run) for _, run in groupby(held, key=vars))]
+
+
+def _runs_key(model: ModelArchitecture, settings: StepSettings, runs: list[tuple[Block, int]]) -> tuple:
+    """All a stage reads of its runs of blocks (block_key and counts)."""
+    return tuple((block_key(model, settings, b), count) for b, count in runs)
+
+
+def stage_blocks(model: ModelArchitecture, m: Mapping, d: Derived, training: Training, settings: StepSettings,
+                 links: Links, held: list[Block], first: bool, last: bool, known: dict | None = None) -> StageBlocks:
+    """The blocks-and-edges half of stage_work (StageBlocks); `known` as stage_work's, and it may be shared by
+    every mapping that agrees on what StageBlocks reads."""
+    runs = _runs(held)
+    key = None
+    if known is not None:
+        key = ("blocks", first, last, _runs_key(model, settings, runs))
+        if key in known:
+            return known[key]
+    out = _stage_blocks(_StageContext(model, m, d, training, settings, links), held, runs, first, last, known)
+    if key is not None:
+        known[key] = out
+    return out
+
+
+def _stage_blocks(ctx: _StageContext, held: list[Block], runs: list[tuple[Block, int]], first: bool, last: bool,
+                  known: dict | None) -> StageBlocks:
+    """stage_blocks, computed."""
+    sums = _StageSums()
+    offloaded = 0.0
+    for b, count in runs:
+        sums.add_block(ctx, b, count, known)
+        offloaded += count * offloaded_bytes(ctx.model, ctx.mapping, ctx.training, ctx.settings, b)
+    sums.add_edges(ctx, first, last)
+    return StageBlocks(sums, len(held), sum(b.mlp is BlockKind.moe for b in held), offloaded)
+
+
+def data_parallel_terms(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
+                        settings: StepSettings, links: Links, weights: StageWeights, first: bool) -> dict:
+    """The data-parallel half of stage_work: its DATA_PARALLEL_FIELDS by name (_data_parallel_terms) for a
+    stage holding `weights` (StageBlocks.weights)."""
+    return _data_parallel_terms(_StageContext(model, m, d, training, settings, links), weights, first)
+
+
+def stage_from_parts(blocks: StageBlocks, terms: abc.Mapping[str, float | CommTerm]) -> StageWork:
+    """The StageWork of a stage's blocks-and-edges half and its data-parallel terms."""
+    sums = blocks.sums
+    return StageWork(
+        blocks=blocks.blocks, moe_blocks=blocks.moe_blocks,
+        dense_weights=sums.dense_weights, expert_weights=sums.expert_weights, gemm_flops=sums.gemm,
+        grouped_flops=sums.grouped, attention_flops=sums.attention, memory_bytes=sums.memory,
+        recompute_gemm_flops=sums.r_gemm, recompute_grouped_flops=sums.r_grouped,
+        recompute_attention_flops=sums.r_attention, recompute_memory_bytes=sums.r_memory,
+        tp=sums.tp, cp=sums.cp, ep=sums.ep, recompute_comm=sums.r_comm, **terms,
+        offload_bytes=blocks.offloaded, scan_flops=sums.scan, recompute_scan_flops=sums.r_scan, head_flops=sums.head,
+        cp_blocking=sums.cp_blocking,
+    )
 
 
 def stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Training, settings: StepSettings,
@@ -435,29 +534,15 @@ def stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Train
     """Work of one pipeline rank holding `held` blocks (MTP blocks included on the last stage); `known`
     carries block additions and whole stages between the stages of one mapping under the same settings and
     links (a stage reads of its blocks only their runs' kinds and counts, block_key)."""
-    runs = [(group[0], len(group)) for group in (list(run) for _, run in groupby(held, key=vars))]
+    runs = _runs(held)
     key = None
     if known is not None:
-        key = ("stage", first, last, tuple((block_key(model, settings, b), count) for b, count in runs))
+        key = ("stage", first, last, _runs_key(model, settings, runs))
         if key in known:
             return known[key]
     ctx = _StageContext(model, m, d, training, settings, links)
-    sums = _StageSums()
-    offloaded = 0.0
-    for b, count in runs:
-        sums.add_block(ctx, b, count, known)
-        offloaded += count * offloaded_bytes(model, m, training, settings, b)
-    sums.add_edges(ctx, first, last)
-    work = StageWork(
-        blocks=len(held), moe_blocks=sum(b.mlp is BlockKind.moe for b in held),
-        dense_weights=sums.dense_weights, expert_weights=sums.expert_weights, gemm_flops=sums.gemm,
-        grouped_flops=sums.grouped, attention_flops=sums.attention, memory_bytes=sums.memory,
-        recompute_gemm_flops=sums.r_gemm, recompute_grouped_flops=sums.r_grouped,
-        recompute_attention_flops=sums.r_attention, recompute_memory_bytes=sums.r_memory,
-        tp=sums.tp, cp=sums.cp, ep=sums.ep, recompute_comm=sums.r_comm, **_data_parallel_terms(ctx, sums, first),
-        offload_bytes=offloaded, scan_flops=sums.scan, recompute_scan_flops=sums.r_scan, head_flops=sums.head,
-        cp_blocking=sums.cp_blocking,
-    )
+    blocks = _stage_blocks(ctx, held, runs, first, last, known)
+    work = stage_from_parts(blocks, _data_parallel_terms(ctx, blocks.weights, first))
     if key is not None:
         known[key] = work
     return work
