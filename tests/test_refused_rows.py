@@ -11,6 +11,7 @@ from parasol.problems.derived import default_layout
 from parasol.problems.loader import load_problem_text
 from parasol.solver.diagnose.explain import explain
 from parasol.solver.search import row_search
+from parasol.solver.search import solve as solve_module
 from parasol.solver.search.solve import solve
 
 SMALL_BATCH = """
@@ -29,6 +30,13 @@ def _answer(result) -> list[dict]:
 @pytest.fixture(scope="module")
 def problem():
     return load_problem_text(SMALL_BATCH)
+
+
+@pytest.fixture(autouse=True)
+def listing_every_row(monkeypatch):
+    """The rows the degree rules would drop before pricing (tests/test_degree_rules.py) listed, so that they
+    come up to be cut and are refused there."""
+    monkeypatch.setattr(solve_module, "meeting_degree_rules", lambda problem, rows: rows)
 
 
 def test_refused_rows_leave_the_answer_as_cutting_them_does(problem, monkeypatch):

@@ -9,6 +9,7 @@ from `DecisionVars` (the same quantities as integer variables). A property test 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import abc
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -187,6 +188,12 @@ class Constraint(ABC):
     @abstractmethod
     def post(self, model: cp_model.CpModel, v: DecisionVars, enforce: cp_model.IntVar) -> None:
         """Add the rule to a CP-SAT model, holding only when `enforce` is true."""
+
+    def degree_verdict(self, problem: Problem, degrees: abc.Mapping[str, int]) -> bool | None:
+        """Whether the rule holds on every mapping of `problem` with these degree values (mapping.DEGREES)
+        when it reads nothing else of a mapping; None when it reads more. `solve` drops the rows such a
+        verdict refuses before pricing them (solver/search/domains.py); judge agrees (tests/test_degree_rules.py)."""
+        return None
 
     def judge(self, facts: Facts) -> Verdict:
         """Evaluate and package the verdict, with whether the rule binds (holds exactly at its limit)."""

@@ -16,11 +16,16 @@ model_parallel_config.py:567-568 (N defaults to PP); seed 000 §PP 和 microbatc
 
 from __future__ import annotations
 
+from collections import abc
 from collections.abc import Callable
 from itertools import product
+from typing import TYPE_CHECKING
 
-from parasol.constraints.core.base import Citation, Constraint, Facts, Family
+from parasol.constraints.core.base import Citation, Constraint, Facts, Family, Severity
 from parasol.problems.megatron.stages import MegatronStage
+
+if TYPE_CHECKING:
+    from parasol.problems.loader import Problem
 
 SCHEDULE_SOURCE = "Megatron-LM megatron/core/pipeline_parallel/schedules.py"
 
@@ -72,6 +77,13 @@ class _ScheduleRule(Constraint):
 
     def slack(self, f: Facts) -> float:
         return float(self.row_slack(*_facts_numbers(f)))
+
+    def degree_verdict(self, problem: Problem, degrees: abc.Mapping[str, int]) -> bool:
+        """The rule reads only TP·PP·CP, PP, MBS and VPP of a mapping (and the problem's GPUs, batch and N flag)."""
+        micro = whole_microbatches(problem.gpus, problem.training.global_batch,
+                                   degrees["tp"] * degrees["pp"] * degrees["cp"], degrees["mbs"])
+        option = problem.spec.framework.options.microbatch_group_size_per_vp_stage
+        return self.severity is Severity.warning or self.row_slack(degrees["pp"], degrees["vpp"], micro, option) >= 0
 
     def in_force(self, f: Facts) -> bool:
         """Only an interleaved schedule with a whole number of microbatches forms groups."""

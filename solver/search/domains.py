@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from parasol.constraints.core.base import post_rules
+from parasol.constraints.core.base import Constraint, post_rules
 from parasol.constraints.core.consts import model_consts
 from parasol.constraints.core.decision_vars import DecisionVars
 from parasol.problems.loader import Problem
@@ -108,3 +108,30 @@ def rule_domains(problem: Problem, domains: dict[str, tuple[int, ...]], deadline
     return RuleDomains({n: tuple(x for x in domains[n] if (n, x) not in gone) for n in DEGREES},
                        tuple(o for o in options if ("recompute", o) not in gone),
                        tuple((n, str(x)) for n, x in dropped))
+
+
+def degree_rules(problem: Problem) -> tuple[Constraint, ...]:
+    """The rules the master posts whose verdict reads only a mapping's degrees (Constraint.degree_verdict):
+    Megatron's interleaved-schedule rules, which read PP, VPP and the microbatch count together, a
+    combination the per-value questions above cannot drop."""
+    sample = dict.fromkeys(DEGREES, 1)
+    return tuple(c for c in program_rules(problem) if c.degree_verdict(problem, sample) is not None)
+
+
+def meeting_degree_rules(problem: Problem, rows: tuple[Row, ...]) -> tuple[Row, ...]:
+    """The rows every degree rule accepts, in their order (the master refuses the others whatever their cut
+    and options; the verdicts are asked once per distinct degrees). All of them when the rules would refuse
+    every row: the master then refuses them and `solve` reports the rules that block the space."""
+    rules = degree_rules(problem)
+    if not rules:
+        return rows
+    verdicts: dict[tuple[int, ...], bool] = {}
+    kept = []
+    for row in rows:
+        key = tuple(getattr(row, n) for n in DEGREES)
+        if key not in verdicts:
+            degrees = dict(zip(DEGREES, key, strict=True))
+            verdicts[key] = all(c.degree_verdict(problem, degrees) for c in rules)
+        if verdicts[key]:
+            kept.append(row)
+    return tuple(kept) if kept else rows
