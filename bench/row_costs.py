@@ -50,7 +50,7 @@ def measure(name: str, sample: int) -> None:
         time_model_for,
         with_saving,
     )
-    from parasol.solver.search.solve import ideal_step_s
+    from parasol.solver.search.solve import RowDegrees, ideal_step_s
     from parasol.solver.search.space import rows_until
 
     spec = next(s for s in DEFAULT_SPACE if s[0] == name)
@@ -64,7 +64,7 @@ def measure(name: str, sample: int) -> None:
     print(f"  {'rows_until':<34} {len(rows):6,} rows  {seconds:8.3f} s  {1000 * seconds / len(rows):9.3f} s / 1,000")
     digest.update(repr((rows, complete)).encode())
     picked = rows[::max(len(rows) // sample, 1)][:sample]
-    _timed("ideal_step_s", [lambda r=r: ideal_step_s(problem, r) for r in picked], digest)
+    _timed("ideal_step_s", [lambda r=r: ideal_step_s(problem, RowDegrees.of((r,))) for r in picked], digest)
     _timed("row_costs(problem, row, None)", [lambda r=r: row_costs(problem, r, None) for r in picked], digest)
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     usable, savings = usable_mb(problem), open_savings(problem)

@@ -20,6 +20,7 @@ from parasol.solver.diagnose.explain import explain
 from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts
 from parasol.solver.search.pareto import Point
 from parasol.solver.search.solve import (
+    RowDegrees,
     exchange_step_s,
     front_caps,
     held_weights_gb,
@@ -119,7 +120,7 @@ def test_rows_whose_exchanges_cross_the_network_are_screened_later() -> None:
     model = CalibratedStageTimes(problem)
     totals = interval_counts(prefix_counts(problem, block_kinds(problem)))[0, -1]
     inside, across = Row(2, 1, 1, 1, 8, 1, 1, "none"), Row(2, 1, 1, 1, 16, 1, 1, "none")
-    assert exchange_step_s(problem, model, across, totals, {}) > exchange_step_s(problem, model, inside, totals, {}) > 0
+    assert exchange_step_s(problem, model, (across,), totals)[0] > exchange_step_s(problem, model, (inside,), totals)[0] > 0
     assert priced_first(problem, (across, inside), model, totals) == (inside, across)
 
 
@@ -136,8 +137,8 @@ def test_rows_that_fit_only_under_fsdp_take_turns_with_the_rest() -> None:
         totals = interval_counts(prefix_counts(problem, block_kinds(problem)))[0, -1]
         rows = (Row(4, 1, 4, 1, 8, 1, 1, "none"), Row(2, 1, 8, 1, 16, 1, 1, "none"),
                 Row(1, 1, 1, 1, 1, 1, 4, "full"), Row(1, 1, 1, 1, 2, 1, 4, "full"))
-        own = [held_weights_gb(problem, r) <= usable for r in rows]
-        sharded = [held_weights_gb(problem, r, sharded=True) <= usable for r in rows]
+        own = (held_weights_gb(problem, RowDegrees.of(rows)) <= usable).tolist()
+        sharded = (held_weights_gb(problem, RowDegrees.of(rows), sharded=True) <= usable).tolist()
         assert own == [True, True, False, False] and all(sharded)
         kinds = [own[rows.index(r)] for r in priced_first(problem, rows, model, totals)]
         assert kinds == ([True, False, True, False] if takes_turns else [True, True, False, False])

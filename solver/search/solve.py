@@ -7,6 +7,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -231,34 +232,64 @@ The master and explaining take well under a second on every bundled problem, so 
 20% of the limit and give the rest to screening and cutting rows, where a cut-off search loses rows."""
 
 
-def ideal_step_s(problem: Problem, row: Row) -> float:
-    """A quick optimistic step time used only to decide which rows to price first: model FLOPs of the
-    step at the GEMM precision's peak, stretched by the row's pipeline fill and recompute."""
+class RowDegrees(NamedTuple):
+    """The degrees of many rows as arrays, one entry per row, for estimates computed over all of them at once."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    etp: np.ndarray
+    vpp: np.ndarray
+    mbs: np.ndarray
+    full: np.ndarray
+    """Whether the row recomputes whole layers (recompute full)."""
+
+    @classmethod
+    def of(cls, rows: tuple[Row, ...]) -> RowDegrees:
+        """The rows' degrees, in their order."""
+        columns = np.array([(r.tp, r.pp, r.cp, r.ep, r.etp, r.vpp, r.mbs) for r in rows], dtype=np.int64).reshape(-1, 7)
+        return cls(*columns.T, np.array([r.recompute == "full" for r in rows], dtype=bool))
+
+    def microbatches(self, problem: Problem) -> np.ndarray:
+        """Each row's microbatches per step, GBS·TP·PP·CP / (MBS·N) (a fraction where the folding is not whole)."""
+        return problem.training.global_batch * self.tp * self.pp * self.cp / (self.mbs * problem.gpus)
+
+
+def ideal_step_s(problem: Problem, rows: RowDegrees) -> np.ndarray:
+    """A quick optimistic step time per row, used only to decide which rows to price first: model FLOPs of
+    the step at the GEMM precision's peak, stretched by the row's pipeline fill and recompute."""
     training = problem.training
-    m = training.global_batch * row.tp * row.pp * row.cp / (row.mbs * problem.gpus)
-    p, v = row.pp, row.vpp
+    m, p, v = rows.microbatches(problem), rows.pp, rows.vpp
     flops = memoised(problem, "step_model_flops", lambda: model_flops_per_token(problem.model, training.seq_len)
                      * training.global_batch * training.seq_len)
     peak = problem.hardware.gpu.peak_flops(training.precision.value)
-    stretch = (v * m + p - 1) / (v * m) * (4 / 3 if row.recompute == "full" else 1.0)
+    stretch = (v * m + p - 1) / (v * m) * np.where(rows.full, 4 / 3, 1.0)
     return flops / (problem.gpus * peak) * stretch
 
 
-def exchange_step_s(problem: Problem, time_model: StageTimeModel, row: Row, totals: np.ndarray,
-                    per_group: dict[tuple, float]) -> float:
-    """A quick estimate of the exchange seconds of the row's step, used only to order rows: the EP and CP
+def exchange_step_s(problem: Problem, time_model: StageTimeModel, rows: tuple[Row, ...], totals: np.ndarray,
+                    deadline: float = math.inf) -> np.ndarray | None:
+    """A quick estimate of the exchange seconds of each row's step, used only to order rows: the EP and CP
     seconds no rank hides (CalibratedStageTimes.exchange_floor_s) and the TP collectives' seconds
     (tp_exchange_s; 0 for a model without them) of the row's grids at MBS 1, once per grid and rank order,
-    times the row's tokens per rank per step (MBS × microbatches, spread over the pipeline ranks)."""
+    times the row's tokens per rank per step (MBS × microbatches, spread over the pipeline ranks). None
+    when `deadline` (a perf_counter time) passes before every grid is priced."""
     floor, tp = getattr(time_model, "exchange_floor_s", None), getattr(time_model, "tp_exchange_s", None)
     if floor is None or tp is None:
-        return 0.0
-    key = (row.tp, row.cp, row.ep, row.etp, row.pp, row.rank_order)
-    if key not in per_group:
-        grid = Row(row.pp, 1, row.tp, row.cp, row.ep, row.etp, 1, row.recompute, row.rank_order).mapping(problem)
-        per_group[key] = floor(grid, totals) + tp(grid, totals)
-    microbatches = problem.training.global_batch * row.tp * row.pp * row.cp / (row.mbs * problem.gpus)
-    return per_group[key] * row.mbs * microbatches / row.pp
+        return np.zeros(len(rows))
+    per_group: dict[tuple, float] = {}
+    seconds = np.empty(len(rows))
+    for i, row in enumerate(rows):
+        key = (row.tp, row.cp, row.ep, row.etp, row.pp, row.rank_order)
+        if key not in per_group:
+            if time.perf_counter() > deadline:
+                return None
+            grid = Row(row.pp, 1, row.tp, row.cp, row.ep, row.etp, 1, row.recompute, row.rank_order).mapping(problem)
+            per_group[key] = floor(grid, totals) + tp(grid, totals)
+        seconds[i] = per_group[key]
+    degrees = RowDegrees.of(rows)
+    return seconds * degrees.mbs * degrees.microbatches(problem) / degrees.pp
 
 
 WEIGHT_AND_GRADIENT_BYTES = 6
@@ -266,13 +297,13 @@ WEIGHT_AND_GRADIENT_BYTES = 6
 however the optimizer state is sharded (used only to order rows)."""
 
 
-def held_weights_gb(problem: Problem, row: Row, sharded: bool = False) -> float:
-    """A quick estimate of the weights and gradients one rank holds (GB): the blocks' TP-split and expert
-    parameters over the row's grids, spread over its pipeline ranks, and over its data-parallel ranks too
-    when FSDP shards them (`sharded`). Used only to order rows (priced_first)."""
+def held_weights_gb(problem: Problem, rows: RowDegrees, sharded: bool = False) -> np.ndarray:
+    """A quick estimate of the weights and gradients one rank holds (GB), per row: the blocks' TP-split and
+    expert parameters over the row's grids, spread over its pipeline ranks, and over its data-parallel ranks
+    too when FSDP shards them (`sharded`). Used only to order rows (priced_first)."""
     dense, expert = memoised(problem, "param_split", lambda: _param_split(problem))
-    per_rank = (dense + expert) * row.pp / problem.gpus if sharded else dense / row.tp + expert / (row.ep * row.etp)
-    return per_rank / row.pp * WEIGHT_AND_GRADIENT_BYTES / 1e9
+    per_rank = (dense + expert) * rows.pp / problem.gpus if sharded else dense / rows.tp + expert / (rows.ep * rows.etp)
+    return per_rank / rows.pp * WEIGHT_AND_GRADIENT_BYTES / 1e9
 
 
 def _param_split(problem: Problem) -> tuple[int, int]:
@@ -289,29 +320,30 @@ def priced_first(problem: Problem, rows: tuple[Row, ...], time_model: StageTimeM
     shards them (where the problem leaves FSDP open) take turns, each class by ideal compute plus an
     estimate of the exchanges (exchange_step_s; ties in row order): no quick estimate can rank the two,
     since FSDP's gathers may hide behind the compute or dominate the step. Rows that fit neither way come
-    last. Ordering stops at `deadline` (a perf_counter time): rows not reached by then follow in listing
-    order, so the time limit bounds this pass too."""
-    classes: tuple[list[tuple[float, int, Row]], ...] = ([], [], [])
-    per_group: dict[tuple, float] = {}
+    last. Past `deadline` (a perf_counter time) before every row's estimate is known, the rows keep their
+    listing order, so the time limit bounds this pass too."""
+    exchanges = exchange_step_s(problem, time_model, rows, totals, deadline)
+    if exchanges is None or time.perf_counter() > deadline:
+        return rows
+    degrees = RowDegrees.of(rows)
     usable = problem.hardware.gpu.usable_hbm_gb
     sharded = problem.training.fsdp != "none"
     shards = not sharded and "fsdp" in open_savings(problem)
-    for i, r in enumerate(rows):
-        if time.perf_counter() > deadline:
-            return _taking_turns(classes) + rows[i:]
-        fits = held_weights_gb(problem, r, sharded) <= usable
-        kind = 0 if fits else 1 if shards and held_weights_gb(problem, r, sharded=True) <= usable else 2
-        classes[kind].append((ideal_step_s(problem, r) + exchange_step_s(problem, time_model, r, totals, per_group),
-                              i, r))
+    fits = held_weights_gb(problem, degrees, sharded) <= usable
+    fits_sharded = held_weights_gb(problem, degrees, sharded=True) <= usable if shards else np.zeros(len(rows), bool)
+    kind = np.where(fits, 0, np.where(fits_sharded, 1, 2))
+    value = ideal_step_s(problem, degrees) + exchanges
+    order = np.lexsort((np.arange(len(rows)), value))
+    classes = tuple([rows[i] for i in order[kind[order] == k].tolist()] for k in range(3))
     return _taking_turns(classes)
 
 
-def _taking_turns(classes: tuple[list[tuple[float, int, Row]], ...]) -> tuple[Row, ...]:
-    """The first two classes' rows in turns, each sorted, then the last class sorted."""
-    first, second, last = (sorted(c) for c in classes)
-    turns = [r for pair in zip(first, second, strict=False) for _, _, r in pair]
+def _taking_turns(classes: tuple[list[Row], ...]) -> tuple[Row, ...]:
+    """The first two classes' rows (each in order) in turns, then the last class."""
+    first, second, last = classes
+    turns = [r for pair in zip(first, second, strict=False) for r in pair]
     shorter = min(len(first), len(second))
-    return tuple(turns + [r for *_, r in first[shorter:] + second[shorter:] + last])
+    return tuple(turns + first[shorter:] + second[shorter:] + last)
 
 
 def _point_value(objective: Objective, row: int, q: CutPoint, per_row: dict[Objective, tuple[int, ...]]) -> int:
