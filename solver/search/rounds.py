@@ -166,8 +166,8 @@ class _Geometry:
         self.moves_of = np.zeros(self.classes * len(self.comps), dtype=np.int64)
         """Per state, how many moves it has in `joined`."""
         self.live_of: dict[tuple[bytes, int, int], tuple[np.ndarray, np.ndarray]] = {}
-        """Per live set and range of blocks, where its states' moves of those blocks are in `joined` (by blocks,
-        then as in `joined`) and their codes (edges); the latest few, dropped when `joined` grows."""
+        """Per live set and range of blocks, where its states' moves of those blocks are in `joined` (in its order)
+        and their codes (edges); the latest few, dropped when `joined` grows."""
         self.kept = 0
         """Moves held in live_of."""
         self.spread_of: dict[tuple[tuple[int, ...], int, int, int], int] = {}
@@ -336,17 +336,16 @@ class _Geometry:
 
     def edges(self, live: np.ndarray, least: int, most: int) -> tuple[_Joined, np.ndarray, np.ndarray]:
         """The moves of every expanded state (`joined`, the `live` states expanded first when they are not yet),
-        and the live states' moves of `least` … `most` blocks: where they are in `joined`, ordered by blocks
-        (then as in `joined`), and their codes; the latest few live sets' kept (ranks ask for the same ones
-        question after question)."""
+        and the live states' moves of `least` … `most` blocks: where they are in `joined`, in its order, and their
+        codes; the latest few live sets' kept (ranks ask for the same ones question after question)."""
         self._expanded(live)
         key = (live.tobytes(), least, most)
         found = self.live_of.pop(key, None)
         if found is None:
             order, sources, codes, starts = self.by_blocks
             part = slice(starts[least], starts[most + 1]) if least <= most else slice(0, 0)
-            mask = self._inside(live).take(sources[part])
-            found = (order[part][mask], codes[part][mask])
+            where = np.sort(order[part][self._inside(live).take(sources[part])])
+            found = (where, self.joined.rows[2].take(where).astype(self.code_type))
             while self.live_of and self.kept + len(found[0]) > EDGES_KEPT:
                 self.kept -= len(self.live_of.pop(next(iter(self.live_of)))[0])
             self.kept += len(found[0])
@@ -488,7 +487,7 @@ class _Case:
                 return None
             if count * (hi - lo + 1) > CELL_LIMIT:
                 raise Declined
-        pick = np.sort(where[fit.take(code)])
+        pick = where[fit.take(code)]
         if not len(pick):
             return None
         cost = objective.take(joined.rows[2].take(pick)) if question.within is None else joined.rows[5].take(pick)
