@@ -443,10 +443,13 @@ class _Case:
         return vectors.sum(axis=1)[np.argsort(vectors @ self.g.place)]
 
     @functools.cached_property
-    def _holdable(self) -> np.ndarray:
-        """By code, whether a rank's kind counts have blocks enough for its VPP pieces and no more than the
-        longest rank."""
-        return (self.blocks >= self.vpp) & (self.blocks <= self.g.longest)
+    def _holdable_blocks(self) -> tuple[np.ndarray, np.ndarray]:
+        """By rank and code, the blocks of the kind counts a rank can hold (blocks enough for its VPP pieces and
+        no more than the longest rank), else n + 1 (first) or −1 (second): what _placed's least and most read."""
+        holdable = (self.blocks >= self.vpp) & (self.blocks <= self.g.longest)
+        shape = (self.pp, len(self.blocks))
+        return (np.broadcast_to(np.where(holdable, self.blocks, self.n + 1), shape),
+                np.broadcast_to(np.where(holdable, self.blocks, -1), shape))
 
     @functools.cached_property
     def priced(self) -> tuple[np.ndarray, np.ndarray]:
@@ -553,15 +556,15 @@ class _Case:
         """For each rank, the blocks the ranks up to it can have placed: each rank holds between the fewest and
         the most blocks of any kind counts it can hold within the bounds (`fits`; VPP … the longest rank), and
         the ranks after it must be able to take the rest; None when some rank can hold nothing."""
-        fit = fits & self._holdable
-        if not fit.any(axis=1).all():
+        n = self.n
+        fewest, most = self._holdable_blocks
+        least = np.minimum.reduce(fewest, axis=1, where=fits, initial=n + 1).tolist()
+        if n + 1 in least:
             return None
-        least = np.where(fit, self.blocks, self.n + 1).min(axis=1)
-        most = np.where(fit, self.blocks, -1).max(axis=1)
-        done_least, done_most = np.cumsum(least), np.cumsum(most)
-        rest_least, rest_most = done_least[-1] - done_least, done_most[-1] - done_most
-        return [(int(max(done_least[r], self.n - rest_most[r])), int(min(done_most[r], self.n - rest_least[r])))
-                for r in range(self.pp)]
+        done_least = list(itertools.accumulate(least))
+        done_most = list(itertools.accumulate(np.maximum.reduce(most, axis=1, where=fits, initial=-1).tolist()))
+        return [(max(low, n - (done_most[-1] - high)), min(high, n - (done_least[-1] - low)))
+                for low, high in zip(done_least, done_most, strict=True)]
 
     def _step(self, values: np.ndarray, start: np.ndarray, dst: np.ndarray, cost: np.ndarray, lo: int, hi: int,
               add: bool) -> tuple[np.ndarray, np.ndarray]:
