@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -268,7 +269,7 @@ class InterleavedCuts:
             for end in alike:
                 if code - coded[end] + base not in allowed:
                     continue
-                rest = tuple(y - a + b for y, a, b in zip(need, at[end], here, strict=True))
+                rest = tuple(map(operator.add, map(operator.sub, need, at[end]), here))
                 if min(rest) >= 0:
                     valid.append((end, rest))
             if len(valid) > 1:
