@@ -50,6 +50,8 @@ DeepSeek-V4-Flash's staircases the least is within 1/64 of the floor 9 times in 
 little more work, 1/256 much more)."""
 WINDOWS_KEPT = 8
 """Most bounds whose rank windows a case keeps."""
+CODES_KEPT = 8
+"""Most live sets whose every move's code a geometry keeps (only asked where CELL_LIMIT could be passed)."""
 CHUNK = 1 << 21
 """Cells one slice of a rank's step reads at once (bounds the arrays' memory)."""
 
@@ -170,6 +172,8 @@ class _Geometry:
         and their codes (edges); the latest few, dropped when `joined` grows."""
         self.kept = 0
         """Moves held in live_of."""
+        self.codes_of: dict[bytes, np.ndarray] = {}
+        """live_codes' answers by live set, the latest CODES_KEPT, dropped when `joined` grows."""
         self.spread_of: dict[tuple[tuple[int, ...], int, int, int], int] = {}
         self.later_of: dict[int, tuple] = {}
         self.first_of: dict[int, tuple] = {}
@@ -333,6 +337,7 @@ class _Geometry:
         self.moves_of = np.bincount(src, minlength=len(self.expanded))
         self.live_of.clear()
         self.kept = 0
+        self.codes_of.clear()
 
     def edges(self, live: np.ndarray, least: int, most: int) -> tuple[_Joined, np.ndarray, np.ndarray]:
         """The moves of every expanded state (`joined`, the `live` states expanded first when they are not yet),
@@ -353,9 +358,15 @@ class _Geometry:
         return self.joined, *found
 
     def live_codes(self, live: np.ndarray) -> np.ndarray:
-        """The codes of every move of the `live` states (expanded), of any blocks."""
-        _, sources, codes, _ = self.by_blocks
-        return codes[self._inside(live).take(sources)]
+        """The codes of every move of the `live` states (expanded), of any blocks; the latest CODES_KEPT live sets'
+        kept (ranks ask for the same ones question after question)."""
+        key = live.tobytes()
+        if key not in self.codes_of:
+            if len(self.codes_of) >= CODES_KEPT:
+                self.codes_of.pop(next(iter(self.codes_of)))
+            _, sources, codes, _ = self.by_blocks
+            self.codes_of[key] = codes[self._inside(live).take(sources)]
+        return self.codes_of[key]
 
     def _expanded(self, live: np.ndarray) -> None:
         """Expand the `live` states not yet expanded."""
