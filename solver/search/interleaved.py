@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -268,10 +269,13 @@ class InterleavedCuts:
             for end in alike:
                 if code - coded[end] + base not in allowed:
                     continue
-                rest = tuple(y - a + b for y, a, b in zip(need, at[end], here, strict=True))
+                rest = tuple(map(operator.add, map(operator.sub, need, at[end]), here))
                 if min(rest) >= 0:
-                    valid.append((sum(abs((y - x) * rounds - y) for x, y in zip(rest, need, strict=True)), end, rest))
-            yield from ((end, rest) for _, end, rest in sorted(valid))
+                    valid.append((end, rest))
+            if len(valid) > 1:
+                valid.sort(key=lambda move: (sum(abs((y - x) * rounds - y) for x, y in zip(move[1], need, strict=True)),
+                                             move[0]))
+            yield from valid
 
     @functools.cached_property
     def fronts(self) -> FrontProgram | None:

@@ -50,6 +50,8 @@ DeepSeek-V4-Flash's staircases the least is within 1/64 of the floor 9 times in 
 little more work, 1/256 much more)."""
 WINDOWS_KEPT = 8
 """Most bounds whose rank windows a case keeps."""
+CODES_KEPT = 8
+"""Most live sets whose every move's code a geometry keeps (only asked where CELL_LIMIT could be passed)."""
 CHUNK = 1 << 21
 """Cells one slice of a rank's step reads at once (bounds the arrays' memory)."""
 
@@ -159,11 +161,19 @@ class _Geometry:
         """Which states' moves are in `joined`."""
         self.joined = _Joined(*(np.zeros(n, dtype=np.int64) for n in ((0,), (6, 0), (0,))))
         """The moves of every expanded state (expand), with each number of pooled periods, together."""
-        self.live_of: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        """Per live set, where its states' moves are in `joined` by blocks, their codes, and where each number
-        of blocks starts among them (edges); the latest few, dropped when `joined` grows."""
+        self.by_blocks = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32),
+                          np.zeros(0, dtype=self.code_type), np.zeros(self.longest + 2, dtype=np.int64))
+        """`joined`'s moves ordered by blocks (then as in `joined`): their positions in it, sources and codes, and
+        where the moves of each number of blocks b = 0 … longest + 1 start among them."""
+        self.moves_of = np.zeros(self.classes * len(self.comps), dtype=np.int64)
+        """Per state, how many moves it has in `joined`."""
+        self.live_of: dict[tuple[bytes, int, int], tuple[np.ndarray, np.ndarray]] = {}
+        """Per live set and range of blocks, where its states' moves of those blocks are in `joined` (in its order)
+        and their codes (edges); the latest few, dropped when `joined` grows."""
         self.kept = 0
         """Moves held in live_of."""
+        self.codes_of: dict[bytes, np.ndarray] = {}
+        """live_codes' answers by live set, the latest CODES_KEPT, dropped when `joined` grows."""
         self.spread_of: dict[tuple[tuple[int, ...], int, int, int], int] = {}
         self.later_of: dict[int, tuple] = {}
         self.first_of: dict[int, tuple] = {}
@@ -320,32 +330,54 @@ class _Geometry:
         order = np.lexsort((src, rows[0]))
         src, rows = src[order], np.take(rows, order, axis=1)
         self.joined = _Joined(src, rows, src * (2 * self.n + 2) + self.n + 1 - rows[1])
+        by_blocks = np.argsort(rows[1].astype(np.int16), kind="stable")
+        self.by_blocks = (by_blocks.astype(np.int32), src.take(by_blocks).astype(np.int32),
+                          rows[2].take(by_blocks).astype(self.code_type),
+                          np.searchsorted(rows[1].take(by_blocks), np.arange(self.longest + 2)))
+        self.moves_of = np.bincount(src, minlength=len(self.expanded))
         self.live_of.clear()
         self.kept = 0
+        self.codes_of.clear()
 
-    def edges(self, live: np.ndarray) -> tuple[_Joined, np.ndarray, np.ndarray, np.ndarray]:
+    def edges(self, live: np.ndarray, least: int, most: int) -> tuple[_Joined, np.ndarray, np.ndarray]:
         """The moves of every expanded state (`joined`, the `live` states expanded first when they are not yet),
-        and the live states' moves: where they are in `joined`, ordered by blocks (then as in `joined`), their
-        codes, and where the moves of each number of blocks b = 0 … longest + 1 start among them; the latest few
-        live sets' kept (ranks ask for the same ones question after question)."""
-        key = live.tobytes()
+        and the live states' moves of `least` … `most` blocks: where they are in `joined`, in its order, and their
+        codes; the latest few live sets' kept (ranks ask for the same ones question after question)."""
+        self._expanded(live)
+        key = (live.tobytes(), least, most)
         found = self.live_of.pop(key, None)
         if found is None:
-            if not self.expanded.take(live).all():
-                self.expand(live[~self.expanded.take(live)].tolist())
-            inside = np.zeros(self.classes * len(self.comps), dtype=bool)
-            inside[live] = True
-            where = np.flatnonzero(inside[self.joined.src])
-            blocks = self.joined.rows[1].take(where)
-            order = np.argsort(blocks.astype(np.int16), kind="stable")
-            where = where.take(order)
-            found = (where.astype(np.int32), self.joined.rows[2].take(where).astype(self.code_type),
-                     np.searchsorted(blocks.take(order), np.arange(self.longest + 2)))
-            while self.live_of and self.kept + len(where) > EDGES_KEPT:
+            order, sources, codes, starts = self.by_blocks
+            part = slice(starts[least], starts[most + 1]) if least <= most else slice(0, 0)
+            where = np.sort(order[part][self._inside(live).take(sources[part])])
+            found = (where, self.joined.rows[2].take(where).astype(self.code_type))
+            while self.live_of and self.kept + len(found[0]) > EDGES_KEPT:
                 self.kept -= len(self.live_of.pop(next(iter(self.live_of)))[0])
-            self.kept += len(where)
+            self.kept += len(found[0])
         self.live_of[key] = found
         return self.joined, *found
+
+    def live_codes(self, live: np.ndarray) -> np.ndarray:
+        """The codes of every move of the `live` states (expanded), of any blocks; the latest CODES_KEPT live sets'
+        kept (ranks ask for the same ones question after question)."""
+        key = live.tobytes()
+        if key not in self.codes_of:
+            if len(self.codes_of) >= CODES_KEPT:
+                self.codes_of.pop(next(iter(self.codes_of)))
+            _, sources, codes, _ = self.by_blocks
+            self.codes_of[key] = codes[self._inside(live).take(sources)]
+        return self.codes_of[key]
+
+    def _expanded(self, live: np.ndarray) -> None:
+        """Expand the `live` states not yet expanded."""
+        if not self.expanded.take(live).all():
+            self.expand(live[~self.expanded.take(live)].tolist())
+
+    def _inside(self, live: np.ndarray) -> np.ndarray:
+        """By state, whether it is among `live`."""
+        inside = np.zeros(len(self.expanded), dtype=bool)
+        inside[live] = True
+        return inside
 
 
 @dataclass(frozen=True)
@@ -422,10 +454,13 @@ class _Case:
         return vectors.sum(axis=1)[np.argsort(vectors @ self.g.place)]
 
     @functools.cached_property
-    def _holdable(self) -> np.ndarray:
-        """By code, whether a rank's kind counts have blocks enough for its VPP pieces and no more than the
-        longest rank."""
-        return (self.blocks >= self.vpp) & (self.blocks <= self.g.longest)
+    def _holdable_blocks(self) -> tuple[np.ndarray, np.ndarray]:
+        """By rank and code, the blocks of the kind counts a rank can hold (blocks enough for its VPP pieces and
+        no more than the longest rank), else n + 1 (first) or −1 (second): what _placed's least and most read."""
+        holdable = (self.blocks >= self.vpp) & (self.blocks <= self.g.longest)
+        shape = (self.pp, len(self.blocks))
+        return (np.broadcast_to(np.where(holdable, self.blocks, self.n + 1), shape),
+                np.broadcast_to(np.where(holdable, self.blocks, -1), shape))
 
     @functools.cached_property
     def priced(self) -> tuple[np.ndarray, np.ndarray]:
@@ -452,22 +487,21 @@ class _Case:
         window from the window `before` are taken (any other reads no finite value in _step); None when none is
         (no cut is then). Raises Declined when the fitting moves times the window's blocks placed pass
         CELL_LIMIT."""
-        joined, where, code, starts = self.g.edges(live)
+        lo, hi = window
+        least, most = max(lo - before[1], 0), min(hi - before[0], self.g.longest)
+        joined, where, code = self.g.edges(live, least, most)
         objective = self.priced[0][r] if question.minimise_time else self.priced[1][r]
         if question.within is not None:
             fit = fit & (objective <= question.within)
-        lo, hi = window
         if hi < lo:
             return None
-        if len(where) * (hi - lo + 1) > CELL_LIMIT:
-            count = int(np.count_nonzero(fit.take(code)))
+        if int(self.g.moves_of.take(live).sum()) * (hi - lo + 1) > CELL_LIMIT:
+            count = int(np.count_nonzero(fit.take(self.g.live_codes(live))))
             if not count:
                 return None
             if count * (hi - lo + 1) > CELL_LIMIT:
                 raise Declined
-        least, most = max(lo - before[1], 0), min(hi - before[0], self.g.longest)
-        part = slice(starts[least], starts[most + 1]) if least <= most else slice(0, 0)
-        pick = np.sort(where[part][fit.take(code[part])])
+        pick = where[fit.take(code)]
         if not len(pick):
             return None
         cost = objective.take(joined.rows[2].take(pick)) if question.within is None else joined.rows[5].take(pick)
@@ -477,7 +511,8 @@ class _Case:
         """The dynamic program over the ranks: the least largest rank objective (`within` None) or the least
         total spread of moves within `within` (the prefix's included), and a whole cut that has it (without
         `trace`, an empty cut: the value alone). A state's values by blocks placed p are at column n + 1 + p,
-        INF to the left, so that a move of more blocks than its source has placed reads INF."""
+        INF to the left, so that a move of more blocks than its source has placed reads INF. Only the live
+        states' rows are set (the next rank's moves and the trace read no other)."""
         n, pp, nc = self.n, self.pp, len(self.comps)
         add = question.within is not None
         found = self._windows(question.slowest_us, question.cap_mb)
@@ -485,7 +520,8 @@ class _Case:
             return None
         windows, fits = found
         live = self.g.openers + self.cl.of(0) * nc
-        values = np.full((self.g.classes * nc, 2 * n + 2), INF, dtype=np.int64)
+        values = np.empty((self.g.classes * nc, 2 * n + 2), dtype=np.int64)
+        values[live] = INF
         values[live, n + 1] = 0
         layers: list[_Layer] = []
         before = (0, 0)
@@ -500,10 +536,11 @@ class _Case:
                 return None
             start, dst, cost, pick, joined = edges
             layers.append(_Layer(values, dst, cost, pick, joined))
-            values = self._step(values, start, dst, cost, lo, hi, add)
-            live = np.flatnonzero((values[:, n + 1 + lo:n + 2 + hi] < INF).any(axis=1))
+            values, live = self._step(values, start, dst, cost, lo, hi, add)
             before = (lo, hi)
-        final = values[:, 2 * n + 1].reshape(self.g.classes, nc)[self.h:, :].T
+        final = np.full(self.g.classes * nc, INF, dtype=np.int64)
+        final[live] = values[live, 2 * n + 1]
+        final = final.reshape(self.g.classes, nc)[self.h:, :].T
         final = np.where(self.g.trails, final, INF)
         value = int(final.min())
         if value >= INF:
@@ -530,35 +567,46 @@ class _Case:
         """For each rank, the blocks the ranks up to it can have placed: each rank holds between the fewest and
         the most blocks of any kind counts it can hold within the bounds (`fits`; VPP … the longest rank), and
         the ranks after it must be able to take the rest; None when some rank can hold nothing."""
-        fit = fits & self._holdable
-        if not fit.any(axis=1).all():
+        n = self.n
+        fewest, most = self._holdable_blocks
+        least = np.minimum.reduce(fewest, axis=1, where=fits, initial=n + 1).tolist()
+        if n + 1 in least:
             return None
-        least = np.where(fit, self.blocks, self.n + 1).min(axis=1)
-        most = np.where(fit, self.blocks, -1).max(axis=1)
-        done_least, done_most = np.cumsum(least), np.cumsum(most)
-        rest_least, rest_most = done_least[-1] - done_least, done_most[-1] - done_most
-        return [(int(max(done_least[r], self.n - rest_most[r])), int(min(done_most[r], self.n - rest_least[r])))
-                for r in range(self.pp)]
+        done_least = list(itertools.accumulate(least))
+        done_most = list(itertools.accumulate(np.maximum.reduce(most, axis=1, where=fits, initial=-1).tolist()))
+        return [(max(low, n - (done_most[-1] - high)), min(high, n - (done_least[-1] - low)))
+                for low, high in zip(done_least, done_most, strict=True)]
 
     def _step(self, values: np.ndarray, start: np.ndarray, dst: np.ndarray, cost: np.ndarray, lo: int, hi: int,
-              add: bool) -> np.ndarray:
+              add: bool) -> tuple[np.ndarray, np.ndarray]:
         """One rank: for every state and blocks placed lo … hi, the least over edges into it (sorted by `dst`)
-        of the larger of the value it came from and the edge's cost (with `add`, of their sum). Sources' values
-        are read from `values` flat, at `start` + blocks placed (_Joined.read)."""
-        out = np.full_like(values, INF)
-        flat = values.ravel()
+        of the larger of the value it came from and the edge's cost (with `add`, of their sum), and the states
+        with a finite one (live, ascending). Sources' values are read from `values` flat, at `start` + blocks
+        placed (_Joined.read). Only the rows of states some edge reaches are set."""
         placed = np.arange(lo, hi + 1)
-        columns = slice(self.n + 1 + lo, self.n + 2 + hi)
         step = max(1, CHUNK // len(placed))
+        if len(start) <= step:
+            out = np.empty_like(values)
+            keys, best = self._reach(values.ravel(), start, dst, cost, placed, add)
+            out[keys] = INF
+            out[keys, self.n + 1 + lo:self.n + 2 + hi] = best
+            return out, keys[(best < INF).any(axis=1)]
+        out = np.full_like(values, INF)
+        columns = slice(self.n + 1 + lo, self.n + 2 + hi)
         for i in range(0, len(start), step):
-            s, d, c = start[i:i + step], dst[i:i + step], cost[i:i + step]
-            came = flat.take(s[:, None] + placed[None, :])
-            reached = np.where(came < INF, came + c[:, None], INF) if add else np.maximum(came, c[:, None])
-            starts = np.flatnonzero(np.concatenate(([True], d[1:] != d[:-1])))
-            best = np.minimum.reduceat(reached, starts, axis=0)
-            keys = d.take(starts)
-            out[keys, columns] = best if len(start) <= step else np.minimum(out[keys, columns], best)
-        return out
+            keys, best = self._reach(values.ravel(), start[i:i + step], dst[i:i + step], cost[i:i + step], placed, add)
+            out[keys, columns] = np.minimum(out[keys, columns], best)
+        return out, np.flatnonzero((out[:, columns] < INF).any(axis=1))
+
+    @staticmethod
+    def _reach(flat: np.ndarray, start: np.ndarray, dst: np.ndarray, cost: np.ndarray, placed: np.ndarray,
+               add: bool) -> tuple[np.ndarray, np.ndarray]:
+        """_step over some of its edges (sorted by `dst`): the states they reach and their least values by
+        blocks placed."""
+        came = flat.take(start[:, None] + placed[None, :])
+        reached = np.where(came < INF, came + cost[:, None], INF) if add else np.maximum(came, cost[:, None])
+        starts = np.flatnonzero(np.concatenate(([True], dst[1:] != dst[:-1])))
+        return dst.take(starts), np.minimum.reduceat(reached, starts, axis=0)
 
     def _trace(self, value: int, state: int, layers: list[_Layer], add: bool) -> tuple[int, ...]:
         """A cut of `value` ending in `state`: each rank, last first, takes an edge into the state from a
