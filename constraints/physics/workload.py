@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import abc
 from dataclasses import dataclass, replace
 from itertools import groupby
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from parasol.constraints.physics.activations import saved_bytes_per_token
 from parasol.constraints.physics.comm import (
@@ -57,6 +57,8 @@ from parasol.problems.model.architecture import (
 from parasol.problems.model.params import block_params
 from parasol.problems.options import MegatronOptions
 from parasol.problems.schema import Optimizer, Training
+
+T = TypeVar("T")
 
 ADAM_BYTES_PER_PARAM = 30
 """Optimizer HBM traffic per local parameter shard: read FP32 master, FP32 grad, m, v (16 B), write master,
@@ -484,15 +486,19 @@ def stage_blocks(model: ModelArchitecture, m: Mapping, d: Derived, training: Tra
     """The blocks-and-edges half of stage_work (StageBlocks); `known` as stage_work's, and it may be shared by
     every mapping that agrees on what StageBlocks reads."""
     runs = _runs(held)
-    key = None
-    if known is not None:
-        key = ("blocks", first, last, _runs_key(model, settings, runs))
-        if key in known:
-            return known[key]
-    out = _stage_blocks(_StageContext(model, m, d, training, settings, links), held, runs, first, last, known)
-    if key is not None:
-        known[key] = out
-    return out
+    return _kept(known, lambda: ("blocks", first, last, _runs_key(model, settings, runs)),
+                 lambda: _stage_blocks(_StageContext(model, m, d, training, settings, links), held, runs, first, last,
+                                       known))
+
+
+def _kept(known: dict | None, key: abc.Callable[[], tuple], build: abc.Callable[[], T]) -> T:
+    """build()'s value, kept in `known` under key() and read from there again (None: built, not kept)."""
+    if known is None:
+        return build()
+    k = key()
+    if k not in known:
+        known[k] = build()
+    return known[k]
 
 
 def _stage_blocks(ctx: _StageContext, held: list[Block], runs: list[tuple[Block, int]], first: bool, last: bool,
@@ -535,17 +541,13 @@ def stage_work(model: ModelArchitecture, m: Mapping, d: Derived, training: Train
     carries block additions and whole stages between the stages of one mapping under the same settings and
     links (a stage reads of its blocks only their runs' kinds and counts, block_key)."""
     runs = _runs(held)
-    key = None
-    if known is not None:
-        key = ("stage", first, last, _runs_key(model, settings, runs))
-        if key in known:
-            return known[key]
-    ctx = _StageContext(model, m, d, training, settings, links)
-    blocks = _stage_blocks(ctx, held, runs, first, last, known)
-    work = stage_from_parts(blocks, _data_parallel_terms(ctx, blocks.weights, first))
-    if key is not None:
-        known[key] = work
-    return work
+
+    def build() -> StageWork:
+        ctx = _StageContext(model, m, d, training, settings, links)
+        blocks = _stage_blocks(ctx, held, runs, first, last, known)
+        return stage_from_parts(blocks, _data_parallel_terms(ctx, blocks.weights, first))
+
+    return _kept(known, lambda: ("stage", first, last, _runs_key(model, settings, runs)), build)
 
 
 def block_key(model: ModelArchitecture, settings: StepSettings, b: Block) -> tuple:
