@@ -120,7 +120,8 @@ def test_rows_whose_exchanges_cross_the_network_are_screened_later() -> None:
     model = CalibratedStageTimes(problem)
     totals = interval_counts(prefix_counts(problem, block_kinds(problem)))[0, -1]
     inside, across = Row(2, 1, 1, 1, 8, 1, 1, "none"), Row(2, 1, 1, 1, 16, 1, 1, "none")
-    assert exchange_step_s(problem, model, (across,), totals)[0] > exchange_step_s(problem, model, (inside,), totals)[0] > 0
+    assert (exchange_step_s(problem, model, (across,), RowDegrees.of((across,)), totals)[0]
+            > exchange_step_s(problem, model, (inside,), RowDegrees.of((inside,)), totals)[0] > 0)
     assert priced_first(problem, (across, inside), model, totals) == (inside, across)
 
 

@@ -114,8 +114,7 @@ def degree_rules(problem: Problem) -> tuple[Constraint, ...]:
     """The rules the master posts whose verdict reads only a mapping's degrees (Constraint.degree_verdict):
     Megatron's interleaved-schedule rules, which read PP, VPP and the microbatch count together, a
     combination the per-value questions above cannot drop."""
-    sample = dict.fromkeys(DEGREES, 1)
-    return tuple(c for c in program_rules(problem) if c.degree_verdict(problem, sample) is not None)
+    return tuple(c for c in program_rules(problem) if type(c).degree_verdict is not Constraint.degree_verdict)
 
 
 def meeting_degree_rules(problem: Problem, rows: tuple[Row, ...]) -> tuple[Row, ...]:

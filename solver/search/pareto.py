@@ -150,6 +150,7 @@ class Search:
         return self.step_second * len(self.p.rows) + self.step_row if ask.lexicographic else self.step_first
 
     def _objective(self, ask: _Ask) -> cp_model.LinearExprT:
+        """The objective `ask` minimises, as a CP-SAT expression (_values' counterpart)."""
         return self.second * len(self.p.rows) + self.p.row_index if ask.lexicographic else self.first
 
     def _run(self, ask: _Ask, window: np.ndarray, top: int | None) -> tuple[int, cp_model.CpSolver]:

@@ -245,9 +245,10 @@ class RowSearch:
         """Whether the row breaks a rule the master posts (program.program_rules, on the problem's own options,
         as compile_program posts them; Python's verdicts agree, tests/test_agreement.py): the master could
         never choose it, so it is dropped before its step floor, fit search and cut, the dearest work a row
-        takes. Asked once per row, when it first comes up to be cut: most rows are beaten before, and the
-        rules cost a fraction of a cut (DeepSeek-V4-Flash on 32,768 GPUs: 315 of 550 rows cut broke
-        Megatron's VPP microbatch-group rules, which read PP, VPP and the microbatch count together)."""
+        takes. Rules that read only degrees drop their rows when they are listed (domains.meeting_degree_rules;
+        before that, 315 of the 550 rows DeepSeek-V4-Flash on 32,768 GPUs cut broke them); this catches the
+        rules that read more. Asked once per row, when it first comes up to be cut: most rows are beaten
+        before, and the rules cost a fraction of a cut."""
         mapping = row.mapping(self.problem, default_layout(self.problem.model.num_layers, row.pp * row.vpp))
         refused = bool(self.posted_rules) and not holds(self.problem, mapping, self.posted_rules)
         self.refused += refused

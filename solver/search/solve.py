@@ -268,13 +268,14 @@ def ideal_step_s(problem: Problem, rows: RowDegrees) -> np.ndarray:
     return flops / (problem.gpus * peak) * stretch
 
 
-def exchange_step_s(problem: Problem, time_model: StageTimeModel, rows: tuple[Row, ...], totals: np.ndarray,
-                    deadline: float = math.inf) -> np.ndarray | None:
+def exchange_step_s(problem: Problem, time_model: StageTimeModel, rows: tuple[Row, ...], degrees: RowDegrees,
+                    totals: np.ndarray, deadline: float = math.inf) -> np.ndarray | None:
     """A quick estimate of the exchange seconds of each row's step, used only to order rows: the EP and CP
     seconds no rank hides (CalibratedStageTimes.exchange_floor_s) and the TP collectives' seconds
     (tp_exchange_s; 0 for a model without them) of the row's grids at MBS 1, once per grid and rank order,
-    times the row's tokens per rank per step (MBS × microbatches, spread over the pipeline ranks). None
-    when `deadline` (a perf_counter time) passes before every grid is priced."""
+    times the row's tokens per rank per step (MBS × microbatches, spread over the pipeline ranks;
+    `degrees`: RowDegrees.of(rows)). None when `deadline` (a perf_counter time) passes before every grid
+    is priced."""
     floor, tp = getattr(time_model, "exchange_floor_s", None), getattr(time_model, "tp_exchange_s", None)
     if floor is None or tp is None:
         return np.zeros(len(rows))
@@ -288,7 +289,6 @@ def exchange_step_s(problem: Problem, time_model: StageTimeModel, rows: tuple[Ro
             grid = Row(row.pp, 1, row.tp, row.cp, row.ep, row.etp, 1, row.recompute, row.rank_order).mapping(problem)
             per_group[key] = floor(grid, totals) + tp(grid, totals)
         seconds[i] = per_group[key]
-    degrees = RowDegrees.of(rows)
     return seconds * degrees.mbs * degrees.microbatches(problem) / degrees.pp
 
 
@@ -322,10 +322,10 @@ def priced_first(problem: Problem, rows: tuple[Row, ...], time_model: StageTimeM
     since FSDP's gathers may hide behind the compute or dominate the step. Rows that fit neither way come
     last. Past `deadline` (a perf_counter time) before every row's estimate is known, the rows keep their
     listing order, so the time limit bounds this pass too."""
-    exchanges = exchange_step_s(problem, time_model, rows, totals, deadline)
+    degrees = RowDegrees.of(rows)
+    exchanges = exchange_step_s(problem, time_model, rows, degrees, totals, deadline)
     if exchanges is None or time.perf_counter() > deadline:
         return rows
-    degrees = RowDegrees.of(rows)
     usable = problem.hardware.gpu.usable_hbm_gb
     sharded = problem.training.fsdp != "none"
     shards = not sharded and "fsdp" in open_savings(problem)
