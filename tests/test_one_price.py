@@ -249,11 +249,12 @@ def test_floor_is_below_every_cut_under_every_option(source: str) -> None:
 
 @pytest.mark.parametrize("name", ["deepseek-v4-pro-1024", "qwen3-30b-a3b-h100-64", "llama-3.1-70b-h100-256"])
 def test_compute_floor_is_the_floors_compute_and_below_it(name: str) -> None:
-    """The compute floor, built once per TP, CP, EP, ETP, MBS and recompute from one rank holding every block
-    (CalibratedStageTimes.compute_floor_s), is exactly the compute of the all-ranks work step_floor_s sums
-    (pricing.compute_per_microbatch of it) for rows of every PP, VPP and rank order sharing those, and
-    never above the compute and exposed-exchange floor (exposed_floor_s), itself never above step_floor_s:
-    solve skips a row either shows beaten before pricing the next."""
+    """The compute per microbatch, built once per TP, CP, EP, ETP, MBS and recompute from one rank holding every
+    block (CalibratedStageTimes.compute_per_microbatch_s), is exactly the compute of the all-ranks work
+    step_floor_s sums (pricing.compute_per_microbatch of it) for rows of every PP, VPP and rank order sharing
+    those, and spread over the pipeline it is never above the compute and exposed-exchange floor
+    (exposed_floor_s), itself never above step_floor_s: solve skips a row either shows beaten before pricing
+    the next."""
     from parasol.constraints.physics.pricing import compute_per_microbatch
     from parasol.constraints.physics.schedule import even_stretch
 
@@ -269,19 +270,18 @@ def test_compute_floor_is_the_floors_compute_and_below_it(name: str) -> None:
         d = derive(problem.model, mapping)
         summed = model._floor_parts(mapping, d, totals).summed
         built = len(model._compute)
-        compute = model.compute_floor_s(mapping, d, totals)
+        per_microbatch = model.compute_per_microbatch_s(mapping, d, totals)
         shared += len(model._compute) == built
-        m = float(d.num_microbatches)
-        assert compute == pytest.approx(float(compute_per_microbatch(summed, coefs)[0, 0])
-                                        * even_stretch(row.pp, row.vpp, m), rel=1e-12), row
+        assert per_microbatch == pytest.approx(float(compute_per_microbatch(summed, coefs)[0, 0]), rel=1e-12), row
+        compute = per_microbatch * even_stretch(row.pp, row.vpp, float(d.num_microbatches))
         assert compute <= model.exposed_floor_s(mapping, d, totals) <= model.step_floor_s(mapping, d, totals), row
     assert shared > 0
 
 
 def test_compute_floor_is_the_same_under_every_saving() -> None:
     """The savings solve may switch on move weights, gradients and optimizer state, not the compute: a
-    row's compute floor under each saving's step-time model is its plain one (RowSearch.unseen_floors bounds
-    rows never screened, whose saving is not chosen yet, by the plain model)."""
+    row's compute per microbatch under each saving's step-time model is its plain one (RowSearch screens
+    rows, and unseen_floors bounds rows never screened, before their saving is chosen, by the plain model)."""
     from parasol.solver.search.savings import open_savings, time_model_for, with_saving
 
     problem = load_problem(ROOT / "problems" / "llama-3.1-70b-h100-256.yaml")
@@ -292,10 +292,11 @@ def test_compute_floor_is_the_same_under_every_saving() -> None:
     for row in random.Random(24).sample(enumerate_rows(problem), 8):
         mapping = row.mapping(problem)
         d = derive(problem.model, mapping)
-        floor = plain.compute_floor_s(mapping, d, totals)
+        floor = plain.compute_per_microbatch_s(mapping, d, totals)
         for saving in savings:
             saved = with_saving(problem, saving)
-            assert time_model_for(plain, saved).compute_floor_s(row.mapping(saved), d, totals) == floor, saving
+            model = time_model_for(plain, saved)
+            assert model.compute_per_microbatch_s(row.mapping(saved), d, totals) == floor, saving
 
 
 def test_floor_with_memory_bounded_blocks_is_below_every_fitting_cut() -> None:

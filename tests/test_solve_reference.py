@@ -87,18 +87,17 @@ class AdditiveTime:
         """Every cut's step time is at least the constant plus the rank times' sum spread evenly, under the
         fastest dispatcher and CP exchange (a floor holds for every option a row may choose; it reads no
         per-rank block bound)."""
+        v, mb = m.vpp, float(d.num_microbatches)
+        return self.step_extra_s(m, d) + self.compute_per_microbatch_s(m, d, totals) * (1 + (v * mb - 1) / m.pp) / v
+
+    def compute_per_microbatch_s(self, m, d, totals):
+        """The rank times' sum under the fastest options: step_floor_s less its constant, per unit of spread
+        (it reads TP, CP, EP, MBS and recompute, as the protocol asks)."""
         reps = {}
         for b in self.p.model.blocks:
             reps.setdefault(block_kind(b), b)
         per_kind = self.block_times_s(m, d, [reps[k] for k in block_kinds(self.p)], fastest=True)
-        total = sum(self.edge_times_s(m, d)) + float(totals @ np.array(per_kind))
-        v, mb = m.vpp, float(d.num_microbatches)
-        return self.step_extra_s(m, d) + total * (1 + (v * mb - 1) / m.pp) / v
-
-
-    def compute_floor_s(self, m, d, totals):
-        """The model's floor serves as its cheaper bound too (any admissible value does)."""
-        return self.step_floor_s(m, d, totals)
+        return sum(self.edge_times_s(m, d)) + float(totals @ np.array(per_kind))
 
     def exposed_floor_s(self, m, d, totals):
         """The model's floor serves as its cheaper bound too (any admissible value does)."""

@@ -535,26 +535,21 @@ class CalibratedStageTimes:
                                             totals[held].astype(np.int64), lines)
         return self._floors[key]
 
-    def compute_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
-        """A lower bound on step_floor_s, hence on the step seconds of every cut, from the compute alone: the
-        forward and backward compute of one microbatch over all blocks, edges and MTP blocks
-        (pricing.compute_per_microbatch, a part of step_floor_s's rank floor), spread over the pipeline as
-        step_floor_s spreads it. The compute reads only TP, CP, EP, ETP, MBS and recompute, so it is built
-        once per those for all rows sharing them (one rank holding every block: the compute fields of the
-        rank work add up over blocks), a small share of what step_floor_s builds per row."""
-        return self._compute_per_microbatch(mapping, derived, totals) * even_stretch(
-            mapping.pp, mapping.vpp, float(derived.num_microbatches))
-
     def exposed_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
-        """compute_floor_s with the least exposed EP and CP seconds of one microbatch added (exchange_floor_s),
-        spread the same way: between compute_floor_s and step_floor_s (whose rank floor is at least the
-        compute, and which adds the same exchange floor), for a share of step_floor_s's cost, since the
-        exchanges read no recompute or VPP."""
-        return ((self._compute_per_microbatch(mapping, derived, totals) + self.exchange_floor_s(mapping, totals))
+        """The compute floor (compute_per_microbatch_s spread over the pipeline) with the least exposed EP and CP
+        seconds of one microbatch added (exchange_floor_s), spread the same way: between the compute floor and
+        step_floor_s (whose rank floor is at least the compute, and which adds the same exchange floor), for a
+        share of step_floor_s's cost, since the exchanges read no recompute or VPP."""
+        return ((self.compute_per_microbatch_s(mapping, derived, totals) + self.exchange_floor_s(mapping, totals))
                 * even_stretch(mapping.pp, mapping.vpp, float(derived.num_microbatches)))
 
-    def _compute_per_microbatch(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
-        """All ranks' compute seconds of one microbatch (compute_floor_s), built once per compute key."""
+    def compute_per_microbatch_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
+        """The forward and backward compute seconds of one microbatch over all blocks, edges and MTP blocks
+        (pricing.compute_per_microbatch, a part of step_floor_s's rank floor): spread over the pipeline as
+        step_floor_s spreads it (reprice.compute_floor_units), a floor on every cut's step. It reads only TP,
+        CP, EP, ETP, MBS and recompute, so it is built once per those for all rows sharing them (one rank
+        holding every block: the compute fields of the rank work add up over blocks), a small share of what
+        step_floor_s builds per row."""
         key = (mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.mbs, mapping.recompute,
                totals.tobytes())
         if key not in self._compute:

@@ -78,14 +78,16 @@ class StageTimeModel(Protocol):
         before it settles those options (solver/search/choices.py)."""
         ...
 
-    def compute_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
-        """A lower bound on step_floor_s that costs less: solve skips a row it shows beaten before pricing
-        step_floor_s."""
+    def compute_per_microbatch_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
+        """Seconds per microbatch whose even spread over the pipeline (schedule.even_stretch) is a lower bound on
+        step_floor_s that costs least (reprice.compute_floor_units): solve screens every row by it. It must
+        read only TP, CP, EP, ETP, MBS and recompute, and be the same under every saving: solve prices it
+        once per those for all rows sharing them."""
         ...
 
     def exposed_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
-        """A lower bound between compute_floor_s and step_floor_s in value and in cost: solve judges a row by
-        it after compute_floor_s and before step_floor_s."""
+        """A lower bound between the compute floor and step_floor_s in value and in cost: solve judges a row by
+        it after the compute floor and before step_floor_s."""
         ...
 
 

@@ -110,10 +110,12 @@ def step_floor_units(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_mod
     return units_below(time_model.step_floor_s(mapping, c.derived, totals, most))
 
 
-def compute_floor_units(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel) -> int:
-    """step_floor_units from the step-time model's compute floor (StageTimeModel.compute_floor_s): never above
-    it, for a fraction of its cost, so a row it shows beaten is skipped before step_floor_units."""
-    return units_below(time_model.compute_floor_s(mapping, c.derived, counts[0, counts.shape[0] - 1]) * (1 - 1e-9))
+def compute_floor_units(per_microbatch_s: float, stretch: float) -> int:
+    """step_floor_units from the step-time model's compute floor: the compute seconds of one microbatch over
+    every block (StageTimeModel.compute_per_microbatch_s) times the pipeline's even stretch
+    (schedule.even_stretch of the row's PP, VPP and microbatches). Never above step_floor_units, for a
+    fraction of its cost, so a row it shows beaten is skipped before step_floor_units."""
+    return units_below(per_microbatch_s * stretch * (1 - 1e-9))
 
 
 def exposed_floor_units(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel) -> int:

@@ -20,7 +20,7 @@ import numpy as np
 
 from parasol.constraints.evaluate import holds
 from parasol.constraints.physics.schedule import even_stretch
-from parasol.problems.derived import default_layout
+from parasol.problems.derived import attention_data_parallel, default_layout, derive, num_microbatches
 from parasol.problems.loader import Problem
 from parasol.solver.search.choices import settled
 from parasol.solver.search.costs import RowCosts, StageTimeModel, row_costs
@@ -54,10 +54,9 @@ rest of the limit to the rows after it."""
 
 
 class _Screened(NamedTuple):
-    """A row screened and waiting by its compute floor: its memory tables (row_costs, no time model)."""
+    """A row screened and waiting by its compute floor (its memory tables are built when it is judged)."""
 
     row: Row
-    plain: RowCosts
 
 
 class _Candidates(NamedTuple):
@@ -98,6 +97,9 @@ class RowSearch:
         self._queued = 0
         self._passes: dict[int, bool] = {}
         self._steps = TopStaircase(top, self.feasible_row)
+        self._totals = counts[0, counts.shape[0] - 1]
+        self._per_microbatch: dict[tuple, float] = {}
+        self._stretches: dict[tuple[int, ...], float] = {}
 
     def model_of(self, row: Row) -> StageTimeModel:
         """The step-time model of a row: its saving's, under the dispatcher and CP type it chose."""
@@ -112,19 +114,37 @@ class RowSearch:
         return self._passes[i]
 
     def screen(self, row: Row) -> None:
-        """Let the row wait by its compute floor (reprice.compute_floor_units: the same under every saving,
-        so priced once, with no memory floor yet); the dearer floors and its fit are judged when it comes up
-        (_judge), by then against every row cut with a lower floor. Without floors, its fit candidates
-        are found now and it waits at once to be cut."""
-        plain = row_costs(self.problem, row, None)
+        """Let the row wait by its compute floor (_compute_floor: the same under every saving, with no memory
+        floor yet); its memory tables, dearer floors and fit are judged when it comes up (_judge), by then
+        against every row cut with a lower floor. Without floors, its fit candidates are found now and it
+        waits at once to be cut."""
         if not self.floors:
-            candidates = fit_candidates(self.problem, row, self.savings, self.counts, self.usable, plain)
+            candidates = fit_candidates(self.problem, row, self.savings, self.counts, self.usable)
             if candidates.rows and not self._refused(row):
                 self._wait((0, 0), candidates, True)
             return
-        compute = compute_floor_units(plain, row.mapping(self.problem), self.counts, self.model_of(row))
-        heapq.heappush(self._waiting, (compute, 0, self._queued, _Screened(row, plain)))
+        heapq.heappush(self._waiting, (self._compute_floor(row), 0, self._queued, _Screened(row)))
         self._queued += 1
+
+    def _compute_floor(self, row: Row) -> int:
+        """The row's compute floor (reprice.compute_floor_units) from its seconds per microbatch, priced once per
+        what StageTimeModel.compute_per_microbatch_s reads (and the options the row chooses), and its even
+        stretch, once per PP, VPP and microbatch count: screening every row costs a look-up, not a pricing."""
+        key = (row.tp, row.cp, row.ep, row.etp, row.mbs, row.recompute, row.saving, row.dispatcher,
+               row.flex_backend, row.cp_comm, row.cp_levels)
+        per_microbatch = self._per_microbatch.get(key)
+        if per_microbatch is None:
+            mapping = row.mapping(self.problem)
+            per_microbatch = self._per_microbatch[key] = self.model_of(row).compute_per_microbatch_s(
+                mapping, derive(self.problem.model, mapping), self._totals)
+        spread = (row.pp, row.vpp, row.tp, row.cp, row.mbs)
+        stretch = self._stretches.get(spread)
+        if stretch is None:
+            training = self.problem.training
+            microbatches = num_microbatches(training.global_batch, row.mbs,
+                                            attention_data_parallel(self.problem.gpus, row.pp, row.tp, row.cp))
+            stretch = self._stretches[spread] = even_stretch(row.pp, row.vpp, float(microbatches))
+        return compute_floor_units(per_microbatch, stretch)
 
     def _judge(self, screened: _Screened, compute: int) -> None:
         """Drop the row when `top` rows cut so far beat its floors or when no variant of it may fit
@@ -134,7 +154,8 @@ class RowSearch:
         open: those only shrink them), then, once the variants are built, their least memory floor, then the
         compute and exposed-exchange floor (reprice.exposed_floor_units), by which the row waits: its step
         floor is priced only when it is about to be cut (cut_waiting)."""
-        row, plain = screened
+        row = screened.row
+        plain = row_costs(self.problem, row, None)
         judged = len(self.rows) >= self.top
         own = None if self.savings else memory_floor_units(plain, self.counts)
         if judged and self._beaten((compute, own if own is not None
@@ -161,10 +182,10 @@ class RowSearch:
         self._queued += 1
 
     def unseen_floors(self, rows: tuple[Row, ...], deadline: float) -> list[tuple[int, int]] | None:
-        """Floors of rows never screened: each one's compute floor (reprice.compute_floor_units, the same under
-        every saving: the savings move weights, gradients and optimizer state, not the compute) with no
-        memory floor, the least per compute key (the floor scales with the pipeline's stretch alone within
-        one). None past `deadline` (time.perf_counter()): then nothing bounds those rows."""
+        """Floors of rows never screened: each one's compute floor (_compute_floor, the same under every saving:
+        the savings move weights, gradients and optimizer state, not the compute) with no memory floor, the
+        least per compute key (the floor scales with the pipeline's stretch alone within one). None past
+        `deadline` (time.perf_counter()): then nothing bounds those rows."""
         least: dict[tuple, tuple[float, Row]] = {}
         gpus, batch = self.problem.gpus, self.problem.training.global_batch
         for row in rows:
@@ -176,8 +197,7 @@ class RowSearch:
         for _, row in least.values():
             if time.perf_counter() > deadline:
                 return None
-            c = row_costs(self.problem, row, None)
-            floors.append((compute_floor_units(c, row.mapping(self.problem), self.counts, self.model_of(row)), 0))
+            floors.append((self._compute_floor(row), 0))
         return floors
 
     def _floor(self, row: Row, memory: RowCosts | None = None) -> tuple[int, int]:
