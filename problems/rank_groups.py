@@ -114,6 +114,18 @@ def residue_bases(sizes: dict[str, int], dims: tuple[str, ...], period: int, ord
     return np.sort(points[first])
 
 
+def lattice_key(sizes: dict[str, int], dims: tuple[str, ...], period: int, modulus: int,
+                order: tuple[str, ...] = ORDER) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
+    """What the groups lattice(sizes, dims, order) offsets and residue_bases(sizes, dims, period, order) bases
+    make read, as a key: each of `dims`' size and stride, in turn, and each other dimension's steps and stride
+    modulo `modulus` (a multiple of `period`), in `order`. Grids with equal keys have the same offsets, and
+    bases that differ by multiples of `modulus`: their groups touch as many of any consecutive blocks whose
+    size divides it (nodes, NVLink domains, racks), so they place alike."""
+    st = strides(sizes, order)
+    return (tuple((sizes[d], st[d]) for d in dims),
+            tuple((min(sizes[d], period // math.gcd(st[d], period)), st[d] % modulus) for d in order if d not in dims))
+
+
 def _max_span(sizes: dict[str, int], dims: tuple[str, ...], block: int, order: tuple[str, ...] = ORDER) -> int:
     """Most distinct blocks of `block` consecutive ranks (nodes, NVLink domains) one group over `dims`
     touches. Every group is base + offsets, and base b = q·block + r spans as many blocks as r does,

@@ -38,3 +38,33 @@ def test_seed_a_groups() -> None:
     assert spans["ep"] == (64, 16, 8)
     assert spans["dp_expert"] == (2, 512, 2)
     assert spans["pp"] == (8, 128, 8)
+
+
+def test_placed_links_are_shared_only_between_grids_that_place_alike() -> None:
+    """comm._placed_link keeps one link per topology, group kind and rank_groups.lattice_key (the other
+    dimensions' strides taken modulo a length nodes, NVLink domains and racks divide): every grid's kept link
+    is the one its own groups give, on 8-GPU nodes, NVL72 racks and a job with idle GPUs per node."""
+    from parasol.constraints.physics import comm
+    from parasol.hardware.presets import load_preset
+    from parasol.problems.rank_groups import order_of
+
+    rng = random.Random(11)
+    hgx = load_preset("h100-hgx").topology
+    topologies = [hgx, load_preset("gb200-nvl72").topology, hgx.for_job(64, 4)]
+    comm._PLACED.clear()
+    shared = 0
+    for _ in range(400):
+        tp, pp, cp = rng.choice([1, 2, 4, 8]), rng.choice([1, 2, 4, 8, 16]), rng.choice([1, 2, 4])
+        ep, etp, gpus = rng.choice([1, 2, 4, 8, 16, 32]), rng.choice([1, 2]), rng.choice([64, 288, 1024, 4608])
+        if gpus % (tp * pp * cp) or gpus % (etp * ep * pp):
+            continue
+        order = rng.choice(["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"])
+        m = Mapping(gpus=gpus, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, gbs=gpus, seq_len=1024, rank_order=order)
+        for topology in topologies:
+            for kind, (grid, dims) in GROUP_KINDS.items():
+                sizes = dense_sizes(m) if grid == "dense" else expert_sizes(m)
+                before = len(comm._PLACED)
+                kept = comm._placed_link(topology, kind, sizes, dims, order_of(m))
+                shared += len(comm._PLACED) == before
+                assert kept == comm._worst_link(topology, kind, sizes, dims, order_of(m)), (m, kind, topology)
+    assert shared > 1000
