@@ -52,7 +52,8 @@ def test_v4_default_space_rules_out_tensor_parallelism() -> None:
                                     "llama-3.1-70b-h100-256"])
 def test_ruled_out_values_hold_no_rule_abiding_row(source: str) -> None:
     """Soundness against the Python verdicts: no row holding a ruled-out value meets every posted rule,
-    and every row kept with values all allowed is listed (rows are only ever dropped for a ruled-out value)."""
+    and every row kept with values all allowed is listed (rows are only ever dropped for a ruled-out value);
+    RuleDomains.kept, which judges each distinct degrees once, keeps the rows holds keeps."""
     problem = load_problem_text(V4_DEFAULT) if source == "v4-default" else \
         load_problem(ROOT / "problems" / f"{source}.yaml")
     ruled = rule_domains(problem, search_domains(problem), math.inf)
@@ -63,6 +64,7 @@ def test_ruled_out_values_hold_no_rule_abiding_row(source: str) -> None:
         assert not passes_program_rules(problem, row), row
     kept = set(enumerate_rows(problem, ruled.degrees))
     assert {r for r in rows if ruled.holds(r)} <= kept
+    assert ruled.kept(rows) == tuple(r for r in rows if ruled.holds(r))
 
 
 def test_rules_refusing_every_row_say_so() -> None:

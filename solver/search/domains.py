@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from operator import attrgetter
 
 from ortools.sat.python import cp_model
 
@@ -29,6 +30,9 @@ from parasol.problems.mapping import DEGREES
 from parasol.solver.search.cpsat import deterministic_solver
 from parasol.solver.search.program import program_rules
 from parasol.solver.search.space import Row, recompute_choices
+
+degrees_of = attrgetter(*DEGREES)
+"""A row's degrees, in DEGREES' order, as a tuple."""
 
 PROBE_LIMIT_S = 1.0
 """Wall seconds one value's question may take; past it the value is kept."""
@@ -47,7 +51,25 @@ class RuleDomains:
 
     def holds(self, row: Row) -> bool:
         """Whether every value of the row is one some rule-abiding mapping takes."""
-        return row.recompute in self.recompute and all(getattr(row, n) in self.degrees[n] for n in DEGREES)
+        return row.recompute in self.recompute and self._degrees_hold(degrees_of(row))
+
+    def kept(self, rows: tuple[Row, ...]) -> tuple[Row, ...]:
+        """The rows that hold (holds), in their order, judged once per distinct degrees: a default space lists
+        tens of thousands of rows over a few thousand degree combinations."""
+        verdicts: dict[tuple[int, ...], bool] = {}
+        kept = []
+        for row in rows:
+            degrees = degrees_of(row)
+            verdict = verdicts.get(degrees)
+            if verdict is None:
+                verdict = verdicts[degrees] = self._degrees_hold(degrees)
+            if verdict and row.recompute in self.recompute:
+                kept.append(row)
+        return tuple(kept)
+
+    def _degrees_hold(self, degrees: tuple[int, ...]) -> bool:
+        """Whether each degree (DEGREES' order) is a value some rule-abiding mapping takes."""
+        return all(value in self.degrees[n] for n, value in zip(DEGREES, degrees, strict=True))
 
 
 def _probe_model(problem: Problem, domains: dict[str, tuple[int, ...]], options: tuple[str, ...]
@@ -127,10 +149,11 @@ def meeting_degree_rules(problem: Problem, rows: tuple[Row, ...]) -> tuple[Row, 
     verdicts: dict[tuple[int, ...], bool] = {}
     kept = []
     for row in rows:
-        key = tuple(getattr(row, n) for n in DEGREES)
-        if key not in verdicts:
+        key = degrees_of(row)
+        verdict = verdicts.get(key)
+        if verdict is None:
             degrees = dict(zip(DEGREES, key, strict=True))
-            verdicts[key] = all(c.degree_verdict(problem, degrees) for c in rules)
-        if verdicts[key]:
+            verdict = verdicts[key] = all(c.degree_verdict(problem, degrees) for c in rules)
+        if verdict:
             kept.append(row)
     return tuple(kept) if kept else rows

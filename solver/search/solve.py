@@ -395,7 +395,7 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
         return SolveResult("infeasible" if listed else "unknown", (), len(rows), 0, 0, time.perf_counter() - start,
                            rules_refuse_all=bool(rows))
     rows, listed = rows_until(problem, pricing_deadline, ruled.degrees)
-    rows = meeting_degree_rules(problem, tuple(r for r in rows if ruled.holds(r)))
+    rows = meeting_degree_rules(problem, ruled.kept(rows))
     if not rows:
         return SolveResult("infeasible" if listed else "unknown", (), 0, 0, 0, time.perf_counter() - start,
                            ruled_out=ruled.dropped)
