@@ -20,6 +20,7 @@ import numpy as np
 
 from parasol.constraints.evaluate import holds
 from parasol.constraints.physics.schedule import even_stretch
+from parasol.constraints.rules.feature import SettingsRule
 from parasol.problems.derived import attention_data_parallel, default_layout, derive, num_microbatches
 from parasol.problems.loader import Problem
 from parasol.solver.search.choices import settled
@@ -84,7 +85,9 @@ class RowSearch:
         self.savings = open_savings(problem)
         self.models: dict[str, StageTimeModel] = {NONE: time_model}
         self.row_rules, self.cut_rules = judged_rules(problem, "row"), judged_rules(problem, "cut")
-        self.posted_rules = program_rules(problem)
+        self.posted_rules = tuple(r for r in program_rules(problem) if not isinstance(r, SettingsRule))
+        """The posted rules _refused asks: not the settings rules, which read only the options and the recompute
+        choice, so that rule_domains' recompute questions settle them for every row listed."""
         self.refused = 0
         """Rows that came up to be cut and break a rule the master posts (_refused): never cut."""
         self.rows: list[Row] = []
@@ -267,8 +270,8 @@ class RowSearch:
         never choose it, so it is dropped before its step floor, fit search and cut, the dearest work a row
         takes. Rules that read only degrees drop their rows when they are listed (domains.meeting_degree_rules;
         before that, 315 of the 550 rows DeepSeek-V4-Flash on 32,768 GPUs cut broke them); this catches the
-        rules that read more. Asked once per row, when it first comes up to be cut: most rows are beaten
-        before, and the rules cost a fraction of a cut."""
+        rules that read more (less the settings rules: posted_rules). Asked once per row, when it first comes up
+        to be cut: most rows are beaten before, and the rules cost a fraction of a cut."""
         mapping = row.mapping(self.problem, default_layout(self.problem.model.num_layers, row.pp * row.vpp))
         refused = bool(self.posted_rules) and not holds(self.problem, mapping, self.posted_rules)
         self.refused += refused
