@@ -278,6 +278,31 @@ def test_compute_floor_is_the_floors_compute_and_below_it(name: str) -> None:
     assert shared > 0
 
 
+@pytest.mark.parametrize("name", ["qwen3-30b-a3b-h100-64", "llama-3.1-70b-h100-256"])
+def test_screening_floor_is_each_rows_own_compute_floor(name: str) -> None:
+    """RowSearch screens a row by its seconds per microbatch, priced once per compute key and options, times
+    its even stretch, once per PP, VPP and microbatches (RowSearch._compute_floor): the same units as the
+    row's own compute floor priced afresh on a model that has priced nothing (its own mapping and derived
+    sizes), for every row listed."""
+    from parasol.constraints.physics.schedule import even_stretch
+    from parasol.solver.search.costs import usable_mb
+    from parasol.solver.search.reprice import compute_floor_units
+    from parasol.solver.search.row_search import RowSearch
+
+    problem = load_problem(ROOT / "problems" / f"{name}.yaml")
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    totals = counts[0, counts.shape[0] - 1]
+    search = RowSearch(problem, CalibratedStageTimes(problem), counts, usable_mb(problem), 10, True)
+    rows = enumerate_rows(problem)
+    for row in rows:
+        mapping = row.mapping(problem)
+        d = derive(problem.model, mapping)
+        fresh = CalibratedStageTimes(problem).compute_per_microbatch_s(mapping, d, totals)
+        own = compute_floor_units(fresh, even_stretch(row.pp, row.vpp, float(d.num_microbatches)))
+        assert search._compute_floor(row) == own, row
+    assert len(search._per_microbatch) < len(rows) and len(search._stretches) < len(rows)
+
+
 def test_compute_floor_is_the_same_under_every_saving() -> None:
     """The savings solve may switch on move weights, gradients and optimizer state, not the compute: a
     row's compute per microbatch under each saving's step-time model is its plain one (RowSearch screens
