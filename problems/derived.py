@@ -6,7 +6,7 @@ divide exactly is reported as a Fraction so that the rule that fails can say by 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -176,8 +176,15 @@ def derive(model: ModelArchitecture, mapping: Mapping) -> Derived:
     """Every derived size of `mapping` for `model`, computed once per model and the mapping fields they
     read (not its recompute or rank order)."""
     m = mapping
-    key = (m.gpus, m.gbs, m.seq_len, m.tp, m.pp, m.cp, m.ep, m.expert_tp, m.vpp, m.mbs, m.layout)
-    return memoised_by(model, "derive", key, DERIVE_MEMO, lambda: _derive(model, m))
+    return derive_kept(model, (m.gpus, m.gbs, m.seq_len, m.tp, m.pp, m.cp, m.ep, m.expert_tp, m.vpp, m.mbs, m.layout),
+                       lambda: m)
+
+
+def derive_kept(model: ModelArchitecture, key: tuple, mapping: Callable[[], Mapping]) -> Derived:
+    """derive of the mapping `mapping()` builds, whose (GPUs, GBS, sequence, TP, PP, CP, EP, ETP, VPP, MBS,
+    layout) are `key`: the mapping is built only when its sizes are not kept yet (a search asks for the sizes
+    of tens of thousands of rows, and building a mapping costs more than looking them up)."""
+    return memoised_by(model, "derive", key, DERIVE_MEMO, lambda: _derive(model, mapping()))
 
 
 def _derive(model: ModelArchitecture, m: Mapping) -> Derived:

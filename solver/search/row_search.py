@@ -21,7 +21,7 @@ import numpy as np
 from parasol.constraints.evaluate import holds
 from parasol.constraints.physics.schedule import even_stretch
 from parasol.constraints.rules.feature import SettingsRule
-from parasol.problems.derived import attention_data_parallel, default_layout, derive, num_microbatches
+from parasol.problems.derived import attention_data_parallel, default_layout, num_microbatches
 from parasol.problems.loader import Problem
 from parasol.solver.search.choices import settled
 from parasol.solver.search.costs import RowCosts, StageTimeModel, row_costs
@@ -137,9 +137,8 @@ class RowSearch:
                row.flex_backend, row.cp_comm, row.cp_levels)
         per_microbatch = self._per_microbatch.get(key)
         if per_microbatch is None:
-            mapping = row.mapping(self.problem)
             per_microbatch = self._per_microbatch[key] = self.model_of(row).compute_per_microbatch_s(
-                mapping, derive(self.problem.model, mapping), self._totals)
+                row.mapping(self.problem), row.derived(self.problem), self._totals)
         spread = (row.pp, row.vpp, row.tp, row.cp, row.mbs)
         stretch = self._stretches.get(spread)
         if stretch is None:

@@ -18,6 +18,7 @@ from operator import attrgetter
 from parasol.constraints.physics.exchanges import grid_links, level_links
 from parasol.constraints.rules.moe import deepep_group_ok
 from parasol.hardware.topology import Level
+from parasol.problems.derived import Derived, derive_kept
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, Mapping, RankOrder, Recompute
 from parasol.problems.model.architecture import GQAAttention
@@ -220,6 +221,13 @@ class Row:
         mapping (_mapping): a search asks for the same ones many times, and validating one costs."""
         return _mapping(problem.gpus, problem.training.global_batch, problem.training.seq_len, self.tp, self.pp,
                         self.cp, self.ep, self.etp, self.vpp, self.mbs, self.recompute, layout, self.rank_order)
+
+    def derived(self, problem: Problem) -> Derived:
+        """derive of the row's mapping (its default split), without building the mapping when its sizes are
+        kept (derived.derive_kept)."""
+        key = (problem.gpus, problem.training.global_batch, problem.training.seq_len, self.tp, self.pp, self.cp,
+               self.ep, self.etp, self.vpp, self.mbs, None)
+        return derive_kept(problem.model, key, lambda: self.mapping(problem))
 
     def settings(self) -> dict[str, str | tuple[int, ...]]:
         """The framework options the row chooses, by their `--set` names."""
