@@ -153,3 +153,18 @@ def test_variants_within_an_earlier_ones_exchanges_are_not_priced() -> None:
         pruned += 1 < len(kept) < len(variants)
         assert settled(problem, row, model) == settled(problem, row, model, compare=False)
     assert pruned
+
+
+@pytest.mark.parametrize("name", ["deepseek-v4-pro-1024", "qwen3-30b-a3b-h100-64"])
+def test_row_derived_sizes_are_its_mappings(name: str) -> None:
+    """Row.derived reads a row's derived sizes without building its mapping when they are kept: the very
+    object derive gives for the row's mapping, whichever of the two asks first."""
+    from parasol.problems.derived import derive
+    from parasol.solver.search.space import enumerate_rows
+
+    problem = load_problem(f"problems/{name}.yaml")
+    for i, row in enumerate(enumerate_rows(problem)):
+        if i % 2:
+            assert row.derived(problem) is derive(problem.model, row.mapping(problem)), row
+        else:
+            assert derive(problem.model, row.mapping(problem)) is row.derived(problem), row
