@@ -830,15 +830,16 @@ class RankTotals:
         if ranges is not None:
             return self._solve_counts(ranges)
         states, codes, size = self._states()
-        held = states.sum(axis=1)
         shift, end = int((self.total + 1) @ self.place), int((2 * self.total + 1) @ self.place)
         inf = np.iinfo(np.int64).max
         pp, n = self.cuts.pp, self.cuts.n
         moves = [self._moves(r, slowest_us, cap_mb, minimise_time) for r in range(pp)]
         if any(not len(m[0]) for m in moves):
             return None
-        most = np.cumsum([int(m[2].max()) for m in moves][::-1])[::-1].tolist() + [0]
-        least = np.cumsum([int(m[2].min()) for m in moves][::-1])[::-1].tolist() + [0]
+        if pp > 2:
+            held = states.sum(axis=1)
+            most = np.cumsum([int(m[2].max()) for m in moves][::-1])[::-1].tolist() + [0]
+            least = np.cumsum([int(m[2].min()) for m in moves][::-1])[::-1].tolist() + [0]
         layer = np.full(size, inf, dtype=np.int64)
         layer[shift] = 0
         layers = []
