@@ -229,8 +229,7 @@ class InterleavedCuts:
             if k == self.stages:
                 return pos == self.n
             nodes[0] += 1
-            key = (k, pos, tuple(left))
-            if nodes[0] > REALISE_BUDGET or key in failed:
+            if nodes[0] > REALISE_BUDGET or (failed and (k, pos, tuple(left)) in failed):
                 return False
             r, rounds = k % self.pp, self.vpp - k // self.pp
             need, code = left[r], codes[r]
@@ -242,7 +241,7 @@ class InterleavedCuts:
                     return True
                 layout.pop()
                 left[r], codes[r] = need, code
-            failed.add(key)
+            failed.add((k, pos, tuple(left)))
             return False
 
         return tuple(layout) if go(0, 0) else None

@@ -167,9 +167,9 @@ class _Geometry:
         where the moves of each number of blocks b = 0 … longest + 1 start among them."""
         self.moves_of = np.zeros(self.classes * len(self.comps), dtype=np.int64)
         """Per state, how many moves it has in `joined`."""
-        self.live_of: dict[tuple[bytes, int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self.live_of: dict[tuple[bytes, int, int], tuple[np.ndarray, np.ndarray, int]] = {}
         """Per live set and range of blocks, where its states' moves of those blocks are in `joined` (in its order)
-        and their codes (edges); the latest few, dropped when `joined` grows."""
+        and their codes (edges), and the live states' moves of any blocks; the latest few, dropped when `joined` grows."""
         self.kept = 0
         """Moves held in live_of."""
         self.codes_of: dict[bytes, np.ndarray] = {}
@@ -339,18 +339,19 @@ class _Geometry:
         self.kept = 0
         self.codes_of.clear()
 
-    def edges(self, live: np.ndarray, least: int, most: int) -> tuple[_Joined, np.ndarray, np.ndarray]:
+    def edges(self, live: np.ndarray, least: int, most: int) -> tuple[_Joined, np.ndarray, np.ndarray, int]:
         """The moves of every expanded state (`joined`, the `live` states expanded first when they are not yet),
-        and the live states' moves of `least` … `most` blocks: where they are in `joined`, in its order, and their
-        codes; the latest few live sets' kept (ranks ask for the same ones question after question)."""
-        self._expanded(live)
+        and the live states' moves of `least` … `most` blocks: where they are in `joined`, in its order, their
+        codes, and how many moves of any blocks the live states have; the latest few live sets' kept (ranks ask
+        for the same ones question after question; a kept set's states are expanded, as `expand` drops them)."""
         key = (live.tobytes(), least, most)
         found = self.live_of.pop(key, None)
         if found is None:
+            self._expanded(live)
             order, sources, codes, starts = self.by_blocks
             part = slice(starts[least], starts[most + 1]) if least <= most else slice(0, 0)
             where = np.sort(order[part][self._inside(live).take(sources[part])])
-            found = (where, self.joined.rows[2].take(where).astype(self.code_type))
+            found = (where, self.joined.rows[2].take(where).astype(self.code_type), int(self.moves_of.take(live).sum()))
             while self.live_of and self.kept + len(found[0]) > EDGES_KEPT:
                 self.kept -= len(self.live_of.pop(next(iter(self.live_of)))[0])
             self.kept += len(found[0])
@@ -489,13 +490,13 @@ class _Case:
         CELL_LIMIT."""
         lo, hi = window
         least, most = max(lo - before[1], 0), min(hi - before[0], self.g.longest)
-        joined, where, code = self.g.edges(live, least, most)
+        joined, where, code, moves = self.g.edges(live, least, most)
         objective = self.priced[0][r] if question.minimise_time else self.priced[1][r]
         if question.within is not None:
             fit = fit & (objective <= question.within)
         if hi < lo:
             return None
-        if int(self.g.moves_of.take(live).sum()) * (hi - lo + 1) > CELL_LIMIT:
+        if moves * (hi - lo + 1) > CELL_LIMIT:
             count = int(np.count_nonzero(fit.take(self.g.live_codes(live))))
             if not count:
                 return None
