@@ -90,6 +90,27 @@ def _by_unevenness(pos: int, low: int, top: int, blocks: int, rounds: int) -> It
             down, up = down - 1, up + 1
 
 
+def _first_length(need: int, rounds: int, most: int, allowed: set[int]) -> int | None:
+    """_realise_moves' first piece with one kind group, as a length: lengths up to `most` by unevenness
+    |length · rounds − need| (_by_unevenness), the shorter of two alike first, the first that leaves a need
+    in `allowed`; None when none does."""
+    low = max(need if rounds == 1 else 1, 1)
+    down, up = min(need // rounds, most), max(need // rounds + 1, low)
+    while down >= low or up <= most:
+        below = need - down * rounds if down >= low else None
+        above = up * rounds - need if up <= most else None
+        if above is None or (below is not None and below < above):
+            alike, down = (down,), down - 1
+        elif below is None or above < below:
+            alike, up = (up,), up + 1
+        else:
+            alike, down, up = (down, up), down - 1, up + 1
+        for length in alike:
+            if need - length >= 0 and need - length in allowed:
+                return length
+    return None
+
+
 @functools.lru_cache(maxsize=16)
 def _block_kinds(raw: bytes, shape: tuple[int, ...]) -> tuple[int, ...]:
     """The kind of each block of the sequence whose interval counts are `raw` (int64, `shape`): the same
@@ -217,7 +238,12 @@ class InterleavedCuts:
         return known[1]
 
     def _realise(self, left: list[tuple[int, ...]], sums: list[set[int]]) -> tuple[int, ...] | None:
-        """realise's search, from the ranks' needs `left` (changed as it goes)."""
+        """realise's search, from the ranks' needs `left` (changed as it goes); with one kind group its first
+        path first (_counts_path), the search's answer whenever that path reaches the last block."""
+        if len(self.relaxed.groups) == 1:
+            first = self._counts_path([t[0] for t in left], sums)
+            if first is not None:
+                return first
         place = [int(x) for x in self.relaxed.place]
         at, coded = self._prefix_codes
         codes = [sum(x * w for x, w in zip(t, place, strict=True)) for t in left]
@@ -245,6 +271,25 @@ class InterleavedCuts:
             return False
 
         return tuple(layout) if go(0, 0) else None
+
+    def _counts_path(self, need: list[int], sums: list[set[int]]) -> tuple[int, ...] | None:
+        """One kind group: the layout of realise's first path, each stage taking _realise_moves' first piece
+        (a need is then a block count and a piece's code its length), or None when a stage has none or the
+        path ends short of the last block (the search then backtracks)."""
+        if self.stages > REALISE_BUDGET:
+            return None
+        layout: list[int] = []
+        pos = 0
+        for k in range(self.stages):
+            r, rounds = k % self.pp, self.vpp - k // self.pp
+            most = min(need[r] - rounds + 1, self.n - (self.stages - k - 1) - pos)
+            length = _first_length(need[r], rounds, most, sums[rounds - 1])
+            if length is None:
+                return None
+            need[r] -= length
+            layout.append(length)
+            pos += length
+        return tuple(layout) if pos == self.n else None
 
     @functools.cached_property
     def _prefix_codes(self) -> tuple[list[tuple[int, ...]], list[int]]:
