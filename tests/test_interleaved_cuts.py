@@ -360,3 +360,49 @@ def test_realise_pieces_come_by_unevenness_then_end() -> None:
 
         ends = sorted(range(low, top + 1), key=lambda e: (unevenness(e), e))
         assert list(_by_unevenness(pos, low, top, blocks, rounds)) == [tuple(g) for _, g in groupby(ends, unevenness)]
+
+
+def test_one_group_relaxation_equals_its_dynamic_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one kind group the relaxation's answer is read off each rank's interval of counts (_solve_counts):
+    the same least value and the same traced per-rank counts as the dynamic program over running totals,
+    under loose, tight and infeasible bounds, for both objectives."""
+    from parasol.solver.search.interleaved import RankTotals
+
+    asked = 0
+    for c, counts, usable in _one_kind_rows():
+        cuts = InterleavedCuts(c, counts)
+        assert len(cuts.relaxed.groups) == 1
+        stages = cuts.stages
+        edges = [k * cuts.n // stages for k in range(stages + 1)]
+        slowest, peak = cuts.measure(tuple(edges[k + 1] - edges[k] for k in range(stages)))
+        for time_us in (UNBOUNDED, slowest * 12 // 10, slowest, slowest * 9 // 10):
+            for cap in (usable, peak, peak - 50):
+                for minimise_time in (True, False):
+                    read = cuts.relaxed.solve(time_us, cap, minimise_time)
+                    with monkeypatch.context() as m:
+                        m.setattr(RankTotals, "_count_ranges", lambda *_: None)
+                        programmed = cuts.relaxed.solve(time_us, cap, minimise_time)
+                    assert (read is None) == (programmed is None)
+                    if read is not None:
+                        assert read[0] == programmed[0]
+                        assert [[v.tolist() for v in t] for t in read[1]] == \
+                            [[v.tolist() for v in t] for t in programmed[1]]
+                        asked += 1
+    assert asked >= 100
+
+
+def test_one_group_first_piece_is_the_searchs() -> None:
+    """With one kind group realise's first path takes, at every stage, the first piece the search would try
+    (_first_length against _realise_moves), or none when the search has none."""
+    from parasol.solver.search.interleaved import _first_length
+
+    rng = random.Random(15)
+    n = 60
+    at, coded = [(i,) for i in range(n + 1)], list(range(n + 1))
+    for _ in range(20000):
+        rounds, pos, need = rng.randint(1, 8), rng.randint(0, 30), rng.randint(0, 30)
+        top = min(pos + need - rounds + 1, rng.randint(pos, n))
+        allowed = set(rng.sample(range(32), rng.randint(0, 32)))
+        first = next(InterleavedCuts._realise_moves(pos, top, (need,), need, rounds, at, coded, allowed), None)
+        length = _first_length(need, rounds, top - pos, allowed)
+        assert (None if first is None else first[0] - pos) == length

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import NamedTuple
 
 import numpy as np
 
@@ -87,6 +88,27 @@ def _by_unevenness(pos: int, low: int, top: int, blocks: int, rounds: int) -> It
         else:
             yield (down, up)
             down, up = down - 1, up + 1
+
+
+def _first_length(need: int, rounds: int, most: int, allowed: set[int]) -> int | None:
+    """_realise_moves' first piece with one kind group, as a length: lengths up to `most` by unevenness
+    |length · rounds − need| (_by_unevenness), the shorter of two alike first, the first that leaves a need
+    in `allowed`; None when none does."""
+    low = max(need if rounds == 1 else 1, 1)
+    down, up = min(need // rounds, most), max(need // rounds + 1, low)
+    while down >= low or up <= most:
+        below = need - down * rounds if down >= low else None
+        above = up * rounds - need if up <= most else None
+        if above is None or (below is not None and below < above):
+            alike, down = (down,), down - 1
+        elif below is None or above < below:
+            alike, up = (up,), up + 1
+        else:
+            alike, down, up = (down, up), down - 1, up + 1
+        for length in alike:
+            if need - length >= 0 and need - length in allowed:
+                return length
+    return None
 
 
 @functools.lru_cache(maxsize=16)
@@ -216,7 +238,12 @@ class InterleavedCuts:
         return known[1]
 
     def _realise(self, left: list[tuple[int, ...]], sums: list[set[int]]) -> tuple[int, ...] | None:
-        """realise's search, from the ranks' needs `left` (changed as it goes)."""
+        """realise's search, from the ranks' needs `left` (changed as it goes); with one kind group its first
+        path first (_counts_path), the search's answer whenever that path reaches the last block."""
+        if len(self.relaxed.groups) == 1:
+            first = self._counts_path([t[0] for t in left], sums)
+            if first is not None:
+                return first
         place = [int(x) for x in self.relaxed.place]
         at, coded = self._prefix_codes
         codes = [sum(x * w for x, w in zip(t, place, strict=True)) for t in left]
@@ -228,8 +255,7 @@ class InterleavedCuts:
             if k == self.stages:
                 return pos == self.n
             nodes[0] += 1
-            key = (k, pos, tuple(left))
-            if nodes[0] > REALISE_BUDGET or key in failed:
+            if nodes[0] > REALISE_BUDGET or (failed and (k, pos, tuple(left)) in failed):
                 return False
             r, rounds = k % self.pp, self.vpp - k // self.pp
             need, code = left[r], codes[r]
@@ -241,10 +267,29 @@ class InterleavedCuts:
                     return True
                 layout.pop()
                 left[r], codes[r] = need, code
-            failed.add(key)
+            failed.add((k, pos, tuple(left)))
             return False
 
         return tuple(layout) if go(0, 0) else None
+
+    def _counts_path(self, need: list[int], sums: list[set[int]]) -> tuple[int, ...] | None:
+        """One kind group: the layout of realise's first path, each stage taking _realise_moves' first piece
+        (a need is then a block count and a piece's code its length), or None when a stage has none or the
+        path ends short of the last block (the search then backtracks)."""
+        if self.stages > REALISE_BUDGET:
+            return None
+        layout: list[int] = []
+        pos = 0
+        for k in range(self.stages):
+            r, rounds = k % self.pp, self.vpp - k // self.pp
+            most = min(need[r] - rounds + 1, self.n - (self.stages - k - 1) - pos)
+            length = _first_length(need[r], rounds, most, sums[rounds - 1])
+            if length is None:
+                return None
+            need[r] -= length
+            layout.append(length)
+            pos += length
+        return tuple(layout) if pos == self.n else None
 
     @functools.cached_property
     def _prefix_codes(self) -> tuple[list[tuple[int, ...]], list[int]]:
@@ -638,6 +683,15 @@ def _sequence(raw: bytes, shape: tuple[int, ...], pattern: tuple[int, ...]) -> _
                      (distinct[:, None] // place[None, :]) % radix[None, :])
 
 
+class _CountRanges(NamedTuple):
+    """One kind group: per rank its least count, how many counts from it it may hold, and their objective
+    (ranks × counts, the int64 maximum past a rank's last)."""
+
+    low: np.ndarray
+    counts: np.ndarray
+    cost: np.ndarray
+
+
 class RankTotals:
     """A relaxation of the interleaved cut that keeps what a rank can hold and drops where: every rank takes
     VPP block intervals of the sequence (as kind counts; the first rank's first one starts at block 0, the
@@ -673,7 +727,12 @@ class RankTotals:
         self.grid: tuple[np.ndarray, np.ndarray, int] | None = None
         self.partial: dict[tuple[int, int], list[set[int]]] = {}
         """Per bounds, the codes of sums of j intervals some rank can hold, j = 0..VPP (_rank_vectors)."""
-        self.priced: dict[tuple[int, int, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.priced: dict[tuple[int, int, str], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.priced_bounds: dict[str, list[tuple[int, int]]] = {}
+        """`priced`'s bounds per edge, in the order they were priced (_priced_key scans them)."""
+        self.rising: dict[tuple[int, int, str], bool] = {}
+        """Per `priced` key, whether its vectors are consecutive counts of one group whose costs never fall
+        on the ranks of its edge (_count_ranges)."""
         self.edges = {"time": np.array(c.edge_time_us, dtype=np.int64), "act": np.array(c.edge_activation, dtype=np.int64),
                       "static": np.array(c.edge_static, dtype=np.int64), "peak": np.array(c.edge_peak, dtype=np.int64),
                       "moe": np.array(c.edge_moe, dtype=bool),
@@ -779,17 +838,28 @@ class RankTotals:
         """Rank r's vectors within both bounds, as codes, the objective each costs on rank r, and their
         block counts. Costs grow with every block, so the vectors within tighter bounds are those of looser
         ones that fit them: any looser bounds' vectors already priced are filtered instead of summed again."""
+        codes, blocks, time, memory = self._priced_for(r, slowest_us, cap_mb)
+        ok = (time[r] <= slowest_us) & (memory[r] <= cap_mb)
+        return codes[ok], (time[r] if minimise_time else memory[r])[ok], blocks[ok]
+
+    def _priced_for(self, r: int, slowest_us: int, cap_mb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The vectors rank r's edge can hold within these bounds or the first looser ones already priced (_moves
+        filters them by rank): their codes, block counts, and time and memory on every rank (rows)."""
+        return self.priced[self._priced_key(r, slowest_us, cap_mb)]
+
+    def _priced_key(self, r: int, slowest_us: int, cap_mb: int) -> tuple[int, int, str]:
+        """_priced_for's key in `priced` (priced here when new): the first bounds priced for rank r's edge, in the
+        order they were, at least as loose as these, else these."""
         edge = {0: "first", self.cuts.pp - 1: "last"}.get(r, "")
-        key = next(((t, m, e) for t, m, e in self.priced if e == edge and t >= slowest_us and m >= cap_mb),
-                   (slowest_us, cap_mb, edge))
+        bounds = self.priced_bounds.setdefault(edge, [])
+        key = next(((t, m, edge) for t, m in bounds if t >= slowest_us and m >= cap_mb), (slowest_us, cap_mb, edge))
         if key not in self.priced:
             vectors = self._rank_vectors(*key)
             codes = vectors @ self.place
             _, time, memory, column = self._grid_costs
             self.priced[key] = (codes, vectors.sum(axis=1), time[:, column[codes]], memory[:, column[codes]])
-        codes, blocks, time, memory = self.priced[key]
-        ok = (time[r] <= slowest_us) & (memory[r] <= cap_mb)
-        return codes[ok], (time[r] if minimise_time else memory[r])[ok], blocks[ok]
+            bounds.append(key[:2])
+        return key
 
     def solve(self, slowest_us: int, cap_mb: int,
               minimise_time: bool) -> tuple[int, Iterator[list[np.ndarray]]] | None:
@@ -797,17 +867,23 @@ class RankTotals:
         ranks' kind counts of one or two relaxed cuts that have it (_trace), each traced when it is asked
         for; None when no relaxed cut is within both. The
         first rank starts from no blocks and the last only has to reach the model's totals; a rank between
-        takes only the states whose block count the ranks before can reach and the ranks after complete."""
+        takes only the states whose block count the ranks before can reach and the ranks after complete.
+        With one kind group the ranks' counts are intervals (_count_ranges) and the same answer is read off
+        their bounds (_solve_counts)."""
+        ranges = self._count_ranges(slowest_us, cap_mb, minimise_time) if len(self.groups) == 1 else None
+        if ranges is not None:
+            return self._solve_counts(ranges)
         states, codes, size = self._states()
-        held = states.sum(axis=1)
         shift, end = int((self.total + 1) @ self.place), int((2 * self.total + 1) @ self.place)
         inf = np.iinfo(np.int64).max
         pp, n = self.cuts.pp, self.cuts.n
         moves = [self._moves(r, slowest_us, cap_mb, minimise_time) for r in range(pp)]
         if any(not len(m[0]) for m in moves):
             return None
-        most = np.cumsum([int(m[2].max()) for m in moves][::-1])[::-1].tolist() + [0]
-        least = np.cumsum([int(m[2].min()) for m in moves][::-1])[::-1].tolist() + [0]
+        if pp > 2:
+            held = states.sum(axis=1)
+            most = np.cumsum([int(m[2].max()) for m in moves][::-1])[::-1].tolist() + [0]
+            least = np.cumsum([int(m[2].min()) for m in moves][::-1])[::-1].tolist() + [0]
         layer = np.full(size, inf, dtype=np.int64)
         layer[shift] = 0
         layers = []
@@ -865,6 +941,89 @@ class RankTotals:
             out.append(vectors[pick])
             left = left - vectors[pick]
             at -= int(taken[pick])
+        return out[::-1]
+
+    def _count_ranges(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> _CountRanges | None:
+        """One kind group, PP > 1: each rank's block counts within both bounds (what _moves gives it), when they
+        are an interval from the least count of its edge's vectors and the objective grows with the count;
+        None when they are not (solve's dynamic program answers then)."""
+        pp = self.cuts.pp
+        if pp < 2:
+            return None
+        parts = [(0, 1), (1, pp - 1), (pp - 1, pp)]
+        low, count, cost = [], [], []
+        for a, b in parts:
+            if a == b:
+                continue
+            key = self._priced_key(a, slowest_us, cap_mb)
+            codes, _, time, memory = self.priced[key]
+            if key not in self.rising:
+                self.rising[key] = self._rising(codes, time[a:b], memory[a:b])
+            if not self.rising[key]:
+                return None
+            ok = (time[a:b] <= slowest_us) & (memory[a:b] <= cap_mb)
+            low.extend([int(codes[0]) if len(codes) else 0] * (b - a))
+            count.append(ok.sum(axis=1))
+            cost.append(np.where(ok, time[a:b] if minimise_time else memory[a:b], np.iinfo(np.int64).max))
+        width = max(x.shape[1] for x in cost)
+        if any(x.shape[1] < width for x in cost):
+            cost = [np.pad(x, ((0, 0), (0, width - x.shape[1])), constant_values=np.iinfo(np.int64).max)
+                    for x in cost]
+        return _CountRanges(np.array(low, dtype=np.int64), np.concatenate(count), np.concatenate(cost))
+
+    @staticmethod
+    def _rising(codes: np.ndarray, time: np.ndarray, memory: np.ndarray) -> bool:
+        """Whether priced vectors of one group are consecutive counts whose time and memory never fall (so the
+        counts a rank holds within any bounds are a prefix of them)."""
+        if len(codes) and codes[-1] - codes[0] != len(codes) - 1:
+            return False
+        return bool((np.diff(time, axis=1) >= 0).all() and (np.diff(memory, axis=1) >= 0).all())
+
+    def _solve_counts(self, ranges: _CountRanges) -> tuple[int, Iterator[list[np.ndarray]]] | None:
+        """solve with one kind group over interval counts: the least value within which the ranks' counts reach
+        the model's blocks. Rank r holds up to low_r − 1 + (its counts' objectives within v) blocks, so the
+        value is the largest of every rank's least objective (each must hold some count) and the k-th least
+        objective of all, k = n − Σ (low_r − 1); the traces are _trace's (_count_trace)."""
+        n = self.cuts.n
+        low, counts, cost = ranges
+        if not counts.all() or int(low.sum()) > n or int((low + counts - 1).sum()) < n:
+            return None
+        k = n - int(low.sum()) + len(low)
+        flat = cost.ravel()
+        value = max(int(cost[:, 0].max()), int(np.partition(flat, k - 1)[k - 1]))
+        top = low + (cost <= value).sum(axis=1) - 1
+        return value, self._count_traces(low, top)
+
+    def _count_traces(self, low: np.ndarray, top: np.ndarray) -> Iterator[list[np.ndarray]]:
+        """_traces over interval counts low…top per rank: the trace nearest the evenest layout, then the one
+        nearest even shares when it differs."""
+        first = self._count_trace(low, top, True)
+        yield [np.array([x], dtype=np.int64) for x in first]
+        second = self._count_trace(low, top, False)
+        if first != second:
+            yield [np.array([x], dtype=np.int64) for x in second]
+
+    def _count_trace(self, low: np.ndarray, top: np.ndarray, even: bool) -> list[int]:
+        """_trace over interval counts: rank r, last first, takes the count nearest its target among those
+        its range allows whose rest the ranks before can hold (between their least and largest counts);
+        the lower of two equally near."""
+        before_low = np.concatenate([[0], np.cumsum(low)]).tolist()
+        before_top = np.concatenate([[0], np.cumsum(top)]).tolist()
+        at, left = self.cuts.n, int(self.total[0])
+        out = []
+        for r in range(self.cuts.pp - 1, -1, -1):
+            a, b = max(int(low[r]), at - before_top[r]), min(int(top[r]), at - before_low[r])
+            near = int(self.even[r, 0]) if even else left / (r + 1)
+            if near <= a:
+                pick = a
+            elif near >= b:
+                pick = b
+            else:
+                floor = math.floor(near)
+                pick = floor if near - floor <= floor + 1 - near else floor + 1
+            out.append(pick)
+            left -= pick
+            at -= pick
         return out[::-1]
 
     def fastest_us(self, cap_mb: int, slowest_us: int) -> int | None:

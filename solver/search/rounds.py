@@ -104,25 +104,6 @@ def trail_exists(pairs: tuple[int, ...], q: int, start: int) -> bool:
 
 
 @dataclass(frozen=True)
-class _Moves:
-    """A state's moves for one rank: destination state, the rank's kind counts less its pooled periods,
-    blocks less the pooled periods, the least number of pooled periods (pieces of residue 0 need one),
-    and (round-0 option, later-round option) indices to rebuild the pieces."""
-
-    dst: np.ndarray
-    vec: np.ndarray
-    blocks: np.ndarray
-    least: np.ndarray
-    detail: np.ndarray
-    hist: np.ndarray
-    """Pieces of each residue whose periods are pooled."""
-    fixed: np.ndarray
-    """The length of a round-0 piece taken whole (0 when its periods are pooled too)."""
-    lead: np.ndarray
-    """The starting length of a round-0 lead-in piece whose periods are pooled (0 when none)."""
-
-
-@dataclass(frozen=True)
 class _Layer:
     """One rank's step of a pass: the values before it (states × blocks placed) and its edges (destination
     and cost), with where they are among the expanded states' moves (`joined`) for the rest."""
@@ -155,8 +136,6 @@ class _Geometry:
         self.place = np.cumprod(np.concatenate([[1], self.total[:-1] + 1])).astype(np.int64)
         self.code_type = np.int32 if int(self.place[-1] * (self.total[-1] + 1)) < 1 << 31 else np.int64
         """The narrowest type that holds every kind-count code."""
-        self.detail_of: dict[int, np.ndarray] = {}
-        """Per expanded state, its moves' (round-0 option, later-rounds option) indices."""
         self.expanded = np.zeros(self.classes * len(self.comps), dtype=bool)
         """Which states' moves are in `joined`."""
         self.joined = _Joined(*(np.zeros(n, dtype=np.int64) for n in ((0,), (6, 0), (0,))))
@@ -167,9 +146,9 @@ class _Geometry:
         where the moves of each number of blocks b = 0 … longest + 1 start among them."""
         self.moves_of = np.zeros(self.classes * len(self.comps), dtype=np.int64)
         """Per state, how many moves it has in `joined`."""
-        self.live_of: dict[tuple[bytes, int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self.live_of: dict[tuple[bytes, int, int], tuple[np.ndarray, np.ndarray, int]] = {}
         """Per live set and range of blocks, where its states' moves of those blocks are in `joined` (in its order)
-        and their codes (edges); the latest few, dropped when `joined` grows."""
+        and their codes (edges), and the live states' moves of any blocks; the latest few, dropped when `joined` grows."""
         self.kept = 0
         """Moves held in live_of."""
         self.codes_of: dict[bytes, np.ndarray] = {}
@@ -251,23 +230,36 @@ class _Geometry:
                                        axis=1)
             dst = self.comp_of(after)
             key = np.concatenate([dst[:, None], vec, size[:, None], need[:, None], hist], axis=1)
-            keep = np.sort(np.unique(key, axis=0, return_index=True)[1])
+            keep = np.sort(np.unique(_row_codes(key), return_index=True)[1])
             self.later_of[comp] = (dst[keep], vec[keep], size[keep], need[keep], hist[keep], picks[keep])
         return self.later_of[comp]
 
-    def moves(self, state: int) -> _Moves:
-        """Every move of one rank from `state` (c0 · comps + comp): a round-0 option with a later-rounds one."""
-        c0, comp = divmod(state, len(self.comps))
-        f_to, f_vec, f_blocks, f_least, f_hist, f_fixed, f_lead, _ = self.first(c0)
-        l_to, l_vec, l_blocks, l_least, l_hist, _ = self.later(comp)
-        a, b = len(f_to), len(l_to)
-        detail = np.stack([np.repeat(np.arange(a), b), np.tile(np.arange(b), a)], axis=1)
-        return _Moves((f_to[:, None] * len(self.comps) + l_to[None, :]).ravel(),
-                      (f_vec[:, None, :] + l_vec[None, :, :]).reshape(a * b, -1),
-                      (f_blocks[:, None] + l_blocks[None, :]).ravel(),
-                      (f_least[:, None] + l_least[None, :]).ravel(), detail,
-                      (f_hist[:, None, :] + l_hist[None, :, :]).reshape(a * b, -1), np.repeat(f_fixed, b),
-                      np.repeat(f_lead, b))
+    def moves(self, states: list[int]) -> tuple[np.ndarray, ...]:
+        """Every move of one rank from each of `states` (c0 · comps + comp): each round-0 option with each
+        later-rounds one, a state's moves in that order (move k pairs round-0 option k // b with later option
+        k % b, b later options: `detail`); (owner among `states`, k, destination state, the rank's kind counts
+        less its pooled periods, blocks less the pooled periods, the least number of pooled periods, pieces of
+        each residue whose periods are pooled, the length of a round-0 piece taken whole (0 when pooled too),
+        the starting length of a round-0 lead-in piece whose periods are pooled (0 when none))."""
+        nc = len(self.comps)
+        c0s, comps = np.divmod(np.array(states, dtype=np.int64), nc)
+        firsts = {c: self.first(c)[:7] for c in dict.fromkeys(c0s.tolist())}
+        laters = {c: self.later(c)[:5] for c in dict.fromkeys(comps.tolist())}
+        f_tables, f_start, f_count = _stacked(firsts, c0s)
+        l_tables, l_start, l_count = _stacked(laters, comps)
+        count = f_count * l_count
+        owner = np.repeat(np.arange(len(states)), count)
+        index = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+        b = l_count[owner]
+        f, later = f_start[owner] + index // b, l_start[owner] + index % b
+        f_to, f_vec, f_blocks, f_least, f_hist, f_fixed, f_lead = (x[f] for x in f_tables)
+        l_to, l_vec, l_blocks, l_least, l_hist = (x[later] for x in l_tables)
+        return (owner, index, f_to * nc + l_to, f_vec + l_vec, f_blocks + l_blocks, f_least + l_least,
+                f_hist + l_hist, f_fixed, f_lead)
+
+    def detail(self, state: int, index: int) -> tuple[int, int]:
+        """(round-0 option, later-rounds option) of move `index` of `state` (moves' order)."""
+        return divmod(index, len(self.later(state % len(self.comps))[0]))
 
     def spread(self, hist: tuple[int, ...], fixed: int, lead: int, extra: int) -> int:
         """Σ |length · stages − n| over one rank's pieces at their evenest: `hist` pieces of each residue
@@ -289,11 +281,7 @@ class _Geometry:
         longest rank and the model's kind totals, one per (destination, blocks, kind counts), kept per state
         as (dst, blocks, code of the kind counts, move index, periods, spread: the evenest of those alike);
         all states in one pass."""
-        moves = [self.moves(s) for s in states]
-        owner = np.repeat(np.arange(len(states)), [len(m.dst) for m in moves])
-        dst, vec, blocks, least, hist, fixed, lead = (np.concatenate([getattr(m, f) for m in moves]) for f in
-                                                      ("dst", "vec", "blocks", "least", "hist", "fixed", "lead"))
-        index = np.concatenate([np.arange(len(m.dst)) for m in moves])
+        owner, index, dst, vec, blocks, least, hist, fixed, lead = self.moves(states)
         periods = np.arange(self.longest // self.q + 1)
         room = np.where(self.period > 0, (self.total - vec) // np.maximum(self.period, 1), self.longest)
         top = np.where((vec <= self.total).all(axis=1), room.min(axis=1), -1)
@@ -321,8 +309,6 @@ class _Geometry:
         ordered = key[evenest]
         first = np.sort(evenest[np.concatenate(([True], ordered[1:] != ordered[:-1]))])
         move, k, size, code, spread = move[first], k[first], size[first], code[first], spread[first]
-        for i, state in enumerate(states):
-            self.detail_of[state] = moves[i].detail.astype(np.int32)
         self.expanded[states] = True
         src = np.concatenate([self.joined.src, np.array(states, dtype=np.int64)[owner[move]]])
         rows = np.concatenate([self.joined.rows, np.stack([dst[move], size, code, index[move], periods[k], spread])],
@@ -339,18 +325,19 @@ class _Geometry:
         self.kept = 0
         self.codes_of.clear()
 
-    def edges(self, live: np.ndarray, least: int, most: int) -> tuple[_Joined, np.ndarray, np.ndarray]:
+    def edges(self, live: np.ndarray, least: int, most: int) -> tuple[_Joined, np.ndarray, np.ndarray, int]:
         """The moves of every expanded state (`joined`, the `live` states expanded first when they are not yet),
-        and the live states' moves of `least` … `most` blocks: where they are in `joined`, in its order, and their
-        codes; the latest few live sets' kept (ranks ask for the same ones question after question)."""
-        self._expanded(live)
+        and the live states' moves of `least` … `most` blocks: where they are in `joined`, in its order, their
+        codes, and how many moves of any blocks the live states have; the latest few live sets' kept (ranks ask
+        for the same ones question after question; a kept set's states are expanded, as `expand` drops them)."""
         key = (live.tobytes(), least, most)
         found = self.live_of.pop(key, None)
         if found is None:
+            self._expanded(live)
             order, sources, codes, starts = self.by_blocks
             part = slice(starts[least], starts[most + 1]) if least <= most else slice(0, 0)
             where = np.sort(order[part][self._inside(live).take(sources[part])])
-            found = (where, self.joined.rows[2].take(where).astype(self.code_type))
+            found = (where, self.joined.rows[2].take(where).astype(self.code_type), int(self.moves_of.take(live).sum()))
             while self.live_of and self.kept + len(found[0]) > EDGES_KEPT:
                 self.kept -= len(self.live_of.pop(next(iter(self.live_of)))[0])
             self.kept += len(found[0])
@@ -390,6 +377,26 @@ class _Joined:
     src: np.ndarray
     rows: np.ndarray
     read: np.ndarray
+
+
+def _row_codes(rows: np.ndarray) -> np.ndarray:
+    """One integer per row of int64 `rows`, equal exactly for equal rows (a mixed radix over the columns' largest
+    values); the rows themselves, viewed whole, when a value is negative or the radix passes int64."""
+    radix = rows.max(axis=0, initial=0) + 1
+    if rows.min(initial=0) < 0 or math.prod(int(x) for x in radix) >= 1 << 62:
+        return np.ascontiguousarray(rows).view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    return rows @ np.cumprod(np.concatenate([[1], radix[:-1]])).astype(np.int64)
+
+
+def _stacked(options: dict[int, tuple[np.ndarray, ...]], keys: np.ndarray
+             ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """Per-key option tables (first or later) stacked: each table's rows of every key in `options`' order, and
+    for each of `keys` where its rows start and how many there are."""
+    tables = [np.concatenate(x) for x in zip(*options.values(), strict=True)]
+    sizes = np.array([len(x[0]) for x in options.values()], dtype=np.int64)
+    at = {key: i for i, key in enumerate(options)}
+    which = np.array([at[key] for key in keys.tolist()], dtype=np.int64)
+    return tables, (np.cumsum(sizes) - sizes)[which], sizes[which]
 
 
 @functools.lru_cache(maxsize=32)
@@ -489,13 +496,13 @@ class _Case:
         CELL_LIMIT."""
         lo, hi = window
         least, most = max(lo - before[1], 0), min(hi - before[0], self.g.longest)
-        joined, where, code = self.g.edges(live, least, most)
+        joined, where, code, moves = self.g.edges(live, least, most)
         objective = self.priced[0][r] if question.minimise_time else self.priced[1][r]
         if question.within is not None:
             fit = fit & (objective <= question.within)
         if hi < lo:
             return None
-        if int(self.g.moves_of.take(live).sum()) * (hi - lo + 1) > CELL_LIMIT:
+        if moves * (hi - lo + 1) > CELL_LIMIT:
             count = int(np.count_nonzero(fit.take(self.g.live_codes(live))))
             if not count:
                 return None
@@ -618,8 +625,7 @@ class _Case:
             if add:
                 value -= cost
             rows = layer.joined.rows
-            detail = self.g.detail_of[src][int(rows[3, which])]
-            picks.append((src, (int(detail[0]), int(detail[1])), int(rows[4, which])))
+            picks.append((src, self.g.detail(src, int(rows[3, which])), int(rows[4, which])))
             placed -= shift
             state = src
         picks.reverse()
