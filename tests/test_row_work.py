@@ -259,9 +259,9 @@ def test_row_costs_edges_are_every_stage_priced_on_its_own(problems: list) -> No
 
 def test_memoised_halves_are_the_ledger(problems: list) -> None:
     """row_costs keeps a block's (and an edge's) parameter state and its saved activations apart, each per
-    problem and the fields it reads, so rows that differ in the microbatch or recompute share the first and
-    rows that differ in PP or EP the second: every row's tables, under each saving and with CPU offloading,
-    are those of the whole contributions and buffers the ledger computes for that row alone."""
+    problem and the fields it reads, so rows that differ in CP, the microbatch or recompute share the first
+    and rows that differ in PP or EP the second: every row's tables, under each saving and with CPU
+    offloading, are those of the whole contributions and buffers the ledger computes for that row alone."""
     from parasol.constraints.physics.memory import (
         block_contribution,
         dispatch_buffer_bytes,
@@ -275,8 +275,8 @@ def test_memoised_halves_are_the_ledger(problems: list) -> None:
     for problem in variants:
         options, model, training = problem.spec.framework.options, problem.model, problem.training
         rows = enumerate_rows(problem)
-        shared = {(r.pp, r.tp, r.cp, r.ep, r.etp) for r in rows[::max(len(rows) // 3, 1)]}
-        for row in [r for r in rows if (r.pp, r.tp, r.cp, r.ep, r.etp) in shared][:40] + list(rows[::max(len(rows) // 12, 1)][:12]):
+        shared = {(r.pp, r.tp, r.ep, r.etp) for r in rows[::max(len(rows) // 3, 1)]}
+        for row in [r for r in rows if (r.pp, r.tp, r.ep, r.etp) in shared][:40] + list(rows[::max(len(rows) // 12, 1)][:12]):
             c = row_costs(problem, row, None)
             m = row.mapping(problem)
             d = derive(model, m)

@@ -351,11 +351,12 @@ def _ends(pp: int) -> list[Ends]:
 def _param_states(problem: Problem, m: Mapping, d: Derived) -> tuple[tuple[int, ...], tuple[bool, ...],
                                                                      dict[Ends, tuple[int, bool]]]:
     """Each block kind's and each edge's weights, gradients and optimizer state (memory.block_param_state,
-    edge_param_state), once per problem and what they read: TP, ETP, the experts per rank, the data-parallel
-    shards (D_a·CP, D_e) and PP (which edges; D_a, TP and CP fix it on one problem), not the microbatch,
-    recompute or VPP. As the tables read them: per kind its static bytes and whether it holds routed experts,
-    per edge (first, last) the two."""
-    key = (m.pp, m.tp, m.expert_tp, m.cp, d.dp_attn, d.dp_expert, d.experts_per_rank)
+    edge_param_state), once per problem and what they read: TP, ETP, the experts per rank (E/EP), the
+    data-parallel shards D_a·CP = N/(PP·TP) and D_e = N/(PP·ETP·EP) and which edges PP has; on one problem
+    (N fixed) the GPUs, PP, TP, ETP and EP fix them all, not CP (its rows share them: D_a·CP is the same),
+    the microbatch, recompute or VPP. As the tables read them: per kind its static bytes and whether it
+    holds routed experts, per edge (first, last) the two."""
+    key = (m.gpus, m.pp, m.tp, m.expert_tp, m.ep)
 
     def build() -> tuple[tuple[int, ...], tuple[bool, ...], dict[Ends, tuple[int, bool]]]:
         model, training, options = problem.model, problem.training, problem.spec.framework.options
