@@ -260,8 +260,9 @@ def test_row_costs_edges_are_every_stage_priced_on_its_own(problems: list) -> No
 def test_memoised_halves_are_the_ledger(problems: list) -> None:
     """row_costs keeps a block's (and an edge's) parameter state and its saved activations apart, each per
     problem and the fields it reads, so rows that differ in CP, the microbatch or recompute share the first
-    and rows that differ in PP or EP the second: every row's tables, under each saving and with CPU
-    offloading, are those of the whole contributions and buffers the ledger computes for that row alone."""
+    and rows that differ in EP or PP (past 2: the same edges) the second: every row's tables, under each
+    saving and with CPU offloading, are those of the whole contributions and buffers the ledger computes for
+    that row alone."""
     from parasol.constraints.physics.memory import (
         block_contribution,
         dispatch_buffer_bytes,
@@ -275,8 +276,12 @@ def test_memoised_halves_are_the_ledger(problems: list) -> None:
     for problem in variants:
         options, model, training = problem.spec.framework.options, problem.model, problem.training
         rows = enumerate_rows(problem)
-        shared = {(r.pp, r.tp, r.ep, r.etp) for r in rows[::max(len(rows) // 3, 1)]}
-        for row in [r for r in rows if (r.pp, r.tp, r.ep, r.etp) in shared][:40] + list(rows[::max(len(rows) // 12, 1)][:12]):
+        spread = rows[::max(len(rows) // 3, 1)]
+        shared = {(r.pp, r.tp, r.ep, r.etp) for r in spread}
+        depths = {(r.tp, r.etp, r.cp, r.mbs, r.recompute) for r in spread}
+        for row in ([r for r in rows if (r.pp, r.tp, r.ep, r.etp) in shared][:40]
+                    + [r for r in rows if (r.tp, r.etp, r.cp, r.mbs, r.recompute) in depths and r.vpp == 1][:40]
+                    + list(rows[::max(len(rows) // 12, 1)][:12])):
             c = row_costs(problem, row, None)
             m = row.mapping(problem)
             d = derive(model, m)
@@ -287,6 +292,26 @@ def test_memoised_halves_are_the_ledger(problems: list) -> None:
             assert (c.edge_moe, c.kind_moe) == (tuple(e.moe for e in edges), tuple(k.moe for k in kinds))
             assert c.dispatch_bytes == dispatch_buffer_bytes(model, m, training)
             assert c.fixed_bytes == workspace_bytes(training) + fsdp_buffer_bytes(model, m, d, training)
+
+
+def test_saving_tables_moved_from_the_plain_ones_are_their_own() -> None:
+    """A saving's memory tables built from the row's own (row_costs' moved_from: the saving moves the parameter
+    state and the FSDP unit buffers, the saved activations stay) are the tables its problem gives alone, on
+    every pipeline depth (one, two and more edges) and with CPU offloading, under every open saving."""
+    offloading = QWEN + "framework: {options: {cpu_offloading: true, cpu_offloading_num_layers: 3}}\n"
+    for text in (QWEN, DSV3, offloading):
+        moved, alone = load_problem_text(text), load_problem_text(text)
+        rows = enumerate_rows(moved)
+        by_depth = {pp: [r for r in rows if r.pp == pp] for pp in sorted({r.pp for r in rows})}
+        sample = [r for pp_rows in by_depth.values() for r in pp_rows[::max(len(pp_rows) // 6, 1)][:6]]
+        assert {1, 2, 4} <= by_depth.keys() and open_savings(moved)
+        for row in sample:
+            plain = row_costs(moved, row, None)
+            for saving in open_savings(moved):
+                variant = dataclasses.replace(row, saving=saving)
+                c = row_costs(with_saving(moved, saving), variant, None, plain)
+                assert c == row_costs(with_saving(alone, saving), variant, None), (variant, text[:20])
+                assert c.kind_activation == plain.kind_activation and c.edge_peak == plain.edge_peak
 
 
 def test_derive_memo_is_the_computation(problems: list) -> None:

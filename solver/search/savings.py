@@ -153,7 +153,9 @@ def fit_candidates(problem: Problem, row: Row, savings: tuple[str, ...], counts:
                    usable: int, costs: RowCosts | None = None) -> FitCandidates:
     """A row's fit candidates, from the quick answers only: solve lets a row wait by the least floor of
     its candidates and asks the cut search (resolve_fit) only when the row is about to be cut, when most
-    rows are already beaten. `costs`: the row's own memory tables when known."""
+    rows are already beaten. `costs`: the row's own memory tables when known. A saving's tables take the
+    row's saved activations from them (costs.row_costs' moved_from: a saving moves only the parameter state
+    and adds FSDP unit buffers)."""
     costs = costs or row_costs(problem, row, None)
     verdict = quick_fit(costs, counts, usable)
     if verdict:
@@ -162,7 +164,7 @@ def fit_candidates(problem: Problem, row: Row, savings: tuple[str, ...], counts:
     if savings and quick_fit(without_static(costs), counts, usable) is not False:
         for saving in savings:
             variant = dataclasses.replace(row, saving=saving)
-            tables = row_costs(with_saving(problem, saving), variant, None)
+            tables = row_costs(with_saving(problem, saving), variant, None, costs)
             verdict = quick_fit(tables, counts, usable)
             if verdict is not False:
                 found.append((variant, tables))
