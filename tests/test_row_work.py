@@ -40,6 +40,7 @@ from parasol.solver.search.savings import (
     open_savings,
     resolve_fit,
     row_problem,
+    saving_variant,
     with_saving,
     without_static,
 )
@@ -314,6 +315,17 @@ def test_saving_tables_moved_from_the_plain_ones_are_their_own() -> None:
                 assert c.kind_activation == plain.kind_activation and c.edge_peak == plain.edge_peak
 
 
+def test_saving_variant_is_the_replaced_row(problems: list) -> None:
+    """savings.saving_variant is dataclasses.replace(row, saving=...): equal, hashed and ordered alike, the row
+    itself unchanged."""
+    for problem in problems:
+        for row in _sample(problem, 8):
+            for saving in ("fsdp", "optimizer-offload"):
+                variant, replaced = saving_variant(row, saving), dataclasses.replace(row, saving=saving)
+                assert variant == replaced and hash(variant) == hash(replaced) and not variant < replaced
+                assert dataclasses.astuple(variant) == dataclasses.astuple(replaced) and row.saving == "none"
+
+
 def test_derive_memo_is_the_computation(problems: list) -> None:
     """derive's memo gives what computing the mapping afresh gives, and rows differing only in recompute
     or rank order share one entry."""
@@ -487,6 +499,27 @@ def test_ranks_memory_is_stage_memory_rank_by_rank(problems: list) -> None:
                 for held in (default, rng.integers(0, 3, size=(row.pp, counts.shape[2]))):
                     expected = [c.stage_memory(r, tuple(int(x) for x in held[r])) for r in range(row.pp)]
                     assert c.ranks_memory(held).tolist() == expected
+                heaviest = max(c.stage_memory(r, tuple(int(x) for x in default[r])) for r in range(row.pp))
+                assert default_cut_fits(c, counts, heaviest) and not default_cut_fits(c, counts, heaviest - 1)
+
+
+def test_default_cut_fits_prices_the_ranks_that_may_be_heaviest(problems: list) -> None:
+    """default_cut_fits, pricing only the first, the last and the middle ranks with the least and the most in
+    flight among those holding the same blocks, answers as every rank's stage_memory does: on row_costs' tables,
+    with no static memory, with middle edges alike but changed (activations of either sign), and with middle
+    edges that differ (every rank priced)."""
+    rng = np.random.default_rng(31)
+    for problem in problems:
+        counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+        for row in [r for r in _sample(problem, 60) if r.pp > 2][:30]:
+            plain = row_costs(problem, row, None)
+            middle = row.pp - 2
+            shift = int(rng.integers(-40, 40))
+            alike = dataclasses.replace(plain, edge_activation=(plain.edge_activation[0],) + (shift,) * middle
+                                        + (plain.edge_activation[-1],))
+            differ = dataclasses.replace(plain, edge_static=tuple(s + int(rng.integers(0, 500)) for s in plain.edge_static))
+            default = default_rank_counts(counts, row.pp, row.vpp)
+            for c in (plain, without_static(plain), alike, differ):
                 heaviest = max(c.stage_memory(r, tuple(int(x) for x in default[r])) for r in range(row.pp))
                 assert default_cut_fits(c, counts, heaviest) and not default_cut_fits(c, counts, heaviest - 1)
 

@@ -474,9 +474,10 @@ class _MemoryTerms(NamedTuple):
 
 class TableMemo:
     """What the memory floors read of one row's tables (`fields`), each computed on first use and kept with
-    them: their twin with no static memory, and in `values` the sums the floors read per `totals`
-    (_mean_terms, _line_terms) and the floors memoised_floor keeps. `shared`: the pool of memos it belongs
-    to (shared_memo), where the twin's is kept too, held weakly; None: a memo of its own."""
+    them: whether their middle ranks share one edge, their twin with no static memory, and in `values` the sums
+    the floors read per `totals` (_mean_terms, _line_terms) and the floors memoised_floor keeps. `shared`: the
+    pool of memos it belongs to (shared_memo), where the twin's is kept too, held weakly; None: a memo of its
+    own."""
 
     def __init__(self, fields: tuple, shared: MemoPool | None = None) -> None:
         self.fields = MemoryFields._make(fields)
@@ -492,6 +493,14 @@ class TableMemo:
                                 f.dispatch_bytes, f.fixed_bytes)
         return _MemoryTerms(f.kind_static, f.kind_activation, f.kind_peak, f.edge_static, f.edge_activation,
                             f.edge_peak, f.dispatch_mb, f.workspace_mb)
+
+    @cached_property
+    def middle_alike(self) -> bool:
+        """Whether the middle pipeline ranks (all but the first and the last) share one edge in the MB tables, as
+        row_costs builds them (savings.default_cut_fits then prices only the ranks that may be the heaviest)."""
+        f = self.fields
+        return len(set(zip(f.edge_static[1:-1], f.edge_activation[1:-1], f.edge_peak[1:-1], f.edge_moe[1:-1],
+                           strict=True))) <= 1
 
     @cached_property
     def bare(self) -> dict[str, object]:
