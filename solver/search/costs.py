@@ -224,8 +224,9 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None,
     problem = with_choices(problem, row)
     mapping = row.mapping(problem)
     d = derive(problem.model, mapping)
+    microbatches = d.num_microbatches
     tables = replaced(_memory_tables(problem, row, mapping, d, moved_from), row=row, derived=d,
-                      inflight=stage_inflight(row.pp, row.vpp, d.num_microbatches))
+                      inflight=_shares(row.pp, row.vpp, microbatches.numerator, microbatches.denominator).inflight)
     if time_model is None:
         return tables
     time_model = time_model.for_problem(problem)
@@ -436,11 +437,10 @@ def replaced(c: RowCosts, **changes: object) -> RowCosts:
     """c with `changes` to its fields, as dataclasses.replace makes it, for a fraction of its cost: a RowCosts'
     fields are its instance dictionary and it checks nothing on creation, so the copy's dictionary is c's
     with the changes (screening builds several per row and variant)."""
-    unknown = changes.keys() - c.__dict__.keys()
-    if unknown:
-        raise TypeError(f"RowCosts has no field {sorted(unknown)[0]!r}")
+    if not changes.keys() <= c.__dict__.keys():
+        raise TypeError(f"RowCosts has no field {sorted(changes.keys() - c.__dict__.keys())[0]!r}")
     out = object.__new__(RowCosts)
-    out.__dict__.update(c.__dict__, **changes)
+    object.__setattr__(out, "__dict__", c.__dict__ | changes)
     return out
 
 
