@@ -40,6 +40,7 @@ from parasol.solver.search.savings import (
     open_savings,
     resolve_fit,
     row_problem,
+    saving_variant,
     with_saving,
     without_static,
 )
@@ -259,9 +260,10 @@ def test_row_costs_edges_are_every_stage_priced_on_its_own(problems: list) -> No
 
 def test_memoised_halves_are_the_ledger(problems: list) -> None:
     """row_costs keeps a block's (and an edge's) parameter state and its saved activations apart, each per
-    problem and the fields it reads, so rows that differ in the microbatch or recompute share the first and
-    rows that differ in PP or EP the second: every row's tables, under each saving and with CPU offloading,
-    are those of the whole contributions and buffers the ledger computes for that row alone."""
+    problem and the fields it reads, so rows that differ in CP, the microbatch or recompute share the first
+    and rows that differ in EP or PP (past 2: the same edges) the second: every row's tables, under each
+    saving and with CPU offloading, are those of the whole contributions and buffers the ledger computes for
+    that row alone."""
     from parasol.constraints.physics.memory import (
         block_contribution,
         dispatch_buffer_bytes,
@@ -275,8 +277,12 @@ def test_memoised_halves_are_the_ledger(problems: list) -> None:
     for problem in variants:
         options, model, training = problem.spec.framework.options, problem.model, problem.training
         rows = enumerate_rows(problem)
-        shared = {(r.pp, r.tp, r.cp, r.ep, r.etp) for r in rows[::max(len(rows) // 3, 1)]}
-        for row in [r for r in rows if (r.pp, r.tp, r.cp, r.ep, r.etp) in shared][:40] + list(rows[::max(len(rows) // 12, 1)][:12]):
+        spread = rows[::max(len(rows) // 3, 1)]
+        shared = {(r.pp, r.tp, r.ep, r.etp) for r in spread}
+        depths = {(r.tp, r.etp, r.cp, r.mbs, r.recompute) for r in spread}
+        for row in ([r for r in rows if (r.pp, r.tp, r.ep, r.etp) in shared][:40]
+                    + [r for r in rows if (r.tp, r.etp, r.cp, r.mbs, r.recompute) in depths and r.vpp == 1][:40]
+                    + list(rows[::max(len(rows) // 12, 1)][:12])):
             c = row_costs(problem, row, None)
             m = row.mapping(problem)
             d = derive(model, m)
@@ -287,6 +293,37 @@ def test_memoised_halves_are_the_ledger(problems: list) -> None:
             assert (c.edge_moe, c.kind_moe) == (tuple(e.moe for e in edges), tuple(k.moe for k in kinds))
             assert c.dispatch_bytes == dispatch_buffer_bytes(model, m, training)
             assert c.fixed_bytes == workspace_bytes(training) + fsdp_buffer_bytes(model, m, d, training)
+
+
+def test_saving_tables_moved_from_the_plain_ones_are_their_own() -> None:
+    """A saving's memory tables built from the row's own (row_costs' moved_from: the saving moves the parameter
+    state and the FSDP unit buffers, the saved activations stay) are the tables its problem gives alone, on
+    every pipeline depth (one, two and more edges) and with CPU offloading, under every open saving."""
+    offloading = QWEN + "framework: {options: {cpu_offloading: true, cpu_offloading_num_layers: 3}}\n"
+    for text in (QWEN, DSV3, offloading):
+        moved, alone = load_problem_text(text), load_problem_text(text)
+        rows = enumerate_rows(moved)
+        by_depth = {pp: [r for r in rows if r.pp == pp] for pp in sorted({r.pp for r in rows})}
+        sample = [r for pp_rows in by_depth.values() for r in pp_rows[::max(len(pp_rows) // 6, 1)][:6]]
+        assert {1, 2, 4} <= by_depth.keys() and open_savings(moved)
+        for row in sample:
+            plain = row_costs(moved, row, None)
+            for saving in open_savings(moved):
+                variant = dataclasses.replace(row, saving=saving)
+                c = row_costs(with_saving(moved, saving), variant, None, plain)
+                assert c == row_costs(with_saving(alone, saving), variant, None), (variant, text[:20])
+                assert c.kind_activation == plain.kind_activation and c.edge_peak == plain.edge_peak
+
+
+def test_saving_variant_is_the_replaced_row(problems: list) -> None:
+    """savings.saving_variant is dataclasses.replace(row, saving=...): equal, hashed and ordered alike, the row
+    itself unchanged."""
+    for problem in problems:
+        for row in _sample(problem, 8):
+            for saving in ("fsdp", "optimizer-offload"):
+                variant, replaced = saving_variant(row, saving), dataclasses.replace(row, saving=saving)
+                assert variant == replaced and hash(variant) == hash(replaced) and not variant < replaced
+                assert dataclasses.astuple(variant) == dataclasses.astuple(replaced) and row.saving == "none"
 
 
 def test_derive_memo_is_the_computation(problems: list) -> None:
@@ -462,6 +499,27 @@ def test_ranks_memory_is_stage_memory_rank_by_rank(problems: list) -> None:
                 for held in (default, rng.integers(0, 3, size=(row.pp, counts.shape[2]))):
                     expected = [c.stage_memory(r, tuple(int(x) for x in held[r])) for r in range(row.pp)]
                     assert c.ranks_memory(held).tolist() == expected
+                heaviest = max(c.stage_memory(r, tuple(int(x) for x in default[r])) for r in range(row.pp))
+                assert default_cut_fits(c, counts, heaviest) and not default_cut_fits(c, counts, heaviest - 1)
+
+
+def test_default_cut_fits_prices_the_ranks_that_may_be_heaviest(problems: list) -> None:
+    """default_cut_fits, pricing only the first, the last and the middle ranks with the least and the most in
+    flight among those holding the same blocks, answers as every rank's stage_memory does: on row_costs' tables,
+    with no static memory, with middle edges alike but changed (activations of either sign), and with middle
+    edges that differ (every rank priced)."""
+    rng = np.random.default_rng(31)
+    for problem in problems:
+        counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+        for row in [r for r in _sample(problem, 60) if r.pp > 2][:30]:
+            plain = row_costs(problem, row, None)
+            middle = row.pp - 2
+            shift = int(rng.integers(-40, 40))
+            alike = dataclasses.replace(plain, edge_activation=(plain.edge_activation[0],) + (shift,) * middle
+                                        + (plain.edge_activation[-1],))
+            differ = dataclasses.replace(plain, edge_static=tuple(s + int(rng.integers(0, 500)) for s in plain.edge_static))
+            default = default_rank_counts(counts, row.pp, row.vpp)
+            for c in (plain, without_static(plain), alike, differ):
                 heaviest = max(c.stage_memory(r, tuple(int(x) for x in default[r])) for r in range(row.pp))
                 assert default_cut_fits(c, counts, heaviest) and not default_cut_fits(c, counts, heaviest - 1)
 

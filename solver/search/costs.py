@@ -215,15 +215,20 @@ class RowCosts:
         return time_units, -(-peak // MEMORY_UNIT_MB)
 
 
-def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None) -> RowCosts:
+def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None,
+              moved_from: RowCosts | None = None) -> RowCosts:
     """Build the cost tables of one row from the memory ledger and the step-time model (None: memory
     only, all times zero, for the cheap first pass that finds the rows with a cut that fits); the row's
-    framework options (dispatcher, CP communication type) price it."""
+    framework options (dispatcher, CP communication type) price it. `moved_from`: memory tables of the same
+    degrees, microbatch and recompute under a problem that differs from this one only in settings that move
+    the parameter state and add FSDP unit buffers (a memory saving, savings.SETTINGS), not the saved
+    activations: those are taken from them instead of the ledger (savings.fit_candidates' variants)."""
     problem = with_choices(problem, row)
     mapping = row.mapping(problem)
     d = derive(problem.model, mapping)
-    tables = replaced(_memory_tables(problem, row, mapping, d), row=row, derived=d,
-                      inflight=stage_inflight(row.pp, row.vpp, d.num_microbatches))
+    microbatches = d.num_microbatches
+    tables = replaced(_memory_tables(problem, row, mapping, d, moved_from), row=row, derived=d,
+                      inflight=_shares(row.pp, row.vpp, microbatches.numerator, microbatches.denominator).inflight)
     if time_model is None:
         return tables
     time_model = time_model.for_problem(problem)
@@ -243,32 +248,48 @@ _MEMORY_KEY = operator.attrgetter(*(f.name for f in dataclasses.fields(Row) if f
 """A row's fields less its VPP and rank order: what its memory tables read."""
 
 
-def _memory_tables(problem: Problem, row: Row, mapping: Mapping, d: Derived) -> RowCosts:
-    """The row's memory tables with no time model (`mapping`, `d`: the row's), built once per problem and row
-    less its VPP and rank order: the ledger's per-kind and per-edge terms, the dispatch buffers and the
-    workspace read neither (only the in-flight shares read VPP). The tables kept carry the row, derived
-    sizes and in-flight shares of the first row asked; row_costs sets each row's own."""
-    return memoised_by(problem, "memory_tables", _MEMORY_KEY(row), MEMORY_TABLES_MEMO,
-                       lambda: _build_memory_tables(problem, row, mapping, d))
+def _memory_tables(problem: Problem, row: Row, mapping: Mapping, d: Derived, moved_from: RowCosts | None) -> RowCosts:
+    """The row's memory tables with no time model (`mapping`, `d`: the row's; `moved_from`: row_costs'), built
+    once per problem and row less its VPP and rank order: the ledger's per-kind and per-edge terms, the dispatch
+    buffers and the workspace read neither (only the in-flight shares read VPP). The tables kept carry the row,
+    derived sizes and in-flight shares of the first row asked, and the memo of their memory fields
+    (shared_memo); row_costs sets each row's own."""
+    def build() -> RowCosts:
+        saved = _saved(problem, mapping) if moved_from is None else _saved_of(moved_from)
+        tables = _tables(problem, row, mapping, d, saved)
+        return replaced(tables, memo=shared_memo(memoised(problem, "table_memos", MemoPool), memory_fields(tables)))
+
+    return memoised_by(problem, "memory_tables", _MEMORY_KEY(row), MEMORY_TABLES_MEMO, build)
 
 
-def _build_memory_tables(problem: Problem, row: Row, mapping: Mapping, d: Derived) -> RowCosts:
-    """The memory tables of a row (its times zero), with the memo of their memory fields (shared_memo)."""
-    tables = _tables(problem, row, mapping, d)
-    return replaced(tables, memo=shared_memo(memoised(problem, "table_memos", MemoPool), memory_fields(tables)))
+class _Saved(NamedTuple):
+    """A row's saved activations and recompute working sets, in the ledger's bytes: per block kind, and per edge
+    (first, last) as _edge_activations gives them."""
+
+    kinds: tuple[tuple[int, int], ...]
+    edges: dict[Ends, tuple[int, int]]
 
 
-def _tables(problem: Problem, row: Row, mapping: Mapping, d: Derived) -> RowCosts:
+def _saved(problem: Problem, mapping: Mapping) -> _Saved:
+    """_Saved from the ledger (_block_activations, _edge_activations: once per problem and what they read)."""
+    return _Saved(tuple(zip(*_block_activations(problem, mapping), strict=True)), _edge_activations(problem, mapping))
+
+
+def _saved_of(c: RowCosts) -> _Saved:
+    """_Saved as c's tables hold it (each edge's on its first rank: the first, the second and the last)."""
+    last = c.row.pp - 1
+    return _Saved(tuple(held[1:] for held in c.kind_bytes),
+                  {end: c.edge_bytes[0 if end[0] else last if end[1] else 1][1:] for end in _ends(c.row.pp)})
+
+
+def _tables(problem: Problem, row: Row, mapping: Mapping, d: Derived, saved: _Saved) -> RowCosts:
     """The memory tables of a row (its times zero, no memo): each block kind's and each edge's parameter state
-    (_param_states) with its saved activations (_block_activations, _edge_activations), each half computed once
-    per problem and the mapping fields it reads, as columns."""
+    (_param_states, once per problem and the mapping fields it reads) with its saved activations, as columns."""
     pp = row.pp
     kind_static, kind_moe, edge_states = _param_states(problem, mapping, d)
-    kind_activation, kind_peak = _block_activations(problem, mapping)
-    edge_saved = _edge_activations(problem, mapping)
     by_end = {}
     for end, (static, moe) in edge_states.items():
-        activation, peak = edge_saved[end]
+        activation, peak = saved.edges[end]
         by_end[end] = (_mb(static), _mb(activation), _mb(peak), moe, (static, activation, peak))
     edges = _per_rank(pp, by_end)
     dispatch, workspace, fsdp = _row_buffers(problem, mapping, d)
@@ -277,8 +298,8 @@ def _tables(problem: Problem, row: Row, mapping: Mapping, d: Derived) -> RowCost
         derived=d,
         microbatches=int(d.num_microbatches),
         kind_static=tuple(map(_mb, kind_static)),
-        kind_activation=tuple(map(_mb, kind_activation)),
-        kind_peak=tuple(map(_mb, kind_peak)),
+        kind_activation=tuple(_mb(activation) for activation, _ in saved.kinds),
+        kind_peak=tuple(_mb(peak) for _, peak in saved.kinds),
         kind_moe=kind_moe,
         edge_static=edges[0],
         edge_activation=edges[1],
@@ -290,7 +311,7 @@ def _tables(problem: Problem, row: Row, mapping: Mapping, d: Derived) -> RowCost
         kind_time_us=(0,) * len(kind_moe),
         edge_time_us=(0,) * pp,
         constant_time_us=0,
-        kind_bytes=tuple(zip(kind_static, kind_activation, kind_peak, strict=True)),
+        kind_bytes=tuple((static, *held) for static, held in zip(kind_static, saved.kinds, strict=True)),
         edge_bytes=edges[4],
         dispatch_bytes=dispatch,
         fixed_bytes=workspace + fsdp,
@@ -353,11 +374,12 @@ def _ends(pp: int) -> list[Ends]:
 def _param_states(problem: Problem, m: Mapping, d: Derived) -> tuple[tuple[int, ...], tuple[bool, ...],
                                                                      dict[Ends, tuple[int, bool]]]:
     """Each block kind's and each edge's weights, gradients and optimizer state (memory.block_param_state,
-    edge_param_state), once per problem and what they read: TP, ETP, the experts per rank, the data-parallel
-    shards (D_a·CP, D_e) and PP (which edges; D_a, TP and CP fix it on one problem), not the microbatch,
-    recompute or VPP. As the tables read them: per kind its static bytes and whether it holds routed experts,
-    per edge (first, last) the two."""
-    key = (m.pp, m.tp, m.expert_tp, m.cp, d.dp_attn, d.dp_expert, d.experts_per_rank)
+    edge_param_state), once per problem and what they read: TP, ETP, the experts per rank (E/EP), the
+    data-parallel shards D_a·CP = N/(PP·TP) and D_e = N/(PP·ETP·EP) and which edges PP has; on one problem
+    (N fixed) the GPUs, PP, TP, ETP and EP fix them all, not CP (its rows share them: D_a·CP is the same),
+    the microbatch, recompute or VPP. As the tables read them: per kind its static bytes and whether it
+    holds routed experts, per edge (first, last) the two."""
+    key = (m.gpus, m.pp, m.tp, m.expert_tp, m.ep)
 
     def build() -> tuple[tuple[int, ...], tuple[bool, ...], dict[Ends, tuple[int, bool]]]:
         model, training, options = problem.model, problem.training, problem.spec.framework.options
@@ -387,8 +409,9 @@ def _block_activations(problem: Problem, m: Mapping) -> tuple[tuple[int, ...], t
 
 def _edge_activations(problem: Problem, m: Mapping) -> dict[Ends, tuple[int, int]]:
     """Each edge's saved activations and recompute working set bytes (memory.edge_activations), once per
-    problem and what they read: the block activations' fields and PP."""
-    key = (m.pp, m.tp, m.expert_tp, m.cp, m.mbs, m.seq_len, m.recompute)
+    problem and what they read: the block activations' fields and which edges PP has (_ends: PP 1, 2 or more;
+    --cpu-offloading also asks whether PP is 1)."""
+    key = (min(m.pp, 3), m.tp, m.expert_tp, m.cp, m.mbs, m.seq_len, m.recompute)
 
     def build() -> dict[Ends, tuple[int, int]]:
         model, training, options = problem.model, problem.training, problem.spec.framework.options
@@ -416,11 +439,10 @@ def replaced(c: RowCosts, **changes: object) -> RowCosts:
     """c with `changes` to its fields, as dataclasses.replace makes it, for a fraction of its cost: a RowCosts'
     fields are its instance dictionary and it checks nothing on creation, so the copy's dictionary is c's
     with the changes (screening builds several per row and variant)."""
-    unknown = changes.keys() - c.__dict__.keys()
-    if unknown:
-        raise TypeError(f"RowCosts has no field {sorted(unknown)[0]!r}")
+    if not changes.keys() <= c.__dict__.keys():
+        raise TypeError(f"RowCosts has no field {sorted(changes.keys() - c.__dict__.keys())[0]!r}")
     out = object.__new__(RowCosts)
-    out.__dict__.update(c.__dict__, **changes)
+    object.__setattr__(out, "__dict__", c.__dict__ | changes)
     return out
 
 
@@ -454,9 +476,10 @@ class _MemoryTerms(NamedTuple):
 
 class TableMemo:
     """What the memory floors read of one row's tables (`fields`), each computed on first use and kept with
-    them: their twin with no static memory, and in `values` the sums the floors read per `totals`
-    (_mean_terms, _line_terms) and the floors memoised_floor keeps. `shared`: the pool of memos it belongs
-    to (shared_memo), where the twin's is kept too, held weakly; None: a memo of its own."""
+    them: whether their middle ranks share one edge, their twin with no static memory, and in `values` the sums
+    the floors read per `totals` (_mean_terms, _line_terms) and the floors memoised_floor keeps. `shared`: the
+    pool of memos it belongs to (shared_memo), where the twin's is kept too, held weakly; None: a memo of its
+    own."""
 
     def __init__(self, fields: tuple, shared: MemoPool | None = None) -> None:
         self.fields = MemoryFields._make(fields)
@@ -472,6 +495,14 @@ class TableMemo:
                                 f.dispatch_bytes, f.fixed_bytes)
         return _MemoryTerms(f.kind_static, f.kind_activation, f.kind_peak, f.edge_static, f.edge_activation,
                             f.edge_peak, f.dispatch_mb, f.workspace_mb)
+
+    @cached_property
+    def middle_alike(self) -> bool:
+        """Whether the middle pipeline ranks (all but the first and the last) share one edge in the MB tables, as
+        row_costs builds them (savings.default_cut_fits then prices only the ranks that may be the heaviest)."""
+        f = self.fields
+        return len(set(zip(f.edge_static[1:-1], f.edge_activation[1:-1], f.edge_peak[1:-1], f.edge_moe[1:-1],
+                           strict=True))) <= 1
 
     @cached_property
     def bare(self) -> dict[str, object]:

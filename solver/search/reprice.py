@@ -74,7 +74,7 @@ def memory_floor_bytes(c: RowCosts, counts: np.ndarray) -> int:
 
 
 def memory_floor_units(c: RowCosts, counts: np.ndarray) -> int:
-    """Peak-memory units no cut of the row goes below: the larger of memory_floor_bytes' and the whole-block
+    """Peak-memory units no cut of the row goes below: the larger of memory_means_units and the whole-block
     bound's (costs.whole_block_memory_floor), once per row table, in-flight shares and `counts`
     (costs.memoised_floor; the entry holds `counts`, so the identity it is kept by stays its own)."""
     return memoised_floor(c, ("units", id(counts)), lambda: (counts, _memory_floor_units(c, counts)))[1]
@@ -83,8 +83,14 @@ def memory_floor_units(c: RowCosts, counts: np.ndarray) -> int:
 def _memory_floor_units(c: RowCosts, counts: np.ndarray) -> int:
     """memory_floor_units, computed."""
     unit = MEMORY_UNIT_MB * MB
-    return max(memory_units(memory_floor_bytes(c, counts)),
-               whole_block_memory_floor(c, counts[0, counts.shape[0] - 1], unit))
+    return max(memory_means_units(c, counts), whole_block_memory_floor(c, counts[0, counts.shape[0] - 1], unit))
+
+
+def memory_means_units(c: RowCosts, counts: np.ndarray) -> int:
+    """memory_floor_bytes in the program's units: memory_floor_units less its whole-block bound, never above it
+    and for a fraction of its cost, so a row it already shows beaten is dropped before that bound is computed.
+    Once per row table, in-flight shares and `counts`, as memory_floor_units."""
+    return memoised_floor(c, ("means units", id(counts)), lambda: (counts, memory_units(memory_floor_bytes(c, counts))))[1]
 
 
 def units_below(seconds: float) -> int:

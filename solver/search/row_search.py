@@ -34,6 +34,7 @@ from parasol.solver.search.reprice import (
     exposed_floor_units,
     floor_point,
     memory_floor_units,
+    memory_means_units,
 )
 from parasol.solver.search.savings import (
     NONE,
@@ -153,21 +154,23 @@ class RowSearch:
         (savings.fit_candidates); otherwise let it wait, by its least floor over the variants that may fit,
         to be cut. Cheaper floors that never exceed the next are judged first: with the compute floor, the
         memory of the row's own tables (less their weights, gradients and optimizer state where savings are
-        open: those only shrink them), then, once the variants are built, their least memory floor, then the
-        compute and exposed-exchange floor (reprice.exposed_floor_units), by which the row waits: its step
-        floor is priced only when it is about to be cut (cut_waiting)."""
+        open: those only shrink them), then, once the variants are built, their least memory floor, each
+        memory floor first without its whole-block bound (reprice.memory_means_units), then the compute and
+        exposed-exchange floor (reprice.exposed_floor_units), by which the row waits: its step floor is
+        priced only when it is about to be cut (cut_waiting)."""
         row = screened.row
         plain = row_costs(self.problem, row, None)
         judged = len(self.rows) >= self.top
-        own = None if self.savings else memory_floor_units(plain, self.counts)
-        if judged and self._beaten((compute, own if own is not None
-                                    else memory_floor_units(without_static(plain), self.counts))):
+        least = without_static(plain) if self.savings else plain
+        if judged and (self._beaten((compute, memory_means_units(least, self.counts)))
+                       or self._beaten((compute, memory_floor_units(least, self.counts)))):
             return
         candidates = fit_candidates(self.problem, row, self.savings, self.counts, self.usable, plain)
         if not candidates.rows:
             return
-        memory = min(own if c is plain and own is not None else memory_floor_units(c, self.counts)
-                     for c in candidates.costs)
+        if judged and self._beaten((compute, min(memory_means_units(c, self.counts) for c in candidates.costs))):
+            return
+        memory = min(memory_floor_units(c, self.counts) for c in candidates.costs)
         if judged and self._beaten((compute, memory)):
             return
         floor = (min(exposed_floor_units(c, v.mapping(self.problem), self.counts, self.model_of(v))

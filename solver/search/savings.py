@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -43,6 +44,7 @@ from parasol.solver.search.costs import (
     memory_floor_ratio,
     replaced,
     row_costs,
+    stage_inflight,
     whole_block_memory_floor,
 )
 from parasol.solver.search.cuts import rank_counts, some_cut_fits
@@ -74,6 +76,14 @@ def with_saving(problem: Problem, saving: str) -> Problem:
     return memoised(problem, f"saving:{saving}", lambda: apply_settings(problem, SETTINGS[saving]))
 
 
+def saving_variant(row: Row, saving: str) -> Row:
+    """The row with `saving`, as dataclasses.replace makes it, for a fraction of its cost: a Row's fields are
+    its instance dictionary and it checks nothing on creation (fit_candidates makes one per row and saving)."""
+    variant = object.__new__(Row)
+    variant.__dict__.update(row.__dict__, saving=saving)
+    return variant
+
+
 def row_problem(problem: Problem, row: Row) -> Problem:
     """The problem a row is priced and judged under: its saving applied, and the dispatcher and CP
     communication type it chose (space.with_choices)."""
@@ -90,12 +100,37 @@ def without_static(costs: RowCosts) -> RowCosts:
 
 def default_cut_fits(costs: RowCosts, counts: np.ndarray, usable: int) -> bool:
     """Whether the even default cut (derived.default_layout, one of the cuts every search considers) keeps
-    every pipeline rank within `usable` MB."""
-    return bool((costs.ranks_memory(default_rank_counts(counts, costs.row.pp, costs.row.vpp)) <= usable).all())
+    every pipeline rank within `usable` MB: on tables whose middle ranks share one edge (as row_costs builds
+    them) only the ranks that may be the heaviest are priced (_default_cut_ranks), else every rank."""
+    pp, vpp, microbatches = costs.row.pp, costs.row.vpp, costs.derived.num_microbatches
+    if memo_of(costs).middle_alike and costs.inflight == stage_inflight(pp, vpp, microbatches):
+        held, ranks = _default_cut_ranks(counts, pp, vpp, microbatches)
+        return all(costs.stage_memory(r, held[r]) <= usable for r in ranks)
+    return bool((costs.ranks_memory(default_rank_counts(counts, pp, vpp)) <= usable).all())
 
 
 DEFAULT_CUTS_MEMO = 1024
 """Default cuts' rank counts kept per `counts` table (the table starts afresh past this)."""
+
+
+def _default_cut_ranks(counts: np.ndarray, pp: int, vpp: int,
+                       microbatches: Fraction) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    """The default cut's blocks of each kind on each rank (default_rank_counts, as tuples) and the ranks that may
+    be its heaviest on tables whose middle ranks share one edge: the first, the last, and among the middle
+    ranks holding the same blocks the ones with the least and the most in flight (costs.stage_inflight: their
+    memory differs only in their activations times that share, which moves it one way). Once per `counts`,
+    schedule and microbatches."""
+    def build() -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+        held = tuple(map(tuple, default_rank_counts(counts, pp, vpp).tolist()))
+        share = stage_inflight(pp, vpp, microbatches).__getitem__
+        alike: dict[tuple[int, ...], list[int]] = {}
+        for r in range(1, pp - 1):
+            alike.setdefault(held[r], []).append(r)
+        ranks = {0, pp - 1}.union(*({min(group, key=share), max(group, key=share)} for group in alike.values()))
+        return held, tuple(sorted(ranks))
+
+    return memoised_by(counts, "default_cut_ranks", (pp, vpp, microbatches.numerator, microbatches.denominator),
+                       DEFAULT_CUTS_MEMO, build)
 
 
 def default_rank_counts(counts: np.ndarray, pp: int, vpp: int) -> np.ndarray:
@@ -153,7 +188,9 @@ def fit_candidates(problem: Problem, row: Row, savings: tuple[str, ...], counts:
                    usable: int, costs: RowCosts | None = None) -> FitCandidates:
     """A row's fit candidates, from the quick answers only: solve lets a row wait by the least floor of
     its candidates and asks the cut search (resolve_fit) only when the row is about to be cut, when most
-    rows are already beaten. `costs`: the row's own memory tables when known."""
+    rows are already beaten. `costs`: the row's own memory tables when known. A saving's tables take the
+    row's saved activations from them (costs.row_costs' moved_from: a saving moves only the parameter state
+    and adds FSDP unit buffers)."""
     costs = costs or row_costs(problem, row, None)
     verdict = quick_fit(costs, counts, usable)
     if verdict:
@@ -161,8 +198,8 @@ def fit_candidates(problem: Problem, row: Row, savings: tuple[str, ...], counts:
     found = [(row, costs)] if verdict is None else []
     if savings and quick_fit(without_static(costs), counts, usable) is not False:
         for saving in savings:
-            variant = dataclasses.replace(row, saving=saving)
-            tables = row_costs(with_saving(problem, saving), variant, None)
+            variant = saving_variant(row, saving)
+            tables = row_costs(with_saving(problem, saving), variant, None, costs)
             verdict = quick_fit(tables, counts, usable)
             if verdict is not False:
                 found.append((variant, tables))
