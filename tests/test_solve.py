@@ -320,3 +320,19 @@ def _complete_8192():  # noqa: ANN202
     result = solve(problem, CalibratedStageTimes(problem), top=10)
     assert result.status == "optimal"
     return result
+
+
+def test_search_runs_at_the_searching_pace_and_restores_the_collector() -> None:
+    """solve collects cycles at collector.SEARCH_THRESHOLDS while it searches (Python's defaults made the
+    collector traverse the search's memo tables again and again) and leaves the thresholds as it found them."""
+    import gc
+
+    from parasol.solver.search.collector import SEARCH_THRESHOLDS
+
+    problem = load_problem("problems/deepseek-v4-pro-1024.yaml")
+    before = gc.get_threshold()
+    during = []
+    solve(problem, CalibratedStageTimes(problem), top=2, time_limit_s=30,
+          progress=lambda _: during.append(gc.get_threshold()))
+    assert during and set(during) == {SEARCH_THRESHOLDS}
+    assert gc.get_threshold() == before

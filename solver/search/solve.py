@@ -18,6 +18,7 @@ from parasol.problems.memo import memoised
 from parasol.problems.model.params import block_params
 from parasol.problems.schema import Objective
 from parasol.solver.diagnose.explain import Explanation, explain
+from parasol.solver.search.collector import searching_pace
 from parasol.solver.search.costs import (
     MEMORY_UNIT_MB,
     TIME_UNIT_S,
@@ -378,6 +379,13 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     steps `top` other rows dominate (solver/search/prune.py; `prune=False` keeps them, for tests). Rows the
     time limit leaves unscreened or uncut, or an interleaved cut search left unproved, make the answer
     `feasible` (or `unknown` when nothing was found), not `optimal` or `infeasible`."""
+    with searching_pace():
+        return _solve(problem, time_model, top, time_limit_s, prune, progress)
+
+
+def _solve(problem: Problem, time_model: StageTimeModel, top: int, time_limit_s: float, prune: bool,
+           progress: OnProgress | None) -> SolveResult:
+    """solve, at the collector's searching pace."""
     if problem.training.pipeline_schedule != "megatron":
         raise InputError(
             f"solve searches Megatron's pipeline schedules; training.pipeline_schedule is "
