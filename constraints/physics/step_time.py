@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import get_args
 
@@ -73,7 +74,12 @@ from parasol.constraints.physics.pricing import (
     stage_vector,
     vector_columns,
 )
-from parasol.constraints.physics.schedule import even_stretch, least_heaviest_rank, pipeline_time_scaled
+from parasol.constraints.physics.schedule import (
+    even_stretch,
+    heaviest_of_lightest,
+    lightest_blocks,
+    pipeline_time_scaled,
+)
 from parasol.constraints.physics.workload import (
     DATA_PARALLEL_EXCHANGES,
     DATA_PARALLEL_FIELDS,
@@ -287,20 +293,39 @@ class _FloorParts:
     holding n_k blocks of each kind, at least one (pricing.data_parallel_lines of its work with no block,
     the least onset and each kind's slope)."""
 
+    @cached_property
+    def blocks(self) -> int:
+        """The model's blocks (held's sum)."""
+        return int(self.held.sum())
+
+    @cached_property
+    def exchange_lightest(self) -> np.ndarray | None:
+        """schedule.lightest_blocks of data_parallel's lines over every block, built once for every VPP and
+        `most` heaviest_exchange is asked (None where a line falls with blocks)."""
+        weights = self.data_parallel[1]
+        return lightest_blocks(weights, self.held, self.blocks) if (weights >= 0).all() else None
+
+    @cached_property
+    def compute_lightest(self) -> np.ndarray | None:
+        """schedule.lightest_blocks of block_compute over every block, built once for every VPP and `most`
+        slowest_compute is asked (None where a block's compute is negative)."""
+        if (self.block_compute < 0).any():
+            return None
+        return lightest_blocks(self.block_compute, self.held, self.blocks)
+
     def heaviest_exchange(self, vpp: int, most: np.ndarray | None = None) -> float:
         """A bound on the largest rank's whole data-parallel exchange seconds when the ranks hold the model's
-        whole blocks, at least one per virtual stage and at most `most` (least_heaviest_rank over
+        whole blocks, at least one per virtual stage and at most `most` (schedule.least_heaviest_rank over
         data_parallel's lines; 0 where a line falls with blocks)."""
-        base, weights = self.data_parallel
-        return least_heaviest_rank(base, weights, self.held, vpp, most) if (weights >= 0).all() else 0.0
+        lightest = self.exchange_lightest
+        return 0.0 if lightest is None else heaviest_of_lightest(self.data_parallel[0], lightest, self.blocks, vpp, most)
 
     def slowest_compute(self, vpp: int, most: np.ndarray | None = None) -> float:
         """A bound on the slowest rank's seconds of one microbatch: its compute (never above its stage time)
         when the ranks hold the model's whole blocks, at least one per virtual stage and at most `most`
-        (least_heaviest_rank; 0 where a block's compute is negative)."""
-        if (self.block_compute < 0).any():
-            return 0.0
-        return least_heaviest_rank(self.rank_compute, self.block_compute, self.held, vpp, most)
+        (schedule.least_heaviest_rank; 0 where a block's compute is negative)."""
+        lightest = self.compute_lightest
+        return 0.0 if lightest is None else heaviest_of_lightest(self.rank_compute, lightest, self.blocks, vpp, most)
 
 
 DISPATCHERS = get_args(MegatronOptions.model_fields["moe_token_dispatcher_type"].annotation)
