@@ -423,6 +423,7 @@ class CalibratedStageTimes:
         self._floors: dict[tuple[Mapping, bytes], _FloorParts] = {}
         self._compute: dict[tuple, float] = {}
         self._exchange_floors: dict[tuple, float] = {}
+        self._exchange_parts: dict[tuple, float] = {}
         self._totals = np.array([sum(block_kind(b) == k for b in problem.model.blocks) for k in self.kinds],
                                 dtype=np.int64)
         self._row: tuple[Mapping, dict[str, np.ndarray]] | None = None
@@ -623,33 +624,56 @@ class CalibratedStageTimes:
         return self._exchange_floors[key]
 
     def _exchange_floor(self, mapping: Mapping, totals: np.ndarray) -> float:
-        """exchange_floor_s, computed."""
+        """exchange_floor_s, computed (its EP and CP parts kept per what each reads: _least_ep, _least_cp)."""
         coefs = self.coefs
         settings = routed(self.problem, mapping, self.settings)
-        links, model = self.links(mapping), self.problem.model
+        links = self.links(mapping)
         tokens = mapping.mbs * mapping.seq_len / mapping.cp
         floor = 0.0
         moe_blocks = sum(int(n) for b, n in zip(self.kinds.values(), totals, strict=True) if b.mlp is BlockKind.moe)
         hidden_ep = 1.0 if settings.ep_overlap else min(float(coefs["overlap_ep"]), 1.0)
         if moe_blocks and links.ep.size > 1 and hidden_ep < 1.0:
-            received = dispatch_received(settings)
-            least = min(comm_seconds(ep_comm(model, tokens, mapping.tp, mapping.expert_tp,
-                                             dispatch_link(links, kind, backend), received, kind)
-                                     .scaled(moe_blocks), coefs) for kind in DISPATCHERS for backend in FLEX_BACKENDS)
+            least = self._kept_part((tokens, mapping.tp, mapping.expert_tp, links.ep, links.ep_deepep,
+                                     dispatch_received(settings), moe_blocks),
+                                    lambda: self._least_ep(mapping, links, tokens, settings, moe_blocks))
             floor += PASSES_PER_MICROBATCH["ep"] * (1.0 - hidden_ep) * least
-        hidden_cp = min(float(coefs["overlap_cp"]), 1.0)
         if links.cp.size > 1:
-            def exposed(kind: str, levels: tuple) -> float:
-                """pricing.py hides at most overlap_cp of the whole exchange's seconds less its blocking
-                part's, so at least (1 − h)·whole + h·blocking is exposed (subadditive in the terms)."""
-                args = (tokens, mapping.tp, links.cp, kind, levels)
-                whole = comm_seconds(self._over_blocks(lambda b: cp_comm(model, b, *args), totals), coefs)
-                blocking = comm_seconds(self._over_blocks(lambda b: cp_parts(model, b, *args)[1], totals), coefs)
-                return (1.0 - hidden_cp) * whole + hidden_cp * blocking
-
-            least = min(exposed(kind, levels) for kind in CP_COMM_KINDS for levels in self._cp_levels(mapping))
+            levels = self._cp_levels(mapping)
+            least = self._kept_part((tokens, mapping.tp, links.cp, levels, totals.tobytes()),
+                                    lambda: self._least_cp(mapping, links, tokens, levels, totals))
             floor += PASSES_PER_MICROBATCH["cp"] * least
         return floor
+
+    def _kept_part(self, key: tuple, build: Callable[[], float]) -> float:
+        """build()'s seconds, kept under `key` (all it reads), so mappings of other pipeline, EP or data-parallel
+        placements whose exchanges run on equal links share them."""
+        if key not in self._exchange_parts:
+            self._exchange_parts[key] = build()
+        return self._exchange_parts[key]
+
+    def _least_ep(self, mapping: Mapping, links: Links, tokens: float, settings: StepSettings, moe_blocks: int) -> float:
+        """The least seconds of the EP exchange of `moe_blocks` MoE blocks under any dispatcher and flex backend."""
+        received = dispatch_received(settings)
+        return min(comm_seconds(ep_comm(self.problem.model, tokens, mapping.tp, mapping.expert_tp,
+                                        dispatch_link(links, kind, backend), received, kind).scaled(moe_blocks),
+                                self.coefs) for kind in DISPATCHERS for backend in FLEX_BACKENDS)
+
+    def _least_cp(self, mapping: Mapping, links: Links, tokens: float, levels: tuple[tuple, ...],
+                  totals: np.ndarray) -> float:
+        """The least exposed seconds of the CP exchange of `totals` blocks under any CP communication type and
+        a2a+p2p split (`levels`: _cp_levels)."""
+        coefs, model = self.coefs, self.problem.model
+        hidden_cp = min(float(coefs["overlap_cp"]), 1.0)
+
+        def exposed(kind: str, level: tuple) -> float:
+            """pricing.py hides at most overlap_cp of the whole exchange's seconds less its blocking
+            part's, so at least (1 − h)·whole + h·blocking is exposed (subadditive in the terms)."""
+            args = (tokens, mapping.tp, links.cp, kind, level)
+            whole = comm_seconds(self._over_blocks(lambda b: cp_comm(model, b, *args), totals), coefs)
+            blocking = comm_seconds(self._over_blocks(lambda b: cp_parts(model, b, *args)[1], totals), coefs)
+            return (1.0 - hidden_cp) * whole + hidden_cp * blocking
+
+        return min(exposed(kind, level) for kind in CP_COMM_KINDS for level in levels)
 
     def _cp_levels(self, mapping: Mapping) -> tuple[tuple, ...]:
         """Every two-level placement a2a+p2p may run under this mapping's CP (each split CP = A·P), and no

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections import abc
 from dataclasses import dataclass, replace
-from itertools import groupby
 from typing import NamedTuple, TypeVar
 
 from parasol.constraints.physics.activations import saved_bytes_per_token
@@ -472,8 +471,17 @@ class StageBlocks:
 
 
 def _runs(held: list[Block]) -> list[tuple[Block, int]]:
-    """The held blocks as runs of equal blocks: (the first, how many)."""
-    return [(group[0], len(group)) for group in (list(run) for _, run in groupby(held, key=vars))]
+    """The held blocks as runs of equal blocks (equal fields): (the first, how many). A block repeated as one
+    object (a stage probed with copies of a kind's representative) is equal without comparing its fields."""
+    firsts: list[Block] = []
+    counts: list[int] = []
+    for b in held:
+        if firsts and (firsts[-1] is b or vars(firsts[-1]) == vars(b)):
+            counts[-1] += 1
+        else:
+            firsts.append(b)
+            counts.append(1)
+    return list(zip(firsts, counts, strict=True))
 
 
 def _runs_key(model: ModelArchitecture, settings: StepSettings, runs: list[tuple[Block, int]]) -> tuple:
@@ -561,12 +569,12 @@ def offloaded_bytes(model: ModelArchitecture, m: Mapping, training: Training, se
     """Bytes of one block's saved activations per microbatch sent to the host: all of them for the first
     N blocks under --cpu-offloading, else what the ledger no longer holds for the modules fine-grained
     offloading names."""
-    ctx = activation_context(m, training)
     tokens = m.mbs * m.seq_len / m.cp
     if block.index < settings.cpu_offload_layers and not block.mtp:
-        return saved_bytes_per_token(model, block, ctx) * tokens
+        return saved_bytes_per_token(model, block, activation_context(m, training)) * tokens
     if not settings.offload_modules:
         return 0.0
+    ctx = activation_context(m, training)
     off = replace(ctx, offloaded=frozenset(settings.offload_modules))
     return (saved_bytes_per_token(model, block, ctx) - saved_bytes_per_token(model, block, off)) * tokens
 
