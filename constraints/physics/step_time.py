@@ -84,6 +84,7 @@ from parasol.constraints.physics.workload import (
     DATA_PARALLEL_EXCHANGES,
     DATA_PARALLEL_FIELDS,
     PASSES_PER_MICROBATCH,
+    StageBlocks,
     StepSettings,
     Workload,
     build_workload,
@@ -94,6 +95,7 @@ from parasol.constraints.physics.workload import (
     run_workload,
     settings_for,
     stage_blocks,
+    stage_blocks_after,
     stage_from_parts,
     stage_work,
 )
@@ -374,17 +376,17 @@ class _RankParts:
         reps = list(model.kinds.values())
         self.held: list[list[Block]] = [[], *([b] for b in reps), *([b, b] for b in reps)]
         self.known: dict = {}
+        self.bodies: dict[int, StageBlocks] = {}
 
     def vectors(self, first: bool, last: bool) -> np.ndarray:
         """The stage vectors of a rank at this position holding each of `held` (MTP blocks on the last)."""
         problem = self.model.problem
         tail = list(problem.model.mtp_blocks) if last else []
         out = []
-        for j, held in enumerate(self.held):
+        for j in range(len(self.held)):
             entry = self.blocks.get((first, last, j))
             if entry is None:
-                blocks = stage_blocks(problem.model, self.mapping, self.derived, problem.training, self.settings,
-                                      self.links, held + tail, first, last, self.known)
+                blocks = self._stage_blocks(j, tail, first, last)
                 entry = self.blocks[first, last, j] = (stage_vector(stage_from_parts(blocks, NO_DATA_PARALLEL)),
                                                        blocks.weights)
             vector, weights = entry
@@ -395,6 +397,20 @@ class _RankParts:
                     first))
             out.append(np.where(DATA_PARALLEL_COLUMNS, exchanges, vector))
         return np.array(out)
+
+    def _stage_blocks(self, j: int, tail: list[Block], first: bool, last: bool) -> StageBlocks:
+        """workload.stage_blocks of held[j] and `tail` at this position; with three ranks or more, the end ranks'
+        go on from the middle rank's (workload.stage_blocks_after: the same values, fewer blocks added)."""
+        problem = self.model.problem
+        args = (problem.model, self.mapping, self.derived, problem.training, self.settings, self.links)
+        if self.mapping.pp < 3:
+            return stage_blocks(*args, self.held[j] + tail, first, last, self.known)
+        body = self.bodies.get(j)
+        if body is None:
+            body = self.bodies[j] = stage_blocks(*args, self.held[j], False, False, self.known)
+        if not (first or last):
+            return body
+        return stage_blocks_after(body, *args, self.held[j], tail, first, last, self.known)
 
 
 class CalibratedStageTimes:
