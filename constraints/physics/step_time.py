@@ -97,7 +97,6 @@ from parasol.constraints.physics.workload import (
     stage_blocks,
     stage_blocks_after,
     stage_from_parts,
-    stage_work,
 )
 from parasol.hardware.calibration import StepCoefficients, coefficients_for_gpu
 from parasol.problems.derived import Derived
@@ -596,16 +595,18 @@ class CalibratedStageTimes:
                 * even_stretch(mapping.pp, mapping.vpp, float(derived.num_microbatches)))
 
     def _compute_per_microbatch(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
-        """All ranks' compute seconds of one microbatch (compute_floor_s), built once per compute key."""
+        """All ranks' compute seconds of one microbatch (compute_floor_s), built once per compute key from the
+        stage's blocks-and-edges half alone (workload.stage_blocks): the compute reads no data-parallel term."""
         key = (mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.mbs, mapping.recompute,
                totals.tobytes())
         if key not in self._compute:
             model = self.problem.model
             held = [b for b, n in zip(self.kinds.values(), totals.tolist(), strict=True) for _ in range(n)]
-            work = stage_work(model, mapping, derived, self.problem.training,
-                              routed(self.problem, mapping, self.settings), self.links(mapping),
-                              held + list(model.mtp_blocks), True, True)
-            one = batch_from_vectors(self._run(mapping, derived), stage_vector(work)[None, None, :])
+            blocks = stage_blocks(model, mapping, derived, self.problem.training,
+                                  routed(self.problem, mapping, self.settings), self.links(mapping),
+                                  held + list(model.mtp_blocks), True, True)
+            vector = stage_vector(stage_from_parts(blocks, NO_DATA_PARALLEL))
+            one = batch_from_vectors(self._run(mapping, derived), vector[None, None, :])
             self._compute[key] = float(compute_per_microbatch(one, self.coefs)[0, 0])
         return self._compute[key]
 
