@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import abc
 from dataclasses import dataclass, replace
+from itertools import groupby
 from typing import NamedTuple, TypeVar
 
 from parasol.constraints.physics.activations import saved_bytes_per_token
@@ -477,17 +478,8 @@ class StageBlocks:
 
 
 def _runs(held: list[Block]) -> list[tuple[Block, int]]:
-    """The held blocks as runs of equal blocks (equal fields): (the first, how many). A block repeated as one
-    object (a stage probed with copies of a kind's representative) is equal without comparing its fields."""
-    firsts: list[Block] = []
-    counts: list[int] = []
-    for b in held:
-        if firsts and (firsts[-1] is b or vars(firsts[-1]) == vars(b)):
-            counts[-1] += 1
-        else:
-            firsts.append(b)
-            counts.append(1)
-    return list(zip(firsts, counts, strict=True))
+    """The held blocks as runs of equal blocks: (the first, how many)."""
+    return [(group[0], len(group)) for group in (list(run) for _, run in groupby(held, key=vars))]
 
 
 def _runs_key(model: ModelArchitecture, settings: StepSettings, runs: list[tuple[Block, int]]) -> tuple:
