@@ -537,7 +537,7 @@ def stage_blocks_after(body: StageBlocks, model: ModelArchitecture, m: Mapping, 
     no edges, the same other arguments): its sums go on with the tail's runs and then the edges, each sum in
     the order stage_blocks adds to it, so the values are stage_blocks' exactly (computed afresh where the
     tail's first block would join the last run of `held`)."""
-    if held and tail and _runs([held[-1], tail[0]])[0][1] == 2:
+    if held and tail and len(_runs([held[-1], tail[0]])) == 1:
         return stage_blocks(model, m, d, training, settings, links, held + tail, first, last, known)
     ctx = _StageContext(model, m, d, training, settings, links)
     sums = body.sums.copied()
