@@ -429,7 +429,7 @@ class CalibratedStageTimes:
         self.kinds: dict[tuple, Block] = {}
         for b in problem.model.blocks:
             self.kinds.setdefault(block_kind(b), b)
-        self._links: dict[Mapping, Links] = {}
+        self._links: dict[tuple, Links] = {}
         self._workloads: dict[Mapping, WorkloadBatch] = {}
         self._siblings: dict[int, CalibratedStageTimes] = {}
         self._rank_work: dict[Mapping, RankWork] = {}
@@ -466,9 +466,10 @@ class CalibratedStageTimes:
         return comm_seconds(term, self.coefs)
 
     def links(self, mapping: Mapping) -> Links:
-        """Group placement of a mapping, computed once per mapping less its VPP and layout (placement reads
-        neither)."""
-        key = (vpp_free(mapping), self.settings.cp_levels)
+        """Group placement of a mapping, computed once per grid: its sizes and rank order (all exchanges.links_for
+        reads), keyed by those alone, without a VPP-free copy of the mapping to hash."""
+        m = mapping
+        key = (m.gpus, m.tp, m.cp, m.pp, m.ep, m.expert_tp, m.rank_order, self.settings.cp_levels)
         if key not in self._links:
             self._links[key] = links_for(self.problem.hardware.topology, mapping, self.settings.cp_levels)
         return self._links[key]
