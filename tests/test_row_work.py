@@ -17,7 +17,14 @@ from parasol.constraints.evaluate import evaluate, facts_for
 from parasol.constraints.physics.exchanges import grid_links, links_for
 from parasol.constraints.physics.memory import _rank_params, fsdp_buffer_bytes, memory_ledger, rank_holdings
 from parasol.constraints.physics.memory import block_kind as block_kind_of
-from parasol.constraints.physics.workload import build_workload, routed, settings_for, stage_work
+from parasol.constraints.physics.workload import (
+    build_workload,
+    routed,
+    settings_for,
+    stage_blocks,
+    stage_blocks_after,
+    stage_work,
+)
 from parasol.constraints.rules.registry import active_constraints
 from parasol.problems.derived import default_layout, derive
 from parasol.problems.loader import load_problem, load_problem_text
@@ -375,6 +382,27 @@ def test_stage_work_sharing_additions_is_stage_work_alone(problems: list) -> Non
                     assert stage_work(*args, known) == stage_work(*args)
             assert known
 
+
+
+def test_stage_blocks_after_a_middle_rank_is_stage_blocks_alone(problems: list) -> None:
+    """The end ranks' blocks half built on from the middle rank's (workload.stage_blocks_after, what rank_work
+    does from three ranks on) is exactly stage_blocks of the whole stage, for every held set and position."""
+    from parasol.constraints.physics.step_time import CalibratedStageTimes
+
+    for problem in problems:
+        reps = list(CalibratedStageTimes(problem).kinds.values())
+        for row in _sample(problem, 4):
+            m = row.mapping(problem)
+            d = derive(problem.model, m)
+            settings = routed(problem, m, settings_for(problem))
+            args = (problem.model, m, d, problem.training, settings, links_for(problem.hardware.topology, m))
+            for held in ([], *([b] for b in reps), *([b, b] for b in reps), reps):
+                body = stage_blocks(*args, held, False, False)
+                for first, last in ((True, False), (False, True), (True, True)):
+                    tail = list(problem.model.mtp_blocks) if last else []
+                    after = stage_blocks_after(body, *args, held, tail, first, last)
+                    assert after == stage_blocks(*args, held + tail, first, last)
+                assert body == stage_blocks(*args, held, False, False)
 
 def _rank_vectors_alone(model, problem, m, d) -> list:  # noqa: ANN001 - CalibratedStageTimes, Problem
     """Per rank position, the stage vectors of no block, one and two of each kind, each from stage_work on

@@ -45,11 +45,20 @@ def least_heaviest_rank(base: np.ndarray, weights: np.ndarray, totals: np.ndarra
     it is ignored (the bound without it still holds)."""
     blocks = int(totals.sum())
     extra = blocks - least * len(base)
-    lightest = lightest_blocks(weights, totals, min(max(least + extra, least), blocks))
+    return heaviest_of_lightest(base, lightest_blocks(weights, totals, min(max(least + extra, least), blocks)), blocks,
+                                least, most)
+
+
+def heaviest_of_lightest(base: np.ndarray, lightest: np.ndarray, blocks: int, least: int,
+                         most: np.ndarray | None = None) -> float:
+    """least_heaviest_rank from the ranks' lightest_blocks table over `blocks` blocks (columns up to at least
+    blocks − least·(ranks − 1)): the table reads neither `least` nor `most`, so a caller asking for several
+    builds it once."""
+    extra = blocks - least * len(base)
     first = float((base + lightest[:, min(least, blocks)]).max())
     if extra <= 0:
         return first
-    values = base[:, None] + lightest[:, least + 1:]
+    values = base[:, None] + lightest[:, least + 1:least + extra + 1]
     if most is not None and (most >= least).all() and int(np.minimum(most - least, extra).sum()) >= extra:
         values = np.where(np.arange(least + 1, least + extra + 1)[None, :] <= most[:, None], values, np.inf)
     flat = values.ravel()  # a fresh array: partitioned in place

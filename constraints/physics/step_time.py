@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import get_args
 
@@ -73,11 +74,17 @@ from parasol.constraints.physics.pricing import (
     stage_vector,
     vector_columns,
 )
-from parasol.constraints.physics.schedule import even_stretch, least_heaviest_rank, pipeline_time_scaled
+from parasol.constraints.physics.schedule import (
+    even_stretch,
+    heaviest_of_lightest,
+    lightest_blocks,
+    pipeline_time_scaled,
+)
 from parasol.constraints.physics.workload import (
     DATA_PARALLEL_EXCHANGES,
     DATA_PARALLEL_FIELDS,
     PASSES_PER_MICROBATCH,
+    StageBlocks,
     StepSettings,
     Workload,
     build_workload,
@@ -88,8 +95,8 @@ from parasol.constraints.physics.workload import (
     run_workload,
     settings_for,
     stage_blocks,
+    stage_blocks_after,
     stage_from_parts,
-    stage_work,
 )
 from parasol.hardware.calibration import StepCoefficients, coefficients_for_gpu
 from parasol.problems.derived import Derived
@@ -287,20 +294,39 @@ class _FloorParts:
     holding n_k blocks of each kind, at least one (pricing.data_parallel_lines of its work with no block,
     the least onset and each kind's slope)."""
 
+    @cached_property
+    def blocks(self) -> int:
+        """The model's blocks (held's sum)."""
+        return int(self.held.sum())
+
+    @cached_property
+    def exchange_lightest(self) -> np.ndarray | None:
+        """schedule.lightest_blocks of data_parallel's lines over every block, built once for every VPP and
+        `most` heaviest_exchange is asked (None where a line falls with blocks)."""
+        weights = self.data_parallel[1]
+        return lightest_blocks(weights, self.held, self.blocks) if (weights >= 0).all() else None
+
+    @cached_property
+    def compute_lightest(self) -> np.ndarray | None:
+        """schedule.lightest_blocks of block_compute over every block, built once for every VPP and `most`
+        slowest_compute is asked (None where a block's compute is negative)."""
+        if (self.block_compute < 0).any():
+            return None
+        return lightest_blocks(self.block_compute, self.held, self.blocks)
+
     def heaviest_exchange(self, vpp: int, most: np.ndarray | None = None) -> float:
         """A bound on the largest rank's whole data-parallel exchange seconds when the ranks hold the model's
-        whole blocks, at least one per virtual stage and at most `most` (least_heaviest_rank over
+        whole blocks, at least one per virtual stage and at most `most` (schedule.least_heaviest_rank over
         data_parallel's lines; 0 where a line falls with blocks)."""
-        base, weights = self.data_parallel
-        return least_heaviest_rank(base, weights, self.held, vpp, most) if (weights >= 0).all() else 0.0
+        lightest = self.exchange_lightest
+        return 0.0 if lightest is None else heaviest_of_lightest(self.data_parallel[0], lightest, self.blocks, vpp, most)
 
     def slowest_compute(self, vpp: int, most: np.ndarray | None = None) -> float:
         """A bound on the slowest rank's seconds of one microbatch: its compute (never above its stage time)
         when the ranks hold the model's whole blocks, at least one per virtual stage and at most `most`
-        (least_heaviest_rank; 0 where a block's compute is negative)."""
-        if (self.block_compute < 0).any():
-            return 0.0
-        return least_heaviest_rank(self.rank_compute, self.block_compute, self.held, vpp, most)
+        (schedule.least_heaviest_rank; 0 where a block's compute is negative)."""
+        lightest = self.compute_lightest
+        return 0.0 if lightest is None else heaviest_of_lightest(self.rank_compute, lightest, self.blocks, vpp, most)
 
 
 DISPATCHERS = get_args(MegatronOptions.model_fields["moe_token_dispatcher_type"].annotation)
@@ -349,17 +375,17 @@ class _RankParts:
         reps = list(model.kinds.values())
         self.held: list[list[Block]] = [[], *([b] for b in reps), *([b, b] for b in reps)]
         self.known: dict = {}
+        self.bodies: dict[int, StageBlocks] = {}
 
     def vectors(self, first: bool, last: bool) -> np.ndarray:
         """The stage vectors of a rank at this position holding each of `held` (MTP blocks on the last)."""
         problem = self.model.problem
         tail = list(problem.model.mtp_blocks) if last else []
         out = []
-        for j, held in enumerate(self.held):
+        for j in range(len(self.held)):
             entry = self.blocks.get((first, last, j))
             if entry is None:
-                blocks = stage_blocks(problem.model, self.mapping, self.derived, problem.training, self.settings,
-                                      self.links, held + tail, first, last, self.known)
+                blocks = self._stage_blocks(j, tail, first, last)
                 entry = self.blocks[first, last, j] = (stage_vector(stage_from_parts(blocks, NO_DATA_PARALLEL)),
                                                        blocks.weights)
             vector, weights = entry
@@ -370,6 +396,20 @@ class _RankParts:
                     first))
             out.append(np.where(DATA_PARALLEL_COLUMNS, exchanges, vector))
         return np.array(out)
+
+    def _stage_blocks(self, j: int, tail: list[Block], first: bool, last: bool) -> StageBlocks:
+        """workload.stage_blocks of held[j] and `tail` at this position; with three ranks or more, the end ranks'
+        go on from the middle rank's (workload.stage_blocks_after: the same values, fewer blocks added)."""
+        problem = self.model.problem
+        args = (problem.model, self.mapping, self.derived, problem.training, self.settings, self.links)
+        if self.mapping.pp < 3:
+            return stage_blocks(*args, self.held[j] + tail, first, last, self.known)
+        body = self.bodies.get(j)
+        if body is None:
+            body = self.bodies[j] = stage_blocks(*args, self.held[j], False, False, self.known)
+        if not (first or last):
+            return body
+        return stage_blocks_after(body, *args, self.held[j], tail, first, last, self.known)
 
 
 class CalibratedStageTimes:
@@ -389,7 +429,7 @@ class CalibratedStageTimes:
         self.kinds: dict[tuple, Block] = {}
         for b in problem.model.blocks:
             self.kinds.setdefault(block_kind(b), b)
-        self._links: dict[Mapping, Links] = {}
+        self._links: dict[tuple, Links] = {}
         self._workloads: dict[Mapping, WorkloadBatch] = {}
         self._siblings: dict[int, CalibratedStageTimes] = {}
         self._rank_work: dict[Mapping, RankWork] = {}
@@ -398,6 +438,7 @@ class CalibratedStageTimes:
         self._floors: dict[tuple[Mapping, bytes], _FloorParts] = {}
         self._compute: dict[tuple, float] = {}
         self._exchange_floors: dict[tuple, float] = {}
+        self._exchange_parts: dict[tuple, float] = {}
         self._totals = np.array([sum(block_kind(b) == k for b in problem.model.blocks) for k in self.kinds],
                                 dtype=np.int64)
         self._row: tuple[Mapping, dict[str, np.ndarray]] | None = None
@@ -425,9 +466,10 @@ class CalibratedStageTimes:
         return comm_seconds(term, self.coefs)
 
     def links(self, mapping: Mapping) -> Links:
-        """Group placement of a mapping, computed once per mapping less its VPP and layout (placement reads
-        neither)."""
-        key = (vpp_free(mapping), self.settings.cp_levels)
+        """Group placement of a mapping, computed once per grid: its sizes and rank order (all exchanges.links_for
+        reads), keyed by those alone, without a VPP-free copy of the mapping to hash."""
+        m = mapping
+        key = (m.gpus, m.tp, m.cp, m.pp, m.ep, m.expert_tp, m.rank_order, self.settings.cp_levels)
         if key not in self._links:
             self._links[key] = links_for(self.problem.hardware.topology, mapping, self.settings.cp_levels)
         return self._links[key]
@@ -548,17 +590,19 @@ class CalibratedStageTimes:
         (pricing.compute_per_microbatch, a part of step_floor_s's rank floor): spread over the pipeline as
         step_floor_s spreads it (reprice.compute_floor_units), a floor on every cut's step. It reads only TP,
         CP, EP, ETP, MBS and recompute, so it is built once per those for all rows sharing them (one rank
-        holding every block: the compute fields of the rank work add up over blocks), a small share of what
+        holding every block: the compute fields of the rank work add up over blocks; its blocks-and-edges half
+        alone, workload.stage_blocks, since the compute reads no data-parallel term), a small share of what
         step_floor_s builds per row."""
         key = (mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.mbs, mapping.recompute,
                totals.tobytes())
         if key not in self._compute:
             model = self.problem.model
             held = [b for b, n in zip(self.kinds.values(), totals.tolist(), strict=True) for _ in range(n)]
-            work = stage_work(model, mapping, derived, self.problem.training,
-                              routed(self.problem, mapping, self.settings), self.links(mapping),
-                              held + list(model.mtp_blocks), True, True)
-            one = batch_from_vectors(self._run(mapping, derived), stage_vector(work)[None, None, :])
+            blocks = stage_blocks(model, mapping, derived, self.problem.training,
+                                  routed(self.problem, mapping, self.settings), self.links(mapping),
+                                  held + list(model.mtp_blocks), True, True)
+            vector = stage_vector(stage_from_parts(blocks, NO_DATA_PARALLEL))
+            one = batch_from_vectors(self._run(mapping, derived), vector[None, None, :])
             self._compute[key] = float(compute_per_microbatch(one, self.coefs)[0, 0])
         return self._compute[key]
 
@@ -593,33 +637,56 @@ class CalibratedStageTimes:
         return self._exchange_floors[key]
 
     def _exchange_floor(self, mapping: Mapping, totals: np.ndarray) -> float:
-        """exchange_floor_s, computed."""
+        """exchange_floor_s, computed (its EP and CP parts kept per what each reads: _least_ep, _least_cp)."""
         coefs = self.coefs
         settings = routed(self.problem, mapping, self.settings)
-        links, model = self.links(mapping), self.problem.model
+        links = self.links(mapping)
         tokens = mapping.mbs * mapping.seq_len / mapping.cp
         floor = 0.0
         moe_blocks = sum(int(n) for b, n in zip(self.kinds.values(), totals, strict=True) if b.mlp is BlockKind.moe)
         hidden_ep = 1.0 if settings.ep_overlap else min(float(coefs["overlap_ep"]), 1.0)
         if moe_blocks and links.ep.size > 1 and hidden_ep < 1.0:
-            received = dispatch_received(settings)
-            least = min(comm_seconds(ep_comm(model, tokens, mapping.tp, mapping.expert_tp,
-                                             dispatch_link(links, kind, backend), received, kind)
-                                     .scaled(moe_blocks), coefs) for kind in DISPATCHERS for backend in FLEX_BACKENDS)
+            least = self._kept_part((tokens, mapping.tp, mapping.expert_tp, links.ep, links.ep_deepep,
+                                     dispatch_received(settings), moe_blocks),
+                                    lambda: self._least_ep(mapping, links, tokens, settings, moe_blocks))
             floor += PASSES_PER_MICROBATCH["ep"] * (1.0 - hidden_ep) * least
-        hidden_cp = min(float(coefs["overlap_cp"]), 1.0)
         if links.cp.size > 1:
-            def exposed(kind: str, levels: tuple) -> float:
-                """pricing.py hides at most overlap_cp of the whole exchange's seconds less its blocking
-                part's, so at least (1 − h)·whole + h·blocking is exposed (subadditive in the terms)."""
-                args = (tokens, mapping.tp, links.cp, kind, levels)
-                whole = comm_seconds(self._over_blocks(lambda b: cp_comm(model, b, *args), totals), coefs)
-                blocking = comm_seconds(self._over_blocks(lambda b: cp_parts(model, b, *args)[1], totals), coefs)
-                return (1.0 - hidden_cp) * whole + hidden_cp * blocking
-
-            least = min(exposed(kind, levels) for kind in CP_COMM_KINDS for levels in self._cp_levels(mapping))
+            levels = self._cp_levels(mapping)
+            least = self._kept_part((tokens, mapping.tp, links.cp, levels, totals.tobytes()),
+                                    lambda: self._least_cp(mapping, links, tokens, levels, totals))
             floor += PASSES_PER_MICROBATCH["cp"] * least
         return floor
+
+    def _kept_part(self, key: tuple, build: Callable[[], float]) -> float:
+        """build()'s seconds, kept under `key` (all it reads), so mappings of other pipeline, EP or data-parallel
+        placements whose exchanges run on equal links share them."""
+        if key not in self._exchange_parts:
+            self._exchange_parts[key] = build()
+        return self._exchange_parts[key]
+
+    def _least_ep(self, mapping: Mapping, links: Links, tokens: float, settings: StepSettings, moe_blocks: int) -> float:
+        """The least seconds of the EP exchange of `moe_blocks` MoE blocks under any dispatcher and flex backend."""
+        received = dispatch_received(settings)
+        return min(comm_seconds(ep_comm(self.problem.model, tokens, mapping.tp, mapping.expert_tp,
+                                        dispatch_link(links, kind, backend), received, kind).scaled(moe_blocks),
+                                self.coefs) for kind in DISPATCHERS for backend in FLEX_BACKENDS)
+
+    def _least_cp(self, mapping: Mapping, links: Links, tokens: float, levels: tuple[tuple, ...],
+                  totals: np.ndarray) -> float:
+        """The least exposed seconds of the CP exchange of `totals` blocks under any CP communication type and
+        a2a+p2p split (`levels`: _cp_levels)."""
+        coefs, model = self.coefs, self.problem.model
+        hidden_cp = min(float(coefs["overlap_cp"]), 1.0)
+
+        def exposed(kind: str, level: tuple) -> float:
+            """pricing.py hides at most overlap_cp of the whole exchange's seconds less its blocking
+            part's, so at least (1 − h)·whole + h·blocking is exposed (subadditive in the terms)."""
+            args = (tokens, mapping.tp, links.cp, kind, level)
+            whole = comm_seconds(self._over_blocks(lambda b: cp_comm(model, b, *args), totals), coefs)
+            blocking = comm_seconds(self._over_blocks(lambda b: cp_parts(model, b, *args)[1], totals), coefs)
+            return (1.0 - hidden_cp) * whole + hidden_cp * blocking
+
+        return min(exposed(kind, level) for kind in CP_COMM_KINDS for level in levels)
 
     def _cp_levels(self, mapping: Mapping) -> tuple[tuple, ...]:
         """Every two-level placement a2a+p2p may run under this mapping's CP (each split CP = A·P), and no

@@ -300,6 +300,12 @@ class _StageSums:
     r_scan: float = 0.0
     head: float = 0.0
 
+    def copied(self) -> _StageSums:
+        """A copy to add further blocks to (the sums are numbers and unchanged CommTerms)."""
+        out = object.__new__(_StageSums)
+        out.__dict__.update(self.__dict__)
+        return out
+
     def add_block(self, ctx: _StageContext, b: Block, count: int = 1, known: dict | None = None) -> None:
         """Add `count` copies of one block's GEMMs, attention, memory traffic, TP/CP/EP exchanges and
         recompute (the solver prices a stage as kinds × counts, so equal blocks are priced once). `known`
@@ -505,12 +511,39 @@ def _stage_blocks(ctx: _StageContext, held: list[Block], runs: list[tuple[Block,
                   known: dict | None) -> StageBlocks:
     """stage_blocks, computed."""
     sums = _StageSums()
-    offloaded = 0.0
+    offloaded = _add_runs(ctx, sums, runs, 0.0, known)
+    sums.add_edges(ctx, first, last)
+    return StageBlocks(sums, len(held), _moe_blocks(held), offloaded)
+
+
+def _add_runs(ctx: _StageContext, sums: _StageSums, runs: list[tuple[Block, int]], offloaded: float,
+              known: dict | None) -> float:
+    """Add the runs' blocks to `sums`; `offloaded` with the bytes they send to the host added, run by run."""
     for b, count in runs:
         sums.add_block(ctx, b, count, known)
         offloaded += count * offloaded_bytes(ctx.model, ctx.mapping, ctx.training, ctx.settings, b)
+    return offloaded
+
+
+def _moe_blocks(held: list[Block]) -> int:
+    """How many of the blocks are MoE blocks."""
+    return sum(b.mlp is BlockKind.moe for b in held)
+
+
+def stage_blocks_after(body: StageBlocks, model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
+                       settings: StepSettings, links: Links, held: list[Block], tail: list[Block], first: bool,
+                       last: bool, known: dict | None = None) -> StageBlocks:
+    """stage_blocks of `held` then `tail` at this position, from `body` (stage_blocks of `held` on a middle rank:
+    no edges, the same other arguments): its sums go on with the tail's runs and then the edges, each sum in
+    the order stage_blocks adds to it, so the values are stage_blocks' exactly (computed afresh where the
+    tail's first block would join the last run of `held`)."""
+    if held and tail and len(_runs([held[-1], tail[0]])) == 1:
+        return stage_blocks(model, m, d, training, settings, links, held + tail, first, last, known)
+    ctx = _StageContext(model, m, d, training, settings, links)
+    sums = body.sums.copied()
+    offloaded = _add_runs(ctx, sums, _runs(tail), body.offloaded, known)
     sums.add_edges(ctx, first, last)
-    return StageBlocks(sums, len(held), sum(b.mlp is BlockKind.moe for b in held), offloaded)
+    return StageBlocks(sums, body.blocks + len(tail), body.moe_blocks + _moe_blocks(tail), offloaded)
 
 
 def data_parallel_terms(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
@@ -561,12 +594,12 @@ def offloaded_bytes(model: ModelArchitecture, m: Mapping, training: Training, se
     """Bytes of one block's saved activations per microbatch sent to the host: all of them for the first
     N blocks under --cpu-offloading, else what the ledger no longer holds for the modules fine-grained
     offloading names."""
-    ctx = activation_context(m, training)
     tokens = m.mbs * m.seq_len / m.cp
     if block.index < settings.cpu_offload_layers and not block.mtp:
-        return saved_bytes_per_token(model, block, ctx) * tokens
+        return saved_bytes_per_token(model, block, activation_context(m, training)) * tokens
     if not settings.offload_modules:
         return 0.0
+    ctx = activation_context(m, training)
     off = replace(ctx, offloaded=frozenset(settings.offload_modules))
     return (saved_bytes_per_token(model, block, ctx) - saved_bytes_per_token(model, block, off)) * tokens
 

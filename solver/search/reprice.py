@@ -111,9 +111,16 @@ def step_floor_units(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_mod
     """Step-time units no cut of the row goes below: the step-time model's floor (StageTimeModel.step_floor_s),
     with each rank holding at most the blocks its memory allows within `usable` MB (costs.most_blocks; None:
     any number)."""
-    totals = counts[0, counts.shape[0] - 1]
-    most = None if usable is None else most_blocks(c, totals, usable)
-    return units_below(time_model.step_floor_s(mapping, c.derived, totals, most))
+    most = None if usable is None else _most_blocks(c, counts, usable)
+    return units_below(time_model.step_floor_s(mapping, c.derived, counts[0, counts.shape[0] - 1], most))
+
+
+def _most_blocks(c: RowCosts, counts: np.ndarray, usable: int) -> np.ndarray | None:
+    """costs.most_blocks of the row's blocks within `usable` MB, once per row table, in-flight shares, `usable`
+    and `counts` (costs.memoised_floor, as memory_floor_units: the rows of a table that differ in rank order or
+    in what the memory tables do not read share it)."""
+    return memoised_floor(c, ("most", usable, id(counts)),
+                          lambda: (counts, most_blocks(c, counts[0, counts.shape[0] - 1], usable)))[1]
 
 
 def compute_floor_units(per_microbatch_s: float, stretch: float) -> int:
