@@ -35,7 +35,7 @@ from parasol.constraints.physics.memory import (
     workspace_bytes,
 )
 from parasol.constraints.physics.schedule import least_heaviest_rank, lightest_blocks, pipeline_time_scaled
-from parasol.problems.derived import Derived, derive
+from parasol.problems.derived import Derived
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
 from parasol.problems.memo import memoised, memoised_by
@@ -224,13 +224,13 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None,
     the parameter state and add FSDP unit buffers (a memory saving, savings.SETTINGS), not the saved
     activations: those are taken from them instead of the ledger (savings.fit_candidates' variants)."""
     problem = with_choices(problem, row)
-    mapping = row.mapping(problem)
-    d = derive(problem.model, mapping)
+    d = row.derived(problem)
     microbatches = d.num_microbatches
-    tables = replaced(_memory_tables(problem, row, mapping, d, moved_from), row=row, derived=d,
+    tables = replaced(_memory_tables(problem, row, d, moved_from), row=row, derived=d,
                       inflight=_shares(row.pp, row.vpp, microbatches.numerator, microbatches.denominator).inflight)
     if time_model is None:
         return tables
+    mapping = row.mapping(problem)
     time_model = time_model.for_problem(problem)
     representatives = kind_representatives(problem)
     return replaced(
@@ -248,13 +248,14 @@ _MEMORY_KEY = operator.attrgetter(*(f.name for f in dataclasses.fields(Row) if f
 """A row's fields less its VPP and rank order: what its memory tables read."""
 
 
-def _memory_tables(problem: Problem, row: Row, mapping: Mapping, d: Derived, moved_from: RowCosts | None) -> RowCosts:
-    """The row's memory tables with no time model (`mapping`, `d`: the row's; `moved_from`: row_costs'), built
+def _memory_tables(problem: Problem, row: Row, d: Derived, moved_from: RowCosts | None) -> RowCosts:
+    """The row's memory tables with no time model (`d`: the row's derived sizes; `moved_from`: row_costs'), built
     once per problem and row less its VPP and rank order: the ledger's per-kind and per-edge terms, the dispatch
     buffers and the workspace read neither (only the in-flight shares read VPP). The tables kept carry the row,
     derived sizes and in-flight shares of the first row asked, and the memo of their memory fields
-    (shared_memo); row_costs sets each row's own."""
+    (shared_memo); row_costs sets each row's own. The row's mapping is built only when the tables are."""
     def build() -> RowCosts:
+        mapping = row.mapping(problem)
         saved = _saved(problem, mapping) if moved_from is None else _saved_of(moved_from)
         tables = _tables(problem, row, mapping, d, saved)
         return replaced(tables, memo=shared_memo(memoised(problem, "table_memos", MemoPool), memory_fields(tables)))
