@@ -362,6 +362,12 @@ def test_stage_times_price_each_stage_as_alone(problems: list) -> None:
             assert together == [model.stage_times_s(m, d, [probe])[0] for probe in probes]
 
 
+def _stage_inputs(problem, row) -> tuple:  # noqa: ANN001
+    """A row's mapping, derived sizes, routed settings and links: what a stage's work is built from."""
+    m = row.mapping(problem)
+    return m, derive(problem.model, m), routed(problem, m, settings_for(problem)), links_for(problem.hardware.topology, m)
+
+
 def test_stage_work_sharing_additions_is_stage_work_alone(problems: list) -> None:
     """Stages priced with shared block additions and stages (rank_work's and stage_times_s's probes: no
     block, one and two of a kind, at every rank position) are exactly the stages priced on their own."""
@@ -370,10 +376,7 @@ def test_stage_work_sharing_additions_is_stage_work_alone(problems: list) -> Non
     for problem in problems:
         reps = list(CalibratedStageTimes(problem).kinds.values())
         for row in _sample(problem, 4):
-            m = row.mapping(problem)
-            d = derive(problem.model, m)
-            settings = routed(problem, m, settings_for(problem))
-            links = links_for(problem.hardware.topology, m)
+            m, d, settings, links = _stage_inputs(problem, row)
             known: dict = {}
             for first, last in ((True, False), (False, False), (False, True), (True, True)):
                 tail = list(problem.model.mtp_blocks) if last else []
@@ -392,10 +395,8 @@ def test_stage_blocks_after_a_middle_rank_is_stage_blocks_alone(problems: list) 
     for problem in problems:
         reps = list(CalibratedStageTimes(problem).kinds.values())
         for row in _sample(problem, 4):
-            m = row.mapping(problem)
-            d = derive(problem.model, m)
-            settings = routed(problem, m, settings_for(problem))
-            args = (problem.model, m, d, problem.training, settings, links_for(problem.hardware.topology, m))
+            m, d, settings, links = _stage_inputs(problem, row)
+            args = (problem.model, m, d, problem.training, settings, links)
             for held in ([], *([b] for b in reps), *([b, b] for b in reps), reps):
                 body = stage_blocks(*args, held, False, False)
                 for first, last in ((True, False), (False, True), (True, True)):

@@ -17,6 +17,7 @@ dropped), and a proof of infeasibility stays a proof.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
 
@@ -54,18 +55,8 @@ class RuleDomains:
         return row.recompute in self.recompute and self._degrees_hold(degrees_of(row))
 
     def kept(self, rows: tuple[Row, ...]) -> tuple[Row, ...]:
-        """The rows that hold (holds), in their order, judged once per distinct degrees: a default space lists
-        tens of thousands of rows over a few thousand degree combinations."""
-        verdicts: dict[tuple[int, ...], bool] = {}
-        kept = []
-        for row in rows:
-            degrees = degrees_of(row)
-            verdict = verdicts.get(degrees)
-            if verdict is None:
-                verdict = verdicts[degrees] = self._degrees_hold(degrees)
-            if verdict and row.recompute in self.recompute:
-                kept.append(row)
-        return tuple(kept)
+        """The rows that hold (holds), in their order, their degrees judged once per distinct degrees (by_degrees)."""
+        return tuple(row for row in by_degrees(rows, self._degrees_hold) if row.recompute in self.recompute)
 
     def _degrees_hold(self, degrees: tuple[int, ...]) -> bool:
         """Whether each degree (DEGREES' order) is a value some rule-abiding mapping takes."""
@@ -146,14 +137,26 @@ def meeting_degree_rules(problem: Problem, rows: tuple[Row, ...]) -> tuple[Row, 
     rules = degree_rules(problem)
     if not rules:
         return rows
+
+    def verdict(key: tuple[int, ...]) -> bool:
+        """Whether every degree rule accepts these degrees."""
+        degrees = dict(zip(DEGREES, key, strict=True))
+        return all(c.degree_verdict(problem, degrees) for c in rules)
+
+    kept = by_degrees(rows, verdict)
+    return tuple(kept) if kept else rows
+
+
+def by_degrees(rows: tuple[Row, ...], verdict: Callable[[tuple[int, ...]], bool]) -> list[Row]:
+    """The rows whose degrees (DEGREES' order) `verdict` accepts, in their order, each distinct degrees asked
+    once: a default space lists tens of thousands of rows over a few thousand degree combinations."""
     verdicts: dict[tuple[int, ...], bool] = {}
     kept = []
     for row in rows:
-        key = degrees_of(row)
-        verdict = verdicts.get(key)
-        if verdict is None:
-            degrees = dict(zip(DEGREES, key, strict=True))
-            verdict = verdicts[key] = all(c.degree_verdict(problem, degrees) for c in rules)
-        if verdict:
+        degrees = degrees_of(row)
+        accepted = verdicts.get(degrees)
+        if accepted is None:
+            accepted = verdicts[degrees] = verdict(degrees)
+        if accepted:
             kept.append(row)
-    return tuple(kept) if kept else rows
+    return kept
