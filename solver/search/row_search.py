@@ -21,7 +21,7 @@ import numpy as np
 from parasol.constraints.evaluate import holds
 from parasol.constraints.physics.schedule import even_stretch
 from parasol.constraints.rules.feature import SettingsRule
-from parasol.problems.derived import attention_data_parallel, default_layout, num_microbatches
+from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
 from parasol.solver.search.choices import settled
 from parasol.solver.search.costs import RowCosts, StageTimeModel, row_costs
@@ -143,9 +143,7 @@ class RowSearch:
         spread = (row.pp, row.vpp, row.tp, row.cp, row.mbs)
         stretch = self._stretches.get(spread)
         if stretch is None:
-            training = self.problem.training
-            microbatches = num_microbatches(training.global_batch, row.mbs,
-                                            attention_data_parallel(self.problem.gpus, row.pp, row.tp, row.cp))
+            microbatches = row.derived(self.problem).num_microbatches
             stretch = self._stretches[spread] = even_stretch(row.pp, row.vpp, float(microbatches))
         return compute_floor_units(per_microbatch, stretch)
 
