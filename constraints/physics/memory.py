@@ -454,18 +454,23 @@ def distinct_block_params(model: ModelArchitecture) -> tuple[BlockParams, ...]:
 
 def stage_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
                  stage: int, blocks: list[int], usable_bytes: float,
-                 options: MegatronOptions = NO_OPTIONS, edges: tuple[bool, bool] | None = None) -> StageLedger:
+                 options: MegatronOptions = NO_OPTIONS, edges: tuple[bool, bool] | None = None,
+                 per_kind: dict[tuple, Contribution] | None = None) -> StageLedger:
     """Ledger of one stage's heaviest rank: the exact integer sum of its blocks' contributions; `edges`
-    (first, last) say whether it runs the embedding and the head (default: the first and last rank)."""
+    (first, last) say whether it runs the embedding and the head (default: the first and last rank).
+    `per_kind` keeps one block's contribution per block_kind for the other stages of the same mapping."""
     first, last = edges if edges is not None else (stage == 0, stage == m.pp - 1)
+    per_kind = {} if per_kind is None else per_kind
     counts: dict[tuple, tuple[Block, int]] = {}
     for i in blocks:
         b = model.blocks[i]
         blk, n = counts.get(block_kind(b), (b, 0))
         counts[block_kind(b)] = (blk, n + 1)
     total = edge_contribution(model, m, d, training, first, last, options)
-    for blk, n in counts.values():
-        total = total + block_contribution(model, m, d, training, blk, options).times(n)
+    for kind, (blk, n) in counts.items():
+        if kind not in per_kind:
+            per_kind[kind] = block_contribution(model, m, d, training, blk, options)
+        total = total + per_kind[kind].times(n)
     return assemble_stage(model, m, d, training, stage, tuple(blocks), total, usable_bytes, options)
 
 
@@ -534,7 +539,8 @@ def memory_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Tr
                   usable_bytes: float, options: MegatronOptions = NO_OPTIONS) -> MemoryLedger:
     """Ledgers of all stages; the layout must cover the blocks with PP·VPP virtual stages."""
     held = rank_holdings(d.layout, m.pp, training.pipeline_schedule)
-    stages = tuple(stage_ledger(model, m, d, training, s, r.blocks, usable_bytes, options, (r.first, r.last))
+    per_kind: dict[tuple, Contribution] = {}
+    stages = tuple(stage_ledger(model, m, d, training, s, r.blocks, usable_bytes, options, (r.first, r.last), per_kind)
                    for s, r in enumerate(held))
     assumptions = (
         "Weights BF16 (2 B/param) for BF16 and FP8 runs (FP8 copies are transient).",
