@@ -29,11 +29,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parasol.errors import InputError
-from parasol.files import read_input_text
+from parasol.files import SAFE_LOADER, bundled_yaml, read_input_text
 
 COEFFICIENT_PACKAGE = "parasol.hardware.coefficients"
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-"""libyaml's safe loader when PyYAML has it (runs files are hundreds of KB), else the pure-Python one."""
 
 
 @dataclass(frozen=True)
@@ -230,7 +228,7 @@ def bundled_coefficient_files() -> list[str]:
 def load_coefficient_file(stem: str) -> CoefficientFile:
     """Read one bundled coefficient file by stem."""
     text = resources.files(COEFFICIENT_PACKAGE).joinpath(f"{stem}.yaml").read_text(encoding="utf-8")
-    return parse_coefficient_file(yaml.safe_load(text), where=f"hardware/coefficients/{stem}.yaml")
+    return parse_coefficient_file(bundled_yaml(text), where=f"hardware/coefficients/{stem}.yaml")
 
 
 def parse_coefficient_file(data: Any, where: str) -> CoefficientFile:
