@@ -218,10 +218,12 @@ def coefficient_file_stem(gpu_name: str) -> str | None:
     return None
 
 
-def bundled_coefficient_files() -> list[str]:
-    """Stems of the bundled coefficient files, sorted."""
+@cache
+def bundled_coefficient_files() -> tuple[str, ...]:
+    """Stems of the bundled coefficient files, sorted (listed once per process, as each file is read once:
+    every explain asks for its GPU's file)."""
     root = resources.files(COEFFICIENT_PACKAGE)
-    return sorted(p.name.removesuffix(".yaml") for p in root.iterdir() if p.name.endswith(".yaml"))
+    return tuple(sorted(p.name.removesuffix(".yaml") for p in root.iterdir() if p.name.endswith(".yaml")))
 
 
 @cache

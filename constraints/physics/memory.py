@@ -455,22 +455,25 @@ def distinct_block_params(model: ModelArchitecture) -> tuple[BlockParams, ...]:
 def stage_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
                  stage: int, blocks: list[int], usable_bytes: float,
                  options: MegatronOptions = NO_OPTIONS, edges: tuple[bool, bool] | None = None,
-                 per_kind: dict[tuple, Contribution] | None = None) -> StageLedger:
+                 priced: dict[tuple, Contribution] | None = None) -> StageLedger:
     """Ledger of one stage's heaviest rank: the exact integer sum of its blocks' contributions; `edges`
     (first, last) say whether it runs the embedding and the head (default: the first and last rank).
-    `per_kind` keeps one block's contribution per block_kind for the other stages of the same mapping."""
+    `priced` keeps the contributions priced for this mapping (one block per block_kind, the edges per
+    (first, last)) for its other stages, which hold the same kinds."""
     first, last = edges if edges is not None else (stage == 0, stage == m.pp - 1)
-    per_kind = {} if per_kind is None else per_kind
+    priced = {} if priced is None else priced
     counts: dict[tuple, tuple[Block, int]] = {}
     for i in blocks:
         b = model.blocks[i]
         blk, n = counts.get(block_kind(b), (b, 0))
         counts[block_kind(b)] = (blk, n + 1)
-    total = edge_contribution(model, m, d, training, first, last, options)
+    if (first, last) not in priced:
+        priced[first, last] = edge_contribution(model, m, d, training, first, last, options)
+    total = priced[first, last]
     for kind, (blk, n) in counts.items():
-        if kind not in per_kind:
-            per_kind[kind] = block_contribution(model, m, d, training, blk, options)
-        total = total + per_kind[kind].times(n)
+        if kind not in priced:
+            priced[kind] = block_contribution(model, m, d, training, blk, options)
+        total = total + priced[kind].times(n)
     return assemble_stage(model, m, d, training, stage, tuple(blocks), total, usable_bytes, options)
 
 
@@ -539,8 +542,8 @@ def memory_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Tr
                   usable_bytes: float, options: MegatronOptions = NO_OPTIONS) -> MemoryLedger:
     """Ledgers of all stages; the layout must cover the blocks with PP·VPP virtual stages."""
     held = rank_holdings(d.layout, m.pp, training.pipeline_schedule)
-    per_kind: dict[tuple, Contribution] = {}
-    stages = tuple(stage_ledger(model, m, d, training, s, r.blocks, usable_bytes, options, (r.first, r.last), per_kind)
+    priced: dict[tuple, Contribution] = {}
+    stages = tuple(stage_ledger(model, m, d, training, s, r.blocks, usable_bytes, options, (r.first, r.last), priced)
                    for s, r in enumerate(held))
     assumptions = (
         "Weights BF16 (2 B/param) for BF16 and FP8 runs (FP8 copies are transient).",
