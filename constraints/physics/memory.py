@@ -21,7 +21,7 @@ from parasol.constraints.physics.activations import (
 from parasol.constraints.physics.dtypes import BF16_BYTES, FP8_BYTES
 from parasol.problems.derived import Derived, stage_of_virtual
 from parasol.problems.mapping import Mapping, Recompute
-from parasol.problems.memo import memoised
+from parasol.problems.memo import memoised, memoised_by
 from parasol.problems.model.architecture import Block, ModelArchitecture
 from parasol.problems.model.params import BlockParams, block_params
 from parasol.problems.options import MegatronOptions
@@ -430,16 +430,28 @@ def block_kind(block: Block) -> tuple:
     return (block.mlp, block.compress_ratio, block.hash_routed, block.mtp, block.mixer, block.window)
 
 
+FSDP_BUFFERS_MEMO = 4096
+"""FSDP buffer sizes kept per model (the table starts afresh past this)."""
+
+
 def fsdp_buffer_bytes(model: ModelArchitecture, m: Mapping, d: Derived, training: Training) -> int:
     """FSDP's unsharded units: the largest block's BF16 weights gathered twice (the unit computing and
     the one prefetched, Megatron-FSDP's default prefetch of one unit) and its gradients once, before
-    their reduce-scatter; 0 without FSDP."""
+    their reduce-scatter; 0 without FSDP. Memoised per model by what it reads (TP, ETP, experts per rank,
+    gradient bytes): every stage's ledger holds it."""
     if not fsdp_on(training):
         return 0
     grad_bytes = 4 if training.grad_dtype == "fp32" else 2
+    experts = d.experts_per_rank or Fraction(0)
+    return memoised_by(model, "fsdp_buffer_bytes", (m.tp, m.expert_tp, experts, grad_bytes), FSDP_BUFFERS_MEMO,
+                       lambda: _fsdp_buffer_bytes(model, m, experts, grad_bytes))
+
+
+def _fsdp_buffer_bytes(model: ModelArchitecture, m: Mapping, experts: Fraction, grad_bytes: int) -> int:
+    """fsdp_buffer_bytes, computed."""
     largest = Fraction(0)
     for bp in distinct_block_params(model):
-        dense, expert, _ = _rank_params(bp, m, d.experts_per_rank or Fraction(0))
+        dense, expert, _ = _rank_params(bp, m, experts)
         largest = max(largest, dense + expert)
     return _ceil(largest * (2 * BF16_BYTES + grad_bytes))
 
