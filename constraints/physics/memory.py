@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from parasol.constraints.physics.activations import (
     ActivationContext,
@@ -59,8 +59,9 @@ class StageLedger:
     terms: tuple[MemoryTerm, ...]
     usable_bytes: float
 
-    @property
+    @cached_property
     def total_bytes(self) -> float:
+        """The sum of the terms (kept: the peak, the capacity rule and the contract all read it)."""
         return sum(t.bytes for t in self.terms)
 
     @property
@@ -83,8 +84,9 @@ class MemoryLedger:
     stages: tuple[StageLedger, ...]
     assumptions: tuple[str, ...]
 
-    @property
+    @cached_property
     def peak(self) -> StageLedger:
+        """The heaviest stage (the first of equals), found once per ledger."""
         return max(self.stages, key=lambda s: (s.total_bytes, -s.stage))
 
 
