@@ -437,12 +437,12 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
 
 
 @contextmanager
-def search_progress(what: str, enabled: bool) -> Iterator[Callable[[SearchProgress], None]]:
+def search_progress(what: str, enabled: bool) -> Iterator[Callable[[SearchProgress], None] | None]:
     """A bar on stderr while a search runs (only on a terminal): rows priced of the rows listed, then the
-    Pareto fronts and mappings found, with the elapsed time. Yields the callback the search reports to
-    (one that shows nothing when the bar is off, so that rich is not imported then)."""
+    Pareto fronts and mappings found, with the elapsed time. Yields the callback the search reports to,
+    or None when the bar is off (then rich is not imported)."""
     if not enabled:
-        yield _unshown
+        yield None
         return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -457,10 +457,6 @@ def search_progress(what: str, enabled: bool) -> Iterator[Callable[[SearchProgre
     with bar:
         task = bar.add_task("", total=None, found="listing rows")
         yield tick
-
-
-def _unshown(progress: SearchProgress) -> None:
-    """The progress callback when no bar is shown."""
 
 
 def _emit_megatron(prob: Any, result: Any, picked: int | None, out: str | None, as_json: bool) -> None:
