@@ -29,11 +29,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parasol.errors import InputError
-from parasol.files import read_input_text
+from parasol.files import SAFE_LOADER, bundled_yaml, read_input_text
 
 COEFFICIENT_PACKAGE = "parasol.hardware.coefficients"
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-"""libyaml's safe loader when PyYAML has it (runs files are hundreds of KB), else the pure-Python one."""
 
 
 @dataclass(frozen=True)
@@ -220,17 +218,19 @@ def coefficient_file_stem(gpu_name: str) -> str | None:
     return None
 
 
-def bundled_coefficient_files() -> list[str]:
-    """Stems of the bundled coefficient files, sorted."""
+@cache
+def bundled_coefficient_files() -> tuple[str, ...]:
+    """Stems of the bundled coefficient files, sorted (listed once per process, as each file is read once:
+    every explain asks for its GPU's file)."""
     root = resources.files(COEFFICIENT_PACKAGE)
-    return sorted(p.name.removesuffix(".yaml") for p in root.iterdir() if p.name.endswith(".yaml"))
+    return tuple(sorted(p.name.removesuffix(".yaml") for p in root.iterdir() if p.name.endswith(".yaml")))
 
 
 @cache
 def load_coefficient_file(stem: str) -> CoefficientFile:
     """Read one bundled coefficient file by stem."""
     text = resources.files(COEFFICIENT_PACKAGE).joinpath(f"{stem}.yaml").read_text(encoding="utf-8")
-    return parse_coefficient_file(yaml.safe_load(text), where=f"hardware/coefficients/{stem}.yaml")
+    return parse_coefficient_file(bundled_yaml(text), where=f"hardware/coefficients/{stem}.yaml")
 
 
 def parse_coefficient_file(data: Any, where: str) -> CoefficientFile:

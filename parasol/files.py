@@ -10,9 +10,22 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from parasol.bounds import MAX_INPUT_BYTES
 from parasol.errors import InputError
+
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""libyaml's safe loader when PyYAML has it (a tenth of the pure-Python one's time), else the pure-Python one."""
+
+
+def bundled_yaml(text: str) -> Any:
+    """The data of one of parasol's own YAML files (presets, catalog models, coefficients): what
+    yaml.safe_load reads, parsed by SAFE_LOADER, since every command reads several of them."""
+    return yaml.load(text, Loader=SAFE_LOADER)
+
 
 _READ: set[tuple[int, int, int]] = set()
 """(device, inode, modification time) of every file read by this command: outputs must not replace one.

@@ -25,7 +25,6 @@ from parasol.hardware.presets import HardwarePreset, hardware_from_spec
 from parasol.problems.memo import memoised
 from parasol.problems.model.architecture import ModelArchitecture, architecture_from_dict
 from parasol.problems.model.catalog import load_model
-from parasol.problems.model.hf_config import architecture_from_hf_config
 from parasol.problems.schema import ProblemFile
 
 Path_ = tuple[str | int, ...]
@@ -281,7 +280,10 @@ def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, An
 
 
 def _hf_model(spec: Mapping[str, Any], base_dir: Path) -> ModelArchitecture:
-    """`{hf_config: path, name: optional}`: a HuggingFace config.json, relative to the problem file's folder."""
+    """`{hf_config: path, name: optional}`: a HuggingFace config.json, relative to the problem file's folder
+    (its reader is imported here, so that problems naming a catalog model load without it)."""
+    from parasol.problems.model.hf_config import architecture_from_hf_config
+
     extra = sorted(set(spec) - {"hf_config", "name"})
     if extra:
         raise InputError(f"`model.hf_config` cannot be combined with {', '.join(extra)}.", field=f"model.{extra[0]}",

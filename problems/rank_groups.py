@@ -126,12 +126,26 @@ def lattice_key(sizes: dict[str, int], dims: tuple[str, ...], period: int, modul
             tuple((min(sizes[d], period // math.gcd(st[d], period)), st[d] % modulus) for d in order if d not in dims))
 
 
+SPANS_MEMO = 65536
+"""Group spans kept (the table starts afresh past this)."""
+
+_SPANS: dict[tuple, int] = {}
+
+
 def _max_span(sizes: dict[str, int], dims: tuple[str, ...], block: int, order: tuple[str, ...] = ORDER) -> int:
     """Most distinct blocks of `block` consecutive ranks (nodes, NVLink domains) one group over `dims`
     touches. Every group is base + offsets, and base b = q·block + r spans as many blocks as r does,
-    so one base per residue r is enough."""
-    offsets = lattice(sizes, list(dims), order)
-    return max(len(np.unique((r + offsets) // block)) for r in residue_bases(sizes, dims, block, order))
+    so one base per residue r is enough; grids with equal lattice_key modulo `block` span alike, so each
+    key is counted once (explain places every returned mapping's groups)."""
+    key = (block, lattice_key(sizes, dims, block, block, order))
+    span = _SPANS.get(key)
+    if span is None:
+        if len(_SPANS) >= SPANS_MEMO:
+            _SPANS.clear()
+        offsets = lattice(sizes, list(dims), order)
+        span = _SPANS[key] = max(len(np.unique((r + offsets) // block))
+                                 for r in residue_bases(sizes, dims, block, order))
+    return span
 
 
 def placements(m: Mapping, gpus_per_node: int, gpus_per_domain: int) -> tuple[GroupPlacement, ...]:

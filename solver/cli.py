@@ -21,25 +21,17 @@ import click
 import yaml
 from click.core import ParameterSource
 from pydantic import ValidationError
-from rich.console import Console
 
 from parasol.bounds import MAX_GPUS, MAX_TIME_LIMIT_S, MIN_TIME_LIMIT_S
 from parasol.errors import ParasolError, dotted, one_paragraph, short
 from parasol.files import check_output, forget_reads
 from parasol.hardware.presets import load_preset, preset_names
-from parasol.problems.inputs import explain_inputs, launch_text
 from parasol.problems.model.catalog import catalog_names, load_model, model_summary
 from parasol.solver.diagnose.explain import explain as explain_mapping
-from parasol.solver.outputs.render import (
-    TABLE_FORMATS,
-    hardware_table,
-    models_table,
-    print_explanation,
-    show_table,
-)
-from parasol.solver.outputs.summary import summary_lines
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from parasol.solver.search.solve import SearchProgress
 
 EXIT_INFEASIBLE = 1
@@ -57,7 +49,10 @@ TEXT_WIDTH = 100
 
 
 def _console() -> Console:
-    """The terminal's own width on a terminal; otherwise wide enough that no table is cut."""
+    """The terminal's own width on a terminal; otherwise wide enough that no table is cut (rich is imported
+    here, by the commands that print tables, so that `solve --json` starts without it)."""
+    from rich.console import Console
+
     console = Console()
     return console if console.is_terminal else Console(width=WIDE)
 
@@ -66,6 +61,8 @@ def _text_width(console: Console) -> int:
     return console.width if console.is_terminal else TEXT_WIDTH
 
 
+TABLE_FORMATS = ("table", "csv", "md")
+"""`--format`: a terminal table (records when it does not fit), CSV or a Markdown table."""
 FORMAT = click.option("--format", "fmt", type=click.Choice(TABLE_FORMATS), default="table", show_default=True,
                       help="table: fitted to the terminal (rows as records when too wide); csv or md: plain text")
 
@@ -161,6 +158,8 @@ def main(ctx: click.Context, debug: bool) -> None:
 @reports_errors
 def models(as_json: bool, fmt: str) -> None:
     """List the model catalog with total and active parameters (three vendor conventions)."""
+    from parasol.solver.outputs.render import models_table, show_table
+
     rows = [model_summary(load_model(name)) for name in catalog_names()]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -185,6 +184,8 @@ def models(as_json: bool, fmt: str) -> None:
 @reports_errors
 def hardware(as_json: bool, fmt: str) -> None:
     """List the hardware presets: GPU, usable HBM, node and NVLink-domain sizes, link bandwidths."""
+    from parasol.solver.outputs.render import hardware_table, show_table
+
     presets = {name: load_preset(name) for name in preset_names()}
     if as_json:
         click.echo(json.dumps({n: p.model_dump(mode="json") for n, p in presets.items()}, indent=2))
@@ -226,6 +227,10 @@ def explain(problem: str | None, sets: tuple[str, ...], megatron_args: str | Non
     --megatron-args-file) and --set; without PROBLEM, the launch line alone describes the run on
     --hardware PRESET. Unknown Megatron flags are an error; known flags parasol does not model are
     listed in one line."""
+    from parasol.problems.inputs import explain_inputs, launch_text
+    from parasol.solver.outputs.render import print_explanation
+    from parasol.solver.outputs.summary import summary_lines
+
     launch = launch_text(megatron_args, megatron_args_file)
     inputs = explain_inputs(problem, sets, launch, hardware=preset, gpus=gpus, model_name=model_name)
     result = explain_mapping(inputs.problem, inputs.mapping)
@@ -319,11 +324,11 @@ def _check_pick(count: int, pick: int, picked: bool) -> None:
 
 def _report_path(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """Check a --report file name's suffix before any solving, so a typo costs no search time."""
-    from pathlib import Path
-
-    from parasol.solver.outputs.report import report_format
-
     if value is not None:
+        from pathlib import Path
+
+        from parasol.solver.outputs.report import report_format
+
         try:
             report_format(Path(value))
         except ParasolError as exc:
@@ -367,7 +372,7 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
     from pathlib import Path
 
     from parasol.problems.loader import load_problem
-    from parasol.solver.outputs.writers import front_table, write_host_order, write_rank_map, write_solution
+    from parasol.solver.outputs.writers import write_host_order, write_rank_map, write_solution
     from parasol.solver.search.pools import solve_pools
     from parasol.solver.search.solve import why_not_optimal
 
@@ -412,6 +417,7 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
         click.echo(json.dumps({**result.as_dict(), **extra}, indent=2))
     else:
         from parasol.solver.diagnose.blocking import blocking_lines
+        from parasol.solver.outputs.render import contract_parts, front_table, show_table
 
         console = _console()
         if result.mappings:
@@ -423,8 +429,6 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
         for line in blocking_lines(blockers, result.rows):
             console.print(line, markup=False, soft_wrap=True)
         if blockers and "contract" in prob.spec.model_fields_set and blockers[0].mapping is not None:
-            from parasol.solver.outputs.render import contract_parts
-
             closest = explain_mapping(prob, blockers[0].mapping, repairs=0)
             console.print(f"Contract of the closest row ({blockers[0].closest}):", markup=False)
             for part in contract_parts(closest.as_dict()):
@@ -433,13 +437,18 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
 
 
 @contextmanager
-def search_progress(what: str, enabled: bool) -> Iterator[Callable[[SearchProgress], None]]:
+def search_progress(what: str, enabled: bool) -> Iterator[Callable[[SearchProgress], None] | None]:
     """A bar on stderr while a search runs (only on a terminal): rows priced of the rows listed, then the
-    Pareto fronts and mappings found, with the elapsed time. Yields the callback the search reports to."""
+    Pareto fronts and mappings found, with the elapsed time. Yields the callback the search reports to,
+    or None when the bar is off (then rich is not imported)."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     bar = Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[found]}"),
-                   TimeElapsedColumn(), console=Console(stderr=True), disable=not enabled, transient=True)
+                   TimeElapsedColumn(), console=Console(stderr=True), transient=True)
 
     def tick(p: SearchProgress) -> None:
         found = f"rows priced; {p.fronts} front(s), {p.mappings} mapping(s)" if p.fronts else "rows priced"

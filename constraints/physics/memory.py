@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from parasol.constraints.physics.activations import (
     ActivationContext,
@@ -21,7 +21,7 @@ from parasol.constraints.physics.activations import (
 from parasol.constraints.physics.dtypes import BF16_BYTES, FP8_BYTES
 from parasol.problems.derived import Derived, stage_of_virtual
 from parasol.problems.mapping import Mapping, Recompute
-from parasol.problems.memo import memoised
+from parasol.problems.memo import memoised, memoised_by
 from parasol.problems.model.architecture import Block, ModelArchitecture
 from parasol.problems.model.params import BlockParams, block_params
 from parasol.problems.options import MegatronOptions
@@ -59,8 +59,9 @@ class StageLedger:
     terms: tuple[MemoryTerm, ...]
     usable_bytes: float
 
-    @property
+    @cached_property
     def total_bytes(self) -> float:
+        """The sum of the terms (kept: the peak, the capacity rule and the contract all read it)."""
         return sum(t.bytes for t in self.terms)
 
     @property
@@ -83,8 +84,9 @@ class MemoryLedger:
     stages: tuple[StageLedger, ...]
     assumptions: tuple[str, ...]
 
-    @property
+    @cached_property
     def peak(self) -> StageLedger:
+        """The heaviest stage (the first of equals), found once per ledger."""
         return max(self.stages, key=lambda s: (s.total_bytes, -s.stage))
 
 
@@ -430,16 +432,28 @@ def block_kind(block: Block) -> tuple:
     return (block.mlp, block.compress_ratio, block.hash_routed, block.mtp, block.mixer, block.window)
 
 
+FSDP_BUFFERS_MEMO = 4096
+"""FSDP buffer sizes kept per model (the table starts afresh past this)."""
+
+
 def fsdp_buffer_bytes(model: ModelArchitecture, m: Mapping, d: Derived, training: Training) -> int:
     """FSDP's unsharded units: the largest block's BF16 weights gathered twice (the unit computing and
     the one prefetched, Megatron-FSDP's default prefetch of one unit) and its gradients once, before
-    their reduce-scatter; 0 without FSDP."""
+    their reduce-scatter; 0 without FSDP. Memoised per model by what it reads (TP, ETP, experts per rank,
+    gradient bytes): every stage's ledger holds it."""
     if not fsdp_on(training):
         return 0
     grad_bytes = 4 if training.grad_dtype == "fp32" else 2
+    experts = d.experts_per_rank or Fraction(0)
+    return memoised_by(model, "fsdp_buffer_bytes", (m.tp, m.expert_tp, experts, grad_bytes), FSDP_BUFFERS_MEMO,
+                       lambda: _fsdp_buffer_bytes(model, m, experts, grad_bytes))
+
+
+def _fsdp_buffer_bytes(model: ModelArchitecture, m: Mapping, experts: Fraction, grad_bytes: int) -> int:
+    """fsdp_buffer_bytes, computed."""
     largest = Fraction(0)
     for bp in distinct_block_params(model):
-        dense, expert, _ = _rank_params(bp, m, d.experts_per_rank or Fraction(0))
+        dense, expert, _ = _rank_params(bp, m, experts)
         largest = max(largest, dense + expert)
     return _ceil(largest * (2 * BF16_BYTES + grad_bytes))
 
@@ -454,18 +468,26 @@ def distinct_block_params(model: ModelArchitecture) -> tuple[BlockParams, ...]:
 
 def stage_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
                  stage: int, blocks: list[int], usable_bytes: float,
-                 options: MegatronOptions = NO_OPTIONS, edges: tuple[bool, bool] | None = None) -> StageLedger:
+                 options: MegatronOptions = NO_OPTIONS, edges: tuple[bool, bool] | None = None,
+                 priced: dict[tuple, Contribution] | None = None) -> StageLedger:
     """Ledger of one stage's heaviest rank: the exact integer sum of its blocks' contributions; `edges`
-    (first, last) say whether it runs the embedding and the head (default: the first and last rank)."""
+    (first, last) say whether it runs the embedding and the head (default: the first and last rank).
+    `priced` keeps the contributions priced for this mapping (one block per block_kind, the edges per
+    (first, last)) for its other stages, which hold the same kinds."""
     first, last = edges if edges is not None else (stage == 0, stage == m.pp - 1)
+    priced = {} if priced is None else priced
     counts: dict[tuple, tuple[Block, int]] = {}
     for i in blocks:
         b = model.blocks[i]
         blk, n = counts.get(block_kind(b), (b, 0))
         counts[block_kind(b)] = (blk, n + 1)
-    total = edge_contribution(model, m, d, training, first, last, options)
-    for blk, n in counts.values():
-        total = total + block_contribution(model, m, d, training, blk, options).times(n)
+    if (first, last) not in priced:
+        priced[first, last] = edge_contribution(model, m, d, training, first, last, options)
+    total = priced[first, last]
+    for kind, (blk, n) in counts.items():
+        if kind not in priced:
+            priced[kind] = block_contribution(model, m, d, training, blk, options)
+        total = total + priced[kind].times(n)
     return assemble_stage(model, m, d, training, stage, tuple(blocks), total, usable_bytes, options)
 
 
@@ -534,7 +556,8 @@ def memory_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Tr
                   usable_bytes: float, options: MegatronOptions = NO_OPTIONS) -> MemoryLedger:
     """Ledgers of all stages; the layout must cover the blocks with PP·VPP virtual stages."""
     held = rank_holdings(d.layout, m.pp, training.pipeline_schedule)
-    stages = tuple(stage_ledger(model, m, d, training, s, r.blocks, usable_bytes, options, (r.first, r.last))
+    priced: dict[tuple, Contribution] = {}
+    stages = tuple(stage_ledger(model, m, d, training, s, r.blocks, usable_bytes, options, (r.first, r.last), priced)
                    for s, r in enumerate(held))
     assumptions = (
         "Weights BF16 (2 B/param) for BF16 and FP8 runs (FP8 copies are transient).",

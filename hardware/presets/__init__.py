@@ -16,10 +16,10 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from parasol.errors import CatalogError, InputError
+from parasol.files import bundled_yaml
 from parasol.hardware.gpu import GPUSpec
 from parasol.hardware.topology import ClusterTopology
 
@@ -64,7 +64,7 @@ def load_preset(name: str) -> HardwarePreset:
 def _read_preset(name: str) -> HardwarePreset:
     """Parse and validate a bundled preset file once per process."""
     text = resources.files(PRESET_PACKAGE).joinpath(f"{name}.yaml").read_text(encoding="utf-8")
-    return _validate({**yaml.safe_load(text), "name": name}, file=f"{name}.yaml")
+    return _validate({**bundled_yaml(text), "name": name}, file=f"{name}.yaml")
 
 
 def hardware_from_spec(spec: Mapping[str, Any] | str) -> HardwarePreset:

@@ -12,9 +12,8 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
-import yaml
-
 from parasol.errors import CatalogError
+from parasol.files import bundled_yaml
 from parasol.problems.model.architecture import ModelArchitecture, architecture_from_dict
 from parasol.problems.model.params import ModelParams, model_params
 
@@ -47,7 +46,7 @@ def load_model(name: str) -> ModelArchitecture:
     if name not in catalog_names():
         raise _unknown(name)
     text = files(MODELS_PACKAGE).joinpath(name + SUFFIX).read_text(encoding="utf-8")
-    return architecture_from_dict(yaml.safe_load(text), where=f"{name}{SUFFIX}")
+    return architecture_from_dict(bundled_yaml(text), where=f"{name}{SUFFIX}")
 
 
 def published_total_error(model: ModelArchitecture, params: ModelParams) -> float | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parasol.problems.memo import memo_table
+from parasol.problems.memo import memo_table, memoised
 from parasol.problems.model.architecture import (
     Activation,
     Block,
@@ -239,7 +239,13 @@ class ModelParams:
 
 
 def model_params(model: ModelArchitecture) -> ModelParams:
-    """Count every parameter of a model from its blocks."""
+    """Count every parameter of a model from its blocks (memoised per model: explain reports them for
+    every mapping a solve returns)."""
+    return memoised(model, "model_params", lambda: _model_params(model))
+
+
+def _model_params(model: ModelArchitecture) -> ModelParams:
+    """model_params, computed."""
     h = model.hidden_size
     per_blocks = [block_params(model, b) for b in model.blocks]
     top_k = model.moe.top_k if model.moe else 0

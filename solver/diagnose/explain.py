@@ -48,7 +48,6 @@ class Explanation:
         mapping = self.mapping.as_dict()
         mapping["layout"] = list(facts.derived.layout)
         stages = []
-        metrics: dict = {}
         if ledger is not None:
             for s in ledger.stages:
                 stages.append({
@@ -61,17 +60,10 @@ class Explanation:
                     "inflight_microbatches": s.inflight_microbatches,
                     "memory_terms_gb": {t.name: round(t.gb, 4) for t in s.terms},
                 })
-            metrics["peak_memory_gb"] = round(ledger.peak.total_gb, 4)
-            metrics["peak_memory_stage"] = ledger.peak.stage
-            metrics["usable_hbm_gb"] = round(ledger.peak.usable_bytes / 1e9, 4)
-        metrics.update(node_metrics(self.problem))
         if self.step is not None:
-            metrics.update(step_metrics(self.step))
             for entry, ms in zip(stages, self.step.stage_time_s, strict=False):
                 entry["time_ms"] = round(ms * 1e3, 4)
-        if self.goodput is not None:
-            metrics["effective_tokens_per_s"] = round(self.goodput.effective_tokens_per_s, 3)
-            metrics["goodput_fraction"] = round(self.goodput.fraction, 6)
+        metrics = self.metrics()
         return {
             "feasible": self.feasible,
             "mapping": mapping,
@@ -106,6 +98,23 @@ class Explanation:
             "step_time": self.step.as_dict() if self.step is not None else None,
             "contract": list(self.contract),
         }
+
+    def metrics(self) -> dict:
+        """as_dict's `metrics`: peak memory, where the ranks sit, step time and throughput, goodput (solve
+        reads them for every mapping it returns without building the whole contract)."""
+        ledger = self.evaluation.facts.ledger
+        metrics: dict = {}
+        if ledger is not None:
+            metrics["peak_memory_gb"] = round(ledger.peak.total_gb, 4)
+            metrics["peak_memory_stage"] = ledger.peak.stage
+            metrics["usable_hbm_gb"] = round(ledger.peak.usable_bytes / 1e9, 4)
+        metrics.update(node_metrics(self.problem))
+        if self.step is not None:
+            metrics.update(step_metrics(self.step))
+        if self.goodput is not None:
+            metrics["effective_tokens_per_s"] = round(self.goodput.effective_tokens_per_s, 3)
+            metrics["goodput_fraction"] = round(self.goodput.fraction, 6)
+        return metrics
 
 
 def node_metrics(problem: Problem) -> dict:

@@ -1,4 +1,4 @@
-"""Human output: rich tables for explain, models and hardware (JSON goes through as_dict)."""
+"""Human output: rich tables for explain, solve, models and hardware (JSON goes through as_dict)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,16 @@ from rich.table import Table
 from rich.text import Text
 
 from parasol.constraints.core.base import Verdict
+from parasol.problems.mapping import DEGREES
 from parasol.problems.megatron.layout_string import run_length
 from parasol.solver.diagnose.explain import Explanation
+from parasol.solver.outputs.report import recompute_cell
 from parasol.solver.outputs.summary import degrees_text, signed
 
 if TYPE_CHECKING:
+    from parasol.problems.loader import Problem
     from parasol.solver.calibrate import CalibrationReport
+    from parasol.solver.search.solve import SolveResult
 
 
 def _fmt(x: object) -> str:
@@ -193,10 +197,6 @@ def print_explanation(ex: Explanation, console: Console) -> None:
     console.print(explain_tables(ex))
 
 
-TABLE_FORMATS = ("table", "csv", "md")
-"""`--format`: a terminal table (records when it does not fit), CSV or a Markdown table."""
-
-
 def _plain(cell: object) -> str:
     """A cell's text without styles."""
     if isinstance(cell, Text):
@@ -263,6 +263,69 @@ def show_table(table: Table, console: Console, fmt: str = "table") -> None:
         console.print(fitted(table, console.width))
     else:
         console.file.write(table_text(table, fmt))
+
+
+def front_table(result: SolveResult, problem: Problem) -> Table:
+    """One row per mapping: rank, degrees, layout, predicted time and throughput, peak memory and the
+    TB crossing the scale-out network per step; the title names the front's two objectives."""
+    front = " × ".join(o.value for o in problem.spec.objectives)
+    table = Table(title=f"{problem.model.name} on {problem.gpus:,} × {problem.hardware.gpu.name}, front {front}: "
+                        f"{result.status}, {len(result.mappings)} mapping(s) "
+                        + (f"({result.rows_fitting} of {result.rows} degree rows found to fit in memory)"
+                           if result.rows_screened >= result.rows else
+                           f"({result.rows_fitting} of the {result.rows_screened} degree rows screened within the "
+                           f"time limit found to fit in memory; {result.rows} in the space)"))
+    accounts = [sm.as_dict() for sm in result.mappings]
+    pooled = bool(accounts) and {d["mapping"]["gpus"] for d in accounts} != {problem.gpus}
+    goodput = any("effective_tokens_per_s" in d["metrics"] for d in accounts)
+    orders = len({d["mapping"]["rank_order"] for d in accounts}) > 1
+    chosen = chosen_columns(problem, accounts)
+    columns = ("front", *(("GPUs",) if pooled else ()), "TP", "PP", "CP", "EP", "ETP", "VPP", "MBS", "recompute",
+               *(("rank order",) if orders else ()), *chosen.values(), "m",
+               "bubble", "blocks per stage", "step s", "tok/s/GPU", "MFU", "peak GB", "net TB",
+               *(("eff. tok/s",) if goodput else ()))
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("recompute", "rank order", "blocks per stage", *chosen.values())
+                         else "right", overflow="fold")
+    for sm, d in zip(result.mappings, accounts, strict=True):
+        m, metrics, derived = d["mapping"], d["metrics"], d["derived"]
+        table.add_row(
+            str(sm.pareto_rank), *([f"{m['gpus']:,}"] if pooled else []),
+            *(str(m[k]) for k in DEGREES), recompute_cell(d),
+            *([m["rank_order"]] if orders else []),
+            *(chosen_cell(problem, d["settings"], k) for k in chosen),
+            str(derived["num_microbatches"]), f"{derived['bubble_fraction']:.1%}", run_length(m["layout"]),
+            f"{metrics.get('step_time_s', float('nan')):.3f}", f"{metrics.get('tokens_per_s_per_gpu', 0):,.0f}",
+            f"{metrics.get('mfu', 0):.1%}", f"{metrics.get('peak_memory_gb', 0):.2f}",
+            f"{metrics.get('network_tb_per_step', float('nan')):,.1f}",
+            *([f"{metrics.get('effective_tokens_per_s', float('nan')):,.0f}"] if goodput else []),
+        )
+    return table
+
+
+def chosen_cell(problem: Problem, settings: dict, option: str) -> str:
+    """A chosen option as the table shows it: the flex dispatcher with its backend, a2a+p2p with its
+    hierarchical CP sizes (the row's choice, else the problem's option)."""
+    def value(key: str) -> object:
+        return settings.get(key, getattr(problem.spec.framework.options, key))
+
+    shown = str(value(option))
+    if option == "moe_token_dispatcher_type" and shown == "flex":
+        return f"flex {value('moe_flex_dispatcher_backend')}"
+    if option == "cp_comm_type" and shown == "a2a+p2p":
+        return f"a2a+p2p {'x'.join(str(s) for s in value('hierarchical_context_parallel_sizes') or ())}"
+    return shown
+
+
+def chosen_columns(problem: Problem, accounts: list[dict]) -> dict[str, str]:
+    """The options the solver chose worth a column ({option: header}): the dispatcher for a MoE model, the
+    CP communication type when a mapping has CP > 1."""
+    out = {}
+    if problem.model.moe is not None:
+        out["moe_token_dispatcher_type"] = "dispatcher"
+    if any(d["mapping"]["cp"] > 1 for d in accounts):
+        out["cp_comm_type"] = "CP comm"
+    return out
 
 
 def models_table(rows: list[dict]) -> Table:

@@ -1,4 +1,4 @@
-"""Writers for `solve`: the front as a rich table, the solution file, and the launcher rank map."""
+"""Writers for `solve`: the solution file, the launcher rank map and host order, the launch files."""
 
 from __future__ import annotations
 
@@ -7,78 +7,12 @@ import json
 from pathlib import Path
 
 import numpy as np
-from rich.table import Table
 
 from parasol.files import output_folder, writing
 from parasol.problems.loader import Problem
-from parasol.problems.mapping import DEGREES, Mapping
-from parasol.problems.megatron.layout_string import run_length
+from parasol.problems.mapping import Mapping
 from parasol.problems.rank_groups import GROUP_KINDS, dense_sizes, expert_sizes, order_of, placements, strides
-from parasol.solver.outputs.report import recompute_cell
 from parasol.solver.search.solve import SolveResult
-
-
-def front_table(result: SolveResult, problem: Problem) -> Table:
-    """One row per mapping: rank, degrees, layout, predicted time and throughput, peak memory and the
-    TB crossing the scale-out network per step; the title names the front's two objectives."""
-    front = " × ".join(o.value for o in problem.spec.objectives)
-    table = Table(title=f"{problem.model.name} on {problem.gpus:,} × {problem.hardware.gpu.name}, front {front}: "
-                        f"{result.status}, {len(result.mappings)} mapping(s) "
-                        + (f"({result.rows_fitting} of {result.rows} degree rows found to fit in memory)"
-                           if result.rows_screened >= result.rows else
-                           f"({result.rows_fitting} of the {result.rows_screened} degree rows screened within the "
-                           f"time limit found to fit in memory; {result.rows} in the space)"))
-    accounts = [sm.as_dict() for sm in result.mappings]
-    pooled = bool(accounts) and {d["mapping"]["gpus"] for d in accounts} != {problem.gpus}
-    goodput = any("effective_tokens_per_s" in d["metrics"] for d in accounts)
-    orders = len({d["mapping"]["rank_order"] for d in accounts}) > 1
-    chosen = chosen_columns(problem, accounts)
-    columns = ("front", *(("GPUs",) if pooled else ()), "TP", "PP", "CP", "EP", "ETP", "VPP", "MBS", "recompute",
-               *(("rank order",) if orders else ()), *chosen.values(), "m",
-               "bubble", "blocks per stage", "step s", "tok/s/GPU", "MFU", "peak GB", "net TB",
-               *(("eff. tok/s",) if goodput else ()))
-    for col in columns:
-        table.add_column(col, justify="left" if col in ("recompute", "rank order", "blocks per stage", *chosen.values())
-                         else "right", overflow="fold")
-    for sm, d in zip(result.mappings, accounts, strict=True):
-        m, metrics, derived = d["mapping"], d["metrics"], d["derived"]
-        table.add_row(
-            str(sm.pareto_rank), *([f"{m['gpus']:,}"] if pooled else []),
-            *(str(m[k]) for k in DEGREES), recompute_cell(d),
-            *([m["rank_order"]] if orders else []),
-            *(chosen_cell(problem, d["settings"], k) for k in chosen),
-            str(derived["num_microbatches"]), f"{derived['bubble_fraction']:.1%}", run_length(m["layout"]),
-            f"{metrics.get('step_time_s', float('nan')):.3f}", f"{metrics.get('tokens_per_s_per_gpu', 0):,.0f}",
-            f"{metrics.get('mfu', 0):.1%}", f"{metrics.get('peak_memory_gb', 0):.2f}",
-            f"{metrics.get('network_tb_per_step', float('nan')):,.1f}",
-            *([f"{metrics.get('effective_tokens_per_s', float('nan')):,.0f}"] if goodput else []),
-        )
-    return table
-
-
-def chosen_cell(problem: Problem, settings: dict, option: str) -> str:
-    """A chosen option as the table shows it: the flex dispatcher with its backend, a2a+p2p with its
-    hierarchical CP sizes (the row's choice, else the problem's option)."""
-    def value(key: str) -> object:
-        return settings.get(key, getattr(problem.spec.framework.options, key))
-
-    shown = str(value(option))
-    if option == "moe_token_dispatcher_type" and shown == "flex":
-        return f"flex {value('moe_flex_dispatcher_backend')}"
-    if option == "cp_comm_type" and shown == "a2a+p2p":
-        return f"a2a+p2p {'x'.join(str(s) for s in value('hierarchical_context_parallel_sizes') or ())}"
-    return shown
-
-
-def chosen_columns(problem: Problem, accounts: list[dict]) -> dict[str, str]:
-    """The options the solver chose worth a column ({option: header}): the dispatcher for a MoE model, the
-    CP communication type when a mapping has CP > 1."""
-    out = {}
-    if problem.model.moe is not None:
-        out["moe_token_dispatcher_type"] = "dispatcher"
-    if any(d["mapping"]["cp"] > 1 for d in accounts):
-        out["cp_comm_type"] = "CP comm"
-    return out
 
 
 def write_solution(result: SolveResult, problem: Problem, directory: Path) -> Path:

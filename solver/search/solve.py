@@ -444,7 +444,7 @@ def _solve(problem: Problem, time_model: StageTimeModel, top: int, time_limit_s:
             break
         row = rows[pt.row_index]
         account = explain(row_problem(problem, row), row.mapping(problem, pt.layout), repairs=0)
-        metrics = account.as_dict()["metrics"]
+        metrics = account.metrics()
         front = {o.value: round(objective_value(o, metrics, v * SCALES[p].resolution), 9)
                  for o, p, v in zip(objectives, minimised, pt.values, strict=True)}
         bound = open_bound(pt.bound, cap, floors)
