@@ -417,6 +417,14 @@ def compute_per_microbatch(b: WorkloadBatch, c: Coefs) -> np.ndarray:
     return t["forward"] + t["backward"]
 
 
+def compute_beside_gemms_per_microbatch(b: WorkloadBatch, c: Coefs) -> tuple[np.ndarray, np.ndarray]:
+    """Per stage, (compute_per_microbatch, its part beside the GEMMs): the compute and the window-free share
+    rank_floor_per_microbatch adds the whole TP exchange to, from one _compute_times."""
+    t = _compute_times(b, c)
+    compute = t["forward"] + t["backward"]
+    return compute, compute - (t["gemm"] + t["gemm_b"] + t["grouped"] + t["grouped_b"])
+
+
 def linear_compute_per_microbatch(b: WorkloadBatch, c: Coefs) -> np.ndarray:
     """compute_per_microbatch with every GEMM pass bound by its FLOPs alone, never above it: linear in the
     stage's work, so a rank's value is its edge's plus its blocks' (a per-rank bound on the slowest

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
-from typing import get_args
+from typing import NamedTuple, get_args
 
 import numpy as np
 
@@ -62,7 +62,7 @@ from parasol.constraints.physics.pricing import (
     batch_from_vectors,
     coefficient_values,
     comm_seconds,
-    compute_per_microbatch,
+    compute_beside_gemms_per_microbatch,
     data_parallel_floor,
     data_parallel_lines,
     fields_vector,
@@ -85,6 +85,7 @@ from parasol.constraints.physics.workload import (
     DATA_PARALLEL_FIELDS,
     PASSES_PER_MICROBATCH,
     StageBlocks,
+    StageWeights,
     StepSettings,
     Workload,
     build_workload,
@@ -329,6 +330,17 @@ class _FloorParts:
         return 0.0 if lightest is None else heaviest_of_lightest(self.rank_compute, lightest, self.blocks, vpp, most)
 
 
+class _AllBlocks(NamedTuple):
+    """What exposed_floor_s reads of one rank holding every block (CalibratedStageTimes._all_blocks)."""
+
+    compute: float
+    """Its forward and backward compute seconds of one microbatch (pricing.compute_per_microbatch)."""
+    beside: float
+    """The part of `compute` beside the GEMMs (pricing.compute_beside_gemms_per_microbatch)."""
+    weights: StageWeights
+    """Its weights (workload.StageBlocks.weights)."""
+
+
 DISPATCHERS = get_args(MegatronOptions.model_fields["moe_token_dispatcher_type"].annotation)
 """Every MoE token dispatcher Megatron offers (--moe-token-dispatcher-type)."""
 FLEX_BACKENDS = get_args(MegatronOptions.model_fields["moe_flex_dispatcher_backend"].annotation)
@@ -436,7 +448,9 @@ class CalibratedStageTimes:
         self._stage_blocks: dict[tuple, dict] = {}
         self._exchange_vectors: dict[tuple, dict] = {}
         self._floors: dict[tuple[Mapping, bytes], _FloorParts] = {}
-        self._compute: dict[tuple, float] = {}
+        self._compute: dict[tuple, _AllBlocks] = {}
+        self._fsdp_floors: dict[tuple, float] = {}
+        self._tp_exchanges: dict[tuple, float] = {}
         self._exchange_floors: dict[tuple, float] = {}
         self._exchange_parts: dict[tuple, float] = {}
         self._totals = np.array([sum(block_kind(b) == k for b in problem.model.blocks) for k in self.kinds],
@@ -578,21 +592,38 @@ class CalibratedStageTimes:
         return self._floors[key]
 
     def exposed_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
-        """The compute floor (compute_per_microbatch_s spread over the pipeline) with the least exposed EP and CP
-        seconds of one microbatch added (exchange_floor_s), spread the same way: between the compute floor and
-        step_floor_s (whose rank floor is at least the compute, and which adds the same exchange floor), for a
-        share of step_floor_s's cost, since the exchanges read no recompute or VPP."""
-        return ((self.compute_per_microbatch_s(mapping, derived, totals) + self.exchange_floor_s(mapping, totals))
+        """The least rank floor (rank_floor_s) with the least exposed EP and CP seconds of one microbatch added
+        (exchange_floor_s), spread over the pipeline as step_floor_s spreads them: between the compute floor and
+        step_floor_s (whose summed work has that rank floor and which adds the same exchange floor), for a
+        share of step_floor_s's cost, since its parts are kept per the degrees, rank order and MBS they read."""
+        return ((self.rank_floor_s(mapping, derived, totals) + self.exchange_floor_s(mapping, totals))
                 * even_stretch(mapping.pp, mapping.vpp, float(derived.num_microbatches)))
+
+    def rank_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
+        """A floor on pricing.rank_floor_per_microbatch of step_floor_s's summed work (all ranks' compute and TP
+        and FSDP seconds of one microbatch), at least compute_per_microbatch_s: each of its terms with what
+        only that work gives dropped (the head's and MTP blocks' TP, the FSDP exchanges' latencies, the FSDP
+        seconds the overlap switches leave exposed beside the compute), every term growing with those. For
+        FSDP rows its gathers and reduce-scatters of every weight, several times the compute, so such a row
+        waits by them before its step floor is priced."""
+        whole = self._all_blocks(mapping, derived, totals)
+        tp = self.tp_exchange_s(mapping, totals)
+        tp_left = (1.0 - float(self.settings.tp_overlap)) * tp
+        fsdp = self._fsdp_floor(mapping, derived, totals, whole.weights) if self.settings.fsdp else 0.0
+        return max(whole.compute + tp_left, fsdp + tp_left, whole.beside + tp)
 
     def compute_per_microbatch_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
         """The forward and backward compute seconds of one microbatch over all blocks, edges and MTP blocks
         (pricing.compute_per_microbatch, a part of step_floor_s's rank floor): spread over the pipeline as
         step_floor_s spreads it (reprice.compute_floor_units), a floor on every cut's step. It reads only TP,
-        CP, EP, ETP, MBS and recompute, so it is built once per those for all rows sharing them (one rank
-        holding every block: the compute fields of the rank work add up over blocks; its blocks-and-edges half
-        alone, workload.stage_blocks, since the compute reads no data-parallel term), a small share of what
-        step_floor_s builds per row."""
+        CP, EP, ETP, MBS and recompute, so it is built once per those for all rows sharing them (_all_blocks),
+        a small share of what step_floor_s builds per row."""
+        return self._all_blocks(mapping, derived, totals).compute
+
+    def _all_blocks(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> _AllBlocks:
+        """One rank holding every block, edge and MTP block (the compute fields and weights of the rank work add
+        up over blocks): its blocks-and-edges half alone (workload.stage_blocks, since the compute reads no
+        data-parallel term), once per TP, CP, EP, ETP, MBS and recompute, all its compute and weights read."""
         key = (mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.mbs, mapping.recompute,
                totals.tobytes())
         if key not in self._compute:
@@ -603,20 +634,41 @@ class CalibratedStageTimes:
                                   held + list(model.mtp_blocks), True, True)
             vector = stage_vector(stage_from_parts(blocks, NO_DATA_PARALLEL))
             one = batch_from_vectors(self._run(mapping, derived), vector[None, None, :])
-            self._compute[key] = float(compute_per_microbatch(one, self.coefs)[0, 0])
+            compute, beside = compute_beside_gemms_per_microbatch(one, self.coefs)
+            self._compute[key] = _AllBlocks(float(compute[0, 0]), float(beside[0, 0]), blocks.weights)
         return self._compute[key]
+
+    def _fsdp_floor(self, mapping: Mapping, derived: Derived, totals: np.ndarray, weights: StageWeights) -> float:
+        """All ranks' FSDP gather and reduce-scatter seconds of one microbatch without their latencies (a rank
+        holding none of a group's weights has none): the bytes of `weights` and the embedding on the
+        data-parallel links (workload.data_parallel_terms), whose other seconds add up over ranks. Once per
+        the grid and rank order, all it reads."""
+        key = (mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.pp, mapping.rank_order,
+               totals.tobytes())
+        if key not in self._fsdp_floors:
+            problem = self.problem
+            terms = data_parallel_terms(problem.model, mapping, derived, problem.training, self.settings,
+                                        self.links(mapping), weights, True)
+            self._fsdp_floors[key] = sum(
+                PASSES_PER_MICROBATCH[f] * comm_seconds(CommTerm(terms[f].nvlink_s, terms[f].network_s), self.coefs)
+                for f in ("fsdp_gather", "fsdp_reduce"))
+        return self._fsdp_floors[key]
 
     def tp_exchange_s(self, mapping: Mapping, totals: np.ndarray) -> float:
         """Seconds of the TP collectives of one microbatch over all ranks' blocks (forward and backward),
-        before any overlap hides them: an estimate for ordering rows (--tp-comm-overlap may hide them behind
-        the GEMMs up to their length, so this is no bound)."""
-        links, model = self.links(mapping), self.problem.model
+        before any overlap hides them (--tp-comm-overlap may hide them behind the GEMMs up to their length):
+        an estimate for ordering rows, and a part of rank_floor_s. Once per TP, CP, MBS and TP link."""
+        links = self.links(mapping)
         if links.tp.size <= 1:
             return 0.0
-        tokens = mapping.mbs * mapping.seq_len / mapping.cp
-        sp = self.problem.training.sequence_parallel
-        term = self._over_blocks(lambda b: tp_comm(model, b, tokens, links.tp, sp), totals)
-        return PASSES_PER_MICROBATCH["tp"] * comm_seconds(term, self.coefs)
+        key = (mapping.tp, mapping.cp, mapping.mbs, links.tp, totals.tobytes())
+        if key not in self._tp_exchanges:
+            model = self.problem.model
+            tokens = mapping.mbs * mapping.seq_len / mapping.cp
+            sp = self.problem.training.sequence_parallel
+            term = self._over_blocks(lambda b: tp_comm(model, b, tokens, links.tp, sp), totals)
+            self._tp_exchanges[key] = PASSES_PER_MICROBATCH["tp"] * comm_seconds(term, self.coefs)
+        return self._tp_exchanges[key]
 
     def _over_blocks(self, term_of: Callable[[Block], CommTerm], totals: np.ndarray) -> CommTerm:
         """One block's exchange (`term_of` its kind's representative) summed over `totals` blocks of each kind."""
