@@ -38,7 +38,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from types import MappingProxyType
 from typing import NamedTuple, get_args
 
 import numpy as np
@@ -71,7 +70,7 @@ from parasol.constraints.physics.pricing import (
     pipeline_sends_floor,
     price,
     rank_floor_per_microbatch,
-    stage_vector,
+    run_batch,
     vector_columns,
 )
 from parasol.constraints.physics.schedule import (
@@ -81,13 +80,13 @@ from parasol.constraints.physics.schedule import (
     pipeline_time_scaled,
 )
 from parasol.constraints.physics.workload import (
-    DATA_PARALLEL_EXCHANGES,
     DATA_PARALLEL_FIELDS,
     PASSES_PER_MICROBATCH,
     StageBlocks,
     StageWeights,
     StepSettings,
     Workload,
+    blocks_fields,
     build_workload,
     data_parallel_terms,
     dispatch_received,
@@ -97,7 +96,6 @@ from parasol.constraints.physics.workload import (
     settings_for,
     stage_blocks,
     stage_blocks_after,
-    stage_from_parts,
 )
 from parasol.hardware.calibration import StepCoefficients, coefficients_for_gpu
 from parasol.problems.derived import Derived
@@ -358,10 +356,8 @@ def vpp_free(mapping: Mapping) -> Mapping:
 
 
 DATA_PARALLEL_COLUMNS = vector_columns(DATA_PARALLEL_FIELDS)
-"""The STAGE_VECTOR columns of a rank's data-parallel terms (workload.data_parallel_terms)."""
-NO_DATA_PARALLEL = MappingProxyType({f: NO_COMM if f in DATA_PARALLEL_EXCHANGES else 0.0 for f in DATA_PARALLEL_FIELDS})
-"""Data-parallel terms of nothing: a stage vector's blocks-and-edges half is built with them, its
-DATA_PARALLEL_COLUMNS then replaced."""
+"""The STAGE_VECTOR columns of a rank's data-parallel terms (workload.data_parallel_terms): zero in a stage
+vector of its blocks-and-edges half alone (workload.blocks_fields), then replaced."""
 
 
 class _RankParts:
@@ -398,7 +394,7 @@ class _RankParts:
             entry = self.blocks.get((first, last, j))
             if entry is None:
                 blocks = self._stage_blocks(j, tail, first, last)
-                entry = self.blocks[first, last, j] = (stage_vector(stage_from_parts(blocks, NO_DATA_PARALLEL)),
+                entry = self.blocks[first, last, j] = (fields_vector(blocks_fields(blocks)),
                                                        blocks.weights)
             vector, weights = entry
             exchanges = self.exchanges.get((first, weights))
@@ -492,9 +488,9 @@ class CalibratedStageTimes:
         """The mapping's run-level workload (no stage: rank work comes as vectors) as a batch of one run,
         built once (pricing.batch_from_vectors)."""
         if mapping not in self._workloads:
-            self._workloads[mapping] = batch([run_workload(self.problem, mapping, derived,
-                                                           routed(self.problem, mapping, self.settings),
-                                                           self.links(mapping))])
+            self._workloads[mapping] = run_batch(run_workload(self.problem, mapping, derived,
+                                                              routed(self.problem, mapping, self.settings),
+                                                              self.links(mapping)))
         return self._workloads[mapping]
 
     def _default_counts(self, mapping: Mapping, derived: Derived) -> np.ndarray:
@@ -632,7 +628,7 @@ class CalibratedStageTimes:
             blocks = stage_blocks(model, mapping, derived, self.problem.training,
                                   routed(self.problem, mapping, self.settings), self.links(mapping),
                                   held + list(model.mtp_blocks), True, True)
-            vector = stage_vector(stage_from_parts(blocks, NO_DATA_PARALLEL))
+            vector = fields_vector(blocks_fields(blocks))
             one = batch_from_vectors(self._run(mapping, derived), vector[None, None, :])
             compute, beside = compute_beside_gemms_per_microbatch(one, self.coefs)
             self._compute[key] = _AllBlocks(float(compute[0, 0]), float(beside[0, 0]), blocks.weights)
