@@ -133,10 +133,10 @@ def vector_columns(fields: tuple[str, ...]) -> np.ndarray:
     return mask
 
 
-STAGE_AT = MappingProxyType({f: i for i, f in enumerate(STAGE_FIELDS)})
-"""Where each stage field sits in a STAGE_VECTOR vector."""
-COMM_AT = MappingProxyType({f: len(STAGE_FIELDS) + 3 * j for j, f in enumerate(COMM_FIELDS)})
-"""Where each comm term's three parts start in a STAGE_VECTOR vector."""
+_STAGE_AT = {f: i for i, f in enumerate(STAGE_FIELDS)}
+"""Where each stage field sits in a STAGE_VECTOR vector (never changed)."""
+_COMM_AT = {f: len(STAGE_FIELDS) + 3 * j for j, f in enumerate(COMM_FIELDS)}
+"""Where each comm term's three parts start in a STAGE_VECTOR vector (never changed)."""
 
 
 def fields_vector(values: dict[str, float | CommTerm]) -> np.ndarray:
@@ -144,9 +144,9 @@ def fields_vector(values: dict[str, float | CommTerm]) -> np.ndarray:
     (zero in the fields not named)."""
     out = [0.0] * len(STAGE_VECTOR)
     for f, value in values.items():
-        at = COMM_AT.get(f)
+        at = _COMM_AT.get(f)
         if at is None:
-            out[STAGE_AT[f]] = float(value)  # type: ignore[arg-type]
+            out[_STAGE_AT[f]] = float(value)  # type: ignore[arg-type]
         else:
             out[at], out[at + 1], out[at + 2] = value.nvlink_s, value.network_s, value.latency_s  # type: ignore[union-attr]
     return np.array(out)

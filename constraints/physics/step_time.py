@@ -389,7 +389,7 @@ class _RankParts:
         """The stage vectors of a rank at this position holding each of `held` (MTP blocks on the last)."""
         problem = self.model.problem
         tail = list(problem.model.mtp_blocks) if last else []
-        out = []
+        halves, terms = [], []
         for j in range(len(self.held)):
             entry = self.blocks.get((first, last, j))
             if entry is None:
@@ -402,8 +402,9 @@ class _RankParts:
                 exchanges = self.exchanges[first, weights] = fields_vector(data_parallel_terms(
                     problem.model, self.mapping, self.derived, problem.training, self.settings, self.links, weights,
                     first))
-            out.append(np.where(DATA_PARALLEL_COLUMNS, exchanges, vector))
-        return np.array(out)
+            halves.append(vector)
+            terms.append(exchanges)
+        return np.where(DATA_PARALLEL_COLUMNS, np.array(terms), np.array(halves))
 
     def _stage_blocks(self, j: int, tail: list[Block], first: bool, last: bool) -> StageBlocks:
         """workload.stage_blocks of held[j] and `tail` at this position; with three ranks or more, the end ranks'
