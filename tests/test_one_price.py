@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from parasol.constraints.physics.memory import memory_ledger
-from parasol.constraints.physics.pricing import batch, coefficient_values, price
+from parasol.constraints.physics.pricing import batch, coefficient_values, price, rank_floor_per_microbatch
 from parasol.constraints.physics.step_time import CalibratedStageTimes, step_time
 from parasol.constraints.physics.workload import build_workload
 from parasol.problems.derived import derive
@@ -276,6 +276,39 @@ def test_compute_floor_is_the_floors_compute_and_below_it(name: str) -> None:
         compute = per_microbatch * even_stretch(row.pp, row.vpp, float(d.num_microbatches))
         assert compute <= model.exposed_floor_s(mapping, d, totals) <= model.step_floor_s(mapping, d, totals), row
     assert shared > 0
+
+
+@pytest.mark.parametrize("settings", [
+    {},
+    {"fsdp": "megatron-fsdp"},
+    {"fsdp": "megatron-fsdp", "overlap_param_gather": "false", "overlap_grad_reduce": "false"},
+    {"tp_comm_overlap": "false"},
+])
+def test_exposed_floor_holds_the_summed_rank_floor(settings: dict[str, str]) -> None:
+    """The exposed floor's rank floor (CalibratedStageTimes.rank_floor_s: all ranks' compute, TP exchange and,
+    under FSDP, the gathers and reduce-scatters of every weight, kept per the degrees they read) is at least
+    the compute and never above the rank floor of the summed work step_floor_s prices
+    (pricing.rank_floor_per_microbatch), for rows of every PP, VPP and rank order, with FSDP and with the
+    overlap switches off; so the exposed floor stays between the compute floor and the step floor, and under
+    FSDP it holds those exchanges, most of an FSDP row's step floor."""
+    from parasol.problems.mapping_input import apply_settings
+
+    base = load_problem_text("model: qwen3-30b-a3b\ntraining: {seq_len: 4096, global_batch: 256}\n"
+                             "hardware: {preset: h100-hgx, gpus: 64}\n")
+    problem = apply_settings(base, settings)
+    model = CalibratedStageTimes(problem)
+    totals = interval_counts(prefix_counts(problem, block_kinds(problem)))[0, -1]
+    coefs = coefficient_values(model.coefficients)
+    lifted = 0
+    for row in random.Random(25).sample(enumerate_rows(problem), 40):
+        mapping = row.mapping(problem)
+        d = derive(problem.model, mapping)
+        summed = float(rank_floor_per_microbatch(model._floor_parts(mapping, d, totals).summed, coefs)[0, 0])
+        least, compute = model.rank_floor_s(mapping, d, totals), model.compute_per_microbatch_s(mapping, d, totals)
+        assert compute <= least <= summed * (1 + 1e-12), row
+        assert model.exposed_floor_s(mapping, d, totals) <= model.step_floor_s(mapping, d, totals), row
+        lifted += least > 2 * compute
+    assert (lifted > 0) == ("fsdp" in settings)
 
 
 @pytest.mark.parametrize("name", ["qwen3-30b-a3b-h100-64", "llama-3.1-70b-h100-256"])

@@ -5,6 +5,7 @@ data-parallel and optimizer time, and the breakdown that sums to the step."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -92,6 +93,21 @@ def batch(workloads: list[Workload]) -> WorkloadBatch:
     return WorkloadBatch(stage=stage, comm=comm, run=run, p2p=p2p, mask=mask, frozen=frozen)  # type: ignore[arg-type]
 
 
+NO_STAGES = MappingProxyType({f: np.zeros((1, 0)) for f in STAGE_FIELDS})
+"""batch's stage fields of one workload with no stage (never written: pricing never writes into a batch)."""
+NO_STAGE_TERMS = MappingProxyType({f: (np.zeros((1, 0)),) * 3 for f in COMM_FIELDS})
+"""batch's comm fields of one workload with no stage."""
+
+
+def run_batch(w: Workload) -> WorkloadBatch:
+    """batch([w]) of a workload with no stage (workload.run_workload's: its run-level fields, all
+    batch_from_vectors reads), for a fraction of its cost: the empty stage arrays are shared."""
+    return WorkloadBatch(stage=NO_STAGES, comm=NO_STAGE_TERMS,  # type: ignore[arg-type]
+                         run={f: np.array([float(getattr(w, f))]) for f in RUN_FIELDS},
+                         p2p=tuple(np.array([getattr(w.p2p, a)]) for a in ("nvlink_s", "network_s", "latency_s")),  # type: ignore[arg-type]
+                         mask=np.zeros((1, 0), dtype=bool), frozen=np.array([w.frozen_weights]))
+
+
 STAGE_VECTOR = STAGE_FIELDS + tuple(f"{f}.{part}" for f in COMM_FIELDS for part in ("nvlink_s", "network_s", "latency_s"))
 """The priced fields of one rank's StageWork as one vector: stage fields, then each comm term's three parts."""
 
@@ -117,17 +133,23 @@ def vector_columns(fields: tuple[str, ...]) -> np.ndarray:
     return mask
 
 
+_STAGE_AT = {f: i for i, f in enumerate(STAGE_FIELDS)}
+"""Where each stage field sits in a STAGE_VECTOR vector (never changed)."""
+_COMM_AT = {f: len(STAGE_FIELDS) + 3 * j for j, f in enumerate(COMM_FIELDS)}
+"""Where each comm term's three parts start in a STAGE_VECTOR vector (never changed)."""
+
+
 def fields_vector(values: dict[str, float | CommTerm]) -> np.ndarray:
     """Some of a rank's StageWork fields by name as a STAGE_VECTOR vector, written as stage_vector writes them
     (zero in the fields not named)."""
-    out = np.zeros(len(STAGE_VECTOR))
+    out = [0.0] * len(STAGE_VECTOR)
     for f, value in values.items():
-        if f in COMM_FIELDS:
-            at = len(STAGE_FIELDS) + 3 * COMM_FIELDS.index(f)
-            out[at:at + 3] = value.nvlink_s, value.network_s, value.latency_s
+        at = _COMM_AT.get(f)
+        if at is None:
+            out[_STAGE_AT[f]] = float(value)  # type: ignore[arg-type]
         else:
-            out[STAGE_FIELDS.index(f)] = float(value)
-    return out
+            out[at], out[at + 1], out[at + 2] = value.nvlink_s, value.network_s, value.latency_s  # type: ignore[union-attr]
+    return np.array(out)
 
 
 def batch_from_vectors(one: WorkloadBatch, stages: np.ndarray) -> WorkloadBatch:
@@ -415,6 +437,14 @@ def compute_per_microbatch(b: WorkloadBatch, c: Coefs) -> np.ndarray:
     negative), and, like it, at most the sum over ranks when `b` holds the ranks' summed work."""
     t = _compute_times(b, c)
     return t["forward"] + t["backward"]
+
+
+def compute_beside_gemms_per_microbatch(b: WorkloadBatch, c: Coefs) -> tuple[np.ndarray, np.ndarray]:
+    """Per stage, (compute_per_microbatch, its part beside the GEMMs): the compute and the window-free share
+    rank_floor_per_microbatch adds the whole TP exchange to, from one _compute_times."""
+    t = _compute_times(b, c)
+    compute = t["forward"] + t["backward"]
+    return compute, compute - (t["gemm"] + t["gemm_b"] + t["grouped"] + t["grouped_b"])
 
 
 def linear_compute_per_microbatch(b: WorkloadBatch, c: Coefs) -> np.ndarray:

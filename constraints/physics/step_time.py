@@ -38,8 +38,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from types import MappingProxyType
-from typing import get_args
+from typing import NamedTuple, get_args
 
 import numpy as np
 
@@ -62,7 +61,7 @@ from parasol.constraints.physics.pricing import (
     batch_from_vectors,
     coefficient_values,
     comm_seconds,
-    compute_per_microbatch,
+    compute_beside_gemms_per_microbatch,
     data_parallel_floor,
     data_parallel_lines,
     fields_vector,
@@ -71,7 +70,7 @@ from parasol.constraints.physics.pricing import (
     pipeline_sends_floor,
     price,
     rank_floor_per_microbatch,
-    stage_vector,
+    run_batch,
     vector_columns,
 )
 from parasol.constraints.physics.schedule import (
@@ -81,12 +80,13 @@ from parasol.constraints.physics.schedule import (
     pipeline_time_scaled,
 )
 from parasol.constraints.physics.workload import (
-    DATA_PARALLEL_EXCHANGES,
     DATA_PARALLEL_FIELDS,
     PASSES_PER_MICROBATCH,
     StageBlocks,
+    StageWeights,
     StepSettings,
     Workload,
+    blocks_fields,
     build_workload,
     data_parallel_terms,
     dispatch_received,
@@ -96,7 +96,6 @@ from parasol.constraints.physics.workload import (
     settings_for,
     stage_blocks,
     stage_blocks_after,
-    stage_from_parts,
 )
 from parasol.hardware.calibration import StepCoefficients, coefficients_for_gpu
 from parasol.problems.derived import Derived
@@ -329,6 +328,17 @@ class _FloorParts:
         return 0.0 if lightest is None else heaviest_of_lightest(self.rank_compute, lightest, self.blocks, vpp, most)
 
 
+class _AllBlocks(NamedTuple):
+    """What exposed_floor_s reads of one rank holding every block (CalibratedStageTimes._all_blocks)."""
+
+    compute: float
+    """Its forward and backward compute seconds of one microbatch (pricing.compute_per_microbatch)."""
+    beside: float
+    """The part of `compute` beside the GEMMs (pricing.compute_beside_gemms_per_microbatch)."""
+    weights: StageWeights
+    """Its weights (workload.StageBlocks.weights)."""
+
+
 DISPATCHERS = get_args(MegatronOptions.model_fields["moe_token_dispatcher_type"].annotation)
 """Every MoE token dispatcher Megatron offers (--moe-token-dispatcher-type)."""
 FLEX_BACKENDS = get_args(MegatronOptions.model_fields["moe_flex_dispatcher_backend"].annotation)
@@ -346,10 +356,8 @@ def vpp_free(mapping: Mapping) -> Mapping:
 
 
 DATA_PARALLEL_COLUMNS = vector_columns(DATA_PARALLEL_FIELDS)
-"""The STAGE_VECTOR columns of a rank's data-parallel terms (workload.data_parallel_terms)."""
-NO_DATA_PARALLEL = MappingProxyType({f: NO_COMM if f in DATA_PARALLEL_EXCHANGES else 0.0 for f in DATA_PARALLEL_FIELDS})
-"""Data-parallel terms of nothing: a stage vector's blocks-and-edges half is built with them, its
-DATA_PARALLEL_COLUMNS then replaced."""
+"""The STAGE_VECTOR columns of a rank's data-parallel terms (workload.data_parallel_terms): zero in a stage
+vector of its blocks-and-edges half alone (workload.blocks_fields), then replaced."""
 
 
 class _RankParts:
@@ -381,12 +389,12 @@ class _RankParts:
         """The stage vectors of a rank at this position holding each of `held` (MTP blocks on the last)."""
         problem = self.model.problem
         tail = list(problem.model.mtp_blocks) if last else []
-        out = []
+        halves, terms = [], []
         for j in range(len(self.held)):
             entry = self.blocks.get((first, last, j))
             if entry is None:
                 blocks = self._stage_blocks(j, tail, first, last)
-                entry = self.blocks[first, last, j] = (stage_vector(stage_from_parts(blocks, NO_DATA_PARALLEL)),
+                entry = self.blocks[first, last, j] = (fields_vector(blocks_fields(blocks)),
                                                        blocks.weights)
             vector, weights = entry
             exchanges = self.exchanges.get((first, weights))
@@ -394,8 +402,9 @@ class _RankParts:
                 exchanges = self.exchanges[first, weights] = fields_vector(data_parallel_terms(
                     problem.model, self.mapping, self.derived, problem.training, self.settings, self.links, weights,
                     first))
-            out.append(np.where(DATA_PARALLEL_COLUMNS, exchanges, vector))
-        return np.array(out)
+            halves.append(vector)
+            terms.append(exchanges)
+        return np.where(DATA_PARALLEL_COLUMNS, np.array(terms), np.array(halves))
 
     def _stage_blocks(self, j: int, tail: list[Block], first: bool, last: bool) -> StageBlocks:
         """workload.stage_blocks of held[j] and `tail` at this position; with three ranks or more, the end ranks'
@@ -436,7 +445,9 @@ class CalibratedStageTimes:
         self._stage_blocks: dict[tuple, dict] = {}
         self._exchange_vectors: dict[tuple, dict] = {}
         self._floors: dict[tuple[Mapping, bytes], _FloorParts] = {}
-        self._compute: dict[tuple, float] = {}
+        self._compute: dict[tuple, _AllBlocks] = {}
+        self._fsdp_floors: dict[tuple, float] = {}
+        self._tp_exchanges: dict[tuple, float] = {}
         self._exchange_floors: dict[tuple, float] = {}
         self._exchange_parts: dict[tuple, float] = {}
         self._totals = np.array([sum(block_kind(b) == k for b in problem.model.blocks) for k in self.kinds],
@@ -478,9 +489,9 @@ class CalibratedStageTimes:
         """The mapping's run-level workload (no stage: rank work comes as vectors) as a batch of one run,
         built once (pricing.batch_from_vectors)."""
         if mapping not in self._workloads:
-            self._workloads[mapping] = batch([run_workload(self.problem, mapping, derived,
-                                                           routed(self.problem, mapping, self.settings),
-                                                           self.links(mapping))])
+            self._workloads[mapping] = run_batch(run_workload(self.problem, mapping, derived,
+                                                              routed(self.problem, mapping, self.settings),
+                                                              self.links(mapping)))
         return self._workloads[mapping]
 
     def _default_counts(self, mapping: Mapping, derived: Derived) -> np.ndarray:
@@ -578,21 +589,38 @@ class CalibratedStageTimes:
         return self._floors[key]
 
     def exposed_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
-        """The compute floor (compute_per_microbatch_s spread over the pipeline) with the least exposed EP and CP
-        seconds of one microbatch added (exchange_floor_s), spread the same way: between the compute floor and
-        step_floor_s (whose rank floor is at least the compute, and which adds the same exchange floor), for a
-        share of step_floor_s's cost, since the exchanges read no recompute or VPP."""
-        return ((self.compute_per_microbatch_s(mapping, derived, totals) + self.exchange_floor_s(mapping, totals))
+        """The least rank floor (rank_floor_s) with the least exposed EP and CP seconds of one microbatch added
+        (exchange_floor_s), spread over the pipeline as step_floor_s spreads them: between the compute floor and
+        step_floor_s (whose summed work has that rank floor and which adds the same exchange floor), for a
+        share of step_floor_s's cost, since its parts are kept per the degrees, rank order and MBS they read."""
+        return ((self.rank_floor_s(mapping, derived, totals) + self.exchange_floor_s(mapping, totals))
                 * even_stretch(mapping.pp, mapping.vpp, float(derived.num_microbatches)))
+
+    def rank_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
+        """A floor on pricing.rank_floor_per_microbatch of step_floor_s's summed work (all ranks' compute and TP
+        and FSDP seconds of one microbatch), at least compute_per_microbatch_s: each of its terms with what
+        only that work gives dropped (the head's and MTP blocks' TP, the FSDP exchanges' latencies, the FSDP
+        seconds the overlap switches leave exposed beside the compute), every term growing with those. For
+        FSDP rows its gathers and reduce-scatters of every weight, several times the compute, so such a row
+        waits by them before its step floor is priced."""
+        whole = self._all_blocks(mapping, derived, totals)
+        tp = self.tp_exchange_s(mapping, totals)
+        tp_left = (1.0 - float(self.settings.tp_overlap)) * tp
+        fsdp = self._fsdp_floor(mapping, derived, totals, whole.weights) if self.settings.fsdp else 0.0
+        return max(whole.compute + tp_left, fsdp + tp_left, whole.beside + tp)
 
     def compute_per_microbatch_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
         """The forward and backward compute seconds of one microbatch over all blocks, edges and MTP blocks
         (pricing.compute_per_microbatch, a part of step_floor_s's rank floor): spread over the pipeline as
         step_floor_s spreads it (reprice.compute_floor_units), a floor on every cut's step. It reads only TP,
-        CP, EP, ETP, MBS and recompute, so it is built once per those for all rows sharing them (one rank
-        holding every block: the compute fields of the rank work add up over blocks; its blocks-and-edges half
-        alone, workload.stage_blocks, since the compute reads no data-parallel term), a small share of what
-        step_floor_s builds per row."""
+        CP, EP, ETP, MBS and recompute, so it is built once per those for all rows sharing them (_all_blocks),
+        a small share of what step_floor_s builds per row."""
+        return self._all_blocks(mapping, derived, totals).compute
+
+    def _all_blocks(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> _AllBlocks:
+        """One rank holding every block, edge and MTP block (the compute fields and weights of the rank work add
+        up over blocks): its blocks-and-edges half alone (workload.stage_blocks, since the compute reads no
+        data-parallel term), once per TP, CP, EP, ETP, MBS and recompute, all its compute and weights read."""
         key = (mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.mbs, mapping.recompute,
                totals.tobytes())
         if key not in self._compute:
@@ -601,22 +629,43 @@ class CalibratedStageTimes:
             blocks = stage_blocks(model, mapping, derived, self.problem.training,
                                   routed(self.problem, mapping, self.settings), self.links(mapping),
                                   held + list(model.mtp_blocks), True, True)
-            vector = stage_vector(stage_from_parts(blocks, NO_DATA_PARALLEL))
+            vector = fields_vector(blocks_fields(blocks))
             one = batch_from_vectors(self._run(mapping, derived), vector[None, None, :])
-            self._compute[key] = float(compute_per_microbatch(one, self.coefs)[0, 0])
+            compute, beside = compute_beside_gemms_per_microbatch(one, self.coefs)
+            self._compute[key] = _AllBlocks(float(compute[0, 0]), float(beside[0, 0]), blocks.weights)
         return self._compute[key]
+
+    def _fsdp_floor(self, mapping: Mapping, derived: Derived, totals: np.ndarray, weights: StageWeights) -> float:
+        """All ranks' FSDP gather and reduce-scatter seconds of one microbatch without their latencies (a rank
+        holding none of a group's weights has none): the bytes of `weights` and the embedding on the
+        data-parallel links (workload.data_parallel_terms), whose other seconds add up over ranks. Once per
+        the grid and rank order, all it reads."""
+        key = (mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.pp, mapping.rank_order,
+               totals.tobytes())
+        if key not in self._fsdp_floors:
+            problem = self.problem
+            terms = data_parallel_terms(problem.model, mapping, derived, problem.training, self.settings,
+                                        self.links(mapping), weights, True)
+            self._fsdp_floors[key] = sum(
+                PASSES_PER_MICROBATCH[f] * comm_seconds(CommTerm(terms[f].nvlink_s, terms[f].network_s), self.coefs)
+                for f in ("fsdp_gather", "fsdp_reduce"))
+        return self._fsdp_floors[key]
 
     def tp_exchange_s(self, mapping: Mapping, totals: np.ndarray) -> float:
         """Seconds of the TP collectives of one microbatch over all ranks' blocks (forward and backward),
-        before any overlap hides them: an estimate for ordering rows (--tp-comm-overlap may hide them behind
-        the GEMMs up to their length, so this is no bound)."""
-        links, model = self.links(mapping), self.problem.model
+        before any overlap hides them (--tp-comm-overlap may hide them behind the GEMMs up to their length):
+        an estimate for ordering rows, and a part of rank_floor_s. Once per TP, CP, MBS and TP link."""
+        links = self.links(mapping)
         if links.tp.size <= 1:
             return 0.0
-        tokens = mapping.mbs * mapping.seq_len / mapping.cp
-        sp = self.problem.training.sequence_parallel
-        term = self._over_blocks(lambda b: tp_comm(model, b, tokens, links.tp, sp), totals)
-        return PASSES_PER_MICROBATCH["tp"] * comm_seconds(term, self.coefs)
+        key = (mapping.tp, mapping.cp, mapping.mbs, links.tp, totals.tobytes())
+        if key not in self._tp_exchanges:
+            model = self.problem.model
+            tokens = mapping.mbs * mapping.seq_len / mapping.cp
+            sp = self.problem.training.sequence_parallel
+            term = self._over_blocks(lambda b: tp_comm(model, b, tokens, links.tp, sp), totals)
+            self._tp_exchanges[key] = PASSES_PER_MICROBATCH["tp"] * comm_seconds(term, self.coefs)
+        return self._tp_exchanges[key]
 
     def _over_blocks(self, term_of: Callable[[Block], CommTerm], totals: np.ndarray) -> CommTerm:
         """One block's exchange (`term_of` its kind's representative) summed over `totals` blocks of each kind."""

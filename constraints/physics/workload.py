@@ -555,14 +555,19 @@ def data_parallel_terms(model: ModelArchitecture, m: Mapping, d: Derived, traini
 
 def stage_from_parts(blocks: StageBlocks, terms: abc.Mapping[str, float | CommTerm]) -> StageWork:
     """The StageWork of a stage's blocks-and-edges half and its data-parallel terms."""
+    return StageWork(**blocks_fields(blocks), **terms)
+
+
+def blocks_fields(blocks: StageBlocks) -> dict[str, float | CommTerm]:
+    """The StageWork fields of a stage's blocks-and-edges half by name: all but DATA_PARALLEL_FIELDS."""
     sums = blocks.sums
-    return StageWork(
+    return dict(
         blocks=blocks.blocks, moe_blocks=blocks.moe_blocks,
         dense_weights=sums.dense_weights, expert_weights=sums.expert_weights, gemm_flops=sums.gemm,
         grouped_flops=sums.grouped, attention_flops=sums.attention, memory_bytes=sums.memory,
         recompute_gemm_flops=sums.r_gemm, recompute_grouped_flops=sums.r_grouped,
         recompute_attention_flops=sums.r_attention, recompute_memory_bytes=sums.r_memory,
-        tp=sums.tp, cp=sums.cp, ep=sums.ep, recompute_comm=sums.r_comm, **terms,
+        tp=sums.tp, cp=sums.cp, ep=sums.ep, recompute_comm=sums.r_comm,
         offload_bytes=blocks.offloaded, scan_flops=sums.scan, recompute_scan_flops=sums.r_scan, head_flops=sums.head,
         cp_blocking=sums.cp_blocking,
     )

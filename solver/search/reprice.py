@@ -132,6 +132,6 @@ def compute_floor_units(per_microbatch_s: float, stretch: float) -> int:
 
 
 def exposed_floor_units(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel) -> int:
-    """step_floor_units from the step-time model's compute and exposed-exchange floor
-    (StageTimeModel.exposed_floor_s): between compute_floor_units and step_floor_units."""
+    """step_floor_units from the step-time model's exposed floor (StageTimeModel.exposed_floor_s: the least rank
+    floor and exposed-exchange seconds, spread evenly): between compute_floor_units and step_floor_units."""
     return units_below(time_model.exposed_floor_s(mapping, c.derived, counts[0, counts.shape[0] - 1]) * (1 - 1e-9))
