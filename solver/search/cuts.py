@@ -23,6 +23,7 @@ from parasol.solver.search.costs import (
     TIME_UNIT_S,
     RowCosts,
     all_stage_matrices,
+    interval_sums,
 )
 from parasol.solver.search.interleaved import InterleavedCuts
 
@@ -50,7 +51,9 @@ def dp_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
     depends on the cut only through the slowest stage (Σ t_s is the same for every cut), so each step
     is: least slowest-stage time under a memory cap, then least peak memory at that step time."""
     blocks = counts.shape[0] - 1
-    mats = _banded(_ends_only(all_stage_matrices(c, counts)), blocks)
+    if blocks < c.row.pp:
+        return Staircase(())
+    bands = stage_bands(c, counts)
     inf = NO_STAGE
     unit = round(TIME_UNIT_S * MICROSECONDS)
     totals = [int(x) for x in counts[0, blocks]]
@@ -63,17 +66,102 @@ def dp_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
     points: list[CutPoint] = []
     cap = usable
     while cap >= 0:
-        fastest = _min_max_banded([np.where(mem <= cap, t, inf) for t, mem in mats], blocks, trace=False)
+        within = bands.memory <= cap
+        fastest = bands.least_max(np.where(within, bands.time, inf), trace=False)
         if fastest is None:
             break
         time_units = -(-step_us(fastest[0]) // unit)
         limit = (time_units * unit - base) // slope if slope else inf
-        leanest = _min_max_banded([np.where((mem <= cap) & (t <= limit), mem, inf) for t, mem in mats], blocks)
+        leanest = bands.least_max(np.where(within & (bands.time <= limit), bands.memory, inf))
         assert leanest is not None
         memory_units = -(-leanest[0] // MEMORY_UNIT_MB)
         points.append(CutPoint(time_units, memory_units, leanest[1]))
         cap = (memory_units - 1) * MEMORY_UNIT_MB
     return Staircase(tuple(points))
+
+
+@dataclass(frozen=True)
+class StageBands:
+    """A 1F1B row's stage costs as min_max_cut reads them (_ends_only, _banded), in one flat array each, so a
+    cap masks every stage at once: the first stage's costs holding blocks 0..j−1 (j = 0..B), each middle
+    stage s's band (W × W, W = B − S + 1: starts s…s + W − 1, ends s + 1…s + W), and the last stage's costs
+    holding blocks i..B−1 (i = 0..B). Needs B >= S."""
+
+    time: np.ndarray
+    memory: np.ndarray
+    blocks: int
+    stages: int
+
+    def least_max(self, costs: np.ndarray, trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
+        """_min_max_banded over `costs` (flat, as `time` and `memory` lie): the least largest stage cost over
+        every contiguous cut and the first cut of it (an empty cut without `trace`); None when none is
+        finite. The middle stages carry the least over their band's starts alone."""
+        blocks, stages = self.blocks, self.stages
+        edge = blocks + 1
+        if stages == 1:
+            value = int(costs[blocks])
+            return None if value >= NO_STAGE else (value, (blocks,))
+        width = blocks - stages + 1
+        best, low = costs[:edge], 0
+        choice = []
+        if stages > 2:
+            middle = costs[edge:len(costs) - edge].reshape(stages - 2, width, width)
+            best, low = best[1:1 + width], stages - 1
+            columns = np.arange(width)
+            for s in range(1, stages - 1):
+                cand = np.maximum(best[:, None], middle[s - 1])
+                if trace:
+                    arg = cand.argmin(axis=0)
+                    choice.append(arg + s)
+                    best = cand[arg, columns]
+                else:
+                    best = cand.min(axis=0)
+        ends = np.maximum(best, costs[len(costs) - edge + low:len(costs) - edge + low + len(best)])
+        j = int(ends.argmin())
+        value = int(ends[j])
+        if value >= NO_STAGE:
+            return None
+        if not trace:
+            return value, ()
+        j += low
+        layout = [blocks - j]
+        for s, arg in reversed(list(enumerate(choice, start=1))):
+            start = int(arg[j - (s + 1)])
+            layout.append(j - start)
+            j = start
+        layout.append(j)
+        return value, tuple(reversed(layout))
+
+
+def stage_bands(c: RowCosts, counts: np.ndarray) -> StageBands:
+    """The row's StageBands: all_stage_matrices' entries that min_max_cut reads (_ends_only, _banded), each
+    stage's in-flight share applied to those alone (the interval sums and each distinct edge's terms once)."""
+    sums = interval_sums(c, counts)
+    blocks, stages = counts.shape[0] - 1, c.row.pp
+    windows = [(slice(0, 1), slice(None))]
+    if stages > 2:
+        windows += [(_band(s, stages, blocks), _band(s + 1, stages, blocks)) for s in range(1, stages - 1)]
+    if stages > 1:
+        windows.append((slice(None), slice(blocks, blocks + 1)))
+    sizes = [blocks + 1] + [(blocks - stages + 1) ** 2] * (stages - 2) + [blocks + 1] * (stages > 1)
+    time, memory = np.empty(sum(sizes), dtype=np.int64), np.empty(sum(sizes), dtype=np.int64)
+    by_edge: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    start = 0
+    for s, ((rows, cols), size) in enumerate(zip(windows, sizes, strict=True)):
+        edge = (c.edge_static[s], c.edge_activation[s], c.edge_peak[s], c.edge_moe[s], c.edge_time_us[s])
+        if edge not in by_edge:
+            by_edge[edge] = (np.maximum(c.edge_time_us[s] + sums.time, sums.none),
+                             c.edge_static[s] + sums.static + np.maximum(sums.peak, c.edge_peak[s])
+                             + np.where(sums.moe | c.edge_moe[s], c.dispatch_mb, 0) + c.workspace_mb,
+                             c.edge_activation[s] + sums.held)
+        stage_time, fixed, stage_held = (x[rows, cols] for x in by_edge[edge])
+        frac = c.inflight[s]
+        act = stage_held * frac.numerator if frac.denominator == 1 else \
+            -(-(stage_held * frac.numerator) // frac.denominator)
+        time[start:start + size] = stage_time.ravel()
+        memory[start:start + size] = np.maximum(fixed + act, sums.none[rows, cols]).ravel()
+        start += size
+    return StageBands(time, memory, blocks, stages)
 
 
 def _ends_only(mats: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -136,11 +224,17 @@ def interleaved_staircase(c: RowCosts, counts: np.ndarray, usable: int, deadline
 
 
 def some_cut_fits(c: RowCosts, counts: np.ndarray, usable: int, deadline: float = math.inf) -> bool:
-    """Whether any cut keeps every rank within usable memory: the min-max DP for 1F1B, the branch and
-    bound for interleaved rows (left open past `deadline`: then True, for the staircase to settle).
-    Reads memory only, so it runs before any time is priced."""
+    """Whether any cut keeps every rank within usable memory (cut_fit; left open past `deadline`: then True,
+    for the staircase to settle)."""
+    return cut_fit(c, counts, usable, deadline) is not False
+
+
+def cut_fit(c: RowCosts, counts: np.ndarray, usable: int, deadline: float = math.inf) -> bool | None:
+    """Whether any cut keeps every rank within usable memory, None when the question is left open: the
+    min-max DP for 1F1B (always answered), the branch and bound for interleaved rows (open when its budget or
+    `deadline` runs out). Reads memory only, so it runs before any time is priced."""
     if c.row.vpp > 1:
-        return InterleavedCuts(c, counts, deadline).fits(usable)
+        return InterleavedCuts(c, counts, deadline).fit(usable)
     blocks = counts.shape[0] - 1
     memory = [m for _, m in _ends_only(all_stage_matrices(c, counts))]
     return min_max_cut([np.where(m <= usable, m, NO_STAGE) for m in memory], blocks) is not None
