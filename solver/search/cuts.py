@@ -13,7 +13,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from parasol.constraints.physics.schedule import pipeline_time_scaled
 from parasol.problems.derived import stage_of_virtual
@@ -22,7 +21,6 @@ from parasol.solver.search.costs import (
     MICROSECONDS,
     NO_STAGE,
     TIME_UNIT_S,
-    IntervalSums,
     RowCosts,
     all_stage_matrices,
     interval_sums,
@@ -106,13 +104,13 @@ class StageBands:
             return None if value >= NO_STAGE else (value, (blocks,))
         width = blocks - stages + 1
         best, low = costs[:edge], 0
-        middle = costs[edge:len(costs) - edge].reshape(stages - 2, width, width)
+        middle = costs[edge:len(costs) - edge].reshape(max(stages - 2, 0), width, width)
         reached = []
         if stages > 2:
             best, low = best[1:1 + width], stages - 1
-            for cost in middle:
-                reached.append(best)
-                best = np.minimum.reduce(np.maximum(best[:, None], cost), axis=0)
+        for cost in middle:
+            reached.append(best)
+            best = np.minimum.reduce(np.maximum(best[:, None], cost), axis=0)
         ends = np.maximum(best, costs[len(costs) - edge + low:len(costs) - edge + low + len(best)])
         j = int(ends.argmin())
         value = int(ends[j])
@@ -132,61 +130,32 @@ class StageBands:
 
 def stage_bands(c: RowCosts, counts: np.ndarray) -> StageBands:
     """The row's StageBands: all_stage_matrices' entries that min_max_cut reads (_ends_only, _banded), each
-    stage's in-flight share applied to those alone, the interval sums and each distinct edge's terms once
-    (_edge_terms), the middle stages of one edge together."""
+    stage's in-flight share applied to those alone (the interval sums and each distinct edge's terms once)."""
     sums = interval_sums(c, counts)
     blocks, stages = counts.shape[0] - 1, c.row.pp
-    width = blocks - stages + 1
-    edge = blocks + 1
-    size = edge * min(stages, 2) + max(stages - 2, 0) * width * width
-    time, memory = np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64)
-    by_edge: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    ends = [(0, slice(0, edge), (slice(0, 1), slice(None)))]
+    windows = [(slice(0, 1), slice(None))]
+    windows += [(_band(s, stages, blocks), _band(s + 1, stages, blocks)) for s in range(1, stages - 1)]
     if stages > 1:
-        ends.append((stages - 1, slice(size - edge, size), (slice(None), slice(blocks, blocks + 1))))
-    for s, out, window in ends:
-        terms = (x[window][None] for x in (*_edge_terms(c, s, sums, by_edge), sums.none))
-        time[out], memory[out] = (x.ravel() for x in _stage_costs(c, [s], *terms))
-    if stages < 3:
-        return StageBands(time, memory, blocks, stages)
-    middle: dict[tuple, list[int]] = {}
-    for s in range(1, stages - 1):
-        middle.setdefault(_edge_of(c, s), []).append(s)
-    times, memories = (x[edge:size - edge].reshape(stages - 2, width, width) for x in (time, memory))
-    for alike in middle.values():
-        at = np.array(alike)
-        terms = (sliding_window_view(x, (width, width))[at, at + 1]
-                 for x in (*_edge_terms(c, alike[0], sums, by_edge), sums.none))
-        times[at - 1], memories[at - 1] = _stage_costs(c, alike, *terms)
+        windows.append((slice(None), slice(blocks, blocks + 1)))
+    sizes = [blocks + 1] + [(blocks - stages + 1) ** 2] * max(stages - 2, 0) + [blocks + 1] * (stages > 1)
+    time, memory = np.empty(sum(sizes), dtype=np.int64), np.empty(sum(sizes), dtype=np.int64)
+    by_edge: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    start = 0
+    for s, ((rows, cols), size) in enumerate(zip(windows, sizes, strict=True)):
+        edge = (c.edge_static[s], c.edge_activation[s], c.edge_peak[s], c.edge_moe[s], c.edge_time_us[s])
+        if edge not in by_edge:
+            by_edge[edge] = (np.maximum(c.edge_time_us[s] + sums.time, sums.none),
+                             c.edge_static[s] + sums.static + np.maximum(sums.peak, c.edge_peak[s])
+                             + np.where(sums.moe | c.edge_moe[s], c.dispatch_mb, 0) + c.workspace_mb,
+                             c.edge_activation[s] + sums.held)
+        stage_time, fixed, stage_held = (x[rows, cols] for x in by_edge[edge])
+        frac = c.inflight[s]
+        act = stage_held * frac.numerator if frac.denominator == 1 else \
+            -(-(stage_held * frac.numerator) // frac.denominator)
+        time[start:start + size] = stage_time.ravel()
+        memory[start:start + size] = np.maximum(fixed + act, sums.none[rows, cols]).ravel()
+        start += size
     return StageBands(time, memory, blocks, stages)
-
-
-def _edge_of(c: RowCosts, s: int) -> tuple:
-    """What stage s's costs read of its edge (all_stage_matrices' key)."""
-    return c.edge_static[s], c.edge_activation[s], c.edge_peak[s], c.edge_moe[s], c.edge_time_us[s]
-
-
-def _edge_terms(c: RowCosts, s: int, sums: IntervalSums,
-                by_edge: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
-    """Stage s's time, memory less its activations, and activations before its in-flight share, over every
-    interval (all_stage_matrices' terms), once per distinct edge (`by_edge`)."""
-    edge = _edge_of(c, s)
-    if edge not in by_edge:
-        by_edge[edge] = (np.maximum(c.edge_time_us[s] + sums.time, sums.none),
-                         c.edge_static[s] + sums.static + np.maximum(sums.peak, c.edge_peak[s])
-                         + np.where(sums.moe | c.edge_moe[s], c.dispatch_mb, 0) + c.workspace_mb,
-                         c.edge_activation[s] + sums.held)
-    return by_edge[edge]
-
-
-def _stage_costs(c: RowCosts, stages: list[int], time: np.ndarray, fixed: np.ndarray, held: np.ndarray,
-                 none: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The time and memory of `stages` (of one edge) from their windows of _edge_terms, stacked on the first
-    axis: each stage's activations times its in-flight share, rounded up (all_stage_matrices)."""
-    shape = (len(stages),) + (1,) * (held.ndim - 1)
-    numerator, denominator = (np.array([getattr(c.inflight[s], part) for s in stages], dtype=np.int64).reshape(shape)
-                              for part in ("numerator", "denominator"))
-    return time, np.maximum(fixed + -(-(held * numerator) // denominator), none)
 
 
 def _ends_only(mats: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
