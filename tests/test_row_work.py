@@ -730,7 +730,7 @@ def test_stage_bands_are_min_max_cuts_of_the_stage_matrices(problems: list) -> N
             mats = all_stage_matrices(c, counts)
             bands = stage_bands(c, counts)
             for k in range(2):
-                flat = np.concatenate([m[k].ravel() for m in _banded(_ends_only(mats), blocks)])
+                flat = np.concatenate([m.ravel() for m in _banded(_ends_only([pair[k] for pair in mats]), blocks)])
                 assert (bands.time, bands.memory)[k].tolist() == flat.tolist()
             for cap in sorted({int(x) for x in rng.choice(bands.memory[bands.memory < NO_STAGE], 4)}):
                 masked = [np.where(m <= cap, t, NO_STAGE) for t, m in mats]

@@ -22,7 +22,6 @@ from parasol.solver.search.costs import (
     NO_STAGE,
     TIME_UNIT_S,
     RowCosts,
-    all_stage_matrices,
     interval_sums,
 )
 from parasol.solver.search.interleaved import InterleavedCuts
@@ -82,7 +81,7 @@ def dp_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
 
 @dataclass(frozen=True)
 class StageBands:
-    """A 1F1B row's stage costs as min_max_cut reads them (_ends_only, _banded), in one flat array each, so a
+    """A 1F1B row's stage costs as least_max_cut reads them (_ends_only, _banded), in one flat array each, so a
     cap masks every stage at once: the first stage's costs holding blocks 0..j−1 (j = 0..B), each middle
     stage s's band (W × W, W = B − S + 1: starts s…s + W − 1, ends s + 1…s + W), and the last stage's costs
     holding blocks i..B−1 (i = 0..B). Needs B >= S."""
@@ -93,43 +92,49 @@ class StageBands:
     stages: int
 
     def least_max(self, costs: np.ndarray, trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
-        """_min_max_banded over `costs` (flat, as `time` and `memory` lie): the least largest stage cost over
-        every contiguous cut and the first cut of it (an empty cut without `trace`); None when none is
-        finite. The middle stages carry the least over their band's starts alone; the cut is traced back from
-        each stage's least values, its start the first of the least into the end the stage after chose."""
-        blocks, stages = self.blocks, self.stages
-        edge = blocks + 1
-        if stages == 1:
-            value = int(costs[blocks])
-            return None if value >= NO_STAGE else (value, (blocks,))
-        width = blocks - stages + 1
-        best, low = costs[:edge], 0
-        middle = costs[edge:len(costs) - edge].reshape(max(stages - 2, 0), width, width)
-        reached = []
-        if stages > 2:
-            best, low = best[1:1 + width], stages - 1
-        for cost in middle:
-            reached.append(best)
-            best = np.minimum.reduce(np.maximum(best[:, None], cost), axis=0)
-        ends = np.maximum(best, costs[len(costs) - edge + low:len(costs) - edge + low + len(best)])
-        j = int(ends.argmin())
-        value = int(ends[j])
-        if value >= NO_STAGE:
-            return None
-        if not trace:
-            return value, ()
-        j += low
-        layout = [blocks - j]
-        for s in range(stages - 2, 0, -1):
-            start = s + int(np.maximum(reached[s - 1], middle[s - 1][:, j - (s + 1)]).argmin())
-            layout.append(j - start)
-            j = start
-        layout.append(j)
-        return value, tuple(reversed(layout))
+        """least_max_cut over `costs` (flat, as `time` and `memory` lie)."""
+        return least_max_cut(costs, self.blocks, self.stages, trace)
+
+
+def least_max_cut(costs: np.ndarray, blocks: int, stages: int, trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
+    """The least largest stage cost over every contiguous cut of `blocks` into `stages` (each holding a block)
+    and the first cut of it (an empty cut without `trace`; PP 1: its one cut), None when no cut's cost is
+    finite: `costs` are StageBands' (flat; B >= S). A middle stage's least values run over its band's starts
+    alone (elsewhere no cut completes, so the least and the first of the least are those over whole matrices);
+    the cut is traced back from each stage's least values, its start the first of the least into the end the
+    stage after it chose."""
+    edge = blocks + 1
+    if stages == 1:
+        value = int(costs[blocks])
+        return None if value >= NO_STAGE else (value, (blocks,))
+    width = blocks - stages + 1
+    best, low = costs[:edge], 0
+    middle = costs[edge:len(costs) - edge].reshape(max(stages - 2, 0), width, width)
+    reached = []
+    if stages > 2:
+        best, low = best[1:1 + width], stages - 1
+    for cost in middle:
+        reached.append(best)
+        best = np.minimum.reduce(np.maximum(best[:, None], cost), axis=0)
+    ends = np.maximum(best, costs[len(costs) - edge + low:len(costs) - edge + low + len(best)])
+    j = int(ends.argmin())
+    value = int(ends[j])
+    if value >= NO_STAGE:
+        return None
+    if not trace:
+        return value, ()
+    j += low
+    layout = [blocks - j]
+    for s in range(stages - 2, 0, -1):
+        start = s + int(np.maximum(reached[s - 1], middle[s - 1][:, j - (s + 1)]).argmin())
+        layout.append(j - start)
+        j = start
+    layout.append(j)
+    return value, tuple(reversed(layout))
 
 
 def stage_bands(c: RowCosts, counts: np.ndarray) -> StageBands:
-    """The row's StageBands: all_stage_matrices' entries that min_max_cut reads (_ends_only, _banded), each
+    """The row's StageBands: all_stage_matrices' entries that least_max_cut reads (_ends_only, _banded), each
     stage's in-flight share applied to those alone (the interval sums and each distinct edge's terms once)."""
     sums = interval_sums(c, counts)
     blocks, stages = counts.shape[0] - 1, c.row.pp
@@ -158,11 +163,11 @@ def stage_bands(c: RowCosts, counts: np.ndarray) -> StageBands:
     return StageBands(time, memory, blocks, stages)
 
 
-def _ends_only(mats: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The stage matrices as min_max_cut reads them: the first stage's row 0, the last's last column."""
+def _ends_only(mats: list[np.ndarray]) -> list[np.ndarray]:
+    """The stage matrices as least_max_cut reads them: the first stage's row 0, the last's last column."""
     if len(mats) == 1:
-        return [(t[:1], m[:1]) for t, m in mats]
-    return [(t[:1], m[:1]) for t, m in mats[:1]] + mats[1:-1] + [(t[:, -1:], m[:, -1:]) for t, m in mats[-1:]]
+        return [mats[0][:1]]
+    return [mats[0][:1], *mats[1:-1], mats[-1][:, -1:]]
 
 
 def _band(stage: int, stages: int, blocks: int) -> slice:
@@ -171,21 +176,13 @@ def _band(stage: int, stages: int, blocks: int) -> slice:
     return slice(stage, blocks - (stages - stage) + 1)
 
 
-Stage = np.ndarray | tuple[np.ndarray, np.ndarray]
-"""A stage's cost matrix, or its (time, memory) pair."""
-
-
-def _banded(mats: list[Stage], blocks: int) -> list[Stage]:
-    """_ends_only's matrices (or pairs of them) with each middle stage's cut to the starts and ends its
-    place allows (_band): what _min_max_banded reads."""
+def _banded(mats: list[np.ndarray], blocks: int) -> list[np.ndarray]:
+    """_ends_only's matrices with each middle stage's cut to the starts and ends its place allows (_band)."""
     stages = len(mats)
-    if stages <= 2 or blocks < stages:
+    if stages <= 2:
         return mats
-    out = mats[:1]
-    for s, m in enumerate(mats[1:-1], start=1):
-        rows, cols = _band(s, stages, blocks), _band(s + 1, stages, blocks)
-        out.append(tuple(x[rows, cols] for x in m) if isinstance(m, tuple) else m[rows, cols])
-    return out + mats[-1:]
+    return [mats[0], *(m[_band(s, stages, blocks), _band(s + 1, stages, blocks)]
+                       for s, m in enumerate(mats[1:-1], start=1)), mats[-1]]
 
 
 def rank_counts(layout: tuple[int, ...], pp: int, counts: np.ndarray) -> list[tuple[int, ...]]:
@@ -229,9 +226,10 @@ def cut_fit(c: RowCosts, counts: np.ndarray, usable: int, deadline: float = math
     `deadline` runs out). Reads memory only, so it runs before any time is priced."""
     if c.row.vpp > 1:
         return InterleavedCuts(c, counts, deadline).fit(usable)
-    blocks = counts.shape[0] - 1
-    memory = [m for _, m in _ends_only(all_stage_matrices(c, counts))]
-    return min_max_cut([np.where(m <= usable, m, NO_STAGE) for m in memory], blocks) is not None
+    if counts.shape[0] - 1 < c.row.pp:
+        return False
+    bands = stage_bands(c, counts)
+    return bands.least_max(np.where(bands.memory <= usable, bands.memory, NO_STAGE), trace=False) is not None
 
 
 def best_cut(c: RowCosts, counts: np.ndarray, cap_mb: int) -> CutPoint | None:
@@ -258,46 +256,9 @@ def min_max_cut(stage_costs: list[np.ndarray], blocks: int) -> tuple[int, tuple[
     """Least possible largest stage cost over contiguous cuts with >= 1 block per stage (exact DP): stage
     s holding blocks i..j−1 costs stage_costs[s][i, j], NO_STAGE where it may not (i >= j, or excluded).
     The first stage starts at block 0 and the last ends at `blocks`, so only the first's row 0 and the last's
-    last column are read (the callers may pass just those)."""
-    return _min_max_banded(_banded(list(stage_costs), blocks), blocks)
-
-
-def _min_max_banded(stage_costs: list[np.ndarray], blocks: int,
-                    trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
-    """min_max_cut over _banded matrices: a middle stage's starts and ends only where every stage can still
-    hold a block (elsewhere no cut is possible, so the least values and the first of the least on every
-    cut that completes are min_max_cut's over whole matrices). Without `trace`, the least value alone
-    (and an empty cut)."""
-    first, *middle, last = stage_costs if len(stage_costs) > 1 else (stage_costs[0], stage_costs[0])
-    if len(stage_costs) == 1:
-        value = int(first[0, -1])
-        return None if value >= NO_STAGE else (value, (blocks,))
+    last column are read (least_max_cut over those, each middle stage's band alone)."""
     stages = len(stage_costs)
-    if blocks < stages:
+    if stages > 1 and blocks < stages:
         return None
-    best = first[0]
-    choice = []
-    for s, cost in enumerate(middle, start=1):
-        rows, cols = _band(s, stages, blocks), _band(s + 1, stages, blocks)
-        cand = np.maximum(best[rows, None], cost)
-        best = np.full(blocks + 1, NO_STAGE, dtype=np.int64)
-        if trace:
-            arg = cand.argmin(axis=0)
-            choice.append(arg + rows.start)
-            best[cols] = cand[arg, np.arange(cand.shape[1])]
-        else:
-            best[cols] = cand.min(axis=0)
-    ends = np.maximum(best, last[:, -1])
-    j = int(ends.argmin())
-    value = int(ends[j])
-    if value >= NO_STAGE:
-        return None
-    if not trace:
-        return value, ()
-    layout = [blocks - j]
-    for s, arg in reversed(list(enumerate(choice, start=1))):
-        start = int(arg[j - _band(s + 1, stages, blocks).start])
-        layout.append(j - start)
-        j = start
-    layout.append(j)
-    return value, tuple(reversed(layout))
+    flat = np.concatenate([m.ravel() for m in _banded(_ends_only(list(stage_costs)), blocks)])
+    return least_max_cut(flat, blocks, stages)
