@@ -847,20 +847,31 @@ def all_stage_matrices(c: RowCosts, counts: np.ndarray) -> list[tuple[np.ndarray
     """Time and memory of each stage s holding blocks i..j−1, for every i < j (NO_STAGE elsewhere): RowCosts
     formulas in bulk, the blocks' sums over each interval computed once, the terms that read a stage's edge
     once per distinct edge, and each stage adding its in-flight share of the activations."""
-    time, static, held, peak, moe, none = interval_sums(c, counts)
+    sums = interval_sums(c, counts)
     by_edge: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     out = []
     for s in range(c.row.pp):
-        edge = (c.edge_static[s], c.edge_activation[s], c.edge_peak[s], c.edge_moe[s], c.edge_time_us[s])
-        if edge not in by_edge:
-            fixed = (c.edge_static[s] + static + np.maximum(peak, c.edge_peak[s])
-                     + np.where(moe | c.edge_moe[s], c.dispatch_mb, 0) + c.workspace_mb)
-            by_edge[edge] = (np.maximum(c.edge_time_us[s] + time, none), fixed, c.edge_activation[s] + held)
-        stage_time, fixed, stage_held = by_edge[edge]
-        frac = c.inflight[s]
-        act = stage_held * frac.numerator if frac.denominator == 1 else \
-            -(-(stage_held * frac.numerator) // frac.denominator)
-        out.append((stage_time, np.maximum(fixed + act, none)))
+        time, fixed, held = edge_terms(c, s, sums, by_edge)
+        out.append((time, in_flight_memory(fixed, held, c.inflight[s], sums.none)))
     return out
+
+
+def edge_terms(c: RowCosts, s: int, sums: IntervalSums,
+               by_edge: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
+    """Stage s's time, its memory less the activations, and its activations before the in-flight share over
+    every interval (`sums`), once per distinct edge (`by_edge`, keyed by what the terms read of it)."""
+    edge = (c.edge_static[s], c.edge_activation[s], c.edge_peak[s], c.edge_moe[s], c.edge_time_us[s])
+    if edge not in by_edge:
+        fixed = (c.edge_static[s] + sums.static + np.maximum(sums.peak, c.edge_peak[s])
+                 + np.where(sums.moe | c.edge_moe[s], c.dispatch_mb, 0) + c.workspace_mb)
+        by_edge[edge] = (np.maximum(c.edge_time_us[s] + sums.time, sums.none), fixed, c.edge_activation[s] + sums.held)
+    return by_edge[edge]
+
+
+def in_flight_memory(fixed: np.ndarray, held: np.ndarray, share: Fraction, none: np.ndarray) -> np.ndarray:
+    """A stage's memory from edge_terms' (or a window of them): the activations times the stage's in-flight
+    share, rounded up, added to the rest (NO_STAGE where `none` is)."""
+    act = held * share.numerator if share.denominator == 1 else -(-(held * share.numerator) // share.denominator)
+    return np.maximum(fixed + act, none)
 
 

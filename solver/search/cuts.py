@@ -22,6 +22,8 @@ from parasol.solver.search.costs import (
     NO_STAGE,
     TIME_UNIT_S,
     RowCosts,
+    edge_terms,
+    in_flight_memory,
     interval_sums,
 )
 from parasol.solver.search.interleaved import InterleavedCuts
@@ -135,7 +137,8 @@ def least_max_cut(costs: np.ndarray, blocks: int, stages: int, trace: bool = Tru
 
 def stage_bands(c: RowCosts, counts: np.ndarray) -> StageBands:
     """The row's StageBands: all_stage_matrices' entries that least_max_cut reads (_ends_only, _banded), each
-    stage's in-flight share applied to those alone (the interval sums and each distinct edge's terms once)."""
+    stage's in-flight share applied to those alone (the interval sums and each distinct edge's terms once,
+    costs.edge_terms)."""
     sums = interval_sums(c, counts)
     blocks, stages = counts.shape[0] - 1, c.row.pp
     windows = [(slice(0, 1), slice(None))]
@@ -147,18 +150,9 @@ def stage_bands(c: RowCosts, counts: np.ndarray) -> StageBands:
     by_edge: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     start = 0
     for s, ((rows, cols), size) in enumerate(zip(windows, sizes, strict=True)):
-        edge = (c.edge_static[s], c.edge_activation[s], c.edge_peak[s], c.edge_moe[s], c.edge_time_us[s])
-        if edge not in by_edge:
-            by_edge[edge] = (np.maximum(c.edge_time_us[s] + sums.time, sums.none),
-                             c.edge_static[s] + sums.static + np.maximum(sums.peak, c.edge_peak[s])
-                             + np.where(sums.moe | c.edge_moe[s], c.dispatch_mb, 0) + c.workspace_mb,
-                             c.edge_activation[s] + sums.held)
-        stage_time, fixed, stage_held = (x[rows, cols] for x in by_edge[edge])
-        frac = c.inflight[s]
-        act = stage_held * frac.numerator if frac.denominator == 1 else \
-            -(-(stage_held * frac.numerator) // frac.denominator)
+        stage_time, fixed, held = (x[rows, cols] for x in edge_terms(c, s, sums, by_edge))
         time[start:start + size] = stage_time.ravel()
-        memory[start:start + size] = np.maximum(fixed + act, sums.none[rows, cols]).ravel()
+        memory[start:start + size] = in_flight_memory(fixed, held, c.inflight[s], sums.none[rows, cols]).ravel()
         start += size
     return StageBands(time, memory, blocks, stages)
 
