@@ -712,6 +712,34 @@ def test_min_max_cut_is_the_least_over_every_cut() -> None:
         assert max(int(t[a, b]) for t, a, b in zip(tables, bounds, bounds[1:], strict=False)) == least
 
 
+def test_stage_bands_are_min_max_cuts_of_the_stage_matrices(problems: list) -> None:
+    """cuts.stage_bands holds the entries of all_stage_matrices that min_max_cut reads, and StageBands.least_max
+    gives min_max_cut's least and cut over them under any mask (as dp_staircase masks them per cap), and the same
+    least without a trace."""
+    from parasol.solver.search.costs import NO_STAGE
+    from parasol.solver.search.cuts import _banded, _ends_only, stage_bands
+
+    rng = np.random.default_rng(31)
+    for problem in problems:
+        counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+        blocks = counts.shape[0] - 1
+        for row in _sample(problem, 12):
+            if row.pp > blocks:
+                continue
+            c = row_costs(problem, row, None)
+            mats = all_stage_matrices(c, counts)
+            bands = stage_bands(c, counts)
+            for k in range(2):
+                flat = np.concatenate([m.ravel() for m in _banded(_ends_only([pair[k] for pair in mats]), blocks)])
+                assert (bands.time, bands.memory)[k].tolist() == flat.tolist()
+            for cap in sorted({int(x) for x in rng.choice(bands.memory[bands.memory < NO_STAGE], 4)}):
+                masked = [np.where(m <= cap, t, NO_STAGE) for t, m in mats]
+                expected = min_max_cut(masked, blocks)
+                assert bands.least_max(np.where(bands.memory <= cap, bands.time, NO_STAGE)) == expected
+                found = bands.least_max(np.where(bands.memory <= cap, bands.time, NO_STAGE), trace=False)
+                assert (found is None) == (expected is None) and (found is None or found[0] == expected[0])
+
+
 def test_table_memo_is_shared_by_a_tables_rows_and_follows_its_fields(problems: list) -> None:
     """The memory floors' memo (costs.TableMemo) is one per table: the rows of a table that differ in VPP or
     rank order, and their zero-static twins (savings.without_static), share it; tables whose memory fields

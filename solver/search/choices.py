@@ -26,6 +26,7 @@ from parasol.constraints.physics.exchanges import cp_parts, dispatch_link, ep_co
 from parasol.constraints.physics.workload import dispatch_received, routed, settings_for
 from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
+from parasol.problems.memo import memoised_by
 from parasol.problems.schema import Objective
 from parasol.solver.search.costs import RowCosts, StageTimeModel, row_costs
 from parasol.solver.search.program import choice_rules
@@ -55,10 +56,23 @@ def no_slower(a: RowCosts, b: RowCosts) -> bool:
     return all(x <= y for name in TIME_TABLES for x, y in zip(getattr(a, name), getattr(b, name), strict=True))
 
 
+EXCHANGES_MEMO = 65536
+"""Variants' exchanges kept per problem (the table starts afresh past this)."""
+
+
 def exchanges(problem: Problem, row: Row) -> tuple[CommTerm, CommTerm, CommTerm]:
     """(EP exchange of one MoE block, CP exchange of one attention, the blocking part of that CP exchange)
     of one microbatch's forward under the row's options, as the workload builds them: the only terms its
-    dispatcher and CP type change."""
+    dispatcher and CP type change. Built once per problem and what they read (_exchanges): the grid, rank
+    order, microbatch and options, not recompute or VPP, so a row's recompute and VPP variants share them."""
+    key = (row.pp, row.tp, row.cp, row.ep, row.etp, row.mbs, row.rank_order, row.dispatcher, row.flex_backend,
+           row.cp_comm, row.cp_levels)
+    return memoised_by(problem, "exchanges", key, EXCHANGES_MEMO, lambda: _exchanges(problem, row))
+
+
+def _exchanges(problem: Problem, row: Row) -> tuple[CommTerm, CommTerm, CommTerm]:
+    """exchanges, built: the hot-rank skew (workload.routed) reads TP, CP, EP, ETP and the microbatch, the
+    links (exchanges.links_for) the grid, rank order and CP levels."""
     chosen = with_choices(problem, row)
     model, mapping = chosen.model, row.mapping(chosen)
     settings = routed(chosen, mapping, settings_for(chosen))

@@ -550,16 +550,18 @@ def memo_of(c: RowCosts) -> TableMemo:
 _ABSENT = object()
 
 
-def memoised_floor(c: RowCosts, key: tuple, build: Callable[[], T]) -> T:
+def memoised_floor(c: RowCosts, key: tuple, build: Callable[[], T], keep: Callable[[T], bool] | None = None) -> T:
     """build(), once per row table (memo_of), in-flight shares (PP, VPP and microbatches: what stage_inflight
     reads) and `key` (whatever else it reads): the rows of one table that differ in rank order, or in
-    nothing else the floors read, share them."""
+    nothing else the floors read, share them. `keep`: whether an answer is kept (None: every one)."""
     microbatches = c.derived.num_microbatches
     values = memo_of(c).values
     full = (*key, c.row.pp, c.row.vpp, microbatches.numerator, microbatches.denominator)
     found = values.get(full, _ABSENT)
     if found is _ABSENT:
-        found = values[full] = build()
+        found = build()
+        if keep is None or keep(found):
+            values[full] = found
     return found
 
 
@@ -811,10 +813,22 @@ NO_STAGE = np.iinfo(np.int64).max
 """all_stage_matrices' time and memory where i >= j: no stage holds no block."""
 
 
-def all_stage_matrices(c: RowCosts, counts: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Time and memory of each stage s holding blocks i..j−1, for every i < j (NO_STAGE elsewhere): RowCosts
-    formulas in bulk, the blocks' sums over each interval computed once, the terms that read a stage's edge
-    once per distinct edge, and each stage adding its in-flight share of the activations."""
+class IntervalSums(NamedTuple):
+    """What a stage holding blocks i..j−1 adds to its edge, for every i and j (interval_sums)."""
+
+    time: np.ndarray
+    static: np.ndarray
+    held: np.ndarray
+    """Activations per microbatch, before the stage's in-flight share."""
+    peak: np.ndarray
+    moe: np.ndarray
+    none: np.ndarray
+    """0 where i < j, NO_STAGE elsewhere (no stage holds no block)."""
+
+
+def interval_sums(c: RowCosts, counts: np.ndarray) -> IntervalSums:
+    """The blocks' time, static memory, activations, recompute peak and routed experts over every interval
+    (counts: cuts.interval_counts), the same for every stage of the row."""
     time = counts @ np.array(c.kind_time_us, dtype=np.int64)
     static = counts @ np.array(c.kind_static, dtype=np.int64)
     held = counts @ np.array(c.kind_activation, dtype=np.int64)
@@ -826,19 +840,38 @@ def all_stage_matrices(c: RowCosts, counts: np.ndarray) -> list[tuple[np.ndarray
         if c.kind_moe[k]:
             moe = moe | present[:, :, k]
     none = np.where(np.triu(np.ones(held.shape, dtype=bool), k=1), 0, NO_STAGE)
+    return IntervalSums(time, static, held, peak, moe, none)
+
+
+def all_stage_matrices(c: RowCosts, counts: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Time and memory of each stage s holding blocks i..j−1, for every i < j (NO_STAGE elsewhere): RowCosts
+    formulas in bulk, the blocks' sums over each interval computed once, the terms that read a stage's edge
+    once per distinct edge, and each stage adding its in-flight share of the activations."""
+    sums = interval_sums(c, counts)
     by_edge: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     out = []
     for s in range(c.row.pp):
-        edge = (c.edge_static[s], c.edge_activation[s], c.edge_peak[s], c.edge_moe[s], c.edge_time_us[s])
-        if edge not in by_edge:
-            fixed = (c.edge_static[s] + static + np.maximum(peak, c.edge_peak[s])
-                     + np.where(moe | c.edge_moe[s], c.dispatch_mb, 0) + c.workspace_mb)
-            by_edge[edge] = (np.maximum(c.edge_time_us[s] + time, none), fixed, c.edge_activation[s] + held)
-        stage_time, fixed, stage_held = by_edge[edge]
-        frac = c.inflight[s]
-        act = stage_held * frac.numerator if frac.denominator == 1 else \
-            -(-(stage_held * frac.numerator) // frac.denominator)
-        out.append((stage_time, np.maximum(fixed + act, none)))
+        time, fixed, held = edge_terms(c, s, sums, by_edge)
+        out.append((time, in_flight_memory(fixed, held, c.inflight[s], sums.none)))
     return out
+
+
+def edge_terms(c: RowCosts, s: int, sums: IntervalSums,
+               by_edge: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
+    """Stage s's time, its memory less the activations, and its activations before the in-flight share over
+    every interval (`sums`), once per distinct edge (`by_edge`, keyed by what the terms read of it)."""
+    edge = (c.edge_static[s], c.edge_activation[s], c.edge_peak[s], c.edge_moe[s], c.edge_time_us[s])
+    if edge not in by_edge:
+        fixed = (c.edge_static[s] + sums.static + np.maximum(sums.peak, c.edge_peak[s])
+                 + np.where(sums.moe | c.edge_moe[s], c.dispatch_mb, 0) + c.workspace_mb)
+        by_edge[edge] = (np.maximum(c.edge_time_us[s] + sums.time, sums.none), fixed, c.edge_activation[s] + sums.held)
+    return by_edge[edge]
+
+
+def in_flight_memory(fixed: np.ndarray, held: np.ndarray, share: Fraction, none: np.ndarray) -> np.ndarray:
+    """A stage's memory from edge_terms' (or a window of them): the activations times the stage's in-flight
+    share, rounded up, added to the rest (NO_STAGE where `none` is)."""
+    act = held * share.numerator if share.denominator == 1 else -(-(held * share.numerator) // share.denominator)
+    return np.maximum(fixed + act, none)
 
 

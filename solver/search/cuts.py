@@ -22,7 +22,9 @@ from parasol.solver.search.costs import (
     NO_STAGE,
     TIME_UNIT_S,
     RowCosts,
-    all_stage_matrices,
+    edge_terms,
+    in_flight_memory,
+    interval_sums,
 )
 from parasol.solver.search.interleaved import InterleavedCuts
 
@@ -50,7 +52,9 @@ def dp_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
     depends on the cut only through the slowest stage (Σ t_s is the same for every cut), so each step
     is: least slowest-stage time under a memory cap, then least peak memory at that step time."""
     blocks = counts.shape[0] - 1
-    mats = _banded(_ends_only(all_stage_matrices(c, counts)), blocks)
+    if blocks < c.row.pp:
+        return Staircase(())
+    bands = stage_bands(c, counts)
     inf = NO_STAGE
     unit = round(TIME_UNIT_S * MICROSECONDS)
     totals = [int(x) for x in counts[0, blocks]]
@@ -63,12 +67,13 @@ def dp_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
     points: list[CutPoint] = []
     cap = usable
     while cap >= 0:
-        fastest = _min_max_banded([np.where(mem <= cap, t, inf) for t, mem in mats], blocks, trace=False)
+        within = bands.memory <= cap
+        fastest = bands.least_max(np.where(within, bands.time, inf), trace=False)
         if fastest is None:
             break
         time_units = -(-step_us(fastest[0]) // unit)
         limit = (time_units * unit - base) // slope if slope else inf
-        leanest = _min_max_banded([np.where((mem <= cap) & (t <= limit), mem, inf) for t, mem in mats], blocks)
+        leanest = bands.least_max(np.where(within & (bands.time <= limit), bands.memory, inf))
         assert leanest is not None
         memory_units = -(-leanest[0] // MEMORY_UNIT_MB)
         points.append(CutPoint(time_units, memory_units, leanest[1]))
@@ -76,11 +81,87 @@ def dp_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
     return Staircase(tuple(points))
 
 
-def _ends_only(mats: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The stage matrices as min_max_cut reads them: the first stage's row 0, the last's last column."""
+@dataclass(frozen=True)
+class StageBands:
+    """A 1F1B row's stage costs as least_max_cut reads them (_ends_only, _banded), in one flat array each, so a
+    cap masks every stage at once: the first stage's costs holding blocks 0..j−1 (j = 0..B), each middle
+    stage s's band (W × W, W = B − S + 1: starts s…s + W − 1, ends s + 1…s + W), and the last stage's costs
+    holding blocks i..B−1 (i = 0..B). Needs B >= S."""
+
+    time: np.ndarray
+    memory: np.ndarray
+    blocks: int
+    stages: int
+
+    def least_max(self, costs: np.ndarray, trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
+        """least_max_cut over `costs` (flat, as `time` and `memory` lie)."""
+        return least_max_cut(costs, self.blocks, self.stages, trace)
+
+
+def least_max_cut(costs: np.ndarray, blocks: int, stages: int, trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
+    """The least largest stage cost over every contiguous cut of `blocks` into `stages` (each holding a block)
+    and the first cut of it (an empty cut without `trace`; PP 1: its one cut), None when no cut's cost is
+    finite: `costs` are StageBands' (flat; B >= S). A middle stage's least values run over its band's starts
+    alone (elsewhere no cut completes, so the least and the first of the least are those over whole matrices);
+    the cut is traced back from each stage's least values, its start the first of the least into the end the
+    stage after it chose."""
+    edge = blocks + 1
+    if stages == 1:
+        value = int(costs[blocks])
+        return None if value >= NO_STAGE else (value, (blocks,))
+    width = blocks - stages + 1
+    best, low = costs[:edge], 0
+    middle = costs[edge:len(costs) - edge].reshape(max(stages - 2, 0), width, width)
+    reached = []
+    if stages > 2:
+        best, low = best[1:1 + width], stages - 1
+    for cost in middle:
+        reached.append(best)
+        best = np.minimum.reduce(np.maximum(best[:, None], cost), axis=0)
+    ends = np.maximum(best, costs[len(costs) - edge + low:len(costs) - edge + low + len(best)])
+    j = int(ends.argmin())
+    value = int(ends[j])
+    if value >= NO_STAGE:
+        return None
+    if not trace:
+        return value, ()
+    j += low
+    layout = [blocks - j]
+    for s in range(stages - 2, 0, -1):
+        start = s + int(np.maximum(reached[s - 1], middle[s - 1][:, j - (s + 1)]).argmin())
+        layout.append(j - start)
+        j = start
+    layout.append(j)
+    return value, tuple(reversed(layout))
+
+
+def stage_bands(c: RowCosts, counts: np.ndarray) -> StageBands:
+    """The row's StageBands: all_stage_matrices' entries that least_max_cut reads (_ends_only, _banded), each
+    stage's in-flight share applied to those alone (the interval sums and each distinct edge's terms once,
+    costs.edge_terms)."""
+    sums = interval_sums(c, counts)
+    blocks, stages = counts.shape[0] - 1, c.row.pp
+    windows = [(slice(0, 1), slice(None))]
+    windows += [(_band(s, stages, blocks), _band(s + 1, stages, blocks)) for s in range(1, stages - 1)]
+    if stages > 1:
+        windows.append((slice(None), slice(blocks, blocks + 1)))
+    sizes = [blocks + 1] + [(blocks - stages + 1) ** 2] * max(stages - 2, 0) + [blocks + 1] * (stages > 1)
+    time, memory = np.empty(sum(sizes), dtype=np.int64), np.empty(sum(sizes), dtype=np.int64)
+    by_edge: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    start = 0
+    for s, ((rows, cols), size) in enumerate(zip(windows, sizes, strict=True)):
+        stage_time, fixed, held = (x[rows, cols] for x in edge_terms(c, s, sums, by_edge))
+        time[start:start + size] = stage_time.ravel()
+        memory[start:start + size] = in_flight_memory(fixed, held, c.inflight[s], sums.none[rows, cols]).ravel()
+        start += size
+    return StageBands(time, memory, blocks, stages)
+
+
+def _ends_only(mats: list[np.ndarray]) -> list[np.ndarray]:
+    """The stage matrices as least_max_cut reads them: the first stage's row 0, the last's last column."""
     if len(mats) == 1:
-        return [(t[:1], m[:1]) for t, m in mats]
-    return [(t[:1], m[:1]) for t, m in mats[:1]] + mats[1:-1] + [(t[:, -1:], m[:, -1:]) for t, m in mats[-1:]]
+        return [mats[0][:1]]
+    return [mats[0][:1], *mats[1:-1], mats[-1][:, -1:]]
 
 
 def _band(stage: int, stages: int, blocks: int) -> slice:
@@ -89,21 +170,13 @@ def _band(stage: int, stages: int, blocks: int) -> slice:
     return slice(stage, blocks - (stages - stage) + 1)
 
 
-Stage = np.ndarray | tuple[np.ndarray, np.ndarray]
-"""A stage's cost matrix, or its (time, memory) pair."""
-
-
-def _banded(mats: list[Stage], blocks: int) -> list[Stage]:
-    """_ends_only's matrices (or pairs of them) with each middle stage's cut to the starts and ends its
-    place allows (_band): what _min_max_banded reads."""
+def _banded(mats: list[np.ndarray], blocks: int) -> list[np.ndarray]:
+    """_ends_only's matrices with each middle stage's cut to the starts and ends its place allows (_band)."""
     stages = len(mats)
-    if stages <= 2 or blocks < stages:
+    if stages <= 2:
         return mats
-    out = mats[:1]
-    for s, m in enumerate(mats[1:-1], start=1):
-        rows, cols = _band(s, stages, blocks), _band(s + 1, stages, blocks)
-        out.append(tuple(x[rows, cols] for x in m) if isinstance(m, tuple) else m[rows, cols])
-    return out + mats[-1:]
+    return [mats[0], *(m[_band(s, stages, blocks), _band(s + 1, stages, blocks)]
+                       for s, m in enumerate(mats[1:-1], start=1)), mats[-1]]
 
 
 def rank_counts(layout: tuple[int, ...], pp: int, counts: np.ndarray) -> list[tuple[int, ...]]:
@@ -136,14 +209,21 @@ def interleaved_staircase(c: RowCosts, counts: np.ndarray, usable: int, deadline
 
 
 def some_cut_fits(c: RowCosts, counts: np.ndarray, usable: int, deadline: float = math.inf) -> bool:
-    """Whether any cut keeps every rank within usable memory: the min-max DP for 1F1B, the branch and
-    bound for interleaved rows (left open past `deadline`: then True, for the staircase to settle).
-    Reads memory only, so it runs before any time is priced."""
+    """Whether any cut keeps every rank within usable memory (cut_fit; left open past `deadline`: then True,
+    for the staircase to settle)."""
+    return cut_fit(c, counts, usable, deadline) is not False
+
+
+def cut_fit(c: RowCosts, counts: np.ndarray, usable: int, deadline: float = math.inf) -> bool | None:
+    """Whether any cut keeps every rank within usable memory, None when the question is left open: the
+    min-max DP for 1F1B (always answered), the branch and bound for interleaved rows (open when its budget or
+    `deadline` runs out). Reads memory only, so it runs before any time is priced."""
     if c.row.vpp > 1:
-        return InterleavedCuts(c, counts, deadline).fits(usable)
-    blocks = counts.shape[0] - 1
-    memory = [m for _, m in _ends_only(all_stage_matrices(c, counts))]
-    return min_max_cut([np.where(m <= usable, m, NO_STAGE) for m in memory], blocks) is not None
+        return InterleavedCuts(c, counts, deadline).fit(usable)
+    if counts.shape[0] - 1 < c.row.pp:
+        return False
+    bands = stage_bands(c, counts)
+    return bands.least_max(np.where(bands.memory <= usable, bands.memory, NO_STAGE), trace=False) is not None
 
 
 def best_cut(c: RowCosts, counts: np.ndarray, cap_mb: int) -> CutPoint | None:
@@ -170,46 +250,9 @@ def min_max_cut(stage_costs: list[np.ndarray], blocks: int) -> tuple[int, tuple[
     """Least possible largest stage cost over contiguous cuts with >= 1 block per stage (exact DP): stage
     s holding blocks i..j−1 costs stage_costs[s][i, j], NO_STAGE where it may not (i >= j, or excluded).
     The first stage starts at block 0 and the last ends at `blocks`, so only the first's row 0 and the last's
-    last column are read (the callers may pass just those)."""
-    return _min_max_banded(_banded(list(stage_costs), blocks), blocks)
-
-
-def _min_max_banded(stage_costs: list[np.ndarray], blocks: int,
-                    trace: bool = True) -> tuple[int, tuple[int, ...]] | None:
-    """min_max_cut over _banded matrices: a middle stage's starts and ends only where every stage can still
-    hold a block (elsewhere no cut is possible, so the least values and the first of the least on every
-    cut that completes are min_max_cut's over whole matrices). Without `trace`, the least value alone
-    (and an empty cut)."""
-    first, *middle, last = stage_costs if len(stage_costs) > 1 else (stage_costs[0], stage_costs[0])
-    if len(stage_costs) == 1:
-        value = int(first[0, -1])
-        return None if value >= NO_STAGE else (value, (blocks,))
+    last column are read (least_max_cut over those, each middle stage's band alone)."""
     stages = len(stage_costs)
-    if blocks < stages:
+    if stages > 1 and blocks < stages:
         return None
-    best = first[0]
-    choice = []
-    for s, cost in enumerate(middle, start=1):
-        rows, cols = _band(s, stages, blocks), _band(s + 1, stages, blocks)
-        cand = np.maximum(best[rows, None], cost)
-        best = np.full(blocks + 1, NO_STAGE, dtype=np.int64)
-        if trace:
-            arg = cand.argmin(axis=0)
-            choice.append(arg + rows.start)
-            best[cols] = cand[arg, np.arange(cand.shape[1])]
-        else:
-            best[cols] = cand.min(axis=0)
-    ends = np.maximum(best, last[:, -1])
-    j = int(ends.argmin())
-    value = int(ends[j])
-    if value >= NO_STAGE:
-        return None
-    if not trace:
-        return value, ()
-    layout = [blocks - j]
-    for s, arg in reversed(list(enumerate(choice, start=1))):
-        start = int(arg[j - _band(s + 1, stages, blocks).start])
-        layout.append(j - start)
-        j = start
-    layout.append(j)
-    return value, tuple(reversed(layout))
+    flat = np.concatenate([m.ravel() for m in _banded(_ends_only(list(stage_costs)), blocks)])
+    return least_max_cut(flat, blocks, stages)

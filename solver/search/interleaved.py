@@ -519,8 +519,12 @@ class InterleavedCuts:
         return self.decide(UNBOUNDED, cap_mb)
 
     def fits(self, cap_mb: int) -> bool:
-        """Whether some cut keeps every rank within `cap_mb` (True when the question is left open): the
-        quick search, then `decide`."""
+        """Whether some cut keeps every rank within `cap_mb` (True when the question is left open)."""
+        return self.fit(cap_mb) is not False
+
+    def fit(self, cap_mb: int) -> bool | None:
+        """Whether some cut keeps every rank within `cap_mb`, None when the question is left open (budget or
+        deadline spent): the quick search, then `decide`."""
         settled, layout = self.settle(UNBOUNDED, cap_mb, False)
         if settled:
             return layout is not None
@@ -531,7 +535,7 @@ class InterleavedCuts:
         try:
             return self.decide(UNBOUNDED, cap_mb) is not None
         except OutOfBudget:
-            return True
+            return None
 
     def fastest(self, cap_mb: int) -> tuple[tuple[int, ...] | None, bool]:
         """The cut of least step time (in solver units) with every rank within `cap_mb`, or None when no cut

@@ -23,6 +23,7 @@ from parasol.constraints.evaluate import holds
 from parasol.constraints.rules.registry import active_constraints
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, RankOrder, Recompute
+from parasol.problems.memo import memoised
 from parasol.problems.schema import Objective
 from parasol.solver.search.costs import RowCosts
 from parasol.solver.search.cuts import Staircase
@@ -63,9 +64,10 @@ def program_rules(problem: Problem) -> tuple[Constraint, ...]:
 
 def choice_rules(problem: Problem) -> tuple[Constraint, ...]:
     """Active rules reading an option a row chooses (dispatcher, CP communication type): the solver
-    judges them per row in Python under the row's options (pass the row's problem, space.with_choices)."""
-    return tuple(c for c in active_constraints(problem)
-                 if c.reads_choices and c.id not in CUT_RULES and c.solver_judges is None)
+    judges them per row in Python under the row's options (pass the row's problem, space.with_choices).
+    Picked once per problem: settling and admitting a row ask for them per variant."""
+    return memoised(problem, "choice rules", lambda: tuple(
+        c for c in active_constraints(problem) if c.reads_choices and c.id not in CUT_RULES and c.solver_judges is None))
 
 
 def judged_rules(problem: Problem, level: str) -> tuple[Constraint, ...]:
