@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from stage_tables import all_stage_matrices, flat_bands, min_max_cut
 
 from parasol.constraints.evaluate import evaluate, facts_for
 from parasol.constraints.physics.exchanges import grid_links, links_for
@@ -31,7 +32,6 @@ from parasol.problems.loader import load_problem, load_problem_text
 from parasol.problems.mapping import RankOrder
 from parasol.problems.model.params import block_params
 from parasol.solver.search.costs import (
-    all_stage_matrices,
     block_kinds,
     interval_counts,
     memory_floor_mb,
@@ -39,7 +39,7 @@ from parasol.solver.search.costs import (
     row_costs,
     usable_mb,
 )
-from parasol.solver.search.cuts import min_max_cut, rank_counts, some_cut_fits
+from parasol.solver.search.cuts import rank_counts, some_cut_fits
 from parasol.solver.search.savings import (
     default_cut_fits,
     default_rank_counts,
@@ -717,7 +717,7 @@ def test_stage_bands_are_min_max_cuts_of_the_stage_matrices(problems: list) -> N
     gives min_max_cut's least and cut over them under any mask (as dp_staircase masks them per cap), and the same
     least without a trace."""
     from parasol.solver.search.costs import NO_STAGE
-    from parasol.solver.search.cuts import _banded, _ends_only, stage_bands
+    from parasol.solver.search.cuts import stage_bands
 
     rng = np.random.default_rng(31)
     for problem in problems:
@@ -730,8 +730,7 @@ def test_stage_bands_are_min_max_cuts_of_the_stage_matrices(problems: list) -> N
             mats = all_stage_matrices(c, counts)
             bands = stage_bands(c, counts)
             for k in range(2):
-                flat = np.concatenate([m.ravel() for m in _banded(_ends_only([pair[k] for pair in mats]), blocks)])
-                assert (bands.time, bands.memory)[k].tolist() == flat.tolist()
+                assert (bands.time, bands.memory)[k].tolist() == flat_bands([pair[k] for pair in mats], blocks).tolist()
             for cap in sorted({int(x) for x in rng.choice(bands.memory[bands.memory < NO_STAGE], 4)}):
                 masked = [np.where(m <= cap, t, NO_STAGE) for t, m in mats]
                 expected = min_max_cut(masked, blocks)

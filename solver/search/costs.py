@@ -810,7 +810,7 @@ def interval_counts(prefix: tuple[tuple[int, ...], ...]) -> np.ndarray:
 
 
 NO_STAGE = np.iinfo(np.int64).max
-"""all_stage_matrices' time and memory where i >= j: no stage holds no block."""
+"""A stage's time and memory over blocks i..j−1 where i >= j: no stage holds no block."""
 
 
 class IntervalSums(NamedTuple):
@@ -841,19 +841,6 @@ def interval_sums(c: RowCosts, counts: np.ndarray) -> IntervalSums:
             moe = moe | present[:, :, k]
     none = np.where(np.triu(np.ones(held.shape, dtype=bool), k=1), 0, NO_STAGE)
     return IntervalSums(time, static, held, peak, moe, none)
-
-
-def all_stage_matrices(c: RowCosts, counts: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Time and memory of each stage s holding blocks i..j−1, for every i < j (NO_STAGE elsewhere): RowCosts
-    formulas in bulk, the blocks' sums over each interval computed once, the terms that read a stage's edge
-    once per distinct edge, and each stage adding its in-flight share of the activations."""
-    sums = interval_sums(c, counts)
-    by_edge: dict[tuple, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    out = []
-    for s in range(c.row.pp):
-        time, fixed, held = edge_terms(c, s, sums, by_edge)
-        out.append((time, in_flight_memory(fixed, held, c.inflight[s], sums.none)))
-    return out
 
 
 def edge_terms(c: RowCosts, s: int, sums: IntervalSums,

@@ -83,8 +83,8 @@ def dp_staircase(c: RowCosts, counts: np.ndarray, usable: int) -> Staircase:
 
 @dataclass(frozen=True)
 class StageBands:
-    """A 1F1B row's stage costs as least_max_cut reads them (_ends_only, _banded), in one flat array each, so a
-    cap masks every stage at once: the first stage's costs holding blocks 0..j−1 (j = 0..B), each middle
+    """A 1F1B row's stage costs as least_max_cut reads them, in one flat array each, so a cap masks every
+    stage at once: the first stage's costs holding blocks 0..j−1 (j = 0..B), each middle
     stage s's band (W × W, W = B − S + 1: starts s…s + W − 1, ends s + 1…s + W), and the last stage's costs
     holding blocks i..B−1 (i = 0..B). Needs B >= S."""
 
@@ -136,8 +136,9 @@ def least_max_cut(costs: np.ndarray, blocks: int, stages: int, trace: bool = Tru
 
 
 def stage_bands(c: RowCosts, counts: np.ndarray) -> StageBands:
-    """The row's StageBands: all_stage_matrices' entries that least_max_cut reads (_ends_only, _banded), each
-    stage's in-flight share applied to those alone (the interval sums and each distinct edge's terms once,
+    """The row's StageBands: of each stage's time and memory over every block interval, the entries that
+    least_max_cut reads (tests/stage_tables.py builds the whole matrices), each stage's in-flight share applied
+    to those alone (the interval sums and each distinct edge's terms once,
     costs.edge_terms)."""
     sums = interval_sums(c, counts)
     blocks, stages = counts.shape[0] - 1, c.row.pp
@@ -157,26 +158,10 @@ def stage_bands(c: RowCosts, counts: np.ndarray) -> StageBands:
     return StageBands(time, memory, blocks, stages)
 
 
-def _ends_only(mats: list[np.ndarray]) -> list[np.ndarray]:
-    """The stage matrices as least_max_cut reads them: the first stage's row 0, the last's last column."""
-    if len(mats) == 1:
-        return [mats[0][:1]]
-    return [mats[0][:1], *mats[1:-1], mats[-1][:, -1:]]
-
-
 def _band(stage: int, stages: int, blocks: int) -> slice:
     """The ends a cut's first `stage` stages may have when all `stages` hold a block each: stage..blocks −
     (stages − stage). The middle stage `stage` starts at one of them and ends at one of the next stage's."""
     return slice(stage, blocks - (stages - stage) + 1)
-
-
-def _banded(mats: list[np.ndarray], blocks: int) -> list[np.ndarray]:
-    """_ends_only's matrices with each middle stage's cut to the starts and ends its place allows (_band)."""
-    stages = len(mats)
-    if stages <= 2:
-        return mats
-    return [mats[0], *(m[_band(s, stages, blocks), _band(s + 1, stages, blocks)]
-                       for s, m in enumerate(mats[1:-1], start=1)), mats[-1]]
 
 
 def rank_counts(layout: tuple[int, ...], pp: int, counts: np.ndarray) -> list[tuple[int, ...]]:
@@ -244,15 +229,3 @@ def row_staircase(c: RowCosts, counts: np.ndarray, usable: int, deadline: float 
     if c.row.vpp == 1:
         return dp_staircase(c, counts, usable)
     return interleaved_staircase(c, counts, usable, deadline)
-
-
-def min_max_cut(stage_costs: list[np.ndarray], blocks: int) -> tuple[int, tuple[int, ...]] | None:
-    """Least possible largest stage cost over contiguous cuts with >= 1 block per stage (exact DP): stage
-    s holding blocks i..j−1 costs stage_costs[s][i, j], NO_STAGE where it may not (i >= j, or excluded).
-    The first stage starts at block 0 and the last ends at `blocks`, so only the first's row 0 and the last's
-    last column are read (least_max_cut over those, each middle stage's band alone)."""
-    stages = len(stage_costs)
-    if stages > 1 and blocks < stages:
-        return None
-    flat = np.concatenate([m.ravel() for m in _banded(_ends_only(list(stage_costs)), blocks)])
-    return least_max_cut(flat, blocks, stages)
