@@ -34,7 +34,13 @@ def memoised(owner: object, kind: str, build: Callable[[], T]) -> T:
 def memoised_by(owner: object, kind: str, key: object, limit: int, build: Callable[[], T]) -> T:
     """The value of `kind` for `owner` under `key`, built on first use; past `limit` values the table
     starts afresh (a search over many rows keeps its memory bounded)."""
-    table = memo_table(owner, kind)
+    return kept(memo_table(owner, kind), key, limit, build)
+
+
+def kept(table: dict, key: object, limit: int, build: Callable[[], T]) -> T:
+    """table[key], built on first use; past `limit` values the table starts afresh: the one bounded memo
+    every table of values keyed by what they read uses (memoised_by's, and module tables of values that
+    read no single owner)."""
     found = table.get(key)
     if found is None:
         if len(table) >= limit:

@@ -16,6 +16,7 @@ from itertools import product
 import numpy as np
 
 from parasol.problems.mapping import Mapping, RankOrder
+from parasol.problems.memo import kept
 
 ORDER = ("tp", "cp", "ep", "dp", "pp")
 """Megatron's default order; `order_of` gives a mapping's own."""
@@ -138,14 +139,13 @@ def _max_span(sizes: dict[str, int], dims: tuple[str, ...], block: int, order: t
     so one base per residue r is enough; grids with equal lattice_key modulo `block` span alike, so each
     key is counted once (explain places every returned mapping's groups)."""
     key = (block, lattice_key(sizes, dims, block, block, order))
-    span = _SPANS.get(key)
-    if span is None:
-        if len(_SPANS) >= SPANS_MEMO:
-            _SPANS.clear()
-        offsets = lattice(sizes, list(dims), order)
-        span = _SPANS[key] = max(len(np.unique((r + offsets) // block))
-                                 for r in residue_bases(sizes, dims, block, order))
-    return span
+    return kept(_SPANS, key, SPANS_MEMO, lambda: _count_span(sizes, dims, block, order))
+
+
+def _count_span(sizes: dict[str, int], dims: tuple[str, ...], block: int, order: tuple[str, ...]) -> int:
+    """_max_span, counted."""
+    offsets = lattice(sizes, list(dims), order)
+    return max(len(np.unique((r + offsets) // block)) for r in residue_bases(sizes, dims, block, order))
 
 
 def placements(m: Mapping, gpus_per_node: int, gpus_per_domain: int) -> tuple[GroupPlacement, ...]:

@@ -37,6 +37,7 @@ import numpy as np
 
 from parasol.hardware.topology import ClusterTopology, Level, distinct_ascending
 from parasol.problems.mapping import Mapping
+from parasol.problems.memo import kept
 from parasol.problems.rank_groups import (
     GROUP_KINDS,
     dense_sizes,
@@ -242,12 +243,7 @@ def _placed_link(topology: ClusterTopology, kind: str, sizes: dict[str, int], di
     period = topology.gpus_per_rack
     modulus = math.lcm(period, topology.gpus_per_nvlink_domain, topology.gpus_per_node)
     key = (topology, kind, lattice_key(sizes, dims, period, modulus, order))
-    link = _PLACED.get(key)
-    if link is None:
-        if len(_PLACED) >= PLACED_LINKS_MEMO:
-            _PLACED.clear()
-        link = _PLACED[key] = _worst_link(topology, kind, sizes, dims, order)
-    return link
+    return kept(_PLACED, key, PLACED_LINKS_MEMO, lambda: _worst_link(topology, kind, sizes, dims, order))
 
 
 def _worst_link(topology: ClusterTopology, kind: str, sizes: dict[str, int], dims: tuple[str, ...],

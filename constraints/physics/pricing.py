@@ -427,8 +427,8 @@ def rank_floor_per_microbatch(b: WorkloadBatch, c: Coefs) -> np.ndarray:
     reduce = n["fsdp_reduce"] * _priced(b.comm["fsdp_reduce"], c)
     fsdp_left = (1 - _col(r["param_gather_overlap"])) * gather + (1 - _col(r["grad_reduce_overlap"])) * reduce
     tp_left = (1 - _col(r["tp_overlap"])) * tp
-    beside_gemms = compute - (t["gemm"] + t["gemm_b"] + t["grouped"] + t["grouped_b"])
-    return np.maximum.reduce([compute + fsdp_left + tp_left, gather + reduce + tp_left, beside_gemms + tp + fsdp_left])
+    return np.maximum.reduce([compute + fsdp_left + tp_left, gather + reduce + tp_left,
+                              _beside_gemms(t, compute) + tp + fsdp_left])
 
 
 def compute_per_microbatch(b: WorkloadBatch, c: Coefs) -> np.ndarray:
@@ -444,7 +444,13 @@ def compute_beside_gemms_per_microbatch(b: WorkloadBatch, c: Coefs) -> tuple[np.
     rank_floor_per_microbatch adds the whole TP exchange to, from one _compute_times."""
     t = _compute_times(b, c)
     compute = t["forward"] + t["backward"]
-    return compute, compute - (t["gemm"] + t["gemm_b"] + t["grouped"] + t["grouped_b"])
+    return compute, _beside_gemms(t, compute)
+
+
+def _beside_gemms(t: dict[str, np.ndarray], compute: np.ndarray) -> np.ndarray:
+    """The part of `compute` (forward plus backward, from _compute_times `t`) outside the GEMM passes: what no
+    TP overlap hides an exchange behind."""
+    return compute - (t["gemm"] + t["gemm_b"] + t["grouped"] + t["grouped_b"])
 
 
 def linear_compute_per_microbatch(b: WorkloadBatch, c: Coefs) -> np.ndarray:

@@ -38,7 +38,7 @@ from parasol.constraints.physics.schedule import least_heaviest_rank, lightest_b
 from parasol.problems.derived import Derived
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
-from parasol.problems.memo import memoised, memoised_by
+from parasol.problems.memo import kept, memoised, memoised_by
 from parasol.problems.model.architecture import Block
 from parasol.solver.search.space import Row, with_choices
 
@@ -532,12 +532,7 @@ def shared_memo(shared: MemoPool, fields: tuple) -> TableMemo:
     """The one memo of tables whose memory fields are `fields` among `shared` (a problem's): rows whose tables
     differ in their key but not in what their memory reads (DeepSeek-V3's 10,773 keys of plain tables hold
     3,938 distinct tables) share their floors, which read only those fields and the keys memoised_floor adds."""
-    memo = shared.get(fields)
-    if memo is None:
-        if len(shared) >= SHARED_MEMOS:
-            shared.clear()
-        memo = shared[fields] = TableMemo(fields, shared)
-    return memo
+    return kept(shared, fields, SHARED_MEMOS, lambda: TableMemo(fields, shared))
 
 
 def memo_of(c: RowCosts) -> TableMemo:
