@@ -296,7 +296,7 @@ def test_relaxation_cuts_equal_enumeration(kinds: str, monkeypatch: pytest.Monke
         for cap in [m * MEMORY_UNIT_MB for _, m in enumerated] + [enumerated[-1][1] * MEMORY_UNIT_MB - 11]:
             peaks = [max(c.stage_memory(s, n) for s, n in enumerate(rank_counts(layout, c.row.pp, counts)))
                      for layout in _every_cut(counts.shape[0] - 1, c.row.pp * c.row.vpp)]
-            assert InterleavedCuts(c, counts).fits(cap) == (min(peaks) <= cap)
+            assert InterleavedCuts(c, counts).fit(cap) == (min(peaks) <= cap)
     assert answers
     if kinds == "one":
         assert all(answers)

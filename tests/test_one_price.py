@@ -251,11 +251,11 @@ def test_floor_is_below_every_cut_under_every_option(source: str) -> None:
 def test_compute_floor_is_the_floors_compute_and_below_it(name: str) -> None:
     """The compute per microbatch, built once per TP, CP, EP, ETP, MBS and recompute from one rank holding every
     block (CalibratedStageTimes.compute_per_microbatch_s), is exactly the compute of the all-ranks work
-    step_floor_s sums (pricing.compute_per_microbatch of it) for rows of every PP, VPP and rank order sharing
+    step_floor_s sums (pricing.compute_beside_gemms_per_microbatch of it) for rows of every PP, VPP and rank order sharing
     those, and spread over the pipeline it is never above the compute and exposed-exchange floor
     (exposed_floor_s), itself never above step_floor_s: solve skips a row either shows beaten before pricing
     the next."""
-    from parasol.constraints.physics.pricing import compute_per_microbatch
+    from parasol.constraints.physics.pricing import compute_beside_gemms_per_microbatch
     from parasol.constraints.physics.schedule import even_stretch
 
     problem = load_problem(ROOT / "problems" / f"{name}.yaml")
@@ -272,7 +272,7 @@ def test_compute_floor_is_the_floors_compute_and_below_it(name: str) -> None:
         built = len(model._compute)
         per_microbatch = model.compute_per_microbatch_s(mapping, d, totals)
         shared += len(model._compute) == built
-        assert per_microbatch == pytest.approx(float(compute_per_microbatch(summed, coefs)[0, 0]), rel=1e-12), row
+        assert per_microbatch == pytest.approx(float(compute_beside_gemms_per_microbatch(summed, coefs)[0][0, 0]), rel=1e-12), row
         compute = per_microbatch * even_stretch(row.pp, row.vpp, float(d.num_microbatches))
         assert compute <= model.exposed_floor_s(mapping, d, totals) <= model.step_floor_s(mapping, d, totals), row
     assert shared > 0

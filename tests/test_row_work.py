@@ -18,6 +18,7 @@ from parasol.constraints.evaluate import evaluate, facts_for
 from parasol.constraints.physics.exchanges import grid_links, links_for
 from parasol.constraints.physics.memory import _rank_params, fsdp_buffer_bytes, memory_ledger, rank_holdings
 from parasol.constraints.physics.memory import block_kind as block_kind_of
+from parasol.constraints.physics.pricing import COMM_FIELDS, STAGE_FIELDS
 from parasol.constraints.physics.workload import (
     build_workload,
     routed,
@@ -405,17 +406,25 @@ def test_stage_blocks_after_a_middle_rank_is_stage_blocks_alone(problems: list) 
                     assert after == stage_blocks(*args, held + tail, first, last)
                 assert body == stage_blocks(*args, held, False, False)
 
+def _stage_vector(work) -> np.ndarray:  # noqa: ANN001 - StageWork
+    """A rank's StageWork as the vector pricing.STAGE_VECTOR names, written field by field from the StageWork
+    (the reference rank_work's vectors, written from a stage's sums, are checked against)."""
+    values = [float(getattr(work, f)) for f in STAGE_FIELDS]
+    for f in COMM_FIELDS:
+        term = getattr(work, f)
+        values += [term.nvlink_s, term.network_s, term.latency_s]
+    return np.array(values)
+
+
 def _rank_vectors_alone(model, problem, m, d) -> list:  # noqa: ANN001 - CalibratedStageTimes, Problem
     """Per rank position, the stage vectors of no block, one and two of each kind, each from stage_work on
     its own (what rank_work read before it kept halves across mappings)."""
-    from parasol.constraints.physics.pricing import stage_vector
-
     settings, links = routed(problem, m, model.settings), model.links(m)
     reps = list(model.kinds.values())
     out = []
     for first, last in sorted({(s == 0, s == m.pp - 1) for s in range(m.pp)}):
         tail = list(problem.model.mtp_blocks) if last else []
-        out.append(np.array([stage_vector(stage_work(problem.model, m, d, problem.training, settings, links,
+        out.append(np.array([_stage_vector(stage_work(problem.model, m, d, problem.training, settings, links,
                                                       held + tail, first, last))
                              for held in ([], *([b] for b in reps), *([b, b] for b in reps))]))
     return out

@@ -13,7 +13,7 @@ from parasol.constraints.physics.comm import (
     CommTerm,
 )
 from parasol.constraints.physics.schedule import pipeline_seconds
-from parasol.constraints.physics.workload import PASSES_PER_MICROBATCH, StageWork, Workload
+from parasol.constraints.physics.workload import PASSES_PER_MICROBATCH, Workload
 from parasol.hardware.calibration import StepCoefficients
 
 ATTENTION_BACKWARD = 2.5
@@ -112,36 +112,27 @@ STAGE_VECTOR = STAGE_FIELDS + tuple(f"{f}.{part}" for f in COMM_FIELDS for part 
 """The priced fields of one rank's StageWork as one vector: stage fields, then each comm term's three parts."""
 
 
-def stage_vector(work: StageWork) -> np.ndarray:
-    """A rank's work as the vector STAGE_VECTOR names: every number `price` reads of one stage."""
-    values = [float(getattr(work, f)) for f in STAGE_FIELDS]
-    for f in COMM_FIELDS:
-        term = getattr(work, f)
-        values += [term.nvlink_s, term.network_s, term.latency_s]
-    return np.array(values)
-
-
-def vector_columns(fields: tuple[str, ...]) -> np.ndarray:
-    """Where the named StageWork fields sit in a STAGE_VECTOR vector (a comm term: its three parts), as a mask."""
-    mask = np.zeros(len(STAGE_VECTOR), dtype=bool)
-    for f in fields:
-        if f in COMM_FIELDS:
-            at = len(STAGE_FIELDS) + 3 * COMM_FIELDS.index(f)
-            mask[at:at + 3] = True
-        else:
-            mask[STAGE_FIELDS.index(f)] = True
-    return mask
-
-
 _STAGE_AT = {f: i for i, f in enumerate(STAGE_FIELDS)}
 """Where each stage field sits in a STAGE_VECTOR vector (never changed)."""
 _COMM_AT = {f: len(STAGE_FIELDS) + 3 * j for j, f in enumerate(COMM_FIELDS)}
 """Where each comm term's three parts start in a STAGE_VECTOR vector (never changed)."""
 
 
+def vector_columns(fields: tuple[str, ...]) -> np.ndarray:
+    """Where the named StageWork fields sit in a STAGE_VECTOR vector (a comm term: its three parts), as a mask."""
+    mask = np.zeros(len(STAGE_VECTOR), dtype=bool)
+    for f in fields:
+        at = _COMM_AT.get(f)
+        if at is None:
+            mask[_STAGE_AT[f]] = True
+        else:
+            mask[at:at + 3] = True
+    return mask
+
+
 def fields_vector(values: dict[str, float | CommTerm]) -> np.ndarray:
-    """Some of a rank's StageWork fields by name as a STAGE_VECTOR vector, written as stage_vector writes them
-    (zero in the fields not named)."""
+    """Some of a rank's StageWork fields by name as a STAGE_VECTOR vector: every number `price` reads of one
+    stage, each comm term as its NVLink, network and latency seconds (zero in the fields not named)."""
     out = [0.0] * len(STAGE_VECTOR)
     for f, value in values.items():
         at = _COMM_AT.get(f)
@@ -431,17 +422,12 @@ def rank_floor_per_microbatch(b: WorkloadBatch, c: Coefs) -> np.ndarray:
                               _beside_gemms(t, compute) + tp + fsdp_left])
 
 
-def compute_per_microbatch(b: WorkloadBatch, c: Coefs) -> np.ndarray:
-    """Per stage, forward plus backward compute seconds of one microbatch, recompute included: the first
-    term of rank_floor_per_microbatch less its exchanges, so never above it (exposed exchanges are never
-    negative), and, like it, at most the sum over ranks when `b` holds the ranks' summed work."""
-    t = _compute_times(b, c)
-    return t["forward"] + t["backward"]
-
-
 def compute_beside_gemms_per_microbatch(b: WorkloadBatch, c: Coefs) -> tuple[np.ndarray, np.ndarray]:
-    """Per stage, (compute_per_microbatch, its part beside the GEMMs): the compute and the window-free share
-    rank_floor_per_microbatch adds the whole TP exchange to, from one _compute_times."""
+    """Per stage, (forward plus backward compute seconds of one microbatch, recompute included; its part beside
+    the GEMMs), from one _compute_times. The compute is the first term of rank_floor_per_microbatch less its
+    exchanges, so never above it (exposed exchanges are never negative), and, like it, at most the sum over
+    ranks when `b` holds the ranks' summed work; the part beside the GEMMs is the window-free share
+    rank_floor_per_microbatch adds the whole TP exchange to."""
     t = _compute_times(b, c)
     compute = t["forward"] + t["backward"]
     return compute, _beside_gemms(t, compute)
@@ -454,7 +440,7 @@ def _beside_gemms(t: dict[str, np.ndarray], compute: np.ndarray) -> np.ndarray:
 
 
 def linear_compute_per_microbatch(b: WorkloadBatch, c: Coefs) -> np.ndarray:
-    """compute_per_microbatch with every GEMM pass bound by its FLOPs alone, never above it: linear in the
+    """The compute of compute_beside_gemms_per_microbatch with every GEMM pass bound by its FLOPs alone, never above it: linear in the
     stage's work, so a rank's value is its edge's plus its blocks' (a per-rank bound on the slowest
     rank, CalibratedStageTimes.step_floor_s)."""
     t = _compute_times(b, c, weight_traffic=False)

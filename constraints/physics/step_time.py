@@ -250,7 +250,7 @@ def step_time_or_none(problem, mapping: Mapping, derived: Derived,  # noqa: ANN0
 
 @dataclass(frozen=True)
 class RankWork:
-    """A mapping's rank work (stage_vector) as a function of the blocks of each kind a rank holds: per
+    """A mapping's rank work (pricing.STAGE_VECTOR) as a function of the blocks of each kind a rank holds: per
     rank, the vector with no block, each kind's slope per block, and the onset its first block adds (the
     latency of a data-parallel exchange that runs only once the rank holds parameters of its group).
     Every field of StageWork is a sum over blocks, so this is the rank's work exactly."""
@@ -332,7 +332,7 @@ class _AllBlocks(NamedTuple):
     """What exposed_floor_s reads of one rank holding every block (CalibratedStageTimes._all_blocks)."""
 
     compute: float
-    """Its forward and backward compute seconds of one microbatch (pricing.compute_per_microbatch)."""
+    """Its forward and backward compute seconds of one microbatch (pricing.compute_beside_gemms_per_microbatch)."""
     beside: float
     """The part of `compute` beside the GEMMs (pricing.compute_beside_gemms_per_microbatch)."""
     weights: StageWeights
@@ -611,7 +611,7 @@ class CalibratedStageTimes:
 
     def compute_per_microbatch_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
         """The forward and backward compute seconds of one microbatch over all blocks, edges and MTP blocks
-        (pricing.compute_per_microbatch, a part of step_floor_s's rank floor): spread over the pipeline as
+        (pricing.compute_beside_gemms_per_microbatch, a part of step_floor_s's rank floor): spread over the pipeline as
         step_floor_s spreads it (reprice.compute_floor_units), a floor on every cut's step. It reads only TP,
         CP, EP, ETP, MBS and recompute, so it is built once per those for all rows sharing them (_all_blocks),
         a small share of what step_floor_s builds per row."""

@@ -518,10 +518,6 @@ class InterleavedCuts:
             gap *= 2
         return self.decide(UNBOUNDED, cap_mb)
 
-    def fits(self, cap_mb: int) -> bool:
-        """Whether some cut keeps every rank within `cap_mb` (True when the question is left open)."""
-        return self.fit(cap_mb) is not False
-
     def fit(self, cap_mb: int) -> bool | None:
         """Whether some cut keeps every rank within `cap_mb`, None when the question is left open (budget or
         deadline spent): the quick search, then `decide`."""
