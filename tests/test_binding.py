@@ -12,6 +12,7 @@ problem for the two bundled mappings.
 from __future__ import annotations
 
 import random
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from inline_problems import SMALL_MOE
 from test_agreement import _problems, random_mapping, random_setting
 from test_megatron_rules import ROWS
 
-from parasol.constraints.core.base import BINDING_TOLERANCE, Verdict
+from parasol.constraints.core.base import BINDING_TOLERANCE, Verdict, remainder_slack
 from parasol.constraints.evaluate import evaluate, facts_for
 from parasol.constraints.rules.contract import CONTRACT_RULES
 from parasol.constraints.rules.registry import active_constraints, builtin_constraints
@@ -236,3 +237,12 @@ def test_report_slack_table_orders_statuses(v4: Problem) -> None:
     assert [row[0] for row in table.rows if row[3] == "binding"] == ["num-microbatches"]
     assert {"violated", "holds", "exact", "not in force"} <= set(statuses)
     assert table.marked == tuple(s in ("violated", "warning", "binding") for s in statuses)
+
+
+@pytest.mark.parametrize("numerator", [-7, -6, -1, 0, 1, 5, 6, 7, 61, 384])
+@pytest.mark.parametrize("denominator", [-4, -3, -1, 1, 2, 3, 4, 8, 64])
+def test_remainder_slack_of_whole_numbers_is_the_fraction_answer(numerator: int, denominator: int) -> None:
+    """Whole numbers take the % shortcut; it gives what the Fraction arithmetic (the general case) gives."""
+    as_fractions = remainder_slack(Fraction(numerator), Fraction(denominator))
+    assert remainder_slack(numerator, denominator) == as_fractions
+    assert (remainder_slack(numerator, denominator) == 0) == (numerator % denominator == 0)

@@ -123,7 +123,11 @@ class Verdict:
 
 
 def remainder_slack(numerator: int | Fraction, denominator: int | Fraction) -> float:
-    """Slack of `denominator | numerator`: 0 when it divides, else minus the remainder."""
+    """Slack of `denominator | numerator`: 0 when it divides, else minus the remainder (floored, as Python's %
+    takes it: whole numbers, the search's common case, skip the fractions)."""
+    if type(numerator) is int and type(denominator) is int:
+        remainder = numerator % denominator
+        return -float(remainder) if remainder else 0.0
     q = Fraction(numerator) / Fraction(denominator)
     if q.denominator == 1:
         return 0.0

@@ -32,7 +32,7 @@ class GbsDivisibleByMbsDp(Constraint):
         dp = f.derived.dp_attn
         if not is_whole(dp):
             return -float(f.mapping.gbs)
-        return remainder_slack(f.mapping.gbs, f.mapping.mbs * dp)
+        return remainder_slack(f.mapping.gbs, f.mapping.mbs * int(dp))
 
     def message(self, f: Facts) -> str:
         m, dp = f.mapping, f.derived.dp_attn
