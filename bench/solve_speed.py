@@ -7,7 +7,7 @@ no `search:` section) across model families (dense, MoE with and without MTP, De
 rows screened for memory within the time limit, rows with a cut that fits, rows priced in full (settled
 and cut: those no `top` rows cut before dominate by their floor), and the time spent in the CP-SAT master.
 
-Run: python bench/solve_speed.py [--runs 5] | python bench/solve_speed.py --default-space [--only NAME ...]
+Run: python bench/solve_speed.py [--runs 5] | python bench/solve_speed.py --default-space [--shell] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -25,18 +25,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 
-def cli_seconds(problem: Path, runs: int) -> list[float]:
-    """Wall seconds of `parasol solve PROBLEM --json` from process start to exit, as a user's runs after the
-    first see them: with Python's bytecode caches written (an environment that sets PYTHONDONTWRITEBYTECODE
-    would otherwise compile parasol's ~100 modules from source on every run, ~0.2 s), after one run that
-    writes them."""
-    command = [sys.executable, "-m", "parasol.solver.cli", "solve", str(problem), "--json"]
+CLI = (sys.executable, "-m", "parasol.solver.cli", "solve")
+
+
+def cli_seconds(arguments: tuple[str, ...], runs: int) -> list[float]:
+    """Wall seconds of `parasol solve ARGUMENTS` from process start to exit, as a user's runs after the first
+    see them: with Python's bytecode caches written (an environment that sets PYTHONDONTWRITEBYTECODE would
+    otherwise compile parasol's ~100 modules from source on every run, ~0.2 s), after one run of the bundled
+    1,024-GPU problem that writes them."""
     env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
-    subprocess.run(command, check=False, capture_output=True, cwd=ROOT, env=env)
+    subprocess.run([*CLI, str(ROOT / "problems/deepseek-v4-pro-1024.yaml"), "--json"], check=False,
+                   capture_output=True, cwd=ROOT, env=env)
     out = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run(command, check=False, capture_output=True, cwd=ROOT, env=env)
+        subprocess.run([*CLI, *arguments], check=False, capture_output=True, cwd=ROOT, env=env)
         out.append(time.perf_counter() - start)
     return out
 
@@ -106,8 +109,10 @@ def default_space_text(model: str, preset: str, gpus: int, seq: int, gbs: int, p
             f"  gpus: {gpus}\n" + ("framework:" + extra.split("framework:")[1] if "framework:" in extra else ""))
 
 
-def default_space(only: list[str] | None, time_limit: float) -> None:
-    """Solve each default-space problem once in this process and print its figures."""
+def default_space(only: list[str] | None, time_limit: float, shell: bool) -> None:
+    """Solve each default-space problem once in this process and print its figures; `shell`: then once more
+    from the shell as a user types it (`parasol solve FILE --time-limit T`: imports, search, explain and the
+    printed table), the issue's measure."""
     import parasol.solver.search.solve as solve_module
     from parasol.constraints.physics.step_time import CalibratedStageTimes
     from parasol.problems.loader import load_problem_text
@@ -124,7 +129,7 @@ def default_space(only: list[str] | None, time_limit: float) -> None:
 
     solve_module.pareto_search = timed_search
     print(f"{'problem':<26} {'status':>8} {'time s':>7} {'rows':>7} {'screened':>8} {'fitting':>7} {'cut':>6} "
-          f"{'master s':>8}  best step / memory, gap to the space's bound")
+          f"{'master s':>8}{' shell s' if shell else ''}  best step / memory, gap to the space's bound")
     for name, *spec in DEFAULT_SPACE:
         if only and not any(part in name for part in only):
             continue
@@ -138,8 +143,14 @@ def default_space(only: list[str] | None, time_limit: float) -> None:
         if result.mappings:
             gap = result.mappings[0].gap
             what += ", gap " + ("unbounded (rows unscreened)" if gap is None else f"{100 * gap:.1f}%")
+        from_shell = ""
+        if shell:
+            with tempfile.TemporaryDirectory() as folder:
+                path = Path(folder) / f"{name}.yaml"
+                path.write_text(default_space_text(*spec), encoding="utf-8")
+                from_shell = f" {cli_seconds((str(path), '--time-limit', f'{time_limit:g}'), 1)[0]:7.2f}"
         print(f"{name:<26} {result.status:>8} {seconds:7.2f} {result.rows:7,} {result.rows_screened:8,} {result.rows_fitting:7,} "
-              f"{result.rows_cut:6,} {master[0]:8.2f}  {what}", flush=True)
+              f"{result.rows_cut:6,} {master[0]:8.2f}{from_shell}  {what}", flush=True)
 
 
 def main() -> None:
@@ -149,9 +160,10 @@ def main() -> None:
     parser.add_argument("--default-space", action="store_true", help="the default-space set (issue 15)")
     parser.add_argument("--only", nargs="*", help="default-space problems whose name contains one of these")
     parser.add_argument("--time-limit", type=float, default=600.0, help="default-space solve time limit (s)")
+    parser.add_argument("--shell", action="store_true", help="default-space: also time each from the shell")
     args = parser.parse_args()
     if args.default_space:
-        default_space(args.only, args.time_limit)
+        default_space(args.only, args.time_limit, args.shell)
         return
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -161,7 +173,7 @@ def main() -> None:
         print(f"{'GPUs':>8}  {'median s':>9}  runs")
         medians = {}
         for label, path in cases:
-            seconds = cli_seconds(path, args.runs)
+            seconds = cli_seconds((str(path), "--json"), args.runs)
             medians[label] = statistics.median(seconds)
             print(f"{label:>8}  {medians[label]:9.2f}  {', '.join(f'{s:.2f}' for s in seconds)}")
         print(f"131,072 / 8,192 time ratio: {medians['131,072'] / medians['8,192']:.2f}")
