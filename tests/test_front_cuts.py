@@ -307,3 +307,27 @@ def test_best_finds_nothing_unproved_when_the_fastest_cut_runs_out_of_budget() -
     cut_short.fastest = lambda cap_mb: (None, False)
     cut_short.settle = lambda slowest_us, cap_mb, fastest: (False, None)
     assert cut_short.best(usable) == (None, False)
+
+
+def test_front_program_of_a_row_too_large_lists_no_start_classes() -> None:
+    """A row of many rounds over an irregular sequence (Nemotron-3 Ultra's hybrid blocks at VPP 8) has more
+    start-class combinations than memory holds: the program is judged unusable from its state bound alone,
+    without listing them (listing them once took 22 GB and the machine's memory)."""
+    rng = random.Random(7)
+    seq = "".join(rng.choice("0012") for _ in range(108))
+    kinds = max(int(x) for x in seq) + 1
+    prefix = [[0] for _ in range(kinds)]
+    for x in seq:
+        for k in range(kinds):
+            prefix[k].append(prefix[k][-1] + (int(x) == k))
+    counts = interval_counts(tuple(tuple(p) for p in prefix))
+    problem = load_problem_text(GENERATED[0], source="generated.yaml")
+    row = next(r for r in enumerate_rows(problem) if r.vpp == 2 and r.pp > 1)
+    c = row_costs(problem, replace(row, pp=4, vpp=8), AdditiveTime(problem))
+    c = replace(c, kind_time_us=(1000, 1100, 900), kind_static=(100, 200, 150), kind_activation=(20, 30, 25),
+                kind_peak=(0, 30, 0), kind_moe=(False, True, False))
+    program = FrontProgram(InterleavedCuts(c, counts), InterleavedCuts(c, counts).groups)
+    h, q = program.cl.h, program.cl.q
+    assert math.prod(len(o) for o in fronts._start_options(h, q, len(seq), 4, 8)) > 10**12
+    assert not program.usable and "starts" not in vars(program)
+    assert InterleavedCuts(c, counts).fronts is None

@@ -185,10 +185,16 @@ class FrontProgram:
         self.pp, self.vpp, self.n = cuts.pp, cuts.vpp, cuts.n
         self.relaxed = cuts.relaxed
         self.cl = classes(tuple(int(g) for g in groups), len(self.relaxed.groups), self.pp, self.vpp)
-        self.starts = list(itertools.product(*_start_options(self.cl.h, self.cl.q, self.n, self.pp, self.vpp)))
         self.size = states(self.cl.h, self.cl.q, self.n, self.pp, self.vpp)
         self.tables: dict[tuple[int, ...], list[_Pieces]] = {}
         self.radix = (self.cl.h + self.cl.q) ** np.arange(self.vpp, dtype=np.int64)
+
+    @functools.cached_property
+    def starts(self) -> list[tuple[int, ...]]:
+        """Every combination of start classes of rounds 1 … VPP−1 (_start_options), listed when a question is
+        first asked: only of a usable program, whose state bound (size) their count stays within; a row of
+        many block kinds and rounds (Nemotron-3 Ultra) would list billions."""
+        return list(itertools.product(*_start_options(self.cl.h, self.cl.q, self.n, self.pp, self.vpp)))
 
     @property
     def usable(self) -> bool:
