@@ -10,12 +10,12 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import replace
-from itertools import combinations
+from itertools import combinations, pairwise
 
 import pytest
 
 from parasol.problems.loader import load_problem_text
-from parasol.solver.search import fronts
+from parasol.solver.search import fronts, rounds
 from parasol.solver.search.costs import interval_counts, row_costs, usable_mb
 from parasol.solver.search.cut_program import UNBOUNDED
 from parasol.solver.search.cuts import rank_counts, row_staircase
@@ -331,3 +331,17 @@ def test_front_program_of_a_row_too_large_lists_no_start_classes() -> None:
     assert math.prod(len(o) for o in fronts._start_options(h, q, len(seq), 4, 8)) > 10**12
     assert not program.usable and "starts" not in vars(program)
     assert InterleavedCuts(c, counts).fronts is None
+
+
+def test_round_openings_are_counted_before_they_are_listed() -> None:
+    """The round-0 openings inside a lead-in number C(h − 1, PP): listed when at most the limit asks (the same
+    list the compositions give), None past it without listing (a 100-block lead-in at PP 2 has 4,851; at
+    PP 8, 1.6e11, which listing once ran out of memory on)."""
+    for pp in range(1, 6):
+        for h in range(12):
+            listed = [parts for total in range(pp, h) for parts in (
+                tuple(b - a for a, b in pairwise((0, *cut, total))) for cut in combinations(range(1, total), pp - 1))]
+            assert len(listed) == math.comb(max(h - 1, 0), pp)
+            assert rounds._openings(pp, h, 10**6) == listed
+            assert (rounds._openings(pp, h, 8) is None) == (len(listed) > 8)
+    assert rounds._openings(8, 100, 8) is None and rounds._openings(2, 100, 4851) is not None

@@ -426,8 +426,12 @@ def _below(question: Question, value: int) -> Question:
     return Question(question.slowest_us, min(question.cap_mb, value - 1), False, None)
 
 
-def _openings(pp: int, h: int) -> list[tuple[int, ...]]:
-    """Every round 0 of PP pieces ending inside a lead-in of h blocks (so round 1 starts in it)."""
+def _openings(pp: int, h: int, most: int) -> list[tuple[int, ...]] | None:
+    """Every round 0 of PP pieces ending inside a lead-in of h blocks (so round 1 starts in it); None when there
+    are more than `most`, counted (C(h − 1, PP): PP pieces of a total below h), not listed: a long lead-in at a
+    short PP has millions (Nemotron-3 Nano's hybrid blocks)."""
+    if math.comb(max(h - 1, 0), pp) > most:
+        return None
     return [parts for total in range(pp, h) for parts in (
         tuple(b - a for a, b in itertools.pairwise((0, *cut, total)))
         for cut in itertools.combinations(range(1, total), pp - 1))]
@@ -733,8 +737,8 @@ class RoundProgram:
         shape = _shape(seq, self.vpp)
         if shape is None or self.vpp < 2:
             return
-        openings = _openings(self.pp, shape[0])
-        if len(openings) > CASE_LIMIT:
+        openings = _openings(self.pp, shape[0], CASE_LIMIT)
+        if openings is None:
             return
         groups_n = len(cuts.relaxed.groups)
         cases = [_Case(cuts, seq, shape, (), np.zeros((self.pp, groups_n), dtype=np.int64))]
