@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from parasol.constraints.physics.schedule import pipeline_time_scaled
-from parasol.problems.derived import stage_of_virtual
 from parasol.solver.search.costs import (
     MEMORY_UNIT_MB,
     MICROSECONDS,
@@ -166,10 +165,16 @@ def _band(stage: int, stages: int, blocks: int) -> slice:
 
 def rank_counts(layout: tuple[int, ...], pp: int, counts: np.ndarray) -> list[tuple[int, ...]]:
     """Blocks of each kind per pipeline rank for a virtual-stage layout (derived.stage_of_virtual)."""
-    per_rank = np.zeros((pp, counts.shape[2]), dtype=np.int64)
-    ends = np.cumsum(layout, dtype=np.int64)
-    np.add.at(per_rank, [stage_of_virtual(k, pp) for k in range(len(layout))], counts[ends - layout, ends])
-    return [tuple(int(x) for x in row) for row in per_rank.tolist()]
+    return [tuple(row) for row in cuts_rank_counts([layout], pp, counts)[0].tolist()]
+
+
+def cuts_rank_counts(layouts: list[tuple[int, ...]], pp: int, counts: np.ndarray) -> np.ndarray:
+    """rank_counts of N layouts of PP·VPP virtual stages each, in one array (N × PP × kinds): virtual stage k
+    runs on rank k mod PP (derived.stage_of_virtual), so stage k·PP + r adds to rank r."""
+    cuts = np.array(layouts, dtype=np.int64).reshape(len(layouts), -1)
+    ends = np.cumsum(cuts, axis=1)
+    held = counts[ends - cuts, ends]
+    return held.reshape(len(layouts), -1, pp, counts.shape[2]).sum(axis=1)
 
 
 def interleaved_staircase(c: RowCosts, counts: np.ndarray, usable: int, deadline: float = math.inf) -> Staircase:

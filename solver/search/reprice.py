@@ -29,7 +29,7 @@ from parasol.solver.search.costs import (
     most_blocks,
     whole_block_memory_floor,
 )
-from parasol.solver.search.cuts import CutPoint, Staircase, rank_counts
+from parasol.solver.search.cuts import CutPoint, Staircase, cuts_rank_counts
 
 
 def time_units(seconds: float) -> int:
@@ -58,11 +58,11 @@ def exact_staircase(c: RowCosts, mapping: Mapping, staircase: Staircase, counts:
     """The staircase's steps at their printed step time and peak memory (`mapping`: the row's)."""
     if not staircase.points:
         return staircase
-    per_rank = [rank_counts(q.layout, c.row.pp, counts) for q in staircase.points]
-    seconds = time_model.cut_step_times_s(mapping, c.derived, np.array(per_rank, dtype=np.int64))
+    per_rank = cuts_rank_counts([q.layout for q in staircase.points], c.row.pp, counts)
+    seconds = time_model.cut_step_times_s(mapping, c.derived, per_rank)
     points = [CutPoint(time_units(float(t)), memory_units(max(c.stage_bytes(s, n) for s, n in enumerate(ranks))),
                        q.layout)
-              for q, t, ranks in zip(staircase.points, seconds, per_rank, strict=True)]
+              for q, t, ranks in zip(staircase.points, seconds, per_rank.tolist(), strict=True)]
     return Staircase(non_dominated(points), staircase.proved)
 
 

@@ -593,12 +593,18 @@ class _Case:
         """One rank: for every state and blocks placed lo … hi, the least over edges into it (sorted by `dst`)
         of the larger of the value it came from and the edge's cost (with `add`, of their sum), and the states
         with a finite one (live, ascending). Sources' values are read from `values` flat, at `start` + blocks
-        placed (_Joined.read). Only the rows of states some edge reaches are set."""
+        placed (_Joined.read). Only the rows of states some edge reaches are set (one state, as most often where
+        the classes are few, as one row)."""
         placed = np.arange(lo, hi + 1)
         step = max(1, CHUNK // len(placed))
         if len(start) <= step:
             out = np.empty_like(values)
             keys, best = self._reach(values.ravel(), start, dst, cost, placed, add)
+            if len(keys) == 1:
+                row = out[keys[0]]
+                row.fill(INF)
+                row[self.n + 1 + lo:self.n + 2 + hi] = best[0]
+                return out, keys if (best < INF).any() else keys[:0]
             out[keys] = INF
             out[keys, self.n + 1 + lo:self.n + 2 + hi] = best
             return out, keys[(best < INF).any(axis=1)]
@@ -613,9 +619,11 @@ class _Case:
     def _reach(flat: np.ndarray, start: np.ndarray, dst: np.ndarray, cost: np.ndarray, placed: np.ndarray,
                add: bool) -> tuple[np.ndarray, np.ndarray]:
         """_step over some of its edges (sorted by `dst`): the states they reach and their least values by
-        blocks placed."""
+        blocks placed (edges into one state: one least, no segments)."""
         came = flat.take(start[:, None] + placed[None, :])
         reached = np.where(came < INF, came + cost[:, None], INF) if add else np.maximum(came, cost[:, None])
+        if dst[0] == dst[-1]:
+            return dst[:1], np.minimum.reduce(reached, axis=0, keepdims=True)
         starts = np.flatnonzero(np.concatenate(([True], dst[1:] != dst[:-1])))
         return dst.take(starts), np.minimum.reduceat(reached, starts, axis=0)
 
