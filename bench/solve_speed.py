@@ -6,8 +6,9 @@ no `search:` section) across model families (dense, MoE with and without MTP, De
 (256 to 131,072 GPUs), each solved once in this process: time to the answer, its status, rows listed,
 rows screened for memory within the time limit, rows with a cut that fits, rows priced in full (settled
 and cut: those no `top` rows cut before dominate by their floor), and the time spent in the CP-SAT master.
+`--catalog`: the same for every other catalog model, each at one size.
 
-Run: python bench/solve_speed.py [--runs 5] | python bench/solve_speed.py --default-space [--shell] [--only NAME ...]
+Run: python bench/solve_speed.py [--runs 5] | python bench/solve_speed.py --default-space|--catalog [--shell] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -99,6 +100,27 @@ DEFAULT_SPACE = (
     ("deepseek-v4-pro-131072", "deepseek-v4-pro", "h800-hgx", 131072, 8192, 65536, "bf16", "muon", V4_LINES),
 )
 """The default-space set: what a user writes first for each family and size (no `search:` section)."""
+CATALOG_SPACE = (
+    ("kimi-k2-2048", "kimi-k2", "h800-hgx", 2048, 4096, 4096, "fp8", "adam", ""),
+    ("deepseek-v2-1024", "deepseek-v2", "h800-hgx", 1024, 4096, 4608, "bf16", "adam", ""),
+    ("deepseek-v3.1-1024", "deepseek-v3.1", "h800-hgx", 1024, 4096, 8192, "fp8", "adam", ""),
+    ("nemotron-3-ultra-4096", "nemotron-3-ultra-550b-a55b", "h100-hgx", 4096, 8192, 4096, "bf16", "adam", ""),
+    ("nemotron-3-super-1024", "nemotron-3-super-120b-a12b", "h100-hgx", 1024, 8192, 2048, "bf16", "adam", ""),
+    ("nemotron-3-nano-256", "nemotron-3-nano-30b-a3b", "h100-hgx", 256, 8192, 1024, "bf16", "adam", ""),
+    ("gpt-oss-120b-512", "gpt-oss-120b", "h100-hgx", 512, 4096, 2048, "bf16", "adam", ""),
+    ("qwen3-30b-a3b-128", "qwen3-30b-a3b", "h100-hgx", 128, 4096, 512, "bf16", "adam", ""),
+    ("mixtral-8x7b-256", "mixtral-8x7b", "h100-hgx", 256, 4096, 1024, "bf16", "adam", ""),
+    ("nemotron-4-340b-6144", "nemotron-4-340b", "h100-hgx", 6144, 4096, 2304, "bf16", "adam", ""),
+    ("llama-3.1-70b-1024", "llama-3.1-70b", "h100-hgx", 1024, 8192, 1024, "bf16", "adam", ""),
+    ("llama-2-7b-64", "llama-2-7b", "a100-hgx", 64, 4096, 1024, "bf16", "adam", ""),
+    ("gpt-3-20b-512", "gpt-3-20b", "a100-hgx", 512, 2048, 1024, "bf16", "adam", ""),
+    ("nemotron-h-8b-256", "nemotron-h-8b", "h100-hgx", 256, 8192, 768, "bf16", "adam", ""),
+    ("moe-5t-16384", "moe-5t", "gb200-nvl72", 16384, 8192, 8192, "fp8", "adam", ""),
+    ("deepseek-v4-pro-16384", "deepseek-v4-pro", "gb200-nvl72", 16384, 8192, 8192, "bf16", "muon", V4_LINES),
+    ("qwen3-235b-1024", "qwen3-235b-a22b", "b200-hgx", 1024, 4096, 2048, "bf16", "adam", ""),
+    ("llama-3.1-405b-2048", "llama-3.1-405b", "h100-hgx", 2048, 8192, 1024, "bf16", "adam", ""),
+)
+"""The catalog set: the other catalog models, each at a plausible size and preset, written the same way."""
 
 
 def default_space_text(model: str, preset: str, gpus: int, seq: int, gbs: int, precision: str, optimizer: str,
@@ -109,9 +131,9 @@ def default_space_text(model: str, preset: str, gpus: int, seq: int, gbs: int, p
             f"  gpus: {gpus}\n" + ("framework:" + extra.split("framework:")[1] if "framework:" in extra else ""))
 
 
-def default_space(only: list[str] | None, time_limit: float, shell: bool) -> None:
-    """Solve each default-space problem once in this process and print its figures; `shell`: then once more
-    from the shell as a user types it (`parasol solve FILE --time-limit T`: imports, search, explain and the
+def default_space(problems: tuple[tuple, ...], only: list[str] | None, time_limit: float, shell: bool) -> None:
+    """Solve each problem of `problems` once in this process and print its figures; `shell`: then once more from
+    the shell as a user types it (`parasol solve FILE --time-limit T`: imports, search, explain and the
     printed table), the issue's measure."""
     import parasol.solver.search.solve as solve_module
     from parasol.constraints.physics.step_time import CalibratedStageTimes
@@ -130,7 +152,7 @@ def default_space(only: list[str] | None, time_limit: float, shell: bool) -> Non
     solve_module.pareto_search = timed_search
     print(f"{'problem':<26} {'status':>8} {'time s':>7} {'rows':>7} {'screened':>8} {'fitting':>7} {'cut':>6} "
           f"{'master s':>8}{' shell s' if shell else ''}  best step / memory, gap to the space's bound")
-    for name, *spec in DEFAULT_SPACE:
+    for name, *spec in problems:
         if only and not any(part in name for part in only):
             continue
         problem = load_problem_text(default_space_text(*spec))
@@ -161,9 +183,10 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", help="default-space problems whose name contains one of these")
     parser.add_argument("--time-limit", type=float, default=600.0, help="default-space solve time limit (s)")
     parser.add_argument("--shell", action="store_true", help="default-space: also time each from the shell")
+    parser.add_argument("--catalog", action="store_true", help="the catalog set (the other catalog models)")
     args = parser.parse_args()
-    if args.default_space:
-        default_space(args.only, args.time_limit, args.shell)
+    if args.default_space or args.catalog:
+        default_space(CATALOG_SPACE if args.catalog else DEFAULT_SPACE, args.only, args.time_limit, args.shell)
         return
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
