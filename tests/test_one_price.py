@@ -339,8 +339,10 @@ def test_screening_floor_is_each_rows_own_compute_floor(name: str) -> None:
 def test_compute_floor_is_the_same_under_every_saving() -> None:
     """The savings solve may switch on move weights, gradients and optimizer state, not the compute: a
     row's compute per microbatch under each saving's step-time model is its plain one (RowSearch screens
-    rows, and unseen_floors bounds rows never screened, before their saving is chosen, by the plain model)."""
-    from parasol.solver.search.savings import open_savings, time_model_for, with_saving
+    rows, and unseen_floors bounds rows never screened, before their saving is chosen, by the plain model).
+    Each saving's model is built afresh here, sharing no memo with the plain one (the solver's share them:
+    test_family_memos_give_what_a_fresh_model_gives)."""
+    from parasol.solver.search.savings import open_savings, with_saving
 
     problem = load_problem(ROOT / "problems" / "llama-3.1-70b-h100-256.yaml")
     savings = open_savings(problem)
@@ -353,7 +355,7 @@ def test_compute_floor_is_the_same_under_every_saving() -> None:
         floor = plain.compute_per_microbatch_s(mapping, d, totals)
         for saving in savings:
             saved = with_saving(problem, saving)
-            model = time_model_for(plain, saved)
+            model = CalibratedStageTimes(saved)
             assert model.compute_per_microbatch_s(row.mapping(saved), d, totals) == floor, saving
 
 

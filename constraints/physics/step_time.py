@@ -362,7 +362,8 @@ vector of its blocks-and-edges half alone (workload.blocks_fields), then replace
 
 class _RankParts:
     """The stage vectors rank_work reads of one mapping (held: no block, then one, then two of each kind),
-    from halves the model keeps for every mapping that shares them: the blocks and edges (workload.StageBlocks:
+    from halves the model's family (FAMILY_MEMOS) keeps for every mapping and problem that share what they read
+    (STAGE_BLOCKS_READS, DATA_PARALLEL_READS): the blocks and edges (workload.StageBlocks:
     its vector and weights) once per what they read, which leaves out PP, VPP, the rank order and the
     data-parallel groups, and the data-parallel terms (DATA_PARALLEL_COLUMNS) once per what those read, which
     leaves out MBS, recompute and the dispatcher and CP types, and of the blocks all but their weights. Each
@@ -499,7 +500,6 @@ class CalibratedStageTimes:
         for b in problem.model.blocks:
             self.kinds.setdefault(block_kind(b), b)
         self._links: dict[tuple, Links] = {}
-        """Shared by the model's family (FAMILY_MEMOS), like the four memos below."""
         self._workloads: dict[tuple, WorkloadBatch] = {}
         self._siblings: dict[int, CalibratedStageTimes] = {}
         self._rank_work: dict[Mapping, RankWork] = {}
