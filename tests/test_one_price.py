@@ -339,8 +339,10 @@ def test_screening_floor_is_each_rows_own_compute_floor(name: str) -> None:
 def test_compute_floor_is_the_same_under_every_saving() -> None:
     """The savings solve may switch on move weights, gradients and optimizer state, not the compute: a
     row's compute per microbatch under each saving's step-time model is its plain one (RowSearch screens
-    rows, and unseen_floors bounds rows never screened, before their saving is chosen, by the plain model)."""
-    from parasol.solver.search.savings import open_savings, time_model_for, with_saving
+    rows, and unseen_floors bounds rows never screened, before their saving is chosen, by the plain model).
+    Each saving's model is built afresh here, sharing no memo with the plain one (the solver's share them:
+    test_family_memos_give_what_a_fresh_model_gives)."""
+    from parasol.solver.search.savings import open_savings, with_saving
 
     problem = load_problem(ROOT / "problems" / "llama-3.1-70b-h100-256.yaml")
     savings = open_savings(problem)
@@ -353,8 +355,58 @@ def test_compute_floor_is_the_same_under_every_saving() -> None:
         floor = plain.compute_per_microbatch_s(mapping, d, totals)
         for saving in savings:
             saved = with_saving(problem, saving)
-            model = time_model_for(plain, saved)
+            model = CalibratedStageTimes(saved)
             assert model.compute_per_microbatch_s(row.mapping(saved), d, totals) == floor, saving
+
+
+def test_family_memos_give_what_a_fresh_model_gives() -> None:
+    """A saving's model and a row's options' (savings.time_model_for, CalibratedStageTimes.for_problem) share the
+    plain model's memos (FAMILY_MEMOS), each keyed by what its part reads: on sampled rows of a MoE problem with
+    open savings, CP and EP choices, under every saving and every dispatcher and CP type, the rank work, the
+    run, the cost tables' times and each floor and its parts equal a fresh model's of the same problem exactly,
+    and the plain model's compute and exchange floors are read, not rebuilt."""
+    from parasol.solver.search.savings import (
+        NONE,
+        open_savings,
+        row_problem,
+        saving_variant,
+        time_model_for,
+        with_saving,
+    )
+
+    problem = load_problem_text("model: qwen3-30b-a3b\ntraining: {seq_len: 8192, global_batch: 256}\n"
+                                "hardware: {preset: h100-hgx, gpus: 64}\n")
+    savings = open_savings(problem)
+    assert savings
+    plain = CalibratedStageTimes(problem)
+    totals = interval_counts(prefix_counts(problem, block_kinds(problem)))[0, -1]
+    rows = [r for r in enumerate_rows(problem) if r.ep > 1 and r.cp > 1 and r.tp > 1]
+    read = 0
+    for row in random.Random(29).sample(rows, 6):
+        mapping = row.mapping(problem)
+        plain.step_floor_s(mapping, derive(problem.model, mapping), totals)
+        plain.exposed_floor_s(mapping, derive(problem.model, mapping), totals)
+        built = len(plain._compute), len(plain._exchange_floors)
+        for variant in choice_variants(problem, row):
+            for saving in (NONE, *savings):
+                chosen = row_problem(problem, saving_variant(variant, saving))
+                shared = time_model_for(plain, with_saving(problem, saving)).for_problem(chosen)
+                fresh = CalibratedStageTimes(chosen)
+                m = variant.mapping(chosen)
+                d = derive(chosen.model, m)
+                case = (variant, saving)
+                assert shared._all_blocks(m, d, totals) == fresh._all_blocks(m, d, totals), case
+                for part in ("tp_exchange_s", "exchange_floor_s"):
+                    assert getattr(shared, part)(m, totals) == getattr(fresh, part)(m, totals), (part, case)
+                for part in ("compute_per_microbatch_s", "rank_floor_s", "exposed_floor_s", "step_floor_s"):
+                    assert getattr(shared, part)(m, d, totals) == getattr(fresh, part)(m, d, totals), (part, case)
+                ours, theirs = shared.rank_work(m, d), fresh.rank_work(m, d)
+                for field in ("empty", "slope", "onset"):
+                    assert np.array_equal(getattr(ours, field), getattr(theirs, field)), (field, case)
+                assert shared._run(m, d).run == fresh._run(m, d).run, case
+                assert row_costs(chosen, variant, shared) == row_costs(chosen, variant, fresh), case
+        read += (len(plain._compute), len(plain._exchange_floors)) == built
+    assert read == 6
 
 
 def test_floor_with_memory_bounded_blocks_is_below_every_fitting_cut() -> None:

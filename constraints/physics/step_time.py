@@ -362,7 +362,8 @@ vector of its blocks-and-edges half alone (workload.blocks_fields), then replace
 
 class _RankParts:
     """The stage vectors rank_work reads of one mapping (held: no block, then one, then two of each kind),
-    from halves the model keeps for every mapping that shares them: the blocks and edges (workload.StageBlocks:
+    from halves the model's family (FAMILY_MEMOS) keeps for every mapping and problem that share what they read
+    (STAGE_BLOCKS_READS, DATA_PARALLEL_READS): the blocks and edges (workload.StageBlocks:
     its vector and weights) once per what they read, which leaves out PP, VPP, the rank order and the
     data-parallel groups, and the data-parallel terms (DATA_PARALLEL_COLUMNS) once per what those read, which
     leaves out MBS, recompute and the dispatcher and CP types, and of the blocks all but their weights. Each
@@ -375,11 +376,12 @@ class _RankParts:
         self.links = links = model.links(mapping)
         m, d = mapping, derived
         self.blocks = model._stage_blocks.setdefault(
-            (m.tp, m.cp, m.mbs, m.seq_len, m.expert_tp, m.recompute, d.experts_per_rank, settings, links.tp,
-             links.cp, links.cp_levels, dispatch_link(links, settings.dispatcher, settings.flex_backend)), {})
+            (model._stage_blocks_reads, settings.hot_expert_skew, m.tp, m.cp, m.mbs, m.seq_len, m.expert_tp,
+             m.recompute, d.experts_per_rank, links.tp, links.cp, links.cp_levels,
+             dispatch_link(links, settings.dispatcher, settings.flex_backend)), {})
         self.exchanges = model._exchange_vectors.setdefault(
-            (m.tp, m.cp, d.dp_attn, d.dp_expert, d.experts_per_rank, settings.fsdp, settings.frozen_weights,
-             settings.grad_reduce_bytes, links.dp_cp, links.dp_expert), {})
+            (model._data_parallel_reads, m.tp, m.cp, d.dp_attn, d.dp_expert, d.experts_per_rank, links.dp_cp,
+             links.dp_expert), {})
         reps = list(model.kinds.values())
         self.held: list[list[Block]] = [[], *([b] for b in reps), *([b, b] for b in reps)]
         self.known: dict = {}
@@ -421,6 +423,65 @@ class _RankParts:
         return stage_blocks_after(body, *args, self.held[j], tail, first, last, self.known)
 
 
+class _Reads(NamedTuple):
+    """The StepSettings and Training fields one memoised part of CalibratedStageTimes reads besides the mapping
+    and what every model of a family shares (same_family): its values key the part in the family's memo."""
+
+    settings: tuple[str, ...]
+    training: tuple[str, ...]
+
+    def of(self, settings: StepSettings, training) -> tuple:  # noqa: ANN001 - Training
+        """The values of these fields in `settings` and `training`."""
+        return (*(getattr(settings, f) for f in self.settings), *(getattr(training, f) for f in self.training))
+
+
+ALL_BLOCKS_READS = _Reads(("precision", "unfused_attention", "hot_expert_skew", "grad_reduce_bytes", "frozen_weights"),
+                          ("sequence_parallel", "recompute_modules", "optimizer", "capacity_factor"))
+"""What _all_blocks reads of the settings and training: its compute (pricing._compute_times) reads of the blocks'
+work the FLOPs, HBM bytes, blocks and weights (workload.block_work and add_edges: the precision, the attention
+kernel, sequence parallelism, the recomputed modules) and of the run the precision, the hot-rank skew (the
+settings' times workload.routed's, which reads the capacity factor), the main-gradient bytes and whether
+weights are frozen; its weights read the optimizer (Muon's Newton–Schulz FLOPs). The exchanges, links,
+overlap switches, FSDP, offloads and dispatcher and CP types enter only other fields."""
+TP_EXCHANGE_READS = _Reads((), ("sequence_parallel",))
+"""What tp_exchange_s reads of the settings and training (exchanges.tp_comm of each block and the head)."""
+EXCHANGE_FLOOR_READS = _Reads(("ep_overlap", "dispatch_amplification", "fixed_size_all_to_all", "hot_expert_skew"),
+                              ("capacity_factor",))
+"""What exchange_floor_s reads of the settings and training: the EP overlap switch and what the busiest EP rank
+receives (workload.dispatch_received of the routed settings); it takes the least over every dispatcher and CP
+type, so it reads neither."""
+RUN_READS = _Reads(("precision", "grad_reduce_bytes", "frozen_weights", "hot_expert_skew", "tp_overlap",
+                    "grad_reduce_overlap", "param_gather_overlap", "p2p_overlap", "ep_overlap",
+                    "optimizer_offload_fraction"),
+                   ("sequence_parallel", "recompute_modules", "pipeline_schedule", "capacity_factor"))
+"""What _run reads of the settings and training (workload.run_workload of the routed settings: the pipeline sends,
+precision, skew, gradient bytes, frozen weights, overlap switches, host optimizer share and schedule)."""
+STAGE_BLOCKS_READS = _Reads(("precision", "unfused_attention", "dispatcher", "flex_backend", "dispatch_amplification",
+                             "fixed_size_all_to_all", "cp_comm", "cp_levels", "cpu_offload_layers", "offload_modules"),
+                            ("precision", "sequence_parallel", "recompute_modules", "optimizer"))
+"""What a rank's blocks-and-edges half (_RankParts.blocks: workload.stage_blocks, its vector and weights) reads of the
+settings and training besides the routed hot-rank skew its key holds: everything but the FSDP, frozen-weight,
+gradient-wire, overlap and host-optimizer switches, which only the data-parallel terms and the run read."""
+DATA_PARALLEL_READS = _Reads(("fsdp", "frozen_weights", "grad_reduce_bytes"), ("distributed_optimizer", "optimizer"))
+"""What a rank's data-parallel terms (_RankParts.exchanges: workload.data_parallel_terms) read of the settings and
+training."""
+FAMILY_MEMOS = ("_links", "_workloads", "_stage_blocks", "_exchange_vectors", "_compute", "_tp_exchanges",
+                "_exchange_floors", "_exchange_parts")
+"""The memos a model shares with its family (for_problem): each keyed by all it reads besides what same_family
+holds equal (the group placements by the grid, rank order and CP levels; the others by the mapping fields and
+the _Reads of their part; the exchange floor's EP and CP parts by their tokens, degrees, links and received
+share), so models whose problems differ in a saving or a row's options share every value computed from equal
+inputs, and only those."""
+
+
+def same_family(a, b) -> bool:  # noqa: ANN001 - Problem
+    """Whether two problems differ at most in their training section and framework options (a saving, a row's
+    options), so that their models may share FAMILY_MEMOS: the same model, cluster, hardware section and
+    routing contract (the step-time model reads nothing else of a problem)."""
+    return (a.model is b.model and a.cluster is b.cluster and a.spec.hardware is b.spec.hardware
+            and a.spec.contract is b.spec.contract)
+
+
 class CalibratedStageTimes:
     """The step-time model as the solver reads it (solver/search/costs.py StageTimeModel): per-microbatch time
     of a pipeline rank holding given numbers of each kind of block, and the per-step time outside the
@@ -439,7 +500,7 @@ class CalibratedStageTimes:
         for b in problem.model.blocks:
             self.kinds.setdefault(block_kind(b), b)
         self._links: dict[tuple, Links] = {}
-        self._workloads: dict[Mapping, WorkloadBatch] = {}
+        self._workloads: dict[tuple, WorkloadBatch] = {}
         self._siblings: dict[int, CalibratedStageTimes] = {}
         self._rank_work: dict[Mapping, RankWork] = {}
         self._stage_blocks: dict[tuple, dict] = {}
@@ -450,23 +511,31 @@ class CalibratedStageTimes:
         self._tp_exchanges: dict[tuple, float] = {}
         self._exchange_floors: dict[tuple, float] = {}
         self._exchange_parts: dict[tuple, float] = {}
+        training = problem.training
+        self._run_reads = RUN_READS.of(self.settings, training)
+        self._stage_blocks_reads = STAGE_BLOCKS_READS.of(self.settings, training)
+        self._data_parallel_reads = DATA_PARALLEL_READS.of(self.settings, training)
+        self._all_blocks_reads = ALL_BLOCKS_READS.of(self.settings, training)
+        self._tp_exchange_reads = TP_EXCHANGE_READS.of(self.settings, training)
+        self._exchange_floor_reads = EXCHANGE_FLOOR_READS.of(self.settings, training)
         self._totals = np.array([sum(block_kind(b) == k for b in problem.model.blocks) for k in self.kinds],
                                 dtype=np.int64)
         self._row: tuple[Mapping, dict[str, np.ndarray]] | None = None
         self._layouts: dict[tuple[tuple[int, ...], int], np.ndarray] = {}
 
     def for_problem(self, problem) -> CalibratedStageTimes:  # noqa: ANN001 - Problem
-        """The model of `problem`, a variant of this one's problem with other framework options (a row's
-        dispatcher or CP communication type): this model when it is the same problem, else a sibling with
-        the same coefficients and group placements, built once per problem."""
+        """The model of `problem`, a variant of this one's problem with other framework options or training
+        settings (a row's dispatcher or CP communication type, a saving): this model when it is the same
+        problem, else a sibling with the same coefficients, built once per problem, which joins this model's
+        family (shares its FAMILY_MEMOS) when the two problems differ in nothing else (same_family)."""
         if problem is self.problem:
             return self
         sibling = self._siblings.get(id(problem))
         if sibling is None or sibling.problem is not problem:
             sibling = CalibratedStageTimes(problem, self.coefficients)
-            sibling._links = self._links
-            if problem.model is self.problem.model and problem.training is self.problem.training:
-                sibling._stage_blocks, sibling._exchange_vectors = self._stage_blocks, self._exchange_vectors
+            if same_family(problem, self.problem):
+                for name in FAMILY_MEMOS:
+                    setattr(sibling, name, getattr(self, name))
             self._siblings[id(problem)] = sibling
         return sibling
 
@@ -488,11 +557,12 @@ class CalibratedStageTimes:
     def _run(self, mapping: Mapping, derived: Derived) -> WorkloadBatch:
         """The mapping's run-level workload (no stage: rank work comes as vectors) as a batch of one run,
         built once (pricing.batch_from_vectors)."""
-        if mapping not in self._workloads:
-            self._workloads[mapping] = run_batch(run_workload(self.problem, mapping, derived,
-                                                              routed(self.problem, mapping, self.settings),
-                                                              self.links(mapping)))
-        return self._workloads[mapping]
+        key = (self._run_reads, mapping)
+        if key not in self._workloads:
+            self._workloads[key] = run_batch(run_workload(self.problem, mapping, derived,
+                                                          routed(self.problem, mapping, self.settings),
+                                                          self.links(mapping)))
+        return self._workloads[key]
 
     def _default_counts(self, mapping: Mapping, derived: Derived) -> np.ndarray:
         """Blocks of each kind per pipeline rank under the mapping's own (or the default) layout, 1 × PP × kinds
@@ -620,9 +690,11 @@ class CalibratedStageTimes:
     def _all_blocks(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> _AllBlocks:
         """One rank holding every block, edge and MTP block (the compute fields and weights of the rank work add
         up over blocks): its blocks-and-edges half alone (workload.stage_blocks, since the compute reads no
-        data-parallel term), once per TP, CP, EP, ETP, MBS and recompute, all its compute and weights read."""
-        key = (mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.mbs, mapping.recompute,
-               totals.tobytes())
+        data-parallel term), once per TP, CP, EP, ETP, MBS, sequence and recompute and what ALL_BLOCKS_READS names,
+        all its compute and weights read, for the model's whole family (FAMILY_MEMOS): a saving's model and a row's
+        options read the plain model's values."""
+        key = (self._all_blocks_reads, mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.mbs,
+               mapping.seq_len, mapping.recompute, totals.tobytes())
         if key not in self._compute:
             model = self.problem.model
             held = [b for b, n in zip(self.kinds.values(), totals.tolist(), strict=True) for _ in range(n)]
@@ -654,11 +726,12 @@ class CalibratedStageTimes:
     def tp_exchange_s(self, mapping: Mapping, totals: np.ndarray) -> float:
         """Seconds of the TP collectives of one microbatch over all ranks' blocks (forward and backward),
         before any overlap hides them (--tp-comm-overlap may hide them behind the GEMMs up to their length):
-        an estimate for ordering rows, and a part of rank_floor_s. Once per TP, CP, MBS and TP link."""
+        an estimate for ordering rows, and a part of rank_floor_s. Once per TP, CP, MBS, sequence, TP link and
+        sequence parallelism for the model's family (FAMILY_MEMOS)."""
         links = self.links(mapping)
         if links.tp.size <= 1:
             return 0.0
-        key = (mapping.tp, mapping.cp, mapping.mbs, links.tp, totals.tobytes())
+        key = (self._tp_exchange_reads, mapping.tp, mapping.cp, mapping.mbs, mapping.seq_len, links.tp, totals.tobytes())
         if key not in self._tp_exchanges:
             model = self.problem.model
             tokens = mapping.mbs * mapping.seq_len / mapping.cp
@@ -677,10 +750,10 @@ class CalibratedStageTimes:
         chooses): a rank hides at most the overlap_ep share of its EP exchange unless
         --overlap-moe-expert-parallel-comm is on, and at most overlap_cp of its CP exchange's ring part,
         none of its blocking part (pricing.py _exposed_per_microbatch); seconds of summed terms are at most
-        the sum of the ranks' seconds. Built once per the grid, rank order and MBS (no recompute or VPP
-        reads it)."""
-        key = (mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.pp, mapping.rank_order, mapping.mbs,
-               totals.tobytes())
+        the sum of the ranks' seconds. Built once per the grid, rank order, MBS and sequence (no recompute or VPP
+        reads it) and what EXCHANGE_FLOOR_READS names, for the model's family (FAMILY_MEMOS)."""
+        key = (self._exchange_floor_reads, mapping.gpus, mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp,
+               mapping.pp, mapping.rank_order, mapping.mbs, mapping.seq_len, totals.tobytes())
         if key not in self._exchange_floors:
             self._exchange_floors[key] = self._exchange_floor(mapping, totals)
         return self._exchange_floors[key]

@@ -234,9 +234,11 @@ def resolve_fit(candidates: FitCandidates, counts: np.ndarray, usable: int, dead
 
 
 def time_model_for(time_model: StageTimeModel, problem: Problem) -> StageTimeModel:
-    """The step-time model of a saving's problem: the calibrated model rebuilt on it with the same
-    coefficients (FSDP gathers and host transfers are priced from the problem's settings); another model
-    (a test's) as it is."""
-    if isinstance(time_model, CalibratedStageTimes) and time_model.problem is not problem:
-        return CalibratedStageTimes(problem, time_model.coefficients)
+    """The step-time model of a saving's problem: the calibrated model's sibling on it, with the same
+    coefficients (FSDP gathers and host transfers are priced from the problem's settings), sharing the
+    calibrated model's memos (step_time.FAMILY_MEMOS, each keyed by what its part reads), so the parts a saving
+    does not change (the compute and weights of all blocks, the TP exchange, the exchange floor, most of the
+    rank work) are read, not rebuilt; another model (a test's) as it is."""
+    if isinstance(time_model, CalibratedStageTimes):
+        return time_model.for_problem(problem)
     return time_model
