@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from itertools import combinations, pairwise
 
+import numpy as np
 import pytest
 
 from parasol.problems.loader import load_problem_text
@@ -42,17 +43,23 @@ def _every_cut(blocks: int, parts: int):  # noqa: ANN202
         yield tuple(edges[i + 1] - edges[i] for i in range(parts))
 
 
+def _sequence_counts(seq: str) -> np.ndarray:
+    """The interval counts (costs.interval_counts) of a block sequence written one kind digit per block."""
+    kinds = max(int(x) for x in seq) + 1
+    prefix = [[0] for _ in range(kinds)]
+    for x in seq:
+        for k in range(kinds):
+            prefix[k].append(prefix[k][-1] + (int(x) == k))
+    return interval_counts(tuple(tuple(p) for p in prefix))
+
+
 def _rows(seq: str, seed: int, shapes: tuple[tuple[int, int], ...] | None = None):  # noqa: ANN202
     """Rows of PP 2-4 and VPP 2-4 (or the (PP, VPP) `shapes`, a PP the problem lacks taken from another row)
     of a generated problem, with the kinds of `seq` given random costs (close times, so the per-rank balance
     decides), and the sequence's interval counts."""
     rng = random.Random(seed)
     kinds = max(int(x) for x in seq) + 1
-    prefix = [[0] for _ in range(kinds)]
-    for x in seq:
-        for k in range(kinds):
-            prefix[k].append(prefix[k][-1] + (int(x) == k))
-    counts = interval_counts(tuple(tuple(p) for p in prefix))
+    counts = _sequence_counts(seq)
     problem = load_problem_text(GENERATED[seed % 20], source="generated.yaml")
     model = AdditiveTime(problem)
     base = [r for r in enumerate_rows(problem) if r.vpp == 2 and r.pp in (2, 3, 4)]
@@ -315,22 +322,18 @@ def test_front_program_of_a_row_too_large_lists_no_start_classes() -> None:
     without listing them (listing them once took 22 GB and the machine's memory)."""
     rng = random.Random(7)
     seq = "".join(rng.choice("0012") for _ in range(108))
-    kinds = max(int(x) for x in seq) + 1
-    prefix = [[0] for _ in range(kinds)]
-    for x in seq:
-        for k in range(kinds):
-            prefix[k].append(prefix[k][-1] + (int(x) == k))
-    counts = interval_counts(tuple(tuple(p) for p in prefix))
+    counts = _sequence_counts(seq)
     problem = load_problem_text(GENERATED[0], source="generated.yaml")
     row = next(r for r in enumerate_rows(problem) if r.vpp == 2 and r.pp > 1)
     c = row_costs(problem, replace(row, pp=4, vpp=8), AdditiveTime(problem))
     c = replace(c, kind_time_us=(1000, 1100, 900), kind_static=(100, 200, 150), kind_activation=(20, 30, 25),
                 kind_peak=(0, 30, 0), kind_moe=(False, True, False))
-    program = FrontProgram(InterleavedCuts(c, counts), InterleavedCuts(c, counts).groups)
+    cuts = InterleavedCuts(c, counts)
+    program = FrontProgram(cuts, cuts.groups)
     h, q = program.cl.h, program.cl.q
     assert math.prod(len(o) for o in fronts._start_options(h, q, len(seq), 4, 8)) > 10**12
     assert not program.usable and "starts" not in vars(program)
-    assert InterleavedCuts(c, counts).fronts is None
+    assert cuts.fronts is None
 
 
 def test_round_openings_are_counted_before_they_are_listed() -> None:
