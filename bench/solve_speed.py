@@ -27,21 +27,27 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 
 CLI = (sys.executable, "-m", "parasol.solver.cli", "solve")
+VERDICTS = (0, 1)
+"""`solve`'s exit codes that answer the problem (a mapping found, none): any other is an error, not a time."""
 
 
 def cli_seconds(arguments: tuple[str, ...], runs: int) -> list[float]:
     """Wall seconds of `parasol solve ARGUMENTS` from process start to exit, as a user's runs after the first
     see them: with Python's bytecode caches written (an environment that sets PYTHONDONTWRITEBYTECODE would
     otherwise compile parasol's ~100 modules from source on every run, ~0.2 s), after one run of the bundled
-    1,024-GPU problem that writes them."""
+    1,024-GPU problem that writes them. A run that ends in an error (exit code not in VERDICTS) stops the
+    benchmark with its message rather than print the time of a failure."""
     env = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
     subprocess.run([*CLI, str(ROOT / "problems/deepseek-v4-pro-1024.yaml"), "--json"], check=False,
                    capture_output=True, cwd=ROOT, env=env)
     out = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run([*CLI, *arguments], check=False, capture_output=True, cwd=ROOT, env=env)
+        done = subprocess.run([*CLI, *arguments], check=False, capture_output=True, cwd=ROOT, env=env, text=True)
         out.append(time.perf_counter() - start)
+        if done.returncode not in VERDICTS:
+            raise SystemExit(f"parasol solve {' '.join(arguments)} exited {done.returncode}, not a verdict (0 or 1), "
+                             f"so its time says nothing: {done.stderr.strip()[-500:]}")
     return out
 
 
