@@ -440,9 +440,9 @@ def _beside_gemms(t: dict[str, np.ndarray], compute: np.ndarray) -> np.ndarray:
 
 
 def linear_compute_per_microbatch(b: WorkloadBatch, c: Coefs) -> np.ndarray:
-    """The compute of compute_beside_gemms_per_microbatch with every GEMM pass bound by its FLOPs alone, never above it: linear in the
-    stage's work, so a rank's value is its edge's plus its blocks' (a per-rank bound on the slowest
-    rank, CalibratedStageTimes.step_floor_s)."""
+    """The compute of compute_beside_gemms_per_microbatch with every GEMM pass bound by its FLOPs alone, never
+    above it: linear in the stage's work, so a rank's value is its edge's plus its blocks' (a per-rank bound on
+    the slowest rank, CalibratedStageTimes.step_floor_s)."""
     t = _compute_times(b, c, weight_traffic=False)
     return t["forward"] + t["backward"]
 
