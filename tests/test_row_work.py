@@ -35,16 +35,20 @@ from parasol.problems.model.params import block_params
 from parasol.solver.search.costs import (
     block_kinds,
     interval_counts,
+    memory_fields,
     memory_floor_mb,
+    memory_key,
     prefix_counts,
     row_costs,
     usable_mb,
+    with_states_of,
 )
 from parasol.solver.search.cuts import rank_counts, some_cut_fits
 from parasol.solver.search.savings import (
     default_cut_fits,
     default_rank_counts,
     fit_candidates,
+    memory_floor_any_vpp,
     open_savings,
     resolve_fit,
     row_problem,
@@ -321,6 +325,55 @@ def test_saving_tables_moved_from_the_plain_ones_are_their_own() -> None:
                 c = row_costs(with_saving(moved, saving), variant, None, plain)
                 assert c == row_costs(with_saving(alone, saving), variant, None), (variant, text[:20])
                 assert c.kind_activation == plain.kind_activation and c.edge_peak == plain.edge_peak
+
+
+def test_states_of_a_saving_on_the_plain_tables_are_its_tables() -> None:
+    """costs.with_states_of (the plain tables with a saving's parameter state, workspace and FSDP unit buffers)
+    holds the memory fields row_costs builds under that saving, on every pipeline depth and open saving."""
+    for text in (QWEN, DSV3):
+        problem = load_problem_text(text)
+        rows = enumerate_rows(problem)
+        by_depth = {pp: [r for r in rows if r.pp == pp] for pp in sorted({r.pp for r in rows})}
+        assert {1, 2, 4} <= by_depth.keys() and open_savings(problem)
+        for row in (r for pp_rows in by_depth.values() for r in pp_rows[::max(len(pp_rows) // 5, 1)][:5]):
+            plain = row_costs(problem, row, None)
+            for saving in open_savings(problem):
+                alone = row_costs(with_saving(problem, saving), saving_variant(row, saving), None)
+                assert memory_fields(with_states_of(plain, with_saving(problem, saving))) == memory_fields(alone)
+
+
+def test_memory_floor_any_vpp_bounds_every_vpp_and_is_the_floor_at_vpp_one(problems: list) -> None:
+    """savings.memory_floor_any_vpp, by which solve drops a row's whole group (its degrees, microbatch and
+    recompute at every VPP and rank order), is at most every VPP's memory floor (reprice.memory_means_units) and
+    peak of the default and random cuts, under each saving, and is that floor at VPP 1; below it for some group."""
+    from parasol.solver.search.reprice import memory_means_units, memory_units
+
+    rng = np.random.default_rng(41)
+    below = 0
+    for problem in problems:
+        counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+        blocks = counts.shape[0] - 1
+        groups: dict[tuple, list] = {}
+        for row in enumerate_rows(problem):
+            groups.setdefault(memory_key(row), []).append(row)
+        interleaved = [g for g in groups.values() if len({r.vpp for r in g}) > 2]
+        for group in interleaved[::max(len(interleaved) // 6, 1)][:6]:
+            for saving in ("none", *open_savings(problem)):
+                floor = memory_floor_any_vpp(problem, group[0], saving, counts)
+                for row in group:
+                    variant = dataclasses.replace(row, saving=saving)
+                    c = row_costs(with_saving(problem, saving), variant, None)
+                    own = memory_means_units(c, counts)
+                    assert floor <= own and (row.vpp > 1 or floor == own), (variant, floor, own)
+                    below += floor < own
+                    stages = row.pp * row.vpp
+                    layouts = [default_layout(blocks, stages)] + [
+                        tuple(np.diff([0, *sorted(rng.choice(np.arange(1, blocks), stages - 1, replace=False)),
+                                       blocks])) for _ in range(2)]
+                    for layout in layouts:
+                        ranks = rank_counts(tuple(int(x) for x in layout), row.pp, counts)
+                        assert floor <= memory_units(max(c.stage_bytes(r, n) for r, n in enumerate(ranks))), variant
+    assert below > 0
 
 
 def test_saving_variant_is_the_replaced_row(problems: list) -> None:

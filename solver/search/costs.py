@@ -244,7 +244,7 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None,
 MEMORY_TABLES_MEMO = 65536
 """Rows' memory tables kept per problem (the table starts afresh past this)."""
 
-_MEMORY_KEY = operator.attrgetter(*(f.name for f in dataclasses.fields(Row) if f.name not in ("vpp", "rank_order")))
+memory_key = operator.attrgetter(*(f.name for f in dataclasses.fields(Row) if f.name not in ("vpp", "rank_order")))
 """A row's fields less its VPP and rank order: what its memory tables read."""
 
 
@@ -260,7 +260,26 @@ def _memory_tables(problem: Problem, row: Row, d: Derived, moved_from: RowCosts 
         tables = _tables(problem, row, mapping, d, saved)
         return replaced(tables, memo=shared_memo(memoised(problem, "table_memos", MemoPool), memory_fields(tables)))
 
-    return memoised_by(problem, "memory_tables", _MEMORY_KEY(row), MEMORY_TABLES_MEMO, build)
+    return memoised_by(problem, "memory_tables", memory_key(row), MEMORY_TABLES_MEMO, build)
+
+
+def with_states_of(c: RowCosts, problem: Problem) -> RowCosts:
+    """c's memory tables (row_costs with no time model) with each kind's and edge's weights, gradients and
+    optimizer state and the workspace and FSDP unit buffers as `problem` has them (a memory saving's problem,
+    savings.with_saving, which moves only those terms): that saving's tables, for a fraction of row_costs' cost.
+    Not memoised: the caller keeps the floors it reads."""
+    row, d = c.row, c.derived
+    mapping = row.mapping(problem)
+    kind_static, _, edge_states = _param_states(problem, mapping, d)
+    _, workspace, fsdp = _row_buffers(problem, mapping, d)
+    static_of_rank = [edge_states[r == 0, r == row.pp - 1][0] for r in range(row.pp)]
+    return replaced(
+        c,
+        kind_static=tuple(map(_mb, kind_static)),
+        kind_bytes=tuple((static, *held[1:]) for static, held in zip(kind_static, c.kind_bytes, strict=True)),
+        edge_static=tuple(map(_mb, static_of_rank)),
+        edge_bytes=tuple((static, *held[1:]) for static, held in zip(static_of_rank, c.edge_bytes, strict=True)),
+        workspace_mb=_mb(workspace) + _mb(fsdp), fixed_bytes=workspace + fsdp, memo=None)
 
 
 class _Saved(NamedTuple):

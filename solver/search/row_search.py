@@ -24,7 +24,7 @@ from parasol.constraints.rules.feature import SettingsRule
 from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
 from parasol.solver.search.choices import settled
-from parasol.solver.search.costs import RowCosts, StageTimeModel, row_costs
+from parasol.solver.search.costs import RowCosts, StageTimeModel, memory_key, row_costs
 from parasol.solver.search.cuts import Staircase, row_staircase
 from parasol.solver.search.program import admissible, choice_rules, judged_rules, program_rules
 from parasol.solver.search.prune import TopStaircase
@@ -40,6 +40,7 @@ from parasol.solver.search.savings import (
     NONE,
     FitCandidates,
     fit_candidates,
+    memory_floor_any_vpp,
     open_savings,
     resolve_fit,
     row_problem,
@@ -104,6 +105,7 @@ class RowSearch:
         self._totals = counts[0, counts.shape[0] - 1]
         self._per_microbatch: dict[tuple, float] = {}
         self._stretches: dict[tuple[int, ...], float] = {}
+        self._any_vpp_floors: dict[tuple, list[int]] = {}
 
     def model_of(self, row: Row) -> StageTimeModel:
         """The step-time model of a row: its saving's, under the dispatcher and CP type it chose."""
@@ -146,6 +148,22 @@ class RowSearch:
             microbatches = row.derived(self.problem).num_microbatches
             stretch = self._stretches[spread] = even_stretch(row.pp, row.vpp, float(microbatches))
         return compute_floor_units(per_microbatch, stretch)
+
+    def _beaten_at_any_vpp(self, row: Row, time_floor: int) -> bool:
+        """Whether `top` rows cut so far beat the row's compute floor with the least memory floor its group has at
+        every VPP and rank order under the row as it is and each saving it may take (savings.memory_floor_any_vpp):
+        each of those floors priced once per group (costs.memory_key), and only while the least of the ones before
+        is beaten, so most rows of a beaten group are dropped before their own tables and savings are built
+        (_judge)."""
+        if len(self.rows) < self.top:
+            return False
+        floors = self._any_vpp_floors.setdefault(memory_key(row), [])
+        variants = (NONE, *self.savings)
+        while not floors or self._beaten((time_floor, min(floors))):
+            if len(floors) == len(variants):
+                return True
+            floors.append(memory_floor_any_vpp(self.problem, row, variants[len(floors)], self.counts))
+        return False
 
     def _judge(self, screened: _Screened, compute: int) -> None:
         """Drop the row when `top` rows cut so far beat its floors or when no variant of it may fit
@@ -228,17 +246,18 @@ class RowSearch:
 
     def cut_waiting(self, deadline: float) -> None:
         """Cut the waiting rows, least floor first, until `deadline` (time.perf_counter()). A screened row is
-        judged first (_judge) and waits again by the floor that judges it; a row's step floor
-        (reprice.step_floor_units, which costs most) and, when its fit needs the cut search, that search run
-        only when it comes up again, unless already beaten, and it waits again when its step floor, or that
-        of the variant that fits, is higher."""
+        dropped when its group's floor is beaten (_beaten_at_any_vpp), else judged (_judge) and waits again by
+        the floor that judges it; a row's step floor (reprice.step_floor_units, which costs most) and, when its
+        fit needs the cut search, that search run only when it comes up again, unless already beaten, and it
+        waits again when its step floor, or that of the variant that fits, is higher."""
         while self._waiting and time.perf_counter() <= deadline:
             time_floor, memory_floor, _, waiting = heapq.heappop(self._waiting)
             floor = (time_floor, memory_floor)
             if self.floors and self._beaten(floor):
                 continue
             if isinstance(waiting, _Screened):
-                self._judge(waiting, floor[0])
+                if not (self.floors and self._beaten_at_any_vpp(waiting.row, time_floor)):
+                    self._judge(waiting, time_floor)
                 continue
             candidates, exact = waiting
             if not exact and self._refused(candidates.rows[0]):

@@ -46,8 +46,10 @@ from parasol.solver.search.costs import (
     row_costs,
     stage_inflight,
     whole_block_memory_floor,
+    with_states_of,
 )
 from parasol.solver.search.cuts import cut_fit, rank_counts
+from parasol.solver.search.reprice import memory_means_units
 from parasol.solver.search.space import Row, with_choices
 
 NONE = "none"
@@ -96,6 +98,16 @@ def without_static(costs: RowCosts) -> RowCosts:
     under none of them, and its memory floors bound every saving's. The zeroed tables and their memo are
     built once per table (costs.TableMemo.bare), so the rows of a table share their floors here too."""
     return replaced(costs, **memo_of(costs).bare)
+
+
+def memory_floor_any_vpp(problem: Problem, row: Row, saving: str, counts: np.ndarray) -> int:
+    """Peak-memory units no cut of the row under `saving` goes below at any VPP and rank order: the weighted means
+    floor (reprice.memory_means_units) of its tables at VPP 1 (the saving's parameter state and buffers on the
+    plain tables, costs.with_states_of). A rank's in-flight share is least at VPP 1 (memory.inflight_microbatches:
+    PP − s against PP + (PP − 2s − 1)/v for v >= 2, both capped at the microbatches), a rank's memory grows with
+    it, and the means floor bounds every spread of blocks over the ranks, not only the cuts of one VPP."""
+    plain = row_costs(problem, dataclasses.replace(row, vpp=1, saving=NONE), None)
+    return memory_means_units(plain if saving == NONE else with_states_of(plain, with_saving(problem, saving)), counts)
 
 
 def default_cut_fits(costs: RowCosts, counts: np.ndarray, usable: int) -> bool:
