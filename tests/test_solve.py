@@ -250,15 +250,15 @@ def test_rows_never_screened_are_bounded_by_their_compute(monkeypatch: pytest.Mo
     """A search that screens only the first rows (the time limit's effect, forced here) still bounds the
     space: the rows it never screened by their compute floors (RowSearch.unseen_floors), so the first
     mapping's bound is at most the complete search's optimum and the answer states it."""
-    from parasol.solver.search import solve as solve_module
+    from parasol.solver.search import halves
 
     problem = load_problem("problems/qwen3-30b-a3b-h100-64.yaml")
     best = solve(problem, CalibratedStageTimes(problem), top=3, time_limit_s=60).mappings[0].step_time_objective_s
-    screen = solve_module.search_rows
-    monkeypatch.setattr(solve_module, "search_rows",
+    screen = halves.search_rows
+    monkeypatch.setattr(halves, "search_rows",
                         lambda search, ordered, deadline, on_screened=None: screen(search, ordered[:40], deadline,
                                                                                    on_screened))
-    result = solve(problem, CalibratedStageTimes(problem), top=3, time_limit_s=60)
+    result = solve(problem, CalibratedStageTimes(problem), top=3, time_limit_s=60, two_cores=False)
     assert result.status == "feasible" and result.rows_screened == 40 < result.rows
     bound = result.mappings[0].bound["step_time"]
     assert bound is not None and 0 < bound <= best <= result.mappings[0].step_time_objective_s

@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from parasol.constraints.rules.feature import SettingsRule
 from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
 from parasol.solver.search.choices import settled
-from parasol.solver.search.costs import RowCosts, StageTimeModel, memory_key, row_costs
+from parasol.solver.search.costs import RowCosts, StageTimeModel, memory_key, replaced, row_costs
 from parasol.solver.search.cuts import Staircase, row_staircase
 from parasol.solver.search.program import admissible, choice_rules, judged_rules, program_rules
 from parasol.solver.search.prune import TopStaircase
@@ -50,6 +50,9 @@ from parasol.solver.search.savings import (
 )
 from parasol.solver.search.space import Row
 
+FOREIGN = 1 << 40
+"""Where the indices of rows another search cut start among this one's dominators (RowSearch.take_shared)."""
+
 ROW_SHARE = 0.1
 """Share of the time left that one row's cut search may take: a row whose exact interleaved cuts take long
 (several block kinds the relaxation cannot lay out) returns the steps it found, unproved, and leaves the
@@ -67,6 +70,34 @@ class _Candidates(NamedTuple):
 
     candidates: FitCandidates
     exact: bool
+
+
+class Peer(Protocol):
+    """Another search of the same problem over other rows, running at the same time (solver/search/halves.py):
+    each search sends the steps of every row it cuts, and takes the other's in as dominators."""
+
+    def send(self, index: int, row: Row, steps: list[tuple[int, int]]) -> None:
+        """Send the steps (time, memory units) of the row this search cut as its `index`-th."""
+
+    def take(self) -> list[tuple[int, Row, list[tuple[int, int]]]]:
+        """The rows the other search cut since the last take: (its index there, the row, its steps)."""
+
+
+class Found(NamedTuple):
+    """What one RowSearch found, for another to take in (RowSearch.absorb): its cut rows with their cost tables
+    (their memo dropped: it belongs to the search's own process), staircases and whether their options were
+    proved, the rule verdicts it asked (by row), the rows that fit and that were refused, the floors of the rows
+    it left waiting, and how many of its rows it screened."""
+
+    rows: list[Row]
+    costs: list[RowCosts]
+    staircases: list[Staircase]
+    options_proved: list[bool]
+    passes: dict[int, bool]
+    fitting: int
+    refused: int
+    waiting_floors: list[tuple[int, int]]
+    screened: int
 
 
 def rows_pass_rules(problem: Problem, row: Row) -> bool:
@@ -106,6 +137,12 @@ class RowSearch:
         self._per_microbatch: dict[tuple, float] = {}
         self._stretches: dict[tuple[int, ...], float] = {}
         self._any_vpp_floors: dict[tuple, list[int]] = {}
+        self._absorbed_waiting: list[tuple[int, int]] = []
+        """Floors of rows another search left waiting (absorb)."""
+        self.peer: Peer | None = None
+        """The search running beside this one over other rows, if any (_share, take_shared)."""
+        self._foreign: dict[int, Row] = {}
+        """The peer's cut rows, by their index among the dominators (FOREIGN + its index there)."""
 
     def model_of(self, row: Row) -> StageTimeModel:
         """The step-time model of a row: its saving's, under the dispatcher and CP type it chose."""
@@ -114,10 +151,29 @@ class RowSearch:
         return self.models[row.saving].for_problem(row_problem(self.problem, row))
 
     def feasible_row(self, i: int) -> bool:
-        """Whether cut row i meets every rule (judged once, when it first dominates)."""
+        """Whether cut row i (or the peer's, FOREIGN and up) meets every rule (judged once, when it first
+        dominates)."""
         if i not in self._passes:
-            self._passes[i] = rows_pass_rules(self.problem, self.rows[i])
+            self._passes[i] = rows_pass_rules(self.problem, self.rows[i] if i < FOREIGN else self._foreign[i])
         return self._passes[i]
+
+    def take_shared(self) -> None:
+        """Take the rows the peer cut since the last look in as dominators: their steps beat rows here as this
+        search's own do, since the rows both searches cut all go to the master program."""
+        if self.peer is not None:
+            for index, row, steps in self.peer.take():
+                self._foreign[FOREIGN + index] = row
+                self._steps.add(FOREIGN + index, steps)
+
+    def _share(self, i: int) -> None:
+        """Send cut row i's steps to the peer, if any."""
+        if self.peer is not None:
+            self.peer.send(i, self.rows[i], [(q.time_units, q.memory_units) for q in self.staircases[i].points])
+
+    @property
+    def _dominators(self) -> int:
+        """Rows whose steps beat others here: cut here or by the peer."""
+        return len(self.rows) + len(self._foreign)
 
     def screen(self, row: Row) -> None:
         """Let the row wait by its compute floor (_compute_floor: the same under every saving, with no memory
@@ -155,7 +211,7 @@ class RowSearch:
         each of those floors priced once per group (costs.memory_key), and only while the least of the ones before
         is beaten, so most rows of a beaten group are dropped before their own tables and savings are built
         (_judge)."""
-        if len(self.rows) < self.top:
+        if self._dominators < self.top:
             return False
         floors = self._any_vpp_floors.setdefault(memory_key(row), [])
         variants = (NONE, *self.savings)
@@ -176,7 +232,7 @@ class RowSearch:
         priced only when it is about to be cut (cut_waiting)."""
         row = screened.row
         plain = row_costs(self.problem, row, None)
-        judged = len(self.rows) >= self.top
+        judged = self._dominators >= self.top
         least = without_static(plain) if self.savings else plain
         if judged and (self._beaten((compute, memory_means_units(least, self.counts)))
                        or self._beaten((compute, memory_floor_units(least, self.counts)))):
@@ -233,12 +289,47 @@ class RowSearch:
 
     @property
     def waiting(self) -> int:
-        """Rows screened and not yet cut or skipped."""
-        return len(self._waiting)
+        """Rows screened and not yet cut or skipped (here or by a search absorbed)."""
+        return len(self._waiting) + len(self._absorbed_waiting)
 
     def waiting_floors(self) -> list[tuple[int, int]]:
         """The floors of the rows screened and not yet cut or skipped (their least over the candidates)."""
-        return [(time_floor, memory_floor) for time_floor, memory_floor, *_ in self._waiting]
+        return [(time_floor, memory_floor) for time_floor, memory_floor, *_ in self._waiting] + self._absorbed_waiting
+
+    def found(self, screened: int) -> Found:
+        """What this search found, `screened` of its rows screened (absorb's argument)."""
+        return Found(self.rows, [replaced(c, memo=None) for c in self.costs], self.staircases, self._options_proved,
+                     {i: passes for i, passes in self._passes.items() if i < FOREIGN}, self.fitting, self.refused,
+                     self.waiting_floors(), screened)
+
+    def absorb(self, other: Found) -> None:
+        """Take in what another search of the problem found over other rows (Found), once both are over: its cut
+        rows after these, its counts, and its waiting rows' floors (in_row_order then rebuilds the dominators)."""
+        offset = len(self.rows)
+        self.rows.extend(other.rows)
+        self.costs.extend(other.costs)
+        self.staircases.extend(other.staircases)
+        self._options_proved.extend(other.options_proved)
+        self._passes.update((offset + i, passes) for i, passes in other.passes.items())
+        self.fitting += other.fitting
+        self.refused += other.refused
+        self._absorbed_waiting.extend(other.waiting_floors)
+
+    def in_row_order(self) -> None:
+        """Put the cut rows in Row order, with their tables, staircases and rule verdicts: the master breaks ties
+        between rows by their index (pareto.py), so the answer is the same whichever order, and in however many
+        searches, the rows were cut. Only once the search is over: its dominators are rebuilt from the
+        staircases as they now stand."""
+        order = sorted(range(len(self.rows)), key=self.rows.__getitem__)
+        self.rows = [self.rows[i] for i in order]
+        self.costs = [self.costs[i] for i in order]
+        self.staircases = [self.staircases[i] for i in order]
+        self._options_proved = [self._options_proved[i] for i in order]
+        self._passes = {new: self._passes[old] for new, old in enumerate(order) if old in self._passes}
+        self._steps = TopStaircase(self.top, self.feasible_row)
+        self._foreign.clear()
+        for i, stairs in enumerate(self.staircases):
+            self._steps.add(i, ((q.time_units, q.memory_units) for q in stairs.points))
 
     def floor_of(self, i: int) -> tuple[int, int]:
         """The floor of cut row i under the options it chose: no cut of it goes below."""
@@ -251,6 +342,7 @@ class RowSearch:
         fit needs the cut search, that search run only when it comes up again, unless already beaten, and it
         waits again when its step floor, or that of the variant that fits, is higher."""
         while self._waiting and time.perf_counter() <= deadline:
+            self.take_shared()
             time_floor, memory_floor, _, waiting = heapq.heappop(self._waiting)
             floor = (time_floor, memory_floor)
             if self.floors and self._beaten(floor):
@@ -312,6 +404,7 @@ class RowSearch:
         self._options_proved.append(sure)
         self.staircases.append(stairs if sure else Staircase(stairs.points, False))
         self._steps.add(i, ((q.time_units, q.memory_units) for q in stairs.points))
+        self._share(i)
 
     def _staircase(self, chosen: Row, c: RowCosts, deadline: float) -> Staircase:
         """The staircase of a settled row, re-priced as printed and judged by the row rules (the cut search
@@ -332,6 +425,7 @@ class RowSearch:
             again = self._staircase(self.rows[i], self.costs[i], deadline)
             self.staircases[i] = again
             self._steps.add(i, ((q.time_units, q.memory_units) for q in again.points))
+            self._share(i)
 
 
 def search_rows(search: RowSearch, ordered: tuple[Row, ...], deadline: float,

@@ -30,6 +30,7 @@ from parasol.solver.search.costs import (
 )
 from parasol.solver.search.cuts import CutPoint, Staircase
 from parasol.solver.search.domains import meeting_degree_rules, rule_domains
+from parasol.solver.search.halves import search_on_cores
 from parasol.solver.search.objectives import (
     DEFAULT_OBJECTIVES,
     RESOLUTIONS,
@@ -42,7 +43,7 @@ from parasol.solver.search.objectives import (
 from parasol.solver.search.pareto import Point, pareto_search
 from parasol.solver.search.program import compile_program
 from parasol.solver.search.prune import pruned
-from parasol.solver.search.row_search import RowSearch, search_rows
+from parasol.solver.search.row_search import RowSearch
 from parasol.solver.search.savings import NONE, open_savings, row_problem
 from parasol.solver.search.space import Row, rows_until, search_domains
 
@@ -370,7 +371,7 @@ OnProgress = Callable[[SearchProgress], None]
 
 
 def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limit_s: float = 60.0,
-          prune: bool = True, progress: OnProgress | None = None) -> SolveResult:
+          prune: bool = True, progress: OnProgress | None = None, two_cores: bool = True) -> SolveResult:
     """The Pareto-ranked feasible mappings of `problem` (up to `top`, whole fronts). Degree values no
     rule-abiding mapping takes are ruled out first (solver/search/domains.py); the rows left are taken
     most promising first, in rounds within PRICING_SHARE of the time limit (solver/search/row_search.py):
@@ -378,13 +379,14 @@ def solve(problem: Problem, time_model: StageTimeModel, top: int = 10, time_limi
     their floors unless `top` rows already cut dominate them, and go to the master program, less the
     steps `top` other rows dominate (solver/search/prune.py; `prune=False` keeps them, for tests). Rows the
     time limit leaves unscreened or uncut, or an interleaved cut search left unproved, make the answer
-    `feasible` (or `unknown` when nothing was found), not `optimal` or `infeasible`."""
+    `feasible` (or `unknown` when nothing was found), not `optimal` or `infeasible`. With `two_cores`, a large
+    search runs in two halves on two cores where it can (solver/search/halves.py; the same answer)."""
     with searching_pace():
-        return _solve(problem, time_model, top, time_limit_s, prune, progress)
+        return _solve(problem, time_model, top, time_limit_s, prune, progress, two_cores)
 
 
 def _solve(problem: Problem, time_model: StageTimeModel, top: int, time_limit_s: float, prune: bool,
-           progress: OnProgress | None) -> SolveResult:
+           progress: OnProgress | None, two_cores: bool) -> SolveResult:
     """solve, at the collector's searching pace."""
     if problem.training.pipeline_schedule != "megatron":
         raise InputError(
@@ -412,11 +414,16 @@ def _solve(problem: Problem, time_model: StageTimeModel, top: int, time_limit_s:
     total_rows = len(rows)
     ordered = priced_first(problem, rows, time_model, counts[0, counts.shape[0] - 1],
                            start + ORDER_SHARE * time_limit_s)
-    search = RowSearch(problem, time_model, counts, usable, top, prune and minimised == DEFAULT_OBJECTIVES)
-    on_screened = None if progress is None else (lambda n: progress(SearchProgress(n, len(ordered))))
-    screened = search_rows(search, ordered, pricing_deadline, on_screened)
+    def fresh() -> RowSearch:
+        return RowSearch(problem, time_model, counts, usable, top, prune and minimised == DEFAULT_OBJECTIVES)
+
+    search = fresh()
+    on_screened = None if progress is None else (lambda n, listed: progress(SearchProgress(n, listed)))
+    unseen = search_on_cores(search, fresh if two_cores else None, ordered, pricing_deadline, on_screened)
+    screened = len(ordered) - len(unseen)
+    search.in_row_order()
     kept, costs, staircases = search.rows, search.costs, search.staircases
-    all_priced = listed and screened == len(ordered) and not search.waiting and all(st.proved for st in staircases)
+    all_priced = listed and not unseen and not search.waiting and all(st.proved for st in staircases)
     if not kept:
         return SolveResult("infeasible" if all_priced else "unknown", (), total_rows, search.fitting, 0,
                            time.perf_counter() - start, screened, ruled.dropped, rows_refused=search.refused)
@@ -430,7 +437,7 @@ def _solve(problem: Problem, time_model: StageTimeModel, top: int, time_limit_s:
     if prune:
         stairs = pruned(stairs, lambda i, q: tuple(_point_value(o, i, q, per_row) for o in minimised), top,
                         search.feasible_row)
-    floors = open_floors(search, staircases, ordered[screened:] if listed else None, minimised,
+    floors = open_floors(search, staircases, unseen if listed else None, minimised,
                          start + (PRICING_SHARE + BOUND_SHARE) * time_limit_s)
     program = compile_program(problem, rows, tuple(costs), stairs, row_values=per_row)
     remaining = max((1 - EXPLAIN_SHARE) * time_limit_s - (time.perf_counter() - start), 0.05)

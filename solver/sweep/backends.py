@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from parasol.errors import InputError
+from parasol.solver.search.halves import available_cores
 from parasol.solver.sweep.jobs import SizeJob, SizeResult, check_backend, failed_size
 
 Task = Callable[[SizeJob], SizeResult]
@@ -31,13 +32,6 @@ OR-Tools threads: each slot starts in about 0.1 s instead of re-importing (about
 
 PRELOAD = ("parasol.solver.sweep.jobs", "parasol.solver.search.solve", "parasol.solver.diagnose.repairs",
            "parasol.constraints.physics.step_time")
-
-
-def available_cores() -> int:
-    """CPU cores this process may use (its affinity mask where the platform has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
 
 
 class Pool(Protocol):

@@ -247,14 +247,16 @@ def reference_at(problem: Problem) -> ReferenceResult:
 
 
 def _solve_size(job: SizeJob, start: float) -> SizeResult:
-    """Load, resize and solve one size, then price the problem's own mapping there."""
+    """Load, resize and solve one size (on one core: a sweep's sizes share the cores), then price the problem's
+    own mapping there."""
     from parasol.constraints.physics.step_time import CalibratedStageTimes
     from parasol.problems.loader import load_problem_text
     from parasol.solver.search.solve import solve
 
     problem = load_problem_text(job.problem_text, source=job.source, base_dir=Path(job.base_dir))
     problem = problem.resized(job.gpus, job.global_batch)
-    result = solve(problem, CalibratedStageTimes(problem), top=job.top, time_limit_s=job.time_limit_s)
+    result = solve(problem, CalibratedStageTimes(problem), top=job.top, time_limit_s=job.time_limit_s,
+                   two_cores=False)
     data = result.as_dict()
     mappings = tuple(data["mappings"])
     best = best_index(mappings)
