@@ -29,7 +29,7 @@ hardware: {preset: h800-hgx, gpus: 8192}
 framework: {rule_packs: [megatron-core, deepseek-v4], options: {cp_partition_mode: contiguous}}
 """
 
-pytestmark = pytest.mark.skipif(not splits(halves_module.SPLIT_ROWS), reason="needs two cores and fork")
+pytestmark = pytest.mark.skipif(not splits(halves_module.SPLIT_ROWS), reason="needs two cores on Linux")
 
 
 def _answer(problem, **kwargs) -> tuple:  # noqa: ANN001

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -48,10 +49,10 @@ def available_cores() -> int:
 
 
 def splits(rows: int) -> bool:
-    """Whether a search of `rows` rows runs in two halves: enough rows (SPLIT_ROWS), two cores here, processes
-    that can fork (the half's process then starts with every memo built so far), and this process no worker of
-    another's (a sweep's sizes already share the cores)."""
-    return (rows >= SPLIT_ROWS and available_cores() >= 2 and "fork" in multiprocessing.get_all_start_methods()
+    """Whether a search of `rows` rows runs in two halves: enough rows (SPLIT_ROWS), two cores here, Linux (a
+    forked process starts with every memo built so far; macOS's system libraries do not survive a fork reliably,
+    Windows has none), and this process no worker of another's (a sweep's sizes already share the cores)."""
+    return (rows >= SPLIT_ROWS and available_cores() >= 2 and sys.platform.startswith("linux")
             and multiprocessing.parent_process() is None)
 
 
@@ -127,7 +128,7 @@ def search_on_cores(search: RowSearch, fresh: Callable[[], RowSearch] | None, or
     and `fresh` is given, the second in `fresh()` in a forked process, each taking the rows the other cuts in as dominators as they come
     (RowSearch.take_shared) and the worker's absorbed into `search` at the end, else in one. Returns the rows left
     unscreened. A worker that has not answered WAIT_S past the deadline is stopped and its half searched here in
-    the time left (none: its rows then count as never screened)."""
+    the time left (none: its rows then count as never screened); an error here (an interrupt) stops it at once."""
     if fresh is None or not splits(len(ordered)):
         return ordered[search_rows(search, ordered, deadline, _listing(on_screened, len(ordered))):]
     first, second = halves(ordered)
@@ -143,6 +144,9 @@ def search_on_cores(search: RowSearch, fresh: Callable[[], RowSearch] | None, or
     search.peer = link
     try:
         screened = search_rows(search, first, deadline, _listing(on_screened, len(first)))
+    except BaseException:
+        worker.terminate()
+        raise
     finally:
         search.peer = None
         link.close()
