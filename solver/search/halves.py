@@ -124,23 +124,24 @@ class _Link:
 
 def search_on_cores(search: RowSearch, fresh: Callable[[], RowSearch] | None, ordered: tuple[Row, ...],
                     deadline: float, on_screened: OnScreened | None = None) -> tuple[Row, ...]:
-    """Search `ordered` (row_search.search_rows) until `deadline` in `search`: in two halves where `splits` allows
-    and `fresh` is given, the second in `fresh()` in a forked process, each taking the rows the other cuts in as dominators as they come
-    (RowSearch.take_shared) and the worker's absorbed into `search` at the end, else in one. Returns the rows left
-    unscreened. A worker that has not answered WAIT_S past the deadline is stopped and its half searched here in
-    the time left (none: its rows then count as never screened); an error here (an interrupt) stops it at once."""
+    """Search `ordered` (row_search.search_rows) until `deadline` in `search`: in two halves where `splits`
+    allows and `fresh` is given, the second in `fresh()` in a forked process, each taking the rows the other
+    cuts in as dominators as they come (RowSearch.take_shared) and the worker's absorbed into `search` at the
+    end, else in one. Returns the rows left unscreened. A worker that has not answered WAIT_S past the deadline
+    is stopped and its half searched here in the time left (none: its rows then count as never screened); an
+    error here (an interrupt) stops it at once."""
     if fresh is None or not splits(len(ordered)):
         return ordered[search_rows(search, ordered, deadline, _listing(on_screened, len(ordered))):]
     first, second = halves(ordered)
     context = multiprocessing.get_context("fork")
-    to_worker, worker_in = context.Pipe(duplex=False)
-    worker_out, from_worker = context.Pipe(duplex=False)
-    worker = context.Process(target=_search_half, args=(fresh, second, deadline, to_worker, from_worker),
+    worker_reads, parent_writes = context.Pipe(duplex=False)
+    parent_reads, worker_writes = context.Pipe(duplex=False)
+    worker = context.Process(target=_search_half, args=(fresh, second, deadline, worker_reads, worker_writes),
                              daemon=True)
     worker.start()
-    to_worker.close()
-    from_worker.close()
-    link = _Link(worker_out, worker_in)
+    worker_reads.close()
+    worker_writes.close()
+    link = _Link(parent_reads, parent_writes)
     search.peer = link
     try:
         screened = search_rows(search, first, deadline, _listing(on_screened, len(first)))
@@ -154,7 +155,7 @@ def search_on_cores(search: RowSearch, fresh: Callable[[], RowSearch] | None, or
         if not answered:
             worker.terminate()
         worker.join()
-        worker_out.close()
+        parent_reads.close()
     if isinstance(link.last, BaseException):
         raise link.last
     if not isinstance(link.last, Found):

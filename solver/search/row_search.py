@@ -109,8 +109,8 @@ def rows_pass_rules(problem: Problem, row: Row) -> bool:
 
 
 class RowSearch:
-    """The rows cut so far (their options settled, cost tables and exact staircases) and the rows
-    screened and waiting, by floor."""
+    """The rows cut so far (their options settled, cost tables and exact staircases), the rows screened and
+    waiting, by floor, and the steps of the rows a peer search beside it cut (solver/search/halves.py)."""
 
     def __init__(self, problem: Problem, time_model: StageTimeModel, counts: np.ndarray, usable: int, top: int,
                  floors: bool) -> None:
