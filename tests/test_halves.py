@@ -139,3 +139,21 @@ def test_search_on_cores_without_a_second_search_is_one_search(problems: list) -
     seen = []
     assert search_on_cores(search, None, rows, float("inf"), lambda n, listed: seen.append((n, listed))) == ()
     assert seen[-1] == (len(rows), len(rows)) and search.rows and search.peer is None
+
+
+def test_a_cut_off_search_in_halves_bounds_the_space(problems: list, one_core: list,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cut off (forced here: each half screens only its first 300 rows, as a time limit would leave it), the
+    two halves' answer is `feasible`, every bound at most its mapping's value and the first at most the complete
+    search's optimum: the rows either half never screened are bounded by their compute floors and the rows
+    either left waiting by theirs (search_on_cores' unscreened rows, RowSearch.absorb's waiting floors)."""
+    problem, (_, complete) = problems[1], one_core[1]
+    best, search_rows = complete[0][1]["step_time"], halves_module.search_rows
+    monkeypatch.setattr(halves_module, "search_rows",
+                        lambda search, rows, deadline, on_screened=None: search_rows(search, rows[:300], deadline,
+                                                                                     on_screened))
+    result = solve(problem, CalibratedStageTimes(problem), top=10, time_limit_s=600)
+    assert result.status == "feasible" and result.rows_screened == 600 < result.rows and result.mappings
+    bounds = [m.bound["step_time"] for m in result.mappings]
+    assert all(b is not None and b <= m.step_time_objective_s for b, m in zip(bounds, result.mappings, strict=True))
+    assert bounds[0] <= best <= result.mappings[0].step_time_objective_s
