@@ -74,17 +74,17 @@ def test_two_halves_give_the_answer_of_one_search(problems: list, one_core: list
 
 
 def test_rows_the_peer_cut_beat_rows_here(problems: list) -> None:
-    """A search takes the rows its peer cut in as dominators (RowSearch.take_shared): `top` rule-feasible rows'
-    steps there beat a point here, as the search's own would; without the peer they do not."""
+    """A search takes the rows its peer cut in as dominators at an exchange (RowSearch.exchange, every
+    EXCHANGE_CUTS rows cut): `top` rule-feasible rows' steps there beat a point here, as the search's own would;
+    before the exchange they do not."""
+    from parasol.solver.search.row_search import EXCHANGE_CUTS
 
     class Peer:
         def __init__(self, cut: list) -> None:
-            self.cut = cut
+            self.cut, self.sent = cut, []
 
-        def send(self, index: int, row, steps: list) -> None:  # noqa: ANN001
-            raise AssertionError("nothing is cut here")
-
-        def take(self) -> list:
+        def exchange(self, cut: list) -> list:
+            self.sent.append(cut)
             taken, self.cut = self.cut, []
             return taken
 
@@ -93,12 +93,23 @@ def test_rows_the_peer_cut_beat_rows_here(problems: list) -> None:
     passing = [r for r in enumerate_rows(problem)[:200] if rows_pass_rules(problem, r)][:3]
     assert len(passing) == 3
     search = RowSearch(problem, CalibratedStageTimes(problem), counts, usable_mb(problem), 3, True)
-    search.take_shared()
-    assert not search._beaten((50, 50))
-    search.peer = Peer([(i, row, [(10, 10), (20, 5)]) for i, row in enumerate(passing)])
-    search.take_shared()
+    search.peer = peer = Peer([(i, row, [(10, 10), (20, 5)]) for i, row in enumerate(passing)])
+    search.exchange()
+    assert not peer.sent and not search._beaten((50, 50))
+    search.unshared, search._since = [(0, passing[0], [(30, 30)])], [0, EXCHANGE_CUTS]
+    search.exchange()
+    assert peer.sent == [[(0, passing[0], [(30, 30)])]] and not search.unshared
     assert search._beaten((50, 50)) and search._beaten((21, 5)) and not search._beaten((15, 5))
     assert not search.rows and search._dominators == 3
+
+
+def test_two_halves_cut_the_same_rows_on_every_run(problems: list) -> None:
+    """The exchanges go in lock step, so the rows each half cuts, and the counts solve prints of them, are the
+    same whatever the two processes' pace."""
+    problem = problems[1]
+    runs = [solve(problem, CalibratedStageTimes(problem), top=10, time_limit_s=600) for _ in range(2)]
+    counts = [(r.rows_fitting, r.rows_cut, r.rows_refused, r.master_solves) for r in runs]
+    assert counts[0] == counts[1]
 
 
 def test_a_worker_error_is_raised_here(problems: list, monkeypatch: pytest.MonkeyPatch) -> None:

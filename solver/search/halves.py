@@ -1,16 +1,17 @@
 """The row search on two cores: the rows in two halves (groups that share memory tables kept whole), the second
 searched in a forked process, which starts with every memo this one built (rule domains, row listing, order),
-while this one searches the first. Each search sends the steps of every row it cuts to the other, which takes
-them in as dominators (row_search.RowSearch.take_shared), so each drops rows the other's cut rows beat, almost
-as one search would; at the end the worker's cut rows, staircases and waiting floors join this search's
-(RowSearch.absorb) before the master program.
+while this one searches the first. The two exchange the rows they cut in lock step, every EXCHANGE_CUTS rows cut
+or EXCHANGE_POPS rows come up (row_search.RowSearch.exchange), each taking the other's in as dominators LAG
+exchanges behind, so each drops rows the other's cut rows beat, almost as one search would; at the end the
+worker's cut rows, staircases and waiting floors join this search's (RowSearch.absorb) before the master program.
 
 Every row a search drops is beaten by `top` rule-feasible rows cut in one of the two, and every row cut in
 either goes to the master program, so prune.py's argument holds for the rows both cut: a complete search gives
-the answer one search gives, ties included, once the cut rows are in row order (RowSearch.in_row_order). Which
-rows each half cuts depends on when the other's steps arrive, so the rows cut vary from run to run; the answer
-does not. On the default-space problems (bench/solve_speed.py) the two cut about as many rows as one search:
-DeepSeek-V3 on 2,048 GPUs takes 8.3 s instead of 13.2 s in process, Qwen3-235B on 256 3.4 s instead of 4.8 s.
+the answer one search gives, ties included, once the cut rows are in row order (RowSearch.in_row_order). What
+each search takes in, and when, depends on the two searches' sequences of rows, not on their pace, so the rows
+each cuts, and the counts `solve` prints, are the same on every run too. On the default-space problems
+(bench/solve_speed.py) the two cut about as many rows as one search: DeepSeek-V3 on 2,048 GPUs takes 8.7 s
+instead of 13.2 s in process, Qwen3-235B on 256 3.6 s instead of 4.8 s.
 """
 
 from __future__ import annotations
@@ -18,15 +19,13 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
-import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import NamedTuple
 
 from parasol.solver.search.costs import memory_key
-from parasol.solver.search.row_search import Found, RowSearch, search_rows
+from parasol.solver.search.row_search import Found, RowSearch, Shared, search_rows
 from parasol.solver.search.space import Row
 
 SPLIT_ROWS = 1_000
@@ -36,6 +35,10 @@ worker and sending its rows back costs."""
 WAIT_S = 5.0
 """Seconds past the deadline the parent waits for its worker's answer (a worker stops at the deadline, as the
 parent does, and sends its rows at once)."""
+
+LAG = 2
+"""Exchanges a search's rows reach the peer behind: the peer's k-th exchange takes in this search's
+(k − LAG)-th, so neither waits for the other unless it is LAG exchanges ahead."""
 
 OnScreened = Callable[[int, int], None]
 """Hears (rows screened, rows listed) of the search this process runs."""
@@ -67,59 +70,69 @@ def halves(ordered: tuple[Row, ...]) -> tuple[tuple[Row, ...], tuple[Row, ...]]:
     return tuple(out[0]), tuple(out[1])
 
 
-class _Steps(NamedTuple):
-    """One row a search cut: its index there, the row, and its steps (time, memory units)."""
+class _Tick(NamedTuple):
+    """One exchange's message: the rows a search cut since its last, and whether it has ended (then it sends
+    no more exchanges)."""
 
-    index: int
-    row: Row
-    steps: list[tuple[int, int]]
+    cut: Shared
+    ended: bool
 
 
 class _Link:
-    """A row_search.Peer over two pipes: steps go out on one as rows are cut, and a thread receives the other
-    search's into a queue (so neither side waits on a full pipe), until its last message: what it found, or its
-    error (`last`), or the pipe's end."""
+    """A row_search.Peer over two pipes, in lock step: each exchange sends this search's rows and waits for the
+    peer's message of the same exchange (at most WAIT_S past the deadline). The peer's last message (what it
+    found, or its error) is kept when it comes (`last`)."""
 
-    def __init__(self, inbound: Connection, outbound: Connection) -> None:
-        self._out: Connection | None = outbound
-        self._inbox: deque[_Steps] = deque()
+    def __init__(self, inbound: Connection, outbound: Connection, deadline: float) -> None:
+        self._in, self._out, self._deadline = inbound, outbound, deadline
+        self._sent = 0
+        self.peer_ended = False
         self.last: Found | BaseException | None = None
-        self.ended = threading.Event()
-        threading.Thread(target=self._listen, args=(inbound,), daemon=True).start()
 
-    def _listen(self, inbound: Connection) -> None:
+    def exchange(self, cut: Shared) -> Shared:
+        """Send `cut` as this search's k-th exchange; the peer's (k − LAG)-th rows, none before or once it has
+        ended (row_search.Peer)."""
+        if self.peer_ended:
+            return []
+        self._send(_Tick(cut, False))
+        self._sent += 1
+        if self._sent <= LAG:
+            return []
+        message = self._receive()
+        if not isinstance(message, _Tick) or message.ended:
+            self.peer_ended = True
+        return message.cut if isinstance(message, _Tick) else []
+
+    def end(self, cut: Shared) -> None:
+        """Send the last rows cut here and say this search has ended, so the peer waits for it no more."""
+        if not self.peer_ended:
+            self._send(_Tick(cut, True))
+
+    def final(self) -> Found | BaseException | None:
+        """The peer's last message, past its exchanges still on the way; None when its pipe ends first or nothing
+        comes by WAIT_S past the deadline."""
+        while self.last is None and self._receive() is not None:
+            pass
+        return self.last
+
+    def _send(self, message: _Tick) -> None:
         try:
-            while True:
-                message = inbound.recv()
-                if not isinstance(message, _Steps):
-                    self.last = message
-                    return
-                self._inbox.append(message)
+            self._out.send(message)
+        except OSError:
+            self.peer_ended = True
+
+    def _receive(self) -> _Tick | None:
+        """The peer's next exchange (None: its last message, kept in `last`, or no message in time)."""
+        try:
+            if not self._in.poll(max(self._deadline - time.perf_counter(), 0) + WAIT_S):
+                return None
+            message = self._in.recv()
         except (EOFError, OSError):
-            return
-        finally:
-            self.ended.set()
-
-    def send(self, index: int, row: Row, steps: list[tuple[int, int]]) -> None:
-        """Send a cut row's steps (row_search.Peer); nothing once the other side has gone."""
-        if self._out is not None:
-            try:
-                self._out.send(_Steps(index, row, steps))
-            except OSError:
-                self._out = None
-
-    def take(self) -> list[tuple[int, Row, list[tuple[int, int]]]]:
-        """The rows the other search cut since the last take (row_search.Peer)."""
-        taken = []
-        while self._inbox:
-            taken.append(self._inbox.popleft())
-        return taken
-
-    def close(self) -> None:
-        """Send no more: the other side's thread then sees the pipe's end."""
-        if self._out is not None:
-            self._out.close()
-            self._out = None
+            return None
+        if isinstance(message, _Tick):
+            return message
+        self.last = message
+        return None
 
 
 def search_on_cores(search: RowSearch, fresh: Callable[[], RowSearch] | None, ordered: tuple[Row, ...],
@@ -141,27 +154,28 @@ def search_on_cores(search: RowSearch, fresh: Callable[[], RowSearch] | None, or
     worker.start()
     worker_reads.close()
     worker_writes.close()
-    link = _Link(parent_reads, parent_writes)
+    link = _Link(parent_reads, parent_writes, deadline)
     search.peer = link
     try:
         screened = search_rows(search, first, deadline, _listing(on_screened, len(first)))
+        link.end(search.unshared)
+        found = link.final()
     except BaseException:
         worker.terminate()
         raise
     finally:
         search.peer = None
-        link.close()
-        answered = link.ended.wait(max(deadline - time.perf_counter(), 0) + WAIT_S)
-        if not answered:
+        if link.last is None:
             worker.terminate()
         worker.join()
         parent_reads.close()
-    if isinstance(link.last, BaseException):
-        raise link.last
-    if not isinstance(link.last, Found):
+        parent_writes.close()
+    if isinstance(found, BaseException):
+        raise found
+    if not isinstance(found, Found):
         return first[screened:] + second[search_rows(search, second, deadline):]
-    search.absorb(link.last)
-    return first[screened:] + second[link.last.screened:]
+    search.absorb(found)
+    return first[screened:] + second[found.screened:]
 
 
 def _listing(on_screened: OnScreened | None, listed: int) -> Callable[[int], None] | None:
@@ -171,14 +185,14 @@ def _listing(on_screened: OnScreened | None, listed: int) -> Callable[[int], Non
 
 def _search_half(fresh: Callable[[], RowSearch], rows: tuple[Row, ...], deadline: float, inbound: Connection,
                  outbound: Connection) -> None:
-    """A worker's half: search `rows` in `fresh()`, sharing steps with the parent's search, and send what it
+    """A worker's half: search `rows` in `fresh()`, in lock step with the parent's search, and send what it
     found (RowSearch.found), or the error."""
-    link = _Link(inbound, outbound)
+    link = _Link(inbound, outbound, deadline)
     try:
         search = fresh()
         search.peer = link
         found = search.found(search_rows(search, rows, deadline))
-        search.peer = None
+        link.end(search.unshared)
         outbound.send(found)
     except BaseException as error:  # noqa: BLE001 - the parent process raises it as its own
         outbound.send(error)

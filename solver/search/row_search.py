@@ -51,7 +51,13 @@ from parasol.solver.search.savings import (
 from parasol.solver.search.space import Row
 
 FOREIGN = 1 << 40
-"""Where the indices of rows another search cut start among this one's dominators (RowSearch.take_shared)."""
+"""Where the indices of rows another search cut start among this one's dominators (RowSearch.exchange)."""
+
+EXCHANGE_POPS = 64
+"""Rows that come up (RowSearch.cut_waiting) between two exchanges with the peer, at most."""
+EXCHANGE_CUTS = 4
+"""Rows cut between two exchanges with the peer, at most: the cuts take most of a search's time, so both
+searches reach an exchange at about the same time."""
 
 ROW_SHARE = 0.1
 """Share of the time left that one row's cut search may take: a row whose exact interleaved cuts take long
@@ -72,15 +78,19 @@ class _Candidates(NamedTuple):
     exact: bool
 
 
+Shared = list[tuple[int, Row, list[tuple[int, int]]]]
+"""Rows one search cut, for its peer: (its index there, the row, its steps as (time, memory) units)."""
+
+
 class Peer(Protocol):
-    """Another search of the same problem over other rows, running at the same time (solver/search/halves.py):
-    each search sends the steps of every row it cuts, and takes the other's in as dominators."""
+    """Another search of the same problem over other rows, running at the same time (solver/search/halves.py).
+    The two exchange the rows they cut in lock step: each one's k-th exchange takes in what the other cut up to
+    its (k − L)-th, for a fixed L, so what each search takes in, and when, depends only on the two searches' own
+    sequences of rows, not on their pace: the rows each cuts, and its counts, are the same on every run."""
 
-    def send(self, index: int, row: Row, steps: list[tuple[int, int]]) -> None:
-        """Send the steps (time, memory units) of the row this search cut as its `index`-th."""
-
-    def take(self) -> list[tuple[int, Row, list[tuple[int, int]]]]:
-        """The rows the other search cut since the last take: (its index there, the row, its steps)."""
+    def exchange(self, cut: Shared) -> Shared:
+        """Send the rows this search cut since the last exchange; the peer's of an exchange a fixed number
+        before (none once the peer has ended)."""
 
 
 class Found(NamedTuple):
@@ -140,7 +150,11 @@ class RowSearch:
         self._absorbed_waiting: list[tuple[int, int]] = []
         """Floors of rows another search left waiting (absorb)."""
         self.peer: Peer | None = None
-        """The search running beside this one over other rows, if any (_share, take_shared)."""
+        """The search running beside this one over other rows, if any (exchange)."""
+        self.unshared: Shared = []
+        """Rows cut here since the last exchange with the peer."""
+        self._since = [0, 0]
+        """Rows come up and rows cut since the last exchange."""
         self._foreign: dict[int, Row] = {}
         """The peer's cut rows, by their index among the dominators (FOREIGN + its index there)."""
 
@@ -157,18 +171,23 @@ class RowSearch:
             self._passes[i] = rows_pass_rules(self.problem, self.rows[i] if i < FOREIGN else self._foreign[i])
         return self._passes[i]
 
-    def take_shared(self) -> None:
-        """Take the rows the peer cut since the last look in as dominators: their steps beat rows here as this
-        search's own do, since the rows both searches cut all go to the master program."""
-        if self.peer is not None:
-            for index, row, steps in self.peer.take():
-                self._foreign[FOREIGN + index] = row
-                self._steps.add(FOREIGN + index, steps)
+    def exchange(self) -> None:
+        """Give the peer the rows cut here since the last exchange and take in the rows it cut as dominators:
+        their steps beat rows here as this search's own do, since the rows both searches cut all go to the
+        master program. Every EXCHANGE_POPS rows come up or EXCHANGE_CUTS cut, whichever is first."""
+        if self.peer is None or (self._since[0] < EXCHANGE_POPS and self._since[1] < EXCHANGE_CUTS):
+            return
+        cut, self.unshared, self._since = self.unshared, [], [0, 0]
+        for index, row, steps in self.peer.exchange(cut):
+            self._foreign[FOREIGN + index] = row
+            self._steps.add(FOREIGN + index, steps)
 
     def _share(self, i: int) -> None:
-        """Send cut row i's steps to the peer, if any."""
+        """Keep cut row i's steps for the next exchange with the peer, if any."""
         if self.peer is not None:
-            self.peer.send(i, self.rows[i], [(q.time_units, q.memory_units) for q in self.staircases[i].points])
+            self.unshared.append((i, self.rows[i], [(q.time_units, q.memory_units)
+                                                    for q in self.staircases[i].points]))
+            self._since[1] += 1
 
     @property
     def _dominators(self) -> int:
@@ -342,7 +361,8 @@ class RowSearch:
         fit needs the cut search, that search run only when it comes up again, unless already beaten, and it
         waits again when its step floor, or that of the variant that fits, is higher."""
         while self._waiting and time.perf_counter() <= deadline:
-            self.take_shared()
+            self.exchange()
+            self._since[0] += 1
             time_floor, memory_floor, _, waiting = heapq.heappop(self._waiting)
             floor = (time_floor, memory_floor)
             if self.floors and self._beaten(floor):
