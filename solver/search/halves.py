@@ -138,9 +138,9 @@ class _Link:
 def search_on_cores(search: RowSearch, fresh: Callable[[], RowSearch] | None, ordered: tuple[Row, ...],
                     deadline: float, on_screened: OnScreened | None = None) -> tuple[Row, ...]:
     """Search `ordered` (row_search.search_rows) until `deadline` in `search`: in two halves where `splits`
-    allows and `fresh` is given, the second in `fresh()` in a forked process, each taking the rows the other
-    cuts in as dominators as they come (RowSearch.take_shared) and the worker's absorbed into `search` at the
-    end, else in one. Returns the rows left unscreened. A worker that has not answered WAIT_S past the deadline
+    allows and `fresh` is given, the second in `fresh()` in a forked process, the two exchanging the rows they
+    cut in lock step (RowSearch.exchange, _Link) and the worker's absorbed into `search` at the end, else in
+    one. Returns the rows left unscreened. A worker that has not answered WAIT_S past the deadline
     is stopped and its half searched here in the time left (none: its rows then count as never screened); an
     error here (an interrupt) stops it at once."""
     if fresh is None or not splits(len(ordered)):
