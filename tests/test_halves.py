@@ -96,9 +96,9 @@ def test_rows_the_peer_cut_beat_rows_here(problems: list) -> None:
     search.peer = peer = Peer([(i, row, [(10, 10), (20, 5)]) for i, row in enumerate(passing)])
     search.exchange()
     assert not peer.sent and not search._beaten((50, 50))
-    search.unshared, search._since = [(0, passing[0], [(30, 30)])], [0, EXCHANGE_CUTS]
+    search.unshared = [(i, passing[0], [(30, 30)]) for i in range(EXCHANGE_CUTS)]
     search.exchange()
-    assert peer.sent == [[(0, passing[0], [(30, 30)])]] and not search.unshared
+    assert peer.sent == [[(i, passing[0], [(30, 30)]) for i in range(EXCHANGE_CUTS)]] and not search.unshared
     assert search._beaten((50, 50)) and search._beaten((21, 5)) and not search._beaten((15, 5))
     assert not search.rows and search._dominators == 3
 

@@ -110,6 +110,11 @@ class Found(NamedTuple):
     screened: int
 
 
+def step_values(stairs: Staircase) -> list[tuple[int, int]]:
+    """A staircase's steps as (time, memory) units: what dominators are kept and shared as."""
+    return [(q.time_units, q.memory_units) for q in stairs.points]
+
+
 def rows_pass_rules(problem: Problem, row: Row) -> bool:
     """Whether a row meets every rule the master posts and every rule judged per row, in Python (with an
     explicit cut, as every solver answer has; the CP-SAT postings agree, tests/test_agreement.py)."""
@@ -153,8 +158,8 @@ class RowSearch:
         """The search running beside this one over other rows, if any (exchange)."""
         self.unshared: Shared = []
         """Rows cut here since the last exchange with the peer."""
-        self._since = [0, 0]
-        """Rows come up and rows cut since the last exchange."""
+        self._popped = 0
+        """Rows come up since the last exchange (those cut since are `unshared`)."""
         self._foreign: dict[int, Row] = {}
         """The peer's cut rows, by their index among the dominators (FOREIGN + its index there)."""
 
@@ -175,9 +180,9 @@ class RowSearch:
         """Give the peer the rows cut here since the last exchange and take in the rows it cut as dominators:
         their steps beat rows here as this search's own do, since the rows both searches cut all go to the
         master program. Every EXCHANGE_POPS rows come up or EXCHANGE_CUTS cut, whichever is first."""
-        if self.peer is None or (self._since[0] < EXCHANGE_POPS and self._since[1] < EXCHANGE_CUTS):
+        if self.peer is None or (self._popped < EXCHANGE_POPS and len(self.unshared) < EXCHANGE_CUTS):
             return
-        cut, self.unshared, self._since = self.unshared, [], [0, 0]
+        cut, self.unshared, self._popped = self.unshared, [], 0
         for index, row, steps in self.peer.exchange(cut):
             self._foreign[FOREIGN + index] = row
             self._steps.add(FOREIGN + index, steps)
@@ -185,9 +190,7 @@ class RowSearch:
     def _share(self, i: int) -> None:
         """Keep cut row i's steps for the next exchange with the peer, if any."""
         if self.peer is not None:
-            self.unshared.append((i, self.rows[i], [(q.time_units, q.memory_units)
-                                                    for q in self.staircases[i].points]))
-            self._since[1] += 1
+            self.unshared.append((i, self.rows[i], step_values(self.staircases[i])))
 
     @property
     def _dominators(self) -> int:
@@ -348,7 +351,7 @@ class RowSearch:
         self._steps = TopStaircase(self.top, self.feasible_row)
         self._foreign.clear()
         for i, stairs in enumerate(self.staircases):
-            self._steps.add(i, ((q.time_units, q.memory_units) for q in stairs.points))
+            self._steps.add(i, step_values(stairs))
 
     def floor_of(self, i: int) -> tuple[int, int]:
         """The floor of cut row i under the options it chose: no cut of it goes below."""
@@ -362,7 +365,7 @@ class RowSearch:
         waits again when its step floor, or that of the variant that fits, is higher."""
         while self._waiting and time.perf_counter() <= deadline:
             self.exchange()
-            self._since[0] += 1
+            self._popped += 1
             time_floor, memory_floor, _, waiting = heapq.heappop(self._waiting)
             floor = (time_floor, memory_floor)
             if self.floors and self._beaten(floor):
@@ -423,7 +426,7 @@ class RowSearch:
         self.costs.append(c)
         self._options_proved.append(sure)
         self.staircases.append(stairs if sure else Staircase(stairs.points, False))
-        self._steps.add(i, ((q.time_units, q.memory_units) for q in stairs.points))
+        self._steps.add(i, step_values(stairs))
         self._share(i)
 
     def _staircase(self, chosen: Row, c: RowCosts, deadline: float) -> Staircase:
@@ -444,7 +447,7 @@ class RowSearch:
                 continue
             again = self._staircase(self.rows[i], self.costs[i], deadline)
             self.staircases[i] = again
-            self._steps.add(i, ((q.time_units, q.memory_units) for q in again.points))
+            self._steps.add(i, step_values(again))
             self._share(i)
 
 
