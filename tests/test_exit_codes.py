@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -186,3 +188,35 @@ def test_a_file_an_earlier_command_read_is_not_an_input_of_the_next(tmp_path: Pa
     assert refused.exit_code == 2 and "is an input of this command" in refused.output
     allowed = run("solve", ASIC, "--time-limit", "0.2", "--rank-map", str(earlier))
     assert "is an input of this command" not in allowed.output
+
+
+def _process(body: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run `body` (Python, with exit_without_teardown imported) in a fresh interpreter."""
+    script = "import atexit, sys\nfrom parasol.solver.cli import exit_without_teardown\n" + body
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          check=False)
+
+
+@pytest.mark.parametrize(("ending", "code", "stderr"), [("sys.exit(3)", 3, ""), ("sys.exit(None)", 0, ""),
+                                                         ("None", 0, ""), ("sys.exit('no luck')", 1, "no luck")])
+def test_process_exit_keeps_code_output_and_exit_handlers(tmp_path: Path, ending: str, code: int,
+                                                          stderr: str) -> None:
+    """A process entry point skips the interpreter's teardown, not what a normal exit does: the command's exit
+    code (a message code prints and gives 1, as Python's own exit), all its buffered output, and the atexit
+    handlers (multiprocessing's and Ray's are among them)."""
+    body = ("atexit.register(lambda: open('handled', 'w').write('yes'))\n"
+            "def command():\n    print('x' * 200_000)\n    " + ending + "\n"
+            "exit_without_teardown(command)\n")
+    proc = _process(body, tmp_path)
+    assert proc.returncode == code
+    assert proc.stdout == "x" * 200_000 + "\n"
+    assert proc.stderr.strip() == stderr
+    assert (tmp_path / "handled").read_text() == "yes"
+
+
+def test_console_script_answers_through_the_fast_exit(tmp_path: Path) -> None:
+    """`parasol solve` as a process: the table is printed whole and the exit code is the verdict's."""
+    proc = subprocess.run([sys.executable, "-c", "from parasol.solver.cli import run; run()", "solve", V4],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "optimal" in proc.stdout and proc.stdout.endswith("\n")
