@@ -6,6 +6,7 @@ Sources: issue 13 (the reproductions), parasol/bounds.py (the bounds), solver/cl
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -191,10 +192,12 @@ def test_a_file_an_earlier_command_read_is_not_an_input_of_the_next(tmp_path: Pa
 
 
 def _process(body: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """Run `body` (Python, with exit_without_teardown imported) in a fresh interpreter."""
+    """Run `body` (Python, with exit_without_teardown imported) in a fresh interpreter whose output is buffered
+    (PYTHONUNBUFFERED dropped), so the flush is what writes it."""
     script = "import atexit, sys\nfrom parasol.solver.cli import exit_without_teardown\n" + body
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=120,
-                          check=False)
+                          check=False, env=env)
 
 
 @pytest.mark.parametrize(("ending", "code", "stderr"), [("sys.exit(3)", 3, ""), ("sys.exit(None)", 0, ""),
@@ -220,3 +223,14 @@ def test_console_script_answers_through_the_fast_exit(tmp_path: Path) -> None:
                           capture_output=True, text=True, cwd=tmp_path, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "optimal" in proc.stdout and proc.stdout.endswith("\n")
+
+
+def test_process_exit_with_unwritable_output_is_120(tmp_path: Path) -> None:
+    """Output that cannot be flushed (its descriptor closed) ends the process with 120, as Python's own exit does,
+    and the exit handlers still run."""
+    body = ("import os\natexit.register(lambda: open('handled', 'w').write('yes'))\n"
+            "def command():\n    print('x')\n    os.close(1)\n"
+            "exit_without_teardown(command)\n")
+    proc = _process(body, tmp_path)
+    assert proc.returncode == 120
+    assert (tmp_path / "handled").read_text() == "yes"
