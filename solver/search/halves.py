@@ -99,9 +99,9 @@ class _Link:
         if self._sent <= LAG:
             return []
         message = self._receive()
-        if not isinstance(message, _Tick) or message.ended:
+        if message is None or message.ended:
             self.peer_ended = True
-        return message.cut if isinstance(message, _Tick) else []
+        return [] if message is None else message.cut
 
     def end(self, cut: Shared) -> None:
         """Send the last rows cut here and say this search has ended, so the peer waits for it no more."""
