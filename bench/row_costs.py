@@ -77,12 +77,12 @@ def measure(name: str, sample: int) -> None:
         models.setdefault(f.saving, time_model_for(model, row_problem(problem, f)))
     chosen = _timed("settled", [lambda f=f: settled(row_problem(problem, f), f, models[f.saving]) for f in fitted],
                     digest)
-    variants = [v for v, _, _ in chosen]
+    variants = [v for kept in chosen for v, _ in kept]
     fresh = {s: time_model_for(CalibratedStageTimes(problem), with_saving(problem, s)) for s in models}
     _timed("row_costs(problem, row, time model)",
            [lambda v=v: row_costs(row_problem(problem, v), v, fresh[v.saving]) for v in variants], digest)
     _timed("rows_pass_rules", [lambda v=v: rows_pass_rules(problem, v) for v in variants], digest)
-    tables = [c for _, c, _ in chosen]
+    tables = [c for kept in chosen for _, c in kept]
     _timed("row_staircase, VPP 1", [lambda c=c: row_staircase(c, counts, usable) for c in tables if c.row.vpp == 1],
            digest)
     _timed("row_staircase, VPP > 1", [lambda c=c: row_staircase(c, counts, usable) for c in tables if c.row.vpp > 1],

@@ -95,8 +95,8 @@ def test_a2a_p2p_is_tried_where_its_all_to_all_stays_in_a_domain() -> None:
         assert {s for c, s in splits if c == "a2a+p2p"} == {(2, 4)}
     assert "a2a+p2p" not in {v.cp_comm for v in choice_variants(gqa, Row(1, 1, 1, 2, 8, 1, 1, "none"))}
     inside = Row(1, 1, 1, 8, 8, 1, 1, "none")
-    row, _, proved = settled(problem, inside, CalibratedStageTimes(problem))
-    assert proved and (row.cp_comm, row.cp_levels) == ("a2a+p2p", (4, 2))
+    (row, _), = settled(problem, inside, CalibratedStageTimes(problem))
+    assert (row.cp_comm, row.cp_levels) == ("a2a+p2p", (4, 2))
     own = load_problem_text(SMALL_MOE.replace("[megatron-core]}", "[megatron-core], options: "
                                               "{hierarchical_context_parallel_sizes: [2, 4]}}"))
     variant = next(v for v in choice_variants(own, Row(1, 1, 2, 8, 8, 1, 1, "none")) if v.cp_comm == "a2a+p2p")
@@ -168,8 +168,8 @@ def test_settled_row_runs_a2a_p2p_and_emits_it() -> None:
     """The TP 2 CP 8 row keeps a2a+p2p [2, 4] (the one split its heads allow), proved fastest, and its launch
     line carries the type and the sizes (Megatron's verdict on that line: tests/data/oracle_choice_cases.yaml)."""
     problem = load_problem_text(SMALL_MOE)
-    row, _, proved = settled(problem, Row(1, 1, 2, 8, 8, 1, 1, "none"), CalibratedStageTimes(problem))
-    assert proved and (row.cp_comm, row.cp_levels) == ("a2a+p2p", (2, 4))
+    (row, _), = settled(problem, Row(1, 1, 2, 8, 8, 1, 1, "none"), CalibratedStageTimes(problem))
+    assert (row.cp_comm, row.cp_levels) == ("a2a+p2p", (2, 4))
     args = dict(megatron_args(with_choices(problem, row), row.mapping(problem)).pairs())
     assert args["--cp-comm-type"] == "a2a+p2p" and args["--hierarchical-context-parallel-sizes"] == "2 4"
 
@@ -205,8 +205,8 @@ def test_hybridep_is_tried_only_where_it_differs() -> None:
     hgx = load_problem_text(MOE24.replace("gpus: 64", "gpus: 96").replace("global_batch: 256", "global_batch: 192"))
     flex = [v for v in choice_variants(hgx, Row(1, 1, 1, 1, 12, 1, 1, "none")) if v.dispatcher == "flex"]
     assert [(v.flex_backend, choice_rules_hold(hgx, v)) for v in flex] == [("", False), ("hybridep", True)]
-    row, _, proved = settled(hgx, Row(1, 1, 1, 1, 12, 1, 1, "none"), CalibratedStageTimes(hgx))
-    assert proved and (row.dispatcher, row.flex_backend) == ("flex", "hybridep")
+    (row, _), = settled(hgx, Row(1, 1, 1, 1, 12, 1, 1, "none"), CalibratedStageTimes(hgx))
+    assert (row.dispatcher, row.flex_backend) == ("flex", "hybridep")
     pinned = load_problem_text(NVL72.replace("[megatron-core]}", "[megatron-core], options: "
                                              "{moe_flex_dispatcher_backend: deepep}}"))
     assert {v.flex_backend for v in choice_variants(pinned, Row(1, 1, 1, 1, 24, 1, 1, "none"))} == {""}
@@ -240,7 +240,7 @@ def test_the_recorded_lines_are_what_parasol_emits() -> None:
         if case["id"] not in problems:
             continue
         problem, row = problems[case["id"]]
-        chosen, _, _ = settled(problem, row, CalibratedStageTimes(problem))
+        (chosen, _), = settled(problem, row, CalibratedStageTimes(problem))
         flags = " ".join(k if v is None else f"{k} {v}" for k, v in
                          megatron_args(with_choices(problem, chosen), chosen.mapping(problem)).pairs())
         assert case["args"].startswith(flags + " ")

@@ -189,9 +189,8 @@ def test_settled_choices_match_brute_force_over_every_variant(index: int) -> Non
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     usable = usable_mb(problem)
     reference = [(p.time_units, p.memory_units) for p in reference_front(problem, costs, counts, usable)]
-    chosen = [settled(problem, r, time_model) for r in enumerate_rows(problem)]
-    assert all(sure for _, _, sure in chosen)
-    rows, row_tables = tuple(r for r, _, _ in chosen), tuple(c for _, c, _ in chosen)
+    chosen = [vc for r in enumerate_rows(problem) for vc in settled(problem, r, time_model)]
+    rows, row_tables = tuple(r for r, _ in chosen), tuple(c for _, c in chosen)
     stairs = tuple(admissible(problem, r, row_staircase(c, counts, usable), judged_rules(problem, "row"),
                               judged_rules(problem, "cut")) for r, c in zip(rows, row_tables, strict=True))
     if not any(st.points for st in stairs):
@@ -327,8 +326,8 @@ def test_savings_match_brute_force(index: int) -> None:
     variants = tuple(v for r in rows for v in choice_variants(row_problem(problem, r), r))
     costs = tuple(row_costs(row_problem(problem, v), v, AdditiveTime(row_problem(problem, v))) for v in variants)
     reference = [(p.time_units, p.memory_units) for p in reference_front(problem, costs, counts, usable)]
-    chosen = [settled(row_problem(problem, r), r, AdditiveTime(row_problem(problem, r))) for r in rows]
-    kept, tables = tuple(r for r, _, _ in chosen), tuple(c for _, c, _ in chosen)
+    chosen = [vc for r in rows for vc in settled(row_problem(problem, r), r, AdditiveTime(row_problem(problem, r)))]
+    kept, tables = tuple(r for r, _ in chosen), tuple(c for _, c in chosen)
     stairs = tuple(admissible(row_problem(problem, r), r, row_staircase(c, counts, usable),
                               judged_rules(problem, "row"), judged_rules(problem, "cut"))
                    for r, c in zip(kept, tables, strict=True))

@@ -137,8 +137,9 @@ def cp_parts(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_
     GQA/MLA: p2p (ring attention): CP−1 steps, each passing the local K and V chunk (MLA: per-head keys
     and values after the up-projection); allgather: the K and V of the whole sequence gathered at once;
     a2a (DeepSpeed-Ulysses, arXiv 2309.14509 §3.1): Q, K and V all-to-all from sequence to head shards
-    before the attention and its output back (cp_a2a_bytes); a2a+p2p on GQA with its two `levels`:
-    hierarchical_cp_parts; MLA's a2a and a2a+p2p are priced as p2p. V4 hybrid: the compressed KV entries
+    before the attention and its output back (cp_a2a_bytes; MLA's per-head queries and keys are
+    qk_nope + qk_rope wide, its values and output v_head_dim, which TE's all-to-all attention takes as they
+    are, :4216-4217); a2a+p2p with its two `levels`: hierarchical_cp_parts. V4 hybrid: the compressed KV entries
     (and CSA index keys) are all-gathered and the sliding window's halo rows come from the previous rank,
     whatever the type, priced as a ring's part as before (no source yet says how that path overlaps)."""
     cp = cp_link.size
@@ -152,9 +153,9 @@ def cp_parts(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_
             width = att.num_heads / tp * (att.qk_nope_head_dim + att.qk_rope_head_dim + att.v_head_dim)
         if comm_type == "allgather":
             return NO_COMM, all_gather(cp * tokens * width * BF16_BYTES, cp_link)
-        if comm_type == "a2a" and isinstance(att, GQAAttention):
+        if comm_type == "a2a":
             return NO_COMM, all_to_all(cp_a2a_bytes(att, tokens, tp), cp_link)
-        if comm_type == "a2a+p2p" and isinstance(att, GQAAttention) and len(levels) == 2:
+        if comm_type == "a2a+p2p" and len(levels) == 2:
             return hierarchical_cp_parts(att, tokens, tp, width, levels[0], levels[1])
         return point_to_point(tokens * width * BF16_BYTES, cp_link).scaled(cp - 1), NO_COMM
     assert isinstance(att, DSV4Attention)
@@ -166,7 +167,7 @@ def cp_parts(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_
     return halo + all_gather(cp * tokens / ratio * width * BF16_BYTES, cp_link), NO_COMM
 
 
-def hierarchical_cp_parts(att: GQAAttention, tokens: float, tp: int, width: float, a2a_link: GroupLink,
+def hierarchical_cp_parts(att: GQAAttention | MLAAttention, tokens: float, tp: int, width: float, a2a_link: GroupLink,
                           p2p_link: GroupLink) -> tuple[CommTerm, CommTerm]:
     """The a2a+p2p CP exchange (Transformer Engine's AttnFuncWithCPAndKVP2P with cp_group = [a2a, p2p]):
     Q, K and V all-to-all inside the level-1 group of size A, from `tokens` of every head to A·tokens of
@@ -179,11 +180,14 @@ def hierarchical_cp_parts(att: GQAAttention, tokens: float, tp: int, width: floa
     return point_to_point(tokens * width * BF16_BYTES, p2p_link).scaled(p2p_link.size - 1), a2a
 
 
-def cp_a2a_bytes(att: GQAAttention, tokens: float, tp: int) -> float:
+def cp_a2a_bytes(att: GQAAttention | MLAAttention, tokens: float, tp: int) -> float:
     """Bytes a rank sends in the all-to-alls of one Ulysses attention forward: its `tokens` of Q (heads/TP),
     K and V (KV heads/TP each) and of the attention output (heads/TP), BF16 (arXiv 2309.14509 §3.1:
-    4·N·h/P per rank for multi-head attention, N tokens, hidden h, P ranks)."""
+    4·N·h/P per rank for multi-head attention, N tokens, hidden h, P ranks). MLA's queries and keys are
+    qk_nope + qk_rope wide per head, its values and output v_head_dim (one key and value per query head)."""
     heads = att.num_heads / tp
+    if isinstance(att, MLAAttention):
+        return tokens * heads * 2 * (att.head_dim + att.v_head_dim) * BF16_BYTES
     kv_heads = max(att.num_kv_heads / tp, 1)
     return tokens * (2 * heads + 2 * kv_heads) * att.head_dim * BF16_BYTES
 

@@ -13,7 +13,7 @@ from math import prod
 from parasol.constraints.core.base import Citation, Constraint, Facts, Family, remainder_slack
 from parasol.constraints.core.consts import model_consts
 from parasol.problems.megatron.stages import MegatronStage
-from parasol.problems.model.architecture import GQAAttention
+from parasol.problems.model.architecture import GQAAttention, MLAAttention
 
 ARGUMENTS = "Megatron-LM megatron/training/arguments.py"
 
@@ -78,23 +78,27 @@ class CPA2AP2PRequiresHierarchical(Constraint):
             model.AddBoolOr([enforce.Not()])
 
 
+TE_CP = ("TransformerEngine@d0067d0 transformer_engine/pytorch/attention/dot_product_attention/"
+         "context_parallel.py")
+
+
 class CPA2AHeadsDivisible(Constraint):
     """Ulysses CP (--cp-comm-type a2a) gives each CP rank whole attention heads: a TP rank's query heads and
-    KV heads both divide by CP (Transformer Engine asserts it in its a2a context-parallel attention at the
-    first forward; Megatron itself passes the type through unchecked, so launch-line verdicts leave it out)."""
+    KV heads both divide by CP (MLA: one key and value per query head; Transformer Engine asserts it in its
+    a2a context-parallel attention at the first forward; Megatron itself passes the type through unchecked,
+    so launch-line verdicts leave it out)."""
 
     reads_choices = True
     id = "cp-a2a-heads-divisible"
     family = Family.context
-    citation = Citation("TransformerEngine transformer_engine/pytorch/attention/dot_product_attention/"
-                        "context_parallel.py (AttnFuncWithCPAndQKVOA2A.forward: 'The number of attention heads "
-                        "needs to be divisible by CP size!')", MegatronStage.not_megatron)
+    citation = Citation(f"{TE_CP}:4246-4249 (AttnFuncWithCPAndQKVOA2A.forward: \"cp_comm_type='a2a' requires "
+                        "num_heads % cp_size == 0 for Q, K, V\")", MegatronStage.not_megatron)
     unit = "heads"
     summary = "cp_comm_type a2a -> (heads/TP) % CP == 0 and (query groups/TP) % CP == 0"
     exact = True
 
     def applies(self, problem) -> bool:  # noqa: ANN001 - Problem
-        return isinstance(problem.model.attention, GQAAttention)
+        return isinstance(problem.model.attention, GQAAttention | MLAAttention)
 
     def in_force(self, f: Facts) -> bool:
         """Only the all-to-all CP communication splits heads."""
@@ -117,10 +121,6 @@ class CPA2AHeadsDivisible(Constraint):
         split = v.product("tp", "cp")
         v.divides(split, v.consts["num_heads"], "a2a_heads", enforce)
         v.divides(split, v.consts["num_query_groups"], "a2a_groups", enforce)
-
-
-TE_CP = ("TransformerEngine@d0067d0 transformer_engine/pytorch/attention/dot_product_attention/"
-         "context_parallel.py")
 
 
 def _a2a_level(f: Facts) -> int | None:
@@ -181,7 +181,7 @@ class CPA2AP2PHeadsDivisible(Constraint):
     exact = True
 
     def applies(self, problem) -> bool:  # noqa: ANN001 - Problem
-        return isinstance(problem.model.attention, GQAAttention)
+        return isinstance(problem.model.attention, GQAAttention | MLAAttention)
 
     def in_force(self, f: Facts) -> bool:
         """Only a2a+p2p with its sizes splits heads over the level-1 group, and only with CP > 1."""

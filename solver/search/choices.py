@@ -13,7 +13,8 @@ MoE block and the CP type only through the CP exchange of an attention, equal in
 exchanges take no more seconds than every other variant's (and move no more network bytes when those are
 an objective) is no slower on every table, and only it is priced. Otherwise every variant is priced
 but those whose exchanges are within an earlier variant's (no faster anywhere than it); where none is
-fastest on every table the row keeps the fastest in sum and says so (not proved).
+fastest on every table (DeepSeek-V3's PP 1 rows under FSDP: the allgather dispatcher prices its dense
+blocks faster, flex its MoE blocks) the row is cut once per variant no other is no slower than.
 """
 
 from __future__ import annotations
@@ -111,10 +112,13 @@ def least_exchanges(problem: Problem, variants: tuple[Row, ...],
                  if not any(within(earlier, mine) for earlier in keys[:i]))
 
 
-def settled(problem: Problem, row: Row, time_model: StageTimeModel, compare: bool = True) -> tuple[Row, RowCosts, bool]:
-    """(the row with its options chosen, its cost tables, whether the choice is proved best for every cut);
-    a model that prices exchanges as constraints/physics/pricing.py does (it has `exchange_seconds`) lets
-    the exchanges settle it when `compare`, else every variant is priced."""
+def settled(problem: Problem, row: Row, time_model: StageTimeModel,
+            compare: bool = True) -> tuple[tuple[Row, RowCosts], ...]:
+    """The row's option variants worth cutting, each with its cost tables: the first variant no slower than
+    every other, alone, where there is one; else every variant no other is no slower than (the first of
+    equals), so the front over the kept variants is the front over all of them. A model that prices
+    exchanges as constraints/physics/pricing.py does (it has `exchange_seconds`) lets the exchanges settle
+    the row when `compare`, else every variant is priced."""
     variants = choice_variants(problem, row)
     if len(variants) > 1:
         variants = tuple(v for v in variants if choice_rules_hold(problem, v)) or variants[:1]
@@ -124,6 +128,11 @@ def settled(problem: Problem, row: Row, time_model: StageTimeModel, compare: boo
     priced = [(v, row_costs(problem, v, time_model)) for v in variants]
     for v, c in priced:
         if all(no_slower(c, other) for _, other in priced):
-            return v, c, True
-    v, c = min(priced, key=lambda vc: sum(vc[1].kind_time_us) + sum(vc[1].edge_time_us) + vc[1].constant_time_us)
-    return v, c, False
+            return ((v, c),)
+
+    def beaten(i: int) -> bool:
+        mine = priced[i][1]
+        return any(no_slower(other, mine) and (j < i or not no_slower(mine, other))
+                   for j, (_, other) in enumerate(priced) if j != i)
+
+    return tuple(vc for i, vc in enumerate(priced) if not beaten(i))

@@ -95,14 +95,13 @@ class Peer(Protocol):
 
 class Found(NamedTuple):
     """What one RowSearch found, for another to take in (RowSearch.absorb): its cut rows with their cost tables
-    (their memo dropped: it belongs to the search's own process), staircases and whether their options were
-    proved, the rule verdicts it asked (by row), the rows that fit and that were refused, the floors of the rows
-    it left waiting, and how many of its rows it screened."""
+    (their memo dropped: it belongs to the search's own process) and staircases, the rule verdicts it asked
+    (by row), the rows that fit and that were refused, the floors of the rows it left waiting, and how many
+    of its rows it screened."""
 
     rows: list[Row]
     costs: list[RowCosts]
     staircases: list[Staircase]
-    options_proved: list[bool]
     passes: dict[int, bool]
     fitting: int
     refused: int
@@ -141,7 +140,6 @@ class RowSearch:
         self.rows: list[Row] = []
         self.costs: list[RowCosts] = []
         self.staircases: list[Staircase] = []
-        self._options_proved: list[bool] = []
         self.fitting = 0
         self._waiting: list[tuple[int, int, int, _Screened | _Candidates]] = []
         """Heap of (time floor, memory floor, order queued, row): flat, so the heap compares whole numbers."""
@@ -320,7 +318,7 @@ class RowSearch:
 
     def found(self, screened: int) -> Found:
         """What this search found, `screened` of its rows screened (absorb's argument)."""
-        return Found(self.rows, [replaced(c, memo=None) for c in self.costs], self.staircases, self._options_proved,
+        return Found(self.rows, [replaced(c, memo=None) for c in self.costs], self.staircases,
                      {i: passes for i, passes in self._passes.items() if i < FOREIGN}, self.fitting, self.refused,
                      self.waiting_floors(), screened)
 
@@ -331,7 +329,6 @@ class RowSearch:
         self.rows.extend(other.rows)
         self.costs.extend(other.costs)
         self.staircases.extend(other.staircases)
-        self._options_proved.extend(other.options_proved)
         self._passes.update((offset + i, passes) for i, passes in other.passes.items())
         self.fitting += other.fitting
         self.refused += other.refused
@@ -346,7 +343,6 @@ class RowSearch:
         self.rows = [self.rows[i] for i in order]
         self.costs = [self.costs[i] for i in order]
         self.staircases = [self.staircases[i] for i in order]
-        self._options_proved = [self._options_proved[i] for i in order]
         self._passes = {new: self._passes[old] for new, old in enumerate(order) if old in self._passes}
         self._steps = TopStaircase(self.top, self.feasible_row)
         self._foreign.clear()
@@ -417,17 +413,16 @@ class RowSearch:
         self._queued += 1
 
     def _cut(self, row: Row, deadline: float) -> None:
-        """Settle the row's options, then its staircase re-priced as printed and judged by the row rules (the
-        cut search stops at `deadline`, unproved)."""
-        chosen, c, sure = settled(row_problem(self.problem, row), row, self.model_of(row))
-        stairs = self._staircase(chosen, c, deadline)
-        i = len(self.rows)
-        self.rows.append(chosen)
-        self.costs.append(c)
-        self._options_proved.append(sure)
-        self.staircases.append(stairs if sure else Staircase(stairs.points, False))
-        self._steps.add(i, step_values(stairs))
-        self._share(i)
+        """Settle the row's options, then cut each variant kept (choices.settled: one, unless none is no slower
+        than every other): its staircase re-priced as printed and judged by the row rules (the cut search stops
+        at `deadline`, unproved)."""
+        for chosen, c in settled(row_problem(self.problem, row), row, self.model_of(row)):
+            i = len(self.rows)
+            self.rows.append(chosen)
+            self.costs.append(c)
+            self.staircases.append(self._staircase(chosen, c, deadline))
+            self._steps.add(i, step_values(self.staircases[i]))
+            self._share(i)
 
     def _staircase(self, chosen: Row, c: RowCosts, deadline: float) -> Staircase:
         """The staircase of a settled row, re-priced as printed and judged by the row rules (the cut search
@@ -439,11 +434,11 @@ class RowSearch:
 
     def recut_unproved(self, deadline: float) -> None:
         """Search again, with all the time left to `deadline`, the cuts of rows whose cut search stopped at its
-        share of the limit (their options proved): the rows cut later may have left the time, so a complete
+        share of the limit: the rows cut later may have left the time, so a complete
         search is proved at a load that would otherwise leave it `feasible`. The steps found before stay
         as dominators (each is a cut of the row)."""
         for i, stairs in enumerate(self.staircases):
-            if stairs.proved or not self._options_proved[i] or time.perf_counter() > deadline:
+            if stairs.proved or time.perf_counter() > deadline:
                 continue
             again = self._staircase(self.rows[i], self.costs[i], deadline)
             self.staircases[i] = again

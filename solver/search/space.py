@@ -21,7 +21,7 @@ from parasol.hardware.topology import Level
 from parasol.problems.derived import Derived, derive_kept
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, Mapping, RankOrder, Recompute
-from parasol.problems.model.architecture import GQAAttention
+from parasol.problems.model.architecture import GQAAttention, MLAAttention
 
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -181,13 +181,14 @@ def dispatcher_choices(problem: Problem) -> tuple[str, ...]:
 
 def cp_comm_choices(problem: Problem) -> tuple[str, ...]:
     """CP communication types a row with CP > 1 takes: `search.cp_comm_type`, else the one the problem's
-    options set, else p2p, a2a and allgather for standard (GQA/MHA) attention; MLA and DeepSeek-V4
-    attention keep the options' type (their CP exchange is priced for it only)."""
+    options set, else every type (CP_COMM_TYPES) for standard (GQA/MHA) and multi-latent attention;
+    DeepSeek-V4's hybrid attention keeps the options' type (its compressed-KV exchange is the same under
+    every type, constraints/physics/exchanges.py cp_parts)."""
     listed = _listed(problem.spec.search.cp_comm_type)
     if listed is not None:
         return listed
     pinned = _explicit(problem, "cp_comm_type")
-    if pinned is not None or not isinstance(problem.model.attention, GQAAttention):
+    if pinned is not None or not isinstance(problem.model.attention, GQAAttention | MLAAttention):
         return (problem.spec.framework.options.cp_comm_type,)
     return CP_COMM_TYPES
 
