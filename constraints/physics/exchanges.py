@@ -33,6 +33,7 @@ from parasol.problems.model.architecture import (
     Mixer,
     MLAAttention,
     ModelArchitecture,
+    compression_window,
 )
 
 
@@ -139,9 +140,15 @@ def cp_parts(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_
     a2a (DeepSpeed-Ulysses, arXiv 2309.14509 §3.1): Q, K and V all-to-all from sequence to head shards
     before the attention and its output back (cp_a2a_bytes; MLA's per-head queries and keys are
     qk_nope + qk_rope wide, its values and output v_head_dim, which TE's all-to-all attention takes as they
-    are, :4216-4217); a2a+p2p with its two `levels`: hierarchical_cp_parts. V4 hybrid: the compressed KV entries
-    (and CSA index keys) are all-gathered and the sliding window's halo rows come from the previous rank,
-    whatever the type, priced as a ring's part as before (no source yet says how that path overlaps)."""
+    are, :4216-4217); a2a+p2p with its two `levels`: hierarchical_cp_parts.
+
+    DeepSeek-V4 hybrid attention, whatever the type (Megatron-LM dev@d48bd6be, its THD CP path): every
+    block first receives from the previous CP rank the D_window = max(window, d_comp) hidden rows (BF16,
+    hidden_size wide) left of its own and waits for them (cp_utils.py:124-202, exchange_cp_boundary_hidden; blocking); a CSA block
+    (ratio 4) launches the all-gathers of its compressed index keys and KV asynchronously and waits only
+    after its indexer projections and top-k (csa.py:2643-2751): priced as a ring's part (what hides behind
+    the attention's compute, pricing.py); an
+    HCA block gathers its compressed KV synchronously (csa.py:2752-2755): blocking."""
     cp = cp_link.size
     if cp <= 1:
         return NO_COMM, NO_COMM
@@ -160,11 +167,13 @@ def cp_parts(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_
         return point_to_point(tokens * width * BF16_BYTES, cp_link).scaled(cp - 1), NO_COMM
     assert isinstance(att, DSV4Attention)
     ratio = block.compress_ratio or 0
-    halo = point_to_point(att.sliding_window * att.head_dim * BF16_BYTES, cp_link)
+    rows = max(att.sliding_window, compression_window(ratio))
+    halo = point_to_point(rows * model.hidden_size * BF16_BYTES, cp_link)
     if not ratio:
-        return halo, NO_COMM
-    width = att.head_dim + (att.index_head_dim if ratio == CSA_RATIO else 0)
-    return halo + all_gather(cp * tokens / ratio * width * BF16_BYTES, cp_link), NO_COMM
+        return NO_COMM, halo
+    if ratio == CSA_RATIO:
+        return all_gather(cp * tokens / ratio * (att.head_dim + att.index_head_dim) * BF16_BYTES, cp_link), halo
+    return NO_COMM, halo + all_gather(cp * tokens / ratio * att.head_dim * BF16_BYTES, cp_link)
 
 
 def hierarchical_cp_parts(att: GQAAttention | MLAAttention, tokens: float, tp: int, width: float, a2a_link: GroupLink,
