@@ -21,6 +21,7 @@ from inline_problems import SMALL_MOE
 from parasol.constraints.physics.comm import cp_level_links, deduplicated_dispatch, group_link
 from parasol.constraints.physics.exchanges import cp_comm, cp_parts, dispatch_link, grid_links
 from parasol.constraints.physics.step_time import CalibratedStageTimes, step_time
+from parasol.constraints.rules.moe import domain_shares
 from parasol.hardware.calibration import StepCoefficients
 from parasol.hardware.topology import Level
 from parasol.problems.derived import derive
@@ -35,6 +36,8 @@ from parasol.solver.search.space import Row, choice_variants, cp_level_choices, 
 CASES = yaml.safe_load((Path(__file__).resolve().parent / "data" / "oracle_choice_cases.yaml").read_text())
 MOE24 = SMALL_MOE.replace("num_experts: 16", "num_experts: 24")
 NVL72 = MOE24.replace("h100-hgx", "gb200-nvl72").replace("gpus: 64", "gpus: 144")
+MOE192 = (SMALL_MOE.replace("num_experts: 16", "num_experts: 192").replace("gpus: 64", "gpus: 192")
+          .replace("global_batch: 256", "global_batch: 192"))
 GQA = SMALL_MOE.replace("num_heads: 16, num_kv_heads: 4", "num_heads: 32, num_kv_heads: 8")
 US = 1e-6
 
@@ -196,16 +199,23 @@ def test_deepep_reaches_eight_nvlink_peers_hybrid_ep_the_domain() -> None:
 
 def test_hybridep_is_tried_only_where_it_differs() -> None:
     """NVL72 EP 24 (DeepEP's reach is smaller than the group's domain share): flex runs deepep and hybridep; EP 8
-    (within DeepEP's reach) one flex row; on H100 EP 12 DeepEP cannot take the group (not a multiple of 8), so
-    hybridep is the flex row that holds; a problem that sets the backend keeps it."""
+    (within DeepEP's reach) one flex row. On H100 EP 12 neither backend takes the group (DeepEP: not a multiple
+    of 8; Hybrid-EP: its groups split 8 + 4 over two nodes), so the row runs without flex; EP 192 is over
+    DeepEP's 160 ranks and 24 whole nodes for Hybrid-EP, the flex row that holds. A problem that sets the
+    backend keeps it."""
     nvl72 = load_problem_text(NVL72)
     backends = {v.flex_backend for v in choice_variants(nvl72, Row(1, 1, 1, 1, 24, 1, 1, "none")) if v.dispatcher == "flex"}
     assert backends == {"", "hybridep"}
     assert len(choice_variants(nvl72, Row(1, 1, 1, 1, 8, 1, 1, "none"))) == 3
     hgx = load_problem_text(MOE24.replace("gpus: 64", "gpus: 96").replace("global_batch: 256", "global_batch: 192"))
     flex = [v for v in choice_variants(hgx, Row(1, 1, 1, 1, 12, 1, 1, "none")) if v.dispatcher == "flex"]
-    assert [(v.flex_backend, choice_rules_hold(hgx, v)) for v in flex] == [("", False), ("hybridep", True)]
+    assert [(v.flex_backend, choice_rules_hold(hgx, v)) for v in flex] == [("", False), ("hybridep", False)]
     (row, _), = settled(hgx, Row(1, 1, 1, 1, 12, 1, 1, "none"), CalibratedStageTimes(hgx))
+    assert row.dispatcher != "flex"
+    wide = load_problem_text(MOE192)
+    flex = [v for v in choice_variants(wide, Row(1, 1, 1, 1, 192, 1, 1, "none")) if v.dispatcher == "flex"]
+    assert [(v.flex_backend, choice_rules_hold(wide, v)) for v in flex] == [("", False), ("hybridep", True)]
+    (row, _), = settled(wide, Row(1, 1, 1, 1, 192, 1, 1, "none"), CalibratedStageTimes(wide))
     assert (row.dispatcher, row.flex_backend) == ("flex", "hybridep")
     pinned = load_problem_text(NVL72.replace("[megatron-core]}", "[megatron-core], options: "
                                              "{moe_flex_dispatcher_backend: deepep}}"))
@@ -221,6 +231,23 @@ def test_deepep_group_size_rule() -> None:
         assert ("deepep-group-size" not in [v["rule"] for v in broken]) is ok
 
 
+def test_hybridep_domain_layout() -> None:
+    """Hybrid-EP (DeepEP hybrid-ep@94a9f8f hybrid_ep_buffer.py:74-83) derives each rank's node layout from the
+    group ranks it reaches over NVLink: ETP×EP groups are aligned blocks of consecutive ranks, so EP 12 on 8-GPU
+    nodes splits 8 + 4 and 4 + 8; on 72-GPU NVL72 domains EP 64 splits 64, 8 + 56, ..., 56 + 8 (refused) and
+    EP 48 splits 48 or 24 + 24 (taken), and a 4,608-GPU EP 4,608 group spans 64 domains (over 33)."""
+    assert domain_shares(96, 12, 8) == {(8, 4), (4, 8)}
+    assert (8, 56) in domain_shares(576, 64, 72) and domain_shares(576, 48, 72) == {(48,), (24, 24)}
+    assert max(len(p) for p in domain_shares(4608, 4608, 72)) == 64
+    nvl72 = load_problem_text(SMALL_MOE.replace("num_experts: 16", "num_experts: 192")
+                              .replace("h100-hgx", "gb200-nvl72").replace("gpus: 64", "gpus: 576")
+                              .replace("[megatron-core]}", "[megatron-core], options: {moe_token_dispatcher_type: "
+                                       "flex, moe_flex_dispatcher_backend: hybridep}}"))
+    for ep, ok in ((64, False), (48, True), (24, True), (96, False)):
+        broken = explain(nvl72, Mapping(gpus=576, gbs=256, seq_len=4096, ep=ep), repairs=0).as_dict()["violations"]
+        assert ("hybridep-even-domains" not in [v["rule"] for v in broken]) is ok, ep
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_parasol_agrees_with_megatron_on_the_choice_lines(case: dict) -> None:
     """Megatron accepts the emitted a2a+p2p and hybridep lines and rejects a2a+p2p without sizes or with sizes
@@ -234,8 +261,7 @@ def test_parasol_agrees_with_megatron_on_the_choice_lines(case: dict) -> None:
 def test_the_recorded_lines_are_what_parasol_emits() -> None:
     """The parallel flags of the two *-emitted lines are `--emit megatron`'s for the settled rows."""
     problems = {"a2a-p2p-emitted": (load_problem_text(SMALL_MOE), Row(1, 1, 2, 8, 8, 1, 1, "none")),
-                "hybridep-emitted": (load_problem_text(MOE24.replace("gpus: 64", "gpus: 96").replace(
-                    "global_batch: 256", "global_batch: 192")), Row(1, 1, 1, 1, 12, 1, 1, "none"))}
+                "hybridep-emitted": (load_problem_text(MOE192), Row(1, 1, 1, 1, 192, 1, 1, "none"))}
     for case in CASES:
         if case["id"] not in problems:
             continue

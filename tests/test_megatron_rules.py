@@ -96,6 +96,7 @@ class Row:
 
 
 MOE = {"experts": 64}
+HYBRIDEP = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep"}
 TOP1 = MOE | {"model": {"moe": {"num_experts": 64, "top_k": 1, "expert_intermediate_size": 4096}}}
 SP = {"sequence_parallel": True}
 LAYOUT4 = "Et*8|t*8|t*8|t*8L"
@@ -234,6 +235,18 @@ ROWS = [
         problem={"experts": 96, "gpus": 96}),
     Row(moe.DeepEPNCCLEPNeedEtpEpGt1, HOLDS, {}, {"moe_token_dispatcher_type": "flex",
                                                  "moe_flex_dispatcher_backend": "hybridep"}, problem=MOE),
+    Row(moe.HybridEPEvenDomains, HOLDS, {"ep": 16}, HYBRIDEP, problem=MOE),
+    Row(moe.HybridEPEvenDomains, BROKEN, {"ep": 12}, HYBRIDEP, problem={"experts": 96, "gpus": 96}),
+    Row(moe.HybridEPEvenDomains, HOLDS, {"ep": 12}, {"moe_token_dispatcher_type": "flex"},
+        problem={"experts": 96, "gpus": 96}),
+    Row(moe.HybridEPEvenDomains, HOLDS, {"ep": 4, "etp": 2}, HYBRIDEP, problem=MOE),
+    Row(moe.HybridEPExpertsPerDomain, HOLDS, {"ep": 8}, HYBRIDEP, problem=MOE),
+    Row(moe.HybridEPExpertsPerDomain, BROKEN, {"ep": 2}, HYBRIDEP, problem={"experts": 2}),
+    Row(moe.HybridEPExpertsPerDomain, HOLDS, {"ep": 2}, HYBRIDEP, problem={"experts": 4}),
+    Row(moe.HybridEPDomainCount, HOLDS, {"ep": 256}, HYBRIDEP, problem={"experts": 256, "gpus": 256}),
+    Row(moe.HybridEPDomainCount, BROKEN, {"ep": 512}, HYBRIDEP, problem={"experts": 512, "gpus": 512}),
+    Row(moe.HybridEPDomainCount, HOLDS, {"ep": 512}, {"moe_token_dispatcher_type": "flex"},
+        problem={"experts": 512, "gpus": 512}),
     Row(moe.DeepEPFlagRequiresFlex, HOLDS, {}, {"moe_enable_deepep": True, "moe_token_dispatcher_type": "flex"},
         problem=MOE),
     Row(moe.DeepEPFlagRequiresFlex, BROKEN, {}, {"moe_enable_deepep": True, "moe_token_dispatcher_type": "alltoall"},

@@ -144,11 +144,11 @@ def cp_parts(model: ModelArchitecture, block: Block, tokens: float, tp: int, cp_
 
     DeepSeek-V4 hybrid attention, whatever the type (Megatron-LM dev@d48bd6be, its THD CP path): every
     block first receives from the previous CP rank the D_window = max(window, d_comp) hidden rows (BF16,
-    hidden_size wide) left of its own and waits for them (cp_utils.py:124-202, exchange_cp_boundary_hidden; blocking); a CSA block
-    (ratio 4) launches the all-gathers of its compressed index keys and KV asynchronously and waits only
-    after its indexer projections and top-k (csa.py:2643-2751): priced as a ring's part (what hides behind
-    the attention's compute, pricing.py); an
-    HCA block gathers its compressed KV synchronously (csa.py:2752-2755): blocking."""
+    hidden_size wide) left of its own and waits for them (cp_utils.py:124-202, exchange_cp_boundary_hidden):
+    blocking. A CSA block (ratio 4) launches the all-gathers of its compressed index keys and KV
+    asynchronously and waits only after its indexer projections and top-k (csa.py:2643-2751): priced as a
+    ring's part (what hides behind the attention's compute, pricing.py). An HCA block gathers its
+    compressed KV synchronously (csa.py:2752-2755): blocking."""
     cp = cp_link.size
     if cp <= 1:
         return NO_COMM, NO_COMM

@@ -8,6 +8,10 @@ Sources: reference/megatron-rules.yaml (Megatron-LM main@d98e8a64) and megatron-
 
 from __future__ import annotations
 
+import math
+from abc import abstractmethod
+from fractions import Fraction
+
 from parasol.constraints.core.base import Citation, Constraint, Facts, Family, remainder_slack
 from parasol.constraints.core.consts import model_consts
 from parasol.constraints.physics.comm import DEEPEP_NVL_PEERS
@@ -218,7 +222,8 @@ class DeepEPGroupSize(Constraint):
     def message(self, f: Facts) -> str:
         return (f"DeepEP takes an ETP×EP group of fewer than {DEEPEP_NVL_PEERS} ranks or a multiple of "
                 f"{DEEPEP_NVL_PEERS}, at most {DEEPEP_NVL_PEERS * DEEPEP_RDMA_PEERS} (ETP·EP = "
-                f"{f.mapping.expert_tp}·{f.mapping.ep}); the hybridep backend takes any group")
+                f"{f.mapping.expert_tp}·{f.mapping.ep}); the hybridep backend takes groups that share NVLink "
+                "domains evenly (hybridep-even-domains)")
 
     def post(self, model, v, enforce) -> None:
         if not uses_backend(v.options, "deepep"):
@@ -229,6 +234,132 @@ class DeepEPGroupSize(Constraint):
         model.Add(ranks <= DEEPEP_NVL_PEERS - 1).OnlyEnforceIf([enforce, small])
         quotient = model.NewIntVar(0, DEEPEP_RDMA_PEERS, "deepep_rdma_ranks")
         model.Add(ranks == DEEPEP_NVL_PEERS * quotient).OnlyEnforceIf([enforce, small.Not()])
+
+
+HYBRID_EP = "DeepEP hybrid-ep@94a9f8f"
+HYBRIDEP_MOST_DOMAINS = 33
+"""NVLink domains one Hybrid-EP group may span: its inter-node warp (32 lanes) loads the other domains' memory
+registrations at once, INTER_NODE_GROUP::size() >= NUM_OF_NODES - 1 (hybrid_ep_backend.cuh:1046, 2758)."""
+
+
+def domain_shares(gpus: int, group: int, domain: int) -> frozenset[tuple[int, ...]]:
+    """How many members each NVLink domain holds of each group of `group` consecutive ranks, in domain order, one
+    tuple per distinct pattern: the ETP×EP groups are such aligned blocks, ETP and EP being the expert grid's
+    innermost dimensions in every rank order (problems/rank_groups.py), and domains are aligned blocks of
+    `domain` ranks, so the patterns repeat every lcm(group, domain) ranks (a group larger than `gpus`, which
+    the expert grid's own rule refuses, is read as its first block)."""
+    shares = set()
+    for base in range(0, max(min(gpus, math.lcm(group, domain)) - group + 1, 1), group):
+        pieces, start = [], base
+        while start < base + group:
+            stop = min(base + group, (start // domain + 1) * domain)
+            pieces.append(stop - start)
+            start = stop
+        shares.add(tuple(pieces))
+    return frozenset(shares)
+
+
+class _HybridEPLayout(Constraint):
+    """Base of Hybrid-EP's rules on how an ETP×EP group (the flex dispatcher's group, token_dispatcher.py:1845-1847)
+    lies on NVLink domains: each member counts the members it reaches over NVLink as its domain's ranks
+    (hybrid_ep_buffer.py:62, allocator.cu detect_accessible_ranks: same fabric or host) and builds its
+    buffer and kernels from that count. In force only under the flex dispatcher's hybridep backend."""
+
+    reads_choices = True
+    family = Family.moe
+    exact = True
+
+    def applies(self, problem) -> bool:
+        return problem.model.moe is not None
+
+    def in_force(self, f: Facts) -> bool:
+        """Only the hybridep backend of the flex dispatcher builds Hybrid-EP's buffer."""
+        return uses_backend(f.options, "hybridep")
+
+    @abstractmethod
+    def layout_slack(self, shares: frozenset[tuple[int, ...]], experts_per_rank: Fraction) -> float:
+        """The rule's slack over the groups' domain shares (domain_shares) and the experts each rank holds."""
+
+    def _shares(self, f: Facts) -> frozenset[tuple[int, ...]]:
+        m = f.mapping
+        return domain_shares(m.gpus, m.expert_tp * m.ep, f.problem.hardware.topology.gpus_per_nvlink_domain)
+
+    def slack(self, f: Facts) -> float:
+        if not self.in_force(f):
+            return 0.0
+        return self.layout_slack(self._shares(f), Fraction(f.model.moe.num_experts, f.mapping.ep))
+
+    def post(self, model, v, enforce) -> None:
+        if not uses_backend(v.options, "hybridep"):
+            return
+        domain, experts = v.consts["gpus_per_nvlink_domain"], v.consts["num_experts"]
+        allowed = [(etp, ep) for etp in v.domain_values("etp") for ep in v.domain_values("ep")
+                   if self.layout_slack(domain_shares(v.gpus, etp * ep, domain), Fraction(experts, ep)) >= 0]
+        if allowed:
+            model.AddAllowedAssignments([v.etp, v.ep], allowed).OnlyEnforceIf(enforce)
+        else:
+            model.AddBoolOr([enforce.Not()])
+
+
+class HybridEPEvenDomains(_HybridEPLayout):
+    """Every NVLink domain an ETP×EP group touches holds the same number of its members: Hybrid-EP asserts that the
+    group size divides the count each member reaches, and takes rank mod / div that count as the member's local
+    rank and domain, which only agree across the group when the count is the same in every domain."""
+
+    id = "hybridep-even-domains"
+    citation = Citation(f"{HYBRID_EP} deep_ep/hybrid_ep_buffer.py:74-83 (asserts 'The number of ranks ... should be "
+                        "divisible by the number of ranks per node'; local_rank, node_rank, num_of_nodes)",
+                        MegatronStage.not_megatron)
+    unit = "ranks"
+    summary = "flex with hybridep -> every NVLink domain an ETP×EP group touches holds as many of its ranks"
+
+    def layout_slack(self, shares: frozenset[tuple[int, ...]], experts_per_rank: Fraction) -> float:
+        return -float(max(max(p) - min(p) for p in shares))
+
+    def message(self, f: Facts) -> str:
+        m, domain = f.mapping, f.problem.hardware.topology.gpus_per_nvlink_domain
+        splits = ", ".join("+".join(map(str, p)) for p in sorted(self._shares(f)))
+        return (f"Hybrid-EP needs every NVLink domain of an ETP×EP group to hold as many of its ranks: groups of "
+                f"{m.expert_tp}·{m.ep} ranks on domains of {domain} GPUs split {splits}; ETP·EP dividing the domain "
+                "or a multiple of it splits evenly")
+
+
+class HybridEPExpertsPerDomain(_HybridEPLayout):
+    """Hybrid-EP's dispatch and combine kernels move each token's routing probabilities for the experts of one
+    domain by TMA in 16-byte units: experts per rank × the group's ranks per domain is a multiple of 4."""
+
+    id = "hybridep-experts-per-domain"
+    citation = Citation(f"{HYBRID_EP} csrc/hybrid_ep/backend/hybrid_ep_backend.cuh:4325, 4571 (static_assert "
+                        "'expert per node must be multiple of 4')", MegatronStage.not_megatron)
+    unit = "experts"
+    summary = "flex with hybridep -> (experts / EP) · ETP×EP ranks per NVLink domain ≡ 0 (mod 4)"
+
+    def layout_slack(self, shares: frozenset[tuple[int, ...]], experts_per_rank: Fraction) -> float:
+        return min(remainder_slack(experts_per_rank * piece, 4) for p in shares for piece in p)
+
+    def message(self, f: Facts) -> str:
+        pieces = sorted({piece for p in self._shares(f) for piece in p})
+        return (f"Hybrid-EP needs a multiple of 4 experts per NVLink domain of its group: "
+                f"{f.model.moe.num_experts}/{f.mapping.ep} experts per rank × {pieces} ranks per domain")
+
+
+class HybridEPDomainCount(_HybridEPLayout):
+    """One Hybrid-EP group spans at most HYBRIDEP_MOST_DOMAINS NVLink domains."""
+
+    id = "hybridep-domain-count"
+    citation = Citation(f"{HYBRID_EP} csrc/hybrid_ep/backend/hybrid_ep_backend.cuh:1046, 2758 (static_assert "
+                        "INTER_NODE_GROUP::size() >= NUM_OF_NODES - 1, one warp)", MegatronStage.not_megatron)
+    unit = "domains"
+    summary = f"flex with hybridep -> an ETP×EP group spans at most {HYBRIDEP_MOST_DOMAINS} NVLink domains"
+    exact = False
+
+    def layout_slack(self, shares: frozenset[tuple[int, ...]], experts_per_rank: Fraction) -> float:
+        return float(HYBRIDEP_MOST_DOMAINS - max(len(p) for p in shares))
+
+    def message(self, f: Facts) -> str:
+        domains = max(len(p) for p in self._shares(f))
+        return (f"a Hybrid-EP group spans at most {HYBRIDEP_MOST_DOMAINS} NVLink domains: ETP·EP = "
+                f"{f.mapping.expert_tp}·{f.mapping.ep} spans {domains}")
 
 
 class DeepEPFlagRequiresFlex(MoERule):

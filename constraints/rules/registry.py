@@ -58,6 +58,9 @@ from parasol.constraints.rules.moe import (
     EPRequiresExperts,
     ExpertsDivisibleByEP,
     GroupLimitedRouting,
+    HybridEPDomainCount,
+    HybridEPEvenDomains,
+    HybridEPExpertsPerDomain,
     MoEBiasRequiresETP1,
     MoETPRequiresSP,
     NCCLEPNoDropPad,
@@ -132,7 +135,8 @@ STAGE_B_MODEL_BUILD = (
     QueryGroupsDivideHeads, TPShardedLinearDims, DeepEPNCCLEPNeedEtpEpGt1, NCCLEPNoDropPad,
 )
 STAGE_R_RUNTIME = (SPActivationSeqDivisibleByTP, MoETPRequiresSP, VppMicrobatchGroupRange, VppFinalGroupRemainder,
-                   CPA2AHeadsDivisible, CPA2AP2PTwoLevels, CPA2AP2PHeadsDivisible, DeepEPGroupSize)
+                   CPA2AHeadsDivisible, CPA2AP2PTwoLevels, CPA2AP2PHeadsDivisible, DeepEPGroupSize,
+                   HybridEPEvenDomains, HybridEPExpertsPerDomain, HybridEPDomainCount)
 PARASOL_RULES = (LayoutCoversBlocks, VirtualStagesWithinBlocks, MemoryFitsHBM)
 
 

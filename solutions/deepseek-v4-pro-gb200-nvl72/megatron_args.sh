@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# parasol: Megatron-LM launch flags for deepseek-v4-pro-gb200-nvl72, mapping 1 of 20 (Pareto rank 1)
+# parasol: Megatron-LM launch flags for deepseek-v4-pro-gb200-nvl72, mapping 1 of 17 (Pareto rank 1)
 #   TP1 PP16 CP4 EP24 ETP1 VPP1 MBS1 GBS4608 seq 8192, recompute selective; 1,152 GPUs = 288 nodes x 4 GPUs.
 # Run it on every host of the host order (hosts.txt) with NODE_RANK = the host's line (0-based) and
 # MASTER_ADDR = the first host: global rank = NODE_RANK * GPUs per node + local rank, the order in
