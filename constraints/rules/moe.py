@@ -338,7 +338,7 @@ class HybridEPExpertsPerDomain(_HybridEPLayout):
         return min(remainder_slack(experts_per_rank * piece, 4) for p in shares for piece in p)
 
     def message(self, f: Facts) -> str:
-        pieces = sorted({piece for p in self._shares(f) for piece in p})
+        pieces = " or ".join(str(piece) for piece in sorted({piece for p in self._shares(f) for piece in p}))
         return (f"Hybrid-EP needs a multiple of 4 experts per NVLink domain of its group: "
                 f"{f.model.moe.num_experts}/{f.mapping.ep} experts per rank × {pieces} ranks per domain")
 
