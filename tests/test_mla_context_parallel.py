@@ -14,7 +14,7 @@ import pytest
 from parasol.constraints.physics.comm import cp_level_links, group_link
 from parasol.constraints.physics.exchanges import cp_a2a_bytes, cp_comm
 from parasol.constraints.physics.step_time import CalibratedStageTimes
-from parasol.problems.loader import load_problem, load_problem_text
+from parasol.problems.loader import Problem, load_problem, load_problem_text
 from parasol.problems.mapping import Mapping
 from parasol.problems.model.architecture import MLAAttention
 from parasol.solver.diagnose.explain import explain
@@ -32,11 +32,11 @@ US = 1e-6
 
 
 @pytest.fixture(scope="module")
-def v3():  # noqa: ANN201 - Problem
+def v3() -> Problem:
     return load_problem_text(V3)
 
 
-def test_mla_all_to_all_bytes_by_hand(v3) -> None:  # noqa: ANN001
+def test_mla_all_to_all_bytes_by_hand(v3: Problem) -> None:
     """1,024 tokens a rank, TP 2: 64 heads of Q (192), K (192), V (128) and O (128) channels, BF16:
     1024 · 64 · (192 + 192 + 128 + 128) · 2 B = 83,886,080 B (GQA's 4·N·h/P when the widths are equal)."""
     att = v3.model.attention
@@ -44,7 +44,7 @@ def test_mla_all_to_all_bytes_by_hand(v3) -> None:  # noqa: ANN001
     assert cp_a2a_bytes(att, 1024.0, 2) == 83_886_080
 
 
-def test_mla_cp_types_price_by_hand(v3) -> None:
+def test_mla_cp_types_price_by_hand(v3: Problem) -> None:
     """TP 1, CP 8 inside one H100 node (NVLink 450 GB/s, 3.4 us a hop, hardware/presets/h100-hgx.yaml), 1,024
     tokens a rank. a2a: 1024 · 128 · 640 · 2 = 167,772,160 B, 7/8 of it over NVLink = 326.224 us + 3.4 us.
     p2p: 7 ring steps of the K and V chunk, 1024 · 128 · (192 + 128) · 2 = 83,886,080 B = 186.414 us + 3.4 us
@@ -69,7 +69,7 @@ def test_mla_cp_types_price_by_hand(v3) -> None:
     assert split.latency_s == pytest.approx((3.4 + 3 * 14) * US)
 
 
-def test_mla_a2a_needs_heads_divisible_by_cp(v3) -> None:
+def test_mla_a2a_needs_heads_divisible_by_cp(v3: Problem) -> None:
     """cp-a2a-heads-divisible applies to MLA: 128 heads over TP 8 leave 16 a rank, which CP 32 cannot split
     whole; CP 16 can."""
     for cp, broken in ((32, True), (16, False)):
@@ -79,7 +79,7 @@ def test_mla_a2a_needs_heads_divisible_by_cp(v3) -> None:
         assert ("cp-a2a-heads-divisible" in rules) is broken
 
 
-def test_mla_rows_choose_their_cp_type(v3) -> None:
+def test_mla_rows_choose_their_cp_type(v3: Problem) -> None:
     """MLA rows try every CP type (a2a+p2p with its splits); DeepSeek-V4's hybrid attention keeps its own."""
     assert cp_comm_choices(v3) == CP_COMM_TYPES
     kinds = {v.cp_comm for v in choice_variants(v3, Row(1, 1, 2, 8, 8, 1, 1, "full"))}
