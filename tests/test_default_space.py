@@ -136,9 +136,9 @@ def test_exchanges_settle_rows_as_pricing_every_variant_does() -> None:
 
 
 def test_variants_within_an_earlier_ones_exchanges_are_not_priced() -> None:
-    """Where no variant's exchanges are within every other's, settled prices only the variants no earlier
-    variant's exchanges are within, and keeps what pricing every variant keeps (variant, tables, proof),
-    on MoE rows with CP of a default-space 8x22B problem."""
+    """Where no variant's exchange keys are within every other's, settled prices only the variants no earlier
+    variant's keys are within, and keeps what pricing every variant keeps (variants and tables), on MoE rows
+    with CP of a default-space 8x22B problem."""
     from parasol.solver.search.choices import choice_rules_hold, least_exchanges
     from parasol.solver.search.space import enumerate_rows
 
@@ -149,7 +149,7 @@ def test_variants_within_an_earlier_ones_exchanges_are_not_priced() -> None:
     pruned = 0
     for row in rows[::max(len(rows) // 60, 1)][:60]:
         variants = tuple(v for v in choice_variants(problem, row) if choice_rules_hold(problem, v))
-        kept = least_exchanges(problem, variants, model.exchange_seconds)
+        kept = least_exchanges(problem, variants, model.exchange_keys)
         pruned += 1 < len(kept) < len(variants)
         assert settled(problem, row, model) == settled(problem, row, model, compare=False)
     assert pruned

@@ -539,11 +539,16 @@ class CalibratedStageTimes:
             self._siblings[id(problem)] = sibling
         return sibling
 
-    def exchange_seconds(self, term: CommTerm) -> float:
-        """Seconds of one exchange at the coefficients' achievable link rates: stage times are
-        non-decreasing in it (pricing.py), so the solver compares a row's dispatcher and CP communication
-        variants by it (solver/search/choices.py)."""
-        return comm_seconds(term, self.coefs)
+    def exchange_keys(self, ep: CommTerm, cp: CommTerm, blocking: CommTerm) -> tuple[float, float, float]:
+        """(EP seconds, CP seconds, the CP seconds an endless attention window leaves exposed) of one block's
+        exchanges at the coefficients' link rates: pricing.py exposes a non-decreasing share of the EP
+        exchange and max(whole − window, whole − overlap_cp·ring) of the CP exchange (ring = whole − blocking),
+        so a variant whose three keys are no larger than another's is no slower on any stage, whatever the
+        window (solver/search/choices.py compares a row's dispatcher and CP communication variants by them)."""
+        coefs = self.coefs
+        whole = comm_seconds(cp, coefs)
+        ring = whole - comm_seconds(blocking, coefs)
+        return comm_seconds(ep, coefs), whole, whole - float(coefs["overlap_cp"]) * ring
 
     def links(self, mapping: Mapping) -> Links:
         """Group placement of a mapping, computed once per grid: its sizes and rank order (all exchanges.links_for

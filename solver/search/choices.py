@@ -7,14 +7,17 @@ judged per variant) gives every cut a point no other variant beats, so the row k
 and the front is the one over all variants (checked against the brute force, tests/test_solve_reference.py).
 Most rows settle without pricing their variants: the dispatcher acts only through the EP exchange of a
 MoE block and the CP type only through the CP exchange of an attention, equal in every block
-(constraints/physics/exchanges.py; GQA's CP exchange does not depend on the block), so a stage's EP
+(constraints/physics/exchanges.py; GQA's and MLA's CP exchange does not depend on the block), so a stage's EP
 (CP) exchange is k times one block's in seconds, and its exposed time is non-decreasing in those seconds
-(constraints/physics/pricing.py exposes max((1 − overlap)·x, x − window)). A variant whose two
-exchanges take no more seconds than every other variant's (and move no more network bytes when those are
-an objective) is no slower on every table, and only it is priced. Otherwise every variant is priced
-but those whose exchanges are within an earlier variant's (no faster anywhere than it); where none is
-fastest on every table (DeepSeek-V3's PP 1 rows under FSDP: the allgather dispatcher prices its dense
-blocks faster, flex its MoE blocks) the row is cut once per variant no other is no slower than.
+(constraints/physics/pricing.py exposes a non-decreasing share of the EP exchange and max(x − window,
+x − overlap·ring) of the CP exchange: StageTimeModel.exchange_keys). A variant whose keys are no larger
+than every other variant's (and that moves no more network bytes when those are an objective) prices every
+stage, so every cut as printed, no higher, and only it is priced (its per-kind tables, differences of
+priced probes, may still read one kind dearer: on DeepSeek-V3's PP 1 rows a dense block adds to the window
+that hides the MTP block's exchange, which is worth more beside allgather's larger exchange). Otherwise
+every variant is priced but those whose keys are within an earlier variant's; where none is
+fastest on every table the row is cut once per variant no other is no slower than (priced in full,
+DeepSeek-V3's PP 1 rows under FSDP read allgather's dense blocks and flex's MoE blocks cheaper).
 """
 
 from __future__ import annotations
@@ -87,29 +90,27 @@ def _exchanges(problem: Problem, row: Row) -> tuple[CommTerm, CommTerm, CommTerm
 
 
 def least_exchanges(problem: Problem, variants: tuple[Row, ...],
-                    seconds: Callable[[CommTerm], float]) -> tuple[Row, ...]:
-    """The variants worth pricing: the first whose EP exchange, CP exchange and its blocking part take no
-    more `seconds` than every other variant's (and move no more network bytes, when those are an
-    objective), alone, when there is one; else every variant no earlier variant's exchanges are within on
-    all of them. A stage's exposed CP seconds grow with the whole exchange and, at a fixed whole, with its
-    blocking part (pricing.py), so a variant whose exchanges are within another's is no slower on any
-    stage: the earlier one is then no slower on every table, and `settled` (the first variant no slower
-    than all, else the first of least summed time) keeps the same variant without pricing the later."""
+                    keys: Callable[[CommTerm, CommTerm, CommTerm], tuple[float, ...]]) -> tuple[Row, ...]:
+    """The variants worth pricing: the first whose exchange `keys` (the time model's exchange_keys: EP seconds,
+    CP seconds and what an endless window leaves of them; and the network bytes, when those are an
+    objective) are no larger than every other variant's, alone, when there is one; else every variant no
+    earlier variant's keys are within. A variant whose keys are within another's is no slower on any stage
+    (pricing.py), so the earlier one is no slower on every table, and `settled` keeps what it would keep
+    pricing them all: no later variant it drops is unbeaten, and no earlier one is beaten by it."""
     bytes_count = Objective.network_bytes in problem.spec.objectives
-    keys = []
+    values = []
     for v in variants:
         ep, cp, blocking = exchanges(problem, v)
-        keys.append((seconds(ep), seconds(cp), seconds(blocking),
-                     *((ep.network_bytes, cp.network_bytes) if bytes_count else ())))
+        values.append((*keys(ep, cp, blocking), *((ep.network_bytes, cp.network_bytes) if bytes_count else ())))
 
     def within(a: tuple, b: tuple) -> bool:
         return all(x <= y for x, y in zip(a, b, strict=True))
 
-    for v, mine in zip(variants, keys, strict=True):
-        if all(within(mine, other) for other in keys):
+    for v, mine in zip(variants, values, strict=True):
+        if all(within(mine, other) for other in values):
             return (v,)
-    return tuple(v for i, (v, mine) in enumerate(zip(variants, keys, strict=True))
-                 if not any(within(earlier, mine) for earlier in keys[:i]))
+    return tuple(v for i, (v, mine) in enumerate(zip(variants, values, strict=True))
+                 if not any(within(earlier, mine) for earlier in values[:i]))
 
 
 def settled(problem: Problem, row: Row, time_model: StageTimeModel,
@@ -117,14 +118,14 @@ def settled(problem: Problem, row: Row, time_model: StageTimeModel,
     """The row's option variants worth cutting, each with its cost tables: the first variant no slower than
     every other, alone, where there is one; else every variant no other is no slower than (the first of
     equals), so the front over the kept variants is the front over all of them. A model that prices
-    exchanges as constraints/physics/pricing.py does (it has `exchange_seconds`) lets the exchanges settle
+    exchanges as constraints/physics/pricing.py does (it has `exchange_keys`) lets the exchanges settle
     the row when `compare`, else every variant is priced."""
     variants = choice_variants(problem, row)
     if len(variants) > 1:
         variants = tuple(v for v in variants if choice_rules_hold(problem, v)) or variants[:1]
-    seconds = getattr(time_model, "exchange_seconds", None)
-    if len(variants) > 1 and compare and seconds is not None:
-        variants = least_exchanges(problem, variants, seconds)
+    keys = getattr(time_model, "exchange_keys", None)
+    if len(variants) > 1 and compare and keys is not None:
+        variants = least_exchanges(problem, variants, keys)
     priced = [(v, row_costs(problem, v, time_model)) for v in variants]
     for v, c in priced:
         if all(no_slower(c, other) for _, other in priced):
