@@ -127,6 +127,16 @@ def lattice_key(sizes: dict[str, int], dims: tuple[str, ...], period: int, modul
             tuple((min(sizes[d], period // math.gcd(st[d], period)), st[d] % modulus) for d in order if d not in dims))
 
 
+def domain_shares(sizes: dict[str, int], dims: tuple[str, ...], block: int, order: tuple[str, ...] = ORDER
+                  ) -> frozenset[tuple[int, ...]]:
+    """How many members each block of `block` consecutive ranks (an NVLink domain) holds of each group over `dims`,
+    in block order, one tuple per distinct pattern: groups whose bases agree modulo `block` split alike, so one
+    base per residue places them all (as _count_span)."""
+    offsets = lattice(sizes, list(dims), order)
+    return frozenset(tuple(np.unique((r + offsets) // block, return_counts=True)[1].tolist())
+                     for r in residue_bases(sizes, dims, block, order))
+
+
 SPANS_MEMO = 65536
 """Group spans kept (the table starts afresh past this)."""
 

@@ -21,7 +21,7 @@ from inline_problems import SMALL_MOE
 from parasol.constraints.physics.comm import cp_level_links, deduplicated_dispatch, group_link
 from parasol.constraints.physics.exchanges import cp_comm, cp_parts, dispatch_link, grid_links
 from parasol.constraints.physics.step_time import CalibratedStageTimes, step_time
-from parasol.constraints.rules.moe import domain_shares
+from parasol.constraints.rules.moe import tp_ep_shares
 from parasol.hardware.calibration import StepCoefficients
 from parasol.hardware.topology import Level
 from parasol.problems.derived import derive
@@ -236,9 +236,12 @@ def test_hybridep_domain_layout() -> None:
     group ranks it reaches over NVLink: ETP×EP groups are aligned blocks of consecutive ranks, so EP 12 on 8-GPU
     nodes splits 8 + 4 and 4 + 8; on 72-GPU NVL72 domains EP 64 splits 64, 8 + 56, ..., 56 + 8 (refused) and
     EP 48 splits 48 or 24 + 24 (taken), and a 4,608-GPU EP 4,608 group spans 64 domains (over 33)."""
-    assert domain_shares(96, 12, 8) == {(8, 4), (4, 8)}
-    assert (8, 56) in domain_shares(576, 64, 72) and domain_shares(576, 48, 72) == {(48,), (24, 24)}
-    assert max(len(p) for p in domain_shares(4608, 4608, 72)) == 64
+    def shares(gpus: int, ep: int, domain: int) -> frozenset[tuple[int, ...]]:
+        return tp_ep_shares(Mapping(gpus=gpus, gbs=1, seq_len=1, ep=ep, etp=1), domain)
+
+    assert shares(96, 12, 8) == {(8, 4), (4, 8)}
+    assert (8, 56) in shares(576, 64, 72) and shares(576, 48, 72) == {(48,), (24, 24)}
+    assert max(len(p) for p in shares(4608, 4608, 72)) == 64
     nvl72 = load_problem_text(SMALL_MOE.replace("num_experts: 16", "num_experts: 192")
                               .replace("h100-hgx", "gb200-nvl72").replace("gpus: 64", "gpus: 576")
                               .replace("[megatron-core]}", "[megatron-core], options: {moe_token_dispatcher_type: "

@@ -9,6 +9,7 @@ from inline_problems import SMALL_MOE
 
 from parasol.constraints.physics.comm import group_link
 from parasol.constraints.physics.exchanges import cp_a2a_bytes, cp_comm
+from parasol.constraints.physics.pricing import cp_unhidden_seconds
 from parasol.constraints.physics.step_time import CalibratedStageTimes
 from parasol.errors import InputError
 from parasol.problems.loader import load_problem, load_problem_text
@@ -92,6 +93,15 @@ def test_cp_comm_types_price_differently() -> None:
     block = problem.model.blocks[1]
     terms = {t: cp_comm(problem.model, block, 1024.0, 1, link, t) for t in ("p2p", "a2a", "allgather")}
     assert len({(t.nvlink_s, t.latency_s) for t in terms.values()}) == 3
+
+
+def test_cp_unhidden_seconds_is_what_an_endless_window_leaves() -> None:
+    """pricing.py hides at most overlap_cp (0.50 by default, hardware/calibration.py) of a CP exchange's ring
+    part: of 10 s with 4 s blocking, 10 − 0.5·6 = 7 s stay exposed however long the attention; the option
+    keys (exchange_keys) read that third."""
+    model = CalibratedStageTimes(load_problem_text(SMALL_MOE))
+    assert float(model.coefs["overlap_cp"]) == 0.5
+    assert cp_unhidden_seconds(10.0, 4.0, model.coefs) == 7.0
 
 
 def test_a2a_needs_heads_divisible_by_cp() -> None:

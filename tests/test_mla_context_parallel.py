@@ -9,19 +9,17 @@ TE's all-to-all attention moves Q, K, V as they are and the output with the valu
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from parasol.constraints.physics.comm import cp_level_links, group_link
 from parasol.constraints.physics.exchanges import cp_a2a_bytes, cp_comm
-from parasol.constraints.physics.memory import block_kind
 from parasol.constraints.physics.step_time import CalibratedStageTimes
 from parasol.problems.loader import Problem, load_problem, load_problem_text
 from parasol.problems.mapping import Mapping
 from parasol.problems.model.architecture import MLAAttention
 from parasol.solver.diagnose.explain import explain
 from parasol.solver.search.choices import no_slower, settled
-from parasol.solver.search.costs import block_kinds, row_costs
+from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts, row_costs
 from parasol.solver.search.savings import row_problem, time_model_for
 from parasol.solver.search.space import CP_COMM_TYPES, Row, choice_variants, cp_comm_choices, with_choices
 
@@ -108,7 +106,8 @@ def test_a_row_without_a_fastest_variant_keeps_every_unbeaten_one() -> None:
         costs = row_costs(own, variant, model)
         assert any(no_slower(c, costs) for _, c in kept)
     (quick, _), = settled(own, row, model)
-    totals = np.array([[[sum(1 for b in problem.model.blocks if block_kind(b) == kind) for kind in block_kinds(own)]]])
+    counts = interval_counts(prefix_counts(own, block_kinds(own)))
+    totals = counts[0, counts.shape[0] - 1][None, None, :]
 
     def printed(variant: Row) -> float:
         chosen = row_problem(problem, variant)

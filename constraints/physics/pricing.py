@@ -186,6 +186,12 @@ def comm_seconds(term: CommTerm, c: Coefs) -> float:
         + term.latency_s
 
 
+def cp_unhidden_seconds(whole: float, blocking: float, c: Coefs) -> float:
+    """Seconds of a CP exchange (`whole` seconds, `blocking` of them before the attention) that no attention
+    window hides: _exposed_per_microbatch hides at most overlap_cp of its ring part, whole − blocking."""
+    return whole - float(c["overlap_cp"]) * (whole - blocking)
+
+
 def _hidden(comm: np.ndarray, overlap: np.ndarray | float, window: np.ndarray) -> np.ndarray:
     """Communication hidden behind compute: at most `overlap` of it, and never more than the window."""
     return np.minimum(_col(overlap) * comm, window)

@@ -62,6 +62,7 @@ from parasol.constraints.physics.pricing import (
     coefficient_values,
     comm_seconds,
     compute_beside_gemms_per_microbatch,
+    cp_unhidden_seconds,
     data_parallel_floor,
     data_parallel_lines,
     fields_vector,
@@ -547,8 +548,7 @@ class CalibratedStageTimes:
         window (solver/search/choices.py compares a row's dispatcher and CP communication variants by them)."""
         coefs = self.coefs
         whole = comm_seconds(cp, coefs)
-        ring = whole - comm_seconds(blocking, coefs)
-        return comm_seconds(ep, coefs), whole, whole - float(coefs["overlap_cp"]) * ring
+        return comm_seconds(ep, coefs), whole, cp_unhidden_seconds(whole, comm_seconds(blocking, coefs), coefs)
 
     def links(self, mapping: Mapping) -> Links:
         """Group placement of a mapping, computed once per grid: its sizes and rank order (all exchanges.links_for
@@ -803,15 +803,13 @@ class CalibratedStageTimes:
         """The least exposed seconds of the CP exchange of `totals` blocks under any CP communication type and
         a2a+p2p split (`levels`: _cp_levels)."""
         coefs, model = self.coefs, self.problem.model
-        hidden_cp = min(float(coefs["overlap_cp"]), 1.0)
 
         def exposed(kind: str, level: tuple) -> float:
-            """pricing.py hides at most overlap_cp of the whole exchange's seconds less its blocking
-            part's, so at least (1 − h)·whole + h·blocking is exposed (subadditive in the terms)."""
+            """What no window hides of the exchange (pricing.cp_unhidden_seconds; subadditive in the terms)."""
             args = (tokens, mapping.tp, links.cp, kind, level)
             whole = comm_seconds(self._over_blocks(lambda b: cp_comm(model, b, *args), totals), coefs)
             blocking = comm_seconds(self._over_blocks(lambda b: cp_parts(model, b, *args)[1], totals), coefs)
-            return (1.0 - hidden_cp) * whole + hidden_cp * blocking
+            return cp_unhidden_seconds(whole, blocking, coefs)
 
         return min(exposed(kind, level) for kind in CP_COMM_KINDS for level in levels)
 

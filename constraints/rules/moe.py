@@ -8,7 +8,6 @@ Sources: reference/megatron-rules.yaml (Megatron-LM main@d98e8a64) and megatron-
 
 from __future__ import annotations
 
-import math
 from abc import abstractmethod
 from fractions import Fraction
 
@@ -16,8 +15,10 @@ from parasol.constraints.core.base import Citation, Constraint, Facts, Family, r
 from parasol.constraints.core.consts import model_consts
 from parasol.constraints.physics.comm import DEEPEP_NVL_PEERS
 from parasol.constraints.rules.feature import SettingsRule
+from parasol.problems.mapping import Mapping
 from parasol.problems.megatron.stages import MegatronStage
 from parasol.problems.options import MegatronOptions
+from parasol.problems.rank_groups import domain_shares, expert_sizes, order_of
 
 CONFIG = "Megatron-LM megatron/core/transformer/transformer_config.py"
 DISPATCHER = "Megatron-LM megatron/core/transformer/moe/token_dispatcher.py"
@@ -242,21 +243,12 @@ HYBRIDEP_MOST_DOMAINS = 33
 registrations at once, INTER_NODE_GROUP::size() >= NUM_OF_NODES - 1 (hybrid_ep_backend.cuh:1046, 2758)."""
 
 
-def domain_shares(gpus: int, group: int, domain: int) -> frozenset[tuple[int, ...]]:
-    """How many members each NVLink domain holds of each group of `group` consecutive ranks, in domain order, one
-    tuple per distinct pattern: the ETP×EP groups are such aligned blocks, ETP and EP being the expert grid's
-    innermost dimensions in every rank order (problems/rank_groups.py), and domains are aligned blocks of
-    `domain` ranks, so the patterns repeat every lcm(group, domain) ranks (a group larger than `gpus`, which
-    the expert grid's own rule refuses, is read as its first block)."""
-    shares = set()
-    for base in range(0, max(min(gpus, math.lcm(group, domain)) - group + 1, 1), group):
-        pieces, start = [], base
-        while start < base + group:
-            stop = min(base + group, (start // domain + 1) * domain)
-            pieces.append(stop - start)
-            start = stop
-        shares.add(tuple(pieces))
-    return frozenset(shares)
+def tp_ep_shares(m: Mapping, domain: int) -> frozenset[tuple[int, ...]]:
+    """How many ranks of each ETP×EP group (the expert grid's tp and ep dimensions, Megatron's groups) each
+    NVLink domain of `domain` GPUs holds (rank_groups.domain_shares); a group larger than the cluster, which the
+    expert grid's own rule refuses, is read as one group."""
+    sizes = expert_sizes(m)
+    return domain_shares(sizes | {"dp": max(sizes["dp"], 1)}, ("tp", "ep"), domain, order_of(m))
 
 
 class _HybridEPLayout(Constraint):
@@ -278,11 +270,10 @@ class _HybridEPLayout(Constraint):
 
     @abstractmethod
     def layout_slack(self, shares: frozenset[tuple[int, ...]], experts_per_rank: Fraction) -> float:
-        """The rule's slack over the groups' domain shares (domain_shares) and the experts each rank holds."""
+        """The rule's slack over the groups' domain shares (tp_ep_shares) and the experts each rank holds."""
 
     def _shares(self, f: Facts) -> frozenset[tuple[int, ...]]:
-        m = f.mapping
-        return domain_shares(m.gpus, m.expert_tp * m.ep, f.problem.hardware.topology.gpus_per_nvlink_domain)
+        return tp_ep_shares(f.mapping, f.problem.hardware.topology.gpus_per_nvlink_domain)
 
     def slack(self, f: Facts) -> float:
         if not self.in_force(f):
@@ -294,7 +285,8 @@ class _HybridEPLayout(Constraint):
             return
         domain, experts = v.consts["gpus_per_nvlink_domain"], v.consts["num_experts"]
         allowed = [(etp, ep) for etp in v.domain_values("etp") for ep in v.domain_values("ep")
-                   if self.layout_slack(domain_shares(v.gpus, etp * ep, domain), Fraction(experts, ep)) >= 0]
+                   if self.layout_slack(tp_ep_shares(Mapping(gpus=v.gpus, gbs=1, seq_len=1, ep=ep, etp=etp), domain),
+                                        Fraction(experts, ep)) >= 0]
         if allowed:
             model.AddAllowedAssignments([v.etp, v.ep], allowed).OnlyEnforceIf(enforce)
         else:
