@@ -12,7 +12,7 @@ import parasol.solver.search.halves as halves_module
 from parasol.constraints.physics.step_time import CalibratedStageTimes
 from parasol.problems.loader import load_problem_text
 from parasol.solver.search.costs import block_kinds, interval_counts, memory_key, prefix_counts, usable_mb
-from parasol.solver.search.halves import halves, search_on_cores, splits
+from parasol.solver.search.halves import SHARED_GROUPS, SHARED_KEY, halves, search_on_cores, splits
 from parasol.solver.search.row_search import RowSearch, rows_pass_rules
 from parasol.solver.search.solve import solve
 from parasol.solver.search.space import enumerate_rows
@@ -27,6 +27,11 @@ model: deepseek-v4-pro
 training: {seq_len: 8192, global_batch: 4096, optimizer: muon, packed_sequences: true}
 hardware: {preset: h800-hgx, gpus: 8192}
 framework: {rule_packs: [megatron-core, deepseek-v4], options: {cp_partition_mode: contiguous}}
+"""
+MIXTRAL = """
+model: mixtral-8x7b
+training: {seq_len: 4096, global_batch: 256}
+hardware: {preset: h100-hgx, gpus: 64}
 """
 
 pytestmark = pytest.mark.skipif(not splits(halves_module.SPLIT_ROWS), reason="needs two cores on Linux")
@@ -50,19 +55,22 @@ def one_core(problems: list) -> list:
 
 
 def test_halves_keep_each_group_whole_and_alternate(problems: list) -> None:
-    """Every row goes to one half, in its order; the rows sharing memory tables (costs.memory_key) go to the same
-    half, and the groups alternate in the order they first come."""
-    for problem in problems:
+    """Every row goes to one half, in its order; the rows of one group go to the same half, and the groups alternate
+    in the order they first come. The groups share TP, ETP and EP (the parameter states' and compute floors'
+    memos) where an MoE space has SHARED_GROUPS of them (DeepSeek-V4-Pro on 8,192 GPUs: 72, Mixtral 8x7B on 64:
+    35), else their memory tables (costs.memory_key: Llama 2 7B has one group per TP value)."""
+    for problem, key in zip([*problems, load_problem_text(MIXTRAL)], (memory_key, SHARED_KEY, SHARED_KEY), strict=True):
         rows = enumerate_rows(problem)
+        assert (len({SHARED_KEY(r) for r in rows}) >= SHARED_GROUPS) == (key is SHARED_KEY)
         first, second = halves(rows)
         assert sorted(first + second) == sorted(rows) and len(first + second) == len(rows)
         position = {row: i for i, row in enumerate(rows)}
         for half in (first, second):
             assert list(half) == sorted(half, key=position.__getitem__)
-        in_first, in_second = {memory_key(r) for r in first}, {memory_key(r) for r in second}
+        in_first, in_second = {key(r) for r in first}, {key(r) for r in second}
         assert not in_first & in_second
-        order = list(dict.fromkeys(memory_key(r) for r in rows))
-        assert all((key in in_first) == (i % 2 == 0) for i, key in enumerate(order))
+        order = list(dict.fromkeys(key(r) for r in rows))
+        assert all((k in in_first) == (i % 2 == 0) for i, k in enumerate(order))
 
 
 def test_two_halves_give_the_answer_of_one_search(problems: list, one_core: list) -> None:

@@ -34,7 +34,12 @@ from parasol.constraints.physics.flops import (
 )
 from parasol.constraints.physics.memory import block_kind, stage_block_ranges
 from parasol.constraints.physics.pricing import BREAKDOWN_KINDS
-from parasol.constraints.physics.schedule import even_stretch, least_heaviest_rank, pipeline_seconds
+from parasol.constraints.physics.schedule import (
+    even_stretch,
+    least_heaviest_rank,
+    least_heaviest_rank_of_kinds,
+    pipeline_seconds,
+)
 from parasol.constraints.physics.step_time import CalibratedStageTimes, step_time, step_time_or_none
 from parasol.constraints.physics.workload import StepSettings, build_workload, settings_for
 from parasol.errors import InputError
@@ -447,3 +452,28 @@ def test_least_heaviest_rank_is_the_best_whole_block_assignment() -> None:
         if alike:
             assert bound == pytest.approx(best)
             assert least_heaviest_rank(base, weights, totals, least, most) == pytest.approx(capped)
+
+
+def test_least_heaviest_rank_of_kinds_is_a_tighter_whole_block_bound() -> None:
+    """schedule.least_heaviest_rank_of_kinds is at most the least largest base_r + Σ_k weights[r, k]·n_rk over every
+    assignment of whole blocks with at least `least` per rank (enumerated on small random cases with two and three
+    kinds), never below least_heaviest_rank, and above it where a few light blocks would otherwise soften every
+    rank: DeepSeek-V3's 3 dense and 58 MoE blocks on 16 ranks (weights 1 and 2, no base) need a rank with 4 MoE
+    blocks (8), where every rank taking the 3 dense blocks first gives 3·1 + 2 = 5 on the ranks holding 4."""
+    rng = np.random.default_rng(43)
+    raised = 0
+    for _ in range(60):
+        ranks, least = int(rng.integers(1, 4)), int(rng.integers(0, 2))
+        kinds = tuple(int(n) for n in rng.integers(0, 4, int(rng.integers(2, 4))))
+        if sum(kinds) < ranks * least:
+            continue
+        base, weights = rng.uniform(0, 4, ranks), rng.uniform(0, 3, (ranks, len(kinds)))
+        totals = np.array(kinds, dtype=np.int64)
+        best = min(float(np.max(base + (weights * n).sum(axis=1))) for n in _assignments(kinds, ranks)
+                   if (n.sum(axis=1) >= least).all())
+        bound = least_heaviest_rank_of_kinds(base, weights, totals, least)
+        assert least_heaviest_rank(base, weights, totals, least) <= bound <= best + 1e-9
+        raised += bound > least_heaviest_rank(base, weights, totals, least) + 1e-9
+    assert raised > 0
+    v3 = (np.zeros(16), np.tile([1.0, 2.0], (16, 1)), np.array([3, 58]), 1)
+    assert least_heaviest_rank(*v3) == 5 and least_heaviest_rank_of_kinds(*v3) == 8

@@ -49,6 +49,21 @@ def least_heaviest_rank(base: np.ndarray, weights: np.ndarray, totals: np.ndarra
                                 least, most)
 
 
+def least_heaviest_rank_of_kinds(base: np.ndarray, weights: np.ndarray, totals: np.ndarray, least: int) -> float:
+    """least_heaviest_rank, also over the heaviest kinds' blocks alone: the largest of its value over the first
+    i kinds by their mean weight, heaviest first (i = 1..kinds; every rank's `least` blocks only where i counts
+    every kind). A rank weighs at least its base plus the blocks it holds of any kinds (weights >= 0), and those
+    are an assignment of those kinds' blocks, so each is a bound. Over every kind the ranks all take the light
+    kinds' blocks first, as if each held them; over the heavy kinds alone the few light blocks cannot soften
+    every rank (DeepSeek-V3's 3 dense blocks among 61: its 58 MoE blocks over 16 ranks put 4 on one of them)."""
+    heaviest = least_heaviest_rank(base, weights, totals, least)
+    order = np.argsort(-weights.mean(axis=0), kind="stable")
+    for i in range(1, len(order)):
+        kinds = np.sort(order[:i])
+        heaviest = max(heaviest, least_heaviest_rank(base, weights[:, kinds], totals[kinds], 0))
+    return heaviest
+
+
 def heaviest_of_lightest(base: np.ndarray, lightest: np.ndarray, blocks: int, least: int,
                          most: np.ndarray | None = None) -> float:
     """least_heaviest_rank from the ranks' lightest_blocks table over `blocks` blocks (columns up to at least

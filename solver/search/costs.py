@@ -34,7 +34,11 @@ from parasol.constraints.physics.memory import (
     inflight_microbatches,
     workspace_bytes,
 )
-from parasol.constraints.physics.schedule import least_heaviest_rank, lightest_blocks, pipeline_time_scaled
+from parasol.constraints.physics.schedule import (
+    least_heaviest_rank_of_kinds,
+    lightest_blocks,
+    pipeline_time_scaled,
+)
 from parasol.problems.derived import Derived
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
@@ -666,13 +670,14 @@ def _sum_mean_terms(memo: TableMemo, counts: list[int], in_bytes: bool) -> _Mean
 def whole_block_memory_floor(c: RowCosts, totals: np.ndarray, unit: int, in_bytes: bool = True) -> int:
     """A lower bound, in whole `unit`s of bytes (or of MB, not in_bytes) rounded up, on the heaviest rank's
     bytes (stage_bytes; stage_memory's MB) under every cut the cut searches consider: the least largest
-    rank over the whole-block lines (_whole_block_lines, schedule.least_heaviest_rank). It sees what the
-    weighted means (memory_floor_mb) miss when blocks are few per rank (a rank of 64 holding 2 of 94 blocks)
-    or of unlike kinds (3 dense blocks among 61). 0 where a kind's memory is negative."""
+    rank over the whole-block lines (_whole_block_lines, schedule.least_heaviest_rank_of_kinds: over every kind
+    and over the heaviest kinds alone). It sees what the weighted means (memory_floor_mb) miss when blocks are
+    few per rank (a rank of 64 holding 2 of 94 blocks) or of unlike kinds (3 dense blocks among 61). 0 where a
+    kind's memory is negative."""
     lines = _whole_block_lines(c, totals, in_bytes)
     if lines is None:
         return 0
-    heaviest = least_heaviest_rank(*lines, c.row.vpp)
+    heaviest = least_heaviest_rank_of_kinds(*lines, c.row.vpp)
     return -(-int(heaviest * (1 - 1e-12)) // unit)
 
 
