@@ -99,6 +99,10 @@ class AdditiveTime:
         per_kind = self.block_times_s(m, d, [reps[k] for k in block_kinds(self.p)], fastest=True)
         return sum(self.edge_times_s(m, d)) + float(totals @ np.array(per_kind))
 
+    def exchange_floor_s(self, m, totals):
+        """The exchanges are inside compute_per_microbatch_s here (its fastest option's): none beside it."""
+        return 0.0
+
     def exposed_floor_s(self, m, d, totals):
         """The model's floor serves as its cheaper bound too (any admissible value does)."""
         return self.step_floor_s(m, d, totals)

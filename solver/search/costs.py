@@ -89,9 +89,17 @@ class StageTimeModel(Protocol):
         once per those for all rows sharing them."""
         ...
 
+    def exchange_floor_s(self, mapping: Mapping, totals: np.ndarray) -> float:
+        """Exposed exchange seconds of one microbatch that all ranks together never go below under any option the
+        row may choose, beside compute_per_microbatch_s: solve screens every row by the two added up, spread
+        over the pipeline, so it must read only the grid, rank order and MBS, and be the same under every
+        saving (0 is admissible)."""
+        ...
+
     def exposed_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
-        """A lower bound between the compute floor and step_floor_s in value and in cost: solve judges a row by
-        it after the compute floor and before step_floor_s."""
+        """A lower bound between the screening floor (compute_per_microbatch_s plus exchange_floor_s, spread) and
+        step_floor_s in value and in cost: solve judges a row by it after the screening floor and before
+        step_floor_s."""
         ...
 
 
