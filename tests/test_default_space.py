@@ -165,6 +165,39 @@ def test_variants_within_an_earlier_ones_exchanges_are_not_priced() -> None:
     assert pruned
 
 
+def test_rules_asked_of_the_least_exchanges_first_settle_as_asking_every_variant() -> None:
+    """choices.meeting_rules asks the rules of the variant least_exchanges picks alone before the others: what it
+    leaves to settle, and what least_exchanges then keeps, are the variants meeting the rules and what
+    least_exchanges keeps of those, on MoE rows of DeepSeek-V3 on 2,048 H800 (dispatchers, flex backends and CP
+    types) and of the 5T MoE on 16,384 GB200 (HybridEP, whose domain rules refuse some of the fastest), and it
+    asks fewer variants than there are."""
+    import parasol.solver.search.choices as choices_module
+    from parasol.solver.search.choices import choice_rules_hold, least_exchanges, meeting_rules
+    from parasol.solver.search.space import enumerate_rows
+
+    asked, listed = [0], 0
+
+    def counted(problem, row):  # noqa: ANN001, ANN202 - choice_rules_hold, counted
+        asked[0] += 1
+        return choice_rules_hold(problem, row)
+
+    for model, preset, gpus, seq, batch in (("deepseek-v3", "h800-hgx", 2048, 4096, 15360),
+                                            ("moe-5t", "gb200-nvl72", 16384, 8192, 8192)):
+        problem = load_problem_text(f"model: {model}\ntraining: {{seq_len: {seq}, global_batch: {batch}, "
+                                    f"precision: fp8}}\nhardware: {{preset: {preset}, gpus: {gpus}}}\n")
+        keys = CalibratedStageTimes(problem).exchange_keys
+        rows = [r for r in enumerate_rows(problem) if r.ep > 1]
+        for row in rows[::max(len(rows) // 40, 1)][:40]:
+            variants = choice_variants(problem, row)
+            meeting = tuple(v for v in variants if choice_rules_hold(problem, v)) or variants[:1]
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(choices_module, "choice_rules_hold", counted)
+                quick = meeting_rules(problem, variants, keys)
+            assert least_exchanges(problem, quick, keys) == least_exchanges(problem, meeting, keys), row
+            listed += len(variants)
+    assert asked[0] < listed
+
+
 @pytest.mark.parametrize("name", ["deepseek-v4-pro-1024", "qwen3-30b-a3b-h100-64"])
 def test_row_derived_sizes_are_its_mappings(name: str) -> None:
     """Row.derived reads a row's derived sizes without building its mapping when they are kept: the very

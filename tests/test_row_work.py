@@ -307,6 +307,41 @@ def test_memoised_halves_are_the_ledger(problems: list) -> None:
             assert c.fixed_bytes == workspace_bytes(training) + fsdp_buffer_bytes(model, m, d, training)
 
 
+def test_memory_tables_read_no_option_a_row_chooses(problems: list) -> None:
+    """row_costs builds a row's memory tables on the problem without the options it chooses (dispatcher, flex
+    backend, CP communication type and levels), shared by every row of its grid (costs.memory_key): the ledger's
+    contributions and buffers computed under the row's own options (space.with_choices) are those tables, on
+    the option variants a row is settled among (space.choice_variants: every dispatcher and CP type)."""
+    from parasol.constraints.physics.memory import (
+        block_contribution,
+        dispatch_buffer_bytes,
+        edge_contribution,
+        workspace_bytes,
+    )
+    from parasol.solver.search.costs import kind_representatives
+    from parasol.solver.search.space import choice_variants, with_choices
+
+    seen = set()
+    for problem in problems:
+        plain = enumerate_rows(problem)
+        rows = [v for r in plain[::max(len(plain) // 12, 1)] for v in choice_variants(problem, r) if v.chooses]
+        for row in rows:
+            chosen = with_choices(problem, row)
+            seen.add(tuple(row.settings().items()))
+            options, model, training = chosen.spec.framework.options, chosen.model, chosen.training
+            c = row_costs(problem, row, None)
+            m = row.mapping(chosen)
+            d = derive(model, m)
+            edges = [edge_contribution(model, m, d, training, s == 0, s == row.pp - 1, options) for s in range(row.pp)]
+            kinds = [block_contribution(model, m, d, training, b, options) for b in kind_representatives(chosen).values()]
+            assert c.edge_bytes == tuple((e.static, e.activation, e.recompute_peak) for e in edges)
+            assert c.kind_bytes == tuple((k.static, k.activation, k.recompute_peak) for k in kinds)
+            assert c.dispatch_bytes == dispatch_buffer_bytes(model, m, training)
+            assert c.fixed_bytes == workspace_bytes(training) + fsdp_buffer_bytes(model, m, d, training)
+    kinds = {name for settings in seen for name, _ in settings}
+    assert {"moe_token_dispatcher_type", "cp_comm_type"} <= kinds and len(seen) >= 4
+
+
 def test_saving_tables_moved_from_the_plain_ones_are_their_own() -> None:
     """A saving's memory tables built from the row's own (row_costs' moved_from: the saving moves the parameter
     state and the FSDP unit buffers, the saved activations stay) are the tables its problem gives alone, on

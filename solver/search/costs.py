@@ -234,14 +234,18 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None,
     framework options (dispatcher, CP communication type) price it. `moved_from`: memory tables of the same
     degrees, microbatch and recompute under a problem that differs from this one only in settings that move
     the parameter state and add FSDP unit buffers (a memory saving, savings.SETTINGS), not the saved
-    activations: those are taken from them instead of the ledger (savings.fit_candidates' variants)."""
-    problem = with_choices(problem, row)
-    d = row.derived(problem)
+    activations: those are taken from them instead of the ledger (savings.fit_candidates' variants). The memory
+    tables are built on `problem` itself: the ledger reads none of the options a row chooses (space.CHOICE_OPTIONS:
+    the dispatcher, its backend and the CP communication type move exchanges, not bytes held), so the rows of one
+    grid share them whatever they choose (memory_key)."""
+    chosen = with_choices(problem, row)
+    d = row.derived(chosen)
     microbatches = d.num_microbatches
     tables = replaced(_memory_tables(problem, row, d, moved_from), row=row, derived=d,
                       inflight=_shares(row.pp, row.vpp, microbatches.numerator, microbatches.denominator).inflight)
     if time_model is None:
         return tables
+    problem = chosen
     mapping = row.mapping(problem)
     time_model = time_model.for_problem(problem)
     representatives = kind_representatives(problem)
@@ -256,14 +260,18 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None,
 MEMORY_TABLES_MEMO = 65536
 """Rows' memory tables kept per problem (the table starts afresh past this)."""
 
-memory_key = operator.attrgetter(*(f.name for f in dataclasses.fields(Row) if f.name not in ("vpp", "rank_order")))
-"""A row's fields less its VPP and rank order: what its memory tables read."""
+CHOICE_FIELDS = ("dispatcher", "flex_backend", "cp_comm", "cp_levels")
+"""The Row fields that hold the options a row chooses (space.CHOICE_OPTIONS)."""
+
+memory_key = operator.attrgetter(*(f.name for f in dataclasses.fields(Row)
+                                   if f.name not in ("vpp", "rank_order", *CHOICE_FIELDS)))
+"""A row's fields less its VPP, rank order and the options it chooses: what its memory tables read (row_costs)."""
 
 
 def _memory_tables(problem: Problem, row: Row, d: Derived, moved_from: RowCosts | None) -> RowCosts:
     """The row's memory tables with no time model (`d`: the row's derived sizes; `moved_from`: row_costs'), built
-    once per problem and row less its VPP and rank order: the ledger's per-kind and per-edge terms, the dispatch
-    buffers and the workspace read neither (only the in-flight shares read VPP). The tables kept carry the row,
+    once per problem and row less its VPP, rank order and chosen options (memory_key): the ledger's per-kind and
+    per-edge terms, the dispatch buffers and the workspace read none of them (only the in-flight shares read VPP). The tables kept carry the row,
     derived sizes and in-flight shares of the first row asked, and the memo of their memory fields
     (shared_memo); row_costs sets each row's own. The row's mapping is built only when the tables are."""
     def build() -> RowCosts:
