@@ -245,14 +245,13 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None,
                       inflight=_shares(row.pp, row.vpp, microbatches.numerator, microbatches.denominator).inflight)
     if time_model is None:
         return tables
-    problem = chosen
-    mapping = row.mapping(problem)
-    time_model = time_model.for_problem(problem)
-    representatives = kind_representatives(problem)
+    mapping = row.mapping(chosen)
+    time_model = time_model.for_problem(chosen)
+    representatives = kind_representatives(chosen)
     return replaced(
         tables,
         kind_time_us=tuple(_us(t) for t in time_model.block_times_s(mapping, d, [representatives[k]
-                                                                                 for k in block_kinds(problem)])),
+                                                                                 for k in block_kinds(chosen)])),
         edge_time_us=tuple(_us(t) for t in time_model.edge_times_s(mapping, d)),
         constant_time_us=_us(time_model.step_extra_s(mapping, d)))
 
@@ -271,9 +270,9 @@ memory_key = operator.attrgetter(*(f.name for f in dataclasses.fields(Row)
 def _memory_tables(problem: Problem, row: Row, d: Derived, moved_from: RowCosts | None) -> RowCosts:
     """The row's memory tables with no time model (`d`: the row's derived sizes; `moved_from`: row_costs'), built
     once per problem and row less its VPP, rank order and chosen options (memory_key): the ledger's per-kind and
-    per-edge terms, the dispatch buffers and the workspace read none of them (only the in-flight shares read VPP). The tables kept carry the row,
-    derived sizes and in-flight shares of the first row asked, and the memo of their memory fields
-    (shared_memo); row_costs sets each row's own. The row's mapping is built only when the tables are."""
+    per-edge terms, the dispatch buffers and the workspace read none of them (only the in-flight shares read
+    VPP). The tables kept carry the row, derived sizes and in-flight shares of the first row asked, and the memo
+    of their memory fields (shared_memo); row_costs sets each row's own. The row's mapping is built only when the tables are."""
     def build() -> RowCosts:
         mapping = row.mapping(problem)
         saved = _saved(problem, mapping) if moved_from is None else _saved_of(moved_from)

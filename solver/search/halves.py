@@ -1,6 +1,6 @@
-"""The row search on two cores: the rows in two halves (groups of rows that share the dearest memos kept whole), the second
-searched in a forked process, which starts with every memo this one built (rule domains, row listing, order),
-while this one searches the first. The two exchange the rows they cut in lock step, every EXCHANGE_CUTS rows cut
+"""The row search on two cores: the rows in two halves (groups of rows that share the dearest memos kept whole),
+the second searched in a forked process, which starts with every memo this one built (rule domains, row listing,
+order), while this one searches the first. The two exchange the rows they cut in lock step, every EXCHANGE_CUTS rows cut
 or EXCHANGE_POPS rows come up (row_search.RowSearch.exchange), each taking the other's in as dominators LAG
 exchanges behind, so each drops rows the other's cut rows beat, almost as one search would; at the end the
 worker's cut rows, staircases and waiting floors join this search's (RowSearch.absorb) before the master program.
@@ -10,8 +10,8 @@ either goes to the master program, so prune.py's argument holds for the rows bot
 the answer one search gives, ties included, once the cut rows are in row order (RowSearch.in_row_order). What
 each search takes in, and when, depends on the two searches' sequences of rows, not on their pace, so the rows
 each cuts, and the counts `solve` prints, are the same on every run too. On the default-space problems
-(bench/solve_speed.py) the two cut about as many rows as one search: DeepSeek-V3 on 2,048 GPUs takes 8.7 s
-instead of 13.2 s in process, Qwen3-235B on 256 3.6 s instead of 4.8 s.
+(bench/solve_speed.py) the two cut about as many rows as one search: DeepSeek-V3 on 2,048 GPUs takes 5.9 s
+instead of 9.7 s in one process (session 35).
 """
 
 from __future__ import annotations
@@ -61,9 +61,10 @@ def splits(rows: int) -> bool:
 
 
 SHARED_KEY = operator.attrgetter("tp", "etp", "ep")
-"""The row fields that both of the search's dearest memos read: the parameter states (costs._param_states: PP,
-TP, ETP and EP) and the compute floors (step_time.CalibratedStageTimes._all_blocks: TP, CP, EP, ETP, MBS and
-recompute). Rows that share them build those memos once, in one half."""
+"""The row fields that the search's dearest memos all read: the parameter states (costs._param_states: PP, TP,
+ETP and EP), the compute floors (step_time.CalibratedStageTimes._all_blocks: TP, CP, EP, ETP, MBS and recompute)
+and the exchange floors rows are screened by (exchange_floor_s: the grid, rank order and MBS). Rows that share
+them build those memos once, in one half."""
 
 SHARED_GROUPS = 16
 """Fewest SHARED_KEY groups the halves are cut along: with fewer (a dense model has one per TP) the halves

@@ -216,10 +216,11 @@ class RowSearch:
 
     def _screen_floor(self, row: Row) -> int:
         """The compute floor with the exposed EP and CP seconds no option goes below added to its seconds per
-        microbatch (StageTimeModel.exchange_floor_s, once per grid, rank order and MBS, all it reads): never above
-        the exposed floor (reprice.exposed_floor_units, whose rank floor is at least the compute); once per what
-        the two read and the row's saving and options, so screening every row costs look-ups, not pricings, and a row whose exchanges are long waits past the rows they
-        beat (DeepSeek-V3 on 2,048 GPUs judges 14,295 rows instead of 28,007)."""
+        microbatch (StageTimeModel.exchange_floor_s, which reads the grid, rank order and MBS): never above the
+        exposed floor (reprice.exposed_floor_units, whose rank floor is at least the compute). Each part is kept
+        per what it reads and the row's saving and options, so screening every row costs look-ups, not
+        pricings, and a row whose exchanges are long waits past the rows that beat it (DeepSeek-V3 on 2,048
+        GPUs judges 14,295 rows instead of 28,007)."""
         key = (row.tp, row.cp, row.ep, row.etp, row.pp, row.rank_order, row.mbs, row.saving, row.dispatcher,
                row.flex_backend, row.cp_comm, row.cp_levels)
         exchange = self._exchanges.get(key)
@@ -264,7 +265,7 @@ class RowSearch:
             floors.append(memory_floor_any_vpp(self.problem, row, variants[len(floors)], self.counts))
         return False
 
-    def _judge(self, screened: _Screened, compute: int) -> None:
+    def _judge(self, screened: _Screened, time_floor: int) -> None:
         """Drop the row when `top` rows cut so far beat its floors or when no variant of it may fit
         (savings.fit_candidates); otherwise let it wait, by its least floor over the variants that may fit,
         to be cut. Cheaper floors that never exceed the next are judged first: with the screening floor, the
@@ -277,16 +278,16 @@ class RowSearch:
         plain = row_costs(self.problem, row, None)
         judged = self._dominators >= self.top
         least = without_static(plain) if self.savings else plain
-        if judged and (self._beaten((compute, memory_means_units(least, self.counts)))
-                       or self._beaten((compute, memory_floor_units(least, self.counts)))):
+        if judged and (self._beaten((time_floor, memory_means_units(least, self.counts)))
+                       or self._beaten((time_floor, memory_floor_units(least, self.counts)))):
             return
         candidates = fit_candidates(self.problem, row, self.savings, self.counts, self.usable, plain)
         if not candidates.rows:
             return
-        if judged and self._beaten((compute, min(memory_means_units(c, self.counts) for c in candidates.costs))):
+        if judged and self._beaten((time_floor, min(memory_means_units(c, self.counts) for c in candidates.costs))):
             return
         memory = min(memory_floor_units(c, self.counts) for c in candidates.costs)
-        if judged and self._beaten((compute, memory)):
+        if judged and self._beaten((time_floor, memory)):
             return
         floor = (min(exposed_floor_units(c, v.mapping(self.problem), self.counts, self.model_of(v))
                      for v, c in zip(candidates.rows, candidates.costs, strict=True)), memory)
