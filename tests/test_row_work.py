@@ -270,12 +270,9 @@ def test_row_costs_edges_are_every_stage_priced_on_its_own(problems: list) -> No
                 assert c.kind_bytes == tuple((k.static, k.activation, k.recompute_peak) for k in kinds)
 
 
-def test_memoised_halves_are_the_ledger(problems: list) -> None:
-    """row_costs keeps a block's (and an edge's) parameter state and its saved activations apart, each per
-    problem and the fields it reads, so rows that differ in CP, the microbatch or recompute share the first
-    and rows that differ in EP or PP (past 2: the same edges) the second: every row's tables, under each
-    saving and with CPU offloading, are those of the whole contributions and buffers the ledger computes for
-    that row alone."""
+def _assert_ledger_tables(c, problem, row) -> None:  # noqa: ANN001 - a test's check
+    """c's memory tables are the whole contributions and buffers the ledger computes for `row` alone under
+    `problem`'s options."""
     from parasol.constraints.physics.memory import (
         block_contribution,
         dispatch_buffer_bytes,
@@ -284,10 +281,27 @@ def test_memoised_halves_are_the_ledger(problems: list) -> None:
     )
     from parasol.solver.search.costs import kind_representatives
 
+    options, model, training = problem.spec.framework.options, problem.model, problem.training
+    m = row.mapping(problem)
+    d = derive(model, m)
+    edges = [edge_contribution(model, m, d, training, s == 0, s == row.pp - 1, options) for s in range(row.pp)]
+    kinds = [block_contribution(model, m, d, training, b, options) for b in kind_representatives(problem).values()]
+    assert c.edge_bytes == tuple((e.static, e.activation, e.recompute_peak) for e in edges)
+    assert c.kind_bytes == tuple((k.static, k.activation, k.recompute_peak) for k in kinds)
+    assert (c.edge_moe, c.kind_moe) == (tuple(e.moe for e in edges), tuple(k.moe for k in kinds))
+    assert c.dispatch_bytes == dispatch_buffer_bytes(model, m, training)
+    assert c.fixed_bytes == workspace_bytes(training) + fsdp_buffer_bytes(model, m, d, training)
+
+
+def test_memoised_halves_are_the_ledger(problems: list) -> None:
+    """row_costs keeps a block's (and an edge's) parameter state and its saved activations apart, each per
+    problem and the fields it reads, so rows that differ in CP, the microbatch or recompute share the first
+    and rows that differ in EP or PP (past 2: the same edges) the second: every row's tables, under each
+    saving and with CPU offloading, are those of the whole contributions and buffers the ledger computes for
+    that row alone."""
     offloading = load_problem_text(QWEN + "framework: {options: {cpu_offloading: true, cpu_offloading_num_layers: 3}}\n")
     variants = [with_saving(p, s) for p in problems for s in ("none", *open_savings(p))] + [offloading]
     for problem in variants:
-        options, model, training = problem.spec.framework.options, problem.model, problem.training
         rows = enumerate_rows(problem)
         spread = rows[::max(len(rows) // 3, 1)]
         shared = {(r.pp, r.tp, r.ep, r.etp) for r in spread}
@@ -295,16 +309,7 @@ def test_memoised_halves_are_the_ledger(problems: list) -> None:
         for row in ([r for r in rows if (r.pp, r.tp, r.ep, r.etp) in shared][:40]
                     + [r for r in rows if (r.tp, r.etp, r.cp, r.mbs, r.recompute) in depths and r.vpp == 1][:40]
                     + list(rows[::max(len(rows) // 12, 1)][:12])):
-            c = row_costs(problem, row, None)
-            m = row.mapping(problem)
-            d = derive(model, m)
-            edges = [edge_contribution(model, m, d, training, s == 0, s == row.pp - 1, options) for s in range(row.pp)]
-            kinds = [block_contribution(model, m, d, training, b, options) for b in kind_representatives(problem).values()]
-            assert c.edge_bytes == tuple((e.static, e.activation, e.recompute_peak) for e in edges)
-            assert c.kind_bytes == tuple((k.static, k.activation, k.recompute_peak) for k in kinds)
-            assert (c.edge_moe, c.kind_moe) == (tuple(e.moe for e in edges), tuple(k.moe for k in kinds))
-            assert c.dispatch_bytes == dispatch_buffer_bytes(model, m, training)
-            assert c.fixed_bytes == workspace_bytes(training) + fsdp_buffer_bytes(model, m, d, training)
+            _assert_ledger_tables(row_costs(problem, row, None), problem, row)
 
 
 def test_memory_tables_read_no_option_a_row_chooses(problems: list) -> None:
@@ -312,13 +317,6 @@ def test_memory_tables_read_no_option_a_row_chooses(problems: list) -> None:
     backend, CP communication type and levels), shared by every row of its grid (costs.memory_key): the ledger's
     contributions and buffers computed under the row's own options (space.with_choices) are those tables, on
     the option variants a row is settled among (space.choice_variants: every dispatcher and CP type)."""
-    from parasol.constraints.physics.memory import (
-        block_contribution,
-        dispatch_buffer_bytes,
-        edge_contribution,
-        workspace_bytes,
-    )
-    from parasol.solver.search.costs import kind_representatives
     from parasol.solver.search.space import choice_variants, with_choices
 
     seen = set()
@@ -326,18 +324,8 @@ def test_memory_tables_read_no_option_a_row_chooses(problems: list) -> None:
         plain = enumerate_rows(problem)
         rows = [v for r in plain[::max(len(plain) // 12, 1)] for v in choice_variants(problem, r) if v.chooses]
         for row in rows:
-            chosen = with_choices(problem, row)
             seen.add(tuple(row.settings().items()))
-            options, model, training = chosen.spec.framework.options, chosen.model, chosen.training
-            c = row_costs(problem, row, None)
-            m = row.mapping(chosen)
-            d = derive(model, m)
-            edges = [edge_contribution(model, m, d, training, s == 0, s == row.pp - 1, options) for s in range(row.pp)]
-            kinds = [block_contribution(model, m, d, training, b, options) for b in kind_representatives(chosen).values()]
-            assert c.edge_bytes == tuple((e.static, e.activation, e.recompute_peak) for e in edges)
-            assert c.kind_bytes == tuple((k.static, k.activation, k.recompute_peak) for k in kinds)
-            assert c.dispatch_bytes == dispatch_buffer_bytes(model, m, training)
-            assert c.fixed_bytes == workspace_bytes(training) + fsdp_buffer_bytes(model, m, d, training)
+            _assert_ledger_tables(row_costs(problem, row, None), with_choices(problem, row), row)
     kinds = {name for settings in seen for name, _ in settings}
     assert {"moe_token_dispatcher_type", "cp_comm_type"} <= kinds and len(seen) >= 4
 
