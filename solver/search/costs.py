@@ -44,7 +44,7 @@ from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
 from parasol.problems.memo import kept, memoised, memoised_by
 from parasol.problems.model.architecture import Block
-from parasol.solver.search.space import Row, with_choices
+from parasol.solver.search.space import CHOICE_FIELDS, Row, with_choices
 
 TIME_UNIT_S = 1e-4
 """Step-time resolution of the solver's objective: 0.1 ms."""
@@ -258,9 +258,6 @@ def row_costs(problem: Problem, row: Row, time_model: StageTimeModel | None,
 
 MEMORY_TABLES_MEMO = 65536
 """Rows' memory tables kept per problem (the table starts afresh past this)."""
-
-CHOICE_FIELDS = ("dispatcher", "flex_backend", "cp_comm", "cp_levels")
-"""The Row fields that hold the options a row chooses (space.CHOICE_OPTIONS)."""
 
 memory_key = operator.attrgetter(*(f.name for f in dataclasses.fields(Row)
                                    if f.name not in ("vpp", "rank_order", *CHOICE_FIELDS)))

@@ -12,6 +12,7 @@ whichever rows were cut before it.
 from __future__ import annotations
 
 import heapq
+import operator
 import time
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
@@ -48,7 +49,11 @@ from parasol.solver.search.savings import (
     with_saving,
     without_static,
 )
-from parasol.solver.search.space import Row
+from parasol.solver.search.space import CHOICE_FIELDS, Row
+
+model_variant = operator.attrgetter("saving", *CHOICE_FIELDS)
+"""What a row's step-time model reads of it besides its mapping (RowSearch.model_of): its saving and the options it
+chooses."""
 
 FOREIGN = 1 << 40
 """Where the indices of rows another search cut start among this one's dominators (RowSearch.exchange)."""
@@ -221,8 +226,7 @@ class RowSearch:
         per what it reads and the row's saving and options, so screening every row costs look-ups, not
         pricings, and a row whose exchanges are long waits past the rows that beat it (DeepSeek-V3 on 2,048
         GPUs judges 14,295 rows instead of 28,007)."""
-        key = (row.tp, row.cp, row.ep, row.etp, row.pp, row.rank_order, row.mbs, row.saving, row.dispatcher,
-               row.flex_backend, row.cp_comm, row.cp_levels)
+        key = (row.tp, row.cp, row.ep, row.etp, row.pp, row.rank_order, row.mbs, model_variant(row))
         exchange = self._exchanges.get(key)
         if exchange is None:
             exchange = self._exchanges[key] = self.model_of(row).exchange_floor_s(row.mapping(self.problem),
@@ -232,8 +236,7 @@ class RowSearch:
     def _per_microbatch_s(self, row: Row) -> float:
         """The row's compute seconds per microbatch (StageTimeModel.compute_per_microbatch_s), priced once per what
         it reads (and the options the row chooses)."""
-        key = (row.tp, row.cp, row.ep, row.etp, row.mbs, row.recompute, row.saving, row.dispatcher,
-               row.flex_backend, row.cp_comm, row.cp_levels)
+        key = (row.tp, row.cp, row.ep, row.etp, row.mbs, row.recompute, model_variant(row))
         per_microbatch = self._per_microbatch.get(key)
         if per_microbatch is None:
             per_microbatch = self._per_microbatch[key] = self.model_of(row).compute_per_microbatch_s(

@@ -245,7 +245,10 @@ CHOICE_OPTIONS = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "c
 """The framework options a row may choose, by their `--set` names (Row.dispatcher, flex_backend, cp_comm and
 cp_levels hold them, in this order)."""
 
-_choice_values = attrgetter("dispatcher", "flex_backend", "cp_comm", "cp_levels")
+CHOICE_FIELDS = ("dispatcher", "flex_backend", "cp_comm", "cp_levels")
+"""The Row fields that hold the options of CHOICE_OPTIONS, in its order."""
+
+_choice_values = attrgetter(*CHOICE_FIELDS)
 
 
 MAPPINGS_KEPT = 1 << 16
