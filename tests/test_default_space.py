@@ -198,6 +198,34 @@ def test_rules_asked_of_the_least_exchanges_first_settle_as_asking_every_variant
     assert asked[0] < listed
 
 
+def test_ep_options_are_the_variants_options_the_grid_rules_accept() -> None:
+    """choices.ep_options: a settled row's own dispatcher and backend; an unsettled row's, those of its option
+    variants some of which meets the grid-only rules (Hybrid-EP's domain asserts refuse the 5T MoE's EP 64
+    groups on eight NVL72 racks when they straddle racks), never a backend the search does not try (NCCL-EP);
+    None for a dense model."""
+    from parasol.solver.search.choices import choice_rules_hold, ep_options
+    from parasol.solver.search.space import enumerate_rows
+
+    problem = load_problem_text("model: moe-5t\ntraining: {seq_len: 4096, global_batch: 1152, precision: fp8}\n"
+                                "hardware: {preset: gb200-nvl72, gpus: 576}\n")
+    rows = [r for r in enumerate_rows(problem) if r.ep > 1]
+    dropped = 0
+    for row in rows[::max(len(rows) // 300, 1)]:
+        options = ep_options(problem, row)
+        variants = choice_variants(problem, row)
+        offered = {(v.dispatcher, v.flex_backend or "deepep") for v in variants}
+        kept = {(v.dispatcher, v.flex_backend or "deepep") for v in variants if choice_rules_hold(problem, v)}
+        assert {(d, b if d == "flex" else "deepep") for d, b in options} == kept, row
+        assert all(b != "ncclep" for _, b in options)
+        dropped += len(offered) > len(kept)
+        for v in variants:
+            assert ep_options(problem, v) == ((v.dispatcher, v.flex_backend or "deepep"),)
+    assert dropped > 0
+    dense = load_problem_text("model: llama-3.1-8b\ntraining: {seq_len: 4096, global_batch: 256}\n"
+                              "hardware: {preset: h100-hgx, gpus: 64}\n")
+    assert all(ep_options(dense, r) is None for r in enumerate_rows(dense)[:50])
+
+
 @pytest.mark.parametrize("name", ["deepseek-v4-pro-1024", "qwen3-30b-a3b-h100-64"])
 def test_row_derived_sizes_are_its_mappings(name: str) -> None:
     """Row.derived reads a row's derived sizes without building its mapping when they are kept: the very

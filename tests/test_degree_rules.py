@@ -4,6 +4,8 @@ every mapping, and dropping the rows leaves solve's answer as it was."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from parasol.constraints.evaluate import holds
@@ -64,3 +66,43 @@ def test_rows_are_kept_when_the_degree_rules_refuse_every_one():
     refused = tuple(r for r in rows if not accepted(r))
     assert refused and meeting_degree_rules(problem, refused) == refused
     assert meeting_degree_rules(problem, rows) == tuple(r for r in rows if accepted(r))
+
+
+FIVE_T_GB200 = """
+model: moe-5t
+training: {seq_len: 4096, global_batch: 1152, precision: fp8}
+hardware: {preset: gb200-nvl72, gpus: 576}
+"""
+"""The 5T MoE on eight NVL72 racks: Hybrid-EP is offered where DeepEP reaches fewer ranks than a rack holds, and
+its domain rules refuse the groups that split unevenly over racks."""
+
+
+def test_grid_only_rules_give_one_verdict_per_grid_and_option() -> None:
+    """A rule marked reads_grid_only (DeepEP's and Hybrid-EP's group asserts) gives the same verdict on every
+    mapping of one grid (TP, CP, EP, ETP, PP, rank order) under one option variant, whatever its microbatch,
+    recompute, VPP and layout: choices.ep_options asks it once per grid. Checked over every row of sampled
+    grids, under every variant, and some verdicts refuse (the check is not vacuous)."""
+    from parasol.solver.search.program import choice_rules
+    from parasol.solver.search.space import choice_variants, with_choices
+
+    problem = load_problem_text(FIVE_T_GB200)
+    rules = tuple(c for c in choice_rules(problem) if c.reads_grid_only)
+    assert {c.id for c in rules} >= {"deepep-group-size", "hybridep-even-domains", "hybridep-experts-per-domain"}
+    grids: dict[tuple, list] = {}
+    for row in enumerate_rows(problem):
+        if row.ep > 1:
+            grids.setdefault((row.tp, row.cp, row.ep, row.etp, row.pp, row.rank_order), []).append(row)
+    refused = 0
+    for rows in list(grids.values())[::max(len(grids) // 60, 1)]:
+        for variant in choice_variants(problem, rows[0]):
+            chosen = with_choices(problem, variant)
+            for rule in rules:
+                verdicts = set()
+                for row in rows:
+                    sibling = dataclasses.replace(variant, vpp=row.vpp, mbs=row.mbs, recompute=row.recompute)
+                    blocks, stages = problem.model.num_layers, row.pp * row.vpp
+                    for layout in (default_layout(blocks, stages), (blocks - stages + 1,) + (1,) * (stages - 1)):
+                        verdicts.add(holds(chosen, sibling.mapping(chosen, layout), (rule,)))
+                assert len(verdicts) == 1, (rule.id, variant)
+                refused += not verdicts.pop()
+    assert refused > 0

@@ -21,6 +21,7 @@ from parasol.constraints.physics.step_time import CalibratedStageTimes, step_tim
 from parasol.constraints.physics.workload import build_workload
 from parasol.problems.derived import derive
 from parasol.problems.loader import load_problem, load_problem_text
+from parasol.solver.search.choices import choice_rules_hold, ep_options
 from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts, row_costs
 from parasol.solver.search.cuts import rank_counts
 from parasol.solver.search.pools import solve_pools
@@ -442,3 +443,39 @@ def test_floor_with_memory_bounded_blocks_is_below_every_fitting_cut() -> None:
             assert floor <= time_units(float(exact)), row
         lifted += floor > step_floor_units(c, mapping, counts, model)
     assert checked >= 10 and lifted > 0
+
+
+def test_floor_over_the_ep_options_a_row_may_take_is_below_each_of_them() -> None:
+    """choices.ep_options narrows a row's EP floor to the dispatchers and backends it may take: the ones its option
+    variants list (not NCCL-EP, which the search never tries) less those the grid's Hybrid-EP and DeepEP group rules
+    refuse (the 5T MoE on eight NVL72 racks, where Hybrid-EP's exchange is the cheapest and its rules refuse the
+    groups split unevenly over racks). The narrowed floor stays at most the exact step time of random cuts under
+    every variant that meets its rules, and it lifts some rows' floors above the floor over every option."""
+    problem = load_problem_text("model: moe-5t\ntraining: {seq_len: 4096, global_batch: 1152, precision: fp8}\n"
+                                "hardware: {preset: gb200-nvl72, gpus: 576}\n")
+    model = CalibratedStageTimes(problem)
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    totals = counts[0, counts.shape[0] - 1]
+    rng = random.Random(23)
+    rows = [r for r in enumerate_rows(problem) if r.ep > 1 and r.pp > 1]
+    lifted = []
+    for row in rows[::max(len(rows) // 400, 1)]:
+        mapping = row.mapping(problem)
+        d = derive(problem.model, mapping)
+        narrowed = model.step_floor_s(mapping, d, totals, None, ep_options(problem, row))
+        if narrowed > model.step_floor_s(mapping, d, totals):
+            lifted.append((row, narrowed))
+    assert len(lifted) >= 6
+    refused = 0
+    for row, narrowed in rng.sample(lifted, 6):
+        mapping = row.mapping(problem)
+        assert model.exposed_floor_s(mapping, derive(problem.model, mapping), totals, ep_options(problem, row)) <= narrowed
+        for variant in choice_variants(problem, row):
+            if not choice_rules_hold(problem, variant):
+                refused += 1
+                continue
+            chosen = with_choices(problem, variant)
+            priced = model.for_problem(chosen)
+            seconds = priced.cut_step_times_s(mapping, derive(chosen.model, mapping), _random_cuts(rng, row, counts))
+            assert narrowed <= seconds.min() * (1 + 1e-12), (row, variant.settings())
+    assert refused > 0

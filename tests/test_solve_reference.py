@@ -83,7 +83,7 @@ class AdditiveTime:
         stage = np.array(self.edge_times_s(m, d))[None, :] + counts @ per_kind
         return self.step_extra_s(m, d) + pipeline_seconds(stage, float(d.num_microbatches), m.vpp)
 
-    def step_floor_s(self, m, d, totals, most=None):
+    def step_floor_s(self, m, d, totals, most=None, ep_options=None):
         """Every cut's step time is at least the constant plus the rank times' sum spread evenly, under the
         fastest dispatcher and CP exchange (a floor holds for every option a row may choose; it reads no
         per-rank block bound)."""
@@ -99,11 +99,11 @@ class AdditiveTime:
         per_kind = self.block_times_s(m, d, [reps[k] for k in block_kinds(self.p)], fastest=True)
         return sum(self.edge_times_s(m, d)) + float(totals @ np.array(per_kind))
 
-    def exchange_floor_s(self, m, totals):
+    def exchange_floor_s(self, m, totals, ep_options=None):
         """The exchanges are inside compute_per_microbatch_s here (its fastest option's): none beside it."""
         return 0.0
 
-    def exposed_floor_s(self, m, d, totals):
+    def exposed_floor_s(self, m, d, totals, ep_options=None):
         """The model's floor serves as its cheaper bound too (any admissible value does)."""
         return self.step_floor_s(m, d, totals)
 

@@ -158,6 +158,10 @@ class Constraint(ABC):
     reads_choices: bool = False
     """The rule reads an option `solve` chooses per row (the MoE token dispatcher, the CP communication
     type; solver/search/space.py): `solve` judges it per row in Python under the row's options."""
+    reads_grid_only: bool = False
+    """Of a mapping the rule reads only its degrees and rank order (besides the options it chooses): one verdict
+    holds for every mapping of a grid whatever its microbatch, recompute, VPP or layout, so `solve` asks it once
+    per grid and option (solver/search/choices.py ep_options; tests/test_degree_rules.py checks the claim)."""
 
     def active(self, problem: Problem) -> bool:
         """Whether the rule judges this problem: its pack is switched on and it applies."""

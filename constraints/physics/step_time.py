@@ -346,6 +346,10 @@ FLEX_BACKENDS = get_args(MegatronOptions.model_fields["moe_flex_dispatcher_backe
 """The flex dispatcher's backends (--moe-flex-dispatcher-backend)."""
 CP_COMM_KINDS = get_args(MegatronOptions.model_fields["cp_comm_type"].annotation)
 """Every CP communication type Megatron offers (--cp-comm-type)."""
+EpOption = tuple[str, str]
+"""A MoE token dispatcher and the flex backend it runs (read only under flex)."""
+EVERY_EP_OPTION: tuple[EpOption, ...] = tuple((kind, backend) for kind in DISPATCHERS for backend in FLEX_BACKENDS)
+"""The EP options the exchange floors range over when a row's are not given: every dispatcher and backend."""
 
 
 def vpp_free(mapping: Mapping) -> Mapping:
@@ -613,13 +617,14 @@ class CalibratedStageTimes:
         return price(batch_from_vectors(self._run(mapping, derived), vectors), self.coefs)
 
     def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
-                     most: np.ndarray | None = None) -> float:
+                     most: np.ndarray | None = None, ep_options: tuple[EpOption, ...] | None = None) -> float:
         """A lower bound on the step seconds of every cut of the mapping (`totals`: blocks of each kind in
         the model) holding at most most_r blocks on each pipeline rank r (None: any number; e.g. what fits
-        its memory), under every MoE dispatcher and CP communication type: the pipeline time (Σ_s t_s +
+        its memory), under every CP communication type and every MoE dispatcher and backend of `ep_options`
+        (None: all, EVERY_EP_OPTION): the pipeline time (Σ_s t_s +
         (v·m − 1)·T)/v, T = max_s t_s, with the stage times' sum at least all ranks' compute and the TP and
         FSDP seconds no overlap hides (pricing.rank_floor_per_microbatch) plus the least exposed EP and CP
-        exchange seconds any type gives (exchange_floor_s), and T at least their mean and at least the
+        exchange seconds any of those gives (exchange_floor_s), and T at least their mean and at least the
         slowest rank's compute when ranks hold whole blocks (_FloorParts.slowest_compute); plus the
         unhidden pipeline sends (pricing.pipeline_sends_floor), the data-parallel exchanges at least as
         exposed as the larger of what their switches leave and the largest rank's whole exchange less T
@@ -630,7 +635,7 @@ class CalibratedStageTimes:
         blocks (the summed work takes the least slope over rank positions; a rank's own bound its own
         slope per kind), and the step grows with the stage times' sum and, but for the data-parallel term
         at one microbatch, with T: there T takes the least value of the bound's convex function of it."""
-        parts = self._floor_parts(mapping, derived, totals)
+        parts = self._floor_parts(mapping, derived, totals, ep_options)
         coefs = self.coefs
         m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
         exposed, whole = parts.exposure
@@ -640,10 +645,11 @@ class CalibratedStageTimes:
         return (pipeline_time_scaled(parts.ranks, slowest, m, vpp) / vpp + max(exposed, whole - slowest)
                 + float(pipeline_sends_floor(parts.summed, coefs, vpp)[0]) + parts.optimizer / pp)
 
-    def _floor_parts(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> _FloorParts:
-        """step_floor_s's parts, built once per mapping less its VPP: neither the rank work, the run's prices
-        nor the exchanges read VPP (the schedule and the pipeline sends' count do, step_floor_extra)."""
-        key = (vpp_free(mapping), totals.tobytes())
+    def _floor_parts(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
+                     ep_options: tuple[EpOption, ...] | None = None) -> _FloorParts:
+        """step_floor_s's parts, built once per mapping less its VPP and EP options: neither the rank work, the
+        run's prices nor the exchanges read VPP (the schedule and the pipeline sends' count do)."""
+        key = (vpp_free(mapping), totals.tobytes(), ep_options)
         if key not in self._floors:
             work = self.rank_work(mapping, derived)
             total = work.empty.sum(axis=0) + totals.astype(float) @ work.slope.min(axis=0)
@@ -658,17 +664,19 @@ class CalibratedStageTimes:
             lines = data_parallel_lines(work.empty + work.onset[:, held].min(axis=1), work.slope[:, held], coefs)
             exposure = tuple(float(x[0]) for x in data_parallel_floor(summed, coefs))
             self._floors[key] = _FloorParts(float(rank_floor_per_microbatch(summed, coefs)[0, 0])
-                                            + self.exchange_floor_s(mapping, totals), optimizer, summed, exposure,
+                                            + self.exchange_floor_s(mapping, totals, ep_options), optimizer, summed,
+                                            exposure,
                                             linear[:mapping.pp], linear[mapping.pp:].reshape(mapping.pp, -1),
                                             totals[held].astype(np.int64), lines)
         return self._floors[key]
 
-    def exposed_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
-        """The least rank floor (rank_floor_s) with the least exposed EP and CP seconds of one microbatch added
-        (exchange_floor_s), spread over the pipeline as step_floor_s spreads them: between the compute floor and
+    def exposed_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
+                        ep_options: tuple[EpOption, ...] | None = None) -> float:
+        """The least rank floor (rank_floor_s) with the least exposed EP and CP seconds of one microbatch under
+        `ep_options` added (exchange_floor_s), spread over the pipeline as step_floor_s spreads them: between the compute floor and
         step_floor_s (whose summed work has that rank floor and which adds the same exchange floor), for a
         share of step_floor_s's cost, since its parts are kept per the degrees, rank order and MBS they read."""
-        return ((self.rank_floor_s(mapping, derived, totals) + self.exchange_floor_s(mapping, totals))
+        return ((self.rank_floor_s(mapping, derived, totals) + self.exchange_floor_s(mapping, totals, ep_options))
                 * even_stretch(mapping.pp, mapping.vpp, float(derived.num_microbatches)))
 
     def rank_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
@@ -749,21 +757,22 @@ class CalibratedStageTimes:
         """One block's exchange (`term_of` its kind's representative) summed over `totals` blocks of each kind."""
         return sum((term_of(b).scaled(int(n)) for b, n in zip(self.kinds.values(), totals, strict=True)), NO_COMM)
 
-    def exchange_floor_s(self, mapping: Mapping, totals: np.ndarray) -> float:
-        """Exposed EP and CP seconds of one microbatch that all ranks together cannot go below, under any
-        dispatcher and CP communication type (the least over every type, so it holds whichever a row
-        chooses): a rank hides at most the overlap_ep share of its EP exchange unless
+    def exchange_floor_s(self, mapping: Mapping, totals: np.ndarray,
+                         ep_options: tuple[EpOption, ...] | None = None) -> float:
+        """Exposed EP and CP seconds of one microbatch that all ranks together cannot go below, under any CP
+        communication type and any dispatcher and backend of `ep_options` (None: all, EVERY_EP_OPTION; the
+        least over them, so it holds whichever of them a row chooses): a rank hides at most the overlap_ep share of its EP exchange unless
         --overlap-moe-expert-parallel-comm is on, and at most overlap_cp of its CP exchange's ring part,
         none of its blocking part (pricing.py _exposed_per_microbatch); seconds of summed terms are at most
         the sum of the ranks' seconds. Built once per the grid, rank order, MBS and sequence (no recompute or VPP
         reads it) and what EXCHANGE_FLOOR_READS names, for the model's family (FAMILY_MEMOS)."""
         key = (self._exchange_floor_reads, mapping.gpus, mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp,
-               mapping.pp, mapping.rank_order, mapping.mbs, mapping.seq_len, totals.tobytes())
+               mapping.pp, mapping.rank_order, mapping.mbs, mapping.seq_len, totals.tobytes(), ep_options)
         if key not in self._exchange_floors:
-            self._exchange_floors[key] = self._exchange_floor(mapping, totals)
+            self._exchange_floors[key] = self._exchange_floor(mapping, totals, ep_options or EVERY_EP_OPTION)
         return self._exchange_floors[key]
 
-    def _exchange_floor(self, mapping: Mapping, totals: np.ndarray) -> float:
+    def _exchange_floor(self, mapping: Mapping, totals: np.ndarray, ep_options: tuple[EpOption, ...]) -> float:
         """exchange_floor_s, computed (its EP and CP parts kept per what each reads: _least_ep, _least_cp)."""
         coefs = self.coefs
         settings = routed(self.problem, mapping, self.settings)
@@ -774,8 +783,8 @@ class CalibratedStageTimes:
         hidden_ep = 1.0 if settings.ep_overlap else min(float(coefs["overlap_ep"]), 1.0)
         if moe_blocks and links.ep.size > 1 and hidden_ep < 1.0:
             least = self._kept_part((tokens, mapping.tp, mapping.expert_tp, links.ep, links.ep_deepep,
-                                     dispatch_received(settings), moe_blocks),
-                                    lambda: self._least_ep(mapping, links, tokens, settings, moe_blocks))
+                                     dispatch_received(settings), moe_blocks, ep_options),
+                                    lambda: self._least_ep(mapping, links, tokens, settings, moe_blocks, ep_options))
             floor += PASSES_PER_MICROBATCH["ep"] * (1.0 - hidden_ep) * least
         if links.cp.size > 1:
             levels = self._cp_levels(mapping)
@@ -791,12 +800,14 @@ class CalibratedStageTimes:
             self._exchange_parts[key] = build()
         return self._exchange_parts[key]
 
-    def _least_ep(self, mapping: Mapping, links: Links, tokens: float, settings: StepSettings, moe_blocks: int) -> float:
-        """The least seconds of the EP exchange of `moe_blocks` MoE blocks under any dispatcher and flex backend."""
+    def _least_ep(self, mapping: Mapping, links: Links, tokens: float, settings: StepSettings, moe_blocks: int,
+                  ep_options: tuple[EpOption, ...]) -> float:
+        """The least seconds of the EP exchange of `moe_blocks` MoE blocks under any dispatcher and flex backend
+        of `ep_options`."""
         received = dispatch_received(settings)
         return min(comm_seconds(ep_comm(self.problem.model, tokens, mapping.tp, mapping.expert_tp,
                                         dispatch_link(links, kind, backend), received, kind).scaled(moe_blocks),
-                                self.coefs) for kind in DISPATCHERS for backend in FLEX_BACKENDS)
+                                self.coefs) for kind, backend in ep_options)
 
     def _least_cp(self, mapping: Mapping, links: Links, tokens: float, levels: tuple[tuple, ...],
                   totals: np.ndarray) -> float:

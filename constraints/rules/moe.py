@@ -153,6 +153,7 @@ class MoEBiasRequiresETP1(Constraint):
 class DeepEPNCCLEPNeedEtpEpGt1(Constraint):
     """The DeepEP and NCCL-EP backends exchange tokens inside the expert TP×EP group, which needs 2+ ranks."""
     reads_choices = True
+    reads_grid_only = True
 
     id = "deepep-ncclep-need-etp-ep-gt-1"
     family = Family.moe
@@ -198,6 +199,7 @@ class DeepEPGroupSize(Constraint):
     the group has fewer than 8 ranks or a multiple of 8, and at most 8·20 = 160 ranks."""
 
     reads_choices = True
+    reads_grid_only = True
     id = "deepep-group-size"
     family = Family.moe
     citation = Citation(f"{DEEPEP}:152-153 (EP_HOST_ASSERT in Buffer::Buffer; the buffer is built at the first "
@@ -258,6 +260,7 @@ class _HybridEPLayout(Constraint):
     buffer and kernels from that count. In force only under the flex dispatcher's hybridep backend."""
 
     reads_choices = True
+    reads_grid_only = True
     family = Family.moe
     exact = True
 

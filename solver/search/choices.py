@@ -27,6 +27,7 @@ from collections.abc import Callable
 from parasol.constraints.evaluate import holds
 from parasol.constraints.physics.comm import CommTerm
 from parasol.constraints.physics.exchanges import cp_parts, dispatch_link, ep_comm, links_for
+from parasol.constraints.physics.step_time import EpOption
 from parasol.constraints.physics.workload import dispatch_received, routed, settings_for
 from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
@@ -49,6 +50,45 @@ def choice_rules_hold(problem: Problem, row: Row) -> bool:
         return True
     mapping = row.mapping(chosen, default_layout(chosen.model.num_layers, row.pp * row.vpp))
     return holds(chosen, mapping, rules)
+
+
+EP_OPTIONS_MEMO = 65536
+"""Grids whose EP options are kept per problem (the table starts afresh past this)."""
+
+
+def ep_options(problem: Problem, row: Row) -> tuple[EpOption, ...] | None:
+    """The dispatchers and flex backends the row may run its EP exchange under, for its floors
+    (StageTimeModel.step_floor_s): the one it chose, else those of its option variants (choice_variants) that
+    the option rules reading only the grid accept (Constraint.reads_grid_only; e.g. Hybrid-EP's layout asserts
+    refuse groups split unevenly over NVL72 racks, which would otherwise bound the row by an exchange it never
+    runs). None (every option) for a row with no EP exchange, or when those rules accept none: its rules then
+    refuse the row whatever its floor. Asked once per grid: nothing else of a row changes the answer."""
+    if row.ep == 1 or problem.model.moe is None:
+        return None
+    key = (row.tp, row.cp, row.ep, row.etp, row.pp, row.rank_order, row.dispatcher, row.flex_backend)
+    return memoised_by(problem, "ep options", key, EP_OPTIONS_MEMO,
+                       lambda: (_ep_option(problem, row),) if row.dispatcher else _ep_options(problem, row))
+
+
+def _ep_option(problem: Problem, variant: Row) -> EpOption:
+    """The dispatcher and flex backend a variant runs, as its problem's settings read them."""
+    settings = settings_for(with_choices(problem, variant))
+    return settings.dispatcher, settings.flex_backend
+
+
+def _ep_options(problem: Problem, row: Row) -> tuple[EpOption, ...] | None:
+    """ep_options of an unsettled row, computed: an option is kept when some variant running it meets the grid's
+    option rules."""
+    rules = tuple(c for c in choice_rules(problem) if c.reads_grid_only)
+    kept: list[EpOption] = []
+    for variant in choice_variants(problem, row):
+        option = _ep_option(problem, variant)
+        if option in kept:
+            continue
+        chosen = with_choices(problem, variant)
+        if not rules or holds(chosen, variant.mapping(chosen), rules):
+            kept.append(option)
+    return tuple(kept) or None
 
 
 def no_slower(a: RowCosts, b: RowCosts) -> bool:

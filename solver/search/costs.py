@@ -39,6 +39,7 @@ from parasol.constraints.physics.schedule import (
     lightest_blocks,
     pipeline_time_scaled,
 )
+from parasol.constraints.physics.step_time import EpOption
 from parasol.problems.derived import Derived
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
@@ -75,11 +76,11 @@ class StageTimeModel(Protocol):
         ...
 
     def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
-                     most: np.ndarray | None = None) -> float:
+                     most: np.ndarray | None = None, ep_options: tuple[EpOption, ...] | None = None) -> float:
         """A lower bound on the exact step seconds of every cut (totals: blocks of each kind) holding at most
         most[r] blocks on pipeline rank r (None: any number; most_blocks gives what memory allows) under
-        every MoE dispatcher and CP communication type the row may choose: solve judges a row by its floor
-        before it settles those options (solver/search/choices.py)."""
+        every CP communication type and every MoE dispatcher and backend of `ep_options` (None: every one): solve
+        judges a row by its floor before it settles those options (solver/search/choices.py)."""
         ...
 
     def compute_per_microbatch_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
@@ -89,14 +90,16 @@ class StageTimeModel(Protocol):
         once per those for all rows sharing them."""
         ...
 
-    def exchange_floor_s(self, mapping: Mapping, totals: np.ndarray) -> float:
-        """Exposed exchange seconds of one microbatch that all ranks together never go below under any option the
-        row may choose, beside compute_per_microbatch_s: solve screens every row by the two added up, spread
+    def exchange_floor_s(self, mapping: Mapping, totals: np.ndarray,
+                         ep_options: tuple[EpOption, ...] | None = None) -> float:
+        """Exposed exchange seconds of one microbatch that all ranks together never go below under any CP type and
+        EP option of `ep_options` (None: every one) the row may choose, beside compute_per_microbatch_s: solve screens every row by the two added up, spread
         over the pipeline, so it must read only the grid, rank order and MBS, and be the same under every
         saving (0 is admissible)."""
         ...
 
-    def exposed_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
+    def exposed_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
+                        ep_options: tuple[EpOption, ...] | None = None) -> float:
         """A lower bound between the screening floor (compute_per_microbatch_s plus exchange_floor_s, spread) and
         step_floor_s in value and in cost: solve judges a row by it after the screening floor and before
         step_floor_s."""

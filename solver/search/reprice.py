@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from parasol.constraints.physics.step_time import EpOption
 from parasol.problems.mapping import Mapping
 from parasol.solver.search.costs import (
     MB,
@@ -100,19 +101,21 @@ def units_below(seconds: float) -> int:
 
 
 def floor_point(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel,
-                usable: int | None = None) -> tuple[int, int]:
+                usable: int | None = None, ep_options: tuple[EpOption, ...] | None = None) -> tuple[int, int]:
     """(step time, peak memory) units no cut of the row goes below, as printed: step_floor_units and
-    memory_floor_units (`usable`: the MB every cut keeps each rank within, None: no such bound)."""
-    return step_floor_units(c, mapping, counts, time_model, usable), memory_floor_units(c, counts)
+    memory_floor_units (`usable`: the MB every cut keeps each rank within, None: no such bound; `ep_options`:
+    the dispatchers and backends the row may take, None: any)."""
+    return step_floor_units(c, mapping, counts, time_model, usable, ep_options), memory_floor_units(c, counts)
 
 
 def step_floor_units(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel,
-                     usable: int | None = None) -> int:
-    """Step-time units no cut of the row goes below: the step-time model's floor (StageTimeModel.step_floor_s),
-    with each rank holding at most the blocks its memory allows within `usable` MB (costs.most_blocks; None:
-    any number)."""
+                     usable: int | None = None, ep_options: tuple[EpOption, ...] | None = None) -> int:
+    """Step-time units no cut of the row goes below under any of `ep_options` (None: any dispatcher): the
+    step-time model's floor (StageTimeModel.step_floor_s), with each rank holding at most the blocks its memory
+    allows within `usable` MB (costs.most_blocks; None: any number)."""
     most = None if usable is None else _most_blocks(c, counts, usable)
-    return units_below(time_model.step_floor_s(mapping, c.derived, counts[0, counts.shape[0] - 1], most))
+    return units_below(time_model.step_floor_s(mapping, c.derived, counts[0, counts.shape[0] - 1], most,
+                                               ep_options))
 
 
 def _most_blocks(c: RowCosts, counts: np.ndarray, usable: int) -> np.ndarray | None:
@@ -131,7 +134,10 @@ def compute_floor_units(per_microbatch_s: float, stretch: float) -> int:
     return units_below(per_microbatch_s * stretch * (1 - 1e-9))
 
 
-def exposed_floor_units(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel) -> int:
+def exposed_floor_units(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel,
+                        ep_options: tuple[EpOption, ...] | None = None) -> int:
     """step_floor_units from the step-time model's exposed floor (StageTimeModel.exposed_floor_s: the least rank
-    floor and exposed-exchange seconds, spread evenly): between compute_floor_units and step_floor_units."""
-    return units_below(time_model.exposed_floor_s(mapping, c.derived, counts[0, counts.shape[0] - 1]) * (1 - 1e-9))
+    floor and exposed-exchange seconds under `ep_options`, spread evenly): between compute_floor_units and
+    step_floor_units."""
+    return units_below(time_model.exposed_floor_s(mapping, c.derived, counts[0, counts.shape[0] - 1], ep_options)
+                       * (1 - 1e-9))

@@ -24,7 +24,7 @@ from parasol.constraints.physics.schedule import even_stretch
 from parasol.constraints.rules.feature import SettingsRule
 from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
-from parasol.solver.search.choices import settled
+from parasol.solver.search.choices import ep_options, settled
 from parasol.solver.search.costs import RowCosts, StageTimeModel, memory_key, replaced, row_costs
 from parasol.solver.search.cuts import Staircase, row_staircase
 from parasol.solver.search.program import admissible, choice_rules, judged_rules, program_rules
@@ -229,8 +229,8 @@ class RowSearch:
         key = (row.tp, row.cp, row.ep, row.etp, row.pp, row.rank_order, row.mbs, model_variant(row))
         exchange = self._exchanges.get(key)
         if exchange is None:
-            exchange = self._exchanges[key] = self.model_of(row).exchange_floor_s(row.mapping(self.problem),
-                                                                                  self._totals)
+            exchange = self._exchanges[key] = self.model_of(row).exchange_floor_s(
+                row.mapping(self.problem), self._totals, ep_options(self.problem, row))
         return compute_floor_units(self._per_microbatch_s(row) + exchange, self._stretch(row))
 
     def _per_microbatch_s(self, row: Row) -> float:
@@ -292,7 +292,8 @@ class RowSearch:
         memory = min(memory_floor_units(c, self.counts) for c in candidates.costs)
         if judged and self._beaten((time_floor, memory)):
             return
-        floor = (min(exposed_floor_units(c, v.mapping(self.problem), self.counts, self.model_of(v))
+        floor = (min(exposed_floor_units(c, v.mapping(self.problem), self.counts, self.model_of(v),
+                                         ep_options(self.problem, v))
                      for v, c in zip(candidates.rows, candidates.costs, strict=True)), memory)
         if judged and self._beaten(floor):
             return
@@ -328,7 +329,8 @@ class RowSearch:
         """The row's floor under its saving (reprice.floor_point, each rank holding what fits usable HBM;
         `memory`: its memory tables when known): it holds for every option it may choose."""
         memory = memory or row_costs(row_problem(self.problem, row), row, None)
-        return floor_point(memory, row.mapping(self.problem), self.counts, self.model_of(row), self.usable)
+        return floor_point(memory, row.mapping(self.problem), self.counts, self.model_of(row), self.usable,
+                           ep_options(self.problem, row))
 
     def _beaten(self, floor: tuple[int, int]) -> bool:
         """Whether steps of `top` rule-feasible rows cut so far dominate `floor` (prune.beaten)."""
