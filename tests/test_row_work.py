@@ -45,6 +45,7 @@ from parasol.solver.search.costs import (
 )
 from parasol.solver.search.cuts import rank_counts, some_cut_fits
 from parasol.solver.search.savings import (
+    bare_memory_floor_any_vpp,
     default_cut_fits,
     default_rank_counts,
     fit_candidates,
@@ -368,11 +369,13 @@ def test_states_of_a_saving_on_the_plain_tables_are_its_tables() -> None:
 def test_memory_floor_any_vpp_bounds_every_vpp_and_is_the_floor_at_vpp_one(problems: list) -> None:
     """savings.memory_floor_any_vpp, by which solve drops a row's whole group (its degrees, microbatch and
     recompute at every VPP and rank order), is at most every VPP's memory floor (reprice.memory_means_units) and
-    peak of the default and random cuts, under each saving, and is that floor at VPP 1; below it for some group."""
+    peak of the default and random cuts, under each saving, and is that floor at VPP 1; below it for some group.
+    savings.bare_memory_floor_any_vpp (the group dropped at once when beaten) is at most it under every saving,
+    and below it for some."""
     from parasol.solver.search.reprice import memory_means_units, memory_units
 
     rng = np.random.default_rng(41)
-    below = 0
+    below = bare_below = 0
     for problem in problems:
         counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
         blocks = counts.shape[0] - 1
@@ -381,8 +384,11 @@ def test_memory_floor_any_vpp_bounds_every_vpp_and_is_the_floor_at_vpp_one(probl
             groups.setdefault(memory_key(row), []).append(row)
         interleaved = [g for g in groups.values() if len({r.vpp for r in g}) > 2]
         for group in interleaved[::max(len(interleaved) // 6, 1)][:6]:
+            bare = bare_memory_floor_any_vpp(problem, group[0], counts)
             for saving in ("none", *open_savings(problem)):
                 floor = memory_floor_any_vpp(problem, group[0], saving, counts)
+                assert bare <= floor, (group[0], saving)
+                bare_below += bare < floor
                 for row in group:
                     variant = dataclasses.replace(row, saving=saving)
                     c = row_costs(with_saving(problem, saving), variant, None)
@@ -396,7 +402,7 @@ def test_memory_floor_any_vpp_bounds_every_vpp_and_is_the_floor_at_vpp_one(probl
                     for layout in layouts:
                         ranks = rank_counts(tuple(int(x) for x in layout), row.pp, counts)
                         assert floor <= memory_units(max(c.stage_bytes(r, n) for r, n in enumerate(ranks))), variant
-    assert below > 0
+    assert below > 0 and bare_below > 0
 
 
 def test_saving_variant_is_the_replaced_row(problems: list) -> None:

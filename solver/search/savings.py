@@ -110,6 +110,15 @@ def memory_floor_any_vpp(problem: Problem, row: Row, saving: str, counts: np.nda
     return memory_means_units(plain if saving == NONE else with_states_of(plain, with_saving(problem, saving)), counts)
 
 
+def bare_memory_floor_any_vpp(problem: Problem, row: Row, counts: np.ndarray) -> int:
+    """Peak-memory units no cut of the row under any saving goes below at any VPP and rank order: the weighted means
+    floor of its VPP 1 tables with weights, gradients and optimizer state at zero (without_static; the savings
+    only shrink those and add FSDP buffers), so at most memory_floor_any_vpp under every saving, for one table's
+    price."""
+    plain = row_costs(problem, dataclasses.replace(row, vpp=1, saving=NONE), None)
+    return memory_means_units(without_static(plain), counts)
+
+
 def default_cut_fits(costs: RowCosts, counts: np.ndarray, usable: int) -> bool:
     """Whether the even default cut (derived.default_layout, one of the cuts every search considers) keeps
     every pipeline rank within `usable` MB: on tables whose middle ranks share one edge (as row_costs builds
