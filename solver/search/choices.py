@@ -81,8 +81,12 @@ def _ep_options(problem: Problem, row: Row) -> tuple[EpOption, ...] | None:
     option rules."""
     rules = tuple(c for c in choice_rules(problem) if c.reads_grid_only)
     kept: list[EpOption] = []
+    options: dict[tuple[str, str], EpOption] = {}
     for variant in choice_variants(problem, row):
-        option = _ep_option(problem, variant)
+        chooses = (variant.dispatcher, variant.flex_backend)
+        if chooses not in options:
+            options[chooses] = _ep_option(problem, variant)
+        option = options[chooses]
         if option in kept:
             continue
         chosen = with_choices(problem, variant)
