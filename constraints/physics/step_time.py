@@ -621,10 +621,10 @@ class CalibratedStageTimes:
         """A lower bound on the step seconds of every cut of the mapping (`totals`: blocks of each kind in
         the model) holding at most most_r blocks on each pipeline rank r (None: any number; e.g. what fits
         its memory), under every CP communication type and every MoE dispatcher and backend of `ep_options`
-        (None: all, EVERY_EP_OPTION): the pipeline time (Σ_s t_s +
-        (v·m − 1)·T)/v, T = max_s t_s, with the stage times' sum at least all ranks' compute and the TP and
-        FSDP seconds no overlap hides (pricing.rank_floor_per_microbatch) plus the least exposed EP and CP
-        exchange seconds any of those gives (exchange_floor_s), and T at least their mean and at least the
+        (None: all, EVERY_EP_OPTION): the pipeline time (Σ_s t_s + (v·m − 1)·T)/v, T = max_s t_s, with the
+        stage times' sum at least all ranks' compute and the TP and FSDP seconds no overlap hides
+        (pricing.rank_floor_per_microbatch) plus the least exposed EP and CP exchange seconds any of those gives
+        (exchange_floor_s), and T at least their mean and at least the
         slowest rank's compute when ranks hold whole blocks (_FloorParts.slowest_compute); plus the
         unhidden pipeline sends (pricing.pipeline_sends_floor), the data-parallel exchanges at least as
         exposed as the larger of what their switches leave and the largest rank's whole exchange less T
@@ -663,9 +663,9 @@ class CalibratedStageTimes:
                                    [None]), coefs)[0]
             lines = data_parallel_lines(work.empty + work.onset[:, held].min(axis=1), work.slope[:, held], coefs)
             exposure = tuple(float(x[0]) for x in data_parallel_floor(summed, coefs))
-            self._floors[key] = _FloorParts(float(rank_floor_per_microbatch(summed, coefs)[0, 0])
-                                            + self.exchange_floor_s(mapping, totals, ep_options), optimizer, summed,
-                                            exposure,
+            ranks = float(rank_floor_per_microbatch(summed, coefs)[0, 0]) + self.exchange_floor_s(mapping, totals,
+                                                                                                  ep_options)
+            self._floors[key] = _FloorParts(ranks, optimizer, summed, exposure,
                                             linear[:mapping.pp], linear[mapping.pp:].reshape(mapping.pp, -1),
                                             totals[held].astype(np.int64), lines)
         return self._floors[key]
@@ -673,9 +673,10 @@ class CalibratedStageTimes:
     def exposed_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
                         ep_options: tuple[EpOption, ...] | None = None) -> float:
         """The least rank floor (rank_floor_s) with the least exposed EP and CP seconds of one microbatch under
-        `ep_options` added (exchange_floor_s), spread over the pipeline as step_floor_s spreads them: between the compute floor and
-        step_floor_s (whose summed work has that rank floor and which adds the same exchange floor), for a
-        share of step_floor_s's cost, since its parts are kept per the degrees, rank order and MBS they read."""
+        `ep_options` added (exchange_floor_s), spread over the pipeline as step_floor_s spreads them: between the
+        compute floor and step_floor_s (whose summed work has that rank floor and which adds the same exchange
+        floor), for a share of step_floor_s's cost, since its parts are kept per the degrees, rank order and MBS
+        they read."""
         return ((self.rank_floor_s(mapping, derived, totals) + self.exchange_floor_s(mapping, totals, ep_options))
                 * even_stretch(mapping.pp, mapping.vpp, float(derived.num_microbatches)))
 
@@ -761,8 +762,9 @@ class CalibratedStageTimes:
                          ep_options: tuple[EpOption, ...] | None = None) -> float:
         """Exposed EP and CP seconds of one microbatch that all ranks together cannot go below, under any CP
         communication type and any dispatcher and backend of `ep_options` (None: all, EVERY_EP_OPTION; the
-        least over them, so it holds whichever of them a row chooses): a rank hides at most the overlap_ep share of its EP exchange unless
-        --overlap-moe-expert-parallel-comm is on, and at most overlap_cp of its CP exchange's ring part,
+        least over them, so it holds whichever of them a row chooses): a rank hides at most the overlap_ep
+        share of its EP exchange unless --overlap-moe-expert-parallel-comm is on, and at most overlap_cp of its
+        CP exchange's ring part,
         none of its blocking part (pricing.py _exposed_per_microbatch); seconds of summed terms are at most
         the sum of the ranks' seconds. Built once per the grid, rank order, MBS and sequence (no recompute or VPP
         reads it) and what EXCHANGE_FLOOR_READS names, for the model's family (FAMILY_MEMOS)."""

@@ -223,9 +223,10 @@ class RowSearch:
         return compute_floor_units(self._per_microbatch_s(row), self._stretch(row))
 
     def _screen_floor(self, row: Row) -> int:
-        """The compute floor with the exposed EP and CP seconds no option goes below added to its seconds per
-        microbatch (StageTimeModel.exchange_floor_s, which reads the grid, rank order and MBS): never above the
-        exposed floor (reprice.exposed_floor_units, whose rank floor is at least the compute). Each part is kept
+        """The compute floor with the exposed EP and CP seconds no option the row may take goes below
+        (choices.ep_options) added to its seconds per microbatch (StageTimeModel.exchange_floor_s, which reads the
+        grid, rank order and MBS): never above the exposed floor (reprice.exposed_floor_units, whose rank floor is
+        at least the compute). Each part is kept
         per what it reads and the row's saving and options, so screening every row costs look-ups, not
         pricings, and a row whose exchanges are long waits past the rows that beat it (DeepSeek-V3 on 2,048
         GPUs judges 14,295 rows instead of 28,007)."""
@@ -267,7 +268,9 @@ class RowSearch:
         floors = self._any_vpp_floors.setdefault(key, [])
         variants = (NONE, *self.savings)
         while not floors or self._beaten((time_floor, min(floors))):
-            if len(floors) == len(variants) or (len(floors) == 1 and self._beaten((time_floor, self._bare_floor(key, row)))):
+            if len(floors) == len(variants):
+                return True
+            if len(floors) == 1 and self._beaten((time_floor, self._bare_floor(key, row))):
                 return True
             floors.append(memory_floor_any_vpp(self.problem, row, variants[len(floors)], self.counts))
         return False
