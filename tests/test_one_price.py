@@ -469,7 +469,8 @@ def test_floor_over_the_ep_options_a_row_may_take_is_below_each_of_them() -> Non
     refused = 0
     for row, narrowed in rng.sample(lifted, 6):
         mapping = row.mapping(problem)
-        assert model.exposed_floor_s(mapping, derive(problem.model, mapping), totals, ep_options(problem, row)) <= narrowed
+        d = derive(problem.model, mapping)
+        assert model.exposed_floor_s(mapping, d, totals, ep_options(problem, row)) <= narrowed
         for variant in choice_variants(problem, row):
             if not choice_rules_hold(problem, variant):
                 refused += 1

@@ -93,9 +93,9 @@ class StageTimeModel(Protocol):
     def exchange_floor_s(self, mapping: Mapping, totals: np.ndarray,
                          ep_options: tuple[EpOption, ...] | None = None) -> float:
         """Exposed exchange seconds of one microbatch that all ranks together never go below under any CP type and
-        EP option of `ep_options` (None: every one) the row may choose, beside compute_per_microbatch_s: solve screens every row by the two added up, spread
-        over the pipeline, so it must read only the grid, rank order and MBS, and be the same under every
-        saving (0 is admissible)."""
+        any EP option of `ep_options` (None: every one) the row may choose, beside compute_per_microbatch_s:
+        solve screens every row by the two added up, spread over the pipeline, so it must read only the grid,
+        rank order and MBS, and be the same under every saving (0 is admissible)."""
         ...
 
     def exposed_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
@@ -272,7 +272,8 @@ def _memory_tables(problem: Problem, row: Row, d: Derived, moved_from: RowCosts 
     once per problem and row less its VPP, rank order and chosen options (memory_key): the ledger's per-kind and
     per-edge terms, the dispatch buffers and the workspace read none of them (only the in-flight shares read
     VPP). The tables kept carry the row, derived sizes and in-flight shares of the first row asked, and the memo
-    of their memory fields (shared_memo); row_costs sets each row's own. The row's mapping is built only when the tables are."""
+    of their memory fields (shared_memo); row_costs sets each row's own. The row's mapping is built only when
+    the tables are."""
     def build() -> RowCosts:
         mapping = row.mapping(problem)
         saved = _saved(problem, mapping) if moved_from is None else _saved_of(moved_from)

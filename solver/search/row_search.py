@@ -226,10 +226,9 @@ class RowSearch:
         """The compute floor with the exposed EP and CP seconds no option the row may take goes below
         (choices.ep_options) added to its seconds per microbatch (StageTimeModel.exchange_floor_s, which reads the
         grid, rank order and MBS): never above the exposed floor (reprice.exposed_floor_units, whose rank floor is
-        at least the compute). Each part is kept
-        per what it reads and the row's saving and options, so screening every row costs look-ups, not
-        pricings, and a row whose exchanges are long waits past the rows that beat it (DeepSeek-V3 on 2,048
-        GPUs judges 14,295 rows instead of 28,007)."""
+        at least the compute). Each part is kept per what it reads and the row's saving and options, so screening
+        every row costs look-ups, not pricings, and a row whose exchanges are long waits past the rows that beat
+        it (DeepSeek-V3 on 2,048 GPUs judges 14,295 rows instead of 28,007)."""
         key = (row.tp, row.cp, row.ep, row.etp, row.pp, row.rank_order, row.mbs, model_variant(row))
         exchange = self._exchanges.get(key)
         if exchange is None:
@@ -260,8 +259,9 @@ class RowSearch:
         """Whether `top` rows cut so far beat the row's screening floor with the least memory floor its group has at
         every VPP and rank order under the row as it is and each saving it may take (savings.memory_floor_any_vpp):
         each of those floors priced once per group (costs.memory_key), and only while the least of the ones before
-        is beaten, so most rows of a beaten group are dropped before their own tables and savings are built
-        (_judge)."""
+        is beaten (once the row as it is is beaten, the bare floor below every saving's is asked before the
+        savings', _bare_floor), so most rows of a beaten group are dropped before their own tables and savings
+        are built (_judge)."""
         if self._dominators < self.top:
             return False
         key = memory_key(row)
