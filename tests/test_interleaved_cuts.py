@@ -322,6 +322,77 @@ def test_realise_recovers_every_layouts_counts() -> None:
     assert checked >= 100
 
 
+def _bounds(cuts: InterleavedCuts, measured: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Time and memory bounds around a row's cuts: none, each alone at its cuts' quartiles, both together."""
+    times, peaks = sorted({t for t, _ in measured}), sorted({m for _, m in measured})
+    pick = [0, len(times) // 4, len(times) // 2]
+    chosen = [(UNBOUNDED, UNBOUNDED)] + [(times[i], UNBOUNDED) for i in pick]
+    chosen += [(UNBOUNDED, peaks[len(peaks) * i // 4]) for i in range(3)]
+    return chosen + [(times[len(times) // 3], peaks[len(peaks) // 3]), (times[0] - 1, UNBOUNDED)]
+
+
+def test_ordered_cut_is_the_least_enumerated_cut() -> None:
+    """The ordered search (relaxed cuts in order of value, each realised exactly) on rows with several kinds of
+    block: under bounds around each row's cuts it settles every question, with a cut within both bounds of
+    the least slowest-rank time (or peak memory) that enumerating every cut finds, None when no cut is."""
+    asked = 0
+    for c, counts, _ in _several_kind_rows():
+        cuts = InterleavedCuts(c, counts)
+        measured = [cuts.measure(layout) for layout in _every_cut(cuts.n, cuts.stages)]
+        for slowest, cap in _bounds(cuts, measured):
+            inside = [(t, m) for t, m in measured if t <= slowest and m <= cap]
+            for minimise_time in (True, False):
+                settled, layout = cuts.ordered_cut(slowest, cap, minimise_time)
+                assert settled
+                asked += 1
+                if not inside:
+                    assert layout is None
+                    continue
+                t, m = cuts.measure(layout)
+                assert t <= slowest and m <= cap
+                assert (t if minimise_time else m) == min(x[0 if minimise_time else 1] for x in inside)
+    assert asked >= 200
+
+
+def test_relaxed_cuts_within_bounds_hold_every_layouts_counts() -> None:
+    """RankTotals.within lists, under any bounds, the per-rank counts of every layout within them (so the
+    ordered search passes no true cut by) with the layout's value."""
+    for c, counts, _ in list(_several_kind_rows())[:8]:
+        cuts = InterleavedCuts(c, counts)
+        relaxed = cuts.relaxed
+        layouts = list(_every_cut(cuts.n, cuts.stages))
+        measured = [cuts.measure(layout) for layout in layouts]
+        for slowest, cap in _bounds(cuts, measured)[1:]:
+            listed = relaxed.within(slowest, cap, True, 10**6)
+            assert listed is not None
+            held, value = listed
+            found = {tuple(row): v for row, v in zip(held.tolist(), value.tolist(), strict=True)}
+            for layout, (t, m) in zip(layouts, measured, strict=True):
+                if t <= slowest and m <= cap:
+                    codes = tuple(int(x @ relaxed.place) for x in rank_counts(layout, cuts.pp, relaxed.counts))
+                    assert found[codes] == t
+
+
+def test_suffix_sums_never_refuse_a_layouts_needs() -> None:
+    """Along any layout, before each virtual stage, every rank's remaining counts are held by its remaining
+    stages' intervals of the blocks left (_suffix_holds): the exact layout search prunes no true layout."""
+    rng = random.Random(7)
+    checked = 0
+    for c, counts, _ in list(_several_kind_rows())[:6]:
+        cuts = InterleavedCuts(c, counts)
+        merged, place = cuts.relaxed.counts, cuts.relaxed.place
+        layouts = list(_every_cut(cuts.n, cuts.stages))
+        for layout in rng.sample(layouts, min(25, len(layouts))):
+            left = [np.array(x) for x in rank_counts(layout, cuts.pp, merged)]
+            pos = 0
+            for k, size in enumerate(layout):
+                assert cuts._suffix_holds(k, pos, [int(x @ place) for x in left])
+                left[k % cuts.pp] = left[k % cuts.pp] - merged[pos, pos + size]
+                pos += size
+            checked += 1
+    assert checked >= 100
+
+
 def test_undecided_steps_mark_the_staircase_unproved(monkeypatch: pytest.MonkeyPatch) -> None:
     """With no search budget, no CP-SAT work, no layout search for the relaxation's cut and no front program, a VPP-3 row's questions stay open: the staircase says it
     is unproved (solve then answers `feasible`, not `optimal`), and with the budgets back it is proved."""
@@ -338,6 +409,7 @@ def test_undecided_steps_mark_the_staircase_unproved(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(interleaved, "FIRST_BUDGET", 0)
     monkeypatch.setattr(interleaved, "NODE_BUDGET", 0)
     monkeypatch.setattr(interleaved, "REALISE_BUDGET", 0)
+    monkeypatch.setattr(interleaved, "ORDERED_CUTS", 0)
     monkeypatch.setattr(cut_program, "CUT_PROOF_WORK", 0.0)
     monkeypatch.setattr(fronts, "STATE_LIMIT", 0)
     assert not row_staircase(c, counts, usable).proved

@@ -47,6 +47,21 @@ REALISE_BUDGET = 2_000
 (then the branch and bound answers instead)."""
 
 
+ORDERED_CUTS = 5_000
+"""Relaxed cuts one level of the ordered search (InterleavedCuts.ordered_cut) may realise; past it the searches
+below answer."""
+ORDERED_REALISE_BUDGET = 300_000
+"""Partial layouts one exact realisation of the ordered search may visit (about 2 s; on Nemotron-H 8B's
+PP 4 VPP 8 rows most realisations that settle a question take under 0.3 s)."""
+ORDERED_FIRST_STEP = 400
+"""The ordered search's second level lies 1/400 of the relaxed optimum above it (the first is that optimum)."""
+ORDERED_CELLS = 30_000_000
+"""Running totals × rank vectors past which the ordered search does not count a level's relaxed cuts (about
+0.3 s of counting)."""
+ORDERED_HALVINGS = 8
+"""Times the ordered search may halve its step past a level that holds too many relaxed cuts."""
+
+
 class OutOfBudget(Exception):
     """The search spent its budget of partial cuts (or reached its deadline) without finding a cut or
     proving there is none."""
@@ -154,6 +169,8 @@ class InterleavedCuts:
         self.moe_bits = sum(1 << k for k in range(kinds) if c.kind_moe[k])
         self.failed: dict[tuple, list[tuple[int, int]]] = {}
         self._realised: dict[tuple, tuple[list[set[int]], tuple[int, ...] | None]] = {}
+        self._exactly: dict[tuple, tuple[list[set[int]], tuple[int, ...] | None]] = {}
+        """realise_exactly's answers, per targets and sums (as realise's)."""
         self.total_us = sum(c.edge_time_us) + self.b.time[-1]
         self.unit = round(TIME_UNIT_S * MICROSECONDS)
         self.relaxed = RankTotals(self, counts)
@@ -237,10 +254,22 @@ class InterleavedCuts:
             known = self._realised[key] = (sums, self._realise(left, sums))
         return known[1]
 
-    def _realise(self, left: list[tuple[int, ...]], sums: list[set[int]]) -> tuple[int, ...] | None:
-        """realise's search, from the ranks' needs `left` (changed as it goes); with one kind group its first
-        path first (_counts_path), the search's answer whenever that path reaches the last block."""
-        if len(self.relaxed.groups) == 1:
+    def realise_exactly(self, targets: np.ndarray, sums: list[set[int]]) -> tuple[int, ...] | None:
+        """realise's search without its budget: a layout whose ranks hold exactly `targets`, or None when none
+        has; raises OutOfBudget past ORDERED_REALISE_BUDGET partial layouts (or the deadline) without either."""
+        key = (tuple(tuple(int(x) for x in t) for t in targets), id(sums))
+        known = self._exactly.get(key)
+        if known is None or known[0] is not sums:
+            known = self._exactly[key] = (sums, self._realise(list(key[0]), sums, ORDERED_REALISE_BUDGET, True))
+        return known[1]
+
+    def _realise(self, left: list[tuple[int, ...]], sums: list[set[int]], budget: int | None = None,
+                 exact: bool = False) -> tuple[int, ...] | None:
+        """realise's search, from the ranks' needs `left` (changed as it goes), within `budget` partial layouts
+        (None: REALISE_BUDGET; past it: None, or OutOfBudget when `exact`); with one kind group its first path
+        first (_counts_path), the search's answer whenever that path reaches the last block."""
+        budget = REALISE_BUDGET if budget is None else budget
+        if len(self.relaxed.groups) == 1 and not exact:
             first = self._counts_path([t[0] for t in left], sums)
             if first is not None:
                 return first
@@ -255,7 +284,13 @@ class InterleavedCuts:
             if k == self.stages:
                 return pos == self.n
             nodes[0] += 1
-            if nodes[0] > REALISE_BUDGET or (failed and (k, pos, tuple(left)) in failed):
+            if nodes[0] > budget or (exact and nodes[0] % DEADLINE_EVERY == 0 and self.late()):
+                if exact:
+                    raise OutOfBudget
+                return False
+            if failed and (k, pos, tuple(left)) in failed:
+                return False
+            if exact and not self._suffix_holds(k, pos, codes):
                 return False
             r, rounds = k % self.pp, self.vpp - k // self.pp
             need, code = left[r], codes[r]
@@ -271,6 +306,22 @@ class InterleavedCuts:
             return False
 
         return tuple(layout) if go(0, 0) else None
+
+    def _suffix_holds(self, k: int, pos: int, codes: list[int]) -> bool:
+        """Whether every rank's remaining need (`codes`) is held by as many intervals of blocks pos… as it
+        has virtual stages from stage k on, each starting past the stages before it (_suffix_sums)."""
+        pp, n = self.pp, self.n
+        for q, code in enumerate(codes):
+            ahead = (q - k) % pp
+            stages = 0 if k + ahead >= self.stages else (self.stages - 1 - k - ahead) // pp + 1
+            if not self._suffix[stages][min(pos + ahead, n + 1)] >> code & 1:
+                return False
+        return True
+
+    @functools.cached_property
+    def _suffix(self) -> tuple[tuple[int, ...], ...]:
+        """The sequence's _suffix_sums for this row's PP and VPP."""
+        return _suffix_sums(*self.relaxed.key, self.pp - 1, self.vpp)
 
     def _counts_path(self, need: list[int], sums: list[set[int]]) -> tuple[int, ...] | None:
         """One kind group: the layout of realise's first path, each stage taking _realise_moves' first piece
@@ -373,7 +424,51 @@ class InterleavedCuts:
             settled, layout = self.exact_least(slowest_us, cap_mb, minimise_time)
             if settled:
                 return settled, layout
+            settled, layout = self.relaxed_cut(slowest_us, cap_mb, minimise_time)
+            if settled:
+                return settled, layout
+            return self.ordered_cut(slowest_us, cap_mb, minimise_time)
         return self.relaxed_cut(slowest_us, cap_mb, minimise_time)
+
+    def ordered_cut(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[bool, tuple[int, ...] | None]:
+        """relaxed_cut's contract, answered exactly over the relaxation's cuts in order of value: every relaxed
+        cut within both bounds at a value up to a level (RankTotals.within) is realised exactly
+        (realise_exactly), least value first; the first that has a layout is a cut of least value, since
+        every true cut's ranks hold a relaxed cut's counts and all of lesser value have none. The level starts
+        at the relaxed optimum (ranks holding what their stages' places allow) and its step from the last
+        doubles, up to the question's own bound (then (True, None): no cut is within both); a level holding
+        more than ORDERED_CUTS relaxed cuts is moved halfway back, at most ORDERED_HALVINGS times. (False, None)
+        when it still holds too many, or a realisation runs out of budget or the deadline."""
+        found = self.relaxed.solve(slowest_us, cap_mb, minimise_time, placed=True)
+        if found is None:
+            return True, None
+        level, top = found[0], slowest_us if minimise_time else cap_mb
+        sums = self.relaxed.decomposable(slowest_us, cap_mb)
+        done, step, halved = -1, max(1, level // ORDERED_FIRST_STEP), 0
+        while True:
+            try:
+                cuts = self.relaxed.within(level if minimise_time else slowest_us,
+                                           cap_mb if minimise_time else level, minimise_time, ORDERED_CUTS)
+            except OutOfBudget:
+                return False, None
+            if cuts is None:
+                if level - done <= 1 or halved == ORDERED_HALVINGS:
+                    return False, None
+                level, step, halved = done + (level - done) // 2, max(1, step // 2), halved + 1
+                continue
+            held, value = cuts
+            for i in np.lexsort((*held.T[::-1], value)):
+                if value[i] <= done:
+                    continue
+                try:
+                    layout = self.realise_exactly(self.relaxed._decode(held[i]), sums)
+                except OutOfBudget:
+                    return False, None
+                if layout is not None:
+                    return True, layout
+            if level >= top:
+                return True, None
+            done, level, step = level, min(level + step, top), step * 2
 
     def relaxed_cut(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[bool, tuple[int, ...] | None]:
         """The relaxation's answer when it settles the question: (True, None) when no relaxed cut is within
@@ -646,6 +741,74 @@ class InterleavedCuts:
             return False, None
 
 
+@functools.lru_cache(maxsize=32)
+def _suffix_sums(raw: bytes, shape: tuple[int, ...], pattern: tuple[int, ...], gap: int,
+                 rounds: int) -> tuple[tuple[int, ...], ...]:
+    """Per j = 0..rounds and start block s = 0..n+1, the codes (RankTotals.place) of the kind counts j
+    intervals of blocks s… hold, each next one starting `gap` blocks or more past the last one's end, as a
+    bit set (bit `code`). With gap = PP − 1 a rank's remaining virtual stages are such intervals (the other
+    ranks' stages between two of its own are never empty): realise_exactly prunes by them."""
+    seq = _sequence(raw, shape, pattern)
+    n = shape[0] - 1
+    codes = (seq.counts @ seq.place).tolist()
+    table = [tuple([1] * (n + 2))]
+    for _ in range(rounds):
+        last = table[-1]
+        row = [0] * (n + 2)
+        for start in range(n - 1, -1, -1):
+            bits, here = row[start + 1], codes[start]
+            for end in range(start + 1, n + 1):
+                bits |= last[min(end + gap, n + 1)] << here[end]
+            row[start] = bits
+        table.append(tuple(row))
+    return tuple(table)
+
+
+@functools.lru_cache(maxsize=64)
+def _rank_sums(raw: bytes, shape: tuple[int, ...], pattern: tuple[int, ...], pp: int, vpp: int, rank: int) -> int:
+    """The codes (RankTotals.place) of the kind counts pipeline rank `rank` can hold in some cut, as a bit set:
+    sums of one interval per virtual stage of its, stage i starting at block i or later (the stages before
+    it are never empty) and ending early enough for the stages after it, the first stage starting at block
+    0, the last ending at the last block, and two stages of the rank PP − 1 blocks apart or more."""
+    seq = _sequence(raw, shape, pattern)
+    n, stages = shape[0] - 1, pp * vpp
+    codes = (seq.counts @ seq.place).tolist()
+    ends: list[int] = []
+    for v in range(vpp):
+        i = rank + v * pp
+        starts = range(0, 1) if i == 0 else range(i, n - (stages - i) + 1)
+        last_end = n - (stages - 1 - i)
+        reach = [0] * (n + 1)
+        if v == 0:
+            for s in starts:
+                reach[s] = 1
+        else:
+            running = 0
+            for s in range(n + 1):
+                if s - pp + 1 >= 0:
+                    running |= ends[s - pp + 1]
+                reach[s] = running
+        now = [0] * (n + 1)
+        for s in starts:
+            if reach[s]:
+                for e in range(n if i == stages - 1 else s + 1, last_end + 1):
+                    now[e] |= reach[s] << codes[s][e]
+        ends = now
+    out = 0
+    for bits in ends:
+        out |= bits
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _rank_held(raw: bytes, shape: tuple[int, ...], pattern: tuple[int, ...], pp: int, vpp: int, rank: int,
+               size: int) -> np.ndarray:
+    """_rank_sums as an array of `size` flags by code."""
+    bits = _rank_sums(raw, shape, pattern, pp, vpp, rank)
+    flags = np.unpackbits(np.frombuffer(bits.to_bytes(size // 8 + 1, "little"), dtype=np.uint8), bitorder="little")
+    return flags[:size].astype(bool)
+
+
 @dataclass(frozen=True)
 class _Sequence:
     """A block sequence's tables under a grouping of its kinds, shared by every row of a problem whose
@@ -709,7 +872,9 @@ class RankTotals:
         pattern = tuple(self.groups.index(k) for k in priced)
         self.pattern = pattern
         """The group of each kind."""
-        seq = _sequence(np.ascontiguousarray(counts, dtype=np.int64).tobytes(), counts.shape, pattern)
+        self.key = (np.ascontiguousarray(counts, dtype=np.int64).tobytes(), counts.shape, pattern)
+        """What the sequence's tables are read from (_sequence, _suffix_sums)."""
+        seq = _sequence(*self.key)
         self.counts, self.total, self.radix, self.place, self.size = seq.counts, seq.total, seq.radix, seq.place, seq.size
         self.spans, self.span_vectors, self.span_codes, self.span_kind, self.distinct = (
             seq.spans, seq.span_vectors, seq.span_codes, seq.span_kind, seq.distinct)
@@ -861,11 +1026,12 @@ class RankTotals:
             bounds.append(key[:2])
         return key
 
-    def solve(self, slowest_us: int, cap_mb: int,
-              minimise_time: bool) -> tuple[int, Iterator[list[np.ndarray]]] | None:
+    def solve(self, slowest_us: int, cap_mb: int, minimise_time: bool,
+              placed: bool = False) -> tuple[int, Iterator[list[np.ndarray]]] | None:
         """The relaxed least slowest time (or peak memory) with every rank within both bounds, and the
         ranks' kind counts of one or two relaxed cuts that have it (_trace), each traced when it is asked
-        for; None when no relaxed cut is within both. The
+        for; None when no relaxed cut is within both. `placed`: each rank holds only counts its virtual
+        stages' places allow (_placed, as `within` lists them; several kind groups only). The
         first rank starts from no blocks and the last only has to reach the model's totals; a rank between
         takes only the states whose block count the ranks before can reach and the ranks after complete.
         With one kind group the ranks' counts are intervals (_count_ranges) and the same answer is read off
@@ -878,6 +1044,8 @@ class RankTotals:
         inf = np.iinfo(np.int64).max
         pp, n = self.cuts.pp, self.cuts.n
         moves = [self._moves(r, slowest_us, cap_mb, minimise_time) for r in range(pp)]
+        if placed:
+            moves = [self._placed(r, move) for r, move in enumerate(moves)]
         if any(not len(m[0]) for m in moves):
             return None
         if pp > 2:
@@ -908,6 +1076,55 @@ class RankTotals:
         if value >= inf:
             return None
         return value, self._traces(value, layers, [m[:2] for m in moves])
+
+    def _placed(self, r: int, moves: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        """Rank r's moves (_moves' arrays) less the counts its virtual stages' places never give it (_rank_sums)."""
+        keep = _rank_held(*self.key, self.cuts.pp, self.cuts.vpp, r, self.size)[moves[0]]
+        return tuple(x[keep] for x in moves)
+
+    def within(self, slowest_us: int, cap_mb: int, minimise_time: bool,
+               most: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """Every relaxed cut with each rank within both bounds and holding counts its virtual stages' places
+        allow (_placed), when there are at most `most`: the ranks' vectors as codes (cuts × ranks) and the
+        value each cut takes (its largest rank time, or peak memory); None when there are more, or when
+        counting them would read more than ORDERED_CELLS cells; OutOfBudget past the deadline. The ways to
+        reach each running total are counted forward (capped past `most`), then the cuts are read back from
+        the model's totals."""
+        states, codes, size = self._states()
+        shift, end = int((self.total + 1) @ self.place), int((2 * self.total + 1) @ self.place)
+        pp = self.cuts.pp
+        moves = [self._placed(r, self._moves(r, slowest_us, cap_mb, minimise_time))[:2] for r in range(pp)]
+        if any(not len(m[0]) for m in moves):
+            return np.zeros((0, pp), dtype=np.int64), np.zeros(0, dtype=np.int64)
+        if sum(len(move) for move, _ in moves[:-1]) * len(codes) > ORDERED_CELLS:
+            return None
+        ways = [np.zeros(size, dtype=np.int64)]
+        ways[0][shift] = 1
+        for r, (move, _) in enumerate(moves):
+            at = np.array([end]) if r == pp - 1 else codes
+            reached = np.zeros(len(at), dtype=np.int64)
+            step = max(1, CHUNK_CELLS // max(1, len(at)))
+            for i in range(0, len(move), step):
+                if self.cuts.late():
+                    raise OutOfBudget
+                reached += ways[r][at[None, :] - move[i:i + step, None]].sum(axis=0)
+                np.minimum(reached, most + 1, out=reached)
+            layer = np.zeros(size, dtype=np.int64)
+            layer[at] = reached
+            ways.append(layer)
+        if ways[pp][end] > most:
+            return None
+        held = np.zeros((1, 0), dtype=np.int64)
+        value = np.zeros(1, dtype=np.int64)
+        at = np.array([end])
+        for r in range(pp - 1, -1, -1):
+            move, cost = moves[r]
+            came = at[:, None] - move[None, :]
+            path, pick = np.nonzero(ways[r][came] > 0)
+            held = np.concatenate([move[pick, None], held[path]], axis=1)
+            value = np.maximum(value[path], cost[pick])
+            at = came[path, pick]
+        return held, value
 
     def _traces(self, value: int, layers: list[np.ndarray],
                 moves: list[tuple[np.ndarray, np.ndarray]]) -> Iterator[list[np.ndarray]]:
