@@ -7,8 +7,11 @@ sequence and no contiguous DP applies. Step time depends on the cut only through
 memory depend only on how many blocks of each kind it holds. RankTotals's DP over the ranks' running
 kind totals gives a lower bound on every question (least slowest time under a memory cap, least peak
 memory under a time bound); when `realise` finds a layout whose ranks hold exactly the relaxed cut's
-totals, that cut is the answer, proved. With one kind of block that always happens. Otherwise a
-depth-first search places the virtual stages in order and drops a
+totals, that cut is the answer, proved. With one kind of block that always happens. With several (where
+the exact front and round programs of fronts.py and rounds.py decline), the ordered search lists the
+relaxed cuts up to rising levels of value and lays each out exactly, least value first: the first laid out
+is the answer, proved (`InterleavedCuts.ordered_cut`). Where it lists too many or a layout search runs
+long, a depth-first search places the virtual stages in order and drops a
 partial cut as soon as a rank is over the time or memory bound, or the ranks still to be served
 cannot take the remaining blocks' time or memory (both sums are admissible: a block adds at least its
 static memory and the floor of its activation share to any rank). Partial cuts proved impossible
@@ -461,7 +464,7 @@ class InterleavedCuts:
                 if value[i] <= done:
                     continue
                 try:
-                    layout = self.realise_exactly(self.relaxed._decode(held[i]), sums)
+                    layout = self.realise_exactly(self.relaxed.decode(held[i]), sums)
                 except OutOfBudget:
                     return False, None
                 if layout is not None:
@@ -905,7 +908,7 @@ class RankTotals:
                       "den": np.array([f.denominator for f in c.inflight], dtype=np.int64)}
         """Per-rank edge terms and in-flight fractions as arrays, for pricing vectors on every rank at once."""
 
-    def _decode(self, codes: np.ndarray) -> np.ndarray:
+    def decode(self, codes: np.ndarray) -> np.ndarray:
         """Kind-count vectors from their mixed-radix codes (vector @ place)."""
         return (codes[:, None] // self.place[None, :]) % self.radix[None, :]
 
@@ -975,7 +978,7 @@ class RankTotals:
                 sums = np.flatnonzero(marked & fitting)
                 if not edge:
                     partial.append(set(sums.tolist()))
-            self.cache[key] = self._decode(sums)
+            self.cache[key] = self.decode(sums)
         return self.cache[key]
 
     def decomposable(self, slowest_us: int, cap_mb: int) -> list[set[int]]:
@@ -1151,7 +1154,7 @@ class RankTotals:
             if (r, at) not in held_by:
                 move, cost = moves[r]
                 taken = move[(cost <= value) & (layers[r][at - move] <= value)]
-                held_by[r, at] = (taken, self._decode(taken))
+                held_by[r, at] = (taken, self.decode(taken))
             taken, vectors = held_by[r, at]
             near = self.even[r] if even else left / (r + 1)
             pick = int(np.argmin(np.abs(vectors - near[None, :]).sum(axis=1)))
