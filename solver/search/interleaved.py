@@ -298,8 +298,12 @@ class InterleavedCuts:
             r, rounds = k % self.pp, self.vpp - k // self.pp
             need, code = left[r], codes[r]
             top = min(pos + sum(need) - rounds + 1, self.n - (self.stages - k - 1))
+            later = self._suffix[rounds - 1] if exact else None
             for end, rest in self._realise_moves(pos, top, need, code, rounds, at, coded, sums[rounds - 1]):
-                left[r], codes[r] = rest, code - coded[end] + coded[pos]
+                remaining = code - coded[end] + coded[pos]
+                if later is not None and not later[min(end + self.pp - 1, self.n + 1)][remaining >> 3] >> (remaining & 7) & 1:
+                    continue
+                left[r], codes[r] = rest, remaining
                 layout.append(end - pos)
                 if go(k + 1, end):
                     return True
@@ -317,14 +321,17 @@ class InterleavedCuts:
         for q, code in enumerate(codes):
             ahead = (q - k) % pp
             stages = 0 if k + ahead >= self.stages else (self.stages - 1 - k - ahead) // pp + 1
-            if not self._suffix[stages][min(pos + ahead, n + 1)] >> code & 1:
+            if not self._suffix[stages][min(pos + ahead, n + 1)][code >> 3] >> (code & 7) & 1:
                 return False
         return True
 
     @functools.cached_property
-    def _suffix(self) -> tuple[tuple[int, ...], ...]:
-        """The sequence's _suffix_sums for this row's PP and VPP."""
-        return _suffix_sums(*self.relaxed.key, self.pp - 1, self.vpp)
+    def _suffix(self) -> tuple[tuple[bytes, ...], ...]:
+        """The sequence's _suffix_sums for this row's PP and VPP, each bit set as bytes (bit `code` is bit
+        code & 7 of byte code >> 3: a test reads one byte, not the whole set)."""
+        width = self.relaxed.size // 8 + 1
+        return tuple(tuple(bits.to_bytes(width, "little") for bits in row)
+                     for row in _suffix_sums(*self.relaxed.key, self.pp - 1, self.vpp))
 
     def _counts_path(self, need: list[int], sums: list[set[int]]) -> tuple[int, ...] | None:
         """One kind group: the layout of realise's first path, each stage taking _realise_moves' first piece
