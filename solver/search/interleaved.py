@@ -258,8 +258,9 @@ class InterleavedCuts:
         return known[1]
 
     def realise_exactly(self, targets: np.ndarray, sums: list[set[int]]) -> tuple[int, ...] | None:
-        """realise's search without its budget: a layout whose ranks hold exactly `targets`, or None when none
-        has; raises OutOfBudget past ORDERED_REALISE_BUDGET partial layouts (or the deadline) without either."""
+        """realise's search as a proof: a layout whose ranks hold exactly `targets`, or None when none has;
+        raises OutOfBudget past ORDERED_REALISE_BUDGET partial layouts (or the deadline) without either, never
+        answering None for a search it stopped."""
         key = (tuple(tuple(int(x) for x in t) for t in targets), id(sums))
         known = self._exactly.get(key)
         if known is None or known[0] is not sums:
@@ -269,8 +270,10 @@ class InterleavedCuts:
     def _realise(self, left: list[tuple[int, ...]], sums: list[set[int]], budget: int | None = None,
                  exact: bool = False) -> tuple[int, ...] | None:
         """realise's search, from the ranks' needs `left` (changed as it goes), within `budget` partial layouts
-        (None: REALISE_BUDGET; past it: None, or OutOfBudget when `exact`); with one kind group its first path
-        first (_counts_path), the search's answer whenever that path reaches the last block."""
+        (None: REALISE_BUDGET; past it: None, or OutOfBudget when `exact`, which also drops a partial layout as
+        soon as a rank's remaining counts are not a sum of its remaining stages' intervals, _suffix_holds); with
+        one kind group, not `exact`, its first path first (_counts_path), the search's answer whenever that
+        path reaches the last block."""
         budget = REALISE_BUDGET if budget is None else budget
         if len(self.relaxed.groups) == 1 and not exact:
             first = self._counts_path([t[0] for t in left], sums)
