@@ -250,21 +250,24 @@ class InterleavedCuts:
         in order, a rank's pieces nearest its even share of what it still needs, and only pieces that leave
         it a need some j intervals can hold (`sums[j]`: codes, RankTotals.decomposable) for its j stages left.
         Answered once per targets and sums: the staircase's questions often relax to the same ranks' counts."""
-        left = [tuple(int(x) for x in t) for t in targets]
-        key = (tuple(left), id(sums))
-        known = self._realised.get(key)
-        if known is None or known[0] is not sums:
-            known = self._realised[key] = (sums, self._realise(left, sums))
-        return known[1]
+        return self._layout_for(targets, sums, False)
 
     def realise_exactly(self, targets: np.ndarray, sums: list[set[int]]) -> tuple[int, ...] | None:
         """realise's search as a proof: a layout whose ranks hold exactly `targets`, or None when none has;
         raises OutOfBudget past ORDERED_REALISE_BUDGET partial layouts (or the deadline) without either, never
         answering None for a search it stopped."""
-        key = (tuple(tuple(int(x) for x in t) for t in targets), id(sums))
-        known = self._exactly.get(key)
+        return self._layout_for(targets, sums, True)
+
+    def _layout_for(self, targets: list[np.ndarray] | np.ndarray, sums: list[set[int]],
+                    exact: bool) -> tuple[int, ...] | None:
+        """realise's (or, `exact`, realise_exactly's) answer, searched once per targets and sums (the same sums
+        object) and kept apart for the two: a budgeted None proves nothing."""
+        store = self._exactly if exact else self._realised
+        left = [tuple(int(x) for x in t) for t in targets]
+        key = (tuple(left), id(sums))
+        known = store.get(key)
         if known is None or known[0] is not sums:
-            known = self._exactly[key] = (sums, self._realise(list(key[0]), sums, ORDERED_REALISE_BUDGET, True))
+            known = store[key] = (sums, self._realise(left, sums, ORDERED_REALISE_BUDGET if exact else None, exact))
         return known[1]
 
     def _realise(self, left: list[tuple[int, ...]], sums: list[set[int]], budget: int | None = None,
@@ -332,8 +335,7 @@ class InterleavedCuts:
     def _suffix(self) -> tuple[tuple[bytes, ...], ...]:
         """The sequence's _suffix_sums for this row's PP and VPP, each bit set as bytes (bit `code` is bit
         code & 7 of byte code >> 3: a test reads one byte, not the whole set)."""
-        width = self.relaxed.size // 8 + 1
-        return tuple(tuple(bits.to_bytes(width, "little") for bits in row)
+        return tuple(tuple(_as_bytes(bits, self.relaxed.size) for bits in row)
                      for row in _suffix_sums(*self.relaxed.key, self.pp - 1, self.vpp))
 
     def _counts_path(self, need: list[int], sums: list[set[int]]) -> tuple[int, ...] | None:
@@ -817,9 +819,13 @@ def _rank_sums(raw: bytes, shape: tuple[int, ...], pattern: tuple[int, ...], pp:
 def _rank_held(raw: bytes, shape: tuple[int, ...], pattern: tuple[int, ...], pp: int, vpp: int, rank: int,
                size: int) -> np.ndarray:
     """_rank_sums as an array of `size` flags by code."""
-    bits = _rank_sums(raw, shape, pattern, pp, vpp, rank)
-    flags = np.unpackbits(np.frombuffer(bits.to_bytes(size // 8 + 1, "little"), dtype=np.uint8), bitorder="little")
-    return flags[:size].astype(bool)
+    packed = np.frombuffer(_as_bytes(_rank_sums(raw, shape, pattern, pp, vpp, rank), size), dtype=np.uint8)
+    return np.unpackbits(packed, bitorder="little")[:size].astype(bool)
+
+
+def _as_bytes(bits: int, size: int) -> bytes:
+    """A bit set over codes below `size` as bytes, bit `code` being bit code & 7 of byte code >> 3."""
+    return bits.to_bytes(size // 8 + 1, "little")
 
 
 @dataclass(frozen=True)
