@@ -53,6 +53,19 @@ def test_default_domains_reach_what_engineers_tune() -> None:
     assert expert_tp_choices(moe, 4, default_domains(moe)["etp"]) == (1, 4)
 
 
+def test_default_pipeline_degrees_take_a_gpu_counts_odd_factors() -> None:
+    """PP is every divisor of the GPU count up to the block count: 6,144 GPUs (NVIDIA's Nemotron-4 340B run,
+    TP8 PP12, arXiv:2406.11704 §3.1) reach PP 12, and a global batch without the factor 3 of 384 GPUs still
+    folds, through PP 3 or 6 with uneven cuts, which Megatron accepts (decoder-first/last-pipeline-num-layers)."""
+    assert default_domains(load_problem_text(DENSE.replace("256", "6144")))["pp"] == (
+        1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+    assert default_domains(load_problem_text(DENSE))["pp"] == (1, 2, 4, 8, 16, 32, 64)
+    odd = load_problem_text(DENSE.replace("256", "384").replace("1024", "1000"))
+    result = solve(odd, CalibratedStageTimes(odd), top=3, time_limit_s=120)
+    assert result.status == "optimal" and result.mappings
+    assert {m.explanation.mapping.pp for m in result.mappings} <= {3, 6, 12, 24, 48}
+
+
 def test_dispatcher_and_cp_comm_choices_follow_the_problem() -> None:
     """MoE on H100: allgather, alltoall and flex; on A100 (no FP8, DeepEP's inter-node kernels need Hopper)
     no flex; pinned by an option the problem sets or listed in `search`; a dense model has none. CP

@@ -73,13 +73,14 @@ def default_mbs(problem: Problem) -> tuple[int, ...]:
 
 
 def default_domains(problem: Problem) -> dict[str, tuple[int, ...]]:
-    """Values tried when the problem's `search` leaves a degree open: TP as default_tp says, PP up to the
-    block count, CP up to 8 with at least MIN_TOKENS_PER_CP_RANK tokens per rank and S divisible by 2·CP,
-    EP dividing the experts, VPP and MBS as default_vpp and default_mbs say. ETP takes the TP values (see
+    """Values tried when the problem's `search` leaves a degree open: TP as default_tp says, PP every divisor
+    of the GPU count up to the block count (uneven cuts let any PP run: 6,144 GPUs take PP 12, 1,000 PP 5),
+    CP up to 8 with at least MIN_TOKENS_PER_CP_RANK tokens per rank and S divisible by 2·CP, EP dividing the
+    experts, VPP and MBS as default_vpp and default_mbs say. ETP takes the TP values (see
     expert_tp_choices); a search section widens or narrows any of them."""
     model, gpus, seq = problem.model, problem.gpus, problem.training.seq_len
     tp = default_tp(problem)
-    pp = tuple(p for p in POWERS_OF_TWO if p <= model.num_layers and gpus % p == 0)
+    pp = tuple(p for p in range(1, min(model.num_layers, gpus) + 1) if gpus % p == 0)
     cp = tuple(c for c in POWERS_OF_TWO[:4]
                if c == 1 or (seq % (2 * c) == 0 and seq // c >= MIN_TOKENS_PER_CP_RANK))
     experts = model.moe.num_experts if model.moe else 1
