@@ -321,7 +321,8 @@ def test_savings_match_brute_force(index: int) -> None:
     assert savings
     rows = []
     for row in enumerate_rows(problem):
-        fitted = resolve_fit(fit_candidates(problem, row, savings, counts, usable), counts, usable)
+        fitted, proved = resolve_fit(fit_candidates(problem, row, savings, counts, usable), counts, usable)
+        assert proved
         saving = fitting_saving(problem, row, counts, usable)
         assert (fitted.saving if fitted else None) == saving, row
         if fitted is not None:

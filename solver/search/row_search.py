@@ -148,7 +148,14 @@ class RowSearch:
         self.staircases: list[Staircase] = []
         self.fitting = 0
         self._waiting: list[tuple[int, int, int, _Screened | _Candidates]] = []
-        """Heap of (time floor, memory floor, order queued, row): flat, so the heap compares whole numbers."""
+        """Heap of interleaved rows (VPP > 1) as (time floor, memory floor, order queued, row): flat, so the heap
+        compares whole numbers."""
+        self._plain: list[tuple[int, int, int, _Screened | _Candidates]] = []
+        """The same heap of the rows without interleaving (VPP 1), whose cuts are quick (_next)."""
+        self._cut_short = False
+        """Whether an interleaved row's fit or cut search was left open (budget or its share of the time; _next)."""
+        self._stepped = 0
+        """Rows cut here with at least one step (_next)."""
         self._queued = 0
         self._passes: dict[int, bool] = {}
         self._steps = TopStaircase(top, self.feasible_row)
@@ -214,8 +221,26 @@ class RowSearch:
             if candidates.rows and not self._refused(row):
                 self._wait((0, 0), candidates, True)
             return
-        heapq.heappush(self._waiting, (self._screen_floor(row), 0, self._queued, _Screened(row)))
+        heapq.heappush(self._heap_of(row), (self._screen_floor(row), 0, self._queued, _Screened(row)))
         self._queued += 1
+
+    def _heap_of(self, row: Row) -> list[tuple[int, int, int, _Screened | _Candidates]]:
+        """The heap a row waits in: _plain without interleaving, _waiting with it."""
+        return self._plain if row.vpp == 1 else self._waiting
+
+    def _next(self) -> tuple[int, int, int, _Screened | _Candidates]:
+        """The waiting row that comes up next: the least floor of both heaps, except that once an interleaved
+        row's fit or cut search was left open, the rows without interleaving come first until `top` rows have
+        steps. An interleaved row of a hybrid model can take seconds to cut (several block kinds, no exact
+        program) and its fit may stay open, so a search the time limit stops would otherwise return nothing
+        (Nemotron-3 Ultra on 6,144 H200: in 60 s, 36 fit questions of rows at PP 4-16 and VPP 6-16, 31 left
+        open, and no row cut); a plain row's cut is a quick exact program. The order rows are cut in never
+        changes a complete search's answer (module docstring)."""
+        plain, interleaved = self._plain, self._waiting
+        if plain and (not interleaved or (self._cut_short and self._stepped < self.top)
+                      or plain[0] < interleaved[0]):
+            return heapq.heappop(plain)
+        return heapq.heappop(interleaved)
 
     def _compute_floor(self, row: Row) -> int:
         """The row's compute floor (reprice.compute_floor_units): its compute seconds per microbatch spread over
@@ -319,7 +344,7 @@ class RowSearch:
         """Let fit candidates wait by `floor` to be cut (`exact`: floor is their step floor, or no floors)."""
         if candidates.settled:
             self.fitting += 1
-        heapq.heappush(self._waiting, (*floor, self._queued, _Candidates(candidates, exact)))
+        heapq.heappush(self._heap_of(candidates.rows[0]), (*floor, self._queued, _Candidates(candidates, exact)))
         self._queued += 1
 
     def unseen_floors(self, rows: tuple[Row, ...], deadline: float) -> list[tuple[int, int]] | None:
@@ -355,11 +380,12 @@ class RowSearch:
     @property
     def waiting(self) -> int:
         """Rows screened and not yet cut or skipped (here or by a search absorbed)."""
-        return len(self._waiting) + len(self._absorbed_waiting)
+        return len(self._waiting) + len(self._plain) + len(self._absorbed_waiting)
 
     def waiting_floors(self) -> list[tuple[int, int]]:
         """The floors of the rows screened and not yet cut or skipped (their least over the candidates)."""
-        return [(time_floor, memory_floor) for time_floor, memory_floor, *_ in self._waiting] + self._absorbed_waiting
+        return [(time_floor, memory_floor) for time_floor, memory_floor, *_ in self._waiting + self._plain
+                ] + self._absorbed_waiting
 
     def found(self, screened: int) -> Found:
         """What this search found, `screened` of its rows screened (absorb's argument)."""
@@ -404,10 +430,10 @@ class RowSearch:
         the floor that judges it; a row's step floor (reprice.step_floor_units, which costs most) and, when its
         fit needs the cut search, that search run only when it comes up again, unless already beaten, and it
         waits again when its step floor, or that of the variant that fits, is higher."""
-        while self._waiting and time.perf_counter() <= deadline:
+        while (self._waiting or self._plain) and time.perf_counter() <= deadline:
             self.exchange()
             self._popped += 1
-            time_floor, memory_floor, _, waiting = heapq.heappop(self._waiting)
+            time_floor, memory_floor, _, waiting = self._next()
             floor = (time_floor, memory_floor)
             if self.floors and self._beaten(floor):
                 continue
@@ -426,9 +452,10 @@ class RowSearch:
             now = time.perf_counter()
             row_deadline = min(deadline, now + ROW_SHARE * (deadline - now))
             if not candidates.settled:
-                fitted = resolve_fit(candidates, self.counts, self.usable, row_deadline)
+                fitted, proved = resolve_fit(candidates, self.counts, self.usable, row_deadline)
                 if fitted is None:
                     continue
+                self._cut_short |= fitted.vpp > 1 and not proved
                 self.fitting += 1
                 tables = candidates.costs[candidates.rows.index(fitted)]
                 resolved = FitCandidates((fitted,), True, (tables,))
@@ -454,7 +481,7 @@ class RowSearch:
 
     def _wait_again(self, floor: tuple[int, int], candidates: FitCandidates) -> None:
         """Let settled candidates wait again, by their step floor."""
-        heapq.heappush(self._waiting, (*floor, self._queued, _Candidates(candidates, True)))
+        heapq.heappush(self._heap_of(candidates.rows[0]), (*floor, self._queued, _Candidates(candidates, True)))
         self._queued += 1
 
     def _cut(self, row: Row, deadline: float) -> None:
@@ -468,6 +495,8 @@ class RowSearch:
             self.staircases.append(self._staircase(chosen, c, deadline))
             self._steps.add(i, step_values(self.staircases[i]))
             self._share(i)
+            self._stepped += bool(self.staircases[i].points)
+            self._cut_short |= chosen.vpp > 1 and not self.staircases[i].proved
 
     def _staircase(self, chosen: Row, c: RowCosts, deadline: float) -> Staircase:
         """The staircase of a settled row, re-priced as printed and judged by the row rules (the cut search

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from fractions import Fraction
+from typing import NamedTuple
 
 import numpy as np
 
@@ -186,24 +187,23 @@ def _quick_fit(costs: RowCosts, counts: np.ndarray, usable: int) -> bool | None:
     return False if whole_block_memory_floor(costs, totals, 1, in_bytes=False) > usable else None
 
 
-def cut_fits(costs: RowCosts, counts: np.ndarray, usable: int, deadline: float = math.inf) -> bool:
-    """cuts.some_cut_fits (left open, True, past `deadline`), answered at once where quick_fit can, and its
-    answers kept per row table (searched_fit)."""
+def cut_fits(costs: RowCosts, counts: np.ndarray, usable: int, deadline: float = math.inf) -> bool | None:
+    """cuts.cut_fit (None: left open, by its budget or `deadline`), answered at once where quick_fit can, and
+    its answers kept per row table (searched_fit)."""
     quick = quick_fit(costs, counts, usable)
     return searched_fit(costs, counts, usable, deadline) if quick is None else quick
 
 
-def searched_fit(costs: RowCosts, counts: np.ndarray, usable: int, deadline: float = math.inf) -> bool:
+def searched_fit(costs: RowCosts, counts: np.ndarray, usable: int, deadline: float = math.inf) -> bool | None:
     """cuts.some_cut_fits, each answer once per row table, in-flight shares, times, `counts` and `usable`
     (costs.memoised_floor): the rows of one table (DeepSeek-V3's 1,529 questions hold 503 distinct ones) ask
     it once. An answer is a proof (a cut that fits, or that none does), the same whatever the budget or
-    deadline; a question left open (cuts.cut_fit None) counts as fitting and is not kept, so a later row
-    asks it afresh."""
+    deadline; a question left open (cuts.cut_fit None) is not kept, so a later row asks it afresh."""
     key = ("cut fit", id(counts), usable, costs.inflight, costs.kind_time_us, costs.edge_time_us,
            costs.constant_time_us)
     found = memoised_floor(costs, key, lambda: (counts, cut_fit(costs, counts, usable, deadline)),
                            lambda entry: entry[1] is not None)[1]
-    return found is not False
+    return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,14 +244,23 @@ def fit_candidates(problem: Problem, row: Row, savings: tuple[str, ...], counts:
                          tuple(c for _, c in found))
 
 
-def resolve_fit(candidates: FitCandidates, counts: np.ndarray, usable: int, deadline: float = math.inf) -> Row | None:
-    """The row as it fits: the first candidate some cut of which fits (cuts.some_cut_fits), or None. A
-    question still open at `deadline` counts as fitting: the row's staircase, cut short too, then says
-    whether it was proved."""
+class Fit(NamedTuple):
+    """resolve_fit's answer: the row as it fits (None: no candidate does) and whether that was proved."""
+
+    row: Row | None
+    proved: bool
+    """False when the fit question of `row` was left open (its search's budget or deadline ran out)."""
+
+
+def resolve_fit(candidates: FitCandidates, counts: np.ndarray, usable: int, deadline: float = math.inf) -> Fit:
+    """The row as it fits: the first candidate some cut of which fits (cut_fits), or None. A question still
+    open at `deadline` counts as fitting, unproved: the row's staircase, cut short too, then says whether it
+    was proved."""
     for variant, costs in zip(candidates.rows, candidates.costs, strict=True):
-        if candidates.settled or cut_fits(costs, counts, usable, deadline):
-            return variant
-    return None
+        found = True if candidates.settled else cut_fits(costs, counts, usable, deadline)
+        if found is not False:
+            return Fit(variant, found is not None)
+    return Fit(None, True)
 
 
 def time_model_for(time_model: StageTimeModel, problem: Problem) -> StageTimeModel:
