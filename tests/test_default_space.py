@@ -53,6 +53,16 @@ def test_default_domains_reach_what_engineers_tune() -> None:
     assert expert_tp_choices(moe, 4, default_domains(moe)["etp"]) == (1, 4)
 
 
+def test_default_context_parallel_widens_for_long_contexts() -> None:
+    """CP 1-8 with 1,024 tokens per rank; past 8 only while a rank keeps 8,192 tokens: CP 16 at 131,072
+    tokens, Llama 3's long-context stage (arXiv:2407.21783, Table 4: TP8 CP16 PP16 on 16,384 H100)."""
+    def cp(seq: int) -> tuple[int, ...]:
+        return default_domains(load_problem_text(DENSE.replace("2048", str(seq), 1)))["cp"]
+
+    assert cp(2048) == (1, 2) and cp(8192) == cp(65536) == (1, 2, 4, 8)
+    assert cp(131072) == (1, 2, 4, 8, 16) and cp(1048576) == (1, 2, 4, 8, 16, 32, 64, 128)
+
+
 def test_default_pipeline_degrees_take_a_gpu_counts_odd_factors() -> None:
     """PP is every divisor of the GPU count up to the block count: 6,144 GPUs (NVIDIA's Nemotron-4 340B run,
     TP8 PP12, arXiv:2406.11704 §3.1) reach PP 12, and a global batch without the factor 3 of 384 GPUs still

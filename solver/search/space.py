@@ -34,6 +34,12 @@ def _pins(value: int | list[int] | None) -> tuple[int, ...] | None:
 
 MIN_TOKENS_PER_CP_RANK = 1024
 """Default CP stops where a rank would hold fewer tokens of a sequence than this."""
+SHORT_CP = 8
+"""Default CP takes every value to this one (with MIN_TOKENS_PER_CP_RANK tokens per rank); wider groups are
+for long contexts (LONG_CONTEXT_TOKENS_PER_CP_RANK)."""
+LONG_CONTEXT_TOKENS_PER_CP_RANK = 8192
+"""Past SHORT_CP, default CP goes on while a rank keeps this many tokens of a sequence: Llama 3's
+131,072-token stage ran CP 16 on 16,384 H100 (arXiv:2407.21783, Table 4), 8,192 tokens per rank."""
 MAX_DEFAULT_VPP = 16
 """Default VPP stops here: past 16 virtual stages per rank the bubble it removes, (PP−1)/(VPP·m) of the
 pipeline, is under a 16th of the 1F1B bubble while every virtual stage adds its sends."""
@@ -75,14 +81,14 @@ def default_mbs(problem: Problem) -> tuple[int, ...]:
 def default_domains(problem: Problem) -> dict[str, tuple[int, ...]]:
     """Values tried when the problem's `search` leaves a degree open: TP as default_tp says, PP every divisor
     of the GPU count up to the block count (uneven cuts let any PP run: 6,144 GPUs take PP 12, 1,000 PP 5),
-    CP up to 8 with at least MIN_TOKENS_PER_CP_RANK tokens per rank and S divisible by 2·CP, EP dividing the
-    experts, VPP and MBS as default_vpp and default_mbs say. ETP takes the TP values (see
+    CP up to SHORT_CP with at least MIN_TOKENS_PER_CP_RANK tokens per rank and past it with at least
+    LONG_CONTEXT_TOKENS_PER_CP_RANK (CP 16 at 131,072 tokens), S divisible by 2·CP, EP dividing the experts, VPP and MBS as default_vpp and default_mbs say. ETP takes the TP values (see
     expert_tp_choices); a search section widens or narrows any of them."""
     model, gpus, seq = problem.model, problem.gpus, problem.training.seq_len
     tp = default_tp(problem)
     pp = tuple(p for p in range(1, min(model.num_layers, gpus) + 1) if gpus % p == 0)
-    cp = tuple(c for c in POWERS_OF_TWO[:4]
-               if c == 1 or (seq % (2 * c) == 0 and seq // c >= MIN_TOKENS_PER_CP_RANK))
+    cp = tuple(c for c in POWERS_OF_TWO if c == 1 or (seq % (2 * c) == 0 and seq // c >= (
+        MIN_TOKENS_PER_CP_RANK if c <= SHORT_CP else LONG_CONTEXT_TOKENS_PER_CP_RANK)))
     experts = model.moe.num_experts if model.moe else 1
     ep = tuple(e for e in range(1, experts + 1) if experts % e == 0 and e <= gpus)
     return {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "etp": tp, "vpp": default_vpp(problem),
