@@ -212,7 +212,7 @@ def test_memory_floor_is_below_every_cut_and_fitting_is_unchanged(problems: list
                              None)
             candidates = fit_candidates(problem, row, savings, counts, usable)
             assert candidates.costs == tuple(row_costs(row_problem(problem, v), v, None) for v in candidates.rows)
-            assert resolve_fit(candidates, counts, usable) == plain
+            assert resolve_fit(candidates, counts, usable) == (plain, True)
             assert plain is None or plain in candidates.rows
             if candidates.settled:
                 assert candidates.rows == ((plain,) if plain else ())

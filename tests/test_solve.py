@@ -29,7 +29,7 @@ from parasol.solver.search.solve import (
     solve,
     why_not_optimal,
 )
-from parasol.solver.search.space import Row, enumerate_rows
+from parasol.solver.search.space import Row, default_domains, enumerate_rows
 
 V4_1024 = "problems/deepseek-v4-pro-1024.yaml"
 GB200 = "problems/deepseek-v4-pro-gb200-nvl72.yaml"
@@ -207,14 +207,16 @@ def test_cli_solve_infeasible_exits_1(tmp_path) -> None:
 
 
 def test_cli_solve_says_why_nothing_folds(tmp_path) -> None:
-    """288 GB200 GPUs (4 nodes' worth of 72-GPU domains) with GBS 512: no degree tuple folds, and the
-    answer names the odd factor 9 no power-of-two degree or batch divisor can take."""
-    path = tmp_path / "g288.yaml"
-    path.write_text("model: llama-2-13b\ntraining: {seq_len: 4096, global_batch: 512}\n"
-                    "hardware: {preset: gb200-nvl72, gpus: 288}\n", encoding="utf-8")
+    """196 GB200 GPUs (49 nodes of 4) with GBS 512: no degree tuple folds, and the answer names the odd factor
+    49 that neither a batch divisor nor the powers of two of TP and CP can take, and PP only one 7 of (49 is
+    past Llama 2 13B's 40 blocks). 288 GPUs (odd factor 9) fold through PP 9, 18 or 36."""
+    text = "model: llama-2-13b\ntraining: {seq_len: 4096, global_batch: 512}\nhardware: {preset: gb200-nvl72, gpus: %d}\n"
+    path = tmp_path / "g196.yaml"
+    path.write_text(text % 196, encoding="utf-8")
     result = CliRunner().invoke(main, ["solve", str(path)])
     assert result.exit_code == 1
-    assert "odd factor 9" in " ".join(result.output.split())
+    assert "odd factor 49" in " ".join(result.output.split())
+    assert {9, 18, 36} <= set(default_domains(load_problem_text(text % 288))["pp"])
 
 
 def test_time_limit_returns_best_found_marked_feasible(tmp_path) -> None:
