@@ -53,6 +53,22 @@ def test_default_domains_reach_what_engineers_tune() -> None:
     assert expert_tp_choices(moe, 4, default_domains(moe)["etp"]) == (1, 4)
 
 
+def test_tp_overlap_hides_collectives_only_inside_an_nvlink_domain() -> None:
+    """--tp-comm-overlap's userbuffers map TP peers' buffers over NVLink (TransformerEngine@d0067d0
+    userbuffers-host.cpp register_user_buffer_collective): TP 8 on 8-GPU H100 nodes hides its collectives
+    behind the GEMMs and launches with the flag; TP 16 over two nodes runs them exposed (most of a third of
+    the step for Llama 3.1 70B at MBS 4) and its launch line leaves the flag out."""
+    problem = load_problem_text(DENSE)
+    steps = {}
+    for tp in (8, 16):
+        mapping = Mapping(gpus=256, gbs=1024, seq_len=2048, tp=tp, pp=2, cp=1, mbs=4)
+        steps[tp] = explain(problem, mapping).step
+        flags = dict(megatron_args(problem, mapping).pairs())
+        assert ("--tp-comm-overlap" in flags) == (tp == 8)
+    assert steps[8].breakdown["tp"] == 0.0
+    assert steps[16].breakdown["tp"] > 0.3 * steps[16].step_time_s
+
+
 def test_default_context_parallel_widens_for_long_contexts() -> None:
     """CP 1-8 with 1,024 tokens per rank; past 8 only while a rank keeps 8,192 tokens: CP 16 at 131,072
     tokens, Llama 3's long-context stage (arXiv:2407.21783, Table 4: TP8 CP16 PP16 on 16,384 H100)."""

@@ -23,7 +23,7 @@ from test_megatron_cases import CASES, case_mapping, case_problem, inline_proble
 from parasol.constraints.core.base import Constraint, Facts, Family, Verdict
 from parasol.constraints.core.consts import mapping_consts, model_consts
 from parasol.constraints.core.decision_vars import DecisionVars
-from parasol.constraints.rules import context, divisibility, feature, moe, pipeline
+from parasol.constraints.rules import context, divisibility, feature, moe, pipeline, placement
 from parasol.constraints.rules.batch import EvalGbsDivisible, GbsDivisibleByMbsDp, NumMicrobatches
 from parasol.constraints.rules.coverage import NOT_MODELLED
 from parasol.constraints.rules.registry import active_constraints, builtin_constraints
@@ -170,6 +170,9 @@ ROWS = [
     Row(feature.TPCommOverlapRequiresSP, BROKEN, {"tp": 2}, {"tp_comm_overlap": True}, {"sequence_parallel": False}),
     Row(feature.TPCommOverlapRequiresSP, BROKEN, {"tp": 1}, {"tp_comm_overlap": True}),
     Row(feature.TPCommOverlapRequiresSP, HOLDS, {"tp": 2}, {"tp_comm_overlap": True}),
+    Row(placement.TPCommOverlapInsideNVLinkDomain, HOLDS, {"tp": 8}, {"tp_comm_overlap": True}),
+    Row(placement.TPCommOverlapInsideNVLinkDomain, BROKEN, {"tp": 16}, {"tp_comm_overlap": True}),
+    Row(placement.TPCommOverlapInsideNVLinkDomain, HOLDS, {"tp": 16}),
     # batch arithmetic
     Row(NumMicrobatches, HOLDS, problem={"gbs": 128}),
     Row(NumMicrobatches, BROKEN, problem={"gbs": 32}),

@@ -97,6 +97,7 @@ from parasol.constraints.physics.workload import (
     settings_for,
     stage_blocks,
     stage_blocks_after,
+    tp_overlap_applies,
 )
 from parasol.hardware.calibration import StepCoefficients, coefficients_for_gpu
 from parasol.problems.derived import Derived
@@ -689,7 +690,7 @@ class CalibratedStageTimes:
         waits by them before its step floor is priced."""
         whole = self._all_blocks(mapping, derived, totals)
         tp = self.tp_exchange_s(mapping, totals)
-        tp_left = (1.0 - float(self.settings.tp_overlap)) * tp
+        tp_left = (1.0 - float(tp_overlap_applies(self.settings.tp_overlap, self.links(mapping).tp))) * tp
         fsdp = self._fsdp_floor(mapping, derived, totals, whole.weights) if self.settings.fsdp else 0.0
         return max(whole.compute + tp_left, fsdp + tp_left, whole.beside + tp)
 

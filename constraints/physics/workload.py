@@ -13,6 +13,7 @@ from parasol.constraints.physics.activations import saved_bytes_per_token
 from parasol.constraints.physics.comm import (
     NO_COMM,
     CommTerm,
+    GroupLink,
     all_gather,
     reduce_scatter,
 )
@@ -114,7 +115,8 @@ class StepSettings:
     fixed_size_all_to_all: bool = False
     """The collective sends fixed buffers whatever the routing, so routing skew does not change its bytes."""
     tp_overlap: bool = True
-    """--tp-comm-overlap: TP all-gathers/reduce-scatters run inside the adjacent GEMMs (userbuffers)."""
+    """--tp-comm-overlap: TP all-gathers/reduce-scatters run inside the adjacent GEMMs (userbuffers), for a TP
+    group inside one NVLink domain (tp_overlap_applies)."""
     grad_reduce_overlap: bool = True
     """--overlap-grad-reduce: bucketed gradient reductions run during the last microbatch's backward."""
     param_gather_overlap: bool = True
@@ -169,6 +171,21 @@ def overlap_settings(training: Training, opts: MegatronOptions) -> dict:
         "cpu_offload_layers": opts.cpu_offloading_num_layers if opts.cpu_offloading and opts.cpu_offloading_activations
         else 0,
     }
+
+
+USERBUFFERS = ("TransformerEngine@d0067d0 transformer_engine/common/comm_gemm_overlap/userbuffers/userbuffers-host.cpp"
+               ":233-245,514 (register_user_buffer_collective maps every TP peer's buffer: POSIX-FD IPC or fabric "
+               "handles) and transformer_engine/pytorch/module/base.py:305-326 (initialize_ub: a TP group is an "
+               "NVLink domain)")
+"""Where --tp-comm-overlap's buffers are mapped: over NVLink only."""
+
+
+def tp_overlap_applies(switch: bool, tp_link: GroupLink) -> bool:
+    """Whether --tp-comm-overlap (`switch`) hides a TP group's collectives: only inside one NVLink domain.
+    Transformer Engine's userbuffers map every TP peer's buffer into each rank's memory, with IPC handles
+    inside a node or fabric handles inside a multi-node NVLink domain (USERBUFFERS); a group that reaches
+    over the network runs its collectives exposed, and the launch line leaves the flag out."""
+    return switch and tp_link.domains <= 1
 
 
 @dataclass(frozen=True)
@@ -683,7 +700,7 @@ def run_workload(problem, mapping: Mapping, derived: Derived,  # noqa: ANN001 - 
             (1 + 1) / (1 + BACKWARD_TO_FORWARD) if settings.frozen_weights else 1.0),
         hardware_flops_per_token=hardware_flops_per_token(model, m.seq_len, m.recompute, modules),
         precision=settings.precision,
-        tp_overlap=float(settings.tp_overlap), grad_reduce_overlap=float(settings.grad_reduce_overlap),
+        tp_overlap=float(tp_overlap_applies(settings.tp_overlap, links.tp)), grad_reduce_overlap=float(settings.grad_reduce_overlap),
         param_gather_overlap=float(settings.param_gather_overlap), p2p_overlap=float(settings.p2p_overlap),
         ep_overlap=float(settings.ep_overlap), optimizer_offload_fraction=settings.optimizer_offload_fraction,
         host_bytes_per_s=problem.hardware.topology.host_link_gb_s * 1e9,

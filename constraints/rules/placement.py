@@ -1,11 +1,13 @@
-"""Placement rules: tensor-parallel groups (dense TP and expert ETP) inside one NVLink domain. TP and ETP
-collectives run in every layer, on the critical path, and Megatron places them on consecutive ranks
-(innermost in every rank order), so a group stays inside an NVLink domain exactly when its size divides
-the domain. A warning by default; `framework.tp_across_nvlink: error` makes it an error."""
+"""Placement rules: tensor-parallel groups (dense TP and expert ETP) inside one NVLink domain, and TP's
+communication overlap only there. TP and ETP collectives run in every layer, on the critical path, and
+Megatron places them on consecutive ranks (innermost in every rank order), so a group stays inside an NVLink
+domain exactly when its size divides the domain. A warning by default; `framework.tp_across_nvlink: error`
+makes it an error. The overlap rule is always an error: the launch fails without NVLink peers."""
 
 from __future__ import annotations
 
 from parasol.constraints.core.base import Citation, Constraint, Facts, Family, Severity, remainder_slack
+from parasol.constraints.physics.workload import USERBUFFERS
 from parasol.problems.loader import Problem
 from parasol.problems.megatron.stages import MegatronStage
 
@@ -62,8 +64,43 @@ class ETPGroupInsideNVLinkDomain(_GroupInsideDomain):
         return f.mapping.expert_tp
 
 
+class TPCommOverlapInsideNVLinkDomain(Constraint):
+    """--tp-comm-overlap, when the options set it, needs the TP group inside one NVLink domain: Transformer
+    Engine's userbuffers map every TP peer's buffer into each rank (IPC handles in a node, fabric handles in
+    a multi-node NVLink domain), which a group over the network cannot. Left to parasol (unset), the overlap
+    is taken only where it applies (workload.tp_overlap_applies), and the launch line has the flag only then."""
+
+    id = "tp-comm-overlap-inside-nvlink-domain"
+    family = Family.placement
+    pack = None
+    citation = Citation(USERBUFFERS, MegatronStage.not_megatron)
+    unit = "GPUs"
+    summary = "tp_comm_overlap -> gpus_per_nvlink_domain % TP == 0"
+    exact = True
+
+    def in_force(self, f: Facts) -> bool:
+        """Only a --tp-comm-overlap the options set maps TP buffers."""
+        return bool(f.options.tp_comm_overlap)
+
+    def slack(self, f: Facts) -> float:
+        if not self.in_force(f):
+            return 0.0
+        return remainder_slack(f.problem.hardware.topology.gpus_per_nvlink_domain, f.mapping.tp)
+
+    def message(self, f: Facts) -> str:
+        domain = f.problem.hardware.topology.gpus_per_nvlink_domain
+        return (f"--tp-comm-overlap maps TP peers' buffers over NVLink, but TP {f.mapping.tp} does not divide the "
+                f"NVLink domain of {domain} GPUs; use TP ≤ {domain} dividing it, or leave tp_comm_overlap unset")
+
+    def post(self, model, v, enforce) -> None:
+        if v.options.tp_comm_overlap:
+            v.divides(v.tp, v.consts["gpus_per_nvlink_domain"], "tp_overlap_domain", enforce)
+
+
 def placement_constraints(problem: Problem) -> tuple[Constraint, ...]:
-    """The TP and ETP placement rules at the problem's severity (framework.tp_across_nvlink)."""
+    """The TP and ETP placement rules at the problem's severity (framework.tp_across_nvlink), and the TP
+    overlap's domain rule."""
     severity = Severity(problem.spec.framework.tp_across_nvlink)
-    rules = (TPGroupInsideNVLinkDomain(severity), ETPGroupInsideNVLinkDomain(severity))
+    rules = (TPGroupInsideNVLinkDomain(severity), ETPGroupInsideNVLinkDomain(severity),
+             TPCommOverlapInsideNVLinkDomain())
     return tuple(r for r in rules if r.active(problem))

@@ -24,7 +24,8 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from parasol.constraints.physics.workload import overlap_settings
+from parasol.constraints.physics.comm import group_link
+from parasol.constraints.physics.workload import overlap_settings, tp_overlap_applies
 from parasol.constraints.rules.pipeline import PipelineSplit, pipeline_split
 from parasol.errors import InputError
 from parasol.problems.derived import derive, interleaved_even_layout, stage_layer_totals
@@ -144,7 +145,8 @@ def degree_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
 def sharding_and_overlap_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
     """FSDP (--use-megatron-fsdp with --data-parallel-sharding-strategy optim_grads_params, arguments.py:3190,
     or --use-torch-fsdp2), the overlap switches the step model prices as on (--overlap-grad-reduce
-    3121, --overlap-param-gather 3148, --tp-comm-overlap with TP > 1 and SP, 1441), --delay-wgrad-compute,
+    3121, --overlap-param-gather 3148, --tp-comm-overlap with TP > 1 and SP, 1441, for a TP group inside one
+    NVLink domain: workload.tp_overlap_applies), --delay-wgrad-compute,
     the optimizer's host share (--optimizer-cpu-offload, --optimizer-offload-fraction, 2918-2922) and
     fine-grained activation offloading (--fine-grained-activation-offloading --offload-modules,
     transformer_config.py:1323-1345)."""
@@ -159,7 +161,8 @@ def sharding_and_overlap_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
         flags.append(_flag("--overlap-grad-reduce"))
         if overlap["param_gather_overlap"]:
             flags.append(_flag("--overlap-param-gather"))
-    if overlap["tp_overlap"] and mapping.tp > 1 and training.sequence_parallel:
+    tp_link = group_link(problem.hardware.topology, mapping, "tp")
+    if tp_overlap_applies(overlap["tp_overlap"], tp_link) and mapping.tp > 1 and training.sequence_parallel:
         flags.append(_flag("--tp-comm-overlap"))
     if options.delay_wgrad_compute:
         flags.append(_flag("--delay-wgrad-compute"))
