@@ -210,7 +210,8 @@ def test_cli_solve_says_why_nothing_folds(tmp_path) -> None:
     """196 GB200 GPUs (49 nodes of 4) with GBS 512: no degree tuple folds, and the answer names the odd factor
     49 that neither a batch divisor nor the powers of two of TP and CP can take, and PP only one 7 of (49 is
     past Llama 2 13B's 40 blocks). 288 GPUs (odd factor 9) fold through PP 9, 18 or 36."""
-    text = "model: llama-2-13b\ntraining: {seq_len: 4096, global_batch: 512}\nhardware: {preset: gb200-nvl72, gpus: %d}\n"
+    text = ("model: llama-2-13b\ntraining: {seq_len: 4096, global_batch: 512}\n"
+            "hardware: {preset: gb200-nvl72, gpus: %d}\n")
     path = tmp_path / "g196.yaml"
     path.write_text(text % 196, encoding="utf-8")
     result = CliRunner().invoke(main, ["solve", str(path)])

@@ -1,7 +1,8 @@
 """The rows `solve` takes to the master program, found best first: every row waits by its screening floor,
-and the waiting row with the least floor comes up next, to be judged by its dearer floors and its fit (it
-waits again by the higher floor they give), or settled and cut; a row whose floor `top` rule-feasible rows
-already cut dominate is skipped (solver/search/prune.py's argument).
+and the waiting row with the least floor comes up next (RowSearch._next: rows without interleaving first
+while a hybrid's interleaved questions stay open and fewer than `top` rows have steps), to be judged by its
+dearer floors and its fit (it waits again by the higher floor they give), or settled and cut; a row whose
+floor `top` rule-feasible rows already cut dominate is skipped (solver/search/prune.py's argument).
 
 When a row comes up, every row with a lower floor has been cut or skipped, so it is judged against the
 most rows it can be: a search the time limit cuts short has cut the most promising rows, and a search

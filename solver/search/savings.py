@@ -195,10 +195,10 @@ def cut_fits(costs: RowCosts, counts: np.ndarray, usable: int, deadline: float =
 
 
 def searched_fit(costs: RowCosts, counts: np.ndarray, usable: int, deadline: float = math.inf) -> bool | None:
-    """cuts.some_cut_fits, each answer once per row table, in-flight shares, times, `counts` and `usable`
-    (costs.memoised_floor): the rows of one table (DeepSeek-V3's 1,529 questions hold 503 distinct ones) ask
-    it once. An answer is a proof (a cut that fits, or that none does), the same whatever the budget or
-    deadline; a question left open (cuts.cut_fit None) is not kept, so a later row asks it afresh."""
+    """cuts.cut_fit (None: left open), each answer once per row table, in-flight shares, times, `counts` and
+    `usable` (costs.memoised_floor): the rows of one table (DeepSeek-V3's 1,529 questions hold 503 distinct
+    ones) ask it once. An answer is a proof (a cut that fits, or that none does), the same whatever the budget
+    or deadline; a question left open is not kept, so a later row asks it afresh."""
     key = ("cut fit", id(counts), usable, costs.inflight, costs.kind_time_us, costs.edge_time_us,
            costs.constant_time_us)
     found = memoised_floor(costs, key, lambda: (counts, cut_fit(costs, counts, usable, deadline)),

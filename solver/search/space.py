@@ -82,8 +82,9 @@ def default_domains(problem: Problem) -> dict[str, tuple[int, ...]]:
     """Values tried when the problem's `search` leaves a degree open: TP as default_tp says, PP every divisor
     of the GPU count up to the block count (uneven cuts let any PP run: 6,144 GPUs take PP 12, 1,000 PP 5),
     CP up to SHORT_CP with at least MIN_TOKENS_PER_CP_RANK tokens per rank and past it with at least
-    LONG_CONTEXT_TOKENS_PER_CP_RANK (CP 16 at 131,072 tokens), S divisible by 2·CP, EP dividing the experts, VPP and MBS as default_vpp and default_mbs say. ETP takes the TP values (see
-    expert_tp_choices); a search section widens or narrows any of them."""
+    LONG_CONTEXT_TOKENS_PER_CP_RANK (CP 16 at 131,072 tokens), S divisible by 2·CP, EP dividing the experts,
+    VPP and MBS as default_vpp and default_mbs say. ETP takes the TP values (see expert_tp_choices); a search
+    section widens or narrows any of them."""
     model, gpus, seq = problem.model, problem.gpus, problem.training.seq_len
     tp = default_tp(problem)
     pp = tuple(p for p in range(1, min(model.num_layers, gpus) + 1) if gpus % p == 0)
