@@ -270,6 +270,35 @@ def test_launch_script_reads_back_with_its_launcher(v4: Problem) -> None:
     assert not trip.differences and not any("launcher" in n for n in trip.notes)
 
 
+LLAMA_8B = """
+model: llama-3.1-8b
+training: {seq_len: 4096, global_batch: 256}
+hardware: {preset: h100-hgx, gpus: 64}
+"""
+
+
+def test_launch_script_sets_the_environment_megatron_checks() -> None:
+    """Megatron-LM main@d98e8a64 arguments.py asserts CUDA_DEVICE_MAX_CONNECTIONS=1 for TP or CP > 1 before
+    Blackwell (1453-1479) and refuses it under FSDP (1048, 1166), and Megatron-FSDP needs --ckpt-format
+    fsdp_dtensor (1169-1170): the megatron_oracle tool rejected emitted lines that lacked them and accepts them
+    with the script's environment. TP 1 and CP 1 need nothing, nor TP 2 on B200."""
+    problem = load_problem_text(LLAMA_8B, source="llama-8b-inline.yaml")
+    tp2 = Mapping(gpus=64, gbs=256, seq_len=4096, tp=2, pp=1, cp=1, mbs=1)
+    plain = Mapping(gpus=64, gbs=256, seq_len=4096, tp=1, pp=2, cp=1, mbs=1)
+    assert "\nexport CUDA_DEVICE_MAX_CONNECTIONS=1 " in launch_script(problem, tp2, "t")
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in launch_script(problem, plain, "t")
+    blackwell = load_problem_text(LLAMA_8B.replace("h100-hgx", "b200-hgx"), source="llama-8b-b200.yaml")
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in launch_script(blackwell, tp2, "t")
+    fsdp = load_problem_text(LLAMA_8B.replace("global_batch: 256}", "global_batch: 256, fsdp: megatron-fsdp}"),
+                             source="llama-8b-fsdp.yaml")
+    script = launch_script(fsdp, tp2, "t")
+    assert "\nunset CUDA_DEVICE_MAX_CONNECTIONS " in script and "--ckpt-format fsdp_dtensor" in script
+    trip = round_trip(fsdp, tp2, text=script)
+    assert trip.ok and not trip.notes
+    wrong = round_trip(fsdp, tp2, text=script.replace("--ckpt-format fsdp_dtensor", "--ckpt-format torch_dist"))
+    assert any(n.startswith("--ckpt-format torch_dist: this FSDP needs fsdp_dtensor") for n in wrong.notes)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", bundled_problems(), ids=lambda p: p.stem)
 def test_first_solved_mapping_of_every_bundled_problem_round_trips(path: Path) -> None:

@@ -425,15 +425,30 @@ def _training(c: Context, mapping: dict) -> dict:
     return out
 
 
+FSDP_CHECKPOINTS = {"megatron-fsdp": ("fsdp_dtensor",), "torch-fsdp2": ("torch_dist", "torch_dcp"), "": ()}
+"""The --ckpt-format values each FSDP accepts (arguments.py:1169-1170 and 1042-1043; none: any)."""
+
+
+def _fsdp_checkpoint(c: Context, accepted: tuple[str, ...]) -> None:
+    """--ckpt-format, read where FSDP constrains it: a format that FSDP refuses is noted (Megatron's argument
+    checks stop the run); it changes nothing parasol prices."""
+    chosen = c.flags.one("--ckpt-format")
+    if chosen is not None and accepted and chosen not in accepted:
+        c.notes.append(f"--ckpt-format {chosen}: this FSDP needs {' or '.join(accepted)} ({ARGS}:1042-1043,1169-1170); "
+                       "Megatron stops at its argument checks")
+
+
 def _fsdp(c: Context) -> str | None:
     """--use-megatron-fsdp (with --data-parallel-sharding-strategy, default optim_grads_params,
     arguments.py:3190) or --use-torch-fsdp2: the fully sharded run parasol models; a Megatron-FSDP
     strategy that keeps weights whole is judged as the distributed optimizer and noted."""
     f = c.flags
     strategy = f.choice("--data-parallel-sharding-strategy", ("no_shard", "optim", "optim_grads", "optim_grads_params"))
-    if f.switch("--use-torch-fsdp2"):
+    torch_fsdp2, megatron_fsdp = f.switch("--use-torch-fsdp2"), f.switch("--use-megatron-fsdp")
+    _fsdp_checkpoint(c, FSDP_CHECKPOINTS["torch-fsdp2" if torch_fsdp2 else "megatron-fsdp" if megatron_fsdp else ""])
+    if torch_fsdp2:
         return "torch-fsdp2"
-    if not f.switch("--use-megatron-fsdp"):
+    if not megatron_fsdp:
         return None
     if strategy in (None, "optim_grads_params"):
         return "megatron-fsdp"

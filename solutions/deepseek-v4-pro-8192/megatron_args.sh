@@ -7,6 +7,7 @@
 # Only the parallel part is here: append the model, data, tokenizer, precision, optimizer and
 # checkpoint flags (add ' \' to the last line).
 # Check it: parasol explain problems/deepseek-v4-pro-8192.yaml --megatron-args-file THIS_FILE
+export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP or CP > 1 before Blackwell (Megatron-LM main@d98e8a64 megatron/training/arguments.py:1453-1479)
 torchrun --nnodes 1024 --nproc-per-node 8 --node-rank "${NODE_RANK}" --master-addr "${MASTER_ADDR}" --master-port "${MASTER_PORT:-6000}" \
     pretrain_hybrid.py \
     --tensor-model-parallel-size 1 \

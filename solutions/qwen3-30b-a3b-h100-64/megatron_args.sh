@@ -7,6 +7,7 @@
 # Only the parallel part is here: append the model, data, tokenizer, precision, optimizer and
 # checkpoint flags (add ' \' to the last line).
 # Check it: parasol explain problems/qwen3-30b-a3b-h100-64.yaml --megatron-args-file THIS_FILE
+unset CUDA_DEVICE_MAX_CONNECTIONS  # FSDP refuses 1 (Megatron-LM main@d98e8a64 megatron/training/arguments.py:1048,1166)
 torchrun --nnodes 8 --nproc-per-node 8 --node-rank "${NODE_RANK}" --master-addr "${MASTER_ADDR}" --master-port "${MASTER_PORT:-6000}" \
     pretrain_gpt.py \
     --tensor-model-parallel-size 1 \
@@ -17,6 +18,7 @@ torchrun --nnodes 8 --nproc-per-node 8 --node-rank "${NODE_RANK}" --master-addr 
     --use-distributed-optimizer \
     --use-megatron-fsdp \
     --data-parallel-sharding-strategy optim_grads_params \
+    --ckpt-format fsdp_dtensor \
     --overlap-grad-reduce \
     --overlap-param-gather \
     --micro-batch-size 2 \

@@ -28,6 +28,7 @@ from parasol.constraints.physics.comm import group_link
 from parasol.constraints.physics.workload import overlap_settings, tp_overlap_applies
 from parasol.constraints.rules.pipeline import PipelineSplit, pipeline_split
 from parasol.errors import InputError
+from parasol.hardware.gpu import compute_capability
 from parasol.problems.derived import derive, interleaved_even_layout, stage_layer_totals
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping, RankOrder, Recompute
@@ -38,6 +39,8 @@ from parasol.problems.schema import Precision
 MAIN = "Megatron-LM main@d98e8a64 "
 DEV = "Megatron-LM dev@d48bd6be "
 ARGS = MAIN + "megatron/training/arguments.py"
+BLACKWELL_SM = 100
+"""The first compute capability whose TP and CP no longer need CUDA_DEVICE_MAX_CONNECTIONS=1 (arguments.py:1455)."""
 MPC = MAIN + "megatron/core/model_parallel_config.py"
 CONFIG = MAIN + "megatron/core/transformer/transformer_config.py"
 
@@ -144,7 +147,8 @@ def degree_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
 
 def sharding_and_overlap_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
     """FSDP (--use-megatron-fsdp with --data-parallel-sharding-strategy optim_grads_params, arguments.py:3190,
-    or --use-torch-fsdp2), the overlap switches the step model prices as on (--overlap-grad-reduce
+    and the checkpoint format it requires, --ckpt-format fsdp_dtensor, 1169-1170; or --use-torch-fsdp2 with
+    --ckpt-format torch_dist, 1042-1043), the overlap switches the step model prices as on (--overlap-grad-reduce
     3121, --overlap-param-gather 3148, --tp-comm-overlap with TP > 1 and SP, 1441, for a TP group inside one
     NVLink domain: workload.tp_overlap_applies), --delay-wgrad-compute,
     the optimizer's host share (--optimizer-cpu-offload, --optimizer-offload-fraction, 2918-2922) and
@@ -154,9 +158,10 @@ def sharding_and_overlap_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
     overlap = overlap_settings(training, options)
     flags = []
     if training.fsdp == "megatron-fsdp":
-        flags += [_flag("--use-megatron-fsdp"), _flag("--data-parallel-sharding-strategy", "optim_grads_params")]
+        flags += [_flag("--use-megatron-fsdp"), _flag("--data-parallel-sharding-strategy", "optim_grads_params"),
+                  _flag("--ckpt-format", "fsdp_dtensor")]
     elif training.fsdp == "torch-fsdp2":
-        flags.append(_flag("--use-torch-fsdp2"))
+        flags += [_flag("--use-torch-fsdp2"), _flag("--ckpt-format", "torch_dist")]
     if overlap["grad_reduce_overlap"]:
         flags.append(_flag("--overlap-grad-reduce"))
         if overlap["param_gather_overlap"]:
@@ -175,7 +180,7 @@ def sharding_and_overlap_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
         flags += [_flag("--cpu-offloading"), _flag("--cpu-offloading-num-layers", options.cpu_offloading_num_layers)]
         if not options.cpu_offloading_activations:
             flags.append(_flag("--no-cpu-offloading-activations"))
-    return FlagGroup("sharding, overlap and offloading", f"{ARGS}:1027-1047,1441,2918-2922,3121,3148,3190; "
+    return FlagGroup("sharding, overlap and offloading", f"{ARGS}:1027-1047,1169,1441,2918-2922,3121,3148,3190; "
                      f"{CONFIG}:1323-1345", tuple(flags))
 
 
@@ -482,8 +487,21 @@ def mapping_summary(mapping: Mapping) -> str:
             f"seq {m.seq_len}, recompute {m.recompute.value}")
 
 
+def launch_environment(problem: Problem, mapping: Mapping) -> tuple[str, ...]:
+    """The shell lines setting what Megatron-LM's argument checks ask of the environment: FSDP refuses
+    CUDA_DEVICE_MAX_CONNECTIONS=1 (arguments.py:1048, 1166); otherwise TP or CP > 1 on GPUs before Blackwell
+    requires it (1453-1479; a GPU whose compute capability parasol cannot state is taken as before)."""
+    if problem.training.fsdp != "none":
+        return (f"unset CUDA_DEVICE_MAX_CONNECTIONS  # FSDP refuses 1 ({ARGS}:1048,1166)",)
+    sm = compute_capability(problem.hardware.gpu.name)
+    if (mapping.tp > 1 or mapping.cp > 1) and (sm is None or sm < BLACKWELL_SM):
+        return (f"export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP or CP > 1 before Blackwell ({ARGS}:1453-1479)",)
+    return ()
+
+
 def launch_script(problem: Problem, mapping: Mapping, title: str) -> str:
-    """A commented launch script: torchrun with the job's geometry and the parallel flags, one per line."""
+    """A commented launch script: the environment Megatron's checks ask for (launch_environment), then torchrun
+    with the job's geometry and the parallel flags, one per line."""
     args = megatron_args(problem, mapping)
     topo = problem.hardware.topology
     nodes, per_node = problem.gpus // topo.gpus_per_node, topo.gpus_per_node
@@ -501,7 +519,8 @@ def launch_script(problem: Problem, mapping: Mapping, title: str) -> str:
     launcher = (f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --node-rank \"${{NODE_RANK}}\" "
                 f"--master-addr \"${{MASTER_ADDR}}\" --master-port \"${{MASTER_PORT:-6000}}\" \\\n"
                 f"    {args.entry_point} \\\n")
-    return "\n".join(header) + "\n" + launcher + args.text(indent="    ") + "\n"
+    lines = (*header, *launch_environment(problem, mapping))
+    return "\n".join(lines) + "\n" + launcher + args.text(indent="    ") + "\n"
 
 
 @dataclass(frozen=True)
