@@ -64,28 +64,26 @@ class ETPGroupInsideNVLinkDomain(_GroupInsideDomain):
         return f.mapping.expert_tp
 
 
-class TPCommOverlapInsideNVLinkDomain(Constraint):
+class TPCommOverlapInsideNVLinkDomain(_GroupInsideDomain):
     """--tp-comm-overlap, when the options set it, needs the TP group inside one NVLink domain: Transformer
     Engine's userbuffers map every TP peer's buffer into each rank (IPC handles in a node, fabric handles in
     a multi-node NVLink domain), which a group over the network cannot. Left to parasol (unset), the overlap
-    is taken only where it applies (workload.tp_overlap_applies), and the launch line has the flag only then."""
+    is taken only where it applies (workload.tp_overlap_applies), and the launch line has the flag only then.
+    Always an error: the TP group placement rule, in force only under the option."""
 
     id = "tp-comm-overlap-inside-nvlink-domain"
-    family = Family.placement
-    pack = None
     citation = Citation(USERBUFFERS, MegatronStage.not_megatron)
-    unit = "GPUs"
     summary = "tp_comm_overlap -> gpus_per_nvlink_domain % TP == 0"
-    exact = True
+
+    def __init__(self) -> None:
+        super().__init__(Severity.error)
 
     def in_force(self, f: Facts) -> bool:
         """Only a --tp-comm-overlap the options set maps TP buffers."""
         return bool(f.options.tp_comm_overlap)
 
     def slack(self, f: Facts) -> float:
-        if not self.in_force(f):
-            return 0.0
-        return remainder_slack(f.problem.hardware.topology.gpus_per_nvlink_domain, f.mapping.tp)
+        return super().slack(f) if self.in_force(f) else 0.0
 
     def message(self, f: Facts) -> str:
         domain = f.problem.hardware.topology.gpus_per_nvlink_domain
@@ -94,7 +92,7 @@ class TPCommOverlapInsideNVLinkDomain(Constraint):
 
     def post(self, model, v, enforce) -> None:
         if v.options.tp_comm_overlap:
-            v.divides(v.tp, v.consts["gpus_per_nvlink_domain"], "tp_overlap_domain", enforce)
+            super().post(model, v, enforce)
 
 
 def placement_constraints(problem: Problem) -> tuple[Constraint, ...]:

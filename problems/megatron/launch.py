@@ -425,8 +425,9 @@ def _training(c: Context, mapping: dict) -> dict:
     return out
 
 
-FSDP_CHECKPOINTS = {"megatron-fsdp": ("fsdp_dtensor",), "torch-fsdp2": ("torch_dist", "torch_dcp"), "": ()}
-"""The --ckpt-format values each FSDP accepts (arguments.py:1169-1170 and 1042-1043; none: any)."""
+FSDP_CHECKPOINTS = {"megatron-fsdp": ("fsdp_dtensor",), "torch-fsdp2": ("torch_dist", "torch_dcp")}
+"""The --ckpt-format values each FSDP accepts, the first the one a launch line of parasol's takes
+(arguments.py:1169-1170 and 1042-1043); without FSDP any."""
 
 
 def _fsdp_checkpoint(c: Context, accepted: tuple[str, ...]) -> None:
@@ -445,11 +446,10 @@ def _fsdp(c: Context) -> str | None:
     f = c.flags
     strategy = f.choice("--data-parallel-sharding-strategy", ("no_shard", "optim", "optim_grads", "optim_grads_params"))
     torch_fsdp2, megatron_fsdp = f.switch("--use-torch-fsdp2"), f.switch("--use-megatron-fsdp")
-    _fsdp_checkpoint(c, FSDP_CHECKPOINTS["torch-fsdp2" if torch_fsdp2 else "megatron-fsdp" if megatron_fsdp else ""])
-    if torch_fsdp2:
-        return "torch-fsdp2"
-    if not megatron_fsdp:
-        return None
+    kind = "torch-fsdp2" if torch_fsdp2 else "megatron-fsdp" if megatron_fsdp else None
+    _fsdp_checkpoint(c, FSDP_CHECKPOINTS.get(kind, ()))
+    if kind != "megatron-fsdp":
+        return kind
     if strategy in (None, "optim_grads_params"):
         return "megatron-fsdp"
     c.notes.append(f"--data-parallel-sharding-strategy {strategy}: parasol models full sharding only; judged "

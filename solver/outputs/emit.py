@@ -32,6 +32,7 @@ from parasol.hardware.gpu import compute_capability
 from parasol.problems.derived import derive, interleaved_even_layout, stage_layer_totals
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping, RankOrder, Recompute
+from parasol.problems.megatron.launch import FSDP_CHECKPOINTS
 from parasol.problems.megatron.patterns import LAYER_WISE
 from parasol.problems.model.architecture import PATTERN_SYMBOLS, Block, BlockKind, DSV4Attention
 from parasol.problems.schema import Precision
@@ -158,10 +159,11 @@ def sharding_and_overlap_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
     overlap = overlap_settings(training, options)
     flags = []
     if training.fsdp == "megatron-fsdp":
-        flags += [_flag("--use-megatron-fsdp"), _flag("--data-parallel-sharding-strategy", "optim_grads_params"),
-                  _flag("--ckpt-format", "fsdp_dtensor")]
+        flags += [_flag("--use-megatron-fsdp"), _flag("--data-parallel-sharding-strategy", "optim_grads_params")]
     elif training.fsdp == "torch-fsdp2":
-        flags += [_flag("--use-torch-fsdp2"), _flag("--ckpt-format", "torch_dist")]
+        flags.append(_flag("--use-torch-fsdp2"))
+    if training.fsdp != "none":
+        flags.append(_flag("--ckpt-format", FSDP_CHECKPOINTS[training.fsdp][0]))
     if overlap["grad_reduce_overlap"]:
         flags.append(_flag("--overlap-grad-reduce"))
         if overlap["param_gather_overlap"]:
