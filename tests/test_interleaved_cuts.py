@@ -412,7 +412,9 @@ def test_undecided_steps_mark_the_staircase_unproved(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(interleaved, "ORDERED_CUTS", 0)
     monkeypatch.setattr(cut_program, "CUT_PROOF_WORK", 0.0)
     monkeypatch.setattr(fronts, "STATE_LIMIT", 0)
+    interleaved._layouts.cache_clear()
     assert not row_staircase(c, counts, usable).proved
+    interleaved._layouts.cache_clear()
 
 
 def test_realise_pieces_come_by_unevenness_then_end() -> None:

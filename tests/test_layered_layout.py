@@ -1,0 +1,107 @@
+"""The layered layout search (solver/search/layered.py) and the layout answers shared between rows (issue 15):
+on small rows with several kinds of block it finds a layout for exactly the per-rank counts some cut has and
+none for counts no cut has (enumeration of every interleaved cut), the ordered search answers through it
+alone as enumeration says, and a row's exact layout answers are the same whichever row asked first."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from parasol.solver.search import interleaved
+from parasol.solver.search.cut_program import UNBOUNDED
+from parasol.solver.search.cuts import rank_counts
+from parasol.solver.search.interleaved import InterleavedCuts
+from parasol.solver.search.layered import layered_layout
+from tests.test_interleaved_cuts import _bounds, _every_cut, _several_kind_rows
+
+
+def _layered(cuts: InterleavedCuts, targets: tuple[tuple[int, ...], ...]) -> tuple[int, ...] | None:
+    return layered_layout(np.array(cuts._prefix_codes[0], dtype=np.int64), cuts._suffix_arrays,
+                          cuts.relaxed.place.astype(np.int64), cuts.pp, cuts.vpp, np.array(targets, dtype=np.int64),
+                          lambda: False)
+
+
+def _moved(targets: tuple[tuple[int, ...], ...]) -> list[tuple[tuple[int, ...], ...]]:
+    """The count tuples one block of one kind moved from a rank to another away from `targets`."""
+    out = []
+    for a, b in itertools.permutations(range(len(targets)), 2):
+        for g, held in enumerate(targets[a]):
+            if held:
+                moved = [list(t) for t in targets]
+                moved[a][g] -= 1
+                moved[b][g] += 1
+                out.append(tuple(map(tuple, moved)))
+    return out
+
+
+def test_layered_search_finds_exactly_the_counts_some_cut_has() -> None:
+    """Every per-rank count tuple some cut has gets a layout holding exactly it; every tuple one block away
+    from one (moved between two ranks: the model's totals kept) that no cut has gets None."""
+    found = refused = 0
+    for c, counts, _ in _several_kind_rows():
+        cuts = InterleavedCuts(c, counts)
+        merged = cuts.relaxed.counts
+        held = {tuple(map(tuple, rank_counts(layout, cuts.pp, merged))) for layout in _every_cut(cuts.n, cuts.stages)}
+        for targets in sorted(held):
+            layout = _layered(cuts, targets)
+            assert layout is not None and tuple(map(tuple, rank_counts(layout, cuts.pp, merged))) == targets
+            found += 1
+        for targets in sorted({m for t in sorted(held)[::5] for m in _moved(t)} - held):
+            assert _layered(cuts, targets) is None
+            refused += 1
+    assert found >= 500 and refused >= 200
+
+
+def test_ordered_cut_through_the_layered_search_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no depth-first budget every exact realisation is the layered search's: the ordered search still
+    answers every question with a cut of the least value enumeration finds, None when no cut is within."""
+    monkeypatch.setattr(interleaved, "ORDERED_REALISE_BUDGET", 0)
+    interleaved._layouts.cache_clear()
+    asked = 0
+    for c, counts, _ in list(_several_kind_rows())[::2]:
+        cuts = InterleavedCuts(c, counts)
+        measured = [cuts.measure(layout) for layout in _every_cut(cuts.n, cuts.stages)]
+        for slowest, cap in _bounds(cuts, measured):
+            inside = [(t, m) for t, m in measured if t <= slowest and m <= cap]
+            settled, layout = cuts.ordered_cut(slowest, cap, True)
+            assert settled
+            asked += 1
+            if not inside:
+                assert layout is None
+                continue
+            t, m = cuts.measure(layout)
+            assert t <= slowest and m <= cap and t == min(x for x, _ in inside)
+    interleaved._layouts.cache_clear()
+    assert asked >= 50
+
+
+def test_exact_layouts_do_not_depend_on_the_row_that_asked_first() -> None:
+    """Rows of one sequence, PP and VPP share their exact layout answers (_layouts): for each pair of such
+    rows with different costs, the answers to the counts of sample cuts are the same asked by either row under
+    its own bounds (the sample's slowest time and peak memory on it) or with none."""
+    rows = list(_several_kind_rows())
+    pairs = [(a, b) for a, b in itertools.combinations(rows, 2)
+             if (a[0].row.pp, a[0].row.vpp) == (b[0].row.pp, b[0].row.vpp) and a[0] != b[0]]
+    assert pairs
+    for (first, counts, _), (second, _, _) in pairs[:4]:
+        samples = []
+        for c in (first, second):
+            interleaved._layouts.cache_clear()
+            cuts = InterleavedCuts(c, counts)
+            merged = cuts.relaxed.counts
+            layouts = list(_every_cut(cuts.n, cuts.stages))[::7][:20]
+            slowest, peak = (max(x) for x in zip(*(cuts.measure(layout) for layout in layouts), strict=True))
+            sums = cuts.relaxed.decomposable(slowest, peak)
+            samples.append([cuts.realise_exactly(np.array(rank_counts(layout, cuts.pp, merged)), sums)
+                            for layout in layouts])
+        interleaved._layouts.cache_clear()
+        fresh = InterleavedCuts(second, counts)
+        merged = fresh.relaxed.counts
+        layouts = list(_every_cut(fresh.n, fresh.stages))[::7][:20]
+        sums = fresh.relaxed.decomposable(UNBOUNDED, UNBOUNDED)
+        again = [fresh.realise_exactly(np.array(rank_counts(layout, fresh.pp, merged)), sums) for layout in layouts]
+        assert samples[0] == samples[1] == again
+    interleaved._layouts.cache_clear()
