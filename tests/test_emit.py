@@ -299,6 +299,29 @@ def test_launch_script_sets_the_environment_megatron_checks() -> None:
     assert any(n.startswith("--ckpt-format torch_dist: this FSDP needs fsdp_dtensor") for n in wrong.notes)
 
 
+def test_torch_fsdp2_launch_has_what_megatron_checks() -> None:
+    """Megatron-LM main@d98e8a64 arguments.py:1031-1049 refuses --use-torch-fsdp2 with the distributed optimizer,
+    with gradient-accumulation fusion (on by default) or tied embeddings, and --overlap-param-gather without the
+    distributed optimizer or Megatron-FSDP (1024-1026): the megatron_oracle tool rejected parasol's first torch
+    FSDP2 lines for each in turn and passes the argument checks of the line written now. Read back, the line
+    gives the same mapping with no note; one with the distributed optimizer or without the fusion switched off
+    is noted."""
+    problem = load_problem_text(LLAMA_8B.replace("global_batch: 256}", "global_batch: 256, fsdp: torch-fsdp2}"),
+                                source="llama-8b-fsdp2.yaml")
+    mapping = Mapping(gpus=64, gbs=256, seq_len=4096, tp=2, pp=1, cp=1, mbs=1)
+    script = launch_script(problem, mapping, "t")
+    for flag in ("--use-torch-fsdp2", "--ckpt-format torch_dist", "--no-gradient-accumulation-fusion",
+                 "--untie-embeddings-and-output-weights", "--overlap-grad-reduce"):
+        assert flag in script
+    assert "--use-distributed-optimizer" not in script and "--overlap-param-gather" not in script
+    trip = round_trip(problem, mapping, text=script)
+    assert trip.ok and not trip.notes
+    both = round_trip(problem, mapping, text=script.replace("--use-torch-fsdp2", "--use-torch-fsdp2 --use-distributed-optimizer"))
+    assert any(n.startswith("--use-distributed-optimizer: --use-torch-fsdp2 refuses it") for n in both.notes)
+    fused = round_trip(problem, mapping, text=script.replace("--no-gradient-accumulation-fusion", ""))
+    assert any("add --no-gradient-accumulation-fusion" in n for n in fused.notes)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", bundled_problems(), ids=lambda p: p.stem)
 def test_first_solved_mapping_of_every_bundled_problem_round_trips(path: Path) -> None:

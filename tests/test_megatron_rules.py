@@ -23,7 +23,7 @@ from test_megatron_cases import CASES, case_mapping, case_problem, inline_proble
 from parasol.constraints.core.base import Constraint, Facts, Family, Verdict
 from parasol.constraints.core.consts import mapping_consts, model_consts
 from parasol.constraints.core.decision_vars import DecisionVars
-from parasol.constraints.rules import context, divisibility, feature, moe, pipeline, placement
+from parasol.constraints.rules import context, divisibility, feature, fsdp, moe, pipeline, placement
 from parasol.constraints.rules.batch import EvalGbsDivisible, GbsDivisibleByMbsDp, NumMicrobatches
 from parasol.constraints.rules.coverage import NOT_MODELLED
 from parasol.constraints.rules.registry import active_constraints, builtin_constraints
@@ -99,6 +99,7 @@ MOE = {"experts": 64}
 HYBRIDEP = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep"}
 TOP1 = MOE | {"model": {"moe": {"num_experts": 64, "top_k": 1, "expert_intermediate_size": 4096}}}
 SP = {"sequence_parallel": True}
+TORCH_FSDP2 = {"fsdp": "torch-fsdp2"}
 LAYOUT4 = "Et*8|t*8|t*8|t*8L"
 FULL = {"recompute": "full"}
 SELECTIVE = {"recompute": "selective"}
@@ -148,6 +149,20 @@ ROWS = [
         problem=MOE),
     Row(feature.DistOptInstancesDivideEdp, HOLDS, {"ep": 32}, {"num_distributed_optimizer_instances": 2},
         problem=MOE),
+    # fully sharded data parallelism (constraints/rules/fsdp.py)
+    Row(fsdp.TorchFsdp2NoPipeline, HOLDS, {"tp": 2}, training=TORCH_FSDP2),
+    Row(fsdp.TorchFsdp2NoPipeline, BROKEN, {"pp": 2}, training=TORCH_FSDP2),
+    Row(fsdp.TorchFsdp2NoPipeline, HOLDS, {"tp": 8, "pp": 1}, training=TORCH_FSDP2),
+    Row(fsdp.TorchFsdp2NoExpertParallel, HOLDS, {"ep": 1}, training=TORCH_FSDP2, problem=MOE),
+    Row(fsdp.TorchFsdp2NoExpertParallel, BROKEN, {"ep": 8}, training=TORCH_FSDP2, problem=MOE),
+    Row(fsdp.TorchFsdp2NoExpertParallel, BROKEN, {"ep": 2, "etp": 1}, training=TORCH_FSDP2, problem=MOE),
+    Row(fsdp.TorchFsdp2UntiedEmbeddings, HOLDS, training=TORCH_FSDP2),
+    Row(fsdp.TorchFsdp2UntiedEmbeddings, BROKEN, training=TORCH_FSDP2, problem={"model": {"tied_embeddings": True}}),
+    Row(fsdp.TorchFsdp2UntiedEmbeddings, HOLDS, training={"fsdp": "megatron-fsdp"},
+        problem={"model": {"tied_embeddings": True}}),
+    Row(fsdp.MegatronFsdpOptimizer, HOLDS, training={"fsdp": "megatron-fsdp"}),
+    Row(fsdp.MegatronFsdpOptimizer, BROKEN, training={"fsdp": "megatron-fsdp", "optimizer": "muon"}),
+    Row(fsdp.MegatronFsdpOptimizer, HOLDS, training={"fsdp": "torch-fsdp2", "optimizer": "muon"}),
     # sequence parallelism
     Row(feature.SPActivationSeqDivisibleByTP, HOLDS, {"tp": 4}, training=SP),
     Row(feature.SPActivationSeqDivisibleByTP, BROKEN, {"tp": 2, "cp": 4}, training=SP, problem={"seq_len": 4100}),
@@ -534,7 +549,7 @@ def test_every_rule_has_three_rows() -> None:
     by_rule: dict[str, list[str]] = {}
     for row in ROWS:
         by_rule.setdefault(row.rule.id, []).append(row.expect)
-    mine = {"divisibility", "batch", "moe", "pipeline", "context", "feature"}
+    mine = {"divisibility", "batch", "moe", "pipeline", "context", "feature", "fsdp"}
     for cls in megatron_rules():
         if cls.__module__.rsplit(".", 1)[-1] not in mine:
             continue

@@ -17,7 +17,7 @@ from parasol.problems.model.architecture import (
     ModelArchitecture,
     window_rows,
 )
-from parasol.problems.schema import RECOMPUTE_MODULES
+from parasol.problems.schema import RECOMPUTE_MODULES, Optimizer
 
 
 def _attention_consts(attention) -> dict[str, int]:  # noqa: ANN001 - Attention
@@ -71,6 +71,10 @@ def _compute_model_consts(problem: Problem) -> dict[str, int]:
         "capacity_factor_set": int(training.capacity_factor is not None),
         "swiglu": int(all(mlp.activation is Activation.swiglu for mlp in _mlps_used(model))),
         "gpus_per_nvlink_domain": problem.hardware.topology.gpus_per_nvlink_domain,
+        "tied_embeddings": int(model.tied_embeddings),
+        "torch_fsdp2": int(training.fsdp == "torch-fsdp2"),
+        "megatron_fsdp": int(training.fsdp == "megatron-fsdp"),
+        "optimizer_adam": int(training.optimizer is Optimizer.adam),
     }
     consts |= {f"recompute_{name}": int(name in training.recompute_modules) for name in RECOMPUTE_MODULES}
     consts |= _dsv4_consts(problem)

@@ -80,8 +80,10 @@ NOT_MODELLED: dict[str, str] = {
                              "HybridModel path",
     "mhc-no-fp32-residual": f"{NOT_CARRIED} (--fp32-residual-connection)",
     "mhc-transformer-layer-no-moe": "a layer-class choice inside Megatron (HyperConnectionTransformerLayer)",
-    "torch-fsdp2-constraints": f"{NOT_CARRIED} (--use-torch-fsdp2; parasol plans DDP with the distributed "
-                               "optimizer)",
+    "torch-fsdp2-constraints": "split by condition: torch-fsdp2-no-pp, torch-fsdp2-no-ep and "
+                               "torch-fsdp2-untied-embeddings (constraints/rules/fsdp.py); the flags it reads "
+                               "besides are the launch script's (solver/outputs/emit.py: no distributed optimizer, "
+                               "--no-gradient-accumulation-fusion, --ckpt-format torch_dist, the environment)",
     "overlap-param-gather": f"{NOT_CARRIED} (--overlap-param-gather, --overlap-grad-reduce)",
     "torch-dcp-no-tp-pp": f"{NOT_CARRIED} (--ckpt-format)",
     "pp-comm-backend": f"{NOT_CARRIED} (--pipeline-model-parallel-comm-backend)",

@@ -49,6 +49,7 @@ from parasol.constraints.rules.feature import (
     SPRequiresTP,
     TPCommOverlapRequiresSP,
 )
+from parasol.constraints.rules.fsdp import FSDP_RULES
 from parasol.constraints.rules.moe import (
     DeepEPFlagRequiresFlex,
     DeepEPGroupSize,
@@ -111,7 +112,7 @@ STAGE_A_ARGUMENTS = (
     WorldDivisibleByModelSize, HierarchicalCPProduct, CPA2AP2PRequiresHierarchical, RecomputeActivationsAlias,
     EvalGbsDivisible, LayoutValidChars, LayoutStagesDivisibleByPP, LayersDivisibleByPP, VppArgsMutuallyExclusive,
     VppFromLayersPerVStage, VppLayersPerVStageExcludesUneven, VppFromVirtualStagesPerRank, VppRequiresPPGt1,
-    VppNoOverlapRequiresPPGt2, NonInterleavedDisablesP2POverlap, HiddenDivisibleByHeads, CPSeqDivisibleBy2CP,
+    VppNoOverlapRequiresPPGt2, NonInterleavedDisablesP2POverlap, *FSDP_RULES, HiddenDivisibleByHeads, CPSeqDivisibleBy2CP,
     RecomputeSelectiveNoMethod, SPAutoDisabledWhenTP1, TPCommOverlapRequiresSP, EPRequiresExperts,
     ExpertsDivisibleByEP, DeterministicMode, OptimizerCpuOffloadPrecisionAware,
 )

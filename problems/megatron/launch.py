@@ -425,6 +425,10 @@ def _training(c: Context, mapping: dict) -> dict:
     return out
 
 
+FSDP2_UNTIED = "--untie-embeddings-and-output-weights"
+"""A model flag that torch FSDP2 asks for (arguments.py:1044-1045): parasol's launch writes it with --use-torch-fsdp2,
+so beside that flag it is not noted as a model flag (a tied model is still told apart by compare_reference)."""
+
 FSDP_CHECKPOINTS = {"megatron-fsdp": ("fsdp_dtensor",), "torch-fsdp2": ("torch_dist", "torch_dcp")}
 """The --ckpt-format values each FSDP accepts, the first the one a launch line of parasol's takes
 (arguments.py:1169-1170 and 1042-1043); without FSDP any."""
@@ -439,6 +443,18 @@ def _fsdp_checkpoint(c: Context, accepted: tuple[str, ...]) -> None:
                        "Megatron stops at its argument checks")
 
 
+def _torch_fsdp2_flags(c: Context) -> None:
+    """The flags torch FSDP2 refuses beside it, noted (Megatron's argument checks stop the run; parasol prices the
+    run as sharded either way): the distributed optimizer, and gradient-accumulation fusion, on by default."""
+    f = c.flags
+    if f.switch("--use-distributed-optimizer"):
+        c.notes.append(f"--use-distributed-optimizer: --use-torch-fsdp2 refuses it ({ARGS}:1038-1039); Megatron stops "
+                       "at its argument checks (FSDP2 shards the optimizer state itself)")
+    if not (f.switch("--no-gradient-accumulation-fusion") or f.switch("--disable-gradient-accumulation-fusion")):
+        c.notes.append(f"gradient-accumulation fusion is on by default and --use-torch-fsdp2 refuses it ({ARGS}:1040-1041):"
+                       " add --no-gradient-accumulation-fusion")
+
+
 def _fsdp(c: Context) -> str | None:
     """--use-megatron-fsdp (with --data-parallel-sharding-strategy, default optim_grads_params,
     arguments.py:3190) or --use-torch-fsdp2: the fully sharded run parasol models; a Megatron-FSDP
@@ -448,6 +464,8 @@ def _fsdp(c: Context) -> str | None:
     torch_fsdp2, megatron_fsdp = f.switch("--use-torch-fsdp2"), f.switch("--use-megatron-fsdp")
     kind = "torch-fsdp2" if torch_fsdp2 else "megatron-fsdp" if megatron_fsdp else None
     _fsdp_checkpoint(c, FSDP_CHECKPOINTS.get(kind, ()))
+    if kind == "torch-fsdp2":
+        _torch_fsdp2_flags(c)
     if kind != "megatron-fsdp":
         return kind
     if strategy in (None, "optim_grads_params"):
@@ -486,7 +504,8 @@ def parse_launch(text: str, *, source: str = SOURCE, model: ModelArchitecture | 
     built = model_from_flags(c, tp) if gaps is None and model is None else None
     if model is not None:
         compare_reference(c)
-        compared = f.take_given(MODEL_FLAGS)
+        compared = [name for name in f.take_given(MODEL_FLAGS)
+                    if not (name == FSDP2_UNTIED and f.given("--use-torch-fsdp2"))]
         if compared:
             c.notes.append(f"model flags compared with the problem's model {model.name}, which is used: "
                            + ", ".join(compared))

@@ -127,7 +127,8 @@ def degree_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
     """--tensor/pipeline/context/expert-model-parallel-size and --expert-tensor-parallel-size (the
     ModelParallelConfig fields of model_parallel_config.py:55,83,100,127,130 as flags, arguments.py:2373),
     --sequence-parallel (model_parallel_config.py:94) when TP > 1 and the run uses it,
-    --use-distributed-optimizer (arguments.py:3156), --num-distributed-optimizer-instances (arguments.py:3216)
+    --use-distributed-optimizer (arguments.py:3156; not with torch FSDP2, which refuses it, 1038-1039),
+    --num-distributed-optimizer-instances (arguments.py:3216)
     and --use-tp-pp-dp-mapping (training/config/common_config.py:105) for the rank order tp-cp-ep-pp-dp."""
     training, options = problem.training, problem.spec.framework.options
     flags = [_flag("--tensor-model-parallel-size", mapping.tp), _flag("--pipeline-model-parallel-size", mapping.pp),
@@ -137,7 +138,7 @@ def degree_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
                   _flag("--expert-tensor-parallel-size", mapping.expert_tp)]
     if training.sequence_parallel and mapping.tp > 1:
         flags.append(_flag("--sequence-parallel"))
-    if training.distributed_optimizer:
+    if training.distributed_optimizer and training.fsdp != "torch-fsdp2":
         flags.append(_flag("--use-distributed-optimizer"))
     if options.num_distributed_optimizer_instances > 1:
         flags.append(_flag("--num-distributed-optimizer-instances", options.num_distributed_optimizer_instances))
@@ -149,9 +150,11 @@ def degree_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
 def sharding_and_overlap_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
     """FSDP (--use-megatron-fsdp with --data-parallel-sharding-strategy optim_grads_params, arguments.py:3190,
     and the checkpoint format it requires, --ckpt-format fsdp_dtensor, 1169-1170; or --use-torch-fsdp2 with
-    --ckpt-format torch_dist, 1042-1043), the overlap switches the step model prices as on (--overlap-grad-reduce
-    3121, --overlap-param-gather 3148, --tp-comm-overlap with TP > 1 and SP, 1441, for a TP group inside one
-    NVLink domain: workload.tp_overlap_applies), --delay-wgrad-compute,
+    --ckpt-format torch_dist, 1042-1043, --no-gradient-accumulation-fusion, 1040-1041, and
+    --untie-embeddings-and-output-weights, 1044-1045), the overlap switches the step model prices as on
+    (--overlap-grad-reduce 3121, --overlap-param-gather 3148, not under torch FSDP2: it needs the distributed
+    optimizer or Megatron-FSDP, 1024-1026, and FSDP2 prefetches its own gathers; --tp-comm-overlap with TP > 1
+    and SP, 1441, for a TP group inside one NVLink domain: workload.tp_overlap_applies), --delay-wgrad-compute,
     the optimizer's host share (--optimizer-cpu-offload, --optimizer-offload-fraction, 2918-2922) and
     fine-grained activation offloading (--fine-grained-activation-offloading --offload-modules,
     transformer_config.py:1323-1345)."""
@@ -164,9 +167,11 @@ def sharding_and_overlap_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
         flags.append(_flag("--use-torch-fsdp2"))
     if training.fsdp != "none":
         flags.append(_flag("--ckpt-format", FSDP_CHECKPOINTS[training.fsdp][0]))
+    if training.fsdp == "torch-fsdp2":
+        flags += [_flag("--no-gradient-accumulation-fusion"), _flag("--untie-embeddings-and-output-weights")]
     if overlap["grad_reduce_overlap"]:
         flags.append(_flag("--overlap-grad-reduce"))
-        if overlap["param_gather_overlap"]:
+        if overlap["param_gather_overlap"] and training.fsdp != "torch-fsdp2":
             flags.append(_flag("--overlap-param-gather"))
     tp_link = group_link(problem.hardware.topology, mapping, "tp")
     if tp_overlap_applies(overlap["tp_overlap"], tp_link) and mapping.tp > 1 and training.sequence_parallel:
@@ -182,7 +187,7 @@ def sharding_and_overlap_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
         flags += [_flag("--cpu-offloading"), _flag("--cpu-offloading-num-layers", options.cpu_offloading_num_layers)]
         if not options.cpu_offloading_activations:
             flags.append(_flag("--no-cpu-offloading-activations"))
-    return FlagGroup("sharding, overlap and offloading", f"{ARGS}:1027-1047,1169,1441,2918-2922,3121,3148,3190; "
+    return FlagGroup("sharding, overlap and offloading", f"{ARGS}:1024-1047,1169,1441,2918-2922,3121,3148,3190; "
                      f"{CONFIG}:1323-1345", tuple(flags))
 
 

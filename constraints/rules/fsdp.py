@@ -1,0 +1,124 @@
+"""Megatron's argument checks on fully sharded data parallelism (`training.fsdp`).
+
+Torch FSDP2 (--use-torch-fsdp2) shards whole modules over every rank of the job: Megatron refuses it with
+pipeline or expert parallelism and with the embedding tied to the output layer. Megatron-FSDP
+(--use-megatron-fsdp) takes only the Adam and SGD optimizers. The flags those checks read besides
+(no distributed optimizer and no gradient-accumulation fusion under FSDP2, the checkpoint format, the
+CUDA_DEVICE_MAX_CONNECTIONS environment) are the launch script's: solver/outputs/emit.py writes them as
+each FSDP needs.
+
+Source: Megatron-LM main@d98e8a64 megatron/training/arguments.py:1031-1049 and 1150-1151.
+"""
+
+from __future__ import annotations
+
+from parasol.constraints.core.base import ARGUMENTS, Citation, Constraint, Facts, Family
+from parasol.problems.megatron.stages import MegatronStage
+from parasol.problems.schema import Optimizer
+
+
+class _UnderFsdp(Constraint):
+    """A check of Megatron's under one FSDP (`fsdp`): in force, and posted, only when the problem runs it."""
+
+    family = Family.feature
+    exact = True
+    fsdp = "torch-fsdp2"
+
+    def applies(self, problem) -> bool:
+        return problem.training.fsdp == self.fsdp
+
+    def in_force(self, f: Facts) -> bool:
+        return self.applies(f.problem)
+
+    def _posted(self, v) -> bool:  # noqa: ANN001 - DecisionVars
+        """Whether the CP-SAT side runs this FSDP (consts' fsdp flags)."""
+        return bool(v.consts[self.fsdp.replace("-", "_")])
+
+
+class _TorchFsdp2Degree(_UnderFsdp):
+    """Under torch FSDP2 a parallel degree Megatron does not combine with it must be 1."""
+
+    unit = "ranks"
+    degree = ""
+    label = ""
+    what = ""
+
+    def slack(self, f: Facts) -> float:
+        return float(1 - getattr(f.mapping, self.degree)) if self.in_force(f) else 0.0
+
+    def message(self, f: Facts) -> str:
+        value = getattr(f.mapping, self.degree)
+        if self.slack(f) >= 0:
+            return f"{self.label} {value}: no {self.what}" + (", as torch FSDP2 needs" if self.in_force(f) else "")
+        return (f"--use-torch-fsdp2 is not supported with {self.what} ({self.label} {value}): use {self.label} 1, "
+                "or Megatron-FSDP (training.fsdp: megatron-fsdp)")
+
+    def post(self, model, v, enforce) -> None:
+        if self._posted(v):
+            model.Add(getattr(v, self.degree) == 1).OnlyEnforceIf(enforce)
+
+
+class TorchFsdp2NoPipeline(_TorchFsdp2Degree):
+    id = "torch-fsdp2-no-pp"
+    citation = Citation(f"{ARGUMENTS}:1034-1035", MegatronStage.arguments)
+    summary = "use_torch_fsdp2 -> PP == 1"
+    degree, label, what = "pp", "PP", "pipeline parallelism"
+
+
+class TorchFsdp2NoExpertParallel(_TorchFsdp2Degree):
+    id = "torch-fsdp2-no-ep"
+    citation = Citation(f"{ARGUMENTS}:1036-1037", MegatronStage.arguments)
+    summary = "use_torch_fsdp2 -> EP == 1"
+    degree, label, what = "ep", "EP", "expert parallelism"
+
+
+class TorchFsdp2UntiedEmbeddings(_UnderFsdp):
+    """Torch FSDP2 needs the output layer's weights apart from the input embedding's."""
+
+    id = "torch-fsdp2-untied-embeddings"
+    citation = Citation(f"{ARGUMENTS}:1044-1045", MegatronStage.arguments)
+    unit = "settings"
+    summary = "use_torch_fsdp2 -> untie_embeddings_and_output_weights"
+
+    def slack(self, f: Facts) -> float:
+        return -1.0 if self.in_force(f) and f.model.tied_embeddings else 0.0
+
+    def message(self, f: Facts) -> str:
+        if self.slack(f) < 0:
+            return (f"--use-torch-fsdp2 requires --untie-embeddings-and-output-weights: {f.model.name} ties its "
+                    "output layer to the embedding; use Megatron-FSDP (training.fsdp: megatron-fsdp)")
+        if not self.in_force(f):
+            return "no torch FSDP2"
+        return "the model's output layer is untied from the embedding, as torch FSDP2 needs"
+
+    def post(self, model, v, enforce) -> None:
+        if self._posted(v) and v.consts["tied_embeddings"]:
+            model.AddBoolOr([enforce.Not()])
+
+
+class MegatronFsdpOptimizer(_UnderFsdp):
+    """Megatron-FSDP shards the optimizer state of Adam and SGD only."""
+
+    id = "megatron-fsdp-adam-or-sgd"
+    citation = Citation(f"{ARGUMENTS}:1150-1151", MegatronStage.arguments)
+    unit = "settings"
+    summary = "use_megatron_fsdp -> optimizer in {adam, sgd}"
+    fsdp = "megatron-fsdp"
+
+    def slack(self, f: Facts) -> float:
+        return -1.0 if self.in_force(f) and f.problem.training.optimizer is not Optimizer.adam else 0.0
+
+    def message(self, f: Facts) -> str:
+        optimizer = f.problem.training.optimizer.value
+        if self.slack(f) == 0:
+            return f"Megatron-FSDP runs the {optimizer} optimizer" if self.in_force(f) else "no Megatron-FSDP"
+        return (f"Megatron-FSDP does not support the {optimizer} optimizer yet: use adam, or the distributed "
+                "optimizer without FSDP (training.fsdp: none)")
+
+    def post(self, model, v, enforce) -> None:
+        if self._posted(v) and not v.consts["optimizer_adam"]:
+            model.AddBoolOr([enforce.Not()])
+
+
+FSDP_RULES = (TorchFsdp2NoPipeline, TorchFsdp2NoExpertParallel, TorchFsdp2UntiedEmbeddings, MegatronFsdpOptimizer)
+"""In Megatron's source order (stage A, validate_args)."""
