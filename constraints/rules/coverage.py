@@ -61,7 +61,6 @@ NOT_MODELLED: dict[str, str] = {
     "expert-bias-score-function": f"{NOT_CARRIED} (--moe-router-enable-expert-bias, score function)",
     "moe-layer-freq-list-length": "parasol builds the MoE layer pattern from first_dense_layers, one entry per "
                                   "block by construction",
-    "delay-wgrad-requires-ep-overlap": f"{NOT_CARRIED} (--delay-wgrad-compute)",
     "dispatch-bwd-wgrad-overlap-exclusive": f"{NOT_CARRIED} (--overlap-dispatch-backward-with-experts-wgrad)",
     "ep-overlap-early-release": f"{NOT_CARRIED} (--ep-overlap-early-attn-memory-release)",
     "sinkhorn-no-aux-loss": f"{NOT_CARRIED} (--moe-router-load-balancing-type, --moe-aux-loss-coeff)",

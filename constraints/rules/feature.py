@@ -505,6 +505,20 @@ class OptimizerCpuOffloadPrecisionAware(SettingsRule):
         return []
 
 
+class DelayWgradRequiresEPOverlap(SettingsRule):
+    """--delay-wgrad-compute runs the weight gradients inside the EP all-to-all overlap's schedule, so it needs
+    --overlap-moe-expert-parallel-comm (the TE version the CLI also checks is not observable)."""
+
+    id = "delay-wgrad-requires-ep-overlap"
+    citation = Citation(f"{CONFIG}:3073-3077", MegatronStage.config)
+    summary = "delay_wgrad_compute -> overlap_moe_expert_parallel_comm"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        if options.delay_wgrad_compute and not options.overlap_moe_expert_parallel_comm:
+            return ["overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute"]
+        return []
+
+
 class Fp8InputStoreSwiGLU(SettingsRule):
     """--activation-func-fp8-input-store keeps the SwiGLU input in FP8: any other activation is refused."""
 

@@ -1,13 +1,13 @@
 """Megatron's argument checks on fully sharded data parallelism (`training.fsdp`).
 
 Torch FSDP2 (--use-torch-fsdp2) shards whole modules over every rank of the job: Megatron refuses it with
-pipeline or expert parallelism and with the embedding tied to the output layer. Megatron-FSDP
-(--use-megatron-fsdp) takes only the Adam and SGD optimizers. The flags those checks read besides
+pipeline or expert parallelism and with the embedding tied to the output layer. Either FSDP takes only
+the Adam and SGD optimizers (Megatron-FSDP's own check, and the emerging optimizers' such as Muon). The flags those checks read besides
 (no distributed optimizer and no gradient-accumulation fusion under FSDP2, the checkpoint format, the
 CUDA_DEVICE_MAX_CONNECTIONS environment) are the launch script's: solver/outputs/emit.py writes them as
 each FSDP needs.
 
-Source: Megatron-LM main@d98e8a64 megatron/training/arguments.py:1031-1049 and 1150-1151.
+Source: Megatron-LM main@d98e8a64 megatron/training/arguments.py:1031-1049, 1150-1151 and 1726-1740.
 """
 
 from __future__ import annotations
@@ -96,29 +96,39 @@ class TorchFsdp2UntiedEmbeddings(_UnderFsdp):
             model.AddBoolOr([enforce.Not()])
 
 
-class MegatronFsdpOptimizer(_UnderFsdp):
-    """Megatron-FSDP shards the optimizer state of Adam and SGD only."""
+class FsdpOptimizer(Constraint):
+    """Both FSDPs shard the optimizer state of Adam and SGD only: Megatron-FSDP says so itself, and an
+    emerging optimizer (Muon) refuses either FSDP."""
 
-    id = "megatron-fsdp-adam-or-sgd"
-    citation = Citation(f"{ARGUMENTS}:1150-1151", MegatronStage.arguments)
+    id = "fsdp-adam-or-sgd"
+    family = Family.feature
+    citation = Citation(f"{ARGUMENTS}:1150-1151,1726,1739-1740", MegatronStage.arguments)
     unit = "settings"
-    summary = "use_megatron_fsdp -> optimizer in {adam, sgd}"
-    fsdp = "megatron-fsdp"
+    summary = "use_megatron_fsdp or use_torch_fsdp2 -> optimizer in {adam, sgd}"
+    exact = True
+
+    def applies(self, problem) -> bool:
+        return problem.training.fsdp != "none"
+
+    def in_force(self, f: Facts) -> bool:
+        return self.applies(f.problem)
 
     def slack(self, f: Facts) -> float:
         return -1.0 if self.in_force(f) and f.problem.training.optimizer is not Optimizer.adam else 0.0
 
     def message(self, f: Facts) -> str:
-        optimizer = f.problem.training.optimizer.value
+        training = f.problem.training
+        if not self.in_force(f):
+            return "no FSDP"
         if self.slack(f) == 0:
-            return f"Megatron-FSDP runs the {optimizer} optimizer" if self.in_force(f) else "no Megatron-FSDP"
-        return (f"Megatron-FSDP does not support the {optimizer} optimizer yet: use adam, or the distributed "
-                "optimizer without FSDP (training.fsdp: none)")
+            return f"{training.fsdp} runs the {training.optimizer.value} optimizer"
+        return (f"{training.fsdp} does not support the {training.optimizer.value} optimizer yet: use adam, or the "
+                "distributed optimizer without FSDP (training.fsdp: none)")
 
     def post(self, model, v, enforce) -> None:
-        if self._posted(v) and not v.consts["optimizer_adam"]:
+        if (v.consts["torch_fsdp2"] or v.consts["megatron_fsdp"]) and not v.consts["optimizer_adam"]:
             model.AddBoolOr([enforce.Not()])
 
 
-FSDP_RULES = (TorchFsdp2NoPipeline, TorchFsdp2NoExpertParallel, TorchFsdp2UntiedEmbeddings, MegatronFsdpOptimizer)
+FSDP_RULES = (TorchFsdp2NoPipeline, TorchFsdp2NoExpertParallel, TorchFsdp2UntiedEmbeddings, FsdpOptimizer)
 """In Megatron's source order (stage A, validate_args)."""

@@ -27,6 +27,7 @@ from parasol.constraints.rules.divisibility import (
 from parasol.constraints.rules.dualpipe import DUALPIPE_RULES
 from parasol.constraints.rules.feature import (
     CpuOffloading,
+    DelayWgradRequiresEPOverlap,
     DeprecatedMoeLayerRecompute,
     DeprecatedRampupBatchSize,
     DeterministicMode,
@@ -129,7 +130,7 @@ STAGE_C_CONFIG = (
     FineGrainedOffload, UnevenExcludesAccountFor, LayoutExcludesOtherPPArgs, LayoutVppConsistent,
     LayoutEmbeddingLossOnce, LayoutDecoderCount, LayoutMtpPlacement, UnevenMiddleConsistency,
     UnevenFirstDivisibleByVpp, UnevenLastDivisibleByVpp, UnevenMiddleDivisible, UnevenMiddleDivisibleByVpp,
-    AccountForDivisible, Fp8InputStoreSwiGLU, MoEBiasRequiresETP1, EPA2AOverlap,
+    AccountForDivisible, Fp8InputStoreSwiGLU, MoEBiasRequiresETP1, EPA2AOverlap, DelayWgradRequiresEPOverlap,
 )
 STAGE_B_MODEL_BUILD = (
     VppLayersPerRankDivisible, AccountForEnoughLayers, HybridNoAttentionPlusMLA, HybridMtpPatternsIdentical,
