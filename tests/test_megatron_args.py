@@ -9,6 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from parasol.constraints.evaluate import evaluate
 from parasol.errors import InputError
 from parasol.problems.derived import derive
 from parasol.problems.inputs import ExplainInputs, explain_inputs
@@ -58,6 +59,24 @@ def test_seed_000_fragment_a_gives_the_seeds_degrees() -> None:
     m = ex.mapping
     assert (m.tp, m.pp, m.cp, m.ep, m.expert_tp, m.mbs, m.gbs) == (1, 8, 1, 64, 1, 1, 4096)
     assert ex.notes == () and ex.warnings == ()
+
+
+def test_whole_lines_switch_the_distributed_optimizer_fragments_keep_the_problems() -> None:
+    """A fragment of parallel flags (seed 000's configuration A) keeps the problem's distributed optimizer; a
+    whole launch line (it names its model) without --use-distributed-optimizer runs without it in Megatron, so it
+    is judged so, noted, and its --overlap-param-gather breaks overlap-param-gather (arguments.py:1024-1026): the
+    line was judged feasible with sharded optimizer memory before."""
+    fragment = inputs(SEED_A)
+    assert fragment.problem.training.distributed_optimizer and fragment.notes == ()
+    whole = inputs(SEED_A + " --num-layers 61 --overlap-param-gather --overlap-grad-reduce")
+    assert not whole.problem.training.distributed_optimizer
+    assert any(n.startswith("no --use-distributed-optimizer: judged without") for n in whole.notes)
+    verdict = evaluate(whole.problem, whole.mapping)
+    assert not verdict.feasible and "overlap-param-gather" in {v.rule for v in verdict.verdicts if not v.holds}
+    sharded = inputs(SEED_A + " --num-layers 61 --overlap-param-gather --overlap-grad-reduce --use-distributed-optimizer")
+    assert sharded.problem.training.distributed_optimizer
+    assert "overlap-param-gather" not in {v.rule for v in evaluate(sharded.problem, sharded.mapping).verdicts
+                                          if not v.holds}
 
 
 @pytest.mark.slow
@@ -353,10 +372,14 @@ def test_no_problem_file_needs_model_flags_or_a_catalog_model() -> None:
 
 def test_model_flags_with_a_problem_file_are_compared_not_used() -> None:
     """Issue 3 part 4: with a problem file its model is used; the launch line's model flags are compared
-    with it (differences noted) instead of being reported as not modelled."""
+    with it (differences noted) instead of being reported as not modelled. A line naming its model is a
+    whole launch line: without --use-distributed-optimizer Megatron runs without it, and so is it judged."""
     ex = inputs("--num-layers 60 --hidden-size 7168 --swiglu --moe-router-topk 6 --pipeline-model-parallel-size 8")
     assert ex.problem.model.name == "deepseek-v4-pro"
+    assert not ex.problem.training.distributed_optimizer
     assert ex.notes == (
+        "no --use-distributed-optimizer: judged without the distributed optimizer, as Megatron runs this whole "
+        "launch line (the problem's training.distributed_optimizer is true)",
         "--num-layers 60 differs from the problem's model (deepseek-v4-pro: 61); the problem's model is used",
         "model flags compared with the problem's model deepseek-v4-pro, which is used: --num-layers 60, "
         "--hidden-size 7168, --swiglu, --moe-router-topk 6",

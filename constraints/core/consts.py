@@ -72,6 +72,7 @@ def _compute_model_consts(problem: Problem) -> dict[str, int]:
         "swiglu": int(all(mlp.activation is Activation.swiglu for mlp in _mlps_used(model))),
         "gpus_per_nvlink_domain": problem.hardware.topology.gpus_per_nvlink_domain,
         "tied_embeddings": int(model.tied_embeddings),
+        "distributed_optimizer": int(training.distributed_optimizer and training.fsdp != "torch-fsdp2"),
         "torch_fsdp2": int(training.fsdp == "torch-fsdp2"),
         "megatron_fsdp": int(training.fsdp == "megatron-fsdp"),
         "optimizer_adam": int(training.optimizer is Optimizer.adam),

@@ -153,17 +153,19 @@ def settings_for(problem, options: MegatronOptions | None = None) -> StepSetting
 def overlap_settings(training: Training, opts: MegatronOptions) -> dict:
     """Which transfers may hide behind compute, from the Megatron flags; an unset flag (None) is parasol's
     choice, on wherever Megatron allows it (TP overlap needs SP and no deterministic mode, arguments.py:1441;
-    the parameter gather needs the distributed optimizer or FSDP, arguments.py:1027). DualPipe/DualPipeV
+    the parameter gather needs the distributed optimizer or Megatron-FSDP and the gradient reduce's overlap,
+    arguments.py:1024-1029; torch FSDP2 prefetches its gathers itself, whatever the flag). DualPipe/DualPipeV
     pair a forward and a backward chunk so that each one's dispatch/combine runs during the other's
     compute (DeepSeek-V3 report §3.2.1)."""
     def chosen(flag: bool | None, allowed: bool) -> bool:
         return allowed if flag is None else flag
 
-    sharded = training.distributed_optimizer or training.fsdp != "none"
+    grad_reduce = chosen(opts.overlap_grad_reduce, True)
+    gathered = grad_reduce and (training.distributed_optimizer or training.fsdp == "megatron-fsdp")
     return {
         "tp_overlap": chosen(opts.tp_comm_overlap, training.sequence_parallel and not opts.deterministic_mode),
-        "grad_reduce_overlap": chosen(opts.overlap_grad_reduce, True),
-        "param_gather_overlap": chosen(opts.overlap_param_gather, sharded),
+        "grad_reduce_overlap": grad_reduce,
+        "param_gather_overlap": True if training.fsdp == "torch-fsdp2" else chosen(opts.overlap_param_gather, gathered),
         "p2p_overlap": opts.overlap_p2p_comm,
         "ep_overlap": opts.overlap_moe_expert_parallel_comm or training.pipeline_schedule != "megatron",
         "optimizer_offload_fraction": opts.optimizer_offload_fraction if opts.optimizer_cpu_offload else 0.0,

@@ -83,7 +83,6 @@ NOT_MODELLED: dict[str, str] = {
                                "torch-fsdp2-untied-embeddings (constraints/rules/fsdp.py); the flags it reads "
                                "besides are the launch script's (solver/outputs/emit.py: no distributed optimizer, "
                                "--no-gradient-accumulation-fusion, --ckpt-format torch_dist, the environment)",
-    "overlap-param-gather": f"{NOT_CARRIED} (--overlap-param-gather, --overlap-grad-reduce)",
     "torch-dcp-no-tp-pp": f"{NOT_CARRIED} (--ckpt-format)",
     "pp-comm-backend": f"{NOT_CARRIED} (--pipeline-model-parallel-comm-backend)",
     "mla-excludes-gqa": "an architecture has one attention kind, MLA or GQA, never both",

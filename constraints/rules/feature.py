@@ -505,6 +505,26 @@ class OptimizerCpuOffloadPrecisionAware(SettingsRule):
         return []
 
 
+class OverlapParamGather(SettingsRule):
+    """--overlap-param-gather overlaps the distributed optimizer's (or Megatron-FSDP's) parameter all-gather with
+    the next forward, started by the gradient reduce's overlap: it needs one of those and --overlap-grad-reduce
+    (Muon's layer-wise optimizer counts as the distributed one here: Megatron switches it after this check)."""
+
+    id = "overlap-param-gather"
+    citation = Citation(f"{ARGUMENTS}:1024-1029", MegatronStage.arguments)
+    summary = "overlap_param_gather -> (distributed optimizer or Megatron-FSDP) and overlap_grad_reduce"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        if not options.overlap_param_gather:
+            return []
+        out = []
+        if not (consts["distributed_optimizer"] or consts["megatron_fsdp"]):
+            out.append("--overlap-param-gather only supported with distributed optimizer, megatron fsdp, or dist_muon")
+        if options.overlap_grad_reduce is False:
+            out.append("Must use --overlap-param-gather with --overlap-grad-reduce")
+        return out
+
+
 class DelayWgradRequiresEPOverlap(SettingsRule):
     """--delay-wgrad-compute runs the weight gradients inside the EP all-to-all overlap's schedule, so it needs
     --overlap-moe-expert-parallel-comm (the TE version the CLI also checks is not observable)."""

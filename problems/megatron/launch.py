@@ -66,6 +66,9 @@ class ParsedLaunch:
     launcher_ranks_per_node: int | None = None
     deepseek_v4: bool = False
     model_unavailable: str | None = None
+    whole: bool = False
+    """Whether the line names its model (--num-layers): a whole launch line, whose on/off switches Megatron runs
+    off when absent, rather than a fragment of parallel flags to join to one (seed 000's configuration A)."""
 
 
 DEGREE_FLAGS = {
@@ -522,7 +525,7 @@ def parse_launch(text: str, *, source: str = SOURCE, model: ModelArchitecture | 
         model=built, mapping_fields=mapping, options=opts, training_fields=training,
         notes=(*c.notes, *f.unused()), warnings=tuple(c.warnings), launcher_gpus=launcher_gpus(command.launcher),
         launcher_ranks_per_node=launcher_ranks_per_node(command.launcher),
-        deepseek_v4=bool(c.pattern and c.pattern.dsv4), model_unavailable=gaps,
+        deepseek_v4=bool(c.pattern and c.pattern.dsv4), model_unavailable=gaps, whole=f.given("--num-layers"),
     )
 
 
@@ -581,7 +584,12 @@ def apply_launch(problem: Problem, parsed: ParsedLaunch, sets: dict[str, str]) -
     if section is not None and section.layout is not None and pipeline_keys and "layout" not in parsed.mapping_fields:
         section = section.model_copy(update={"layout": None})
         notes.append("the problem's mapping.layout is replaced by the launch line's pipeline")
-    training = _training_section(spec.training.model_dump() | parsed.training_fields)
+    line = ({key: False for key in LINE_SWITCHES} if parsed.whole else {}) | parsed.training_fields
+    tp = parsed.mapping_fields.get("tp", 1)
+    notes += [f"no {flag}: judged without {what}, as Megatron runs this whole launch line (the problem's "
+              f"training.{key} is true)" for key, (flag, what) in LINE_SWITCHES.items()
+              if key in line and getattr(spec.training, key) and not line[key] and (key != "sequence_parallel" or tp > 1)]
+    training = _training_section(spec.training.model_dump() | line)
     framework = spec.framework.model_copy(update={"options": _merged_options(spec.framework.options, parsed)})
     new_spec = spec.model_copy(update={"training": training, "framework": framework, "mapping": section})
     updated = dataclasses.replace(problem, spec=new_spec)
@@ -590,6 +598,12 @@ def apply_launch(problem: Problem, parsed: ParsedLaunch, sets: dict[str, str]) -
 
 MEGATRON_TRAINING_DEFAULTS: dict = {"distributed_optimizer": False, "sequence_parallel": False}
 """Training defaults of Megatron-LM where parasol's differ (no distributed optimizer, no SP)."""
+
+LINE_SWITCHES = {"distributed_optimizer": ("--use-distributed-optimizer", "the distributed optimizer"),
+                 "sequence_parallel": ("--sequence-parallel", "sequence parallelism")}
+"""Training settings a launch line switches on by a flag and Megatron runs off without it: read from a whole line
+(ParsedLaunch.whole) even beside a problem file; a fragment, and an absent recompute flag (Megatron has no "off"
+for it), keep the problem's."""
 
 MEGATRON_OPTION_DEFAULTS: dict = {"add_bias_linear": True, "moe_grouped_gemm": False}
 """Option defaults of Megatron-LM where parasol's differ (transformer_config.py:212-214, 850)."""
