@@ -368,7 +368,9 @@ def test_sharding_overlap_and_offload_flags_round_trip(small: Problem) -> None:
                  "--optimizer-offload-fraction 0.5", "--fine-grained-activation-offloading",
                  "--offload-modules core_attn attn_proj"):
         assert flag in line
-    updated, back, _ = apply_launch(problem, parse_launch(launch_script(problem, mapping, "t"), model=problem.model), {})
+    script = launch_script(problem, mapping, "t")
+    assert "\nexport NVTE_CPU_OFFLOAD_V1=1 " in script  # TE >= 2.10 asks for it (arguments.py:1936-1939)
+    updated, back, _ = apply_launch(problem, parse_launch(script, model=problem.model), {})
     assert back == mapping and updated.training.fsdp == "megatron-fsdp"
     opts = updated.spec.framework.options
     assert opts.overlap_grad_reduce and opts.overlap_param_gather and opts.tp_comm_overlap

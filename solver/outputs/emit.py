@@ -497,13 +497,18 @@ def mapping_summary(mapping: Mapping) -> str:
 def launch_environment(problem: Problem, mapping: Mapping) -> tuple[str, ...]:
     """The shell lines setting what Megatron-LM's argument checks ask of the environment: FSDP refuses
     CUDA_DEVICE_MAX_CONNECTIONS=1 (arguments.py:1048, 1166); otherwise TP or CP > 1 on GPUs before Blackwell
-    requires it (1453-1479; a GPU whose compute capability parasol cannot state is taken as before)."""
-    if problem.training.fsdp != "none":
-        return (f"unset CUDA_DEVICE_MAX_CONNECTIONS  # FSDP refuses 1 ({ARGS}:1048,1166)",)
+    requires it (1453-1479; a GPU whose compute capability parasol cannot state is taken as before). Fine-grained
+    activation offloading with Transformer Engine 2.10 or later needs NVTE_CPU_OFFLOAD_V1=1 (1936-1939; set
+    whatever the version, which parasol cannot see: older ones ignore it)."""
+    lines = []
     sm = compute_capability(problem.hardware.gpu.name)
-    if (mapping.tp > 1 or mapping.cp > 1) and (sm is None or sm < BLACKWELL_SM):
-        return (f"export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP or CP > 1 before Blackwell ({ARGS}:1453-1479)",)
-    return ()
+    if problem.training.fsdp != "none":
+        lines.append(f"unset CUDA_DEVICE_MAX_CONNECTIONS  # FSDP refuses 1 ({ARGS}:1048,1166)")
+    elif (mapping.tp > 1 or mapping.cp > 1) and (sm is None or sm < BLACKWELL_SM):
+        lines.append(f"export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP or CP > 1 before Blackwell ({ARGS}:1453-1479)")
+    if problem.spec.framework.options.offload_modules:
+        lines.append(f"export NVTE_CPU_OFFLOAD_V1=1  # fine-grained activation offloading, TE >= 2.10 ({ARGS}:1936-1939)")
+    return tuple(lines)
 
 
 def launch_script(problem: Problem, mapping: Mapping, title: str) -> str:
