@@ -316,7 +316,8 @@ def test_torch_fsdp2_launch_has_what_megatron_checks() -> None:
     assert "--use-distributed-optimizer" not in script and "--overlap-param-gather" not in script
     trip = round_trip(problem, mapping, text=script)
     assert trip.ok and not trip.notes
-    both = round_trip(problem, mapping, text=script.replace("--use-torch-fsdp2", "--use-torch-fsdp2 --use-distributed-optimizer"))
+    both = round_trip(problem, mapping,
+                      text=script.replace("--use-torch-fsdp2", "--use-torch-fsdp2 --use-distributed-optimizer"))
     assert any(n.startswith("--use-distributed-optimizer: --use-torch-fsdp2 refuses it") for n in both.notes)
     fused = round_trip(problem, mapping, text=script.replace("--no-gradient-accumulation-fusion", ""))
     assert any("add --no-gradient-accumulation-fusion" in n for n in fused.notes)

@@ -73,7 +73,8 @@ def test_whole_lines_switch_the_distributed_optimizer_fragments_keep_the_problem
     assert any(n.startswith("no --use-distributed-optimizer: judged without") for n in whole.notes)
     verdict = evaluate(whole.problem, whole.mapping)
     assert not verdict.feasible and "overlap-param-gather" in {v.rule for v in verdict.verdicts if not v.holds}
-    sharded = inputs(SEED_A + " --num-layers 61 --overlap-param-gather --overlap-grad-reduce --use-distributed-optimizer")
+    sharded = inputs(f"{SEED_A} --num-layers 61 --overlap-param-gather --overlap-grad-reduce "
+                     "--use-distributed-optimizer")
     assert sharded.problem.training.distributed_optimizer
     assert "overlap-param-gather" not in {v.rule for v in evaluate(sharded.problem, sharded.mapping).verdicts
                                           if not v.holds}

@@ -2,7 +2,8 @@
 
 Torch FSDP2 (--use-torch-fsdp2) shards whole modules over every rank of the job: Megatron refuses it with
 pipeline or expert parallelism and with the embedding tied to the output layer. Either FSDP takes only
-the Adam and SGD optimizers (Megatron-FSDP's own check, and the emerging optimizers' such as Muon). The flags those checks read besides
+the Adam and SGD optimizers (Megatron-FSDP's own check, and the emerging optimizers' such as Muon). The
+flags those checks read besides
 (no distributed optimizer and no gradient-accumulation fusion under FSDP2, the checkpoint format, the
 CUDA_DEVICE_MAX_CONNECTIONS environment) are the launch script's: solver/outputs/emit.py writes them as
 each FSDP needs.

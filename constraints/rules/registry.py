@@ -114,7 +114,8 @@ STAGE_A_ARGUMENTS = (
     WorldDivisibleByModelSize, HierarchicalCPProduct, CPA2AP2PRequiresHierarchical, RecomputeActivationsAlias,
     EvalGbsDivisible, LayoutValidChars, LayoutStagesDivisibleByPP, LayersDivisibleByPP, VppArgsMutuallyExclusive,
     VppFromLayersPerVStage, VppLayersPerVStageExcludesUneven, VppFromVirtualStagesPerRank, VppRequiresPPGt1,
-    VppNoOverlapRequiresPPGt2, NonInterleavedDisablesP2POverlap, OverlapParamGather, *FSDP_RULES, HiddenDivisibleByHeads, CPSeqDivisibleBy2CP,
+    VppNoOverlapRequiresPPGt2, NonInterleavedDisablesP2POverlap, OverlapParamGather, *FSDP_RULES,
+    HiddenDivisibleByHeads, CPSeqDivisibleBy2CP,
     RecomputeSelectiveNoMethod, SPAutoDisabledWhenTP1, TPCommOverlapRequiresSP, EPRequiresExperts,
     ExpertsDivisibleByEP, DeterministicMode, OptimizerCpuOffloadPrecisionAware,
 )

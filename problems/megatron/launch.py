@@ -454,8 +454,8 @@ def _torch_fsdp2_flags(c: Context) -> None:
         c.notes.append(f"--use-distributed-optimizer: --use-torch-fsdp2 refuses it ({ARGS}:1038-1039); Megatron stops "
                        "at its argument checks (FSDP2 shards the optimizer state itself)")
     if not (f.switch("--no-gradient-accumulation-fusion") or f.switch("--disable-gradient-accumulation-fusion")):
-        c.notes.append(f"gradient-accumulation fusion is on by default and --use-torch-fsdp2 refuses it ({ARGS}:1040-1041):"
-                       " add --no-gradient-accumulation-fusion")
+        c.notes.append("gradient-accumulation fusion is on by default and --use-torch-fsdp2 refuses it "
+                       f"({ARGS}:1040-1041): add --no-gradient-accumulation-fusion")
 
 
 def _fsdp(c: Context) -> str | None:
@@ -588,7 +588,8 @@ def apply_launch(problem: Problem, parsed: ParsedLaunch, sets: dict[str, str]) -
     tp = parsed.mapping_fields.get("tp", 1)
     notes += [f"no {flag}: judged without {what}, as Megatron runs this whole launch line (the problem's "
               f"training.{key} is true)" for key, (flag, what) in LINE_SWITCHES.items()
-              if key in line and getattr(spec.training, key) and not line[key] and (key != "sequence_parallel" or tp > 1)]
+              if key in line and getattr(spec.training, key) and not line[key]
+              and (key != "sequence_parallel" or tp > 1)]
     training = _training_section(spec.training.model_dump() | line)
     framework = spec.framework.model_copy(update={"options": _merged_options(spec.framework.options, parsed)})
     new_spec = spec.model_copy(update={"training": training, "framework": framework, "mapping": section})

@@ -507,7 +507,8 @@ def launch_environment(problem: Problem, mapping: Mapping) -> tuple[str, ...]:
     elif (mapping.tp > 1 or mapping.cp > 1) and (sm is None or sm < BLACKWELL_SM):
         lines.append(f"export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP or CP > 1 before Blackwell ({ARGS}:1453-1479)")
     if problem.spec.framework.options.offload_modules:
-        lines.append(f"export NVTE_CPU_OFFLOAD_V1=1  # fine-grained activation offloading, TE >= 2.10 ({ARGS}:1936-1939)")
+        lines.append(f"export NVTE_CPU_OFFLOAD_V1=1  # fine-grained activation offloading, TE >= 2.10 "
+                     f"({ARGS}:1936-1939)")
     return tuple(lines)
 
 

@@ -22,6 +22,8 @@ STATES_BUDGET = 2_000_000
 """Most states (partial layouts kept, over all stages) one question may keep (about 2 s)."""
 ROWS_BUDGET = 1 << 23
 """Most numbers (moves × ranks × kind groups) one stage's moves may hold at once (64 MB)."""
+MOVES_BUDGET = 8_000_000
+"""Most moves kept over all stages to read a layout back (each its state and end as int32: 64 MB)."""
 
 
 class LayersSpent(Exception):
@@ -33,7 +35,7 @@ def layered_layout(prefix: np.ndarray, suffix: list[np.ndarray], place: np.ndarr
     """A layout (blocks per virtual stage, every stage non-empty) whose rank r holds exactly `targets[r]` (kind
     counts), or None when none has. `prefix[i]`: the kind counts of the first i blocks; `suffix[j][s]`: the
     codes (counts @ `place`) j intervals from block s on can hold, as bits (bit c is bit c & 7 of byte
-    c >> 3). Raises LayersSpent past the budgets or once `late()`."""
+    c >> 3). Raises LayersSpent past the budgets (states, moves) or once `late()`."""
     n, stages = len(prefix) - 1, pp * vpp
     radix = (targets + 1).ravel()
     stride = np.cumprod(np.concatenate([[1], radix[:-1]])).astype(np.int64)
@@ -44,7 +46,7 @@ def layered_layout(prefix: np.ndarray, suffix: list[np.ndarray], place: np.ndarr
     chosen: list[np.ndarray] = []
     parents: list[np.ndarray] = []
     ends: list[np.ndarray] = []
-    kept = 0
+    kept = moved = 0
     for k in range(stages):
         if late():
             raise LayersSpent
@@ -60,8 +62,11 @@ def layered_layout(prefix: np.ndarray, suffix: list[np.ndarray], place: np.ndarr
         if kept > STATES_BUDGET:
             raise LayersSpent
         parent, end, need = _moves(pos, need, prefix, k, pp, vpp, n)
-        parents.append(parent)
-        ends.append(end)
+        moved += len(end)
+        if moved > MOVES_BUDGET:
+            raise LayersSpent
+        parents.append(parent.astype(np.int32))
+        ends.append(end.astype(np.int32))
         pos = end
     done = np.flatnonzero((pos == n) & (need == 0).all(axis=(1, 2)))
     if not len(done):
