@@ -331,10 +331,17 @@ def _bounds(cuts: InterleavedCuts, measured: list[tuple[int, int]]) -> list[tupl
     return chosen + [(times[len(times) // 3], peaks[len(peaks) // 3]), (times[0] - 1, UNBOUNDED)]
 
 
-def test_ordered_cut_is_the_least_enumerated_cut() -> None:
+@pytest.mark.parametrize("depth_first", [True, False], ids=["depth-first-then-layered", "layered-alone"])
+def test_ordered_cut_is_the_least_enumerated_cut(depth_first: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """The ordered search (relaxed cuts in order of value, each realised exactly) on rows with several kinds of
     block: under bounds around each row's cuts it settles every question, with a cut within both bounds of
-    the least slowest-rank time (or peak memory) that enumerating every cut finds, None when no cut is."""
+    the least slowest-rank time (or peak memory) that enumerating every cut finds, None when no cut is; also
+    with no depth-first budget, every realisation then the layered search's (solver/search/layered.py)."""
+    from parasol.solver.search import interleaved
+
+    if not depth_first:
+        monkeypatch.setattr(interleaved, "ORDERED_REALISE_BUDGET", 0)
+    interleaved._layouts.cache_clear()
     asked = 0
     for c, counts, _ in _several_kind_rows():
         cuts = InterleavedCuts(c, counts)
@@ -351,6 +358,7 @@ def test_ordered_cut_is_the_least_enumerated_cut() -> None:
                 t, m = cuts.measure(layout)
                 assert t <= slowest and m <= cap
                 assert (t if minimise_time else m) == min(x[0 if minimise_time else 1] for x in inside)
+    interleaved._layouts.cache_clear()
     assert asked >= 200
 
 

@@ -1,21 +1,20 @@
 """The layered layout search (solver/search/layered.py) and the layout answers shared between rows (issue 15):
 on small rows with several kinds of block it finds a layout for exactly the per-rank counts some cut has and
-none for counts no cut has (enumeration of every interleaved cut), the ordered search answers through it
-alone as enumeration says, and a row's exact layout answers are the same whichever row asked first."""
+none for counts no cut has (enumeration of every interleaved cut), and a row's exact layout answers are the
+same whichever row asked first. The ordered search through it alone: tests/test_interleaved_cuts.py."""
 
 from __future__ import annotations
 
 import itertools
 
 import numpy as np
-import pytest
 
 from parasol.solver.search import interleaved
 from parasol.solver.search.cut_program import UNBOUNDED
 from parasol.solver.search.cuts import rank_counts
 from parasol.solver.search.interleaved import InterleavedCuts
 from parasol.solver.search.layered import layered_layout
-from tests.test_interleaved_cuts import _bounds, _every_cut, _several_kind_rows
+from tests.test_interleaved_cuts import _every_cut, _several_kind_rows
 
 
 def _layered(cuts: InterleavedCuts, targets: tuple[tuple[int, ...], ...]) -> tuple[int, ...] | None:
@@ -53,29 +52,6 @@ def test_layered_search_finds_exactly_the_counts_some_cut_has() -> None:
             assert _layered(cuts, targets) is None
             refused += 1
     assert found >= 500 and refused >= 200
-
-
-def test_ordered_cut_through_the_layered_search_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With no depth-first budget every exact realisation is the layered search's: the ordered search still
-    answers every question with a cut of the least value enumeration finds, None when no cut is within."""
-    monkeypatch.setattr(interleaved, "ORDERED_REALISE_BUDGET", 0)
-    interleaved._layouts.cache_clear()
-    asked = 0
-    for c, counts, _ in list(_several_kind_rows())[::2]:
-        cuts = InterleavedCuts(c, counts)
-        measured = [cuts.measure(layout) for layout in _every_cut(cuts.n, cuts.stages)]
-        for slowest, cap in _bounds(cuts, measured):
-            inside = [(t, m) for t, m in measured if t <= slowest and m <= cap]
-            settled, layout = cuts.ordered_cut(slowest, cap, True)
-            assert settled
-            asked += 1
-            if not inside:
-                assert layout is None
-                continue
-            t, m = cuts.measure(layout)
-            assert t <= slowest and m <= cap and t == min(x for x, _ in inside)
-    interleaved._layouts.cache_clear()
-    assert asked >= 50
 
 
 def test_exact_layouts_do_not_depend_on_the_row_that_asked_first() -> None:
