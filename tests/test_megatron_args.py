@@ -65,7 +65,7 @@ def test_whole_lines_switch_the_distributed_optimizer_fragments_keep_the_problem
     """A fragment of parallel flags (seed 000's configuration A) keeps the problem's distributed optimizer; a
     whole launch line (it names its model) without --use-distributed-optimizer runs without it in Megatron, so it
     is judged so, noted, and its --overlap-param-gather breaks overlap-param-gather (arguments.py:1024-1026): the
-    line was judged feasible with sharded optimizer memory before."""
+    line was judged feasible with sharded optimizer memory before. Likewise without --sequence-parallel at TP 2."""
     fragment = inputs(SEED_A)
     assert fragment.problem.training.distributed_optimizer and fragment.notes == ()
     whole = inputs(SEED_A + " --num-layers 61 --overlap-param-gather --overlap-grad-reduce")
@@ -73,6 +73,10 @@ def test_whole_lines_switch_the_distributed_optimizer_fragments_keep_the_problem
     assert any(n.startswith("no --use-distributed-optimizer: judged without") for n in whole.notes)
     verdict = evaluate(whole.problem, whole.mapping)
     assert not verdict.feasible and "overlap-param-gather" in {v.rule for v in verdict.verdicts if not v.holds}
+    tp2 = inputs(SEED_A.replace("--tensor-model-parallel-size 1", "--tensor-model-parallel-size 2")
+                 + " --num-layers 61")
+    assert not tp2.problem.training.sequence_parallel
+    assert any(n.startswith("no --sequence-parallel: judged without sequence parallelism") for n in tp2.notes)
     sharded = inputs(f"{SEED_A} --num-layers 61 --overlap-param-gather --overlap-grad-reduce "
                      "--use-distributed-optimizer")
     assert sharded.problem.training.distributed_optimizer
