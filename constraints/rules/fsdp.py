@@ -3,10 +3,9 @@
 Torch FSDP2 (--use-torch-fsdp2) shards whole modules over every rank of the job: Megatron refuses it with
 pipeline or expert parallelism and with the embedding tied to the output layer. Either FSDP takes only
 the Adam and SGD optimizers (Megatron-FSDP's own check, and the emerging optimizers' such as Muon). The
-flags those checks read besides
-(no distributed optimizer and no gradient-accumulation fusion under FSDP2, the checkpoint format, the
-CUDA_DEVICE_MAX_CONNECTIONS environment) are the launch script's: solver/outputs/emit.py writes them as
-each FSDP needs.
+flags those checks read besides (no distributed optimizer and no gradient-accumulation fusion under FSDP2,
+the checkpoint format, the CUDA_DEVICE_MAX_CONNECTIONS environment) are the launch script's:
+solver/outputs/emit.py writes them as each FSDP needs.
 
 Source: Megatron-LM main@d98e8a64 megatron/training/arguments.py:1031-1049, 1150-1151 and 1726-1740.
 """
@@ -18,25 +17,25 @@ from parasol.problems.megatron.stages import MegatronStage
 from parasol.problems.schema import Optimizer
 
 
-class _UnderFsdp(Constraint):
-    """A check of Megatron's under one FSDP (`fsdp`): in force, and posted, only when the problem runs it."""
+class _UnderTorchFsdp2(Constraint):
+    """A check of Megatron's under torch FSDP2: in force, and posted, only when the problem runs it."""
 
     family = Family.feature
     exact = True
-    fsdp = "torch-fsdp2"
 
     def applies(self, problem) -> bool:
-        return problem.training.fsdp == self.fsdp
+        return problem.training.fsdp == "torch-fsdp2"
 
     def in_force(self, f: Facts) -> bool:
         return self.applies(f.problem)
 
-    def _posted(self, v) -> bool:  # noqa: ANN001 - DecisionVars
-        """Whether the CP-SAT side runs this FSDP (consts' fsdp flags)."""
-        return bool(v.consts[self.fsdp.replace("-", "_")])
+    @staticmethod
+    def _posted(v) -> bool:  # noqa: ANN001 - DecisionVars
+        """Whether the CP-SAT side's problem runs torch FSDP2 (consts' torch_fsdp2)."""
+        return bool(v.consts["torch_fsdp2"])
 
 
-class _TorchFsdp2Degree(_UnderFsdp):
+class _TorchFsdp2Degree(_UnderTorchFsdp2):
     """Under torch FSDP2 a parallel degree Megatron does not combine with it must be 1."""
 
     unit = "ranks"
@@ -49,8 +48,10 @@ class _TorchFsdp2Degree(_UnderFsdp):
 
     def message(self, f: Facts) -> str:
         value = getattr(f.mapping, self.degree)
+        if not self.in_force(f):
+            return "no torch FSDP2"
         if self.slack(f) >= 0:
-            return f"{self.label} {value}: no {self.what}" + (", as torch FSDP2 needs" if self.in_force(f) else "")
+            return f"{self.label} {value}: no {self.what}, as torch FSDP2 needs"
         return (f"--use-torch-fsdp2 is not supported with {self.what} ({self.label} {value}): use {self.label} 1, "
                 "or Megatron-FSDP (training.fsdp: megatron-fsdp)")
 
@@ -73,7 +74,7 @@ class TorchFsdp2NoExpertParallel(_TorchFsdp2Degree):
     degree, label, what = "ep", "EP", "expert parallelism"
 
 
-class TorchFsdp2UntiedEmbeddings(_UnderFsdp):
+class TorchFsdp2UntiedEmbeddings(_UnderTorchFsdp2):
     """Torch FSDP2 needs the output layer's weights apart from the input embedding's."""
 
     id = "torch-fsdp2-untied-embeddings"
