@@ -304,8 +304,8 @@ def test_torch_fsdp2_launch_has_what_megatron_checks() -> None:
     with gradient-accumulation fusion (on by default) or tied embeddings, and --overlap-param-gather without the
     distributed optimizer or Megatron-FSDP (1024-1026): the megatron_oracle tool rejected parasol's first torch
     FSDP2 lines for each in turn and passes the argument checks of the line written now. Read back, the line
-    gives the same mapping with no note; one with the distributed optimizer or without the fusion switched off
-    is noted."""
+    gives the same mapping with no note; one with the distributed optimizer, without the fusion switched off or
+    with --fp16 (1046-1047) is noted."""
     problem = load_problem_text(LLAMA_8B.replace("global_batch: 256}", "global_batch: 256, fsdp: torch-fsdp2}"),
                                 source="llama-8b-fsdp2.yaml")
     mapping = Mapping(gpus=64, gbs=256, seq_len=4096, tp=2, pp=1, cp=1, mbs=1)
@@ -321,6 +321,8 @@ def test_torch_fsdp2_launch_has_what_megatron_checks() -> None:
     assert any(n.startswith("--use-distributed-optimizer: --use-torch-fsdp2 refuses it") for n in both.notes)
     fused = round_trip(problem, mapping, text=script.replace("--no-gradient-accumulation-fusion", ""))
     assert any("add --no-gradient-accumulation-fusion" in n for n in fused.notes)
+    half = round_trip(problem, mapping, text=script.replace("--use-torch-fsdp2", "--use-torch-fsdp2 --fp16"))
+    assert any(n.startswith("--fp16: --use-torch-fsdp2 refuses it") for n in half.notes)
 
 
 @pytest.mark.slow

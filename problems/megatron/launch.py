@@ -448,8 +448,12 @@ def _fsdp_checkpoint(c: Context, accepted: tuple[str, ...]) -> None:
 
 def _torch_fsdp2_flags(c: Context) -> None:
     """The flags torch FSDP2 refuses beside it, noted (Megatron's argument checks stop the run; parasol prices the
-    run as sharded either way): the distributed optimizer, and gradient-accumulation fusion, on by default."""
+    run as sharded either way): the distributed optimizer, gradient-accumulation fusion (on by default) and FP16
+    (which parasol judges as BF16)."""
     f = c.flags
+    if f.given("--fp16"):
+        c.notes.append(f"--fp16: --use-torch-fsdp2 refuses it ({ARGS}:1046-1047); Megatron stops at its argument "
+                       "checks")
     if f.switch("--use-distributed-optimizer"):
         c.notes.append(f"--use-distributed-optimizer: --use-torch-fsdp2 refuses it ({ARGS}:1038-1039); Megatron stops "
                        "at its argument checks (FSDP2 shards the optimizer state itself)")
