@@ -5,6 +5,7 @@ DeepSeek-V4 pack's numbers, and the numbers of one mapping's cut and rank order)
 from __future__ import annotations
 
 from parasol.constraints.core.base import Facts
+from parasol.constraints.physics.memory import megatron_param_gather
 from parasol.hardware.gpu import compute_capability
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import RankOrder
@@ -72,7 +73,7 @@ def _compute_model_consts(problem: Problem) -> dict[str, int]:
         "swiglu": int(all(mlp.activation is Activation.swiglu for mlp in _mlps_used(model))),
         "gpus_per_nvlink_domain": problem.hardware.topology.gpus_per_nvlink_domain,
         "tied_embeddings": int(model.tied_embeddings),
-        "distributed_optimizer": int(training.distributed_optimizer and training.fsdp != "torch-fsdp2"),
+        "megatron_param_gather": int(megatron_param_gather(training)),
         "torch_fsdp2": int(training.fsdp == "torch-fsdp2"),
         "megatron_fsdp": int(training.fsdp == "megatron-fsdp"),
         "optimizer_adam": int(training.optimizer is Optimizer.adam),

@@ -283,6 +283,18 @@ def fsdp_on(training: Training) -> bool:
     return training.fsdp != "none"
 
 
+def megatron_distributed_optimizer(training: Training) -> bool:
+    """Whether the run uses Megatron's distributed optimizer: asked for, and not under torch FSDP2, which refuses it
+    and shards the optimizer state itself (arguments.py:1038-1039)."""
+    return training.distributed_optimizer and training.fsdp != "torch-fsdp2"
+
+
+def megatron_param_gather(training: Training) -> bool:
+    """Whether Megatron gathers the sharded parameters itself, the gather --overlap-param-gather can hide: the
+    distributed optimizer's or Megatron-FSDP's (arguments.py:1024-1026; torch FSDP2 prefetches its own)."""
+    return megatron_distributed_optimizer(training) or training.fsdp == "megatron-fsdp"
+
+
 def optimizer_on_device(options: MegatronOptions) -> Fraction:
     """Share of the optimizer state kept in HBM: 1 − --optimizer-offload-fraction under
     --optimizer-cpu-offload (Megatron-LM arguments.py:2918-2922), else all of it."""

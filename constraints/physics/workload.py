@@ -38,7 +38,12 @@ from parasol.constraints.physics.flops import (
     newton_schulz_flops,
     recomputed_flops,
 )
-from parasol.constraints.physics.memory import activation_context, block_kind, rank_holdings
+from parasol.constraints.physics.memory import (
+    activation_context,
+    block_kind,
+    megatron_param_gather,
+    rank_holdings,
+)
 from parasol.constraints.physics.routing_load import hot_rank_skew
 from parasol.constraints.physics.traffic import (
     block_memory_bytes,
@@ -161,7 +166,7 @@ def overlap_settings(training: Training, opts: MegatronOptions) -> dict:
         return allowed if flag is None else flag
 
     grad_reduce = chosen(opts.overlap_grad_reduce, True)
-    gathered = grad_reduce and (training.distributed_optimizer or training.fsdp == "megatron-fsdp")
+    gathered = grad_reduce and megatron_param_gather(training)
     return {
         "tp_overlap": chosen(opts.tp_comm_overlap, training.sequence_parallel and not opts.deterministic_mode),
         "grad_reduce_overlap": grad_reduce,

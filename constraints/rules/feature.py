@@ -518,7 +518,7 @@ class OverlapParamGather(SettingsRule):
         if not options.overlap_param_gather:
             return []
         out = []
-        if not (consts["distributed_optimizer"] or consts["megatron_fsdp"]):
+        if not consts["megatron_param_gather"]:
             out.append("--overlap-param-gather only supported with distributed optimizer, megatron fsdp, or dist_muon")
         if options.overlap_grad_reduce is False:
             out.append("Must use --overlap-param-gather with --overlap-grad-reduce")

@@ -588,7 +588,7 @@ def apply_launch(problem: Problem, parsed: ParsedLaunch, sets: dict[str, str]) -
     if section is not None and section.layout is not None and pipeline_keys and "layout" not in parsed.mapping_fields:
         section = section.model_copy(update={"layout": None})
         notes.append("the problem's mapping.layout is replaced by the launch line's pipeline")
-    line = ({key: False for key in LINE_SWITCHES} if parsed.whole else {}) | parsed.training_fields
+    line = (MEGATRON_TRAINING_DEFAULTS if parsed.whole else {}) | parsed.training_fields
     tp = parsed.mapping_fields.get("tp", 1)
     notes += [f"no {flag}: judged without {what}, as Megatron runs this whole launch line (the problem's "
               f"training.{key} is true)" for key, (flag, what) in LINE_SWITCHES.items()
@@ -601,14 +601,14 @@ def apply_launch(problem: Problem, parsed: ParsedLaunch, sets: dict[str, str]) -
     return updated, build_mapping(updated, {**parsed.mapping_fields, **sets}), tuple(notes)
 
 
-MEGATRON_TRAINING_DEFAULTS: dict = {"distributed_optimizer": False, "sequence_parallel": False}
-"""Training defaults of Megatron-LM where parasol's differ (no distributed optimizer, no SP)."""
-
 LINE_SWITCHES = {"distributed_optimizer": ("--use-distributed-optimizer", "the distributed optimizer"),
                  "sequence_parallel": ("--sequence-parallel", "sequence parallelism")}
 """Training settings a launch line switches on by a flag and Megatron runs off without it: read from a whole line
 (ParsedLaunch.whole) even beside a problem file; a fragment, and an absent recompute flag (Megatron has no "off"
 for it), keep the problem's."""
+
+MEGATRON_TRAINING_DEFAULTS: dict = {key: False for key in LINE_SWITCHES}
+"""Training defaults of Megatron-LM where parasol's differ (no distributed optimizer, no SP): the switches off."""
 
 MEGATRON_OPTION_DEFAULTS: dict = {"add_bias_linear": True, "moe_grouped_gemm": False}
 """Option defaults of Megatron-LM where parasol's differ (transformer_config.py:212-214, 850)."""

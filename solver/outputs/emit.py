@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from parasol.constraints.physics.comm import group_link
+from parasol.constraints.physics.memory import megatron_distributed_optimizer, megatron_param_gather
 from parasol.constraints.physics.workload import overlap_settings, tp_overlap_applies
 from parasol.constraints.rules.pipeline import PipelineSplit, pipeline_split
 from parasol.errors import InputError
@@ -138,7 +139,7 @@ def degree_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
                   _flag("--expert-tensor-parallel-size", mapping.expert_tp)]
     if training.sequence_parallel and mapping.tp > 1:
         flags.append(_flag("--sequence-parallel"))
-    if training.distributed_optimizer and training.fsdp != "torch-fsdp2":
+    if megatron_distributed_optimizer(training):
         flags.append(_flag("--use-distributed-optimizer"))
     if options.num_distributed_optimizer_instances > 1:
         flags.append(_flag("--num-distributed-optimizer-instances", options.num_distributed_optimizer_instances))
@@ -171,7 +172,7 @@ def sharding_and_overlap_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
         flags += [_flag("--no-gradient-accumulation-fusion"), _flag("--untie-embeddings-and-output-weights")]
     if overlap["grad_reduce_overlap"]:
         flags.append(_flag("--overlap-grad-reduce"))
-        if overlap["param_gather_overlap"] and training.fsdp != "torch-fsdp2":
+        if overlap["param_gather_overlap"] and megatron_param_gather(training):
             flags.append(_flag("--overlap-param-gather"))
     tp_link = group_link(problem.hardware.topology, mapping, "tp")
     if tp_overlap_applies(overlap["tp_overlap"], tp_link) and mapping.tp > 1 and training.sequence_parallel:
