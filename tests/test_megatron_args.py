@@ -84,6 +84,60 @@ def test_whole_lines_switch_the_distributed_optimizer_fragments_keep_the_problem
                                           if not v.holds}
 
 
+def test_whole_lines_take_megatrons_option_defaults() -> None:
+    """A whole launch line without --moe-grouped-gemm runs Megatron's default (off, transformer_config.py:850), so
+    --recompute-modules moe_act breaks recompute-module-prereqs (transformer_config.py:1965-1968) even beside a
+    problem whose options say grouped GEMM; judged runnable before, refused by Megatron-LM's config checks (checked
+    with the oracle on a Llama 3.1 70B line). The MoE problem notes it; a fragment keeps the problem's options."""
+    selective = " --recompute-granularity selective --recompute-modules layernorm moe_act"
+    whole = inputs(SEED_A + " --num-layers 61" + selective)
+    assert whole.problem.spec.framework.options.moe_grouped_gemm is False
+    assert any(n.startswith("no --moe-grouped-gemm: judged without grouped GEMM") for n in whole.notes)
+    broken = {v.rule for v in evaluate(whole.problem, whole.mapping).verdicts if not v.holds}
+    assert "recompute-module-prereqs" in broken
+    grouped = inputs(SEED_A + " --num-layers 61 --moe-grouped-gemm" + selective)
+    assert grouped.problem.spec.framework.options.moe_grouped_gemm is True
+    assert "recompute-module-prereqs" not in {v.rule for v in evaluate(grouped.problem, grouped.mapping).verdicts
+                                              if not v.holds}
+    fragment = inputs(SEED_A + selective)
+    assert fragment.problem.spec.framework.options.moe_grouped_gemm is True
+
+
+def test_refused_flags_parasol_does_not_price_are_noted() -> None:
+    """Megatron-FSDP without --ckpt-format runs Megatron's default torch_dist (training_config.py:486), which it
+    refuses (arguments.py:1169-1170); --overlap-param-gather-with-optimizer-step needs the distributed optimizer,
+    --overlap-param-gather and VPP > 1 (arguments.py:1066-1072). Both were judged without a word; the oracle refuses
+    both lines."""
+    fsdp = inputs(LLAMA_8B + " --use-megatron-fsdp", problem=None, hardware="h100-hgx", gpus=64)
+    assert any(n.startswith("no --ckpt-format (Megatron's default torch_dist): this FSDP needs fsdp_dtensor")
+               for n in fsdp.notes)
+    named = inputs(LLAMA_8B + " --use-megatron-fsdp --ckpt-format fsdp_dtensor", problem=None, hardware="h100-hgx",
+                   gpus=64)
+    assert not any("--ckpt-format" in n for n in named.notes)
+    step = inputs(LLAMA_8B + " --pipeline-model-parallel-size 2 --overlap-param-gather-with-optimizer-step",
+                  problem=None, hardware="h100-hgx", gpus=64)
+    assert any(n.startswith("--overlap-param-gather-with-optimizer-step needs --overlap-param-gather, an interleaved "
+                            "schedule (VPP > 1)") for n in step.notes)
+    met = inputs(LLAMA_8B + " --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2 "
+                 "--overlap-grad-reduce --overlap-param-gather --overlap-param-gather-with-optimizer-step",
+                 problem=None, hardware="h100-hgx", gpus=64)
+    assert not any(n.startswith("--overlap-param-gather-with-optimizer-step needs") for n in met.notes)
+
+
+def test_the_older_vpp_flag_is_read_and_noted() -> None:
+    """--virtual-pipeline-model-parallel-size, older Megatron's VPP flag, is refused by main's parser (the oracle:
+    "unrecognized arguments"); it was listed as not modelled and the line judged at VPP 1. It is read as the VPP it
+    meant, with a note that Megatron-LM main stops at it."""
+    older = inputs(LLAMA_8B + " --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2",
+                   problem=None, hardware="h100-hgx", gpus=64)
+    assert older.mapping.vpp == 2
+    assert [n for n in older.notes if n.startswith("--virtual-pipeline-model-parallel-size 2: Megatron-LM main does "
+                                                   "not take this older flag")]
+    current = inputs(LLAMA_8B + " --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2",
+                     problem=None, hardware="h100-hgx", gpus=64)
+    assert current.mapping == older.mapping and current.notes == ()
+
+
 @pytest.mark.slow
 def test_explain_json_reflects_the_launch_line() -> None:
     """Issue 3 part 4: the JSON `mapping`, `derived`, `warnings` and `notes` follow the launch line
@@ -378,13 +432,20 @@ def test_no_problem_file_needs_model_flags_or_a_catalog_model() -> None:
 def test_model_flags_with_a_problem_file_are_compared_not_used() -> None:
     """Issue 3 part 4: with a problem file its model is used; the launch line's model flags are compared
     with it (differences noted) instead of being reported as not modelled. A line naming its model is a
-    whole launch line: without --use-distributed-optimizer Megatron runs without it, and so is it judged."""
+    whole launch line: without --use-distributed-optimizer Megatron runs without it, and so is it judged; likewise
+    biases on the linear layers and no grouped GEMM (Megatron's defaults, transformer_config.py:212-214, 850)."""
     ex = inputs("--num-layers 60 --hidden-size 7168 --swiglu --moe-router-topk 6 --pipeline-model-parallel-size 8")
     assert ex.problem.model.name == "deepseek-v4-pro"
     assert not ex.problem.training.distributed_optimizer
+    options = ex.problem.spec.framework.options
+    assert options.add_bias_linear and not options.moe_grouped_gemm
     assert ex.notes == (
         "no --use-distributed-optimizer: judged without the distributed optimizer, as Megatron runs this whole "
         "launch line (the problem's training.distributed_optimizer is true)",
+        "no --disable-bias-linear: judged with biases on the linear layers, as Megatron runs this whole launch line "
+        "(the problem's framework.options.add_bias_linear is false)",
+        "no --moe-grouped-gemm: judged without grouped GEMM, as Megatron runs this whole launch line (the problem's "
+        "framework.options.moe_grouped_gemm is true)",
         "--num-layers 60 differs from the problem's model (deepseek-v4-pro: 61); the problem's model is used",
         "model flags compared with the problem's model deepseek-v4-pro, which is used: --num-layers 60, "
         "--hidden-size 7168, --swiglu, --moe-router-topk 6",

@@ -32,6 +32,7 @@ from parasol.problems.derived import default_layout, derive
 from parasol.problems.loader import load_problem, load_problem_text
 from parasol.problems.mapping import RankOrder
 from parasol.problems.model.params import block_params
+from parasol.solver.search.choices import MEMORY_TABLES
 from parasol.solver.search.costs import (
     block_kinds,
     interval_counts,
@@ -45,6 +46,7 @@ from parasol.solver.search.costs import (
 )
 from parasol.solver.search.cuts import rank_counts, some_cut_fits
 from parasol.solver.search.savings import (
+    any_vpp_tables,
     bare_memory_floor_any_vpp,
     default_cut_fits,
     default_rank_counts,
@@ -53,6 +55,7 @@ from parasol.solver.search.savings import (
     open_savings,
     resolve_fit,
     row_problem,
+    row_with,
     saving_variant,
     with_saving,
     without_static,
@@ -406,7 +409,7 @@ def test_memory_floor_any_vpp_bounds_every_vpp_and_is_the_floor_at_vpp_one(probl
 
 
 def test_saving_variant_is_the_replaced_row(problems: list) -> None:
-    """savings.saving_variant is dataclasses.replace(row, saving=...): equal, hashed and ordered alike, the row
+    """savings.saving_variant and row_with are dataclasses.replace: equal, hashed and ordered alike, the row
     itself unchanged."""
     for problem in problems:
         for row in _sample(problem, 8):
@@ -414,6 +417,21 @@ def test_saving_variant_is_the_replaced_row(problems: list) -> None:
                 variant, replaced = saving_variant(row, saving), dataclasses.replace(row, saving=saving)
                 assert variant == replaced and hash(variant) == hash(replaced) and not variant < replaced
                 assert dataclasses.astuple(variant) == dataclasses.astuple(replaced) and row.saving == "none"
+            variant, replaced = row_with(row, vpp=1, saving="fsdp"), dataclasses.replace(row, vpp=1, saving="fsdp")
+            assert variant == replaced and hash(variant) == hash(replaced)
+            assert dataclasses.astuple(variant) == dataclasses.astuple(replaced) and row.saving == "none"
+
+
+def test_any_vpp_tables_are_the_groups_vpp_one_tables(problems: list) -> None:
+    """savings.any_vpp_tables, kept per group (costs.memory_key), are the VPP 1 memory tables row_costs builds for
+    every row of the group, whatever its VPP and rank order."""
+    for problem in problems:
+        for row in _sample(problem, 8):
+            alone = row_costs(problem, dataclasses.replace(row, vpp=1), None)
+            kept = any_vpp_tables(problem, row)
+            assert kept.row.vpp == 1 and kept.row.saving == "none"
+            assert all(getattr(kept, name) == getattr(alone, name) for name in MEMORY_TABLES)
+            assert any_vpp_tables(problem, dataclasses.replace(row, vpp=2)) is kept
 
 
 def test_derive_memo_is_the_computation(problems: list) -> None:

@@ -177,6 +177,8 @@ def _pipeline(c: Context, model: ModelArchitecture | None, pp: int, options: dic
         options["pipeline_model_parallel_layout"] = layout_text
     _check_hybrid_vpp_sources(c, k, v, layout_text)
     out: dict = {}
+    if v is None and k is None and layout_text is None:
+        v = _older_vpp_flag(c)
     if v is not None:
         options["num_virtual_stages_per_pipeline_rank"] = v
         out["vpp"] = v
@@ -191,6 +193,20 @@ def _pipeline(c: Context, model: ModelArchitecture | None, pp: int, options: dic
         if layout is not None:
             out["layout"] = layout
     return out
+
+
+OLDER_VPP_FLAG = "--virtual-pipeline-model-parallel-size"
+"""Older Megatron-LM's VPP flag, which main's parser no longer takes (--num-virtual-stages-per-pipeline-rank replaced
+it): scripts written for older releases still carry it."""
+
+
+def _older_vpp_flag(c: Context) -> int | None:
+    """VPP from OLDER_VPP_FLAG, read as older Megatron meant it and noted: Megatron-LM main stops at parsing it."""
+    v = c.flags.integer(OLDER_VPP_FLAG)
+    if v is not None:
+        c.notes.append(f"{OLDER_VPP_FLAG} {v}: Megatron-LM main does not take this older flag and stops at parsing "
+                       f"(unrecognized arguments); judged as --num-virtual-stages-per-pipeline-rank {v}, its name now")
+    return v
 
 
 def _stages(counts: tuple[int, ...], pp: int) -> dict:
@@ -437,12 +453,33 @@ FSDP_CHECKPOINTS = {"megatron-fsdp": ("fsdp_dtensor",), "torch-fsdp2": ("torch_d
 (arguments.py:1169-1170 and 1042-1043); without FSDP any."""
 
 
+MEGATRON_CHECKPOINT_FORMAT = "torch_dist"
+"""Megatron-LM's --ckpt-format when a line gives none (training_config.py:486)."""
+
+
 def _fsdp_checkpoint(c: Context, accepted: tuple[str, ...]) -> None:
-    """--ckpt-format, read where FSDP constrains it: a format that FSDP refuses is noted (Megatron's argument
-    checks stop the run); it changes nothing parasol prices."""
-    chosen = c.flags.one("--ckpt-format")
-    if chosen is not None and accepted and chosen not in accepted:
-        c.notes.append(f"--ckpt-format {chosen}: this FSDP needs {' or '.join(accepted)} ({ARGS}:1042-1043,1169-1170); "
+    """--ckpt-format (Megatron's default without it, MEGATRON_CHECKPOINT_FORMAT), read where FSDP constrains it: a
+    format that FSDP refuses is noted (Megatron's argument checks stop the run); it changes nothing parasol prices."""
+    given = c.flags.one("--ckpt-format")
+    chosen = given or MEGATRON_CHECKPOINT_FORMAT
+    if accepted and chosen not in accepted:
+        shown_as = f"--ckpt-format {chosen}" if given else f"no --ckpt-format (Megatron's default {chosen})"
+        c.notes.append(f"{shown_as}: this FSDP needs {' or '.join(accepted)} ({ARGS}:1042-1043,1169-1170); add "
+                       f"--ckpt-format {accepted[0]}, or Megatron stops at its argument checks")
+
+
+def _param_gather_with_optimizer_step(c: Context, vpp: int) -> None:
+    """--overlap-param-gather-with-optimizer-step, a flag parasol does not price: the prerequisites Megatron checks
+    (arguments.py:1066-1072: the distributed optimizer, --overlap-param-gather and interleaving) each noted when
+    unmet, since the argument checks then stop the run."""
+    f = c.flags
+    if not f.switch("--overlap-param-gather-with-optimizer-step"):
+        return
+    needs = [what for what, met in (("--use-distributed-optimizer", f.switch("--use-distributed-optimizer")),
+                                    ("--overlap-param-gather", f.switch("--overlap-param-gather")),
+                                    ("an interleaved schedule (VPP > 1)", vpp > 1)) if not met]
+    if needs:
+        c.notes.append(f"--overlap-param-gather-with-optimizer-step needs {', '.join(needs)} ({ARGS}:1066-1072); "
                        "Megatron stops at its argument checks")
 
 
@@ -517,6 +554,7 @@ def parse_launch(text: str, *, source: str = SOURCE, model: ModelArchitecture | 
             c.notes.append(f"model flags compared with the problem's model {model.name}, which is used: "
                            + ", ".join(compared))
     mapping = _mapping(c, built, options)
+    _param_gather_with_optimizer_step(c, mapping.get("vpp", 1))
     training = _training(c, mapping)
     try:
         opts = MegatronOptions(**options)
@@ -595,7 +633,8 @@ def apply_launch(problem: Problem, parsed: ParsedLaunch, sets: dict[str, str]) -
               if key in line and getattr(spec.training, key) and not line[key]
               and (key != "sequence_parallel" or tp > 1)]
     training = _training_section(spec.training.model_dump() | line)
-    framework = spec.framework.model_copy(update={"options": _merged_options(spec.framework.options, parsed)})
+    defaults = _line_option_defaults(problem, parsed, notes)
+    framework = spec.framework.model_copy(update={"options": _merged_options(spec.framework.options, parsed, defaults)})
     new_spec = spec.model_copy(update={"training": training, "framework": framework, "mapping": section})
     updated = dataclasses.replace(problem, spec=new_spec)
     return updated, build_mapping(updated, {**parsed.mapping_fields, **sets}), tuple(notes)
@@ -612,6 +651,28 @@ MEGATRON_TRAINING_DEFAULTS: dict = {key: False for key in LINE_SWITCHES}
 
 MEGATRON_OPTION_DEFAULTS: dict = {"add_bias_linear": True, "moe_grouped_gemm": False}
 """Option defaults of Megatron-LM where parasol's differ (transformer_config.py:212-214, 850)."""
+
+OPTION_DEFAULT_NOTES = {"add_bias_linear": ("--disable-bias-linear", "with biases on the linear layers", False),
+                        "moe_grouped_gemm": ("--moe-grouped-gemm", "without grouped GEMM", True)}
+"""Per MEGATRON_OPTION_DEFAULTS key: the flag that moves it off Megatron's default, how a whole line without it runs,
+and whether that is noted only for a MoE model (grouped GEMM runs the experts)."""
+
+
+def _line_option_defaults(problem: Problem, parsed: ParsedLaunch, notes: list[str]) -> dict:
+    """The options a whole launch line (ParsedLaunch.whole) leaves at Megatron's defaults where parasol's differ
+    (MEGATRON_OPTION_DEFAULTS), as Megatron runs it beside a problem file (e.g. --recompute-modules moe_act without
+    --moe-grouped-gemm is refused, transformer_config.py:1965-1968); each one the problem set otherwise is noted.
+    None for a fragment: it keeps the problem's options."""
+    if not parsed.whole:
+        return {}
+    own, options = parsed.options.model_fields_set, problem.spec.framework.options
+    defaults = {key: value for key, value in MEGATRON_OPTION_DEFAULTS.items() if key not in own}
+    for key, value in defaults.items():
+        flag, how, moe_only = OPTION_DEFAULT_NOTES[key]
+        if getattr(options, key) != value and (problem.model.moe is not None or not moe_only):
+            notes.append(f"no {flag}: judged {how}, as Megatron runs this whole launch line (the problem's "
+                         f"framework.options.{key} is {str(getattr(options, key)).lower()})")
+    return defaults
 
 
 def _standalone_model(parsed: ParsedLaunch, model_name: str | None) -> ModelArchitecture:

@@ -37,7 +37,7 @@ WAIT_S = 5.0
 """Seconds past the deadline the parent waits for its worker's answer (a worker stops at the deadline, as the
 parent does, and sends its rows at once)."""
 
-LAG = 2
+LAG = 8
 """Exchanges a search's rows reach the peer behind: the peer's k-th exchange takes in this search's
 (k − LAG)-th, so neither waits for the other unless it is LAG exchanges ahead."""
 

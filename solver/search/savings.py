@@ -43,6 +43,7 @@ from parasol.solver.search.costs import (
     memo_of,
     memoised_floor,
     memory_floor_ratio,
+    memory_key,
     replaced,
     row_costs,
     stage_inflight,
@@ -79,12 +80,18 @@ def with_saving(problem: Problem, saving: str) -> Problem:
     return memoised(problem, f"saving:{saving}", lambda: apply_settings(problem, SETTINGS[saving]))
 
 
-def saving_variant(row: Row, saving: str) -> Row:
-    """The row with `saving`, as dataclasses.replace makes it, for a fraction of its cost: a Row's fields are
-    its instance dictionary and it checks nothing on creation (fit_candidates makes one per row and saving)."""
+def row_with(row: Row, **changes: object) -> Row:
+    """The row with `changes`, as dataclasses.replace makes it, for a fraction of its cost: a Row's fields are
+    its instance dictionary and it checks nothing on creation (fit_candidates makes one per row and saving,
+    any_vpp_tables one per group)."""
     variant = object.__new__(Row)
-    variant.__dict__.update(row.__dict__, saving=saving)
+    variant.__dict__.update(row.__dict__, **changes)
     return variant
+
+
+def saving_variant(row: Row, saving: str) -> Row:
+    """The row with `saving` (row_with)."""
+    return row_with(row, saving=saving)
 
 
 def row_problem(problem: Problem, row: Row) -> Problem:
@@ -107,7 +114,7 @@ def memory_floor_any_vpp(problem: Problem, row: Row, saving: str, counts: np.nda
     plain tables, costs.with_states_of). A rank's in-flight share is least at VPP 1 (memory.inflight_microbatches:
     PP − s against PP + (PP − 2s − 1)/v for v >= 2, both capped at the microbatches), a rank's memory grows with
     it, and the means floor bounds every spread of blocks over the ranks, not only the cuts of one VPP."""
-    plain = row_costs(problem, dataclasses.replace(row, vpp=1, saving=NONE), None)
+    plain = any_vpp_tables(problem, row)
     return memory_means_units(plain if saving == NONE else with_states_of(plain, with_saving(problem, saving)), counts)
 
 
@@ -116,8 +123,19 @@ def bare_memory_floor_any_vpp(problem: Problem, row: Row, counts: np.ndarray) ->
     floor of its VPP 1 tables with weights, gradients and optimizer state at zero (without_static; the savings
     only shrink those and add FSDP buffers), so at most memory_floor_any_vpp under every saving, for one table's
     price."""
-    plain = row_costs(problem, dataclasses.replace(row, vpp=1, saving=NONE), None)
-    return memory_means_units(without_static(plain), counts)
+    return memory_means_units(without_static(any_vpp_tables(problem, row)), counts)
+
+
+ANY_VPP_TABLES_MEMO = 65536
+"""Groups' VPP 1 tables kept per problem (any_vpp_tables; the table starts afresh past this)."""
+
+
+def any_vpp_tables(problem: Problem, row: Row) -> RowCosts:
+    """The memory tables of the row at VPP 1 with no saving, on which its group's floors at any VPP are read, once
+    per group (costs.memory_key): a group's floor under the row as it is, its bare floor and each saving's read
+    the same tables."""
+    return memoised_by(problem, "any-vpp tables", memory_key(row), ANY_VPP_TABLES_MEMO,
+                       lambda: row_costs(problem, row_with(row, vpp=1, saving=NONE), None))
 
 
 def default_cut_fits(costs: RowCosts, counts: np.ndarray, usable: int) -> bool:
