@@ -481,8 +481,9 @@ def _emit_megatron(prob: Any, result: Any, picked: int | None, out: str | None, 
         if out:
             paths = write_launch_files(chosen, mapping, Path(out), f"{name}.{k}.", title)
             click.echo(f"launch script and host order written to {paths[0]} and {paths[1]}", err=True)
+        args = megatron_args(chosen, mapping)
         emitted.append({"index": k, "pareto_rank": solved.pareto_rank, "mapping": compared_mapping(chosen, mapping),
-                        "megatron_args": megatron_args(chosen, mapping).pairs(),
+                        "megatron_args": args.pairs(), **({"set_in_code": list(args.in_code)} if args.in_code else {}),
                         "script": launch_script(chosen, mapping, title)})
     if as_json:
         click.echo(json.dumps({"status": result.status, "mappings": emitted}, indent=2))

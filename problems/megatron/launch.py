@@ -335,6 +335,7 @@ def _other_options(c: Context, options: dict) -> None:
         if len(rampup) != 3 or not all(r.isdigit() and int(r) > 0 for r in rampup):
             raise flag_error("--rampup-batch-size", " ".join(rampup), "three positive whole numbers: START INCREMENT SAMPLES")
         options["rampup_batch_size"] = tuple(int(r) for r in rampup)
+    _config_only_flags(c)
     for flag, key in (("--deterministic-mode", "deterministic_mode"), ("--cpu-offloading", "cpu_offloading"),
                       ("--calculate-per-token-loss", "calculate_per_token_loss"),
                       ("--cross-entropy-loss-fusion", "cross_entropy_loss_fusion"),
@@ -352,6 +353,26 @@ def _other_options(c: Context, options: dict) -> None:
             options["cpu_offloading"] = True
     if f.switch("--no-cpu-offloading-activations"):
         options["cpu_offloading_activations"] = False
+
+
+CONFIG_ONLY_FLAGS = {
+    "--cpu-offloading": "it follows --cpu-offloading-num-layers N > 0 (arguments.py:1950-1951)",
+    "--no-cpu-offloading-activations": "TransformerConfig.cpu_offloading_activations is set in code "
+                                       "(arguments.py:2321)",
+    "--activation-func-fp8-input-store": "TransformerConfig.activation_func_fp8_input_store is set in code "
+                                         "(arguments.py:2330)",
+}
+"""Flags for TransformerConfig fields Megatron-LM builds no flag for (arguments.py:2307-2330, "no CLI argument exists
+for these"), which older scripts and parasol's own earlier launch lines carry, with how the field is set instead."""
+
+
+def _config_only_flags(c: Context) -> None:
+    """Each CONFIG_ONLY_FLAGS flag the line gives, noted: Megatron-LM stops at parsing it; parasol reads it as the
+    setting it names (_other_options, _precision_options)."""
+    for flag, instead in CONFIG_ONLY_FLAGS.items():
+        if c.flags.given(flag):
+            c.notes.append(f"{flag}: Megatron-LM has no such flag and stops at parsing (unrecognized arguments); "
+                           f"{instead}; judged with the setting it names")
 
 
 def _precision_options(c: Context, options: dict) -> None:

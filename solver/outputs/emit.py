@@ -89,6 +89,8 @@ class LaunchArgs:
 
     groups: tuple[FlagGroup, ...]
     entry_point: str
+    in_code: tuple[str, ...] = ()
+    """TransformerConfig settings the run needs that Megatron-LM has no flag for (config_only_settings)."""
 
     @property
     def flags(self) -> tuple[Flag, ...]:
@@ -184,25 +186,39 @@ def sharding_and_overlap_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
                   _flag("--optimizer-offload-fraction", options.optimizer_offload_fraction)]
     if options.offload_modules:
         flags += [_flag("--fine-grained-activation-offloading"), _flag("--offload-modules", *options.offload_modules)]
-    if options.cpu_offloading:
-        flags += [_flag("--cpu-offloading"), _flag("--cpu-offloading-num-layers", options.cpu_offloading_num_layers)]
-        if not options.cpu_offloading_activations:
-            flags.append(_flag("--no-cpu-offloading-activations"))
-    return FlagGroup("sharding, overlap and offloading", f"{ARGS}:1024-1047,1169,1441,2918-2922,3121,3148,3190; "
-                     f"{CONFIG}:1323-1345", tuple(flags))
+    if options.cpu_offloading and options.cpu_offloading_num_layers > 0:
+        flags.append(_flag("--cpu-offloading-num-layers", options.cpu_offloading_num_layers))
+    return FlagGroup("sharding, overlap and offloading", f"{ARGS}:1024-1047,1169,1441,1950-1951,2918-2922,3121,"
+                     f"3148,3190; {CONFIG}:1323-1345", tuple(flags))
+
+
+CONFIG_ONLY = ARGS + ":2307-2330"
+"""Where Megatron-LM lists the TransformerConfig fields it builds no flag for ("no CLI argument exists for these")."""
+
+
+def config_only_settings(problem: Problem) -> tuple[str, ...]:
+    """The TransformerConfig settings the problem's options take that Megatron-LM has no flag for (CONFIG_ONLY):
+    the run sets them where its model provider builds the config. --cpu-offloading-num-layers N > 0 switches CPU
+    offloading on (arguments.py:1950-1951), so only keeping activations on the GPU and the FP8 SwiGLU input store
+    are left to code."""
+    options = problem.spec.framework.options
+    settings = []
+    if options.cpu_offloading and not options.cpu_offloading_activations:
+        settings.append("cpu_offloading_activations=False")
+    if options.activation_func_fp8_input_store:
+        settings.append("activation_func_fp8_input_store=True")
+    return tuple(settings)
 
 
 def memory_precision_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
     """The precision choices the memory ledger prices, when they leave Megatron's defaults: --fp8-recipe
-    (transformer_config.py:594-599) under FP8, --activation-func-fp8-input-store (227-229) and the
-    precision-aware optimizer with its state dtypes (arguments.py:3667-3685), which --optimizer-cpu-offload
-    needs (1884-1887)."""
+    (transformer_config.py:594-599) under FP8 and the precision-aware optimizer with its state dtypes
+    (arguments.py:3667-3685), which --optimizer-cpu-offload needs (1884-1887); the FP8 SwiGLU input store
+    (227-229) has no flag (config_only_settings)."""
     training, options = problem.training, problem.spec.framework.options
     flags = []
     if training.precision is Precision.fp8 and options.fp8_recipe != "delayed":
         flags.append(_flag("--fp8-recipe", options.fp8_recipe))
-    if options.activation_func_fp8_input_store:
-        flags.append(_flag("--activation-func-fp8-input-store"))
     if options.use_precision_aware_optimizer:
         flags.append(_flag("--use-precision-aware-optimizer"))
         for name, value in (("--main-params-dtype", options.main_params_dtype),
@@ -485,7 +501,7 @@ def megatron_args(problem: Problem, mapping: Mapping) -> LaunchArgs:
                 "all-to-all as DualPipe does), or run DualPipe with deepseek-ai/DualPipe.")
     groups = tuple(g for g in (build(problem, mapping) for build in GROUP_BUILDERS) if g.flags)
     hybrid = any(f.name == "--hybrid-layer-pattern" for g in groups for f in g.flags)
-    return LaunchArgs(groups, "pretrain_hybrid.py" if hybrid else "pretrain_gpt.py")
+    return LaunchArgs(groups, "pretrain_hybrid.py" if hybrid else "pretrain_gpt.py", config_only_settings(problem))
 
 
 def mapping_summary(mapping: Mapping) -> str:
@@ -533,7 +549,9 @@ def launch_script(problem: Problem, mapping: Mapping, title: str) -> str:
     launcher = (f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --node-rank \"${{NODE_RANK}}\" "
                 f"--master-addr \"${{MASTER_ADDR}}\" --master-port \"${{MASTER_PORT:-6000}}\" \\\n"
                 f"    {args.entry_point} \\\n")
-    lines = (*header, *launch_environment(problem, mapping))
+    in_code = (f"# Set in code, on the TransformerConfig the model provider builds (Megatron-LM has no flag for "
+               f"them, {CONFIG_ONLY}): {', '.join(args.in_code)}",) if args.in_code else ()
+    lines = (*header, *in_code, *launch_environment(problem, mapping))
     return "\n".join(lines) + "\n" + launcher + args.text(indent="    ") + "\n"
 
 

@@ -54,10 +54,13 @@ REALISE_BUDGET = 2_000
 ORDERED_CUTS = 5_000
 """Relaxed cuts one level of the ordered search (InterleavedCuts.ordered_cut) may realise; past it the searches
 below answer."""
-ORDERED_REALISE_BUDGET = 1_000
+ORDERED_REALISE_BUDGET = 300
 """Partial layouts one exact realisation of the ordered search visits depth first (most find their layout or
 prove there is none within it) before the layered search (layered.py) decides it: on Nemotron-H 8B's
-PP 4 VPP 8 rows the questions past it take the depth-first search up to 1.3 s, the layered one 0.1 s."""
+PP 4 VPP 8 rows the questions past it take the depth-first search up to 1.3 s, the layered one 0.1 s. The
+questions a 30 s search asks, replayed with budgets of 1,000 / 300 / 100 partial layouts: Nemotron-H 8B on 256
+H100 (2,232) 9.7 / 9.1 / 10.0 s, Nemotron-3 Nano on 256 (2,608) 14.4 / 11.4 / 11.2 s, Nemotron-3 Super on 1,024
+(106) 2.4 / 1.7 s at 1,000 / 300, the same answers."""
 ORDERED_FIRST_STEP = 400
 """The ordered search's second level lies 1/400 of the relaxed optimum above it (the first is that optimum)."""
 ORDERED_CELLS = 30_000_000
