@@ -1,11 +1,11 @@
 """Print every option string Megatron-LM's own argument parser defines (megatron/training/arguments.py
 add_megatron_arguments, which pretrain_gpt.py and pretrain_hybrid.py parse with): the exact set a launch line may
 use, unlike problems/megatron/megatron_flags.txt, which over-includes dataclass field names on purpose (it only
-tells a typo from a known flag). tests/data/megatron_parser_flags.txt holds its output for the commit the rules
+tells a typo from a known flag). problems/megatron/megatron_parser_flags.txt holds its output for the commit the rules
 cite; tests/test_emit.py holds every flag the emitter writes to it.
 
 Usage (Megatron-LM and torch importable, e.g. the Megatron oracle's environment):
-    python bench/megatron_parser_flags.py /path/to/Megatron-LM > tests/data/megatron_parser_flags.txt
+    python bench/megatron_parser_flags.py /path/to/Megatron-LM > problems/megatron/megatron_parser_flags.txt
 then restore the header lines naming the commit."""
 
 from __future__ import annotations

@@ -442,14 +442,11 @@ def test_dualpipe_cannot_be_emitted_or_searched(small: Problem) -> None:
         solve(dual, CalibratedStageTimes(dual), top=1, time_limit_s=5)
 
 
-DEV_FLAGS = {"--cp-partition-mode": "dev@d48bd6be transformer_config.py:1566-1616 (DeepSeek-V4 contiguous CP)",
-             "--dynamic-context-parallel": "dev@d48bd6be (dynamic CP, which replaces --hybrid-context-parallel)"}
-"""Flags the emitter writes only on the DeepSeek-V4 dev path, for config fields main does not have."""
 
 
 def test_every_flag_the_emitter_writes_is_one_megatrons_parser_defines() -> None:
     """Every flag literal of solver/outputs/emit.py is an option of Megatron-LM main's own parser
-    (tests/data/megatron_parser_flags.txt, printed by bench/megatron_parser_flags.py) or a DeepSeek-V4 dev flag:
+    (problems/megatron/megatron_parser_flags.txt, printed by bench/megatron_parser_flags.py) or a DeepSeek-V4 dev flag:
     the emitter wrote --cpu-offloading, --no-cpu-offloading-activations and --activation-func-fp8-input-store,
     which main builds no flag for (arguments.py:2307-2330), so Megatron stopped at parsing those lines."""
     import ast
@@ -457,14 +454,15 @@ def test_every_flag_the_emitter_writes_is_one_megatrons_parser_defines() -> None
     from pathlib import Path
 
     import parasol.solver.outputs.emit as emit_module
+    from parasol.problems.megatron.flags import megatron_parser_flags
+    from parasol.problems.megatron.launch import DEV_FLAGS
 
-    data = Path(__file__).resolve().parent / "data" / "megatron_parser_flags.txt"
-    parser = {line for line in data.read_text(encoding="utf-8").splitlines() if line.startswith("--")}
+    parser = megatron_parser_flags()
     assert len(parser) == 877
     tree = ast.parse(Path(emit_module.__file__).read_text(encoding="utf-8"))
     written = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
                and re.fullmatch(r"--[a-z0-9][a-z0-9-]*", n.value)}
-    assert len(written) > 50 and written - parser == set(DEV_FLAGS)
+    assert len(written) > 50 and written - parser == {"--cp-partition-mode", "--dynamic-context-parallel"} <= DEV_FLAGS
 
 
 def test_config_only_flags_are_read_and_noted() -> None:

@@ -124,6 +124,23 @@ def test_refused_flags_parasol_does_not_price_are_noted() -> None:
     assert not any(n.startswith("--overlap-param-gather-with-optimizer-step needs") for n in met.notes)
 
 
+def test_flags_megatrons_parser_lacks_are_noted_as_refused() -> None:
+    """Flags Megatron-LM main's parser does not define (problems/megatron/megatron_parser_flags.txt) but the
+    typo check knows (a config field's name, an older flag): Megatron stops at parsing them (the oracle:
+    "unrecognized arguments: --align-param-gather", "--overlap-p2p-communication"), which a note says instead of
+    "not modelled"; a flag of main's parser parasol does not read stays not modelled, and a DeepSeek-V4 dev flag
+    is not noted."""
+    parsed = parse_launch("--tensor-model-parallel-size 2 --align-param-gather --overlap-p2p-communication "
+                          "--no-rope-fusion --cp-partition-mode contiguous")
+    assert parsed.notes == (
+        "--align-param-gather: not an option of Megatron-LM main's parser (an older or a dev-branch flag?); "
+        "Megatron-LM main stops at parsing it (unrecognized arguments)",
+        "--overlap-p2p-communication: not an option of Megatron-LM main's parser (an older or a dev-branch flag?); "
+        "Megatron-LM main stops at parsing it (unrecognized arguments)",
+        "not modelled: --no-rope-fusion",
+    )
+
+
 def test_the_older_vpp_flag_is_read_and_noted() -> None:
     """--virtual-pipeline-model-parallel-size, older Megatron's VPP flag, is refused by main's parser (the oracle:
     "unrecognized arguments"); it was listed as not modelled and the line judged at VPP 1. It is read as the VPP it

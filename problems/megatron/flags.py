@@ -23,6 +23,16 @@ def megatron_flag_names() -> frozenset[str]:
     return frozenset(line.strip() for line in text.splitlines() if line.startswith("--"))
 
 
+@cache
+def megatron_parser_flags() -> frozenset[str]:
+    """Every option Megatron-LM main's own parser defines (problems/megatron/megatron_parser_flags.txt, printed by
+    bench/megatron_parser_flags.py): narrower than megatron_flag_names, which also takes every config dataclass
+    field's name so that it can tell a typo from a Megatron flag."""
+    text = resources.files("parasol.problems.megatron").joinpath("megatron_parser_flags.txt").read_text(
+        encoding="utf-8")
+    return frozenset(line.strip() for line in text.splitlines() if line.startswith("--"))
+
+
 def unknown_flag_error(unknown: list[str]) -> InputError:
     """Megatron's own refusal of flags its parser does not know, with the closest known names."""
     hints = []
@@ -145,6 +155,19 @@ class Flags:
         taken = [name for name in self.values if name in names]
         self.used.update(taken)
         return [" ".join((name, *map(shown, self.values[name]))) for name in taken]
+
+    def unparsed(self, exempt: frozenset[str]) -> list[str]:
+        """Notes for the given flags Megatron-LM main's parser does not define (megatron_parser_flags; `exempt`: those
+        a reader notes itself or a DeepSeek-V4 dev-branch flag), in launch-line order: Megatron stops at parsing
+        them. They count as read, so they are not also listed as not modelled."""
+        notes = []
+        for name in self.values:
+            if name in megatron_parser_flags() or name in exempt:
+                continue
+            self.used.add(name)
+            notes.append(f"{name}: not an option of Megatron-LM main's parser (an older or a dev-branch flag?); "
+                         "Megatron-LM main stops at parsing it (unrecognized arguments)")
+        return notes
 
     def unused(self) -> list[str]:
         """Notes for the flags no mapper read, in launch-line order."""

@@ -366,6 +366,15 @@ CONFIG_ONLY_FLAGS = {
 for these"), which older scripts and parasol's own earlier launch lines carry, with how the field is set instead."""
 
 
+DEV_FLAGS = frozenset({"--cp-partition-mode", "--dynamic-context-parallel", "--sequence-packing-scheduler"})
+"""Flags of the DeepSeek-V4 dev branch's config fields (dev@d48bd6be transformer_config.py:1566-1616) that main's
+parser lacks: a V4 launch line runs on dev."""
+
+NOTED_ELSEWHERE = frozenset({*CONFIG_ONLY_FLAGS, OLDER_VPP_FLAG}) | DEV_FLAGS
+"""Flags main's parser lacks that are not noted as such by Flags.unparsed: their readers note them (saying what to
+write instead), or they are DEV_FLAGS."""
+
+
 def _config_only_flags(c: Context) -> None:
     """Each CONFIG_ONLY_FLAGS flag the line gives, noted: Megatron-LM stops at parsing it; parasol reads it as the
     setting it names (_other_options, _precision_options)."""
@@ -584,9 +593,10 @@ def parse_launch(text: str, *, source: str = SOURCE, model: ModelArchitecture | 
         raise InputError(f"Invalid Megatron option from the launch line: {err['msg']}.",
                          field=str(err["loc"][0]), value=err.get("input"),
                          fix="correct the matching flag.") from None
+    refused = f.unparsed(NOTED_ELSEWHERE)
     return ParsedLaunch(
         model=built, mapping_fields=mapping, options=opts, training_fields=training,
-        notes=(*c.notes, *f.unused()), warnings=tuple(c.warnings), launcher_gpus=launcher_gpus(command.launcher),
+        notes=(*c.notes, *refused, *f.unused()), warnings=tuple(c.warnings), launcher_gpus=launcher_gpus(command.launcher),
         launcher_ranks_per_node=launcher_ranks_per_node(command.launcher),
         deepseek_v4=bool(c.pattern and c.pattern.dsv4), model_unavailable=gaps, whole=f.given("--num-layers"),
     )

@@ -39,7 +39,9 @@ parent does, and sends its rows at once)."""
 
 LAG = 8
 """Exchanges a search's rows reach the peer behind: the peer's k-th exchange takes in this search's
-(k − LAG)-th, so neither waits for the other unless it is LAG exchanges ahead."""
+(k − LAG)-th, so neither waits for the other unless it is LAG exchanges ahead. At 2 both halves of DeepSeek-V3 on
+2,048 GPUs waited about 0.5 s each; at 8 (three runs each, in process) gpt-oss-120b took 6.4 s instead of 6.8, the
+5T MoE 10.5 instead of 11.3, Kimi K2 5.7 instead of 5.8, DeepSeek-V3 and Qwen3-235B the same, a few more rows cut."""
 
 OnScreened = Callable[[int, int], None]
 """Hears (rows screened, rows listed) of the search this process runs."""
