@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import ValidationError
 
@@ -680,30 +681,41 @@ for it), keep the problem's."""
 MEGATRON_TRAINING_DEFAULTS: dict = {key: False for key in LINE_SWITCHES}
 """Training defaults of Megatron-LM where parasol's differ (no distributed optimizer, no SP): the switches off."""
 
-MEGATRON_OPTION_DEFAULTS: dict = {"add_bias_linear": True, "moe_grouped_gemm": False}
-"""Option defaults of Megatron-LM where parasol's differ (transformer_config.py:212-214, 850)."""
+class OptionDefault(NamedTuple):
+    """An option whose Megatron-LM default differs from parasol's: Megatron's value, the flag that moves it off that,
+    how a whole line without the flag runs, and whether the difference is noted only for a MoE model."""
 
-OPTION_DEFAULT_NOTES = {"add_bias_linear": ("--disable-bias-linear", "with biases on the linear layers", False),
-                        "moe_grouped_gemm": ("--moe-grouped-gemm", "without grouped GEMM", True)}
-"""Per MEGATRON_OPTION_DEFAULTS key: the flag that moves it off Megatron's default, how a whole line without it runs,
-and whether that is noted only for a MoE model (grouped GEMM runs the experts)."""
+    value: bool
+    flag: str
+    runs: str
+    moe_only: bool
+
+
+OPTION_DEFAULTS = {
+    "add_bias_linear": OptionDefault(True, "--disable-bias-linear", "with biases on the linear layers", False),
+    "moe_grouped_gemm": OptionDefault(False, "--moe-grouped-gemm", "without grouped GEMM", True),
+}
+"""Options whose Megatron-LM defaults differ from parasol's (transformer_config.py:212-214, 850); grouped GEMM
+runs the experts, so its difference is noted for MoE models alone."""
+
+MEGATRON_OPTION_DEFAULTS: dict = {key: default.value for key, default in OPTION_DEFAULTS.items()}
+"""Option defaults of Megatron-LM where parasol's differ (OPTION_DEFAULTS' values)."""
 
 
 def _line_option_defaults(problem: Problem, parsed: ParsedLaunch, notes: list[str]) -> dict:
     """The options a whole launch line (ParsedLaunch.whole) leaves at Megatron's defaults where parasol's differ
     (MEGATRON_OPTION_DEFAULTS), as Megatron runs it beside a problem file (e.g. --recompute-modules moe_act without
     --moe-grouped-gemm is refused, transformer_config.py:1965-1968); each one the problem set otherwise is noted.
-    None for a fragment: it keeps the problem's options."""
+    Empty for a fragment: it keeps the problem's options."""
     if not parsed.whole:
         return {}
     own, options = parsed.options.model_fields_set, problem.spec.framework.options
-    defaults = {key: value for key, value in MEGATRON_OPTION_DEFAULTS.items() if key not in own}
-    for key, value in defaults.items():
-        flag, how, moe_only = OPTION_DEFAULT_NOTES[key]
-        if getattr(options, key) != value and (problem.model.moe is not None or not moe_only):
-            notes.append(f"no {flag}: judged {how}, as Megatron runs this whole launch line (the problem's "
-                         f"framework.options.{key} is {str(getattr(options, key)).lower()})")
-    return defaults
+    left = {key: default for key, default in OPTION_DEFAULTS.items() if key not in own}
+    for key, default in left.items():
+        if getattr(options, key) != default.value and (problem.model.moe is not None or not default.moe_only):
+            notes.append(f"no {default.flag}: judged {default.runs}, as Megatron runs this whole launch line (the "
+                         f"problem's framework.options.{key} is {str(getattr(options, key)).lower()})")
+    return {key: default.value for key, default in left.items()}
 
 
 def _standalone_model(parsed: ParsedLaunch, model_name: str | None) -> ModelArchitecture:
