@@ -28,8 +28,16 @@ from parasol.problems.model.architecture import Strict
 from parasol.problems.options import MegatronOptions
 
 RECOMPUTE_MODULES = (
-    "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts", "mhc",
+    "core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts", "gdn_norm_out", "gdp_in_proj",
+    "gdp_qkv", "mhc",
 )
+"""The selective recompute modules Megatron-LM accepts (transformer_config.py:1944-1961; any other stops it).
+UNPRICED_RECOMPUTE_MODULES are accepted but not priced."""
+
+UNPRICED_RECOMPUTE_MODULES = ("gdn_norm_out", "gdp_in_proj", "gdp_qkv")
+"""Recompute modules of gated DeltaNet's output norm and gated DeltaProduct's input projection and QKV preparation
+(transformer_config.py:572-575): the ledger keeps their activations and the step time adds no recompute for them
+(an upper bound on memory, a lower one on time); the launch reader notes them."""
 
 
 class Precision(StrEnum):

@@ -141,6 +141,36 @@ def test_flags_megatrons_parser_lacks_are_noted_as_refused() -> None:
     )
 
 
+def test_every_recompute_module_megatron_accepts_is_read() -> None:
+    """Megatron-LM takes gdn_norm_out, gdp_in_proj and gdp_qkv too (transformer_config.py:1944-1961; the oracle
+    accepts gdp_qkv and gdp_in_proj on Llama 3.1 70B): they were bad input (exit 2); now read and noted as not
+    priced. gdn_norm_out needs gated DeltaNet blocks (1975-1981): the oracle refuses it on Llama 3.1 70B, and so
+    does recompute-module-prereqs. A module Megatron does not know stays an input error that says Megatron
+    refuses it too."""
+    from parasol.constraints.rules.feature import RecomputeModulePrereqs
+    from parasol.problems.options import MegatronOptions
+
+    llama = "problems/llama-3.1-70b-h100-256.yaml"
+    line = LLAMA_8B.replace("--num-layers 32", "--num-layers 80") + " --recompute-granularity selective "
+    gdp = inputs(line + "--recompute-modules gdp_qkv gdp_in_proj", problem=llama)
+    assert gdp.problem.training.recompute_modules == ("gdp_qkv", "gdp_in_proj")
+    assert [n for n in gdp.notes if n.startswith("--recompute-modules gdp_qkv gdp_in_proj: accepted by Megatron, "
+                                                 "not priced")]
+    assert "recompute-module-prereqs" not in {v.rule for v in evaluate(gdp.problem, gdp.mapping).verdicts
+                                              if not v.holds}
+    norm = inputs(line + "--recompute-modules gdn_norm_out", problem=llama)
+    assert "recompute-module-prereqs" in {v.rule for v in evaluate(norm.problem, norm.mapping).verdicts
+                                          if not v.holds}
+    consts = {"recompute_moe_act": 0, "recompute_mla_up_proj": 0, "recompute_gdn_norm_out": 1,
+              "recompute_shared_experts": 0, "multi_latent_attention": 0}
+    rule = RecomputeModulePrereqs()
+    assert rule.unmet(MegatronOptions(), {**consts, "gdn_value_heads": 32}, "selective") == []
+    assert rule.unmet(MegatronOptions(), {**consts, "gdn_value_heads": 0}, "selective") == [
+        "gdn_norm_out in recompute_modules is only supported with experimental_attention_variant='gdn' or 'gdn2'."]
+    with pytest.raises(InputError, match="Megatron-LM refuses any other"):
+        inputs(line + "--recompute-modules mamba", problem=llama)
+
+
 def test_the_older_vpp_flag_is_read_and_noted() -> None:
     """--virtual-pipeline-model-parallel-size, older Megatron's VPP flag, is refused by main's parser (the oracle:
     "unrecognized arguments"); it was listed as not modelled and the line judged at VPP 1. It is read as the VPP it

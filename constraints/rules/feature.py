@@ -376,12 +376,14 @@ class RecomputeSelectiveNoMethod(SettingsRule):
 
 
 class RecomputeModulePrereqs(SettingsRule):
-    """Selective modules need their feature: moe_act grouped GEMM, mla_up_proj MLA, and shared_experts no
-    shared-expert overlap (the FP8 delayed-scaling clause reads a recipe parasol does not carry)."""
+    """Selective modules need their feature: moe_act grouped GEMM, mla_up_proj MLA, gdn_norm_out gated DeltaNet
+    blocks (Megatron's experimental attention variant gdn), and shared_experts no shared-expert overlap (the FP8
+    delayed-scaling clause reads a recipe parasol does not carry)."""
 
     id = "recompute-module-prereqs"
     citation = Citation(f"{CONFIG}:1964-2012", MegatronStage.config)
-    summary = "selective modules: moe_act -> grouped gemm, mla_up_proj -> MLA, shared_experts -> no overlap"
+    summary = ("selective modules: moe_act -> grouped gemm, mla_up_proj -> MLA, gdn_norm_out -> gated DeltaNet, "
+               "shared_experts -> no overlap")
     reads_recompute = True
 
     def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
@@ -392,6 +394,9 @@ class RecomputeModulePrereqs(SettingsRule):
             out.append("moe_act in recompute_modules is only supported with moe_grouped_gemm.")
         if consts["recompute_mla_up_proj"] and not consts["multi_latent_attention"]:
             out.append("mla_up_proj in recompute_modules is only supported with multi_latent_attention.")
+        if consts["recompute_gdn_norm_out"] and not consts["gdn_value_heads"]:
+            out.append("gdn_norm_out in recompute_modules is only supported with experimental_attention_variant='gdn' "
+                       "or 'gdn2'.")
         if consts["recompute_shared_experts"] and options.moe_shared_expert_overlap:
             out.append("shared_experts recompute cannot work with --moe-shared-expert-overlap.")
         return out

@@ -44,7 +44,7 @@ from parasol.problems.model.architecture import (
 )
 from parasol.problems.model.catalog import load_model
 from parasol.problems.options import MegatronOptions
-from parasol.problems.schema import RECOMPUTE_MODULES, Training
+from parasol.problems.schema import RECOMPUTE_MODULES, UNPRICED_RECOMPUTE_MODULES, Training
 
 ARGS = "Megatron-LM megatron/training/arguments.py"
 CONFIG = "Megatron-LM megatron/core/transformer/transformer_config.py"
@@ -462,7 +462,12 @@ def _training(c: Context, mapping: dict) -> dict:
     if modules is not None:
         bad = [m for m in modules if m not in RECOMPUTE_MODULES]
         if bad:
-            raise flag_error("--recompute-modules", " ".join(bad), "modules among " + ", ".join(RECOMPUTE_MODULES))
+            raise flag_error("--recompute-modules", " ".join(bad), "modules among " + ", ".join(RECOMPUTE_MODULES)
+                             + " (Megatron-LM refuses any other, transformer_config.py:1944-1961)")
+        unpriced = [m for m in modules if m in UNPRICED_RECOMPUTE_MODULES]
+        if unpriced:
+            c.notes.append(f"--recompute-modules {' '.join(unpriced)}: accepted by Megatron, not priced by parasol "
+                           "(their activations stay in the memory ledger, their recompute adds no time)")
         out["recompute_modules"] = modules
     if c.moe_layer_recompute:
         base = out.get("recompute_modules", ("core_attn",))
