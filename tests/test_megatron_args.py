@@ -162,13 +162,30 @@ def test_every_recompute_module_megatron_accepts_is_read() -> None:
     assert "recompute-module-prereqs" in {v.rule for v in evaluate(norm.problem, norm.mapping).verdicts
                                           if not v.holds}
     consts = {"recompute_moe_act": 0, "recompute_mla_up_proj": 0, "recompute_gdn_norm_out": 1,
-              "recompute_shared_experts": 0, "multi_latent_attention": 0}
+              "recompute_shared_experts": 0, "recompute_layernorm": 0, "multi_latent_attention": 0, "fp8": 0}
     rule = RecomputeModulePrereqs()
     assert rule.unmet(MegatronOptions(), {**consts, "gdn_value_heads": 32}, "selective") == []
     assert rule.unmet(MegatronOptions(), {**consts, "gdn_value_heads": 0}, "selective") == [
         "gdn_norm_out in recompute_modules is only supported with experimental_attention_variant='gdn' or 'gdn2'."]
     with pytest.raises(InputError, match="Megatron-LM refuses any other"):
         inputs(line + "--recompute-modules mamba", problem=llama)
+
+
+def test_fp8_delayed_scaling_refuses_layernorm_and_moe_act_recompute() -> None:
+    """Under FP8 with delayed scaling (Megatron's default recipe) recomputing layernorm or moe_act is refused
+    (transformer_config.py:2000-2005; the oracle refuses a Llama 3.1 70B line with --fp8-format e4m3 and
+    --recompute-modules layernorm, which parasol judged runnable); another recipe is accepted."""
+    llama = "problems/llama-3.1-70b-h100-256.yaml"
+    line = (LLAMA_8B.replace("--num-layers 32", "--num-layers 80")
+            + " --fp8-format e4m3 --recompute-granularity selective --recompute-modules layernorm")
+
+    def broken(text: str) -> set[str]:
+        ex = inputs(text, problem=llama)
+        return {v.rule for v in evaluate(ex.problem, ex.mapping).verdicts if not v.holds}
+
+    assert "recompute-module-prereqs" in broken(line)
+    assert "recompute-module-prereqs" not in broken(line + " --fp8-recipe tensorwise")
+    assert "recompute-module-prereqs" not in broken(line.replace(" --fp8-format e4m3", ""))
 
 
 def test_the_older_vpp_flag_is_read_and_noted() -> None:

@@ -18,7 +18,7 @@ from parasol.problems.model.architecture import (
     ModelArchitecture,
     window_rows,
 )
-from parasol.problems.schema import RECOMPUTE_MODULES, Optimizer
+from parasol.problems.schema import RECOMPUTE_MODULES, Optimizer, Precision
 
 
 def _attention_consts(attention) -> dict[str, int]:  # noqa: ANN001 - Attention
@@ -77,6 +77,7 @@ def _compute_model_consts(problem: Problem) -> dict[str, int]:
         "torch_fsdp2": int(training.fsdp == "torch-fsdp2"),
         "megatron_fsdp": int(training.fsdp == "megatron-fsdp"),
         "optimizer_adam": int(training.optimizer is Optimizer.adam),
+        "fp8": int(training.precision is Precision.fp8),
     }
     consts |= {f"recompute_{name}": int(name in training.recompute_modules) for name in RECOMPUTE_MODULES}
     consts |= _dsv4_consts(problem)

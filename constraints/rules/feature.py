@@ -377,13 +377,14 @@ class RecomputeSelectiveNoMethod(SettingsRule):
 
 class RecomputeModulePrereqs(SettingsRule):
     """Selective modules need their feature: moe_act grouped GEMM, mla_up_proj MLA, gdn_norm_out gated DeltaNet
-    blocks (Megatron's experimental attention variant gdn), and shared_experts no shared-expert overlap (the FP8
-    delayed-scaling clause reads a recipe parasol does not carry)."""
+    blocks (Megatron's experimental attention variant gdn), shared_experts no shared-expert overlap, and under FP8
+    moe_act and layernorm a recipe other than delayed scaling (the Transformer Engine 2.6 clause beside it is not
+    observable)."""
 
     id = "recompute-module-prereqs"
     citation = Citation(f"{CONFIG}:1964-2012", MegatronStage.config)
     summary = ("selective modules: moe_act -> grouped gemm, mla_up_proj -> MLA, gdn_norm_out -> gated DeltaNet, "
-               "shared_experts -> no overlap")
+               "shared_experts -> no overlap, FP8 moe_act/layernorm -> not delayed scaling")
     reads_recompute = True
 
     def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
@@ -399,6 +400,9 @@ class RecomputeModulePrereqs(SettingsRule):
                        "or 'gdn2'.")
         if consts["recompute_shared_experts"] and options.moe_shared_expert_overlap:
             out.append("shared_experts recompute cannot work with --moe-shared-expert-overlap.")
+        if (consts["fp8"] and (consts["recompute_moe_act"] or consts["recompute_layernorm"])
+                and options.fp8_recipe == "delayed"):
+            out.append("Delayed scaling does not support moe_act and layernorm recompute for fp8.")
         return out
 
 
