@@ -530,7 +530,7 @@ def _torch_fsdp2_flags(c: Context) -> None:
     if f.switch("--use-distributed-optimizer"):
         c.notes.append(f"--use-distributed-optimizer: --use-torch-fsdp2 refuses it ({ARGS}:1038-1039); Megatron stops "
                        "at its argument checks (FSDP2 shards the optimizer state itself)")
-    if not (f.switch("--no-gradient-accumulation-fusion") or f.switch("--disable-gradient-accumulation-fusion")):
+    if not f.switch("--no-gradient-accumulation-fusion"):
         c.notes.append("gradient-accumulation fusion is on by default and --use-torch-fsdp2 refuses it "
                        f"({ARGS}:1040-1041): add --no-gradient-accumulation-fusion")
 
@@ -663,13 +663,7 @@ def apply_launch(problem: Problem, parsed: ParsedLaunch, sets: dict[str, str]) -
     if section is not None and section.layout is not None and pipeline_keys and "layout" not in parsed.mapping_fields:
         section = section.model_copy(update={"layout": None})
         notes.append("the problem's mapping.layout is replaced by the launch line's pipeline")
-    line = (MEGATRON_TRAINING_DEFAULTS if parsed.whole else {}) | parsed.training_fields
-    tp = parsed.mapping_fields.get("tp", 1)
-    notes += [f"no {flag}: judged without {what}, as Megatron runs this whole launch line (the problem's "
-              f"training.{key} is true)" for key, (flag, what) in LINE_SWITCHES.items()
-              if key in line and getattr(spec.training, key) and not line[key]
-              and (key != "sequence_parallel" or tp > 1)]
-    training = _training_section(spec.training.model_dump() | line)
+    training = _training_section(spec.training.model_dump() | _line_training(problem, parsed, notes))
     defaults = _line_option_defaults(problem, parsed, notes)
     framework = spec.framework.model_copy(update={"options": _merged_options(spec.framework.options, parsed, defaults)})
     new_spec = spec.model_copy(update={"training": training, "framework": framework, "mapping": section})
@@ -685,6 +679,24 @@ for it), keep the problem's."""
 
 MEGATRON_TRAINING_DEFAULTS: dict = {key: False for key in LINE_SWITCHES}
 """Training defaults of Megatron-LM where parasol's differ (no distributed optimizer, no SP): the switches off."""
+
+
+def _whole_line_note(flag: str, runs: str, field: str, value: bool) -> str:
+    """The note for a setting a whole launch line runs at Megatron's default where the problem sets it otherwise."""
+    return (f"no {flag}: judged {runs}, as Megatron runs this whole launch line (the problem's {field} is "
+            f"{str(value).lower()})")
+
+
+def _line_training(problem: Problem, parsed: ParsedLaunch, notes: list[str]) -> dict:
+    """The training fields the launch line sets: a whole line (ParsedLaunch.whole) also runs the switches it leaves
+    out off (MEGATRON_TRAINING_DEFAULTS), each one the problem has on noted (SP only where TP > 1); a fragment sets
+    only what it gives."""
+    line = (MEGATRON_TRAINING_DEFAULTS if parsed.whole else {}) | parsed.training_fields
+    tp, training = parsed.mapping_fields.get("tp", 1), problem.spec.training
+    notes += [_whole_line_note(flag, f"without {what}", f"training.{key}", True)
+              for key, (flag, what) in LINE_SWITCHES.items()
+              if key in line and getattr(training, key) and not line[key] and (key != "sequence_parallel" or tp > 1)]
+    return line
 
 class OptionDefault(NamedTuple):
     """An option whose Megatron-LM default differs from parasol's: Megatron's value, the flag that moves it off that,
@@ -718,8 +730,7 @@ def _line_option_defaults(problem: Problem, parsed: ParsedLaunch, notes: list[st
     left = {key: default for key, default in OPTION_DEFAULTS.items() if key not in own}
     for key, default in left.items():
         if getattr(options, key) != default.value and (problem.model.moe is not None or not default.moe_only):
-            notes.append(f"no {default.flag}: judged {default.runs}, as Megatron runs this whole launch line (the "
-                         f"problem's framework.options.{key} is {str(getattr(options, key)).lower()})")
+            notes.append(_whole_line_note(default.flag, default.runs, f"framework.options.{key}", getattr(options, key)))
     return {key: default.value for key, default in left.items()}
 
 
