@@ -13,6 +13,7 @@ import pytest
 
 from parasol.constraints.physics.step_time import CalibratedStageTimes
 from parasol.problems.loader import load_problem, load_problem_text
+from parasol.solver.search.brute_force import row_layouts
 from parasol.solver.search.costs import (
     MEMORY_UNIT_MB,
     block_kinds,
@@ -44,7 +45,7 @@ def _every_cut(blocks: int, parts: int):  # noqa: ANN202
 
 def _enumerated_staircase(c, counts, usable):  # noqa: ANN001, ANN202
     scored = []
-    for layout in _every_cut(counts.shape[0] - 1, c.row.pp * c.row.vpp):
+    for layout in row_layouts(c.row, counts):
         per_rank = rank_counts(layout, c.row.pp, counts)
         if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)):
             scored.append(c.objectives(per_rank))
@@ -295,7 +296,7 @@ def test_relaxation_cuts_equal_enumeration(kinds: str, monkeypatch: pytest.Monke
             assert (q.time_units, q.memory_units) == c.objectives(rank_counts(q.layout, c.row.pp, counts))
         for cap in [m * MEMORY_UNIT_MB for _, m in enumerated] + [enumerated[-1][1] * MEMORY_UNIT_MB - 11]:
             peaks = [max(c.stage_memory(s, n) for s, n in enumerate(rank_counts(layout, c.row.pp, counts)))
-                     for layout in _every_cut(counts.shape[0] - 1, c.row.pp * c.row.vpp)]
+                     for layout in row_layouts(c.row, counts)]
             assert InterleavedCuts(c, counts).fit(cap) == (min(peaks) <= cap)
     assert answers
     if kinds == "one":

@@ -29,6 +29,7 @@ from parasol.constraints.physics.workload import (
 )
 from parasol.constraints.rules.registry import active_constraints
 from parasol.problems.derived import default_layout, derive
+from parasol.problems.empty_stages import least_piece, open_edges
 from parasol.problems.loader import load_problem, load_problem_text
 from parasol.problems.mapping import RankOrder
 from parasol.problems.model.params import block_params
@@ -399,9 +400,12 @@ def test_memory_floor_any_vpp_bounds_every_vpp_and_is_the_floor_at_vpp_one(probl
                     assert floor <= own and (row.vpp > 1 or floor == own), (variant, floor, own)
                     below += floor < own
                     stages = row.pp * row.vpp
+                    least = np.array([least_piece(s, stages, open_edges(counts.shape[2], row.vpp))
+                                      for s in range(stages)])
+                    spare = blocks + stages - int(least.sum())
                     layouts = [default_layout(blocks, stages)] + [
-                        tuple(np.diff([0, *sorted(rng.choice(np.arange(1, blocks), stages - 1, replace=False)),
-                                       blocks])) for _ in range(2)]
+                        tuple(np.diff([0, *sorted(rng.choice(np.arange(1, spare), stages - 1, replace=False)),
+                                       spare]) - 1 + least) for _ in range(2)]
                     for layout in layouts:
                         ranks = rank_counts(tuple(int(x) for x in layout), row.pp, counts)
                         assert floor <= memory_units(max(c.stage_bytes(r, n) for r, n in enumerate(ranks))), variant

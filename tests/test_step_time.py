@@ -454,6 +454,48 @@ def test_least_heaviest_rank_is_the_best_whole_block_assignment() -> None:
             assert least_heaviest_rank(base, weights, totals, least, most) == pytest.approx(capped)
 
 
+def test_least_heaviest_rank_with_a_least_per_rank_is_the_best_assignment() -> None:
+    """least_heaviest_rank with one least count per rank (empty_stages.least_rank_blocks: a block fewer on the
+    first and last rank where their edge stage may be empty) is at most the least largest rank over every
+    assignment whose rank r holds at least least_r blocks (and at most most_r where those leave room), equal
+    to it when every kind weighs alike, and equal to the scalar form when every rank's least is the same."""
+    rng = np.random.default_rng(43)
+    checked = 0
+    for case in range(80):
+        ranks = int(rng.integers(2, 4))
+        least = rng.integers(0, 3, ranks)
+        kinds = tuple(int(n) for n in rng.integers(0, 4, int(rng.integers(1, 3))))
+        if sum(kinds) < int(least.sum()):
+            continue
+        base = rng.uniform(0, 10, ranks)
+        alike = case % 2 == 0
+        weights = np.repeat(rng.uniform(0, 3, (ranks, 1)), len(kinds), axis=1) if alike \
+            else rng.uniform(0, 3, (ranks, len(kinds)))
+        most = least + rng.integers(-1, 4, ranks)
+        totals = np.array(kinds, dtype=np.int64)
+        best = capped = np.inf
+        for n in _assignments(kinds, ranks):
+            held = n.sum(axis=1)
+            if (held >= least).all():
+                value = float(np.max(base + (weights * n).sum(axis=1)))
+                best = min(best, value)
+                if (held <= most).all():
+                    capped = min(capped, value)
+        if capped == np.inf:
+            capped = best
+        bound = least_heaviest_rank(base, weights, totals, least)
+        assert bound <= best + 1e-9
+        assert least_heaviest_rank(base, weights, totals, least, most) <= capped + 1e-9
+        if alike:
+            assert bound == pytest.approx(best)
+            assert least_heaviest_rank(base, weights, totals, least, most) == pytest.approx(capped)
+        same = np.full(ranks, int(least.min()))
+        assert least_heaviest_rank(base, weights, totals, same) == least_heaviest_rank(base, weights, totals,
+                                                                                         int(least.min()))
+        checked += 1
+    assert checked >= 40
+
+
 def test_least_heaviest_rank_of_kinds_is_a_tighter_whole_block_bound() -> None:
     """schedule.least_heaviest_rank_of_kinds is at most the least largest base_r + Σ_k weights[r, k]·n_rk over every
     assignment of whole blocks with at least `least` per rank (enumerated on small random cases with two and three

@@ -32,11 +32,11 @@ def even_stretch(pp: int, vpp: int, m: float) -> float:
     return pipeline_time_scaled(pp, 1, m, vpp) / (vpp * pp)
 
 
-def least_heaviest_rank(base: np.ndarray, weights: np.ndarray, totals: np.ndarray, least: int,
+def least_heaviest_rank(base: np.ndarray, weights: np.ndarray, totals: np.ndarray, least: int | np.ndarray,
                         most: np.ndarray | None = None) -> float:
     """The least possible largest base_r + the weights of the blocks rank r holds, over every assignment of
-    whole blocks (totals[k] of each kind k, each weighing weights[r, k] >= 0 on rank r) with least <= k_r <=
-    most_r blocks per rank (`most` None: no upper bound). A rank holding j blocks weighs at least base_r
+    whole blocks (totals[k] of each kind k, each weighing weights[r, k] >= 0 on rank r) with least_r <= k_r <=
+    most_r blocks per rank (`least` one number for every rank or one per rank; `most` None: no upper bound). A rank holding j blocks weighs at least base_r
     plus its j lightest (lightest_blocks: convex in j), so every rank takes its `least`, then each further
     block goes where it adds least among the ranks with room: the answer is the larger of the ranks' start
     and the (blocks − least·ranks)-th smallest of base_r + lightest_r(least + j), 1 <= j <= most_r − least.
@@ -44,12 +44,13 @@ def least_heaviest_rank(base: np.ndarray, weights: np.ndarray, totals: np.ndarra
     cannot all hold, that a mean over the ranks misses. Where `most` leaves too little room for the blocks
     it is ignored (the bound without it still holds)."""
     blocks = int(totals.sum())
-    extra = blocks - least * len(base)
-    return heaviest_of_lightest(base, lightest_blocks(weights, totals, min(max(least + extra, least), blocks)), blocks,
-                                least, most)
+    low = np.broadcast_to(np.asarray(least, dtype=np.int64), base.shape)
+    upto = int(low.max()) + max(blocks - int(low.sum()), 0)
+    return heaviest_of_lightest(base, lightest_blocks(weights, totals, min(upto, blocks)), blocks, least, most)
 
 
-def least_heaviest_rank_of_kinds(base: np.ndarray, weights: np.ndarray, totals: np.ndarray, least: int) -> float:
+def least_heaviest_rank_of_kinds(base: np.ndarray, weights: np.ndarray, totals: np.ndarray,
+                                 least: int | np.ndarray) -> float:
     """least_heaviest_rank, also over the heaviest kinds' blocks alone: the largest of its value over the first
     i kinds by their mean weight, heaviest first (i = 1..kinds; every rank's `least` blocks only where i counts
     every kind). A rank weighs at least its base plus the blocks it holds of any kinds (weights >= 0), and those
@@ -64,11 +65,32 @@ def least_heaviest_rank_of_kinds(base: np.ndarray, weights: np.ndarray, totals: 
     return heaviest
 
 
-def heaviest_of_lightest(base: np.ndarray, lightest: np.ndarray, blocks: int, least: int,
+def heaviest_of_lightest(base: np.ndarray, lightest: np.ndarray, blocks: int, least: int | np.ndarray,
                          most: np.ndarray | None = None) -> float:
     """least_heaviest_rank from the ranks' lightest_blocks table over `blocks` blocks (columns up to at least
-    blocks − least·(ranks − 1)): the table reads neither `least` nor `most`, so a caller asking for several
-    builds it once."""
+    the largest least_r plus blocks − Σ least): the table reads neither `least` nor `most`, so a caller asking
+    for several builds it once."""
+    if np.ndim(least) == 0:
+        return _heaviest_of_lightest_alike(base, lightest, blocks, int(least), most)
+    low = np.asarray(least, dtype=np.int64)
+    rows = np.arange(len(base))
+    extra = blocks - int(low.sum())
+    first = float((base + lightest[rows, np.minimum(low, blocks)]).max())
+    if extra <= 0:
+        return first
+    columns = low[:, None] + np.arange(1, extra + 1)[None, :]
+    values = base[:, None] + lightest[rows[:, None], np.minimum(columns, lightest.shape[1] - 1)]
+    values = np.where(columns < lightest.shape[1], values, np.inf)
+    if most is not None and (most >= low).all() and int(np.minimum(most - low, extra).sum()) >= extra:
+        values = np.where(columns <= most[:, None], values, np.inf)
+    flat = values.ravel()  # a fresh array: partitioned in place
+    flat.partition(extra - 1)
+    return max(first, float(flat[extra - 1]))
+
+
+def _heaviest_of_lightest_alike(base: np.ndarray, lightest: np.ndarray, blocks: int, least: int,
+                                most: np.ndarray | None) -> float:
+    """heaviest_of_lightest with one least count for every rank, on slices of the table (the common case)."""
     extra = blocks - least * len(base)
     first = float((base + lightest[:, min(least, blocks)]).max())
     if extra <= 0:

@@ -101,6 +101,7 @@ from parasol.constraints.physics.workload import (
 )
 from parasol.hardware.calibration import StepCoefficients, coefficients_for_gpu
 from parasol.problems.derived import Derived
+from parasol.problems.empty_stages import least_rank_blocks
 from parasol.problems.mapping import Mapping, RankOrder
 from parasol.problems.model.architecture import Block, BlockKind
 from parasol.problems.options import MegatronOptions
@@ -317,17 +318,19 @@ class _FloorParts:
 
     def heaviest_exchange(self, vpp: int, most: np.ndarray | None = None) -> float:
         """A bound on the largest rank's whole data-parallel exchange seconds when the ranks hold the model's
-        whole blocks, at least one per virtual stage and at most `most` (schedule.least_heaviest_rank over
-        data_parallel's lines; 0 where a line falls with blocks)."""
+        whole blocks, at least empty_stages.least_rank_blocks each and at most `most` (schedule.least_heaviest_rank
+        over data_parallel's lines; 0 where a line falls with blocks)."""
         lightest = self.exchange_lightest
-        return 0.0 if lightest is None else heaviest_of_lightest(self.data_parallel[0], lightest, self.blocks, vpp, most)
+        least = least_rank_blocks(vpp, len(self.held), len(self.rank_compute))
+        return 0.0 if lightest is None else heaviest_of_lightest(self.data_parallel[0], lightest, self.blocks, least, most)
 
     def slowest_compute(self, vpp: int, most: np.ndarray | None = None) -> float:
         """A bound on the slowest rank's seconds of one microbatch: its compute (never above its stage time)
-        when the ranks hold the model's whole blocks, at least one per virtual stage and at most `most`
-        (schedule.least_heaviest_rank; 0 where a block's compute is negative)."""
+        when the ranks hold the model's whole blocks, at least empty_stages.least_rank_blocks each and at most
+        `most` (schedule.least_heaviest_rank; 0 where a block's compute is negative)."""
         lightest = self.compute_lightest
-        return 0.0 if lightest is None else heaviest_of_lightest(self.rank_compute, lightest, self.blocks, vpp, most)
+        least = least_rank_blocks(vpp, len(self.held), len(self.rank_compute))
+        return 0.0 if lightest is None else heaviest_of_lightest(self.rank_compute, lightest, self.blocks, least, most)
 
 
 class _AllBlocks(NamedTuple):

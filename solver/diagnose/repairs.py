@@ -33,6 +33,7 @@ from parasol.constraints.physics.step_time import CalibratedStageTimes, step_tim
 from parasol.constraints.rules import contract
 from parasol.constraints.rules.registry import active_constraints
 from parasol.problems.derived import derive, resolve_layout
+from parasol.problems.empty_stages import most_stages
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, Mapping, Recompute
 from parasol.problems.megatron.layout_string import run_length
@@ -305,7 +306,8 @@ def best_cut(problem: Problem, mapping: Mapping, options: MegatronOptions) -> tu
     stages = mapping.pp * mapping.vpp
     if not schedule_fits_layout((1,) * stages, mapping.pp, problem.training.pipeline_schedule):
         return None
-    if stages > problem.model.num_layers or not whole_folding(
+    kinds = len(block_kinds(problem))
+    if stages > most_stages(problem.model.num_layers, kinds, mapping.vpp) or not whole_folding(
             mapping.gpus, mapping.gbs, mapping.tp, mapping.pp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.mbs):
         return None
     sized = sized_problem(problem, mapping, options)

@@ -1,6 +1,6 @@
 """The brute-force reference of `solve`: enumerate every row, judge it with the Python rules, try every
 cut (all compositions of the blocks into PP·VPP stages of at least one block, interleaved rows
-included) under every option the row may choose (callers pass one row per dispatcher and CP
+included, their first and last stage also empty where empty_stages.open_edges says so) under every option the row may choose (callers pass one row per dispatcher and CP
 communication type, space.choice_variants; each under the memory saving it is kept with, fitting_saving),
 and keep the non-dominated points of the two front objectives (step time × peak memory by default).
 Tests compare its front with the CP-SAT master's on small problems.
@@ -16,10 +16,11 @@ import numpy as np
 from parasol.constraints.core.base import Constraint
 from parasol.constraints.evaluate import evaluate
 from parasol.problems.derived import default_layout
+from parasol.problems.empty_stages import least_piece, open_edges
 from parasol.problems.loader import Problem
 from parasol.problems.schema import Objective
 from parasol.solver.search.costs import RowCosts, row_costs
-from parasol.solver.search.cuts import rank_counts
+from parasol.solver.search.cuts import cuts_rank_counts
 from parasol.solver.search.dominance import nondominated
 from parasol.solver.search.objectives import DEFAULT_OBJECTIVES, SCALES, row_units
 from parasol.solver.search.program import choice_rules, judged_rules, program_rules
@@ -50,33 +51,60 @@ def front_of(points: list[RefPoint]) -> list[RefPoint]:
     return [ordered[i] for i in nondominated([q.values for q in ordered])]
 
 
-def compositions(total: int, parts: int):
-    """Every way to write `total` blocks as `parts` stages of at least one block, in order."""
-    for cuts in combinations(range(1, total), parts - 1):
-        edges = (0, *cuts, total)
-        yield tuple(edges[i + 1] - edges[i] for i in range(parts))
+def compositions(total: int, parts: int, open_: bool = False):
+    """Every way to write `total` blocks as `parts` stages of at least one block, in order; `open_`: the
+    first and last stage may also hold none (empty_stages.least_piece)."""
+    least = [least_piece(i, parts, open_) for i in range(parts)]
+    spare = total + parts - sum(least)
+    for cuts in combinations(range(1, spare), parts - 1):
+        edges = (0, *cuts, spare)
+        yield tuple(edges[i + 1] - edges[i] - 1 + least[i] for i in range(parts))
+
+
+def row_layouts(row: Row, counts: np.ndarray) -> list[tuple[int, ...]]:
+    """Every cut of the row's PP·VPP virtual stages over the block sequence whose interval counts are `counts`."""
+    return list(compositions(counts.shape[0] - 1, row.pp * row.vpp, open_edges(counts.shape[2], row.vpp)))
 
 
 def row_points(c: RowCosts, counts: np.ndarray, usable: int, per_row: dict[Objective, int] | None = None,
                objectives: tuple[Objective, Objective] = DEFAULT_OBJECTIVES, order: int = 0,
                problem: Problem | None = None, cut_rules: tuple[Constraint, ...] = ()) -> list[RefPoint]:
     """Every non-dominated (layout, objectives) of one row, by enumeration; `per_row` holds the row's
-    per-row objective values; `cut_rules` (judged on each layout of `problem`) must hold."""
-    blocks = counts.shape[0] - 1
+    per-row objective values; `cut_rules` (judged on each layout of `problem`) must hold. Of the layouts with
+    the same step time and peak memory only the first (in layout order) that meets them can be on the front
+    (front_of breaks ties by layout), so the rules are judged in that order until one does."""
     row = c.row
-    layouts = list(compositions(blocks, row.pp * row.vpp))
+    layouts = row_layouts(row, counts)
     if len(layouts) > MAX_LAYOUTS:
         raise ValueError(f"brute force: {len(layouts)} layouts for {row}; use a smaller problem")
-    points = []
     chosen = row_problem(problem, row) if problem is not None else None
-    for lay in layouts:
-        per_rank = rank_counts(lay, row.pp, counts)
-        if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)) and (
-                not cut_rules or evaluate(chosen, row.mapping(chosen, lay), cut_rules).feasible):
-            t, m = c.objectives(per_rank)
+    by_price: dict[tuple[int, int], list[tuple[int, ...]]] = {}
+    for lay, priced in zip(layouts, _rank_prices(c, layouts, counts, usable), strict=True):
+        if priced is not None:
+            by_price.setdefault(priced, []).append(lay)
+    points = []
+    for (t, m), alike in by_price.items():
+        lay = next((lay for lay in sorted(alike)
+                    if not cut_rules or evaluate(chosen, row.mapping(chosen, lay), cut_rules).feasible), None)
+        if lay is not None:
             known = {Objective.step_time: t, Objective.peak_memory: m, **(per_row or {})}
             points.append(RefPoint(row, lay, t, m, (known[objectives[0]], known[objectives[1]]), order))
     return front_of(points)
+
+
+def _rank_prices(c: RowCosts, layouts: list[tuple[int, ...]], counts: np.ndarray,
+                 usable: int) -> list[tuple[int, int] | None]:
+    """Per layout, its (step time, peak memory) when every rank fits `usable` MB, else None: priced once per
+    distinct per-rank counts (interleaved cuts that differ only in where a rank's blocks lie share them)."""
+    if not layouts:
+        return []
+    held = cuts_rank_counts(layouts, c.row.pp, counts)
+    distinct, which = np.unique(held.reshape(len(layouts), -1), axis=0, return_inverse=True)
+    ranks = distinct.reshape(len(distinct), c.row.pp, -1)
+    fits = (c.ranks_memory(ranks) <= usable).all(axis=1).tolist()
+    priced = [c.objectives([tuple(n) for n in flat]) if fit else None
+              for flat, fit in zip(ranks.tolist(), fits, strict=True)]
+    return [priced[i] for i in which.ravel().tolist()]
 
 
 def fitting_saving(problem: Problem, row: Row, counts: np.ndarray, usable: int) -> str | None:
@@ -85,9 +113,11 @@ def fitting_saving(problem: Problem, row: Row, counts: np.ndarray, usable: int) 
     for saving in (NONE, *open_savings(problem)):
         variant = replace(row, saving=saving)
         c = row_costs(with_saving(problem, saving), variant, None)
-        for lay in compositions(counts.shape[0] - 1, row.pp * row.vpp):
-            if all(c.stage_memory(s, n) <= usable for s, n in enumerate(rank_counts(lay, row.pp, counts))):
-                return saving
+        layouts = row_layouts(row, counts)
+        held = {tuple(map(tuple, ranks)) for ranks in cuts_rank_counts(layouts, row.pp, counts).tolist()} \
+            if layouts else set()
+        if any(all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)) for per_rank in held):
+            return saving
     return None
 
 

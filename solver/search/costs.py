@@ -41,6 +41,7 @@ from parasol.constraints.physics.schedule import (
 )
 from parasol.constraints.physics.step_time import EpOption
 from parasol.problems.derived import Derived
+from parasol.problems.empty_stages import least_rank_blocks
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
 from parasol.problems.memo import kept, memoised, memoised_by
@@ -184,9 +185,10 @@ class RowCosts:
         return static + act + peak + (self.dispatch_mb if moe else 0) + self.workspace_mb
 
     def ranks_memory(self, counts: np.ndarray) -> np.ndarray:
-        """stage_memory of every pipeline rank at once: rank r holding counts[r] blocks of each kind (MB). The
-        in-flight shares' numerators and denominators come from _shares (those of the row's schedule, as
-        row_costs sets them; read afresh where the tables carry others)."""
+        """stage_memory of every pipeline rank at once: rank r holding counts[r] blocks of each kind (MB), or of
+        many cuts at once (counts: cuts × ranks × kinds, the result cuts × ranks). The in-flight shares'
+        numerators and denominators come from _shares (those of the row's schedule, as row_costs sets them;
+        read afresh where the tables carry others)."""
         static = np.array(self.edge_static, dtype=np.int64) + counts @ np.array(self.kind_static, dtype=np.int64)
         held = np.array(self.edge_activation, dtype=np.int64) + counts @ np.array(self.kind_activation, dtype=np.int64)
         shares = _shares_of(self)
@@ -196,8 +198,8 @@ class RowCosts:
             act = -(-held * _numerators(self.inflight) // _denominators(self.inflight))
         present = counts > 0
         peak = np.maximum(np.array(self.edge_peak, dtype=np.int64),
-                          np.where(present, np.array(self.kind_peak, dtype=np.int64), 0).max(axis=1))
-        moe = np.array(self.edge_moe, dtype=bool) | (present & np.array(self.kind_moe, dtype=bool)).any(axis=1)
+                          np.where(present, np.array(self.kind_peak, dtype=np.int64), 0).max(axis=-1))
+        moe = np.array(self.edge_moe, dtype=bool) | (present & np.array(self.kind_moe, dtype=bool)).any(axis=-1)
         return static + act + peak + np.where(moe, self.dispatch_mb, 0) + self.workspace_mb
 
     def stage_bytes(self, stage: int, counts: tuple[int, ...]) -> int:
@@ -693,7 +695,7 @@ def whole_block_memory_floor(c: RowCosts, totals: np.ndarray, unit: int, in_byte
     lines = _whole_block_lines(c, totals, in_bytes)
     if lines is None:
         return 0
-    heaviest = least_heaviest_rank_of_kinds(*lines, c.row.vpp)
+    heaviest = least_heaviest_rank_of_kinds(*lines, least_rank_blocks(c.row.vpp, len(totals), c.row.pp))
     return -(-int(heaviest * (1 - 1e-12)) // unit)
 
 

@@ -7,7 +7,8 @@ sequence and no contiguous DP applies. Step time depends on the cut only through
 memory depend only on how many blocks of each kind it holds. RankTotals's DP over the ranks' running
 kind totals gives a lower bound on every question (least slowest time under a memory cap, least peak
 memory under a time bound); when `realise` finds a layout whose ranks hold exactly the relaxed cut's
-totals, that cut is the answer, proved. With one kind of block that always happens. With several (where
+totals, that cut is the answer, proved. With one kind of block that always happens, also when the first and
+last virtual stage may hold no block (empty_stages.py: the embedding or the loss alone). With several (where
 the exact front and round programs of fronts.py and rounds.py decline), the ordered search lists the
 relaxed cuts up to rising levels of value and lays each out exactly, least value first: the first laid out
 is the answer, proved (`InterleavedCuts.ordered_cut`). Where it lists too many or a layout search runs
@@ -32,6 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from parasol.problems.empty_stages import least_piece, open_edges
 from parasol.solver.search.costs import MEMORY_UNIT_MB, MICROSECONDS, TIME_UNIT_S, RowCosts
 from parasol.solver.search.cut_program import UNBOUNDED, Undecided, cut_within
 from parasol.solver.search.fronts import Declined, FrontProgram
@@ -113,11 +115,11 @@ def _by_unevenness(pos: int, low: int, top: int, blocks: int, rounds: int) -> It
             down, up = down - 1, up + 1
 
 
-def _first_length(need: int, rounds: int, most: int, allowed: set[int]) -> int | None:
-    """_realise_moves' first piece with one kind group, as a length: lengths up to `most` by unevenness
-    |length · rounds − need| (_by_unevenness), the shorter of two alike first, the first that leaves a need
-    in `allowed`; None when none does."""
-    low = max(need if rounds == 1 else 1, 1)
+def _first_length(need: int, rounds: int, most: int, allowed: set[int], least: int = 1) -> int | None:
+    """_realise_moves' first piece with one kind group, as a length: lengths from `least` up to `most` by
+    unevenness |length · rounds − need| (_by_unevenness), the shorter of two alike first, the first that
+    leaves a need in `allowed`; None when none does."""
+    low = max(need if rounds == 1 else least, least)
     down, up = min(need // rounds, most), max(need // rounds + 1, low)
     while down >= low or up <= most:
         below = need - down * rounds if down >= low else None
@@ -171,6 +173,10 @@ class InterleavedCuts:
         self.pp, self.vpp = c.row.pp, c.row.vpp
         self.stages = self.pp * self.vpp
         self.n = counts.shape[0] - 1
+        self.open = open_edges(counts.shape[2], self.vpp)
+        """Whether the first and last virtual stage may hold no block (empty_stages.py): a sequence of one kind, whose
+        relaxation always has a layout; the searches past it (branch and bound, two-chunk and CP-SAT programs)
+        place pieces of at least one block, so an open row they would have to answer is left unproved."""
         self.b = _blocks(c, counts)
         kinds = len(c.kind_static)
         self.peak_of = [max([0] + [c.kind_peak[k] for k in range(kinds) if mask >> k & 1]) for mask in range(1 << kinds)]
@@ -248,7 +254,7 @@ class InterleavedCuts:
 
     def realise(self, targets: list[np.ndarray], sums: list[set[int]]) -> tuple[int, ...] | None:
         """A layout whose ranks hold exactly `targets` (blocks of each kind per rank), every virtual stage
-        non-empty; None when the search finds none within REALISE_BUDGET partial layouts. Stages are placed
+        non-empty but an open edge's (InterleavedCuts.open); None when the search finds none within REALISE_BUDGET partial layouts. Stages are placed
         in order, a rank's pieces nearest its even share of what it still needs, and only pieces that leave
         it a need some j intervals can hold (`sums[j]`: codes, RankTotals.decomposable) for its j stages left.
         Answered once per targets for every row alike (_layout_for)."""
@@ -320,6 +326,7 @@ class InterleavedCuts:
         layout: list[int] = []
         failed: set[tuple] = set()
         nodes = [0]
+        last = self._last_rank_sums(sums)
 
         def go(k: int, pos: int) -> bool:
             if k == self.stages:
@@ -335,9 +342,11 @@ class InterleavedCuts:
                 return False
             r, rounds = k % self.pp, self.vpp - k // self.pp
             need, code = left[r], codes[r]
-            top = min(pos + sum(need) - rounds + 1, self.n - (self.stages - k - 1))
+            top = min(pos + sum(need) - self._rank_later(r, rounds), self.n - self._later(k))
             later = self._suffix[rounds - 1] if exact else None
-            for end, rest in self._realise_moves(pos, top, need, code, rounds, at, coded, sums[rounds - 1]):
+            allowed = (last if r == self.pp - 1 else sums)[rounds - 1]
+            for end, rest in self._realise_moves(pos, top, need, code, rounds, at, coded, allowed,
+                                                 least_piece(k, self.stages, self.open)):
                 remaining = code - coded[end] + coded[pos]
                 if later is not None and not later[min(end + self.pp - 1, self.n + 1)][remaining >> 3] >> (remaining & 7) & 1:
                     continue
@@ -377,11 +386,12 @@ class InterleavedCuts:
         if self.stages > REALISE_BUDGET:
             return None
         layout: list[int] = []
-        pos = 0
+        pos, last = 0, self._last_rank_sums(sums)
         for k in range(self.stages):
             r, rounds = k % self.pp, self.vpp - k // self.pp
-            most = min(need[r] - rounds + 1, self.n - (self.stages - k - 1) - pos)
-            length = _first_length(need[r], rounds, most, sums[rounds - 1])
+            most = min(need[r] - self._rank_later(r, rounds), self.n - self._later(k) - pos)
+            length = _first_length(need[r], rounds, most, (last if r == self.pp - 1 else sums)[rounds - 1],
+                                   least_piece(k, self.stages, self.open))
             if length is None:
                 return None
             need[r] -= length
@@ -397,15 +407,31 @@ class InterleavedCuts:
         place = [int(x) for x in self.relaxed.place]
         return at, [sum(x * w for x, w in zip(v, place, strict=True)) for v in at]
 
+    def _last_rank_sums(self, sums: list[set[int]]) -> list[set[int]]:
+        """`sums` as the last rank reads them: where its last virtual stage may hold no block, what it still
+        needs over j stages may also be a sum of j − 1 intervals."""
+        if not self.open:
+            return sums
+        return [sums[0], *(sums[j] | sums[j - 1] for j in range(1, len(sums)))]
+
+    def _later(self, k: int) -> int:
+        """The fewest blocks the virtual stages after stage k hold together (empty_stages.least_piece)."""
+        later = self.stages - k - 1
+        return later - (self.open and later > 0)
+
+    def _rank_later(self, r: int, rounds: int) -> int:
+        """The fewest blocks rank r's virtual stages after its current one hold, `rounds` stages left to it."""
+        return rounds - 1 - (self.open and r == self.pp - 1 and rounds > 1)
+
     @staticmethod
     def _realise_moves(pos: int, top: int, need: tuple[int, ...], code: int, rounds: int, at: list[tuple[int, ...]],
-                       coded: list[int], allowed: set[int]) -> Iterator[tuple[int, tuple[int, ...]]]:
+                       coded: list[int], allowed: set[int], least: int = 1) -> Iterator[tuple[int, tuple[int, ...]]]:
         """realise's pieces from block `pos` to an end at most `top` for a rank that still needs `need` (coded
         `code`) over `rounds` stages, in order: evenest size first, then nearest the rank's share by kind; a
-        piece qualifies when what it leaves is non-negative and its code is in `allowed`. Lazily, one size
-        group at a time: the search mostly takes the first piece."""
+        piece qualifies when it holds at least `least` blocks, what it leaves is non-negative and its code is
+        in `allowed`. Lazily, one size group at a time: the search mostly takes the first piece."""
         blocks = sum(need)
-        low = max(pos + blocks if rounds == 1 else pos + 1, pos + 1)
+        low = max(pos + blocks if rounds == 1 else pos + least, pos + least)
         here, base = at[pos], coded[pos]
         for alike in _by_unevenness(pos, low, top, blocks, rounds):
             valid = []
@@ -666,6 +692,8 @@ class InterleavedCuts:
         settled, layout = self.settle(UNBOUNDED, cap_mb, False)
         if settled:
             return layout is not None
+        if self.open:
+            return None
         try:
             return self.find(UNBOUNDED, cap_mb, FIRST_BUDGET) is not None
         except OutOfBudget:
@@ -682,6 +710,8 @@ class InterleavedCuts:
         settled, layout = self.settle(UNBOUNDED, cap_mb, True)
         if settled:
             return layout, True
+        if self.open:
+            return None, False
         try:
             first = self.find(UNBOUNDED, cap_mb, FIRST_BUDGET)
             if first is None:
@@ -738,6 +768,8 @@ class InterleavedCuts:
         if settled:
             assert layout is not None
             return layout, True
+        if self.open:
+            return None, False
         bound = self.relaxed.leanest_mb(slowest_us, cap_mb)
         assert bound is not None
         start = incumbent()
@@ -922,7 +954,8 @@ class _CountRanges(NamedTuple):
 class RankTotals:
     """A relaxation of the interleaved cut that keeps what a rank can hold and drops where: every rank takes
     VPP block intervals of the sequence (as kind counts; the first rank's first one starts at block 0, the
-    last rank's last one ends at the last block), and the ranks' counts add up to the model's. A dynamic
+    last rank's last one ends at the last block, and those two may be empty where the edge stages are open,
+    InterleavedCuts.open), and the ranks' counts add up to the model's. A dynamic
     program over the ranks' running kind totals gives the least slowest-rank time under a memory cap and
     the least peak memory under a time bound, both lower bounds of any true cut's."""
 
@@ -975,7 +1008,8 @@ class RankTotals:
 
     def _pieces(self, slowest_us: int, cap_mb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Codes of the span vectors some rank can hold alone within both bounds: every span, those
-        starting at block 0, those ending at the last block."""
+        starting at block 0, those ending at the last block (with the empty piece where the edge stages may
+        hold no block, InterleavedCuts.open)."""
         key = (slowest_us, cap_mb)
         if key not in self.fit_cache:
             ok = np.zeros(len(self.distinct), dtype=bool)
@@ -984,8 +1018,9 @@ class RankTotals:
                 ok = ((time <= slowest_us) & (memory <= cap_mb)).any(axis=0)
             fits = ok[self.span_kind]
             codes = self.span_codes
-            self.fit_cache[key] = (np.unique(codes[fits]), np.unique(codes[fits & (self.spans[:, 0] == 0)]),
-                                   np.unique(codes[fits & (self.spans[:, 1] == self.cuts.n)]))
+            empty = np.zeros(int(self.cuts.open), dtype=np.int64)
+            self.fit_cache[key] = (np.unique(codes[fits]), np.union1d(codes[fits & (self.spans[:, 0] == 0)], empty),
+                                   np.union1d(codes[fits & (self.spans[:, 1] == self.cuts.n)], empty))
         return self.fit_cache[key]
 
     def costs(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
