@@ -419,6 +419,37 @@ def _assignments(kinds: tuple[int, ...], ranks: int):  # noqa: ANN202 - a test's
         yield np.array(choice).T
 
 
+def _assert_best_assignment(rng: np.random.Generator, alike: bool, kinds: tuple[int, ...],
+                            least: int | np.ndarray, ranks: int) -> None:
+    """least_heaviest_rank on random bases and weights (alike: one weight per rank for every kind) against every
+    assignment of whole blocks whose rank r holds at least its least (and at most a random most_r where those
+    leave room, else without that bound): never above the best, equal to it where the kinds weigh alike."""
+    base = rng.uniform(0, 10, ranks)
+    weights = np.repeat(rng.uniform(0, 3, (ranks, 1)), len(kinds), axis=1) if alike \
+        else rng.uniform(0, 3, (ranks, len(kinds)))
+    most = least + rng.integers(-1, 4, ranks)
+    totals = np.array(kinds, dtype=np.int64)
+    best = capped = np.inf
+    for n in _assignments(kinds, ranks):
+        held = n.sum(axis=1)
+        if (held >= least).all():
+            value = float(np.max(base + (weights * n).sum(axis=1)))
+            best = min(best, value)
+            if (held <= most).all():
+                capped = min(capped, value)
+    if capped == np.inf:
+        capped = best
+    bound = least_heaviest_rank(base, weights, totals, least)
+    assert bound <= best + 1e-9
+    assert least_heaviest_rank(base, weights, totals, least, most) <= capped + 1e-9
+    if alike:
+        assert bound == pytest.approx(best)
+        assert least_heaviest_rank(base, weights, totals, least, most) == pytest.approx(capped)
+    lowest = int(np.min(least))
+    assert least_heaviest_rank(base, weights, totals, np.full(ranks, lowest)) == least_heaviest_rank(
+        base, weights, totals, lowest)
+
+
 def test_least_heaviest_rank_is_the_best_whole_block_assignment() -> None:
     """schedule.least_heaviest_rank is at most the least largest base_r + Σ_k weights[r, k]·n_rk over every
     assignment of whole blocks of each kind (least <= Σ_k n_rk <= most_r where those leave room, else without
@@ -428,71 +459,23 @@ def test_least_heaviest_rank_is_the_best_whole_block_assignment() -> None:
     for case in range(80):
         ranks, least = int(rng.integers(1, 4)), int(rng.integers(1, 3))
         kinds = tuple(int(n) for n in rng.integers(0, 4, int(rng.integers(1, 3))))
-        if sum(kinds) < ranks * least:
-            continue
-        base = rng.uniform(0, 10, ranks)
-        alike = case % 2 == 0
-        weights = np.repeat(rng.uniform(0, 3, (ranks, 1)), len(kinds), axis=1) if alike \
-            else rng.uniform(0, 3, (ranks, len(kinds)))
-        most = rng.integers(least - 1, least + 4, ranks)
-        totals = np.array(kinds, dtype=np.int64)
-        best = capped = np.inf
-        for n in _assignments(kinds, ranks):
-            held = n.sum(axis=1)
-            if (held >= least).all():
-                value = float(np.max(base + (weights * n).sum(axis=1)))
-                best = min(best, value)
-                if (held <= most).all():
-                    capped = min(capped, value)
-        if capped == np.inf:
-            capped = best
-        bound = least_heaviest_rank(base, weights, totals, least)
-        assert bound <= best + 1e-9
-        assert least_heaviest_rank(base, weights, totals, least, most) <= capped + 1e-9
-        if alike:
-            assert bound == pytest.approx(best)
-            assert least_heaviest_rank(base, weights, totals, least, most) == pytest.approx(capped)
+        if sum(kinds) >= ranks * least:
+            _assert_best_assignment(rng, case % 2 == 0, kinds, least, ranks)
 
 
 def test_least_heaviest_rank_with_a_least_per_rank_is_the_best_assignment() -> None:
     """least_heaviest_rank with one least count per rank (empty_stages.least_rank_blocks: a block fewer on the
-    first and last rank where their edge stage may be empty) is at most the least largest rank over every
-    assignment whose rank r holds at least least_r blocks (and at most most_r where those leave room), equal
-    to it when every kind weighs alike, and equal to the scalar form when every rank's least is the same."""
+    first and last rank where their edge stage may be empty), checked the same way, and equal to the scalar
+    form when every rank's least is the same."""
     rng = np.random.default_rng(43)
     checked = 0
     for case in range(80):
         ranks = int(rng.integers(2, 4))
         least = rng.integers(0, 3, ranks)
         kinds = tuple(int(n) for n in rng.integers(0, 4, int(rng.integers(1, 3))))
-        if sum(kinds) < int(least.sum()):
-            continue
-        base = rng.uniform(0, 10, ranks)
-        alike = case % 2 == 0
-        weights = np.repeat(rng.uniform(0, 3, (ranks, 1)), len(kinds), axis=1) if alike \
-            else rng.uniform(0, 3, (ranks, len(kinds)))
-        most = least + rng.integers(-1, 4, ranks)
-        totals = np.array(kinds, dtype=np.int64)
-        best = capped = np.inf
-        for n in _assignments(kinds, ranks):
-            held = n.sum(axis=1)
-            if (held >= least).all():
-                value = float(np.max(base + (weights * n).sum(axis=1)))
-                best = min(best, value)
-                if (held <= most).all():
-                    capped = min(capped, value)
-        if capped == np.inf:
-            capped = best
-        bound = least_heaviest_rank(base, weights, totals, least)
-        assert bound <= best + 1e-9
-        assert least_heaviest_rank(base, weights, totals, least, most) <= capped + 1e-9
-        if alike:
-            assert bound == pytest.approx(best)
-            assert least_heaviest_rank(base, weights, totals, least, most) == pytest.approx(capped)
-        same = np.full(ranks, int(least.min()))
-        assert least_heaviest_rank(base, weights, totals, same) == least_heaviest_rank(base, weights, totals,
-                                                                                         int(least.min()))
-        checked += 1
+        if sum(kinds) >= int(least.sum()):
+            _assert_best_assignment(rng, case % 2 == 0, kinds, least, ranks)
+            checked += 1
     assert checked >= 40
 
 
