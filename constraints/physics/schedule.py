@@ -36,8 +36,8 @@ def least_heaviest_rank(base: np.ndarray, weights: np.ndarray, totals: np.ndarra
                         most: np.ndarray | None = None) -> float:
     """The least possible largest base_r + the weights of the blocks rank r holds, over every assignment of
     whole blocks (totals[k] of each kind k, each weighing weights[r, k] >= 0 on rank r) with least_r <= k_r <=
-    most_r blocks per rank (`least` one number for every rank or one per rank; `most` None: no upper bound). A rank holding j blocks weighs at least base_r
-    plus its j lightest (lightest_blocks: convex in j), so every rank takes its `least`, then each further
+    most_r blocks per rank (`least` one number for every rank or one per rank; `most` None: no upper bound).
+    A rank holding j blocks weighs at least base_r plus its j lightest (lightest_blocks: convex in j), so every rank takes its `least`, then each further
     block goes where it adds least among the ranks with room: the answer is the larger of the ranks' start
     and the (blocks − least·ranks)-th smallest of base_r + lightest_r(least + j), 1 <= j <= most_r − least.
     A bound on the slowest (or heaviest) pipeline rank: it sees the whole blocks, and the kinds a rank
@@ -69,35 +69,22 @@ def heaviest_of_lightest(base: np.ndarray, lightest: np.ndarray, blocks: int, le
                          most: np.ndarray | None = None) -> float:
     """least_heaviest_rank from the ranks' lightest_blocks table over `blocks` blocks (columns up to at least
     the largest least_r plus blocks − Σ least): the table reads neither `least` nor `most`, so a caller asking
-    for several builds it once."""
-    if np.ndim(least) == 0:
-        return _heaviest_of_lightest_alike(base, lightest, blocks, int(least), most)
-    low = np.asarray(least, dtype=np.int64)
-    rows = np.arange(len(base))
+    for several builds it once. One least for every rank reads the table in slices (the common case)."""
+    low = np.broadcast_to(np.asarray(least, dtype=np.int64), base.shape)
     extra = blocks - int(low.sum())
+    rows = np.arange(len(base))
     first = float((base + lightest[rows, np.minimum(low, blocks)]).max())
     if extra <= 0:
         return first
-    columns = low[:, None] + np.arange(1, extra + 1)[None, :]
-    values = base[:, None] + lightest[rows[:, None], np.minimum(columns, lightest.shape[1] - 1)]
-    values = np.where(columns < lightest.shape[1], values, np.inf)
+    steps = np.arange(1, extra + 1)
+    if np.ndim(least) == 0:
+        columns = int(least) + steps[None, :]
+        values = base[:, None] + lightest[:, int(least) + 1:int(least) + extra + 1]
+    else:
+        columns = low[:, None] + steps[None, :]
+        values = base[:, None] + lightest[rows[:, None], columns]
     if most is not None and (most >= low).all() and int(np.minimum(most - low, extra).sum()) >= extra:
         values = np.where(columns <= most[:, None], values, np.inf)
-    flat = values.ravel()  # a fresh array: partitioned in place
-    flat.partition(extra - 1)
-    return max(first, float(flat[extra - 1]))
-
-
-def _heaviest_of_lightest_alike(base: np.ndarray, lightest: np.ndarray, blocks: int, least: int,
-                                most: np.ndarray | None) -> float:
-    """heaviest_of_lightest with one least count for every rank, on slices of the table (the common case)."""
-    extra = blocks - least * len(base)
-    first = float((base + lightest[:, min(least, blocks)]).max())
-    if extra <= 0:
-        return first
-    values = base[:, None] + lightest[:, least + 1:least + extra + 1]
-    if most is not None and (most >= least).all() and int(np.minimum(most - least, extra).sum()) >= extra:
-        values = np.where(np.arange(least + 1, least + extra + 1)[None, :] <= most[:, None], values, np.inf)
     flat = values.ravel()  # a fresh array: partitioned in place
     flat.partition(extra - 1)
     return max(first, float(flat[extra - 1]))

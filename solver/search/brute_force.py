@@ -1,8 +1,9 @@
 """The brute-force reference of `solve`: enumerate every row, judge it with the Python rules, try every
 cut (all compositions of the blocks into PP·VPP stages of at least one block, interleaved rows
-included, their first and last stage also empty where empty_stages.open_edges says so) under every option the row may choose (callers pass one row per dispatcher and CP
-communication type, space.choice_variants; each under the memory saving it is kept with, fitting_saving),
-and keep the non-dominated points of the two front objectives (step time × peak memory by default).
+included, their first and last stage also empty where empty_stages.open_edges says so) under every
+option the row may choose (callers pass one row per dispatcher and CP communication type,
+space.choice_variants; each under the memory saving it is kept with, fitting_saving), and keep the
+non-dominated points of the two front objectives (step time × peak memory by default).
 Tests compare its front with the CP-SAT master's on small problems.
 """
 
@@ -92,31 +93,36 @@ def row_points(c: RowCosts, counts: np.ndarray, usable: int, per_row: dict[Objec
     return front_of(points)
 
 
+def _distinct_ranks(layouts: list[tuple[int, ...]], pp: int, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct per-rank kind counts of `layouts` (cuts × ranks × kinds) and which of them each layout has:
+    interleaved cuts that differ only in where a rank's blocks lie share them, so each is priced once."""
+    held = cuts_rank_counts(layouts, pp, counts).reshape(len(layouts), -1)
+    distinct, which = np.unique(held, axis=0, return_inverse=True)
+    return distinct.reshape(len(distinct), pp, -1), which.ravel()
+
+
 def _rank_prices(c: RowCosts, layouts: list[tuple[int, ...]], counts: np.ndarray,
                  usable: int) -> list[tuple[int, int] | None]:
-    """Per layout, its (step time, peak memory) when every rank fits `usable` MB, else None: priced once per
-    distinct per-rank counts (interleaved cuts that differ only in where a rank's blocks lie share them)."""
+    """Per layout, its (step time, peak memory) when every rank fits `usable` MB, else None (_distinct_ranks)."""
     if not layouts:
         return []
-    held = cuts_rank_counts(layouts, c.row.pp, counts)
-    distinct, which = np.unique(held.reshape(len(layouts), -1), axis=0, return_inverse=True)
-    ranks = distinct.reshape(len(distinct), c.row.pp, -1)
+    ranks, which = _distinct_ranks(layouts, c.row.pp, counts)
     fits = (c.ranks_memory(ranks) <= usable).all(axis=1).tolist()
     priced = [c.objectives([tuple(n) for n in flat]) if fit else None
               for flat, fit in zip(ranks.tolist(), fits, strict=True)]
-    return [priced[i] for i in which.ravel().tolist()]
+    return [priced[i] for i in which.tolist()]
 
 
 def fitting_saving(problem: Problem, row: Row, counts: np.ndarray, usable: int) -> str | None:
     """The saving a row is kept with, by enumeration of every cut: none when some cut fits as it is, else
     the first open saving under which one does (savings.py's rule), None when no cut fits under any."""
+    layouts = row_layouts(row, counts)
+    if not layouts:
+        return None
+    ranks = _distinct_ranks(layouts, row.pp, counts)[0]
     for saving in (NONE, *open_savings(problem)):
-        variant = replace(row, saving=saving)
-        c = row_costs(with_saving(problem, saving), variant, None)
-        layouts = row_layouts(row, counts)
-        held = {tuple(map(tuple, ranks)) for ranks in cuts_rank_counts(layouts, row.pp, counts).tolist()} \
-            if layouts else set()
-        if any(all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)) for per_rank in held):
+        c = row_costs(with_saving(problem, saving), replace(row, saving=saving), None)
+        if (c.ranks_memory(ranks) <= usable).all(axis=1).any():
             return saving
     return None
 
