@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 
+from parasol.problems.empty_stages import evenest_cut
 from parasol.problems.mapping import Mapping
 from parasol.problems.memo import memoised_by
 from parasol.problems.model.architecture import ModelArchitecture
@@ -66,10 +67,13 @@ def experts_per_rank(num_experts: int, ep: int) -> Fraction:
 
 
 @lru_cache(maxsize=4096)
-def default_layout(num_blocks: int, stages: int) -> tuple[int, ...]:
+def default_layout(num_blocks: int, stages: int, pp: int = 1) -> tuple[int, ...]:
     """Split blocks over stages as evenly as possible; the remainder goes to the middle stages first,
     since the first stage also holds the embedding and the last the head, loss and MTP (cached: every
-    row of a search asks for one of a few)."""
+    row of a search asks for one of a few). With fewer blocks than stages (an interleaved row over PP
+    ranks), a block on every stage that needs one and the rest on the edge ranks' (empty_stages.evenest_cut)."""
+    if num_blocks < stages:
+        return evenest_cut(num_blocks, pp, stages // pp)
     base, extra = divmod(num_blocks, stages)
     counts = [base] * stages
     for s in _middle_first(stages, extra):
@@ -146,7 +150,7 @@ def resolve_layout(model: ModelArchitecture, mapping: Mapping) -> tuple[int, ...
         return mapping.layout
     if mapping.pp * mapping.vpp > model.num_layers + MAX_PIPELINE_SLOTS:
         return ()
-    return default_layout(model.num_layers, mapping.pp * mapping.vpp)
+    return default_layout(model.num_layers, mapping.pp * mapping.vpp, mapping.pp)
 
 
 def stage_layer_totals(layout: tuple[int, ...], pp: int) -> tuple[int, ...]:

@@ -17,6 +17,7 @@ from parasol.solver.search import solve as solve_module
 from parasol.solver.search.domains import degree_rules, meeting_degree_rules
 from parasol.solver.search.solve import solve
 from parasol.solver.search.space import enumerate_rows
+from tests.every_cut import least_pieces
 
 SMALL_BATCH = """
 model: llama-2-7b
@@ -36,7 +37,7 @@ def test_degree_verdicts_are_judges_verdicts(text):
     assert {c.id for c in rules} == {"vpp-microbatch-group-range", "vpp-final-group-remainder"}
     refused = 0
     for row in enumerate_rows(problem):
-        mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp))
+        mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp, row.pp))
         degrees = {n: getattr(row, n) for n in DEGREES}
         for rule in rules:
             verdict = rule.degree_verdict(problem, degrees)
@@ -101,7 +102,9 @@ def test_grid_only_rules_give_one_verdict_per_grid_and_option() -> None:
                 for row in rows:
                     sibling = dataclasses.replace(variant, vpp=row.vpp, mbs=row.mbs, recompute=row.recompute)
                     blocks, stages = problem.model.num_layers, row.pp * row.vpp
-                    for layout in (default_layout(blocks, stages), (blocks - stages + 1,) + (1,) * (stages - 1)):
+                    least = least_pieces(row.pp, stages)
+                    heavy_first = (blocks - sum(least[1:]), *least[1:])
+                    for layout in (default_layout(blocks, stages, row.pp), heavy_first):
                         verdicts.add(holds(chosen, sibling.mapping(chosen, layout), (rule,)))
                 assert len(verdicts) == 1, (rule.id, variant)
                 refused += not verdicts.pop()

@@ -15,6 +15,7 @@ from itertools import combinations, pairwise
 import numpy as np
 import pytest
 
+from parasol.problems.empty_stages import least_piece, most_stages
 from parasol.problems.loader import load_problem_text
 from parasol.solver.search import fronts, rounds
 from parasol.solver.search.costs import interval_counts, row_costs, usable_mb
@@ -25,6 +26,7 @@ from parasol.solver.search.fronts import FrontProgram, classes, period
 from parasol.solver.search.interleaved import InterleavedCuts
 from parasol.solver.search.rounds import RoundProgram, lead_period, trail_exists
 from parasol.solver.search.space import enumerate_rows
+from tests.every_cut import distinct_cuts, distinct_holdings
 from tests.test_interleaved_cuts import assert_no_local_move_beats
 from tests.test_solve_reference import GENERATED, AdditiveTime
 
@@ -35,12 +37,6 @@ SEQUENCES = {
     "hybrid period 3": "1012012012012",
     "irregular": "0110201120",
 }
-
-
-def _every_cut(blocks: int, parts: int):  # noqa: ANN202
-    for cuts in combinations(range(1, blocks), parts - 1):
-        edges = (0, *cuts, blocks)
-        yield tuple(edges[i + 1] - edges[i] for i in range(parts))
 
 
 def _sequence_counts(seq: str) -> np.ndarray:
@@ -69,7 +65,7 @@ def _rows(seq: str, seed: int, shapes: tuple[tuple[int, int], ...] | None = None
         if row is None:
             continue
         stages = pp * vpp
-        if stages > len(seq) or math.comb(len(seq) - 1, stages - 1) > 3000:
+        if stages > most_stages(len(seq), vpp) or math.comb(len(seq) - 1, stages - 1) > 3000:
             continue
         c = row_costs(problem, replace(row, vpp=vpp), model)
         time = rng.randint(1000, 5000)
@@ -94,15 +90,17 @@ def test_period_finds_lead_in_and_period() -> None:
 
 @pytest.mark.parametrize("name", list(SEQUENCES))
 def test_front_program_equals_enumeration(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Least slowest time under caps and least peak memory under time bounds, against every cut (the state
-    limit lifted: an irregular sequence is all lead-in, still exact, only larger)."""
-    monkeypatch.setattr(fronts, "STATE_LIMIT", 10**9)
+    """Least slowest time under caps and least peak memory under time bounds, against every cut (the state limit
+    raised and the cell limit lifted: an irregular sequence is all lead-in, still exact, only larger; rows past
+    the raised limit, PP 2 at VPP 4 where every stage may be empty, are left to the other searches)."""
+    monkeypatch.setattr(fronts, "STATE_LIMIT", 10_000)
+    monkeypatch.setattr(fronts, "CELL_LIMIT", 1 << 30)
     checked = 0
     for seed, (c, counts, _) in enumerate(_rows(SEQUENCES[name], 3 + len(name))):
         cuts = InterleavedCuts(c, counts)
         program = cuts.fronts
-        assert program is not None
-        checked += _checks_against_every_cut(cuts, program, random.Random(seed), 4, evenest=False)
+        if program is not None:
+            checked += _checks_against_every_cut(cuts, program, random.Random(seed), 4, evenest=False)
     assert checked >= 20
 
 
@@ -111,7 +109,9 @@ def _checks_against_every_cut(cuts: InterleavedCuts, program: FrontProgram | Rou
     """Ask `program` for the least slowest time under memory caps (the least, the least − 1, `caps` sampled
     and none) and the least peak under time bounds, check each answer and its cut against every cut of the
     row (and, when `evenest`, that the leanest cut is the evenest of its memory unit); the questions asked."""
-    measured = [cuts.measure(layout) for layout in _every_cut(cuts.n, cuts.stages)]
+    holdings = distinct_holdings(cuts)
+    measured = [cuts.measure(layout) for layout, _ in holdings]
+    spreads = [(t, m, spread) for (t, m), (_, spread) in zip(measured, holdings, strict=True)]
     peaks = sorted({m for _, m in measured})
     times = sorted({t for t, _ in measured})
     checked = 0
@@ -122,7 +122,7 @@ def _checks_against_every_cut(cuts: InterleavedCuts, program: FrontProgram | Rou
         if found is None:
             continue
         assert found[0] == min(fitting) and sum(found[1]) == cuts.n and len(found[1]) == cuts.stages
-        assert min(found[1]) >= 1
+        assert all(x >= least_piece(k, cuts.pp, True) for k, x in enumerate(found[1]))
         assert cuts.measure(found[1])[0] == found[0] and cuts.measure(found[1])[1] <= cap
         for bound in (found[0], rng.choice(times)):
             within = [m for t, m in measured if t <= bound and m <= cap]
@@ -132,7 +132,7 @@ def _checks_against_every_cut(cuts: InterleavedCuts, program: FrontProgram | Rou
                 assert lean[0] == min(within)
                 assert cuts.measure(lean[1])[1] == lean[0] and cuts.measure(lean[1])[0] <= bound
                 if evenest:
-                    _assert_evenest(cuts, program, bound, cap, lean[0] + rng.choice([0, 0, 15, 60]))
+                    _assert_evenest(cuts, program, bound, cap, lean[0] + rng.choice([0, 0, 15, 60]), spreads)
             checked += 1
     return checked
 
@@ -146,7 +146,7 @@ def test_several_kind_staircases_equal_enumeration(name: str) -> None:
         ours = row_staircase(c, counts, usable)
         assert ours.proved
         scored = []
-        for layout in _every_cut(counts.shape[0] - 1, c.row.pp * c.row.vpp):
+        for layout in distinct_cuts(InterleavedCuts(c, counts)):
             per_rank = rank_counts(layout, c.row.pp, counts)
             if all(c.stage_memory(s, n) <= usable for s, n in enumerate(per_rank)):
                 scored.append(c.objectives(per_rank))
@@ -181,12 +181,12 @@ def _repeat(lead: str, period: str, blocks: int) -> str:
 
 
 ROUND_CASES = {
-    "v4 PP4 VPP4": ("001", "23", 19, ((4, 4),)),
-    "v4 PP4 VPP5": ("001", "23", 23, ((4, 5),)),
-    "v4 PP4 VPP6": ("001", "23", 27, ((4, 6),)),
-    "v4 PP3 VPP6": ("001", "23", 21, ((3, 6),)),
-    "v4 PP3 VPP8": ("001", "23", 27, ((3, 8),)),
-    "v4 PP4 VPP8": ("001", "23", 34, ((4, 8),)),
+    "v4 PP4 VPP4": ("001", "23", 16, ((4, 4),)),
+    "v4 PP4 VPP5": ("001", "23", 19, ((4, 5),)),
+    "v4 PP4 VPP6": ("001", "23", 20, ((4, 6),)),
+    "v4 PP3 VPP6": ("001", "23", 18, ((3, 6),)),
+    "v4 PP3 VPP8": ("001", "23", 20, ((3, 8),)),
+    "v4 PP4 VPP8": ("001", "23", 22, ((4, 8),)),
     "alternating PP2 VPP8": ("", "01", 19, ((2, 8),)),
     "period 3 PP2-4": ("1", "012", 19, ((2, 6), (3, 5), (4, 4))),
     "v4 PP2 VPP2-4, lead-in past PP": ("001", "23", 14, ((2, 2), (2, 3), (2, 4))),
@@ -211,15 +211,16 @@ def test_round_program_equals_enumeration(name: str) -> None:
     assert checked >= 12
 
 
-def _assert_evenest(cuts: InterleavedCuts, program: RoundProgram, bound: int, cap: int, alike: int) -> None:
+def _assert_evenest(cuts: InterleavedCuts, program: RoundProgram, bound: int, cap: int, alike: int,
+                    spreads: list[tuple[int, int, int]]) -> None:
     """The evenness pass: the cut returned has the least Σ |stage · stages − n| of every cut with each rank
-    within `bound` and memory within min(cap, alike)."""
+    within `bound` and memory within min(cap, alike) (`spreads`: each holding's time, memory and least spread,
+    tests/every_cut.distinct_holdings)."""
     def spread(layout: tuple[int, ...]) -> int:
         return sum(abs(x * cuts.stages - cuts.n) for x in layout)
 
     within = min(cap, alike)
-    best = min(spread(layout) for layout in _every_cut(cuts.n, cuts.stages)
-               if (lambda tm: tm[0] <= bound and tm[1] <= within)(cuts.measure(layout)))
+    best = min(least for t, m, least in spreads if t <= bound and m <= within)
     _, even = program.least(bound, cap, False, lambda _: within)
     t, m = cuts.measure(even)
     assert t <= bound and m <= within and spread(even) == best
@@ -279,7 +280,7 @@ def test_round_program_reuse_keeps_answers(name: str) -> None:
     asked = 0
     for c, counts, _ in _rows(_repeat(lead, period_, blocks), 7 + len(name), shapes):
         shared = _round_program(c, counts)
-        layouts = _every_cut(shared.n, shared.pp * shared.vpp)
+        layouts = distinct_cuts(shared.cuts)
         peaks = sorted({shared.cuts.measure(layout)[1] for layout in layouts})
         for cap in sorted(peaks[::max(1, len(peaks) // 8)] + [peaks[0] - 1], reverse=True):
             found = shared.least(UNBOUNDED, cap, True)

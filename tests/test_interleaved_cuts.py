@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import math
 import random
-from itertools import combinations
 
 import numpy as np
 import pytest
 
 from parasol.constraints.physics.step_time import CalibratedStageTimes
 from parasol.problems.loader import load_problem, load_problem_text
-from parasol.solver.search.brute_force import row_layouts
+from parasol.solver.search.brute_force import compositions, row_layouts
 from parasol.solver.search.costs import (
     MEMORY_UNIT_MB,
     block_kinds,
@@ -37,10 +36,10 @@ def _setup(problem, time_model):  # noqa: ANN001, ANN202
     return counts, usable_mb(problem)
 
 
-def _every_cut(blocks: int, parts: int):  # noqa: ANN202
-    for cuts in combinations(range(1, blocks), parts - 1):
-        edges = (0, *cuts, blocks)
-        yield tuple(edges[i + 1] - edges[i] for i in range(parts))
+def _every_cut(blocks: int, parts: int, pp: int):  # noqa: ANN202
+    """Every interleaved cut of `blocks` blocks into `parts` virtual stages over PP ranks (the first and last
+    rank's stages may be empty: empty_stages.py)."""
+    return compositions(blocks, parts, pp)
 
 
 def _enumerated_staircase(c, counts, usable):  # noqa: ANN001, ANN202
@@ -104,7 +103,7 @@ def test_two_chunk_least_equals_enumeration(index: int) -> None:
     checked = 0
     for row in [r for r in enumerate_rows(problem) if r.vpp == 2][:5]:
         cuts = InterleavedCuts(row_costs(problem, row, model), counts)
-        measured = [cuts.measure(layout) for layout in _every_cut(cuts.n, cuts.stages)]
+        measured = [cuts.measure(layout) for layout in _every_cut(cuts.n, cuts.stages, cuts.pp)]
         for cap in (usable, usable // 2, usable // 4):
             fitting = [t for t, m in measured if m <= cap]
             found = two_chunk_least(cuts, UNBOUNDED, cap, True)
@@ -313,7 +312,7 @@ def test_realise_recovers_every_layouts_counts() -> None:
         cuts = InterleavedCuts(c, counts)
         merged = cuts.relaxed.counts
         sums = cuts.relaxed.decomposable(UNBOUNDED, UNBOUNDED)
-        layouts = list(_every_cut(cuts.n, cuts.stages))
+        layouts = list(_every_cut(cuts.n, cuts.stages, cuts.pp))
         for layout in rng.sample(layouts, min(25, len(layouts))):
             targets = [np.array(x) for x in rank_counts(layout, cuts.pp, merged)]
             found = cuts.realise(targets, sums)
@@ -346,7 +345,7 @@ def test_ordered_cut_is_the_least_enumerated_cut(depth_first: bool, monkeypatch:
     asked = 0
     for c, counts, _ in _several_kind_rows():
         cuts = InterleavedCuts(c, counts)
-        measured = [cuts.measure(layout) for layout in _every_cut(cuts.n, cuts.stages)]
+        measured = [cuts.measure(layout) for layout in _every_cut(cuts.n, cuts.stages, cuts.pp)]
         for slowest, cap in _bounds(cuts, measured):
             inside = [(t, m) for t, m in measured if t <= slowest and m <= cap]
             for minimise_time in (True, False):
@@ -369,7 +368,7 @@ def test_relaxed_cuts_within_bounds_hold_every_layouts_counts() -> None:
     for c, counts, _ in list(_several_kind_rows())[:8]:
         cuts = InterleavedCuts(c, counts)
         relaxed = cuts.relaxed
-        layouts = list(_every_cut(cuts.n, cuts.stages))
+        layouts = list(_every_cut(cuts.n, cuts.stages, cuts.pp))
         measured = [cuts.measure(layout) for layout in layouts]
         for slowest, cap in _bounds(cuts, measured)[1:]:
             listed = relaxed.within(slowest, cap, True, 10**6)
@@ -390,7 +389,7 @@ def test_suffix_sums_never_refuse_a_layouts_needs() -> None:
     for c, counts, _ in list(_several_kind_rows())[:6]:
         cuts = InterleavedCuts(c, counts)
         merged, place = cuts.relaxed.counts, cuts.relaxed.place
-        layouts = list(_every_cut(cuts.n, cuts.stages))
+        layouts = list(_every_cut(cuts.n, cuts.stages, cuts.pp))
         for layout in rng.sample(layouts, min(25, len(layouts))):
             left = [np.array(x) for x in rank_counts(layout, cuts.pp, merged)]
             pos = 0

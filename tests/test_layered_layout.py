@@ -1,6 +1,6 @@
 """The layered layout search (solver/search/layered.py) and the layout answers shared between rows (issue 15):
 on small rows with several kinds of block it finds a layout for exactly the per-rank counts some cut has and
-none for counts no cut has (enumeration of every interleaved cut), and a row's exact layout answers are the
+none for counts no cut has (enumeration of every holding of the cut family, tests/every_cut.py), and a row's exact layout answers are the
 same whichever row asked first. The ordered search through it alone: tests/test_interleaved_cuts.py."""
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ from parasol.solver.search.cut_program import UNBOUNDED
 from parasol.solver.search.cuts import rank_counts
 from parasol.solver.search.interleaved import InterleavedCuts
 from parasol.solver.search.layered import layered_layout
-from tests.test_interleaved_cuts import _every_cut, _several_kind_rows
+from tests.every_cut import distinct_cuts
+from tests.test_interleaved_cuts import _several_kind_rows
 
 
 def _layered(cuts: InterleavedCuts, targets: tuple[tuple[int, ...], ...]) -> tuple[int, ...] | None:
-    return layered_layout(np.array(cuts._prefix_codes[0], dtype=np.int64), cuts._suffix_arrays,
-                          cuts.relaxed.place.astype(np.int64), cuts.pp, cuts.vpp, np.array(targets, dtype=np.int64),
+    return layered_layout(np.array(cuts._prefix_codes[0], dtype=np.int64),
+                          [cuts._suffix_arrays[cuts._edge(r)] for r in range(cuts.pp)],
+                          cuts.relaxed.place.astype(np.int64), cuts.least, np.array(targets, dtype=np.int64),
                           lambda: False)
 
 
@@ -43,12 +45,12 @@ def test_layered_search_finds_exactly_the_counts_some_cut_has() -> None:
     for c, counts, _ in _several_kind_rows():
         cuts = InterleavedCuts(c, counts)
         merged = cuts.relaxed.counts
-        held = {tuple(map(tuple, rank_counts(layout, cuts.pp, merged))) for layout in _every_cut(cuts.n, cuts.stages)}
+        held = {tuple(map(tuple, rank_counts(layout, cuts.pp, merged))) for layout in distinct_cuts(cuts)}
         for targets in sorted(held):
             layout = _layered(cuts, targets)
             assert layout is not None and tuple(map(tuple, rank_counts(layout, cuts.pp, merged))) == targets
             found += 1
-        for targets in sorted({m for t in sorted(held)[::5] for m in _moved(t)} - held):
+        for targets in sorted({m for t in held for m in _moved(t)} - held):
             assert _layered(cuts, targets) is None
             refused += 1
     assert found >= 500 and refused >= 200
@@ -68,7 +70,7 @@ def test_exact_layouts_do_not_depend_on_the_row_that_asked_first() -> None:
             interleaved._layouts.cache_clear()
             cuts = InterleavedCuts(c, counts)
             merged = cuts.relaxed.counts
-            layouts = list(_every_cut(cuts.n, cuts.stages))[::7][:20]
+            layouts = distinct_cuts(cuts)[::7][:20]
             slowest, peak = (max(x) for x in zip(*(cuts.measure(layout) for layout in layouts), strict=True))
             sums = cuts.relaxed.decomposable(slowest, peak)
             samples.append([cuts.realise_exactly(np.array(rank_counts(layout, cuts.pp, merged)), sums)
@@ -76,7 +78,7 @@ def test_exact_layouts_do_not_depend_on_the_row_that_asked_first() -> None:
         interleaved._layouts.cache_clear()
         fresh = InterleavedCuts(second, counts)
         merged = fresh.relaxed.counts
-        layouts = list(_every_cut(fresh.n, fresh.stages))[::7][:20]
+        layouts = distinct_cuts(fresh)[::7][:20]
         sums = fresh.relaxed.decomposable(UNBOUNDED, UNBOUNDED)
         again = [fresh.realise_exactly(np.array(rank_counts(layout, fresh.pp, merged)), sums) for layout in layouts]
         assert samples[0] == samples[1] == again

@@ -27,6 +27,7 @@ from parasol.solver.search.cuts import rank_counts
 from parasol.solver.search.pools import solve_pools
 from parasol.solver.search.space import choice_variants, enumerate_rows, with_choices
 from parasol.solver.solutions import SOLUTIONS_DIR, bundled_problems
+from tests.every_cut import random_cuts
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = bundled_problems()
@@ -169,8 +170,7 @@ def test_rank_work_does_not_depend_on_vpp(name: str) -> None:
 def _random_cuts(rng: random.Random, row, counts: np.ndarray, n: int = 4) -> np.ndarray:  # noqa: ANN001
     """Blocks of each kind per pipeline rank of `n` random cuts of the row (n × PP × kinds)."""
     blocks = counts.shape[0] - 1
-    cuts = [sorted(rng.sample(range(1, blocks), row.pp * row.vpp - 1)) for _ in range(n)]
-    layouts = [tuple(b - a for a, b in zip([0, *c], [*c, blocks], strict=True)) for c in cuts]
+    layouts = random_cuts(rng, blocks, row.pp * row.vpp, row.pp, n)
     return np.array([rank_counts(layout, row.pp, counts) for layout in layouts])
 
 
@@ -415,7 +415,7 @@ def test_floor_with_memory_bounded_blocks_is_below_every_fitting_cut() -> None:
     usable HBM on every rank), and the step floor with each rank's blocks so bounded (reprice.step_floor_units
     with `usable`) stays below the exact step time of every step of the row's staircase under that HBM, on
     memory-tight rows of Qwen3-235B on 256 H100 (where it lifts some floors above the unbounded one), also rows
-    with more virtual stages than blocks, whose first and last rank may hold a block fewer (empty_stages.py)."""
+    with more virtual stages than blocks, whose first and last rank may leave stages empty (empty_stages.py)."""
     from parasol.solver.search.costs import most_blocks, usable_mb
     from parasol.solver.search.cuts import row_staircase
     from parasol.solver.search.reprice import step_floor_units, time_units

@@ -464,8 +464,8 @@ def test_least_heaviest_rank_is_the_best_whole_block_assignment() -> None:
 
 
 def test_least_heaviest_rank_with_a_least_per_rank_is_the_best_assignment() -> None:
-    """least_heaviest_rank with one least count per rank (empty_stages.least_rank_blocks: a block fewer on the
-    first and last rank where their edge stage may be empty), checked the same way, and equal to the scalar
+    """least_heaviest_rank with one least count per rank (empty_stages.least_rank_blocks: none on the first and
+    last rank of an interleaved row, whose stages may be empty), checked the same way, and equal to the scalar
     form when every rank's least is the same."""
     rng = np.random.default_rng(43)
     checked = 0

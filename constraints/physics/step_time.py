@@ -321,7 +321,7 @@ class _FloorParts:
         whole blocks, at least empty_stages.least_rank_blocks each and at most `most` (schedule.least_heaviest_rank
         over data_parallel's lines; 0 where a line falls with blocks)."""
         lightest = self.exchange_lightest
-        least = least_rank_blocks(vpp, len(self.held), len(self.rank_compute))
+        least = least_rank_blocks(vpp, len(self.rank_compute))
         return 0.0 if lightest is None else heaviest_of_lightest(self.data_parallel[0], lightest, self.blocks, least, most)
 
     def slowest_compute(self, vpp: int, most: np.ndarray | None = None) -> float:
@@ -329,7 +329,7 @@ class _FloorParts:
         when the ranks hold the model's whole blocks, at least empty_stages.least_rank_blocks each and at most
         `most` (schedule.least_heaviest_rank; 0 where a block's compute is negative)."""
         lightest = self.compute_lightest
-        least = least_rank_blocks(vpp, len(self.held), len(self.rank_compute))
+        least = least_rank_blocks(vpp, len(self.rank_compute))
         return 0.0 if lightest is None else heaviest_of_lightest(self.rank_compute, lightest, self.blocks, least, most)
 
 

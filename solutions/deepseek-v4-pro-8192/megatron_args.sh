@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# parasol: Megatron-LM launch flags for deepseek-v4-pro-8192, mapping 1 of 19 (Pareto rank 1)
-#   TP1 PP8 CP4 EP64 ETP1 VPP4 MBS1 GBS4096 seq 8192, recompute full; 8,192 GPUs = 1,024 nodes x 8 GPUs.
+# parasol: Megatron-LM launch flags for deepseek-v4-pro-8192, mapping 1 of 21 (Pareto rank 1)
+#   TP1 PP16 CP4 EP32 ETP1 VPP4 MBS1 GBS4096 seq 8192, recompute full; 8,192 GPUs = 1,024 nodes x 8 GPUs.
 # Run it on every host of the host order (hosts.txt) with NODE_RANK = the host's line (0-based) and
 # MASTER_ADDR = the first host: global rank = NODE_RANK * GPUs per node + local rank, the order in
 # which Megatron's groups (tp-cp-ep-dp-pp) land on the nodes as parasol judged them.
@@ -11,9 +11,9 @@ export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP or CP > 1 before Blackwell (Megatron-
 torchrun --nnodes 1024 --nproc-per-node 8 --node-rank "${NODE_RANK}" --master-addr "${MASTER_ADDR}" --master-port "${MASTER_PORT:-6000}" \
     pretrain_hybrid.py \
     --tensor-model-parallel-size 1 \
-    --pipeline-model-parallel-size 8 \
+    --pipeline-model-parallel-size 16 \
     --context-parallel-size 4 \
-    --expert-model-parallel-size 64 \
+    --expert-model-parallel-size 32 \
     --expert-tensor-parallel-size 1 \
     --use-distributed-optimizer \
     --overlap-grad-reduce \
@@ -21,7 +21,7 @@ torchrun --nnodes 1024 --nproc-per-node 8 --node-rank "${NODE_RANK}" --master-ad
     --micro-batch-size 1 \
     --global-batch-size 4096 \
     --seq-length 8192 \
-    --hybrid-layer-pattern 'HEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CE|HECE|HECE|HECE|HECE|HECE|HECE|HECE|HE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CE/WE' \
+    --hybrid-layer-pattern 'HE|HE|CE|HE|CE|HE|CE|HE|CE|HE|CE|HE|CE|HE|CE||HE|CE|HE|CE|HE|CE|HE|CE|HE|CE|HE|CE|HE|CE|HE||CE|HE|CE|HE|CE|HE|CE|HE|CE|HE|CE|HE|CE|HE|CE||HE|CE|HE|CE|HE|CE|HE|CE|HE|CE|HE|CE|HE|CE|HE|CE/WE' \
     --recompute-granularity full \
     --recompute-method uniform \
     --recompute-num-layers 1 \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# parasol: Megatron-LM launch flags for deepseek-v4-pro-gb200-nvl72, mapping 1 of 17 (Pareto rank 1)
-#   TP1 PP16 CP4 EP24 ETP1 VPP1 MBS1 GBS4608 seq 8192, recompute selective; 1,152 GPUs = 288 nodes x 4 GPUs.
+# parasol: Megatron-LM launch flags for deepseek-v4-pro-gb200-nvl72, mapping 1 of 12 (Pareto rank 1)
+#   TP1 PP16 CP4 EP24 ETP1 VPP3 MBS1 GBS4608 seq 8192, recompute selective; 1,152 GPUs = 288 nodes x 4 GPUs.
 # Run it on every host of the host order (hosts.txt) with NODE_RANK = the host's line (0-based) and
 # MASTER_ADDR = the first host: global rank = NODE_RANK * GPUs per node + local rank, the order in
 # which Megatron's groups (tp-cp-ep-dp-pp) land on the nodes as parasol judged them.
@@ -20,7 +20,7 @@ torchrun --nnodes 288 --nproc-per-node 4 --node-rank "${NODE_RANK}" --master-add
     --micro-batch-size 1 \
     --global-batch-size 4608 \
     --seq-length 8192 \
-    --hybrid-layer-pattern 'HEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CEHECEHE|CE/WE' \
+    --hybrid-layer-pattern 'HEHECE|HE|CE|HE|CE|HE|CE|HE|CE|HE|CE|HE|CE|HE|CE||HE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|||CE|HE|CE|HE|CE|HE|CE|HE|CE|HE|CE|HE|CE|HE|CE/WE' \
     --recompute-granularity selective \
     --recompute-modules moe_act \
     --moe-token-dispatcher-type flex \

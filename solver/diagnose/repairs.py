@@ -306,8 +306,7 @@ def best_cut(problem: Problem, mapping: Mapping, options: MegatronOptions) -> tu
     stages = mapping.pp * mapping.vpp
     if not schedule_fits_layout((1,) * stages, mapping.pp, problem.training.pipeline_schedule):
         return None
-    kinds = len(block_kinds(problem))
-    if stages > most_stages(problem.model.num_layers, kinds, mapping.vpp) or not whole_folding(
+    if stages > most_stages(problem.model.num_layers, mapping.vpp) or not whole_folding(
             mapping.gpus, mapping.gbs, mapping.tp, mapping.pp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.mbs):
         return None
     sized = sized_problem(problem, mapping, options)

@@ -1,6 +1,7 @@
 """The brute-force reference of `solve`: enumerate every row, judge it with the Python rules, try every
-cut (all compositions of the blocks into PP·VPP stages of at least one block, interleaved rows
-included, their first and last stage also empty where empty_stages.open_edges says so) under every
+cut (every way to cut the blocks into PP·VPP stages of at least one block, interleaved rows included,
+whose first and last rank's stages may also be empty: empty_stages.py; one per distinct holding of the
+ranks, which is all a cut's values and rules read) under every
 option the row may choose (callers pass one row per dispatcher and CP communication type,
 space.choice_variants; each under the memory saving it is kept with, fitting_saving), and keep the
 non-dominated points of the two front objectives (step time × peak memory by default).
@@ -17,7 +18,7 @@ import numpy as np
 from parasol.constraints.core.base import Constraint
 from parasol.constraints.evaluate import evaluate
 from parasol.problems.derived import default_layout
-from parasol.problems.empty_stages import least_piece, open_edges
+from parasol.problems.empty_stages import least_piece, open_stages
 from parasol.problems.loader import Problem
 from parasol.problems.schema import Objective
 from parasol.solver.search.costs import RowCosts, row_costs
@@ -27,8 +28,6 @@ from parasol.solver.search.objectives import DEFAULT_OBJECTIVES, SCALES, row_uni
 from parasol.solver.search.program import choice_rules, judged_rules, program_rules
 from parasol.solver.search.savings import NONE, open_savings, row_problem, with_saving
 from parasol.solver.search.space import Row
-
-MAX_LAYOUTS = 200_000
 
 
 @dataclass(frozen=True)
@@ -52,10 +51,11 @@ def front_of(points: list[RefPoint]) -> list[RefPoint]:
     return [ordered[i] for i in nondominated([q.values for q in ordered])]
 
 
-def compositions(total: int, parts: int, open_: bool = False):
-    """Every way to write `total` blocks as `parts` stages of at least one block, in order; `open_`: the
-    first and last stage may also hold none (empty_stages.least_piece)."""
-    least = [least_piece(i, parts, open_) for i in range(parts)]
+def compositions(total: int, parts: int, pp: int | None = None):
+    """Every way to write `total` blocks as `parts` stages of at least one block, in order; given `pp`, the
+    stages of the first and last of PP ranks (stage i on rank i mod PP) may also hold none
+    (empty_stages.least_piece)."""
+    least = [least_piece(i, pp or 1, pp is not None) for i in range(parts)]
     spare = total + parts - sum(least)
     for cuts in combinations(range(1, spare), parts - 1):
         edges = (0, *cuts, spare)
@@ -63,8 +63,34 @@ def compositions(total: int, parts: int, open_: bool = False):
 
 
 def row_layouts(row: Row, counts: np.ndarray) -> list[tuple[int, ...]]:
-    """Every cut of the row's PP·VPP virtual stages over the block sequence whose interval counts are `counts`."""
-    return list(compositions(counts.shape[0] - 1, row.pp * row.vpp, open_edges(counts.shape[2], row.vpp)))
+    """One cut of the row's PP·VPP virtual stages per distinct holding (every rank's kind counts) over the block
+    sequence whose interval counts are `counts`, the first in layout order, in layout order: a rank's time and
+    memory, and so every rule on a cut, depend only on its holding, so these stand for every cut."""
+    return holding_cuts(counts, row.pp, row.vpp)
+
+
+def holding_cuts(counts: np.ndarray, pp: int, vpp: int) -> list[tuple[int, ...]]:
+    """row_layouts' cuts: stage by stage over every partial cut at once, keeping one per (end block, holding so
+    far), the first in layout order (a prefix first in order stays first whatever follows it)."""
+    n, stages = counts.shape[0] - 1, pp * vpp
+    least = [least_piece(k, pp, open_stages(vpp)) for k in range(stages)]
+    place = np.cumprod(np.concatenate([[1], counts[0, n, :-1] + 1])).astype(np.int64)
+    codes = counts @ place
+    pos = np.zeros(1, dtype=np.int64)
+    held = np.zeros((1, pp), dtype=np.int64)
+    layout = np.zeros((1, 0), dtype=np.int64)
+    for k in range(stages):
+        low = np.full(len(pos), n) if k == stages - 1 else pos + least[k]
+        count = np.maximum(n - sum(least[k + 1:]) - low + 1, 0)
+        parent = np.repeat(np.arange(len(pos)), count)
+        end = low[parent] + np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+        held, layout = held[parent], np.concatenate([layout[parent], (end - pos[parent])[:, None]], axis=1)
+        held[:, k % pp] += codes[pos[parent], end]
+        order = np.lexsort((*layout.T[::-1], *held.T[::-1], end))
+        key = np.concatenate([end[:, None], held], axis=1)[order]
+        first = order[np.concatenate(([True], (key[1:] != key[:-1]).any(axis=1)))]
+        pos, held, layout = end[first], held[first], layout[first]
+    return sorted(tuple(int(x) for x in row) for row in layout)
 
 
 def row_points(c: RowCosts, counts: np.ndarray, usable: int, per_row: dict[Objective, int] | None = None,
@@ -76,8 +102,6 @@ def row_points(c: RowCosts, counts: np.ndarray, usable: int, per_row: dict[Objec
     (front_of breaks ties by layout), so the rules are judged in that order until one does."""
     row = c.row
     layouts = row_layouts(row, counts)
-    if len(layouts) > MAX_LAYOUTS:
-        raise ValueError(f"brute force: {len(layouts)} layouts for {row}; use a smaller problem")
     chosen = row_problem(problem, row) if problem is not None else None
     by_price: dict[tuple[int, int], list[tuple[int, ...]]] = {}
     for lay, priced in zip(layouts, _rank_prices(c, layouts, counts, usable), strict=True):
@@ -114,7 +138,7 @@ def _rank_prices(c: RowCosts, layouts: list[tuple[int, ...]], counts: np.ndarray
 
 
 def fitting_saving(problem: Problem, row: Row, counts: np.ndarray, usable: int) -> str | None:
-    """The saving a row is kept with, by enumeration of every cut: none when some cut fits as it is, else
+    """The saving a row is kept with, by enumeration of every holding (row_layouts): none when some cut fits as it is, else
     the first open saving under which one does (savings.py's rule), None when no cut fits under any."""
     layouts = row_layouts(row, counts)
     if not layouts:
@@ -130,7 +154,7 @@ def fitting_saving(problem: Problem, row: Row, counts: np.ndarray, usable: int) 
 def rule_feasible(problem: Problem, row: Row) -> bool:
     """Whether the row passes every rule the master posts and every rule on the options it chooses
     (Python verdicts under its options and saving, with an explicit layout as every solver answer has)."""
-    layout = default_layout(problem.model.num_layers, row.pp * row.vpp)
+    layout = default_layout(problem.model.num_layers, row.pp * row.vpp, row.pp)
     chosen = row_problem(problem, row)
     rules = program_rules(problem) + judged_rules(problem, "row") + choice_rules(chosen)
     return evaluate(chosen, row.mapping(chosen, layout), rules).feasible

@@ -48,7 +48,7 @@ def choice_rules_hold(problem: Problem, row: Row) -> bool:
     rules = choice_rules(chosen)
     if not rules:
         return True
-    mapping = row.mapping(chosen, default_layout(chosen.model.num_layers, row.pp * row.vpp))
+    mapping = row.mapping(chosen, default_layout(chosen.model.num_layers, row.pp * row.vpp, row.pp))
     return holds(chosen, mapping, rules)
 
 

@@ -695,7 +695,7 @@ def whole_block_memory_floor(c: RowCosts, totals: np.ndarray, unit: int, in_byte
     lines = _whole_block_lines(c, totals, in_bytes)
     if lines is None:
         return 0
-    heaviest = least_heaviest_rank_of_kinds(*lines, least_rank_blocks(c.row.vpp, len(totals), c.row.pp))
+    heaviest = least_heaviest_rank_of_kinds(*lines, least_rank_blocks(c.row.vpp, c.row.pp))
     return -(-int(heaviest * (1 - 1e-12)) // unit)
 
 

@@ -1,8 +1,9 @@
 """A CP-SAT program over one interleaved row's cut: is there a cut with every rank within a time and a
 memory bound? It settles the bounds the branch and bound (solver/search/interleaved.py) runs out of
-budget on. Boundaries b_0 = 0 < b_1 < … < b_{PP·VPP} = L; every prefix sum (time, static and activation
-MB, blocks of each kind) is read at a boundary by an element constraint; a rank's load is the sum of
-its virtual stages' differences, and its memory the RowCosts.stage_memory terms on them."""
+budget on. Boundaries b_0 = 0 ≤ b_1 ≤ … ≤ b_{PP·VPP} = L, each stage holding at least its least
+(empty_stages.py); every prefix sum (time, static and activation MB, blocks of each kind) is read at a
+boundary by an element constraint; a rank's load is the sum of its virtual stages' differences, and its
+memory the RowCosts.stage_memory terms on them."""
 
 from __future__ import annotations
 
@@ -30,9 +31,11 @@ def cut_within(cuts, slowest_us: int, cap_mb: int,  # noqa: ANN001 - Interleaved
     raises Undecided when CP-SAT runs out of work."""
     c, b, n, pp, k = cuts.c, cuts.b, cuts.n, cuts.pp, cuts.stages
     m = cp_model.CpModel()
-    bounds = [m.NewConstant(0)] + [m.NewIntVar(i, n - (k - i), f"b{i}") for i in range(1, k)] + [m.NewConstant(n)]
+    before, total = cuts.least_before, cuts.least_before[-1]
+    bounds = ([m.NewConstant(0)] + [m.NewIntVar(before[i], n - (total - before[i]), f"b{i}") for i in range(1, k)]
+              + [m.NewConstant(n)])
     for i in range(k):
-        m.Add(bounds[i + 1] >= bounds[i] + 1)
+        m.Add(bounds[i + 1] >= bounds[i] + cuts.least[i])
     kinds = len(c.kind_static)
 
     def read(table: tuple[int, ...] | list[int], name: str) -> list[cp_model.IntVar]:

@@ -40,26 +40,27 @@ class Declined(Exception):
     deadline passed."""
 
 
-def _start_options(h: int, q: int, n: int, pp: int, rounds: int) -> list[list[int]]:
-    """For rounds 1 … rounds−1, the classes round j may start at: it starts at least j·PP blocks in and leaves
-    at least (rounds − j)·PP."""
+def _start_options(h: int, q: int, n: int, per_round: int, rounds: int) -> list[list[int]]:
+    """For rounds 1 … rounds−1, the classes round j may start at: it starts at least j·per_round blocks in and
+    leaves at least (rounds − j)·per_round (per_round: the fewest blocks a round holds, PP on a closed row, PP − 2
+    where the edge ranks' stages may be empty)."""
     def of(p: int) -> int:
         return p if p < h else h + (p - h) % q
 
-    return [sorted({of(p) for p in range(j * pp, n - (rounds - j) * pp + 1)}) for j in range(1, rounds)]
+    return [sorted({of(p) for p in range(j * per_round, n - (rounds - j) * per_round + 1)}) for j in range(1, rounds)]
 
 
-def states(h: int, q: int, n: int, pp: int, rounds: int) -> int:
+def states(h: int, q: int, n: int, per_round: int, rounds: int) -> int:
     """An upper bound on the (front classes, start classes) combinations of the program: round 0's front
     takes any class, a later round's any class its start can reach."""
     size = h + q
-    for options in _start_options(h, q, n, pp, rounds):
+    for options in _start_options(h, q, n, per_round, rounds):
         size *= len(options) * (h + q if options and options[0] < h else q)
     return size
 
 
 @functools.lru_cache(maxsize=256)
-def period(seq: tuple[int, ...], pp: int, rounds: int) -> tuple[int, int]:
+def period(seq: tuple[int, ...], per_round: int, rounds: int) -> tuple[int, int]:
     """(h, q): the lead-in length and period with seq[i] == seq[i + q] for every i >= h, chosen for the fewest
     program states (at least h + q, so longer periods cannot beat a count already found)."""
     n = len(seq)
@@ -70,7 +71,7 @@ def period(seq: tuple[int, ...], pp: int, rounds: int) -> tuple[int, int]:
         h = n - q
         while h > 0 and seq[h - 1] == seq[h - 1 + q]:
             h -= 1
-        cost = states(h, q, n, pp, rounds)
+        cost = states(h, q, n, per_round, rounds)
         if best is None or cost < best[0]:
             best = (cost, h, q)
     assert best is not None
@@ -93,9 +94,10 @@ class Classes:
         return position if position < self.h else self.h + (position - self.h) % self.q
 
 
-def classes(seq: tuple[int, ...], groups: int, pp: int, rounds: int) -> Classes:
-    """The position classes of `seq` (group index per block) and their piece tables."""
-    return classes_of(seq, groups, *period(seq, pp, rounds))
+def classes(seq: tuple[int, ...], groups: int, per_round: int, rounds: int) -> Classes:
+    """The position classes of `seq` (group index per block) and their piece tables, for rounds of at least
+    `per_round` blocks."""
+    return classes_of(seq, groups, *period(seq, per_round, rounds))
 
 
 def classes_of(seq: tuple[int, ...], groups: int, h: int, q: int) -> Classes:
@@ -131,6 +133,8 @@ class _Pieces:
     """Per rank (rows) and piece set (columns), time µs and memory MB."""
     spread: np.ndarray
     """Per piece set, Σ |length · stages − n| over its pieces: how far from even it is."""
+    empty: np.ndarray
+    """Per piece set, whether one of its pieces holds no block (only an edge rank of an open row takes it)."""
 
 
 @dataclass(frozen=True)
@@ -184,8 +188,14 @@ class FrontProgram:
         self.cuts = cuts
         self.pp, self.vpp, self.n = cuts.pp, cuts.vpp, cuts.n
         self.relaxed = cuts.relaxed
-        self.cl = classes(tuple(int(g) for g in groups), len(self.relaxed.groups), self.pp, self.vpp)
-        self.size = states(self.cl.h, self.cl.q, self.n, self.pp, self.vpp)
+        self.per_round = cuts.least_before[self.pp]
+        """The fewest blocks one round holds (every stage's least, empty_stages.py)."""
+        self.rank_least = [sum(cuts.least[r::self.pp]) for r in range(self.pp)]
+        """The fewest blocks each rank holds."""
+        self.longest = self.n - cuts.least_before[-1] + max(self.rank_least)
+        """The most blocks one rank may hold (the others holding their least)."""
+        self.cl = classes(tuple(int(g) for g in groups), len(self.relaxed.groups), self.per_round, self.vpp)
+        self.size = states(self.cl.h, self.cl.q, self.n, self.per_round, self.vpp)
         self.tables: dict[tuple[int, ...], list[_Pieces]] = {}
         self.radix = (self.cl.h + self.cl.q) ** np.arange(self.vpp, dtype=np.int64)
 
@@ -194,7 +204,7 @@ class FrontProgram:
         """Every combination of start classes of rounds 1 … VPP−1 (_start_options), listed when a question is
         first asked: only of a usable program, whose state bound (size) their count stays within; a row of
         many block kinds and rounds (Nemotron-3 Ultra) would list billions."""
-        return list(itertools.product(*_start_options(self.cl.h, self.cl.q, self.n, self.pp, self.vpp)))
+        return list(itertools.product(*_start_options(self.cl.h, self.cl.q, self.n, self.per_round, self.vpp)))
 
     @property
     def usable(self) -> bool:
@@ -211,10 +221,9 @@ class FrontProgram:
             return min(known, key=lambda t: len(t.total))
         slowest_us = max([slowest_us, *(t.slowest_us for t in self.tables.get(entry, []))])
         cap_mb = max([cap_mb, *(t.cap_mb for t in self.tables.get(entry, []))])
-        cl, v, pp = self.cl, self.vpp, self.pp
-        longest = self.n - pp * v + v
+        cl, v, pp, longest = self.cl, self.vpp, self.pp, self.longest
         groups = cl.content.shape[2]
-        span = np.arange(1, self.n - pp * v + 2)
+        span = np.arange(0 if self.cuts.open else 1, min(self.n, self.n - self.cuts.least_before[-1] + 1) + 1)
         vec = np.zeros((1, groups), dtype=np.int64)
         ends = np.zeros((1, 0), dtype=np.int64)
         lengths = np.zeros((1, 0), dtype=np.int64)
@@ -231,14 +240,16 @@ class FrontProgram:
             vec, ends, lengths = vec[keep], ends[keep], lengths[keep]
             evenest = np.argsort(np.abs(lengths * (pp * v) - self.n).sum(axis=1), kind="stable")
             vec, ends, lengths = vec[evenest], ends[evenest], lengths[evenest]
-            distinct = np.unique(np.concatenate([vec, ends], axis=1), axis=0, return_index=True)[1]
+            empty = (lengths == 0).any(axis=1, keepdims=True)
+            distinct = np.unique(np.concatenate([vec, ends, empty], axis=1), axis=0, return_index=True)[1]
             vec, ends, lengths = vec[distinct], ends[distinct], lengths[distinct]
             if len(vec) > MOVE_LIMIT:
                 raise Declined
         code = ends @ self.radix
         time, memory = self.relaxed.costs(vec)
         spread = np.abs(lengths * (pp * v) - self.n).sum(axis=1)
-        table = _Pieces(slowest_us, cap_mb, ends, code, vec.sum(axis=1), lengths, time, memory, spread)
+        table = _Pieces(slowest_us, cap_mb, ends, code, vec.sum(axis=1), lengths, time, memory, spread,
+                        (lengths == 0).any(axis=1))
         self.tables[entry] = [*self.tables.get(entry, [])[-(TABLES_KEPT - 1):], table]
         return table
 
@@ -255,10 +266,13 @@ class FrontProgram:
         fronts, blocks taken), the least score (the objective, or with `within` set the pieces' spread among
         moves whose objective is within it) and the piece lengths that have it."""
         parts = []
+        edge = self.rank_least[r] == 0
         for i, entry in enumerate(self._decode(keys).tolist()):
             t = self._pieces(tuple(entry), question.slowest_us, question.cap_mb)
             objective = t.time[r] if question.minimise_time else t.memory[r]
             fit = (t.time[r] <= question.slowest_us) & (t.memory[r] <= question.cap_mb)
+            if not edge:
+                fit &= ~t.empty
             if question.within is not None:
                 fit &= objective <= question.within
             ok = np.flatnonzero(fit)
@@ -291,7 +305,8 @@ class FrontProgram:
         v, n, cl, pp = self.vpp, self.n, self.cl, self.pp
         add = question.within is not None
         gn = len(self.starts)
-        longest = n - pp * v + v
+        longest = self.longest
+        after = [sum(self.rank_least[r + 1:]) for r in range(pp)]
         first = np.array([self._code((cl.of(0), *g)) for g in self.starts], dtype=np.int64)
         keys = np.unique(first)
         values = np.full((len(keys), 1, gn), INF, dtype=np.int64)
@@ -310,7 +325,7 @@ class FrontProgram:
             width = values.shape[1]
             least, most = int(moves.total.min()), int(moves.total.max())
             new_lo = max(lo + least, n - (pp - r - 1) * longest)
-            new_hi = min(lo + width - 1 + most, n - (pp - r - 1) * v)
+            new_hi = min(lo + width - 1 + most, n - after[r])
             if new_hi < new_lo:
                 return None
             if len(moves.src) * (new_hi - new_lo + 1) * gn > CELL_LIMIT:

@@ -7,8 +7,9 @@ sequence and no contiguous DP applies. Step time depends on the cut only through
 memory depend only on how many blocks of each kind it holds. RankTotals's DP over the ranks' running
 kind totals gives a lower bound on every question (least slowest time under a memory cap, least peak
 memory under a time bound); when `realise` finds a layout whose ranks hold exactly the relaxed cut's
-totals, that cut is the answer, proved. With one kind of block that always happens, also when the first and
-last virtual stage may hold no block (empty_stages.py: the embedding or the loss alone). With several (where
+totals, that cut is the answer, proved. With one kind of block that always happens. Every search here covers
+the same family of cuts (empty_stages.py: the first and last rank's virtual stages may hold no block, every
+other stage at least one; InterleavedCuts.least). With several kinds (where
 the exact front and round programs of fronts.py and rounds.py decline), the ordered search lists the
 relaxed cuts up to rising levels of value and lays each out exactly, least value first: the first laid out
 is the answer, proved (`InterleavedCuts.ordered_cut`). Where it lists too many or a layout search runs
@@ -17,12 +18,13 @@ partial cut as soon as a rank is over the time or memory bound, or the ranks sti
 cannot take the remaining blocks' time or memory (both sums are admissible: a block adds at least its
 static memory and the floor of its activation share to any rank). Partial cuts proved impossible
 are remembered per bound, so tightening a bound reuses them. Every bound the search answers "no"
-to is a proof, so the cuts it returns are the best under each memory cap, not a family's best.
+to is a proof, so the cuts it returns are the best under each memory cap of the whole family.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import operator
 import time
@@ -33,7 +35,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from parasol.problems.empty_stages import least_piece, open_edges
+from parasol.problems.derived import default_layout
+from parasol.problems.empty_stages import edge_rank, least_piece, open_stages
 from parasol.solver.search.costs import MEMORY_UNIT_MB, MICROSECONDS, TIME_UNIT_S, RowCosts
 from parasol.solver.search.cut_program import UNBOUNDED, Undecided, cut_within
 from parasol.solver.search.fronts import Declined, FrontProgram
@@ -173,10 +176,12 @@ class InterleavedCuts:
         self.pp, self.vpp = c.row.pp, c.row.vpp
         self.stages = self.pp * self.vpp
         self.n = counts.shape[0] - 1
-        self.open = open_edges(counts.shape[2], self.vpp)
-        """Whether the first and last virtual stage may hold no block (empty_stages.py): a sequence of one kind, whose
-        relaxation always has a layout; the searches past it (branch and bound, two-chunk and CP-SAT programs)
-        place pieces of at least one block, so an open row they would have to answer is left unproved."""
+        self.open = open_stages(self.vpp)
+        """Whether the first and last rank's virtual stages may hold no block (empty_stages.py)."""
+        self.least = tuple(least_piece(k, self.pp, self.open) for k in range(self.stages))
+        """The fewest blocks each virtual stage holds."""
+        self.least_before = (0, *itertools.accumulate(self.least))
+        """least_before[k]: the fewest blocks stages 0…k−1 hold together."""
         self.b = _blocks(c, counts)
         kinds = len(c.kind_static)
         self.peak_of = [max([0] + [c.kind_peak[k] for k in range(kinds) if mask >> k & 1]) for mask in range(1 << kinds)]
@@ -254,7 +259,8 @@ class InterleavedCuts:
 
     def realise(self, targets: list[np.ndarray], sums: list[set[int]]) -> tuple[int, ...] | None:
         """A layout whose ranks hold exactly `targets` (blocks of each kind per rank), every virtual stage
-        non-empty but an open edge's (InterleavedCuts.open); None when the search finds none within REALISE_BUDGET partial layouts. Stages are placed
+        holding at least its least (InterleavedCuts.least); None when the search finds none within REALISE_BUDGET
+        partial layouts. Stages are placed
         in order, a rank's pieces nearest its even share of what it still needs, and only pieces that leave
         it a need some j intervals can hold (`sums[j]`: codes, RankTotals.decomposable) for its j stages left.
         Answered once per targets for every row alike (_layout_for)."""
@@ -297,16 +303,19 @@ class InterleavedCuts:
             if self.late():
                 raise
         try:
-            return layered_layout(np.array(self._prefix_codes[0], dtype=np.int64), self._suffix_arrays,
-                                  self.relaxed.place.astype(np.int64), self.pp, self.vpp,
+            return layered_layout(np.array(self._prefix_codes[0], dtype=np.int64),
+                                  [self._suffix_arrays[self._edge(r)] for r in range(self.pp)],
+                                  self.relaxed.place.astype(np.int64), self.least,
                                   np.array(left, dtype=np.int64), self.late)
         except LayersSpent as e:
             raise OutOfBudget from e
 
     @functools.cached_property
-    def _suffix_arrays(self) -> list[np.ndarray]:
-        """_suffix as arrays (start block × bytes), one per number of intervals, for the layered search."""
-        return [np.frombuffer(b"".join(row), dtype=np.uint8).reshape(self.n + 2, -1) for row in self._suffix]
+    def _suffix_arrays(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """_suffix and _edge_suffix as arrays (start block × bytes), one per number of intervals, for the layered
+        search."""
+        return tuple([np.frombuffer(b"".join(row), dtype=np.uint8).reshape(self.n + 2, -1) for row in table]
+                     for table in (self._suffix, self._edge_suffix))
 
     def _realise(self, left: list[tuple[int, ...]], sums: list[set[int]], budget: int | None = None,
                  exact: bool = False) -> tuple[int, ...] | None:
@@ -326,7 +335,7 @@ class InterleavedCuts:
         layout: list[int] = []
         failed: set[tuple] = set()
         nodes = [0]
-        last = self._last_rank_sums(sums)
+        edge = self._edge_sums(sums)
 
         def go(k: int, pos: int) -> bool:
             if k == self.stages:
@@ -343,12 +352,12 @@ class InterleavedCuts:
             r, rounds = k % self.pp, self.vpp - k // self.pp
             need, code = left[r], codes[r]
             top = min(pos + sum(need) - self._rank_later(r, rounds), self.n - self._later(k))
-            later = self._suffix[rounds - 1] if exact else None
-            allowed = (last if r == self.pp - 1 else sums)[rounds - 1]
-            for end, rest in self._realise_moves(pos, top, need, code, rounds, at, coded, allowed,
-                                                 least_piece(k, self.stages, self.open)):
+            later = self._rank_suffix(r)[rounds - 1] if exact else None
+            allowed = (edge if self._edge(r) else sums)[rounds - 1]
+            for end, rest in self._realise_moves(pos, top, need, code, rounds, at, coded, allowed, self.least[k],
+                                                 self._empty_at(k, sum(need), rounds)):
                 remaining = code - coded[end] + coded[pos]
-                if later is not None and not later[min(end + self.pp - 1, self.n + 1)][remaining >> 3] >> (remaining & 7) & 1:
+                if later is not None and not later[min(end + self._between(k), self.n + 1)][remaining >> 3] >> (remaining & 7) & 1:
                     continue
                 left[r], codes[r] = rest, remaining
                 layout.append(end - pos)
@@ -363,21 +372,47 @@ class InterleavedCuts:
 
     def _suffix_holds(self, k: int, pos: int, codes: list[int]) -> bool:
         """Whether every rank's remaining need (`codes`) is held by as many intervals of blocks pos… as it
-        has virtual stages from stage k on, each starting past the stages before it (_suffix_sums)."""
+        has virtual stages from stage k on (at most as many on an edge rank, whose stages may be empty), each
+        starting past the least the stages before it hold (_suffix_sums)."""
         pp, n = self.pp, self.n
         for q, code in enumerate(codes):
             ahead = (q - k) % pp
             stages = 0 if k + ahead >= self.stages else (self.stages - 1 - k - ahead) // pp + 1
-            if not self._suffix[stages][min(pos + ahead, n + 1)][code >> 3] >> (code & 7) & 1:
+            start = pos + self.least_before[min(k + ahead, self.stages)] - self.least_before[k]
+            if not self._rank_suffix(q)[stages][min(start, n + 1)][code >> 3] >> (code & 7) & 1:
                 return False
         return True
+
+    def _between(self, k: int) -> int:
+        """The fewest blocks the virtual stages between stage k and its rank's next one hold."""
+        return self.least_before[min(k + self.pp, self.stages)] - self.least_before[min(k + 1, self.stages)]
+
+    def _edge(self, r: int) -> bool:
+        """Whether rank r's virtual stages may hold no block (empty_stages.py)."""
+        return self.open and edge_rank(r, self.pp)
+
+    def _rank_suffix(self, r: int) -> tuple[tuple[bytes, ...], ...]:
+        """_suffix as rank r reads it: an edge rank's j stages may hold fewer than j intervals."""
+        return self._edge_suffix if self._edge(r) else self._suffix
 
     @functools.cached_property
     def _suffix(self) -> tuple[tuple[bytes, ...], ...]:
         """The sequence's _suffix_sums for this row's PP and VPP, each bit set as bytes (bit `code` is bit
         code & 7 of byte code >> 3: a test reads one byte, not the whole set)."""
-        return tuple(tuple(_as_bytes(bits, self.relaxed.size) for bits in row)
-                     for row in _suffix_sums(*self.relaxed.key, self.pp - 1, self.vpp))
+        return tuple(tuple(_as_bytes(bits, self.relaxed.size) for bits in row) for row in self._suffix_bits)
+
+    @functools.cached_property
+    def _edge_suffix(self) -> tuple[tuple[bytes, ...], ...]:
+        """_suffix with j intervals read as at most j (an edge rank's stages may be empty)."""
+        rows = list(itertools.accumulate(self._suffix_bits, lambda held, row: tuple(map(operator.or_, held, row))))
+        return tuple(tuple(_as_bytes(bits, self.relaxed.size) for bits in row) for row in rows)
+
+    @functools.cached_property
+    def _suffix_bits(self) -> tuple[tuple[int, ...], ...]:
+        """_suffix_sums for this row: a rank's consecutive stages lie at least the least the stages between
+        them hold apart (PP − 1 blocks on a closed row, PP − 3 past the edge ranks' stages on an open one)."""
+        gap = min((self._between(k) for k in range(self.stages - self.pp)), default=self.pp - 1)
+        return _suffix_sums(*self.relaxed.key, gap, self.vpp)
 
     def _counts_path(self, need: list[int], sums: list[set[int]]) -> tuple[int, ...] | None:
         """One kind group: the layout of realise's first path, each stage taking _realise_moves' first piece
@@ -386,12 +421,18 @@ class InterleavedCuts:
         if self.stages > REALISE_BUDGET:
             return None
         layout: list[int] = []
-        pos, last = 0, self._last_rank_sums(sums)
+        pos, edge = 0, self._edge_sums(sums)
         for k in range(self.stages):
             r, rounds = k % self.pp, self.vpp - k // self.pp
             most = min(need[r] - self._rank_later(r, rounds), self.n - self._later(k) - pos)
-            length = _first_length(need[r], rounds, most, (last if r == self.pp - 1 else sums)[rounds - 1],
-                                   least_piece(k, self.stages, self.open))
+            allowed = (edge if self._edge(r) else sums)[rounds - 1]
+            empty = self._empty_at(k, need[r], rounds)
+            if empty == "first" and need[r] in allowed:
+                length: int | None = 0
+            else:
+                length = _first_length(need[r], rounds, most, allowed, 1 if empty == "last" else self.least[k])
+                if length is None and empty == "last" and need[r] in allowed:
+                    length = 0
             if length is None:
                 return None
             need[r] -= length
@@ -407,31 +448,45 @@ class InterleavedCuts:
         place = [int(x) for x in self.relaxed.place]
         return at, [sum(x * w for x, w in zip(v, place, strict=True)) for v in at]
 
-    def _last_rank_sums(self, sums: list[set[int]]) -> list[set[int]]:
-        """`sums` as the last rank reads them: where its last virtual stage may hold no block, what it still
-        needs over j stages may also be a sum of j − 1 intervals."""
+    def _edge_sums(self, sums: list[set[int]]) -> list[set[int]]:
+        """`sums` as an edge rank reads them: its stages may hold no block, so what it still needs over j stages
+        may be a sum of fewer intervals."""
         if not self.open:
             return sums
-        return [sums[0], *(sums[j] | sums[j - 1] for j in range(1, len(sums)))]
+        return list(itertools.accumulate(sums, operator.or_))
 
     def _later(self, k: int) -> int:
         """The fewest blocks the virtual stages after stage k hold together (empty_stages.least_piece)."""
-        later = self.stages - k - 1
-        return later - (self.open and later > 0)
+        return self.least_before[-1] - self.least_before[k + 1]
 
     def _rank_later(self, r: int, rounds: int) -> int:
         """The fewest blocks rank r's virtual stages after its current one hold, `rounds` stages left to it."""
-        return rounds - 1 - (self.open and r == self.pp - 1 and rounds > 1)
+        return 0 if self._edge(r) else rounds - 1
+
+    def _empty_at(self, k: int, blocks: int, rounds: int) -> str:
+        """Where realise tries an empty piece at stage k of an edge rank that holds fewer blocks than it has
+        stages left: "first" on the first rank, "last" on the last (after every other piece), so the first rank's
+        empty stages come first and the last rank's last, the embedding and the loss keeping the outermost stages
+        to themselves (`E|(t|)*126,L`, Llama 3 405B's published layout); "" where the evenest order decides."""
+        if self.least[k] or blocks >= rounds or rounds == 1:
+            return ""
+        return "first" if k % self.pp == 0 else "last"
 
     @staticmethod
     def _realise_moves(pos: int, top: int, need: tuple[int, ...], code: int, rounds: int, at: list[tuple[int, ...]],
-                       coded: list[int], allowed: set[int], least: int = 1) -> Iterator[tuple[int, tuple[int, ...]]]:
+                       coded: list[int], allowed: set[int], least: int = 1,
+                       empty: str = "") -> Iterator[tuple[int, tuple[int, ...]]]:
         """realise's pieces from block `pos` to an end at most `top` for a rank that still needs `need` (coded
-        `code`) over `rounds` stages, in order: evenest size first, then nearest the rank's share by kind; a
-        piece qualifies when it holds at least `least` blocks, what it leaves is non-negative and its code is
-        in `allowed`. Lazily, one size group at a time: the search mostly takes the first piece."""
+        `code`) over `rounds` stages, in order: evenest size first, then nearest the rank's share by kind, the
+        empty piece first or last as `empty` says (InterleavedCuts._empty_at); a piece qualifies when it holds at
+        least `least` blocks, what it leaves is non-negative and its code is in `allowed`. Lazily, one size group
+        at a time: the search mostly takes the first piece."""
         blocks = sum(need)
         low = max(pos + blocks if rounds == 1 else pos + least, pos + least)
+        if empty:
+            if empty == "first" and code in allowed:
+                yield pos, need
+            low = max(low, pos + 1)
         here, base = at[pos], coded[pos]
         for alike in _by_unevenness(pos, low, top, blocks, rounds):
             valid = []
@@ -445,6 +500,8 @@ class InterleavedCuts:
                 valid.sort(key=lambda move: (sum(abs((y - x) * rounds - y) for x, y in zip(move[1], need, strict=True)),
                                              move[0]))
             yield from valid
+        if empty == "last" and code in allowed:
+            yield pos, need
 
     @functools.cached_property
     def fronts(self) -> FrontProgram | None:
@@ -605,28 +662,29 @@ class InterleavedCuts:
                 return False
         b, c = self.b, self.c
         left = self.stages - k - 1
-        top = self.n - left
+        least = self.least[k]
         t0, s0, a0, m0 = ranks[r]
         edge_t = c.edge_time_us[r]
         sizes = []
         mask = m0
-        for j in range(pos + 1, top + 1):
+        for j in range(pos + least, self.n - self._later(k) + 1):
             t = t0 + b.time[j] - b.time[pos]
             if edge_t + t > slowest_us:
                 break
-            mask |= b.bit[j - 1]
+            if j > pos:
+                mask |= b.bit[j - 1]
             state = (t, s0 + b.static[j] - b.static[pos], a0 + b.act[j] - b.act[pos], mask)
             if self.memory(r, state[1], state[2], state[3]) > cap_mb:
                 break
             sizes.append(state)
         later = range(r + 1, self.pp) if last_round else range(self.pp)
         ideal = (self.n - pos) / (left + 1)
-        order = sorted(range(len(sizes)), key=lambda i: (abs(i + 1 - ideal), i))
+        order = sorted(range(len(sizes)), key=lambda i: (abs(i + least - ideal), i))
         for i in order:
-            end = pos + i + 1
+            end = pos + least + i
             ranks[r] = sizes[i]
             if self._room(end, ranks, later, slowest_us, cap_mb):
-                layout.append(i + 1)
+                layout.append(least + i)
                 if self._place(k + 1, end, ranks, layout, slowest_us, cap_mb):
                     ranks[r] = (t0, s0, a0, m0)
                     return True
@@ -688,12 +746,14 @@ class InterleavedCuts:
 
     def fit(self, cap_mb: int) -> bool | None:
         """Whether some cut keeps every rank within `cap_mb`, None when the question is left open (budget or
-        deadline spent): the quick search, then `decide`."""
-        settled, layout = self.settle(UNBOUNDED, cap_mb, False)
+        deadline spent): the relaxation (no relaxed cut fits, or one it realises does), then `settle`'s fastest cut
+        within the cap (one pass of the exact programs, whose time floors the staircase's first step reuses; the
+        leanest would add an evenness pass), the quick search, then `decide`."""
+        settled, layout = self.relaxed_cut(UNBOUNDED, cap_mb, False)
+        if not settled:
+            settled, layout = self.settle(UNBOUNDED, cap_mb, True)
         if settled:
             return layout is not None
-        if self.open:
-            return None
         try:
             return self.find(UNBOUNDED, cap_mb, FIRST_BUDGET) is not None
         except OutOfBudget:
@@ -710,8 +770,6 @@ class InterleavedCuts:
         settled, layout = self.settle(UNBOUNDED, cap_mb, True)
         if settled:
             return layout, True
-        if self.open:
-            return None, False
         try:
             first = self.find(UNBOUNDED, cap_mb, FIRST_BUDGET)
             if first is None:
@@ -768,8 +826,6 @@ class InterleavedCuts:
         if settled:
             assert layout is not None
             return layout, True
-        if self.open:
-            return None, False
         bound = self.relaxed.leanest_mb(slowest_us, cap_mb)
         assert bound is not None
         start = incumbent()
@@ -838,8 +894,9 @@ def _suffix_sums(raw: bytes, shape: tuple[int, ...], pattern: tuple[int, ...], g
                  rounds: int) -> tuple[tuple[int, ...], ...]:
     """Per j = 0..rounds and start block s = 0..n+1, the codes (RankTotals.place) of the kind counts j
     intervals of blocks s… hold, each next one starting `gap` blocks or more past the last one's end, as a
-    bit set (bit `code`). With gap = PP − 1 a rank's remaining virtual stages are such intervals (the other
-    ranks' stages between two of its own are never empty): realise_exactly prunes by them."""
+    bit set (bit `code`). With `gap` the least the other ranks' stages between two of a rank's own hold (PP − 1
+    on a closed row, fewer where edge ranks' stages may be empty), a rank's remaining non-empty virtual stages
+    are such intervals: realise_exactly prunes by them."""
     seq = _sequence(raw, shape, pattern)
     n = shape[0] - 1
     codes = (seq.counts @ seq.place).tolist()
@@ -857,33 +914,35 @@ def _suffix_sums(raw: bytes, shape: tuple[int, ...], pattern: tuple[int, ...], g
 
 
 @functools.lru_cache(maxsize=64)
-def _rank_sums(raw: bytes, shape: tuple[int, ...], pattern: tuple[int, ...], pp: int, vpp: int, rank: int) -> int:
-    """The codes (RankTotals.place) of the kind counts pipeline rank `rank` can hold in some cut, as a bit set:
-    sums of one interval per virtual stage of its, stage i starting at block i or later (the stages before
-    it are never empty) and ending early enough for the stages after it, the first stage starting at block
-    0, the last ending at the last block, and two stages of the rank PP − 1 blocks apart or more."""
+def _rank_sums(raw: bytes, shape: tuple[int, ...], pattern: tuple[int, ...], least: tuple[int, ...], pp: int,
+               rank: int) -> int:
+    """The codes (RankTotals.place) of the kind counts pipeline rank `rank` can hold in some cut whose virtual
+    stages hold at least `least` blocks each, as a bit set: sums of one interval per virtual stage of its, stage
+    i holding at least its least, starting no earlier than the least the stages before it hold and ending early
+    enough for the stages after it, the first stage starting at block 0, the last ending at the last block, and
+    two stages of the rank at least the least of the stages between them apart."""
     seq = _sequence(raw, shape, pattern)
-    n, stages = shape[0] - 1, pp * vpp
+    n, stages = shape[0] - 1, len(least)
+    before = (0, *itertools.accumulate(least))
     codes = (seq.counts @ seq.place).tolist()
     ends: list[int] = []
-    for v in range(vpp):
-        i = rank + v * pp
-        starts = range(0, 1) if i == 0 else range(i, n - (stages - i) + 1)
-        last_end = n - (stages - 1 - i)
+    for i in range(rank, stages, pp):
+        starts = range(0, 1) if i == 0 else range(before[i], n - (before[-1] - before[i]) + 1)
+        last_end = n - (before[-1] - before[i + 1])
         reach = [0] * (n + 1)
-        if v == 0:
+        if i < pp:
             for s in starts:
                 reach[s] = 1
         else:
-            running = 0
+            gap, running = before[i] - before[i - pp + 1], 0
             for s in range(n + 1):
-                if s - pp + 1 >= 0:
-                    running |= ends[s - pp + 1]
+                if s - gap >= 0:
+                    running |= ends[s - gap]
                 reach[s] = running
         now = [0] * (n + 1)
         for s in starts:
             if reach[s]:
-                for e in range(n if i == stages - 1 else s + 1, last_end + 1):
+                for e in range(n if i == stages - 1 else s + least[i], last_end + 1):
                     now[e] |= reach[s] << codes[s][e]
         ends = now
     out = 0
@@ -893,10 +952,10 @@ def _rank_sums(raw: bytes, shape: tuple[int, ...], pattern: tuple[int, ...], pp:
 
 
 @functools.lru_cache(maxsize=64)
-def _rank_held(raw: bytes, shape: tuple[int, ...], pattern: tuple[int, ...], pp: int, vpp: int, rank: int,
-               size: int) -> np.ndarray:
+def _rank_held(raw: bytes, shape: tuple[int, ...], pattern: tuple[int, ...], least: tuple[int, ...], pp: int,
+               rank: int, size: int) -> np.ndarray:
     """_rank_sums as an array of `size` flags by code."""
-    packed = np.frombuffer(_as_bytes(_rank_sums(raw, shape, pattern, pp, vpp, rank), size), dtype=np.uint8)
+    packed = np.frombuffer(_as_bytes(_rank_sums(raw, shape, pattern, least, pp, rank), size), dtype=np.uint8)
     return np.unpackbits(packed, bitorder="little")[:size].astype(bool)
 
 
@@ -951,11 +1010,15 @@ class _CountRanges(NamedTuple):
     cost: np.ndarray
 
 
+EMPTY = np.zeros(1, dtype=np.int64)
+"""The code of the empty piece (no block of any kind)."""
+
+
 class RankTotals:
     """A relaxation of the interleaved cut that keeps what a rank can hold and drops where: every rank takes
     VPP block intervals of the sequence (as kind counts; the first rank's first one starts at block 0, the
-    last rank's last one ends at the last block, and those two may be empty where the edge stages are open,
-    InterleavedCuts.open), and the ranks' counts add up to the model's. A dynamic
+    last rank's last one ends at the last block, and on an open row any of those two ranks' intervals may be
+    empty, InterleavedCuts.open), and the ranks' counts add up to the model's. A dynamic
     program over the ranks' running kind totals gives the least slowest-rank time under a memory cap and
     the least peak memory under a time bound, both lower bounds of any true cut's."""
 
@@ -975,11 +1038,10 @@ class RankTotals:
         self.counts, self.total, self.radix, self.place, self.size = seq.counts, seq.total, seq.radix, seq.place, seq.size
         self.spans, self.span_vectors, self.span_codes, self.span_kind, self.distinct = (
             seq.spans, seq.span_vectors, seq.span_codes, seq.span_kind, seq.distinct)
-        stages = cuts.stages
-        bounds = [k * cuts.n // stages for k in range(stages + 1)]
+        bounds = (0, *itertools.accumulate(default_layout(cuts.n, cuts.stages, cuts.pp)))
         self.even = np.zeros((cuts.pp, len(self.groups)), dtype=np.int64)
-        """Blocks of each kind per rank in the evenest layout (stage sizes differ by at most one)."""
-        for k in range(stages):
+        """Blocks of each kind per rank in the default layout (derived.default_layout: the evenest)."""
+        for k in range(cuts.stages):
             self.even[k % cuts.pp] += self.counts[bounds[k], bounds[k + 1]]
         self.kt, self.ks, self.ka, self.kp = (np.array([g[i] for g in self.groups], dtype=np.int64) for i in range(4))
         self.km = np.array([g[4] for g in self.groups], dtype=bool)
@@ -1008,8 +1070,7 @@ class RankTotals:
 
     def _pieces(self, slowest_us: int, cap_mb: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Codes of the span vectors some rank can hold alone within both bounds: every span, those
-        starting at block 0, those ending at the last block (with the empty piece where the edge stages may
-        hold no block, InterleavedCuts.open)."""
+        starting at block 0, those ending at the last block."""
         key = (slowest_us, cap_mb)
         if key not in self.fit_cache:
             ok = np.zeros(len(self.distinct), dtype=bool)
@@ -1018,9 +1079,8 @@ class RankTotals:
                 ok = ((time <= slowest_us) & (memory <= cap_mb)).any(axis=0)
             fits = ok[self.span_kind]
             codes = self.span_codes
-            empty = np.zeros(int(self.cuts.open), dtype=np.int64)
-            self.fit_cache[key] = (np.unique(codes[fits]), np.union1d(codes[fits & (self.spans[:, 0] == 0)], empty),
-                                   np.union1d(codes[fits & (self.spans[:, 1] == self.cuts.n)], empty))
+            self.fit_cache[key] = (np.unique(codes[fits]), np.unique(codes[fits & (self.spans[:, 0] == 0)]),
+                                   np.unique(codes[fits & (self.spans[:, 1] == self.cuts.n)]))
         return self.fit_cache[key]
 
     def costs(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1059,7 +1119,8 @@ class RankTotals:
 
     def _rank_vectors(self, slowest_us: int, cap_mb: int, edge: str) -> np.ndarray:
         """Kind counts some rank can hold: sums of VPP intervals within the bounds; edge "first": the first
-        interval starts at block 0, "last": the last one ends at the last block. Summed as codes, in order."""
+        interval starts at block 0, "last": the last one ends at the last block, and on an open row any of an
+        edge's intervals may be empty (InterleavedCuts.open). Summed as codes, in order."""
         key = (slowest_us, cap_mb, edge)
         if key not in self.cache:
             pieces, heads, tails = self._pieces(slowest_us, cap_mb)
@@ -1069,6 +1130,8 @@ class RankTotals:
             for round_ in range(self.cuts.vpp):
                 use = heads if edge == "first" and round_ == 0 else \
                     tails if edge == "last" and round_ == self.cuts.vpp - 1 else pieces
+                if edge and self.cuts.open:
+                    use = np.union1d(use, EMPTY)
                 marked = np.zeros(self.size, dtype=bool)
                 marked[sums[:, None] + use[None, :]] = True
                 sums = np.flatnonzero(marked & fitting)
@@ -1178,7 +1241,7 @@ class RankTotals:
 
     def _placed(self, r: int, moves: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
         """Rank r's moves (_moves' arrays) less the counts its virtual stages' places never give it (_rank_sums)."""
-        keep = _rank_held(*self.key, self.cuts.pp, self.cuts.vpp, r, self.size)[moves[0]]
+        keep = _rank_held(*self.key, self.cuts.least, self.cuts.pp, r, self.size)[moves[0]]
         return tuple(x[keep] for x in moves)
 
     def within(self, slowest_us: int, cap_mb: int, minimise_time: bool,
@@ -1358,14 +1421,15 @@ Piece = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 def _two_chunk_pieces(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> list[Piece]:
-    """The chunks of 1, 2, ... blocks over every start, up to the first length no rank can hold alone
-    within `slowest_us` and `cap_mb` (longer ones cannot fit either: costs grow with length)."""
+    """The chunks of 0, 1, 2, ... blocks over every start (the list's index is the length), up to the first
+    length no rank can hold alone within `slowest_us` and `cap_mb` (longer ones cannot fit either: costs grow
+    with length)."""
     n, pp, b = cuts.n, cuts.pp, cuts.b
     size = n + 1
     tm, st, ac = (np.array(x, dtype=np.int64) for x in (b.time, b.static, b.act))
     bits = np.array(b.bit, dtype=np.int64)
     pieces: list[Piece] = []
-    for length in range(1, n - 2 * pp + 2):
+    for length in range(min(n, n - cuts.least_before[-1] + 1) + 1):
         s = np.arange(0, size - length)
         mask = np.zeros(len(s), dtype=np.int64)
         for i in range(length):
@@ -1375,6 +1439,11 @@ def _two_chunk_pieces(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> li
             break
         pieces.append(piece)
     return pieces
+
+
+def _round_one_starts(cuts: InterleavedCuts) -> range:
+    """VPP 2: the blocks round 1 may start at (each round holds at least its stages' least)."""
+    return range(cuts.least_before[cuts.pp], cuts.n - (cuts.least_before[-1] - cuts.least_before[cuts.pp]) + 1)
 
 
 def _pair_costs(cuts: InterleavedCuts, r: int, peak_of: np.ndarray, first: Piece,
@@ -1416,8 +1485,10 @@ def _rank_moves(cuts: InterleavedCuts, r: int, pieces: list[Piece], peak_of: np.
     passes differ only in what they carry along a move."""
     size = cuts.n + 1
     (p_lo, p_hi), (lo0, hi0), (lo1, hi1) = window
-    for l0, first in enumerate(pieces, start=1):
-        for l1, second in enumerate(pieces, start=1):
+    for l0 in range(cuts.least[r], len(pieces)):
+        first = pieces[l0]
+        for l1 in range(cuts.least[r + cuts.pp], len(pieces)):
+            second = pieces[l1]
             h0, h1 = min(hi0, size - l0), min(hi1, size - l1)
             if h0 <= lo0 or h1 <= lo1:
                 continue
@@ -1437,10 +1508,10 @@ def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> tuple[
     n, pp = cuts.n, cuts.pp
     size = n + 1
     pieces = _two_chunk_pieces(cuts, slowest_us, cap_mb)
-    longest = len(pieces)
+    longest = len(pieces) - 1
     peak_of = np.array(cuts.peak_of, dtype=np.int64)
     start = np.zeros((size, size, size), dtype=bool)
-    for p1 in range(pp, n - pp + 1):
+    for p1 in _round_one_starts(cuts):
         start[p1, 0, p1] = True
     reach = [start]
     below = np.arange(size)[None, :, None] <= np.arange(size)[:, None, None]
@@ -1462,8 +1533,8 @@ def two_chunk_cut(cuts: InterleavedCuts, slowest_us: int, cap_mb: int) -> tuple[
     firsts, seconds = [], []
     for r in range(pp - 1, -1, -1):
         prev = reach[r]
-        for l0 in range(1, min(longest, e0) + 1):
-            l1 = next((l1 for l1 in range(1, min(longest, e1) + 1) if prev[p1, e0 - l0, e1 - l1]
+        for l0 in range(cuts.least[r], min(longest, e0) + 1):
+            l1 = next((l1 for l1 in range(cuts.least[r + pp], min(longest, e1) + 1) if prev[p1, e0 - l0, e1 - l1]
                        and cuts.fits_pair(r, e0 - l0, e0, e1 - l1, e1, slowest_us, cap_mb)), None)
             if l1 is not None:
                 break
@@ -1486,7 +1557,7 @@ def two_chunk_least(cuts: InterleavedCuts, slowest_us: int, cap_mb: int,
     pieces = _two_chunk_pieces(cuts, slowest_us, cap_mb)
     peak_of = np.array(cuts.peak_of, dtype=np.int64)
     best = np.full((size, size, size), inf, dtype=np.int64)
-    for p1 in range(pp, n - pp + 1):
+    for p1 in _round_one_starts(cuts):
         best[p1, 0, p1] = 0
     below = np.arange(size)[None, :, None] <= np.arange(size)[:, None, None]
     layers = [best]
@@ -1512,7 +1583,8 @@ def two_chunk_least(cuts: InterleavedCuts, slowest_us: int, cap_mb: int,
     firsts, seconds = [], []
     for r in range(pp - 1, -1, -1):
         prev = layers[r]
-        step = next((l0, l1) for l0 in range(1, min(len(pieces), e0) + 1) for l1 in range(1, min(len(pieces), e1) + 1)
+        step = next((l0, l1) for l0 in range(cuts.least[r], min(len(pieces) - 1, e0) + 1)
+                    for l1 in range(cuts.least[r + pp], min(len(pieces) - 1, e1) + 1)
                     if prev[p1, e0 - l0, e1 - l1] <= least
                     and cuts.fits_pair(r, e0 - l0, e0, e1 - l1, e1, time_bound, memory_bound))
         firsts.append(step[0])

@@ -91,7 +91,7 @@ def front_objectives(problem: Problem) -> tuple[Objective, Objective]:
 def network_gb(problem: Problem, row: Row) -> float:
     """GB crossing the scale-out network per step under the row's degrees (default cut: the value is
     the same for every cut, see the module docstring)."""
-    mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp))
+    mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp, row.pp))
     return network_bytes_per_step(build_workload(problem, mapping, derive(problem.model, mapping))) / 1e9
 
 

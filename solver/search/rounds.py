@@ -2,21 +2,29 @@
 ranks that counts the later rounds by class instead of naming them (DeepSeek-V4 at VPP 6-16, where
 fronts.py's per-round state is too large).
 
-Round j covers blocks p_j … p_{j+1} − 1, one piece per rank in rank order. With kinds repeating with
-period q from block h on, take the cuts whose round 1 starts past the lead-in (p_1 >= h; all of them
-when PP >= h). Every round j >= 1 starts at p_j >= p_1 >= h, so its pieces' kind counts depend only on
-the class (residue mod q) where the round starts, R_j, and the pieces' lengths. A
+Round j covers blocks p_j … p_{j+1} − 1, one piece per rank in rank order. The cuts are those of the
+covered family (problems/empty_stages.py): every piece of the first and last rank may hold no block, every
+other piece at least one. With kinds repeating with period q from block h on, take the cuts whose round 1
+starts past the lead-in (p_1 >= h). Every round j >= 1 starts at p_j >= p_1 >= h, so its pieces' kind
+counts depend only on the class (residue mod q) where the round starts, R_j, and the pieces' lengths. A
 rank's time and memory depend only on its total kind counts, so renumbering rounds 1 … VPP−1 changes no
 rank: a cut is valid exactly when its rounds chain, R_{j+1} the class where round j ends (E_j). Read as
 an edge R_j → E_j per round, the rounds 1 … VPP−1 can be put in some chaining order exactly when their
 edges form an Euler trail from E_0, the class where round 0 ends. The program's state after each rank
 is therefore: blocks placed, the class of round 0's front, and how many later rounds have each (start
 class, front class) pair; a rank's move picks for every round a piece length (its residue mod q moves
-the round's front; the whole periods are pooled, F of them, since only their total counts). The least
-largest rank cost over the paths to a final state with an Euler trail is the least over those cuts, and
-the trail orders the rounds of a cut that has it. The cuts whose round 0 ends inside the lead-in (PP < h)
-are one more case per such round 0, few: the same program on the blocks after it, each rank holding its
-round-0 piece besides.
+the round's front; the whole periods are pooled, F of them, since only their total counts). The edge
+ranks read their moves from a geometry whose pieces may be empty (a residue-0 piece of no period), the
+others from one whose pieces hold a block; both share the states. The least largest rank cost over the
+paths to a final state with an Euler trail is the least over those cuts, and the trail orders the rounds
+of a cut that has it.
+
+The cuts whose round 1 starts inside the lead-in (p_1 < h: round 0 holds as few as PP − 2 blocks, none at
+PP 2) are one more case per run of rounds 0 … J−1 ending inside it (p_J < h <= p_{J+1}), few: the same
+program on the blocks after p_J, its round 0 being round J, each rank holding its pieces of the run
+besides. Runs of one (p_J, per-rank kind counts) differ only in their pieces' distance from even, so one
+case, the evenest, serves them. A round of no block (PP 2) can be moved to the end of any cut without
+changing a rank's holding or the cut's distance from even, so runs of empty rounds need no case.
 """
 
 from __future__ import annotations
@@ -30,10 +38,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from parasol.problems.empty_stages import evenest_cut
 from parasol.solver.search.fronts import INF, Classes, Declined, Question, classes_of, least_then_evenest
 
-CASE_LIMIT = 8
-"""Most rounds 0 ending inside the lead-in (PP shorter than it) the program takes, one case each."""
+CASE_LIMIT = 40
+"""Most runs of rounds ending inside the lead-in (_prefixes) the program takes, at most one case each
+(DeepSeek-V4's three-block lead-in: 9 at PP 2, 5 at PP 3, 1 at PP 4; a four-block one at PP 2: 33)."""
 COMPOSITION_LIMIT = 20_000
 """Most ways to count the VPP − 1 later rounds over the q² (start, front) class pairs for this program
 to run (q = 2: 816 at VPP 16)."""
@@ -115,22 +125,104 @@ class _Layer:
     joined: _Joined
 
 
+class _Rounds:
+    """The later rounds of one VPP and period: their counts over the q² (start, front) class pairs and each
+    count's options for one rank, shared by every geometry with that VPP and period's kinds (a row's ranks,
+    the tails of its cases that keep the period, the rows of a problem)."""
+
+    def __init__(self, vpp: int, q: int, content: np.ndarray) -> None:
+        self.vpp, self.q = vpp, q
+        self.content = content
+        """content[f, ρ]: kind counts of the ρ blocks from residue f of the period."""
+        self.comps = _compositions(vpp - 1, q * q)
+        self.codes = np.array([sum(x * vpp ** i for i, x in enumerate(c)) for c in self.comps], dtype=np.int64)
+        self.order = np.argsort(self.codes)
+        self.later_of: dict[int, tuple[np.ndarray, ...]] = {}
+
+    @functools.cached_property
+    def trails(self) -> np.ndarray:
+        """trails[comp, s]: whether the later rounds counted by comp chain from round 0 ending at class s."""
+        return np.array([[trail_exists(c, self.q, s) for s in range(self.q)] for c in self.comps], dtype=bool)
+
+    @functools.cached_property
+    def openers(self) -> np.ndarray:
+        """The round counts a program starts from: every later round starting and ending at one class."""
+        q = self.q
+        return np.array([i for i, c in enumerate(self.comps)
+                         if all(c[s * q + e] == 0 for s in range(q) for e in range(q) if s != e)], dtype=np.int64)
+
+    def comp_of(self, after: np.ndarray) -> np.ndarray:
+        """The indices of round-count vectors (rows of `after`) among the compositions."""
+        codes = after @ (self.vpp ** np.arange(self.q * self.q, dtype=np.int64))
+        return self.order[np.searchsorted(self.codes[self.order], codes)]
+
+    def later(self, comp: int) -> tuple[np.ndarray, ...]:
+        """The later rounds' options for one rank from round counts comp: for each (start, front) pair, how
+        many of its rounds take a piece of each residue (an index into _compositions(count, q)); (counts
+        after, kind counts, blocks, pieces of each residue, those indices per pair) at each piece's residue
+        alone, one per distinct effect."""
+        if comp not in self.later_of:
+            q = self.q
+            pairs = q * q
+            groups = self.content.shape[2]
+            after = np.zeros((1, pairs), dtype=np.int64)
+            vec = np.zeros((1, groups), dtype=np.int64)
+            size = np.zeros(1, dtype=np.int64)
+            hist = np.zeros((1, q), dtype=np.int64)
+            picks = np.zeros((1, 0), dtype=np.int64)
+            for pair, count in enumerate(self.comps[comp]):
+                start, front = divmod(pair, q)
+                split = np.array(_compositions(count, q), dtype=np.int64).reshape(-1, q)
+                moved = np.zeros((len(split), pairs), dtype=np.int64)
+                for rho in range(q):
+                    moved[:, start * q + (front + rho) % q] += split[:, rho]
+                gain = split @ self.content[front]
+                k = len(split)
+                after = (after[:, None, :] + moved[None, :, :]).reshape(-1, pairs)
+                vec = (vec[:, None, :] + gain[None, :, :]).reshape(-1, groups)
+                size = (size[:, None] + (split @ np.arange(q))[None, :]).ravel()
+                hist = (hist[:, None, :] + split[None, :, :]).reshape(-1, q)
+                picks = np.concatenate([np.repeat(picks, k, axis=0), np.tile(np.arange(k), len(picks))[:, None]],
+                                       axis=1)
+            dst = self.comp_of(after)
+            key = np.concatenate([dst[:, None], vec, size[:, None], hist], axis=1)
+            keep = np.sort(np.unique(_row_codes(key), return_index=True)[1])
+            self.later_of[comp] = (dst[keep], vec[keep], size[keep], hist[keep], picks[keep])
+        return self.later_of[comp]
+
+
+@functools.lru_cache(maxsize=16)
+def _rounds(vpp: int, q: int, content: bytes, groups: int) -> _Rounds:
+    """The shared later rounds of a VPP and a period whose residues' kind counts are `content` (int64, q × q ×
+    groups)."""
+    return _Rounds(vpp, q, np.frombuffer(content, dtype=np.int64).reshape(q, q, groups))
+
+
 class _Geometry:
     """What the program needs of a row's block sequence and shape alone (shared by every row of a problem
-    with that sequence grouping, PP and VPP): the round counts, each state's moves and their expansions."""
+    with that sequence grouping, PP and VPP, and by its ranks whose pieces have one least length, the last
+    rank apart): the round counts, each state's moves and their expansions."""
 
     def __init__(self, seq: tuple[int, ...], groups: int, pp: int, vpp: int, h: int, q: int,
-                 whole: tuple[int, int]) -> None:
+                 whole: tuple[int, int], least: int, longest: int, closing: bool) -> None:
         self.pp, self.vpp, self.n, self.h, self.q = pp, vpp, len(seq), h, q
         self.whole = whole
         """(stages, blocks) of the whole cut, for the pieces' distance from even (a case's sequence may be its
         tail)."""
-        self.comps = _compositions(vpp - 1, q * q)
-        self.codes = np.array([sum(x * vpp ** i for i, x in enumerate(c)) for c in self.comps], dtype=np.int64)
-        self.order = np.argsort(self.codes)
+        self.least = least
+        """The fewest blocks each of a rank's pieces holds: 1, or 0 on an edge rank (empty_stages.least_piece)."""
+        self.longest = longest
+        """The most blocks a rank holds: what the other ranks leave when each holds its least."""
+        self.closing = closing
+        """Whether only moves into final states are expanded (the last rank's: no other is read)."""
+        self.reach = 0
+        """The most blocks of the moves expanded so far: widened as questions ask (`edges`), since a rank mostly
+        holds far fewer within a question's bounds than the longest rank (whose moves cost the most to expand)."""
         self.cl: Classes = classes_of(seq, groups, h, q)
+        self.rounds = _rounds(vpp, q, self.cl.content[h:h + q, :q].tobytes(), groups)
+        """The later rounds' counts and options, shared by every geometry of this VPP and period."""
+        self.comps = self.rounds.comps
         self.classes = h + q
-        self.longest = self.n - pp * vpp + vpp
         self.period = self.cl.content[h, q]
         self.total = np.bincount(np.array(seq, dtype=np.int64), minlength=groups).astype(np.int64)
         self.place = np.cumprod(np.concatenate([[1], self.total[:-1] + 1])).astype(np.int64)
@@ -158,80 +250,45 @@ class _Geometry:
         self.first_of: dict[int, tuple] = {}
 
     @functools.cached_property
-    def trails(self) -> np.ndarray:
-        """trails[comp, s]: whether the later rounds counted by comp chain from round 0 ending at class s."""
-        return np.array([[trail_exists(c, self.q, s) for s in range(self.q)] for c in self.comps], dtype=bool)
-
-    @functools.cached_property
-    def openers(self) -> np.ndarray:
-        """The round counts a program starts from: every later round starting and ending at one class."""
-        q = self.q
-        return np.array([i for i, c in enumerate(self.comps)
-                         if all(c[s * q + e] == 0 for s in range(q) for e in range(q) if s != e)], dtype=np.int64)
-
-    def comp_of(self, after: np.ndarray) -> np.ndarray:
-        """The indices of round-count vectors (rows of `after`) among the compositions."""
-        codes = after @ (self.vpp ** np.arange(self.q * self.q, dtype=np.int64))
-        return self.order[np.searchsorted(self.codes[self.order], codes)]
+    def final(self) -> np.ndarray:
+        """By state, whether a cut can end in it: round 0 past the lead-in, the later rounds chaining from its end."""
+        nc = len(self.comps)
+        final = np.zeros(self.classes * nc, dtype=bool)
+        final.reshape(self.classes, nc)[self.h:, :] = self.rounds.trails.T
+        return final
 
     def first(self, c0: int) -> tuple:
         """Round 0's options from a front at class c0: (class after, kind counts, blocks, periods needed,
-        pieces of each residue whose periods are pooled, the length of a piece taken whole, the starting
-        length of a lead-in piece whose periods are pooled, what each is). Before h: a piece ending inside
-        the lead-in ("length", L), or one running past it ("lead", L: the rest of the lead-in and a residue,
-        more periods pooled); after h: ("residue", ρ), its periods pooled."""
+        pieces of each residue whose periods are pooled, the length of a piece taken whole (−1 when none),
+        the starting length of a lead-in piece whose periods are pooled (0 when none), what each is). Before
+        h: a piece ending inside the lead-in ("length", L, from the least piece up), or one running past it
+        ("lead", L: the rest of the lead-in and a residue, more periods pooled); after h: ("residue", ρ),
+        its periods pooled."""
         if c0 not in self.first_of:
             cl, h, q = self.cl, self.h, self.q
             if c0 < h:
-                inside = list(range(1, h - c0))
+                inside = list(range(self.least, h - c0))
                 past = [h - c0 + rho for rho in range(q)]
                 lengths = inside + past
                 opts = ([int(cl.exit[c0, L]) for L in lengths], [cl.content[c0, L] for L in lengths], lengths,
-                        [0] * len(lengths), [[0] * q for _ in lengths], inside + [0] * q, [0] * len(inside) + past,
+                        [0] * len(lengths), [[0] * q for _ in lengths], inside + [-1] * q, [0] * len(inside) + past,
                         [("length", L) for L in inside] + [("lead", L) for L in past])
             else:
                 opts = ([h + (c0 - h + rho) % q for rho in range(q)], [cl.content[c0, rho] for rho in range(q)],
-                        list(range(q)), [int(rho == 0) for rho in range(q)], np.eye(q, dtype=np.int64).tolist(),
-                        [0] * q, [0] * q, [("residue", rho) for rho in range(q)])
+                        list(range(q)), [int(rho == 0) * self.least for rho in range(q)],
+                        np.eye(q, dtype=np.int64).tolist(), [-1] * q, [0] * q, [("residue", rho) for rho in range(q)])
             count = len(opts[0])
             self.first_of[c0] = (*(np.array(x, dtype=np.int64).reshape(count, -1) if i in (1, 4)
                                    else np.array(x, dtype=np.int64) for i, x in enumerate(opts[:7])), opts[7])
         return self.first_of[c0]
 
-    def later(self, comp: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The later rounds' options for one rank from round counts comp: for each (start, front) pair, how
-        many of its rounds take a piece of each residue (an index into _compositions(count, q)); (counts
-        after, kind counts, blocks, periods needed, pieces of each residue, those indices per pair), one per
-        distinct effect."""
+    def later(self, comp: int) -> tuple[np.ndarray, ...]:
+        """_Rounds.later's options from round counts comp, with the periods each needs: (counts after, kind counts,
+        blocks, periods needed (one per residue-0 piece when pieces hold a block), pieces of each residue, the
+        indices per pair)."""
         if comp not in self.later_of:
-            q, h, cl = self.q, self.h, self.cl
-            pairs = q * q
-            groups = cl.content.shape[2]
-            after = np.zeros((1, pairs), dtype=np.int64)
-            vec = np.zeros((1, groups), dtype=np.int64)
-            size = np.zeros(1, dtype=np.int64)
-            need = np.zeros(1, dtype=np.int64)
-            hist = np.zeros((1, q), dtype=np.int64)
-            picks = np.zeros((1, 0), dtype=np.int64)
-            for pair, count in enumerate(self.comps[comp]):
-                start, front = divmod(pair, q)
-                split = np.array(_compositions(count, q), dtype=np.int64).reshape(-1, q)
-                moved = np.zeros((len(split), pairs), dtype=np.int64)
-                for rho in range(q):
-                    moved[:, start * q + (front + rho) % q] += split[:, rho]
-                gain = split @ cl.content[h + front, :q]
-                k = len(split)
-                after = (after[:, None, :] + moved[None, :, :]).reshape(-1, pairs)
-                vec = (vec[:, None, :] + gain[None, :, :]).reshape(-1, groups)
-                size = (size[:, None] + (split @ np.arange(q))[None, :]).ravel()
-                need = (need[:, None] + split[None, :, 0]).ravel()
-                hist = (hist[:, None, :] + split[None, :, :]).reshape(-1, q)
-                picks = np.concatenate([np.repeat(picks, k, axis=0), np.tile(np.arange(k), len(picks))[:, None]],
-                                       axis=1)
-            dst = self.comp_of(after)
-            key = np.concatenate([dst[:, None], vec, size[:, None], need[:, None], hist], axis=1)
-            keep = np.sort(np.unique(_row_codes(key), return_index=True)[1])
-            self.later_of[comp] = (dst[keep], vec[keep], size[keep], need[keep], hist[keep], picks[keep])
+            dst, vec, size, hist, picks = self.rounds.later(comp)
+            self.later_of[comp] = (dst, vec, size, hist[:, 0] * self.least, hist, picks)
         return self.later_of[comp]
 
     def moves(self, states: list[int]) -> tuple[np.ndarray, ...]:
@@ -239,7 +296,7 @@ class _Geometry:
         later-rounds one, a state's moves in that order (move k pairs round-0 option k // b with later option
         k % b, b later options: `detail`); (owner among `states`, k, destination state, the rank's kind counts
         less its pooled periods, blocks less the pooled periods, the least number of pooled periods, pieces of
-        each residue whose periods are pooled, the length of a round-0 piece taken whole (0 when pooled too),
+        each residue whose periods are pooled, the length of a round-0 piece taken whole (−1 when pooled too),
         the starting length of a round-0 lead-in piece whose periods are pooled (0 when none))."""
         nc = len(self.comps)
         c0s, comps = np.divmod(np.array(states, dtype=np.int64), nc)
@@ -261,42 +318,48 @@ class _Geometry:
         """(round-0 option, later-rounds option) of move `index` of `state` (moves' order)."""
         return divmod(index, len(self.later(state % len(self.comps))[0]))
 
+    def shortest(self, rho: int) -> int:
+        """The shortest piece of residue ρ: ρ blocks, or for residue 0 one period where pieces hold a block."""
+        return rho + self.q * self.least * (rho == 0)
+
     def spread(self, hist: tuple[int, ...], fixed: int, lead: int, extra: int) -> int:
-        """Σ |length · stages − n| over one rank's pieces at their evenest: `hist` pieces of each residue
-        (residue 0 at one period) and a lead-in piece starting at `lead` blocks (none when 0) get `extra`
-        more periods, each to a shortest piece; a piece taken whole has length `fixed` (none when 0)."""
+        """Σ |length · stages − n| over one rank's pieces at their evenest: `hist` pieces of each residue (each
+        at its shortest) and a lead-in piece starting at `lead` blocks (none when 0) get `extra` more periods,
+        each to a shortest piece; a piece taken whole has length `fixed` (none when −1)."""
         key = (hist, fixed, lead, extra)
         if key not in self.spread_of:
             (stages, whole), q = self.whole, self.q
-            sizes = [rho + q * (rho == 0) for rho, m in enumerate(hist) for _ in range(m)] + ([lead] if lead else [])
+            sizes = [self.shortest(rho) for rho, m in enumerate(hist) for _ in range(m)] + ([lead] if lead else [])
             heapq.heapify(sizes)
             for _ in range(extra):
                 heapq.heappush(sizes, heapq.heappop(sizes) + q)
             self.spread_of[key] = (sum(abs(x * stages - whole) for x in sizes)
-                                   + (abs(fixed * stages - whole) if fixed else 0))
+                                   + (abs(fixed * stages - whole) if fixed >= 0 else 0))
         return self.spread_of[key]
 
     def expand(self, states: list[int]) -> None:
-        """Every move from each of `states` with each number of pooled periods that keeps the rank within the
-        longest rank and the model's kind totals, one per (destination, blocks, kind counts), kept per state
-        as (dst, blocks, code of the kind counts, move index, periods, spread: the evenest of those alike);
-        all states in one pass."""
+        """Every move from each of `states` with each number of pooled periods that keeps the rank within
+        `reach` blocks and the model's kind totals (and with `closing`, ends in a final state), one per
+        (destination, blocks, kind counts), kept per state as (dst, blocks, code of the kind counts, move index,
+        periods, spread: the evenest of those alike); all states in one pass."""
         owner, index, dst, vec, blocks, least, hist, fixed, lead = self.moves(states)
-        periods = np.arange(self.longest // self.q + 1)
-        room = np.where(self.period > 0, (self.total - vec) // np.maximum(self.period, 1), self.longest)
+        if self.closing:
+            ends = self.final.take(dst)
+            owner, index, dst, vec, blocks, least, hist, fixed, lead = (
+                x[ends] for x in (owner, index, dst, vec, blocks, least, hist, fixed, lead))
+        periods = np.arange(self.reach // self.q + 1)
+        room = np.where(self.period > 0, (self.total - vec) // np.maximum(self.period, 1), self.reach)
         top = np.where((vec <= self.total).all(axis=1), room.min(axis=1), -1)
-        top = np.minimum(top, (self.longest - blocks) // self.q)
+        top = np.minimum(top, (self.reach - blocks) // self.q)
         top = np.where((hist.sum(axis=1) > 0) | (lead > 0), top, np.minimum(top, 0))
-        move, k = np.nonzero((periods[None, :] >= least[:, None]) & (periods[None, :] <= top[:, None])
-                             & (blocks[:, None] + self.q * periods[None, :] >= 1))
+        move, k = np.nonzero((periods[None, :] >= least[:, None]) & (periods[None, :] <= top[:, None]))
         size = blocks[move] + self.q * k
         code = vec[move] @ self.place + k * int(self.period @ self.place)
         base = self.longest + 1
-        shape = np.concatenate([hist[move], fixed[move, None], lead[move, None], (k - least[move])[:, None]],
-                               axis=1) @ base ** np.arange(self.q + 3, dtype=np.int64)
-        shapes, which = np.unique(shape, return_inverse=True)
-        spread = np.array([self.spread(tuple(x[:-3]), *x[-3:]) for x in
-                           ((shapes[:, None] // base ** np.arange(self.q + 3)) % base).tolist()],
+        shape = np.concatenate([hist[move], fixed[move, None] + 1, lead[move, None], (k - least[move])[:, None]],
+                               axis=1)
+        _, one, which = np.unique(_row_codes(shape), return_index=True, return_inverse=True)
+        spread = np.array([self.spread(tuple(x[:-3]), x[-3] - 1, *x[-2:]) for x in shape[one].tolist()],
                           dtype=np.int64)[which.ravel()]
         key = ((owner[move] * (self.classes * len(self.comps)) + dst[move]) * (self.longest + 1) + size) \
             * int(self.place[-1] * (self.total[-1] + 1)) + code
@@ -307,7 +370,7 @@ class _Geometry:
         else:
             evenest = np.lexsort((spread, key))
         ordered = key[evenest]
-        first = np.sort(evenest[np.concatenate(([True], ordered[1:] != ordered[:-1]))])
+        first = np.sort(evenest[np.concatenate(([True], ordered[1:] != ordered[:-1]))[:len(ordered)]])
         move, k, size, code, spread = move[first], k[first], size[first], code[first], spread[first]
         self.expanded[states] = True
         src = np.concatenate([self.joined.src, np.array(states, dtype=np.int64)[owner[move]]])
@@ -326,10 +389,13 @@ class _Geometry:
         self.codes_of.clear()
 
     def edges(self, live: np.ndarray, least: int, most: int) -> tuple[_Joined, np.ndarray, np.ndarray, int]:
-        """The moves of every expanded state (`joined`, the `live` states expanded first when they are not yet),
-        and the live states' moves of `least` … `most` blocks: where they are in `joined`, in its order, their
-        codes, and how many moves of any blocks the live states have; the latest few live sets' kept (ranks ask
-        for the same ones question after question; a kept set's states are expanded, as `expand` drops them)."""
+        """The moves of every expanded state (`joined`, the `live` states expanded first when they are not yet,
+        every state's moves widened first to reach `most` blocks when they do not), and the live states' moves of
+        `least` … `most` blocks: where they are in `joined`, in its order, their codes, and how many moves of any
+        blocks the live states have; the latest few live sets' kept (ranks ask for the same ones question after
+        question; a kept set's states are expanded, as `expand` and `_widen` drop them)."""
+        if most > self.reach:
+            self._widen(most)
         key = (live.tobytes(), least, most)
         found = self.live_of.pop(key, None)
         if found is None:
@@ -354,6 +420,20 @@ class _Geometry:
             _, sources, codes, _ = self.by_blocks
             self.codes_of[key] = codes[self._inside(live).take(sources)]
         return self.codes_of[key]
+
+    def _widen(self, most: int) -> None:
+        """Let moves reach `most` blocks, half as many again as they reached at least (up to the longest rank, so
+        that a few wider questions widen it a few times): every expansion is dropped, redone as states are asked
+        for."""
+        self.reach = min(self.longest, max(most, self.reach + self.reach // 2))
+        self.expanded[:] = False
+        self.joined = _Joined(*(np.zeros(n, dtype=np.int64) for n in ((0,), (6, 0), (0,))))
+        self.by_blocks = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32),
+                          np.zeros(0, dtype=self.code_type), np.zeros(self.longest + 2, dtype=np.int64))
+        self.moves_of[:] = 0
+        self.live_of.clear()
+        self.kept = 0
+        self.codes_of.clear()
 
     def _expanded(self, live: np.ndarray) -> None:
         """Expand the `live` states not yet expanded."""
@@ -399,11 +479,12 @@ def _stacked(options: dict[int, tuple[np.ndarray, ...]], keys: np.ndarray
     return tables, (np.cumsum(sizes) - sizes)[which], sizes[which]
 
 
-@functools.lru_cache(maxsize=32)
-def _geometry(seq: tuple[int, ...], groups: int, pp: int, vpp: int, h: int, q: int,
-              whole: tuple[int, int]) -> _Geometry:
-    """The shared geometry of a sequence grouping, PP and VPP (rows of one problem ask for the same ones)."""
-    return _Geometry(seq, groups, pp, vpp, h, q, whole)
+@functools.lru_cache(maxsize=64)
+def _geometry(seq: tuple[int, ...], groups: int, pp: int, vpp: int, h: int, q: int, whole: tuple[int, int],
+              least: int, longest: int, closing: bool) -> _Geometry:
+    """The shared geometry of a sequence grouping, PP, VPP, least piece and closing (rows of one problem ask for
+    the same ones)."""
+    return _Geometry(seq, groups, pp, vpp, h, q, whole, least, longest, closing)
 
 
 def _shape(seq: tuple[int, ...], vpp: int) -> tuple[int, int] | None:
@@ -427,9 +508,9 @@ def _below(question: Question, value: int) -> Question:
 
 
 def _openings(pp: int, h: int, most: int) -> list[tuple[int, ...]] | None:
-    """Every round 0 of PP pieces ending inside a lead-in of h blocks (so round 1 starts in it); None when there
-    are more than `most`, counted (C(h − 1, PP): PP pieces of a total below h), not listed: a long lead-in at a
-    short PP has millions (Nemotron-3 Nano's hybrid blocks)."""
+    """Every round 0 of PP pieces of at least one block ending inside a lead-in of h blocks (so round 1 starts in
+    it); None when there are more than `most`, counted (C(h − 1, PP): PP pieces of a total below h), not listed:
+    a long lead-in at a short PP has millions (Nemotron-3 Nano's hybrid blocks)."""
     if math.comb(max(h - 1, 0), pp) > most:
         return None
     return [parts for total in range(pp, h) for parts in (
@@ -437,24 +518,58 @@ def _openings(pp: int, h: int, most: int) -> list[tuple[int, ...]] | None:
         for cut in itertools.combinations(range(1, total), pp - 1))]
 
 
+def _prefixes(least: tuple[int, ...], h: int, rounds: int, most: int) -> list[tuple[int, ...]] | None:
+    """Every run of 1 … `rounds` rounds, each of at least one block, piece r of each at least least[r] blocks,
+    that ends inside a lead-in of h blocks, as its pieces in stage order; None when there are more than `most`.
+    A round's pieces x_r >= least[r] with a total below the ℓ blocks of lead-in left are _openings' rounds of
+    pieces x_r − least[r] + 1 within ℓ − Σ least + PP, so no listing passes the limit (counted first)."""
+    pp, spare = len(least), sum(least)
+    out: list[tuple[int, ...]] = []
+    todo: list[tuple[int, ...]] = [()]
+    while todo:
+        run = todo.pop()
+        if len(run) == rounds * pp:
+            continue
+        listed = _openings(pp, h - sum(run) - spare + pp, most + 1)
+        if listed is None:
+            return None
+        for parts in listed:
+            pieces = tuple(y - 1 + x for y, x in zip(parts, least, strict=True))
+            if sum(pieces):
+                out.append(run + pieces)
+                todo.append(run + pieces)
+        if len(out) > most:
+            return None
+    return sorted(out, key=lambda run: (len(run), run))
+
+
 class _Case:
     """The program over the cuts whose round 1 starts past the lead-in (`prefix` empty), or over those whose
-    round 0 is `prefix` and whose later rounds run on the tail after it (round 1 as this case's round 0),
-    each rank holding its prefix piece besides."""
+    first rounds are `prefix` (_prefixes: its pieces in stage order) and whose later rounds run on the tail
+    after it (the round after it as this case's round 0), each rank holding its prefix pieces besides."""
 
     def __init__(self, cuts, seq: tuple[int, ...], shape: tuple[int, int], prefix: tuple[int, ...],  # noqa: ANN001
                  offsets: np.ndarray) -> None:
         self.cuts, self.prefix, self.offsets = cuts, prefix, offsets
         self.pp = cuts.pp
-        self.vpp = cuts.vpp - (1 if prefix else 0)
+        self.vpp = cuts.vpp - len(prefix) // self.pp
         self.n = len(seq)
         self.h, self.q = shape
         whole = (cuts.pp * cuts.vpp, cuts.n)
-        self.g = _geometry(seq, len(cuts.relaxed.groups), self.pp, self.vpp, self.h, self.q, whole)
+        self.least = [cuts.least[r] * self.vpp for r in range(self.pp)]
+        """The fewest blocks each rank holds in the tail."""
+        self.longest = [self.n - sum(self.least) + x for x in self.least]
+        """The most blocks each rank holds in the tail: what the others leave holding their least."""
+        self.ranks = [_geometry(seq, len(cuts.relaxed.groups), self.pp, self.vpp, self.h, self.q, whole,
+                                cuts.least[r], self.longest[r], r == self.pp - 1) for r in range(self.pp)]
+        """Each rank's geometry: the edge ranks' pieces may be empty, the others' hold a block; the last rank's
+        moves end in final states."""
+        self.g = self.ranks[0]
+        """What every rank's geometry shares: classes, round counts, kind totals."""
         self.comps, self.cl = self.g.comps, self.g.cl
         self.spread0 = sum(abs(x * whole[0] - whole[1]) for x in prefix)
         """The prefix pieces' distance from even."""
-        self.windows_of: dict[tuple[int, int], tuple[list[tuple[int, int]], np.ndarray] | None] = {}
+        self.windows_of: dict[tuple[int, int], tuple[list[tuple[int, int]], list[tuple[int, int]], np.ndarray] | None] = {}
         """_windows' answers by bounds, the latest WINDOWS_KEPT."""
 
     @functools.cached_property
@@ -466,12 +581,11 @@ class _Case:
 
     @functools.cached_property
     def _holdable_blocks(self) -> tuple[np.ndarray, np.ndarray]:
-        """By rank and code, the blocks of the kind counts a rank can hold (blocks enough for its VPP pieces and
-        no more than the longest rank), else n + 1 (first) or −1 (second): what _placed's least and most read."""
-        holdable = (self.blocks >= self.vpp) & (self.blocks <= self.g.longest)
-        shape = (self.pp, len(self.blocks))
-        return (np.broadcast_to(np.where(holdable, self.blocks, self.n + 1), shape),
-                np.broadcast_to(np.where(holdable, self.blocks, -1), shape))
+        """By rank and code, the blocks of the kind counts a rank can hold (its least to its longest), else n + 1
+        (first) or −1 (second): what _placed's least and most read."""
+        least, longest = (np.array(x, dtype=np.int64)[:, None] for x in (self.least, self.longest))
+        holdable = (self.blocks[None, :] >= least) & (self.blocks[None, :] <= longest)
+        return np.where(holdable, self.blocks, self.n + 1), np.where(holdable, self.blocks, -1)
 
     @functools.cached_property
     def priced(self) -> tuple[np.ndarray, np.ndarray]:
@@ -490,24 +604,26 @@ class _Case:
         return time, memory
 
     def _edges(self, r: int, live: np.ndarray, question: Question, fit: np.ndarray, window: tuple[int, int],
-               before: tuple[int, int]) -> tuple | None:
+               before: tuple[int, int], held: tuple[int, int]) -> tuple | None:
         """Rank r's edges into blocks placed within `window` from the live states within both bounds (`fit`: by
         code, whether rank r holding it is; with `within` set, objective within it too), sorted by destination:
         (where each reads its source's values in _step, dst, score: the objective, or with `within` the spread,
         their indices among the expanded states' moves, those moves). Only moves whose blocks can reach the
-        window from the window `before` are taken (any other reads no finite value in _step); None when none is
-        (no cut is then). Raises Declined when the fitting moves times the window's blocks placed pass
-        CELL_LIMIT."""
+        window from the window `before` and that the rank can hold within the bounds (`held`: the fewest and most
+        blocks of the kind counts it can) are taken (any other reads no finite value in _step or does not fit);
+        None when none is (no cut is then). Raises Declined when the fitting moves times the window's blocks
+        placed pass CELL_LIMIT."""
         lo, hi = window
-        least, most = max(lo - before[1], 0), min(hi - before[0], self.g.longest)
-        joined, where, code, moves = self.g.edges(live, least, most)
+        g = self.ranks[r]
+        least, most = max(lo - before[1], held[0]), min(hi - before[0], held[1])
+        if hi < lo or most < least:
+            return None
+        joined, where, code, moves = g.edges(live, least, most)
         objective = self.priced[0][r] if question.minimise_time else self.priced[1][r]
         if question.within is not None:
             fit = fit & (objective <= question.within)
-        if hi < lo:
-            return None
         if moves * (hi - lo + 1) > CELL_LIMIT:
-            count = int(np.count_nonzero(fit.take(self.g.live_codes(live))))
+            count = int(np.count_nonzero(fit.take(g.live_codes(live))))
             if not count:
                 return None
             if count * (hi - lo + 1) > CELL_LIMIT:
@@ -529,8 +645,10 @@ class _Case:
         found = self._windows(question.slowest_us, question.cap_mb)
         if found is None:
             return None
-        windows, fits = found
-        live = self.g.openers + self.cl.of(0) * nc
+        windows, held, fits = found
+        if any(hi < lo for lo, hi in windows):
+            return None
+        live = self.g.rounds.openers + self.cl.of(0) * nc
         values = np.empty((self.g.classes * nc, 2 * n + 2), dtype=np.int64)
         values[live] = INF
         values[live, n + 1] = 0
@@ -542,7 +660,7 @@ class _Case:
             if not len(live):
                 return None
             lo, hi = windows[r]
-            edges = self._edges(r, live, question, fits[r], (lo, hi), before)
+            edges = self._edges(r, live, question, fits[r], (lo, hi), before, held[r])
             if edges is None:
                 return None
             start, dst, cost, pick, joined = edges
@@ -552,7 +670,7 @@ class _Case:
         final = np.full(self.g.classes * nc, INF, dtype=np.int64)
         final[live] = values[live, 2 * n + 1]
         final = final.reshape(self.g.classes, nc)[self.h:, :].T
-        final = np.where(self.g.trails, final, INF)
+        final = np.where(self.g.rounds.trails, final, INF)
         value = int(final.min())
         if value >= INF:
             return None
@@ -562,7 +680,8 @@ class _Case:
         cut = self.prefix + self._trace(value, (self.h + int(end)) * nc + int(comp), layers, add)
         return value + (self.spread0 if add else 0), cut
 
-    def _windows(self, slowest_us: int, cap_mb: int) -> tuple[list[tuple[int, int]], np.ndarray] | None:
+    def _windows(self, slowest_us: int, cap_mb: int
+                 ) -> tuple[list[tuple[int, int]], list[tuple[int, int]], np.ndarray] | None:
         """_placed for these bounds, with which kind counts each rank can hold within them (ranks × codes), the
         latest few kept (a least and its evenest cut ask for the same); None when _placed is."""
         key = (slowest_us, cap_mb)
@@ -570,23 +689,24 @@ class _Case:
             if len(self.windows_of) >= WINDOWS_KEPT:
                 self.windows_of.pop(next(iter(self.windows_of)))
             fits = (self.priced[0] <= slowest_us) & (self.priced[1] <= cap_mb)
-            windows = self._placed(fits)
-            self.windows_of[key] = None if windows is None else (windows, fits)
+            placed = self._placed(fits)
+            self.windows_of[key] = None if placed is None else (*placed, fits)
         return self.windows_of[key]
 
-    def _placed(self, fits: np.ndarray) -> list[tuple[int, int]] | None:
-        """For each rank, the blocks the ranks up to it can have placed: each rank holds between the fewest and
-        the most blocks of any kind counts it can hold within the bounds (`fits`; VPP … the longest rank), and
-        the ranks after it must be able to take the rest; None when some rank can hold nothing."""
+    def _placed(self, fits: np.ndarray) -> tuple[list[tuple[int, int]], list[tuple[int, int]]] | None:
+        """For each rank, the blocks the ranks up to it can have placed, and the fewest and most blocks it holds:
+        those of any kind counts it can hold within the bounds (`fits`; its least … its longest), the ranks after
+        it able to take the rest; None when some rank can hold nothing."""
         n = self.n
         fewest, most = self._holdable_blocks
         least = np.minimum.reduce(fewest, axis=1, where=fits, initial=n + 1).tolist()
         if n + 1 in least:
             return None
-        done_least = list(itertools.accumulate(least))
-        done_most = list(itertools.accumulate(np.maximum.reduce(most, axis=1, where=fits, initial=-1).tolist()))
+        held = list(zip(least, np.maximum.reduce(most, axis=1, where=fits, initial=-1).tolist(), strict=True))
+        done_least = list(itertools.accumulate(low for low, _ in held))
+        done_most = list(itertools.accumulate(high for _, high in held))
         return [(max(low, n - (done_most[-1] - high)), min(high, n - (done_least[-1] - low)))
-                for low, high in zip(done_least, done_most, strict=True)]
+                for low, high in zip(done_least, done_most, strict=True)], held
 
     def _step(self, values: np.ndarray, start: np.ndarray, dst: np.ndarray, cost: np.ndarray, lo: int, hi: int,
               add: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -632,12 +752,13 @@ class _Case:
         value within `value` (with `add`, from the value less the edge's score, which is then owed); the
         moves are then replayed on named rounds and the rounds put in trail order."""
         placed, picks = self.n, []
-        for layer in reversed(layers):
+        for r in range(len(layers) - 1, -1, -1):
+            layer = layers[r]
             which, src, shift, cost = self._into(layer, state, placed, value, add)
             if add:
                 value -= cost
             rows = layer.joined.rows
-            picks.append((src, self.g.detail(src, int(rows[3, which])), int(rows[4, which])))
+            picks.append((src, self.ranks[r].detail(src, int(rows[3, which])), int(rows[4, which])))
             placed -= shift
             state = src
         picks.reverse()
@@ -660,16 +781,18 @@ class _Case:
 
     def _layout(self, start: int, picks: list[tuple[int, tuple[int, int], int]]) -> tuple[int, ...]:
         """The cut of the traced moves: later rounds named from the first state's counts, each rank's residues
-        given to rounds of the matching (start, front) pair, its pooled periods spread over its pieces
-        shortest first, then the rounds ordered along an Euler trail from round 0's end class."""
+        given to rounds of the matching (start, front) pair, each piece at its shortest and the rank's pooled
+        periods past those spread over its pieces shortest first, then the rounds ordered along an Euler trail
+        from round 0's end class."""
         q, h, nc = self.q, self.h, len(self.comps)
         counts = self.comps[start % nc]
         rounds = [[s, s] for s in range(q) for _ in range(counts[s * q + s])]
         pieces = [[0] * self.vpp for _ in range(self.pp)]
         c0 = self.cl.of(0)
         for r, (state, (i, j), periods) in enumerate(picks):
-            kind, amount = self.g.first(state // nc)[7][i]
-            picked = self.g.later(state % nc)[5][j]
+            g = self.ranks[r]
+            kind, amount = g.first(state // nc)[7][i]
+            picked = g.later(state % nc)[5][j]
             choice = [_compositions(m, q)[int(x)] for m, x in zip(self.comps[state % nc], picked, strict=True)]
             residues: list[tuple[int, int]] = []
             size: dict[int, int] = {}
@@ -688,10 +811,10 @@ class _Case:
             for pair, split in enumerate(choice):
                 given = [rho for rho, m in enumerate(split) for _ in range(m)]
                 residues.extend((t + 1, rho) for t, rho in zip(free.get(pair, ()), given, strict=False))
-            size.update({slot: rho + q * (rho == 0) for slot, rho in residues})
+            size.update({slot: g.shortest(rho) for slot, rho in residues})
             shortest = [(length, slot) for slot, length in size.items()]
             heapq.heapify(shortest)
-            for _ in range(periods - sum(rho == 0 for _, rho in residues)):
+            for _ in range(periods - g.least * sum(rho == 0 for _, rho in residues)):
                 length, slot = heapq.heappop(shortest)
                 heapq.heappush(shortest, (length + q, slot))
             for length, slot in shortest:
@@ -730,8 +853,9 @@ class _Case:
 
 class RoundProgram:
     """The exact interleaved cut program of one row: the cuts whose round 1 starts past the lead-in (one
-    case), and where PP is shorter than the lead-in, those whose round 0 ends inside it (one case per such
-    round 0, few: a V4 row at PP 2 has one, round 0 one block a rank); the least over the cases."""
+    case), and where round 0 can end inside the lead-in, those whose first rounds do (one case per such run
+    of rounds and the ranks' kind counts in it, few: a V4 row at PP 4 has one, round 0 a block on each middle
+    rank; at PP 2, eight); the least over the cases."""
 
     def __init__(self, cuts, groups: np.ndarray) -> None:  # noqa: ANN001 - InterleavedCuts (no cycle)
         self.cuts = cuts
@@ -745,21 +869,28 @@ class RoundProgram:
         shape = _shape(seq, self.vpp)
         if shape is None or self.vpp < 2:
             return
-        openings = _openings(self.pp, shape[0], CASE_LIMIT)
-        if openings is None:
+        prefixes = _prefixes(cuts.least[:self.pp], shape[0], self.vpp - 1, CASE_LIMIT)
+        if prefixes is None:
             return
         groups_n = len(cuts.relaxed.groups)
-        cases = [_Case(cuts, seq, shape, (), np.zeros((self.pp, groups_n), dtype=np.int64))]
-        for prefix in openings:
-            tail = seq[sum(prefix):]
-            inner = _shape(tail, self.vpp - 1)
-            if inner is None or inner[0] > self.pp:
-                return
+        stages = self.pp * self.vpp
+        evenest: dict[tuple[int, int, bytes], tuple[int, tuple[int, ...], np.ndarray]] = {}
+        for prefix in prefixes:
             offsets = np.zeros((self.pp, groups_n), dtype=np.int64)
             start = 0
-            for r, length in enumerate(prefix):
-                np.add.at(offsets[r], np.array(seq[start:start + length], dtype=np.int64), 1)
+            for k, length in enumerate(prefix):
+                np.add.at(offsets[k % self.pp], np.array(seq[start:start + length], dtype=np.int64), 1)
                 start += length
+            key = (len(prefix), start, offsets.tobytes())
+            spread = sum(abs(x * stages - self.n) for x in prefix)
+            if key not in evenest or spread < evenest[key][0]:
+                evenest[key] = (spread, prefix, offsets)
+        cases = [_Case(cuts, seq, shape, (), np.zeros((self.pp, groups_n), dtype=np.int64))]
+        for (_, start, _), (_, prefix, offsets) in evenest.items():
+            tail = seq[start:]
+            inner = _shape(tail, self.vpp - len(prefix) // self.pp)
+            if inner is None:
+                return
             cases.append(_Case(cuts, tail, inner, prefix, offsets))
         self.cases, self.usable = cases, True
 
@@ -767,7 +898,7 @@ class RoundProgram:
     def states(self) -> int:
         """The program's states over its cases (front classes × round counts × blocks placed a rank can
         leave), a measure of its cost."""
-        return sum(case.g.classes * len(case.comps) * (case.n - self.pp * case.vpp + 1) for case in self.cases)
+        return sum(case.g.classes * len(case.comps) * (case.n - sum(case.least) + 1) for case in self.cases)
 
     def least(self, slowest_us: int, cap_mb: int, minimise_time: bool,
               alike: Callable[[int], int] | None = None) -> tuple[int, tuple[int, ...]] | None:
@@ -822,8 +953,11 @@ class RoundProgram:
 
     @functools.cached_property
     def _even(self) -> tuple[int, int]:
-        """(slowest-rank time µs, peak MB) of the evenest cut (stage sizes differ by at most one)."""
+        """(slowest-rank time µs, peak MB) of the evenest cut: stage sizes differing by at most one, or with
+        fewer blocks than stages, empty_stages.evenest_cut's."""
         stages = self.pp * self.vpp
+        if stages > self.n:
+            return self.cuts.measure(evenest_cut(self.n, self.pp, self.vpp))
         edges = [k * self.n // stages for k in range(stages + 1)]
         return self.cuts.measure(tuple(edges[k + 1] - edges[k] for k in range(stages)))
 

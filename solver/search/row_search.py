@@ -124,7 +124,7 @@ def step_values(stairs: Staircase) -> list[tuple[int, int]]:
 def rows_pass_rules(problem: Problem, row: Row) -> bool:
     """Whether a row meets every rule the master posts and every rule judged per row, in Python (with an
     explicit cut, as every solver answer has; the CP-SAT postings agree, tests/test_agreement.py)."""
-    mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp))
+    mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp, row.pp))
     judged = row_problem(problem, row)
     return holds(judged, mapping, program_rules(problem) + judged_rules(problem, "row") + choice_rules(judged))
 
@@ -475,7 +475,7 @@ class RowSearch:
         before that, 315 of the 550 rows DeepSeek-V4-Flash on 32,768 GPUs cut broke them); this catches the
         rules that read more (less the settings rules: posted_rules). Asked once per row, when it first comes up
         to be cut: most rows are beaten before, and the rules cost a fraction of a cut."""
-        mapping = row.mapping(self.problem, default_layout(self.problem.model.num_layers, row.pp * row.vpp))
+        mapping = row.mapping(self.problem, default_layout(self.problem.model.num_layers, row.pp * row.vpp, row.pp))
         refused = bool(self.posted_rules) and not holds(self.problem, mapping, self.posted_rules)
         self.refused += refused
         return refused

@@ -16,7 +16,6 @@ from itertools import product
 from operator import attrgetter
 
 from parasol.constraints.physics.exchanges import grid_links, level_links
-from parasol.constraints.physics.memory import block_kind
 from parasol.constraints.rules.moe import deepep_group_ok
 from parasol.hardware.topology import Level
 from parasol.problems.derived import Derived, derive_kept
@@ -326,7 +325,7 @@ CLOCK_EVERY = 4096
 
 def enumerate_rows(problem: Problem, domains: dict[str, tuple[int, ...]] | None = None) -> tuple[Row, ...]:
     """Every row of the search space with a whole folding identity and no more virtual stages than its cuts
-    can fill (empty_stages.most_stages: a block per stage, or the embedding or loss alone at an open edge)."""
+    can fill (empty_stages.most_stages: a block per stage, besides the first and last rank's stages on interleaved rows)."""
     return rows_until(problem, None, domains)[0]
 
 
@@ -338,7 +337,6 @@ def rows_until(problem: Problem, deadline: float | None,
     doms = domains or search_domains(problem)
     gpus, gbs = problem.gpus, problem.training.global_batch
     blocks = problem.model.num_layers
-    kinds = len({block_kind(b) for b in problem.model.blocks})
     orders = rank_order_choices(problem)
     recomputes = tuple(r.value for r in recompute_choices(problem))
     etps = {tp: expert_tp_choices(problem, tp, doms["etp"]) for tp in doms["tp"]}
@@ -348,7 +346,7 @@ def rows_until(problem: Problem, deadline: float | None,
     for k, (tp, pp, cp, ep, vpp, mbs) in enumerate(product(*others)):
         if deadline is not None and k % CLOCK_EVERY == 0 and time.perf_counter() > deadline:
             return tuple(sorted(rows, key=ROW_ORDER)), False
-        if (vpp > 1 and pp == 1) or pp * vpp > most_stages(blocks, kinds, vpp):
+        if (vpp > 1 and pp == 1) or pp * vpp > most_stages(blocks, vpp):
             continue
         for etp in etps[tp]:
             if whole_folding(gpus, gbs, tp, pp, cp, ep, etp, mbs):
