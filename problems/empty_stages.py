@@ -47,6 +47,12 @@ def least_piece(stage: int, pp: int, open_: bool) -> int:
     return 0 if open_ and edge_rank(stage % pp, pp) else 1
 
 
+def stage_least(pp: int, vpp: int) -> tuple[int, ...]:
+    """The fewest blocks each of a row's PP·VPP virtual stages holds in the covered family (least_piece, stage by
+    stage in layout order)."""
+    return tuple(least_piece(k, pp, open_stages(vpp)) for k in range(pp * vpp))
+
+
 def least_rank_blocks(vpp: int, pp: int) -> int | np.ndarray:
     """The fewest blocks each pipeline rank holds in a covered cut: one per virtual stage (one number for every
     rank), none on the first and last rank of an interleaved row (then one per rank)."""
@@ -61,8 +67,8 @@ def evenest_cut(blocks: int, pp: int, vpp: int) -> tuple[int, ...]:
     """The evenest cut of the family with fewer blocks than virtual stages: a block on every stage that needs one
     and one on each of the edge ranks' stages nearest the middle (so the outermost, which the embedding and the
     loss hold, are the first left empty)."""
-    stages = pp * vpp
-    least = [least_piece(k, pp, open_stages(vpp)) for k in range(stages)]
+    least = stage_least(pp, vpp)
+    stages = len(least)
     spare = blocks - sum(least)
     inner = sorted((k for k in range(stages) if least[k] == 0), key=lambda k: (-min(k, stages - 1 - k), k))
     filled = set(inner[:spare])

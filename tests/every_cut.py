@@ -8,13 +8,13 @@ import random
 
 import numpy as np
 
-from parasol.problems.empty_stages import least_piece
+from parasol.problems.empty_stages import stage_least
 from parasol.solver.search.interleaved import InterleavedCuts
 
 
 def least_pieces(pp: int, parts: int) -> list[int]:
     """The fewest blocks each of `parts` virtual stages over PP ranks holds in the covered family."""
-    return [least_piece(k, pp, parts > pp) for k in range(parts)]
+    return list(stage_least(pp, parts // pp))
 
 
 def distinct_holdings(cuts: InterleavedCuts) -> list[tuple[tuple[int, ...], int]]:

@@ -16,6 +16,7 @@ from parasol.problems.empty_stages import (
     least_rank_blocks,
     most_stages,
     open_stages,
+    stage_least,
 )
 from parasol.problems.loader import load_problem, load_problem_text
 from parasol.solver.outputs.emit import layout_string
@@ -41,20 +42,23 @@ hardware:
 
 
 def test_compositions_count_every_cut_of_the_family() -> None:
-    """Every cut whose middle ranks' stages hold a block and whose first and last rank's stages hold any number,
+    """Every cut whose middle ranks' stages hold a block and whose first and last rank's stages hold any number
+    on an interleaved row (a block each on a 1F1B row),
     once each (stars and bars: C(n + e − 1, parts − 1) with e stages free to be empty), and the closed family
     is the part with no empty stage."""
     for total, pp, vpp in ((5, 3, 1), (7, 2, 2), (6, 4, 2), (4, 3, 3), (9, 4, 3)):
         parts = pp * vpp
-        free = sum(least_piece(k, pp, True) == 0 for k in range(parts))
+        least = stage_least(pp, vpp)
+        free = least.count(0)
         family = list(compositions(total, parts, pp))
         assert len(family) == len(set(family)) == math.comb(total + free - 1, parts - 1)
-        assert all(sum(c) == total and all(x >= least_piece(k, pp, True) for k, x in enumerate(c)) for c in family)
+        assert all(sum(c) == total and all(x >= m for x, m in zip(c, least, strict=True)) for c in family)
         assert list(compositions(total, parts)) == [c for c in family if min(c) >= 1]
     assert list(compositions(3, 6, 3)) == [(0, 1, 0, 0, 1, 1), (0, 1, 0, 0, 2, 0), (0, 1, 0, 1, 1, 0),
                                           (0, 1, 1, 0, 1, 0), (0, 2, 0, 0, 1, 0), (1, 1, 0, 0, 1, 0)]
     assert [least_piece(s, 4, True) for s in range(8)] == [0, 1, 1, 0, 0, 1, 1, 0]
     assert [least_piece(s, 4, False) for s in range(4)] == [1, 1, 1, 1]
+    assert stage_least(4, 2) == (0, 1, 1, 0, 0, 1, 1, 0) and stage_least(4, 1) == (1, 1, 1, 1)
 
 
 def test_holding_cuts_are_the_first_cut_of_every_holding() -> None:

@@ -18,7 +18,7 @@ import numpy as np
 from parasol.constraints.core.base import Constraint
 from parasol.constraints.evaluate import evaluate
 from parasol.problems.derived import default_layout
-from parasol.problems.empty_stages import least_piece, open_stages
+from parasol.problems.empty_stages import stage_least
 from parasol.problems.loader import Problem
 from parasol.problems.schema import Objective
 from parasol.solver.search.costs import RowCosts, row_costs
@@ -52,10 +52,10 @@ def front_of(points: list[RefPoint]) -> list[RefPoint]:
 
 
 def compositions(total: int, parts: int, pp: int | None = None):
-    """Every way to write `total` blocks as `parts` stages of at least one block, in order; given `pp`, the
-    stages of the first and last of PP ranks (stage i on rank i mod PP) may also hold none
-    (empty_stages.least_piece)."""
-    least = [least_piece(i, pp or 1, pp is not None) for i in range(parts)]
+    """Every way to write `total` blocks as `parts` stages of at least one block, in order; given `pp`, every cut
+    of the covered family of PP ranks (stage i on rank i mod PP; on an interleaved row the first and last rank's
+    stages may also hold none: empty_stages.stage_least)."""
+    least = stage_least(pp, parts // pp) if pp else (1,) * parts
     spare = total + parts - sum(least)
     for cuts in combinations(range(1, spare), parts - 1):
         edges = (0, *cuts, spare)
@@ -73,7 +73,7 @@ def holding_cuts(counts: np.ndarray, pp: int, vpp: int) -> list[tuple[int, ...]]
     """row_layouts' cuts: stage by stage over every partial cut at once, keeping one per (end block, holding so
     far), the first in layout order (a prefix first in order stays first whatever follows it)."""
     n, stages = counts.shape[0] - 1, pp * vpp
-    least = [least_piece(k, pp, open_stages(vpp)) for k in range(stages)]
+    least = stage_least(pp, vpp)
     place = np.cumprod(np.concatenate([[1], counts[0, n, :-1] + 1])).astype(np.int64)
     codes = counts @ place
     pos = np.zeros(1, dtype=np.int64)

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from parasol.problems.empty_stages import least_rank_blocks
+
 INF = np.iinfo(np.int64).max
 STATE_LIMIT = 4096
 """Most (front classes × start classes) combinations a row may have for this program to run; longer lead-ins
@@ -190,7 +192,7 @@ class FrontProgram:
         self.relaxed = cuts.relaxed
         self.per_round = cuts.least_before[self.pp]
         """The fewest blocks one round holds (every stage's least, empty_stages.py)."""
-        self.rank_least = [sum(cuts.least[r::self.pp]) for r in range(self.pp)]
+        self.rank_least = np.broadcast_to(least_rank_blocks(self.vpp, self.pp), self.pp).tolist()
         """The fewest blocks each rank holds."""
         self.longest = self.n - cuts.least_before[-1] + max(self.rank_least)
         """The most blocks one rank may hold (the others holding their least)."""

@@ -36,7 +36,7 @@ from typing import NamedTuple
 import numpy as np
 
 from parasol.problems.derived import default_layout
-from parasol.problems.empty_stages import edge_rank, least_piece, open_stages
+from parasol.problems.empty_stages import edge_rank, open_stages, stage_least
 from parasol.solver.search.costs import MEMORY_UNIT_MB, MICROSECONDS, TIME_UNIT_S, RowCosts
 from parasol.solver.search.cut_program import UNBOUNDED, Undecided, cut_within
 from parasol.solver.search.fronts import Declined, FrontProgram
@@ -178,7 +178,7 @@ class InterleavedCuts:
         self.n = counts.shape[0] - 1
         self.open = open_stages(self.vpp)
         """Whether the first and last rank's virtual stages may hold no block (empty_stages.py)."""
-        self.least = tuple(least_piece(k, self.pp, self.open) for k in range(self.stages))
+        self.least = stage_least(self.pp, self.vpp)
         """The fewest blocks each virtual stage holds."""
         self.least_before = (0, *itertools.accumulate(self.least))
         """least_before[k]: the fewest blocks stages 0…k−1 hold together."""
@@ -456,7 +456,7 @@ class InterleavedCuts:
         return list(itertools.accumulate(sums, operator.or_))
 
     def _later(self, k: int) -> int:
-        """The fewest blocks the virtual stages after stage k hold together (empty_stages.least_piece)."""
+        """The fewest blocks the virtual stages after stage k hold together (empty_stages.stage_least)."""
         return self.least_before[-1] - self.least_before[k + 1]
 
     def _rank_later(self, r: int, rounds: int) -> int:
