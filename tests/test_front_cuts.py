@@ -294,6 +294,26 @@ def test_round_program_reuse_keeps_answers(name: str) -> None:
     assert asked >= 4
 
 
+@pytest.mark.parametrize(("least", "closing"), [(1, False), (0, False), (0, True)])
+def test_round_geometry_widened_in_steps_keeps_one_expansions_moves(least: int, closing: bool) -> None:
+    """A geometry whose states gain their longer moves as questions widen its reach holds the moves, in the same
+    order, that expanding every state once at the final reach gives (the traced cut reads that order, so the
+    answer never depends on which questions came first)."""
+    seq = (0, 0, 1) + (2, 1) * 9
+    h, q = lead_period(seq)
+    stepped, once = (rounds._Geometry(seq, 3, 3, 3, h, q, (9, len(seq)), least, 16, closing) for _ in range(2))
+    states = np.arange(stepped.classes * len(stepped.comps))
+    for most in (3, 5, 9, 16):
+        stepped._widen(most)
+        stepped._expanded(states[::2] if most < 9 else states)
+    once._widen(16)
+    once._expanded(states)
+    assert stepped.reach == once.reach == 16 and stepped.joined.src.size > 0
+    assert np.array_equal(stepped.joined.src, once.joined.src)
+    assert np.array_equal(stepped.joined.rows, once.joined.rows)
+    assert all(np.array_equal(a, b) for a, b in zip(stepped.by_blocks, once.by_blocks, strict=True))
+
+
 def test_best_finds_nothing_unproved_when_the_fastest_cut_runs_out_of_budget() -> None:
     """Where the round program gives the fastest cut's time but tracing that cut then runs out of budget (a
     fuzzed solve at --time-limit 0.3 met it: `fastest` returned no cut and the leanest search iterated None),

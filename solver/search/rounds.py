@@ -216,8 +216,9 @@ class _Geometry:
         self.closing = closing
         """Whether only moves into final states are expanded (the last rank's: no other is read)."""
         self.reach = 0
-        """The most blocks of the moves expanded so far: widened as questions ask (`edges`), since a rank mostly
-        holds far fewer within a question's bounds than the longest rank (whose moves cost the most to expand)."""
+        """The most blocks of the moves a state is expanded to: widened as questions ask (`edges`), since a rank
+        mostly holds far fewer within a question's bounds than the longest rank (whose moves cost the most to
+        expand)."""
         self.cl: Classes = classes_of(seq, groups, h, q)
         self.rounds = _rounds(vpp, q, self.cl.content[h:h + q, :q].tobytes(), groups)
         """The later rounds' counts and options, shared by every geometry of this VPP and period."""
@@ -228,8 +229,9 @@ class _Geometry:
         self.place = np.cumprod(np.concatenate([[1], self.total[:-1] + 1])).astype(np.int64)
         self.code_type = np.int32 if int(self.place[-1] * (self.total[-1] + 1)) < 1 << 31 else np.int64
         """The narrowest type that holds every kind-count code."""
-        self.expanded = np.zeros(self.classes * len(self.comps), dtype=bool)
-        """Which states' moves are in `joined`."""
+        self.expanded = np.full(self.classes * len(self.comps), -1, dtype=np.int64)
+        """Per state, the most blocks of its moves in `joined` (−1: none yet); a state short of `reach` gains its
+        longer moves alone when next asked for."""
         self.joined = _Joined(*(np.zeros(n, dtype=np.int64) for n in ((0,), (6, 0), (0,))))
         """The moves of every expanded state (expand), with each number of pooled periods, together."""
         self.by_blocks = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32),
@@ -341,8 +343,11 @@ class _Geometry:
         """Every move from each of `states` with each number of pooled periods that keeps the rank within
         `reach` blocks and the model's kind totals (and with `closing`, ends in a final state), one per
         (destination, blocks, kind counts), kept per state as (dst, blocks, code of the kind counts, move index,
-        periods, spread: the evenest of those alike); all states in one pass."""
+        periods, spread: the evenest of those alike, the first in move order among equals); all states in one
+        pass. A state already expanded to fewer blocks gains its longer moves alone: its moves are then those one
+        expansion to `reach` gives, in the same order."""
         owner, index, dst, vec, blocks, least, hist, fixed, lead = self.moves(states)
+        done = self.expanded.take(np.array(states, dtype=np.int64))
         if self.closing:
             ends = self.final.take(dst)
             owner, index, dst, vec, blocks, least, hist, fixed, lead = (
@@ -352,7 +357,8 @@ class _Geometry:
         top = np.where((vec <= self.total).all(axis=1), room.min(axis=1), -1)
         top = np.minimum(top, (self.reach - blocks) // self.q)
         top = np.where((hist.sum(axis=1) > 0) | (lead > 0), top, np.minimum(top, 0))
-        move, k = np.nonzero((periods[None, :] >= least[:, None]) & (periods[None, :] <= top[:, None]))
+        move, k = np.nonzero((periods[None, :] >= least[:, None]) & (periods[None, :] <= top[:, None])
+                             & (blocks[:, None] + self.q * periods[None, :] > done[owner][:, None]))
         size = blocks[move] + self.q * k
         code = vec[move] @ self.place + k * int(self.period @ self.place)
         base = self.longest + 1
@@ -366,17 +372,17 @@ class _Geometry:
         scale = int(spread.max(initial=0)) + 1
         if (len(states) * self.classes * len(self.comps) * base * int(self.place[-1] * (self.total[-1] + 1))
                 < (1 << 62) // scale):
-            evenest = np.argsort(key * scale + spread)
+            evenest = np.argsort(key * scale + spread, kind="stable")
         else:
             evenest = np.lexsort((spread, key))
         ordered = key[evenest]
         first = np.sort(evenest[np.concatenate(([True], ordered[1:] != ordered[:-1]))[:len(ordered)]])
         move, k, size, code, spread = move[first], k[first], size[first], code[first], spread[first]
-        self.expanded[states] = True
+        self.expanded[states] = self.reach
         src = np.concatenate([self.joined.src, np.array(states, dtype=np.int64)[owner[move]]])
         rows = np.concatenate([self.joined.rows, np.stack([dst[move], size, code, index[move], periods[k], spread])],
                               axis=1)
-        order = np.lexsort((src, rows[0]))
+        order = np.lexsort((rows[4], rows[3], src, rows[0]))
         src, rows = src[order], np.take(rows, order, axis=1)
         self.joined = _Joined(src, rows, src * (2 * self.n + 2) + self.n + 1 - rows[1])
         by_blocks = np.argsort(rows[1].astype(np.int16), kind="stable")
@@ -389,11 +395,11 @@ class _Geometry:
         self.codes_of.clear()
 
     def edges(self, live: np.ndarray, least: int, most: int) -> tuple[_Joined, np.ndarray, np.ndarray, int]:
-        """The moves of every expanded state (`joined`, the `live` states expanded first when they are not yet,
-        every state's moves widened first to reach `most` blocks when they do not), and the live states' moves of
+        """The moves of every expanded state (`joined`, the `live` states expanded first to `reach` when they are
+        not yet, `reach` widened first to `most` blocks when it falls short), and the live states' moves of
         `least` … `most` blocks: where they are in `joined`, in its order, their codes, and how many moves of any
         blocks the live states have; the latest few live sets' kept (ranks ask for the same ones question after
-        question; a kept set's states are expanded, as `expand` and `_widen` drop them)."""
+        question; a kept set's states are expanded to `reach`, as `expand` drops them)."""
         if most > self.reach:
             self._widen(most)
         key = (live.tobytes(), least, most)
@@ -423,22 +429,18 @@ class _Geometry:
 
     def _widen(self, most: int) -> None:
         """Let moves reach `most` blocks, half as many again as they reached at least (up to the longest rank, so
-        that a few wider questions widen it a few times): every expansion is dropped, redone as states are asked
-        for."""
+        that a few wider questions widen it a few times); states gain their longer moves as they are asked for
+        (the kept live sets are dropped: their states fall short)."""
         self.reach = min(self.longest, max(most, self.reach + self.reach // 2))
-        self.expanded[:] = False
-        self.joined = _Joined(*(np.zeros(n, dtype=np.int64) for n in ((0,), (6, 0), (0,))))
-        self.by_blocks = (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32),
-                          np.zeros(0, dtype=self.code_type), np.zeros(self.longest + 2, dtype=np.int64))
-        self.moves_of[:] = 0
         self.live_of.clear()
         self.kept = 0
         self.codes_of.clear()
 
     def _expanded(self, live: np.ndarray) -> None:
-        """Expand the `live` states not yet expanded."""
-        if not self.expanded.take(live).all():
-            self.expand(live[~self.expanded.take(live)].tolist())
+        """Expand the `live` states not yet expanded to `reach`."""
+        short = self.expanded.take(live) < self.reach
+        if short.any():
+            self.expand(live[short].tolist())
 
     def _inside(self, live: np.ndarray) -> np.ndarray:
         """By state, whether it is among `live`."""
@@ -479,11 +481,12 @@ def _stacked(options: dict[int, tuple[np.ndarray, ...]], keys: np.ndarray
     return tables, (np.cumsum(sizes) - sizes)[which], sizes[which]
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=256)
 def _geometry(seq: tuple[int, ...], groups: int, pp: int, vpp: int, h: int, q: int, whole: tuple[int, int],
               least: int, longest: int, closing: bool) -> _Geometry:
     """The shared geometry of a sequence grouping, PP, VPP, least piece and closing (rows of one problem ask for
-    the same ones)."""
+    the same ones: DeepSeek-V4-Flash's default space on 32,768 GPUs asks for 108, and a cache of 64 rebuilt 159
+    of them, their expansions with them)."""
     return _Geometry(seq, groups, pp, vpp, h, q, whole, least, longest, closing)
 
 
