@@ -159,8 +159,8 @@ class _Rounds:
     def later(self, comp: int) -> tuple[np.ndarray, ...]:
         """The later rounds' options for one rank from round counts comp: for each (start, front) pair, how
         many of its rounds take a piece of each residue (an index into _compositions(count, q)); (counts
-        after, kind counts, blocks, pieces of each residue, those indices per pair) at each piece's residue
-        alone, one per distinct effect."""
+        after, kind counts, blocks, pieces of each residue, each option's index among every pair's choices
+        (`picked`)) at each piece's residue alone, one per distinct effect."""
         if comp not in self.later_of:
             q = self.q
             pairs = q * q
@@ -169,7 +169,6 @@ class _Rounds:
             vec = np.zeros((1, groups), dtype=np.int64)
             size = np.zeros(1, dtype=np.int64)
             hist = np.zeros((1, q), dtype=np.int64)
-            picks = np.zeros((1, 0), dtype=np.int64)
             for pair, count in enumerate(self.comps[comp]):
                 start, front = divmod(pair, q)
                 split = np.array(_compositions(count, q), dtype=np.int64).reshape(-1, q)
@@ -177,18 +176,21 @@ class _Rounds:
                 for rho in range(q):
                     moved[:, start * q + (front + rho) % q] += split[:, rho]
                 gain = split @ self.content[front]
-                k = len(split)
                 after = (after[:, None, :] + moved[None, :, :]).reshape(-1, pairs)
                 vec = (vec[:, None, :] + gain[None, :, :]).reshape(-1, groups)
                 size = (size[:, None] + (split @ np.arange(q))[None, :]).ravel()
                 hist = (hist[:, None, :] + split[None, :, :]).reshape(-1, q)
-                picks = np.concatenate([np.repeat(picks, k, axis=0), np.tile(np.arange(k), len(picks))[:, None]],
-                                       axis=1)
             dst = self.comp_of(after)
             key = np.concatenate([dst[:, None], vec, size[:, None], hist], axis=1)
             keep = np.sort(np.unique(_row_codes(key), return_index=True)[1])
-            self.later_of[comp] = (dst[keep], vec[keep], size[keep], hist[keep], picks[keep])
+            self.later_of[comp] = (dst[keep], vec[keep], size[keep], hist[keep], keep)
         return self.later_of[comp]
+
+    def picked(self, comp: int, option: int) -> tuple[int, ...]:
+        """The choice of each (start, front) pair (an index into _compositions(count, q)) that later's option
+        `option` from round counts comp makes: its index among the pairs' choices read in mixed radix."""
+        choices = [len(_compositions(count, self.q)) for count in self.comps[comp]]
+        return tuple(int(x) for x in np.unravel_index(int(self.later(comp)[4][option]), choices))
 
 
 @functools.lru_cache(maxsize=16)
@@ -286,24 +288,26 @@ class _Geometry:
 
     def later(self, comp: int) -> tuple[np.ndarray, ...]:
         """_Rounds.later's options from round counts comp, with the periods each needs: (counts after, kind counts,
-        blocks, periods needed (one per residue-0 piece when pieces hold a block), pieces of each residue, the
-        indices per pair)."""
+        blocks, periods needed (one per residue-0 piece when pieces hold a block), pieces of each residue)."""
         if comp not in self.later_of:
-            dst, vec, size, hist, picks = self.rounds.later(comp)
-            self.later_of[comp] = (dst, vec, size, hist[:, 0] * self.least, hist, picks)
+            dst, vec, size, hist, _ = self.rounds.later(comp)
+            self.later_of[comp] = (dst, vec, size, hist[:, 0] * self.least, hist)
         return self.later_of[comp]
 
     def moves(self, states: list[int]) -> tuple[np.ndarray, ...]:
-        """Every move of one rank from each of `states` (c0 · comps + comp): each round-0 option with each
-        later-rounds one, a state's moves in that order (move k pairs round-0 option k // b with later option
-        k % b, b later options: `detail`); (owner among `states`, k, destination state, the rank's kind counts
-        less its pooled periods, blocks less the pooled periods, the least number of pooled periods, pieces of
-        each residue whose periods are pooled, the length of a round-0 piece taken whole (−1 when pooled too),
-        the starting length of a round-0 lead-in piece whose periods are pooled (0 when none))."""
+        """The moves of one rank from each of `states` (c0 · comps + comp) that keep it within `reach` blocks at
+        their least pooled periods and within the model's kind totals (with `closing`, ending in a final state):
+        of each round-0 option with each later-rounds one, a state's moves in that order (move k pairs round-0
+        option k // b with later option k % b, b later options: `detail`); (owner among `states`, k, destination
+        state, the rank's kind counts less its pooled periods, blocks less the pooled periods, the least number
+        of pooled periods, pieces of each residue whose periods are pooled, the length of a round-0 piece taken
+        whole (−1 when pooled too), the starting length of a round-0 lead-in piece whose periods are pooled (0
+        when none)). The bounds are read first, on the columns they need, so the other columns are gathered
+        only for the moves kept (about one in seven on DeepSeek-V4-Flash)."""
         nc = len(self.comps)
         c0s, comps = np.divmod(np.array(states, dtype=np.int64), nc)
         firsts = {c: self.first(c)[:7] for c in dict.fromkeys(c0s.tolist())}
-        laters = {c: self.later(c)[:5] for c in dict.fromkeys(comps.tolist())}
+        laters = {c: self.later(c) for c in dict.fromkeys(comps.tolist())}
         f_tables, f_start, f_count = _stacked(firsts, c0s)
         l_tables, l_start, l_count = _stacked(laters, comps)
         count = f_count * l_count
@@ -311,10 +315,19 @@ class _Geometry:
         index = np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
         b = l_count[owner]
         f, later = f_start[owner] + index // b, l_start[owner] + index % b
-        f_to, f_vec, f_blocks, f_least, f_hist, f_fixed, f_lead = (x[f] for x in f_tables)
-        l_to, l_vec, l_blocks, l_least, l_hist = (x[later] for x in l_tables)
-        return (owner, index, f_to * nc + l_to, f_vec + l_vec, f_blocks + l_blocks, f_least + l_least,
-                f_hist + l_hist, f_fixed, f_lead)
+        dst = f_tables[0].take(f) * nc + l_tables[0].take(later)
+        blocks = f_tables[2].take(f) + l_tables[2].take(later)
+        least = f_tables[3].take(f) + l_tables[3].take(later)
+        keep = blocks + self.q * least <= self.reach
+        if self.closing:
+            keep &= self.final.take(dst)
+        owner, index, f, later, dst, blocks, least = (x[keep] for x in (owner, index, f, later, dst, blocks, least))
+        vec = f_tables[1][f] + l_tables[1][later]
+        keep = (vec <= self.total).all(axis=1)
+        owner, index, f, later, dst, blocks, least, vec = (
+            x[keep] for x in (owner, index, f, later, dst, blocks, least, vec))
+        return (owner, index, dst, vec, blocks, least, f_tables[4][f] + l_tables[4][later], f_tables[5].take(f),
+                f_tables[6].take(f))
 
     def detail(self, state: int, index: int) -> tuple[int, int]:
         """(round-0 option, later-rounds option) of move `index` of `state` (moves' order)."""
@@ -348,14 +361,9 @@ class _Geometry:
         expansion to `reach` gives, in the same order."""
         owner, index, dst, vec, blocks, least, hist, fixed, lead = self.moves(states)
         done = self.expanded.take(np.array(states, dtype=np.int64))
-        if self.closing:
-            ends = self.final.take(dst)
-            owner, index, dst, vec, blocks, least, hist, fixed, lead = (
-                x[ends] for x in (owner, index, dst, vec, blocks, least, hist, fixed, lead))
         periods = np.arange(self.reach // self.q + 1)
         room = np.where(self.period > 0, (self.total - vec) // np.maximum(self.period, 1), self.reach)
-        top = np.where((vec <= self.total).all(axis=1), room.min(axis=1), -1)
-        top = np.minimum(top, (self.reach - blocks) // self.q)
+        top = np.minimum(room.min(axis=1), (self.reach - blocks) // self.q)
         top = np.where((hist.sum(axis=1) > 0) | (lead > 0), top, np.minimum(top, 0))
         move, k = np.nonzero((periods[None, :] >= least[:, None]) & (periods[None, :] <= top[:, None])
                              & (blocks[:, None] + self.q * periods[None, :] > done[owner][:, None]))
@@ -795,7 +803,7 @@ class _Case:
         for r, (state, (i, j), periods) in enumerate(picks):
             g = self.ranks[r]
             kind, amount = g.first(state // nc)[7][i]
-            picked = g.later(state % nc)[5][j]
+            picked = g.rounds.picked(state % nc, j)
             choice = [_compositions(m, q)[int(x)] for m, x in zip(self.comps[state % nc], picked, strict=True)]
             residues: list[tuple[int, int]] = []
             size: dict[int, int] = {}
