@@ -138,6 +138,7 @@ class _Rounds:
         self.codes = np.array([sum(x * vpp ** i for i, x in enumerate(c)) for c in self.comps], dtype=np.int64)
         self.order = np.argsort(self.codes)
         self.later_of: dict[int, tuple[np.ndarray, ...]] = {}
+        self.effects_of: dict[tuple[int, int], np.ndarray] = {}
 
     @functools.cached_property
     def trails(self) -> np.ndarray:
@@ -162,29 +163,32 @@ class _Rounds:
         after, kind counts, blocks, pieces of each residue, each option's index among every pair's choices
         (`picked`)) at each piece's residue alone, one per distinct effect."""
         if comp not in self.later_of:
-            q = self.q
-            pairs = q * q
-            groups = self.content.shape[2]
-            after = np.zeros((1, pairs), dtype=np.int64)
-            vec = np.zeros((1, groups), dtype=np.int64)
-            size = np.zeros(1, dtype=np.int64)
-            hist = np.zeros((1, q), dtype=np.int64)
+            pairs, groups = self.q * self.q, self.content.shape[2]
+            effect = np.zeros((1, pairs + groups + 1 + self.q), dtype=np.int64)
             for pair, count in enumerate(self.comps[comp]):
-                start, front = divmod(pair, q)
-                split = np.array(_compositions(count, q), dtype=np.int64).reshape(-1, q)
-                moved = np.zeros((len(split), pairs), dtype=np.int64)
-                for rho in range(q):
-                    moved[:, start * q + (front + rho) % q] += split[:, rho]
-                gain = split @ self.content[front]
-                after = (after[:, None, :] + moved[None, :, :]).reshape(-1, pairs)
-                vec = (vec[:, None, :] + gain[None, :, :]).reshape(-1, groups)
-                size = (size[:, None] + (split @ np.arange(q))[None, :]).ravel()
-                hist = (hist[:, None, :] + split[None, :, :]).reshape(-1, q)
-            dst = self.comp_of(after)
-            key = np.concatenate([dst[:, None], vec, size[:, None], hist], axis=1)
-            keep = np.sort(np.unique(_row_codes(key), return_index=True)[1])
-            self.later_of[comp] = (dst[keep], vec[keep], size[keep], hist[keep], keep)
+                effect = (effect[:, None, :] + self._pair_effects(pair, count)[None, :, :]).reshape(-1, effect.shape[1])
+            keep = np.sort(np.unique(_row_codes(effect), return_index=True)[1])
+            effect = effect[keep]
+            self.later_of[comp] = (self.comp_of(effect[:, :pairs]), effect[:, pairs:pairs + groups],
+                                   effect[:, pairs + groups], effect[:, pairs + groups + 1:], keep)
         return self.later_of[comp]
+
+    def _pair_effects(self, pair: int, count: int) -> np.ndarray:
+        """What each way for `count` rounds of one (start, front) pair to take a piece of each residue
+        (_compositions(count, q), in order) adds to a rank: the round counts it moves to other pairs, its kind
+        counts, blocks and pieces of each residue, as one row (later's options are sums of one row per pair, and
+        the counts after determine the counts' index, so the options alike in these rows are alike in later's);
+        once per pair and count."""
+        if (pair, count) not in self.effects_of:
+            q = self.q
+            start, front = divmod(pair, q)
+            split = np.array(_compositions(count, q), dtype=np.int64).reshape(-1, q)
+            moved = np.zeros((len(split), q * q), dtype=np.int64)
+            for rho in range(q):
+                moved[:, start * q + (front + rho) % q] += split[:, rho]
+            self.effects_of[pair, count] = np.concatenate(
+                [moved, split @ self.content[front], (split @ np.arange(q))[:, None], split], axis=1)
+        return self.effects_of[pair, count]
 
     def picked(self, comp: int, option: int) -> tuple[int, ...]:
         """The choice of each (start, front) pair (an index into _compositions(count, q)) that later's option
