@@ -175,7 +175,7 @@ class _Rounds:
 
     def _pair_effects(self, pair: int, count: int) -> np.ndarray:
         """What each way for `count` rounds of one (start, front) pair to take a piece of each residue
-        (_compositions(count, q), in order) adds to a rank: the round counts it moves to other pairs, its kind
+        (_compositions(count, q), in order) adds to a rank: the rounds it leaves on each pair after it, its kind
         counts, blocks and pieces of each residue, as one row (later's options are sums of one row per pair, and
         the counts after determine the counts' index, so the options alike in these rows are alike in later's);
         once per pair and count."""
