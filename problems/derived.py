@@ -67,13 +67,14 @@ def experts_per_rank(num_experts: int, ep: int) -> Fraction:
 
 
 @lru_cache(maxsize=4096)
-def default_layout(num_blocks: int, stages: int, pp: int = 1) -> tuple[int, ...]:
-    """Split blocks over stages as evenly as possible; the remainder goes to the middle stages first,
-    since the first stage also holds the embedding and the last the head, loss and MTP (cached: every
-    row of a search asks for one of a few). With fewer blocks than stages (an interleaved row over PP
-    ranks), a block on every stage that needs one and the rest on the edge ranks' (empty_stages.evenest_cut)."""
+def default_layout(num_blocks: int, pp: int, vpp: int) -> tuple[int, ...]:
+    """Split blocks over the PP·VPP virtual stages as evenly as possible; the remainder goes to the middle
+    stages first, since the first stage also holds the embedding and the last the head, loss and MTP (cached:
+    every row of a search asks for one of a few). With fewer blocks than stages (an interleaved row), a block
+    on every stage that needs one and the rest on the edge ranks' (empty_stages.evenest_cut)."""
+    stages = pp * vpp
     if num_blocks < stages:
-        return evenest_cut(num_blocks, pp, stages // pp)
+        return evenest_cut(num_blocks, pp, vpp)
     base, extra = divmod(num_blocks, stages)
     counts = [base] * stages
     for s in _middle_first(stages, extra):
@@ -150,7 +151,7 @@ def resolve_layout(model: ModelArchitecture, mapping: Mapping) -> tuple[int, ...
         return mapping.layout
     if mapping.pp * mapping.vpp > model.num_layers + MAX_PIPELINE_SLOTS:
         return ()
-    return default_layout(model.num_layers, mapping.pp * mapping.vpp, mapping.pp)
+    return default_layout(model.num_layers, mapping.pp, mapping.vpp)
 
 
 def stage_layer_totals(layout: tuple[int, ...], pp: int) -> tuple[int, ...]:

@@ -12,11 +12,6 @@ from parasol.problems.empty_stages import stage_least
 from parasol.solver.search.interleaved import InterleavedCuts
 
 
-def least_pieces(pp: int, parts: int) -> list[int]:
-    """The fewest blocks each of `parts` virtual stages over PP ranks holds in the covered family."""
-    return list(stage_least(pp, parts // pp))
-
-
 def distinct_holdings(cuts: InterleavedCuts) -> list[tuple[tuple[int, ...], int]]:
     """One cut per distinct holding (every rank's kind-group counts) of the row, with the least spread
     Σ |stage length · stages − n| any cut of that holding has: (layout, spread) pairs. A rank's time and memory
@@ -24,7 +19,7 @@ def distinct_holdings(cuts: InterleavedCuts) -> list[tuple[tuple[int, ...], int]
     spread of each. Stage by stage, keeping one partial cut per (end block, holding so far)."""
     n, pp, stages = cuts.n, cuts.pp, cuts.stages
     codes = (cuts.relaxed.counts @ cuts.relaxed.place).tolist()
-    least = least_pieces(pp, stages)
+    least = cuts.least
     later = [sum(least[k + 1:]) for k in range(stages)]
     states: dict[tuple[int, tuple[int, ...]], tuple[int, tuple[int, ...]]] = {(0, (0,) * pp): (0, ())}
     for k in range(stages):
@@ -50,7 +45,7 @@ def random_cuts(rng: random.Random | np.random.Generator, blocks: int, parts: in
                 count: int) -> list[tuple[int, ...]]:
     """`count` cuts of the covered family drawn uniformly (stars and bars over the blocks past each stage's
     least), with a standard or a numpy random generator."""
-    least = least_pieces(pp, parts)
+    least = stage_least(pp, parts // pp)
     spare = blocks + parts - sum(least)
     out = []
     for _ in range(count):

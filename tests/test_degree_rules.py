@@ -11,13 +11,13 @@ import pytest
 from parasol.constraints.evaluate import holds
 from parasol.constraints.physics.step_time import CalibratedStageTimes
 from parasol.problems.derived import default_layout
+from parasol.problems.empty_stages import stage_least
 from parasol.problems.loader import load_problem_text
 from parasol.problems.mapping import DEGREES
 from parasol.solver.search import solve as solve_module
 from parasol.solver.search.domains import degree_rules, meeting_degree_rules
 from parasol.solver.search.solve import solve
 from parasol.solver.search.space import enumerate_rows
-from tests.every_cut import least_pieces
 
 SMALL_BATCH = """
 model: llama-2-7b
@@ -37,7 +37,7 @@ def test_degree_verdicts_are_judges_verdicts(text):
     assert {c.id for c in rules} == {"vpp-microbatch-group-range", "vpp-final-group-remainder"}
     refused = 0
     for row in enumerate_rows(problem):
-        mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp, row.pp))
+        mapping = row.mapping(problem, row.default_cut(problem))
         degrees = {n: getattr(row, n) for n in DEGREES}
         for rule in rules:
             verdict = rule.degree_verdict(problem, degrees)
@@ -101,10 +101,9 @@ def test_grid_only_rules_give_one_verdict_per_grid_and_option() -> None:
                 verdicts = set()
                 for row in rows:
                     sibling = dataclasses.replace(variant, vpp=row.vpp, mbs=row.mbs, recompute=row.recompute)
-                    blocks, stages = problem.model.num_layers, row.pp * row.vpp
-                    least = least_pieces(row.pp, stages)
+                    blocks, least = problem.model.num_layers, stage_least(row.pp, row.vpp)
                     heavy_first = (blocks - sum(least[1:]), *least[1:])
-                    for layout in (default_layout(blocks, stages, row.pp), heavy_first):
+                    for layout in (default_layout(blocks, row.pp, row.vpp), heavy_first):
                         verdicts.add(holds(chosen, sibling.mapping(chosen, layout), (rule,)))
                 assert len(verdicts) == 1, (rule.id, variant)
                 refused += not verdicts.pop()

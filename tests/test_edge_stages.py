@@ -83,9 +83,9 @@ def test_most_stages_and_least_rank_blocks() -> None:
     assert most_stages(126, 1) == 126 and not open_stages(1)
     assert least_rank_blocks(8, 16).tolist() == [0, *([8] * 14), 0]
     assert least_rank_blocks(1, 8) == 1
-    assert evenest_cut(61, 16, 4) == default_layout(61, 64, 16)
-    assert [k for k, x in enumerate(default_layout(61, 64, 16)) if x == 0] == [0, 48, 63]
-    assert default_layout(126, 128, 16) == (0, *([1] * 126), 0)
+    assert evenest_cut(61, 16, 4) == default_layout(61, 16, 4)
+    assert [k for k, x in enumerate(default_layout(61, 16, 4)) if x == 0] == [0, 48, 63]
+    assert default_layout(126, 16, 8) == (0, *([1] * 126), 0)
 
 
 def test_space_lists_rows_up_to_the_edge_ranks_stages_past_the_blocks() -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from parasol.constraints.physics.step_time import CalibratedStageTimes
-from parasol.problems.derived import default_layout
 from parasol.problems.loader import load_problem_text
 from parasol.solver.diagnose.explain import explain
 from parasol.solver.search import row_search
@@ -65,6 +64,6 @@ def test_every_refused_row_is_one_explain_finds_infeasible(problem, monkeypatch)
     result = solve(problem, CalibratedStageTimes(problem), top=6, time_limit_s=120)
     assert len(refused_rows) == result.rows_refused > 0
     for row in refused_rows:
-        mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp))
+        mapping = row.mapping(problem, row.default_cut(problem))
         assert not explain(problem, mapping, repairs=0).feasible
     assert all(m.explanation.feasible for m in result.mappings)

@@ -95,7 +95,7 @@ def test_lazy_ledger_is_the_ledger_and_is_built_only_when_read(problems: list) -
     the same as with the ledger read first."""
     for problem in problems:
         for row in _sample(problem, 6):
-            mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp, row.pp))
+            mapping = row.mapping(problem, row.default_cut(problem))
             rules = active_constraints(problem)
             quiet = tuple(r for r in rules if not r.needs_ledger())
             assert "ledger" not in evaluate(problem, mapping, quiet).facts.__dict__
@@ -200,7 +200,7 @@ def test_memory_floor_is_below_every_cut_and_fitting_is_unchanged(problems: list
                 if row.vpp == 1:
                     assert floor <= _least_peak_1f1b(costs, counts)
                 else:
-                    layout = default_layout(problem.model.num_layers, row.pp * row.vpp, row.pp)
+                    layout = row.default_cut(problem)
                     starts = np.cumsum((0, *layout))
                     per_rank = [np.zeros(len(totals), dtype=np.int64) for _ in range(row.pp)]
                     for k, n in enumerate(layout):
@@ -400,7 +400,7 @@ def test_memory_floor_any_vpp_bounds_every_vpp_and_is_the_floor_at_vpp_one(probl
                     assert floor <= own and (row.vpp > 1 or floor == own), (variant, floor, own)
                     below += floor < own
                     stages = row.pp * row.vpp
-                    layouts = [default_layout(blocks, stages, row.pp), *random_cuts(rng, blocks, stages, row.pp, 2)]
+                    layouts = [default_layout(blocks, row.pp, row.vpp), *random_cuts(rng, blocks, stages, row.pp, 2)]
                     for layout in layouts:
                         ranks = rank_counts(tuple(int(x) for x in layout), row.pp, counts)
                         assert floor <= memory_units(max(c.stage_bytes(r, n) for r, n in enumerate(ranks))), variant
@@ -440,7 +440,7 @@ def test_derive_memo_is_the_computation(problems: list) -> None:
 
     for problem in problems:
         for row in _sample(problem, 10):
-            for layout in (None, default_layout(problem.model.num_layers, row.pp * row.vpp, row.pp)):
+            for layout in (None, row.default_cut(problem)):
                 m = row.mapping(problem, layout)
                 assert derive(problem.model, m) == _derive(problem.model, m)
                 other = m.model_copy(update={"recompute": "full", "rank_order": RankOrder.dp_last})
@@ -596,7 +596,7 @@ def test_holds_is_evaluate_feasible(problems: list) -> None:
                 chosen = with_choices(problem, variant)
                 sets = (active_constraints(chosen), program_rules(chosen), choice_rules(chosen),
                         judged_rules(chosen, "row"), judged_rules(chosen, "cut"))
-                for layout in (None, default_layout(problem.model.num_layers, row.pp * row.vpp, row.pp), (1,) * row.pp):
+                for layout in (None, row.default_cut(problem), (1,) * row.pp):
                     mapping = variant.mapping(chosen, layout)
                     for rules in sets:
                         answer = evaluate(chosen, mapping, rules).feasible
@@ -630,7 +630,7 @@ def test_ranks_memory_is_stage_memory_rank_by_rank(problems: list) -> None:
         for row in _sample(problem, 40):
             plain = row_costs(problem, row, None)
             default = default_rank_counts(counts, row.pp, row.vpp)
-            layout = default_layout(problem.model.num_layers, row.pp * row.vpp, row.pp)
+            layout = row.default_cut(problem)
             assert default.tolist() == [list(r) for r in rank_counts(layout, row.pp, counts)]
             for c in (plain, without_static(plain)):
                 for held in (default, rng.integers(0, 3, size=(row.pp, counts.shape[2]))):
@@ -679,7 +679,7 @@ def test_memory_floor_in_bytes_is_below_every_cut(problems: list) -> None:
                 c = row_costs(with_saving(problem, saving), variant, None)
                 floor = memory_floor_bytes(c, counts)
                 stages = row.pp * row.vpp
-                layouts = [default_layout(blocks, stages, row.pp), *random_cuts(rng, blocks, stages, row.pp, 4)]
+                layouts = [default_layout(blocks, row.pp, row.vpp), *random_cuts(rng, blocks, stages, row.pp, 4)]
                 for layout in layouts:
                     ranks = rank_counts(tuple(int(x) for x in layout), row.pp, counts)
                     assert floor <= max(c.stage_bytes(r, n) for r, n in enumerate(ranks)), (variant, layout)

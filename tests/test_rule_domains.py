@@ -12,7 +12,6 @@ import pytest
 
 from parasol.constraints.evaluate import evaluate
 from parasol.constraints.physics.step_time import CalibratedStageTimes
-from parasol.problems.derived import default_layout
 from parasol.problems.loader import load_problem, load_problem_text
 from parasol.solver.search.domains import rule_domains
 from parasol.solver.search.program import program_rules
@@ -33,7 +32,7 @@ framework:
 
 def passes_program_rules(problem, row) -> bool:  # noqa: ANN001 - Problem, Row
     """The Python verdict of every rule the master posts, on the row with the default cut."""
-    mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp))
+    mapping = row.mapping(problem, row.default_cut(problem))
     return evaluate(problem, mapping, program_rules(problem)).feasible
 
 

@@ -17,7 +17,6 @@ import numpy as np
 
 from parasol.constraints.core.base import Constraint
 from parasol.constraints.evaluate import evaluate
-from parasol.problems.derived import default_layout
 from parasol.problems.empty_stages import stage_least
 from parasol.problems.loader import Problem
 from parasol.problems.schema import Objective
@@ -154,7 +153,7 @@ def fitting_saving(problem: Problem, row: Row, counts: np.ndarray, usable: int) 
 def rule_feasible(problem: Problem, row: Row) -> bool:
     """Whether the row passes every rule the master posts and every rule on the options it chooses
     (Python verdicts under its options and saving, with an explicit layout as every solver answer has)."""
-    layout = default_layout(problem.model.num_layers, row.pp * row.vpp, row.pp)
+    layout = row.default_cut(problem)
     chosen = row_problem(problem, row)
     rules = program_rules(problem) + judged_rules(problem, "row") + choice_rules(chosen)
     return evaluate(chosen, row.mapping(chosen, layout), rules).feasible

@@ -29,7 +29,6 @@ from parasol.constraints.physics.comm import CommTerm
 from parasol.constraints.physics.exchanges import cp_parts, dispatch_link, ep_comm, links_for
 from parasol.constraints.physics.step_time import EpOption
 from parasol.constraints.physics.workload import dispatch_received, routed, settings_for
-from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
 from parasol.problems.memo import memoised_by
 from parasol.problems.schema import Objective
@@ -48,7 +47,7 @@ def choice_rules_hold(problem: Problem, row: Row) -> bool:
     rules = choice_rules(chosen)
     if not rules:
         return True
-    mapping = row.mapping(chosen, default_layout(chosen.model.num_layers, row.pp * row.vpp, row.pp))
+    mapping = row.mapping(chosen, row.default_cut(chosen))
     return holds(chosen, mapping, rules)
 
 

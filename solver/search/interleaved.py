@@ -1038,7 +1038,7 @@ class RankTotals:
         self.counts, self.total, self.radix, self.place, self.size = seq.counts, seq.total, seq.radix, seq.place, seq.size
         self.spans, self.span_vectors, self.span_codes, self.span_kind, self.distinct = (
             seq.spans, seq.span_vectors, seq.span_codes, seq.span_kind, seq.distinct)
-        bounds = (0, *itertools.accumulate(default_layout(cuts.n, cuts.stages, cuts.pp)))
+        bounds = (0, *itertools.accumulate(default_layout(cuts.n, cuts.pp, cuts.vpp)))
         self.even = np.zeros((cuts.pp, len(self.groups)), dtype=np.int64)
         """Blocks of each kind per rank in the default layout (derived.default_layout: the evenest)."""
         for k in range(cuts.stages):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from parasol.constraints.physics.workload import build_workload, network_bytes_per_step
 from parasol.errors import InputError
-from parasol.problems.derived import default_layout, derive
+from parasol.problems.derived import derive
 from parasol.problems.loader import Problem
 from parasol.problems.schema import Objective
 from parasol.solver.search.costs import MEMORY_UNIT_MB, TIME_UNIT_S
@@ -91,7 +91,7 @@ def front_objectives(problem: Problem) -> tuple[Objective, Objective]:
 def network_gb(problem: Problem, row: Row) -> float:
     """GB crossing the scale-out network per step under the row's degrees (default cut: the value is
     the same for every cut, see the module docstring)."""
-    mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp, row.pp))
+    mapping = row.mapping(problem, row.default_cut(problem))
     return network_bytes_per_step(build_workload(problem, mapping, derive(problem.model, mapping))) / 1e9
 
 

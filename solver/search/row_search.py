@@ -23,7 +23,6 @@ import numpy as np
 from parasol.constraints.evaluate import holds
 from parasol.constraints.physics.schedule import even_stretch
 from parasol.constraints.rules.feature import SettingsRule
-from parasol.problems.derived import default_layout
 from parasol.problems.loader import Problem
 from parasol.solver.search.choices import ep_options, settled
 from parasol.solver.search.costs import RowCosts, StageTimeModel, memory_key, replaced, row_costs
@@ -124,7 +123,7 @@ def step_values(stairs: Staircase) -> list[tuple[int, int]]:
 def rows_pass_rules(problem: Problem, row: Row) -> bool:
     """Whether a row meets every rule the master posts and every rule judged per row, in Python (with an
     explicit cut, as every solver answer has; the CP-SAT postings agree, tests/test_agreement.py)."""
-    mapping = row.mapping(problem, default_layout(problem.model.num_layers, row.pp * row.vpp, row.pp))
+    mapping = row.mapping(problem, row.default_cut(problem))
     judged = row_problem(problem, row)
     return holds(judged, mapping, program_rules(problem) + judged_rules(problem, "row") + choice_rules(judged))
 
@@ -475,7 +474,7 @@ class RowSearch:
         before that, 315 of the 550 rows DeepSeek-V4-Flash on 32,768 GPUs cut broke them); this catches the
         rules that read more (less the settings rules: posted_rules). Asked once per row, when it first comes up
         to be cut: most rows are beaten before, and the rules cost a fraction of a cut."""
-        mapping = row.mapping(self.problem, default_layout(self.problem.model.num_layers, row.pp * row.vpp, row.pp))
+        mapping = row.mapping(self.problem, row.default_cut(self.problem))
         refused = bool(self.posted_rules) and not holds(self.problem, mapping, self.posted_rules)
         self.refused += refused
         return refused

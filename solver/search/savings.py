@@ -177,7 +177,7 @@ def default_rank_counts(counts: np.ndarray, pp: int, vpp: int) -> np.ndarray:
     """Blocks of each kind on each pipeline rank under the default cut (`counts`: cuts.interval_counts), once
     per `counts` and schedule (read-only): every row of one PP and VPP asks for the same."""
     def build() -> np.ndarray:
-        per_rank = np.array(rank_counts(default_layout(counts.shape[0] - 1, pp * vpp, pp), pp, counts), dtype=np.int64)
+        per_rank = np.array(rank_counts(default_layout(counts.shape[0] - 1, pp, vpp), pp, counts), dtype=np.int64)
         per_rank.flags.writeable = False
         return per_rank
 

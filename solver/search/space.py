@@ -18,7 +18,7 @@ from operator import attrgetter
 from parasol.constraints.physics.exchanges import grid_links, level_links
 from parasol.constraints.rules.moe import deepep_group_ok
 from parasol.hardware.topology import Level
-from parasol.problems.derived import Derived, derive_kept
+from parasol.problems.derived import Derived, default_layout, derive_kept
 from parasol.problems.empty_stages import most_stages
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, Mapping, RankOrder, Recompute
@@ -231,6 +231,11 @@ class Row:
         mapping (_mapping): a search asks for the same ones many times, and validating one costs."""
         return _mapping(problem.gpus, problem.training.global_batch, problem.training.seq_len, self.tp, self.pp,
                         self.cp, self.ep, self.etp, self.vpp, self.mbs, self.recompute, layout, self.rank_order)
+
+    def default_cut(self, problem: Problem) -> tuple[int, ...]:
+        """The row's default split of the problem's blocks (derived.default_layout): the explicit cut its rules
+        are judged on before a cut search chooses one."""
+        return default_layout(problem.model.num_layers, self.pp, self.vpp)
 
     def derived(self, problem: Problem) -> Derived:
         """derive of the row's mapping (its default split), without building the mapping when its sizes are
