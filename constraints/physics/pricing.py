@@ -407,19 +407,20 @@ def price(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
     }
 
 
-def rank_floor_per_microbatch(b: WorkloadBatch, c: Coefs) -> np.ndarray:
+def rank_floor_per_microbatch(b: WorkloadBatch, c: Coefs, recompute_s: float = 0.0) -> np.ndarray:
     """Per stage, seconds of one microbatch that its forward, backward and exposed TP and FSDP exchanges
     (price's stage time less CP, EP and offload) never go below, and that bound the sum over ranks when
     `b` holds the ranks' summed work (comm seconds of summed terms are at most the sum of the ranks'; the
     compute likewise, its part beside the GEMMs exactly). The largest of: the compute plus the exchanges
     the overlap switches leave unhidden; the whole FSDP exchange, which hides only behind compute; the
     whole TP exchange, which hides only behind the GEMMs (less the recomputed forward's exchanges, whose
-    EP share depends on the dispatcher)."""
+    EP share depends on the dispatcher: `recompute_s`, seconds those never go below under any dispatcher the caller
+    allows, joins the TP exchange, as they are priced with it)."""
     r = b.run
     t = _compute_times(b, c)
     compute = t["forward"] + t["backward"]
     n = PASSES_PER_MICROBATCH
-    tp = n["tp"] * _priced(b.comm["tp"], c)
+    tp = n["tp"] * _priced(b.comm["tp"], c) + recompute_s
     gather = n["fsdp_gather"] * _priced(b.comm["fsdp_gather"], c)
     reduce = n["fsdp_reduce"] * _priced(b.comm["fsdp_reduce"], c)
     fsdp_left = (1 - _col(r["param_gather_overlap"])) * gather + (1 - _col(r["grad_reduce_overlap"])) * reduce

@@ -102,7 +102,7 @@ from parasol.constraints.physics.workload import (
 from parasol.hardware.calibration import StepCoefficients, coefficients_for_gpu
 from parasol.problems.derived import Derived
 from parasol.problems.empty_stages import least_rank_blocks
-from parasol.problems.mapping import Mapping, RankOrder
+from parasol.problems.mapping import Mapping, RankOrder, Recompute
 from parasol.problems.model.architecture import Block, BlockKind
 from parasol.problems.options import MegatronOptions
 
@@ -667,8 +667,9 @@ class CalibratedStageTimes:
                                    [None]), coefs)[0]
             lines = data_parallel_lines(work.empty + work.onset[:, held].min(axis=1), work.slope[:, held], coefs)
             exposure = tuple(float(x[0]) for x in data_parallel_floor(summed, coefs))
-            ranks = float(rank_floor_per_microbatch(summed, coefs)[0, 0]) + self.exchange_floor_s(mapping, totals,
-                                                                                                  ep_options)
+            recompute = self.recompute_exchange_floor_s(mapping, totals, ep_options)
+            ranks = (float(rank_floor_per_microbatch(summed, coefs, recompute)[0, 0])
+                     + self.exchange_floor_s(mapping, totals, ep_options))
             self._floors[key] = _FloorParts(ranks, optimizer, summed, exposure,
                                             linear[:mapping.pp], linear[mapping.pp:].reshape(mapping.pp, -1),
                                             totals[held].astype(np.int64), lines)
@@ -681,18 +682,21 @@ class CalibratedStageTimes:
         compute floor and step_floor_s (whose summed work has that rank floor and which adds the same exchange
         floor), for a share of step_floor_s's cost, since its parts are kept per the degrees, rank order and MBS
         they read."""
-        return ((self.rank_floor_s(mapping, derived, totals) + self.exchange_floor_s(mapping, totals, ep_options))
+        return ((self.rank_floor_s(mapping, derived, totals, ep_options)
+                 + self.exchange_floor_s(mapping, totals, ep_options))
                 * even_stretch(mapping.pp, mapping.vpp, float(derived.num_microbatches)))
 
-    def rank_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
+    def rank_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
+                     ep_options: tuple[EpOption, ...] | None = None) -> float:
         """A floor on pricing.rank_floor_per_microbatch of step_floor_s's summed work (all ranks' compute and TP
         and FSDP seconds of one microbatch), at least compute_per_microbatch_s: each of its terms with what
         only that work gives dropped (the head's and MTP blocks' TP, the FSDP exchanges' latencies, the FSDP
         seconds the overlap switches leave exposed beside the compute), every term growing with those. For
         FSDP rows its gathers and reduce-scatters of every weight, several times the compute, so such a row
-        waits by them before its step floor is priced."""
+        waits by them before its step floor is priced. Under full recompute the TP exchange carries the recomputed
+        forward's TP and EP exchanges (recompute_exchange_floor_s, the least under `ep_options`), as `price` does."""
         whole = self._all_blocks(mapping, derived, totals)
-        tp = self.tp_exchange_s(mapping, totals)
+        tp = self.tp_exchange_s(mapping, totals) + self.recompute_exchange_floor_s(mapping, totals, ep_options)
         tp_left = (1.0 - float(tp_overlap_applies(self.settings.tp_overlap, self.links(mapping).tp))) * tp
         fsdp = self._fsdp_floor(mapping, derived, totals, whole.weights) if self.settings.fsdp else 0.0
         return max(whole.compute + tp_left, fsdp + tp_left, whole.beside + tp)
@@ -757,6 +761,40 @@ class CalibratedStageTimes:
             term = self._over_blocks(lambda b: tp_comm(model, b, tokens, links.tp, sp), totals)
             self._tp_exchanges[key] = PASSES_PER_MICROBATCH["tp"] * comm_seconds(term, self.coefs)
         return self._tp_exchanges[key]
+
+    def recompute_exchange_floor_s(self, mapping: Mapping, totals: np.ndarray,
+                                   ep_options: tuple[EpOption, ...] | None = None) -> float:
+        """Seconds of one microbatch's recomputed-forward exchanges that all ranks together cannot go below under
+        full recompute (0 otherwise): each block's forward TP exchange and each MoE block's EP dispatch and combine
+        run again before its backward (workload._StageSums.add_block), priced with the TP exchange, so they hide
+        only where it hides, behind the GEMMs (pricing._exposed_per_microbatch). The least over the dispatchers
+        and backends of `ep_options` (None: all, EVERY_EP_OPTION); seconds of summed terms are at most the sum of
+        the ranks' seconds. Kept per what it reads for the model's family (_kept_part)."""
+        if mapping.recompute is not Recompute.full:
+            return 0.0
+        settings = routed(self.problem, mapping, self.settings)
+        links = self.links(mapping)
+        tokens = mapping.mbs * mapping.seq_len / mapping.cp
+        sp = self.problem.training.sequence_parallel
+        received = dispatch_received(settings)
+        options = ep_options or EVERY_EP_OPTION
+        return self._kept_part(("recompute", tokens, sp, mapping.tp, mapping.expert_tp, links.tp, links.ep,
+                                links.ep_deepep, received, totals.tobytes(), options),
+                               lambda: self._least_recomputed(mapping, links, tokens, sp, received, totals, options))
+
+    def _least_recomputed(self, mapping: Mapping, links: Links, tokens: float, sp: bool, received: float,
+                          totals: np.ndarray, ep_options: tuple[EpOption, ...]) -> float:
+        """recompute_exchange_floor_s, computed: the forward TP exchange of `totals` blocks plus the EP exchange of
+        their MoE blocks under the dispatcher and backend of `ep_options` that gives the least."""
+        model = self.problem.model
+        tp = self._over_blocks(lambda b: tp_comm(model, b, tokens, links.tp, sp), totals)
+        moe_blocks = sum(int(n) for b, n in zip(self.kinds.values(), totals, strict=True) if b.mlp is BlockKind.moe)
+        if not moe_blocks or links.ep.size <= 1:
+            return PASSES_PER_MICROBATCH["recompute_comm"] * comm_seconds(tp, self.coefs)
+        return PASSES_PER_MICROBATCH["recompute_comm"] * min(
+            comm_seconds(tp + ep_comm(model, tokens, mapping.tp, mapping.expert_tp, dispatch_link(links, kind, backend),
+                                      received, kind).scaled(moe_blocks), self.coefs)
+            for kind, backend in ep_options)
 
     def _over_blocks(self, term_of: Callable[[Block], CommTerm], totals: np.ndarray) -> CommTerm:
         """One block's exchange (`term_of` its kind's representative) summed over `totals` blocks of each kind."""
