@@ -282,6 +282,39 @@ def test_floor_holds_the_recomputed_forwards_exchanges(settings: dict[str, str])
     assert lifted > 0
 
 
+def test_floor_is_below_the_best_cut_of_a_model_with_few_light_blocks() -> None:
+    """DeepSeek-V3's 3 dense blocks before its MoE blocks, 20 blocks in all on PP 8: the slowest rank's bound over
+    the MoE blocks alone (with their exposed EP exchanges, _FloorParts.slowest_compute: 17 MoE blocks put 3 on a
+    rank) lifts the step floor above the bound over every kind (where each rank takes the dense blocks first)
+    and the mean, and stays below the exact step time of every contiguous cut of 1F1B rows (all 50,388)."""
+    from itertools import combinations
+
+    from parasol.constraints.physics.schedule import heaviest_of_lightest
+    from parasol.problems.empty_stages import least_rank_blocks
+
+    problem = load_problem_text("model: {catalog: deepseek-v3, num_layers: 20}\n"
+                                "training: {seq_len: 4096, global_batch: 1024}\nhardware: {preset: h800-hgx, gpus: 256}\n")
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    blocks = counts.shape[0] - 1
+    totals = counts[0, blocks]
+    edges = np.array([(0, *cut, blocks) for cut in combinations(range(1, blocks), 7)])
+    per_rank = counts[edges[:, :-1], edges[:, 1:]]
+    rows = [r for r in enumerate_rows(problem) if r.pp == 8 and r.vpp == 1 and r.ep > 1]
+    lifted = 0
+    for row in random.Random(29).sample(rows, 8):
+        model = CalibratedStageTimes(problem)
+        mapping = row.mapping(problem)
+        d = derive(problem.model, mapping)
+        floor = model.step_floor_s(mapping, d, totals)
+        parts = model._floor_parts(mapping, d, totals)
+        every_kind = max(parts.ranks / row.pp, heaviest_of_lightest(parts.rank_compute, parts.compute_lightest,
+                                                                    parts.blocks, least_rank_blocks(1, row.pp)))
+        lifted += parts.slowest_compute(1) > every_kind
+        best = min(model.cut_step_times_s(mapping, d, part).min() for part in np.array_split(per_rank, 10))
+        assert floor <= best * (1 + 1e-12), row
+    assert lifted > 0
+
+
 @pytest.mark.parametrize("name", ["deepseek-v4-pro-1024", "qwen3-30b-a3b-h100-64", "llama-3.1-70b-h100-256"])
 def test_compute_floor_is_the_floors_compute_and_below_it(name: str) -> None:
     """The compute per microbatch, built once per TP, CP, EP, ETP, MBS and recompute from one rank holding every

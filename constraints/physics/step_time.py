@@ -287,8 +287,9 @@ class _FloorParts:
     rank_compute: np.ndarray
     """Each rank's compute seconds of one microbatch holding no block (pricing.linear_compute_per_microbatch)."""
     block_compute: np.ndarray
-    """The compute seconds one block of each kind the model holds adds to each rank (ranks × those kinds;
-    linear_compute_per_microbatch of the rank work's slopes)."""
+    """The stage seconds one block of each kind the model holds adds to each rank at least (ranks × those kinds):
+    its compute (linear_compute_per_microbatch of the rank work's slopes) and, for an MoE block, its least exposed
+    EP exchange (CalibratedStageTimes.exposed_ep_per_block_s)."""
     held: np.ndarray
     """The blocks of each kind the model holds (the kinds of block_compute)."""
     data_parallel: tuple[np.ndarray, np.ndarray]
@@ -316,6 +317,21 @@ class _FloorParts:
             return None
         return lightest_blocks(self.block_compute, self.held, self.blocks)
 
+    @cached_property
+    def compute_lightest_of_kinds(self) -> tuple[tuple[np.ndarray, int], ...]:
+        """schedule.lightest_blocks of block_compute over the blocks of the heaviest i kinds alone (i = 1 .. kinds − 1,
+        by mean weight) with those blocks' number, built once for every VPP and `most` slowest_compute is asked
+        (none where a block's compute is negative)."""
+        if self.compute_lightest is None:
+            return ()
+        order = np.argsort(-self.block_compute.mean(axis=0), kind="stable")
+        out = []
+        for i in range(1, len(order)):
+            kinds = np.sort(order[:i])
+            blocks = int(self.held[kinds].sum())
+            out.append((lightest_blocks(self.block_compute[:, kinds], self.held[kinds], blocks), blocks))
+        return tuple(out)
+
     def heaviest_exchange(self, vpp: int, most: np.ndarray | None = None) -> float:
         """A bound on the largest rank's whole data-parallel exchange seconds when the ranks hold the model's
         whole blocks, at least empty_stages.least_rank_blocks each and at most `most` (schedule.least_heaviest_rank
@@ -325,12 +341,19 @@ class _FloorParts:
         return 0.0 if lightest is None else heaviest_of_lightest(self.data_parallel[0], lightest, self.blocks, least, most)
 
     def slowest_compute(self, vpp: int, most: np.ndarray | None = None) -> float:
-        """A bound on the slowest rank's seconds of one microbatch: its compute (never above its stage time)
-        when the ranks hold the model's whole blocks, at least empty_stages.least_rank_blocks each and at most
-        `most` (schedule.least_heaviest_rank; 0 where a block's compute is negative)."""
+        """A bound on the slowest rank's seconds of one microbatch: its compute and its MoE blocks' least exposed EP
+        exchanges (never above its stage time) when the ranks hold the model's whole blocks, at least empty_stages.least_rank_blocks each and at most
+        `most` (schedule.least_heaviest_rank; 0 where a block's compute is negative), and over the heaviest kinds'
+        blocks alone, as schedule.least_heaviest_rank_of_kinds bounds them (compute_lightest_of_kinds: over every
+        kind each rank would take DeepSeek-V3's 3 dense blocks first)."""
         lightest = self.compute_lightest
+        if lightest is None:
+            return 0.0
         least = least_rank_blocks(vpp, len(self.rank_compute))
-        return 0.0 if lightest is None else heaviest_of_lightest(self.rank_compute, lightest, self.blocks, least, most)
+        slowest = heaviest_of_lightest(self.rank_compute, lightest, self.blocks, least, most)
+        for table, blocks in self.compute_lightest_of_kinds:
+            slowest = max(slowest, heaviest_of_lightest(self.rank_compute, table, blocks, 0, most))
+        return slowest
 
 
 class _AllBlocks(NamedTuple):
@@ -629,7 +652,7 @@ class CalibratedStageTimes:
         stage times' sum at least all ranks' compute and the TP and FSDP seconds no overlap hides
         (pricing.rank_floor_per_microbatch) plus the least exposed EP and CP exchange seconds any of those gives
         (exchange_floor_s), and T at least their mean and at least the
-        slowest rank's compute when ranks hold whole blocks (_FloorParts.slowest_compute); plus the
+        slowest rank's compute and exposed EP when ranks hold whole blocks (_FloorParts.slowest_compute); plus the
         unhidden pipeline sends (pricing.pipeline_sends_floor), the data-parallel exchanges at least as
         exposed as the larger of what their switches leave and the largest rank's whole exchange less T
         (at least the mean, pricing.data_parallel_floor, and at least the heaviest rank's when ranks hold
@@ -670,8 +693,10 @@ class CalibratedStageTimes:
             recompute = self.recompute_exchange_floor_s(mapping, totals, ep_options)
             ranks = (float(rank_floor_per_microbatch(summed, coefs, recompute)[0, 0])
                      + self.exchange_floor_s(mapping, totals, ep_options))
-            self._floors[key] = _FloorParts(ranks, optimizer, summed, exposure,
-                                            linear[:mapping.pp], linear[mapping.pp:].reshape(mapping.pp, -1),
+            moe = np.array([b.mlp is BlockKind.moe for b in self.kinds.values()])[held]
+            per_block = (linear[mapping.pp:].reshape(mapping.pp, -1)
+                         + np.where(moe, self.exposed_ep_per_block_s(mapping, ep_options) if moe.any() else 0.0, 0.0)[None, :])
+            self._floors[key] = _FloorParts(ranks, optimizer, summed, exposure, linear[:mapping.pp], per_block,
                                             totals[held].astype(np.int64), lines)
         return self._floors[key]
 
@@ -836,6 +861,23 @@ class CalibratedStageTimes:
                                     lambda: self._least_cp(mapping, links, tokens, levels, totals))
             floor += PASSES_PER_MICROBATCH["cp"] * least
         return floor
+
+    def exposed_ep_per_block_s(self, mapping: Mapping, ep_options: tuple[EpOption, ...] | None = None) -> float:
+        """Exposed EP seconds one MoE block adds to the stage time of the rank holding it, at least, under any
+        dispatcher and backend of `ep_options` (None: all, EVERY_EP_OPTION): every MoE block's exchange is the
+        same term (exchanges.ep_comm reads no block), so a rank's is its MoE blocks times one block's, latency
+        included, and it hides at most as exchange_floor_s says. 0 without an EP exchange."""
+        settings = routed(self.problem, mapping, self.settings)
+        links = self.links(mapping)
+        hidden_ep = 1.0 if settings.ep_overlap else min(float(self.coefs["overlap_ep"]), 1.0)
+        if links.ep.size <= 1 or hidden_ep >= 1.0:
+            return 0.0
+        tokens = mapping.mbs * mapping.seq_len / mapping.cp
+        options = ep_options or EVERY_EP_OPTION
+        least = self._kept_part((tokens, mapping.tp, mapping.expert_tp, links.ep, links.ep_deepep,
+                                 dispatch_received(settings), 1, options),
+                                lambda: self._least_ep(mapping, links, tokens, settings, 1, options))
+        return PASSES_PER_MICROBATCH["ep"] * (1.0 - hidden_ep) * least
 
     def _kept_part(self, key: tuple, build: Callable[[], float]) -> float:
         """build()'s seconds, kept under `key` (all it reads), so mappings of other pipeline, EP or data-parallel
