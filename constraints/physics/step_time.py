@@ -794,24 +794,25 @@ class CalibratedStageTimes:
         run again before its backward (workload._StageSums.add_block), priced with the TP exchange, so they hide
         only where it hides, behind the GEMMs (pricing._exposed_per_microbatch). The least over the dispatchers
         and backends of `ep_options` (None: all, EVERY_EP_OPTION); seconds of summed terms are at most the sum of
-        the ranks' seconds. Kept per what it reads for the model's family (_kept_part)."""
+        the ranks' seconds. Built once per the grid, rank order, MBS and sequence and what EXCHANGE_FLOOR_READS and
+        TP_EXCHANGE_READS name, for the model's family (FAMILY_MEMOS)."""
         if mapping.recompute is not Recompute.full:
             return 0.0
-        settings = routed(self.problem, mapping, self.settings)
-        links = self.links(mapping)
-        tokens = mapping.mbs * mapping.seq_len / mapping.cp
-        sp = self.problem.training.sequence_parallel
-        received = dispatch_received(settings)
-        options = ep_options or EVERY_EP_OPTION
-        return self._kept_part(("recompute", tokens, sp, mapping.tp, mapping.expert_tp, links.tp, links.ep,
-                                links.ep_deepep, received, totals.tobytes(), options),
-                               lambda: self._least_recomputed(mapping, links, tokens, sp, received, totals, options))
+        key = ("recompute", self._exchange_floor_reads, self._tp_exchange_reads, mapping.gpus, mapping.tp, mapping.cp,
+               mapping.ep, mapping.expert_tp, mapping.pp, mapping.rank_order, mapping.mbs, mapping.seq_len,
+               totals.tobytes(), ep_options)
+        if key not in self._exchange_floors:
+            self._exchange_floors[key] = self._least_recomputed(mapping, totals, ep_options or EVERY_EP_OPTION)
+        return self._exchange_floors[key]
 
-    def _least_recomputed(self, mapping: Mapping, links: Links, tokens: float, sp: bool, received: float,
-                          totals: np.ndarray, ep_options: tuple[EpOption, ...]) -> float:
+    def _least_recomputed(self, mapping: Mapping, totals: np.ndarray, ep_options: tuple[EpOption, ...]) -> float:
         """recompute_exchange_floor_s, computed: the forward TP exchange of `totals` blocks plus the EP exchange of
         their MoE blocks under the dispatcher and backend of `ep_options` that gives the least."""
         model = self.problem.model
+        links = self.links(mapping)
+        tokens = mapping.mbs * mapping.seq_len / mapping.cp
+        received = dispatch_received(routed(self.problem, mapping, self.settings))
+        sp = self.problem.training.sequence_parallel
         tp = self._over_blocks(lambda b: tp_comm(model, b, tokens, links.tp, sp), totals)
         moe_blocks = sum(int(n) for b, n in zip(self.kinds.values(), totals, strict=True) if b.mlp is BlockKind.moe)
         if not moe_blocks or links.ep.size <= 1:
