@@ -342,10 +342,11 @@ class _FloorParts:
 
     def slowest_compute(self, vpp: int, most: np.ndarray | None = None) -> float:
         """A bound on the slowest rank's seconds of one microbatch: its compute and its MoE blocks' least exposed EP
-        exchanges (never above its stage time) when the ranks hold the model's whole blocks, at least empty_stages.least_rank_blocks each and at most
-        `most` (schedule.least_heaviest_rank; 0 where a block's compute is negative), and over the heaviest kinds'
-        blocks alone, as schedule.least_heaviest_rank_of_kinds bounds them (compute_lightest_of_kinds: over every
-        kind each rank would take DeepSeek-V3's 3 dense blocks first)."""
+        exchanges (never above its stage time) when the ranks hold the model's whole blocks, at least
+        empty_stages.least_rank_blocks each and at most `most` (schedule.least_heaviest_rank; 0 where a block's
+        compute is negative), and over the heaviest kinds' blocks alone, as schedule.least_heaviest_rank_of_kinds
+        bounds them (compute_lightest_of_kinds: over every kind each rank would take DeepSeek-V3's 3 dense blocks
+        first)."""
         lightest = self.compute_lightest
         if lightest is None:
             return 0.0
@@ -694,8 +695,8 @@ class CalibratedStageTimes:
             ranks = (float(rank_floor_per_microbatch(summed, coefs, recompute)[0, 0])
                      + self.exchange_floor_s(mapping, totals, ep_options))
             moe = np.array([b.mlp is BlockKind.moe for b in self.kinds.values()])[held]
-            per_block = (linear[mapping.pp:].reshape(mapping.pp, -1)
-                         + np.where(moe, self.exposed_ep_per_block_s(mapping, ep_options) if moe.any() else 0.0, 0.0)[None, :])
+            ep = self.exposed_ep_per_block_s(mapping, ep_options) if moe.any() else 0.0
+            per_block = linear[mapping.pp:].reshape(mapping.pp, -1) + np.where(moe, ep, 0.0)[None, :]
             self._floors[key] = _FloorParts(ranks, optimizer, summed, exposure, linear[:mapping.pp], per_block,
                                             totals[held].astype(np.int64), lines)
         return self._floors[key]
@@ -843,19 +844,12 @@ class CalibratedStageTimes:
         return self._exchange_floors[key]
 
     def _exchange_floor(self, mapping: Mapping, totals: np.ndarray, ep_options: tuple[EpOption, ...]) -> float:
-        """exchange_floor_s, computed (its EP and CP parts kept per what each reads: _least_ep, _least_cp)."""
-        coefs = self.coefs
-        settings = routed(self.problem, mapping, self.settings)
+        """exchange_floor_s, computed (its EP part one MoE block's times their number, exposed_ep_per_block_s; its
+        parts kept per what each reads: _least_ep, _least_cp)."""
         links = self.links(mapping)
         tokens = mapping.mbs * mapping.seq_len / mapping.cp
-        floor = 0.0
         moe_blocks = sum(int(n) for b, n in zip(self.kinds.values(), totals, strict=True) if b.mlp is BlockKind.moe)
-        hidden_ep = 1.0 if settings.ep_overlap else min(float(coefs["overlap_ep"]), 1.0)
-        if moe_blocks and links.ep.size > 1 and hidden_ep < 1.0:
-            least = self._kept_part((tokens, mapping.tp, mapping.expert_tp, links.ep, links.ep_deepep,
-                                     dispatch_received(settings), moe_blocks, ep_options),
-                                    lambda: self._least_ep(mapping, links, tokens, settings, moe_blocks, ep_options))
-            floor += PASSES_PER_MICROBATCH["ep"] * (1.0 - hidden_ep) * least
+        floor = moe_blocks * self.exposed_ep_per_block_s(mapping, ep_options) if moe_blocks else 0.0
         if links.cp.size > 1:
             levels = self._cp_levels(mapping)
             least = self._kept_part((tokens, mapping.tp, links.cp, levels, totals.tobytes()),
@@ -867,7 +861,9 @@ class CalibratedStageTimes:
         """Exposed EP seconds one MoE block adds to the stage time of the rank holding it, at least, under any
         dispatcher and backend of `ep_options` (None: all, EVERY_EP_OPTION): every MoE block's exchange is the
         same term (exchanges.ep_comm reads no block), so a rank's is its MoE blocks times one block's, latency
-        included, and it hides at most as exchange_floor_s says. 0 without an EP exchange."""
+        included, and a rank hides at most the overlap_ep share of it unless --overlap-moe-expert-parallel-comm is
+        on (pricing._exposed_per_microbatch). 0 without an EP exchange. Its seconds are kept per what they read
+        for the model's family (_kept_part)."""
         settings = routed(self.problem, mapping, self.settings)
         links = self.links(mapping)
         hidden_ep = 1.0 if settings.ep_overlap else min(float(self.coefs["overlap_ep"]), 1.0)
@@ -875,9 +871,9 @@ class CalibratedStageTimes:
             return 0.0
         tokens = mapping.mbs * mapping.seq_len / mapping.cp
         options = ep_options or EVERY_EP_OPTION
-        least = self._kept_part((tokens, mapping.tp, mapping.expert_tp, links.ep, links.ep_deepep,
-                                 dispatch_received(settings), 1, options),
-                                lambda: self._least_ep(mapping, links, tokens, settings, 1, options))
+        received = dispatch_received(settings)
+        least = self._kept_part(("ep", tokens, mapping.tp, mapping.expert_tp, links.ep, links.ep_deepep, received, options),
+                                lambda: self._least_ep(mapping, links, tokens, received, options))
         return PASSES_PER_MICROBATCH["ep"] * (1.0 - hidden_ep) * least
 
     def _kept_part(self, key: tuple, build: Callable[[], float]) -> float:
@@ -887,14 +883,13 @@ class CalibratedStageTimes:
             self._exchange_parts[key] = build()
         return self._exchange_parts[key]
 
-    def _least_ep(self, mapping: Mapping, links: Links, tokens: float, settings: StepSettings, moe_blocks: int,
+    def _least_ep(self, mapping: Mapping, links: Links, tokens: float, received: float,
                   ep_options: tuple[EpOption, ...]) -> float:
-        """The least seconds of the EP exchange of `moe_blocks` MoE blocks under any dispatcher and flex backend
-        of `ep_options`."""
-        received = dispatch_received(settings)
+        """The least seconds of one MoE block's EP exchange under any dispatcher and flex backend of `ep_options`
+        (`received`: workload.dispatch_received of the routed settings)."""
         return min(comm_seconds(ep_comm(self.problem.model, tokens, mapping.tp, mapping.expert_tp,
-                                        dispatch_link(links, kind, backend), received, kind).scaled(moe_blocks),
-                                self.coefs) for kind, backend in ep_options)
+                                        dispatch_link(links, kind, backend), received, kind), self.coefs)
+                   for kind, backend in ep_options)
 
     def _least_cp(self, mapping: Mapping, links: Links, tokens: float, levels: tuple[tuple, ...],
                   totals: np.ndarray) -> float:
