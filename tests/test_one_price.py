@@ -272,7 +272,7 @@ def test_floor_holds_the_recomputed_forwards_exchanges(settings: dict[str, str])
         assert recomputed > 0, row
         floor = model.step_floor_s(mapping, d, totals)
         assert model.exposed_floor_s(mapping, d, totals) <= floor, row
-        without = rank_floor_per_microbatch(model._floor_parts(mapping, d, totals).summed, model.coefs)[0, 0]
+        without = rank_floor_per_microbatch(model._floor_parts(mapping, d, totals).summed, model.coefs, 0.0)[0, 0]
         lifted += model.rank_floor_s(mapping, d, totals) > without
         for variant in choice_variants(problem, row):
             chosen = with_choices(problem, variant)

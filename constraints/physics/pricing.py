@@ -407,7 +407,7 @@ def price(b: WorkloadBatch, c: Coefs) -> dict[str, np.ndarray]:
     }
 
 
-def rank_floor_per_microbatch(b: WorkloadBatch, c: Coefs, recompute_s: float = 0.0) -> np.ndarray:
+def rank_floor_per_microbatch(b: WorkloadBatch, c: Coefs, recompute_s: float) -> np.ndarray:
     """Per stage, seconds of one microbatch that its forward, backward and exposed TP and FSDP exchanges
     (price's stage time less CP, EP and offload) never go below, and that bound the sum over ranks when
     `b` holds the ranks' summed work (comm seconds of summed terms are at most the sum of the ranks'; the

@@ -58,11 +58,16 @@ def least_heaviest_rank_of_kinds(base: np.ndarray, weights: np.ndarray, totals: 
     kinds' blocks first, as if each held them; over the heavy kinds alone the few light blocks cannot soften
     every rank (DeepSeek-V3's 3 dense blocks among 61: its 58 MoE blocks over 16 ranks put 4 on one of them)."""
     heaviest = least_heaviest_rank(base, weights, totals, least)
-    order = np.argsort(-weights.mean(axis=0), kind="stable")
-    for i in range(1, len(order)):
-        kinds = np.sort(order[:i])
+    for kinds in heavy_kinds(weights):
         heaviest = max(heaviest, least_heaviest_rank(base, weights[:, kinds], totals[kinds], 0))
     return heaviest
+
+
+def heavy_kinds(weights: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The first i kinds by their mean weight over the ranks (weights: ranks × kinds), heaviest first, i = 1 ..
+    kinds − 1, each in kind order: the kind sets least_heaviest_rank_of_kinds bounds a rank over alone."""
+    order = np.argsort(-weights.mean(axis=0), kind="stable")
+    return tuple(np.sort(order[:i]) for i in range(1, len(order)))
 
 
 def heaviest_of_lightest(base: np.ndarray, lightest: np.ndarray, blocks: int, least: int | np.ndarray,

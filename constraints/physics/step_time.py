@@ -77,6 +77,7 @@ from parasol.constraints.physics.pricing import (
 from parasol.constraints.physics.schedule import (
     even_stretch,
     heaviest_of_lightest,
+    heavy_kinds,
     lightest_blocks,
     pipeline_time_scaled,
 )
@@ -319,15 +320,13 @@ class _FloorParts:
 
     @cached_property
     def compute_lightest_of_kinds(self) -> tuple[tuple[np.ndarray, int], ...]:
-        """schedule.lightest_blocks of block_compute over the blocks of the heaviest i kinds alone (i = 1 .. kinds − 1,
-        by mean weight) with those blocks' number, built once for every VPP and `most` slowest_compute is asked
+        """schedule.lightest_blocks of block_compute over the blocks of the heaviest kinds alone (schedule.heavy_kinds)
+        with those blocks' number, built once for every VPP and `most` slowest_compute is asked
         (none where a block's compute is negative)."""
         if self.compute_lightest is None:
             return ()
-        order = np.argsort(-self.block_compute.mean(axis=0), kind="stable")
         out = []
-        for i in range(1, len(order)):
-            kinds = np.sort(order[:i])
+        for kinds in heavy_kinds(self.block_compute):
             blocks = int(self.held[kinds].sum())
             out.append((lightest_blocks(self.block_compute[:, kinds], self.held[kinds], blocks), blocks))
         return tuple(out)
@@ -819,9 +818,8 @@ class CalibratedStageTimes:
         if not moe_blocks or links.ep.size <= 1:
             return PASSES_PER_MICROBATCH["recompute_comm"] * comm_seconds(tp, self.coefs)
         return PASSES_PER_MICROBATCH["recompute_comm"] * min(
-            comm_seconds(tp + ep_comm(model, tokens, mapping.tp, mapping.expert_tp, dispatch_link(links, kind, backend),
-                                      received, kind).scaled(moe_blocks), self.coefs)
-            for kind, backend in ep_options)
+            comm_seconds(tp + ep.scaled(moe_blocks), self.coefs)
+            for ep in self._ep_terms(mapping, links, tokens, received, ep_options))
 
     def _over_blocks(self, term_of: Callable[[Block], CommTerm], totals: np.ndarray) -> CommTerm:
         """One block's exchange (`term_of` its kind's representative) summed over `totals` blocks of each kind."""
@@ -887,9 +885,14 @@ class CalibratedStageTimes:
                   ep_options: tuple[EpOption, ...]) -> float:
         """The least seconds of one MoE block's EP exchange under any dispatcher and flex backend of `ep_options`
         (`received`: workload.dispatch_received of the routed settings)."""
-        return min(comm_seconds(ep_comm(self.problem.model, tokens, mapping.tp, mapping.expert_tp,
-                                        dispatch_link(links, kind, backend), received, kind), self.coefs)
-                   for kind, backend in ep_options)
+        return min(comm_seconds(ep, self.coefs) for ep in self._ep_terms(mapping, links, tokens, received, ep_options))
+
+    def _ep_terms(self, mapping: Mapping, links: Links, tokens: float, received: float,
+                  ep_options: tuple[EpOption, ...]) -> list[CommTerm]:
+        """One MoE block's forward EP exchange (exchanges.ep_comm) under each dispatcher and flex backend of
+        `ep_options`, on the link it runs on."""
+        return [ep_comm(self.problem.model, tokens, mapping.tp, mapping.expert_tp, dispatch_link(links, kind, backend),
+                        received, kind) for kind, backend in ep_options]
 
     def _least_cp(self, mapping: Mapping, links: Links, tokens: float, levels: tuple[tuple, ...],
                   totals: np.ndarray) -> float:
