@@ -480,6 +480,12 @@ def data_parallel_floor(b: WorkloadBatch, c: Coefs) -> tuple[np.ndarray, np.ndar
     return exposed.sum(axis=1) / pp, (reduce + gather).sum(axis=1) / pp
 
 
+def data_parallel_whole_seconds(b: WorkloadBatch, c: Coefs) -> np.ndarray:
+    """Per stage, its whole data-parallel exchange seconds (every DATA_PARALLEL_TERMS term, hidden or not): what
+    _data_parallel_exposure hides behind the stage's own forward and backward."""
+    return sum(_data_parallel_seconds(b, c))
+
+
 def data_parallel_lines(base: np.ndarray, per_block: np.ndarray, c: Coefs) -> tuple[np.ndarray, np.ndarray]:
     """Per rank, (a_r, b_rk) with a_r + Σ_k b_rk·n_k at most the seconds of its whole data-parallel exchange
     when it holds n_k blocks of each kind k (at least one in all), from rank vectors (STAGE_VECTOR) `base`

@@ -56,6 +56,7 @@ from parasol.constraints.physics.exchanges import (
 from parasol.constraints.physics.memory import block_kind, rank_holdings, schedule_fits_layout
 from parasol.constraints.physics.pricing import (
     BREAKDOWN_KINDS,
+    Coefs,
     WorkloadBatch,
     batch,
     batch_from_vectors,
@@ -65,6 +66,7 @@ from parasol.constraints.physics.pricing import (
     cp_unhidden_seconds,
     data_parallel_floor,
     data_parallel_lines,
+    data_parallel_whole_seconds,
     fields_vector,
     linear_compute_per_microbatch,
     optimizer_seconds,
@@ -297,6 +299,10 @@ class _FloorParts:
     """Per rank, a_r and per kind b_rk with a_r + Σ_k b_rk·n_k below its whole data-parallel exchange seconds
     holding n_k blocks of each kind, at least one (pricing.data_parallel_lines of its work with no block,
     the least onset and each kind's slope)."""
+    empty_exchange: np.ndarray
+    """Per rank, its whole data-parallel exchange seconds holding no block (pricing.data_parallel_whole_seconds)."""
+    compute_ceiling: float
+    """All ranks' compute seconds of one microbatch at most, whatever the cut (compute_ceiling_per_microbatch)."""
 
     @cached_property
     def blocks(self) -> int:
@@ -330,6 +336,17 @@ class _FloorParts:
             blocks = int(self.held[kinds].sum())
             out.append((lightest_blocks(self.block_compute[:, kinds], self.held[kinds], blocks), blocks))
         return tuple(out)
+
+    def whole_exchanges(self, vpp: int) -> float:
+        """A bound on all ranks' whole data-parallel exchange seconds together when the ranks hold the model's whole
+        blocks, at least empty_stages.least_rank_blocks each: each rank's line (data_parallel) where it holds a
+        block, the lesser of it and its exchange with none where it may hold none, and each block at its kind's
+        least slope over the ranks. Unlike the summed work's (pricing.data_parallel_floor), every rank's
+        exchange pays its own latency."""
+        base, per_block = self.data_parallel
+        holds = np.broadcast_to(least_rank_blocks(vpp, len(base)), base.shape) > 0
+        return float(np.where(holds, base, np.minimum(base, self.empty_exchange)).sum()
+                     + self.held @ per_block.min(axis=0))
 
     def heaviest_exchange(self, vpp: int, most: np.ndarray | None = None) -> float:
         """A bound on the largest rank's whole data-parallel exchange seconds when the ranks hold the model's
@@ -385,6 +402,18 @@ def vpp_free(mapping: Mapping) -> Mapping:
     if mapping.vpp == 1 and mapping.layout is None:
         return mapping
     return mapping.model_copy(update={"vpp": 1, "layout": None})
+
+
+def compute_ceiling_per_microbatch(work: RankWork, run: WorkloadBatch, totals: np.ndarray, coefs: Coefs) -> float:
+    """All ranks' forward and backward compute seconds of one microbatch at most, for every cut of `totals` blocks
+    (pricing.compute_beside_gemms_per_microbatch of each rank's work): each rank's with no block plus, per block,
+    its kind's dearest slope over the rank positions. A rank's compute is sublinear in its work (sums of maxima
+    of linear terms: a GEMM pass is bound by its FLOPs or its weight traffic), so it is at most its empty work's
+    plus each block's alone; the onset carries no compute (a data-parallel latency)."""
+    pp, width = work.empty.shape
+    vectors = np.concatenate([work.empty, work.slope.reshape(-1, width)])
+    compute = compute_beside_gemms_per_microbatch(batch_from_vectors(run, vectors[None]), coefs)[0][0]
+    return float(compute[:pp].sum() + totals.astype(float) @ compute[pp:].reshape(pp, -1).max(axis=0))
 
 
 DATA_PARALLEL_COLUMNS = vector_columns(DATA_PARALLEL_FIELDS)
@@ -654,9 +683,12 @@ class CalibratedStageTimes:
         (exchange_floor_s), and T at least their mean and at least the
         slowest rank's compute and exposed EP when ranks hold whole blocks (_FloorParts.slowest_compute); plus the
         unhidden pipeline sends (pricing.pipeline_sends_floor), the data-parallel exchanges at least as
-        exposed as the larger of what their switches leave and the largest rank's whole exchange less T
-        (at least the mean, pricing.data_parallel_floor, and at least the heaviest rank's when ranks hold
-        whole blocks, _FloorParts.heaviest_exchange), and the optimizer step of an average rank. Sound
+        exposed as the largest of what their switches leave, the largest rank's whole exchange less T (at least
+        the mean, pricing.data_parallel_floor and _FloorParts.whole_exchanges, and at least the heaviest rank's
+        when ranks hold whole blocks, _FloorParts.heaviest_exchange) and the mean whole exchange less the most
+        compute a rank can average (a rank hides its exchange only behind its own forward and backward, so the
+        slowest exposure is at least the mean of whole_s − compute_s: _FloorParts.compute_ceiling), and the
+        optimizer step of an average rank. Sound
         because a rank's compute and exchanges are sublinear in its work (sums of maxima of linear terms:
         the price of all ranks' summed work is at most the sum of their prices), every field grows with
         blocks (the summed work takes the least slope over rank positions; a rank's own bound its own
@@ -666,6 +698,8 @@ class CalibratedStageTimes:
         coefs = self.coefs
         m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
         exposed, whole = parts.exposure
+        whole = max(whole, parts.whole_exchanges(vpp) / pp)
+        exposed = max(exposed, whole - parts.compute_ceiling / pp)
         whole = max(whole, parts.heaviest_exchange(vpp, most))
         least = max(parts.ranks / pp, parts.slowest_compute(vpp, most))
         slowest = least if vpp * m - 1 >= vpp else max(least, whole - exposed)
@@ -697,7 +731,10 @@ class CalibratedStageTimes:
             ep = self.exposed_ep_per_block_s(mapping, ep_options) if moe.any() else 0.0
             per_block = linear[mapping.pp:].reshape(mapping.pp, -1) + np.where(moe, ep, 0.0)[None, :]
             self._floors[key] = _FloorParts(ranks, optimizer, summed, exposure, linear[:mapping.pp], per_block,
-                                            totals[held].astype(np.int64), lines)
+                                            totals[held].astype(np.int64), lines,
+                                            data_parallel_whole_seconds(batch_from_vectors(run, work.empty[None]),
+                                                                        coefs)[0],
+                                            compute_ceiling_per_microbatch(work, run, totals, coefs))
         return self._floors[key]
 
     def exposed_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
