@@ -262,10 +262,11 @@ def _edge_ranks_empty(blocks: int, pp: int, vpp: int) -> tuple[int, ...]:
 
 def test_floor_holds_each_ranks_data_parallel_exchange_beside_its_own_compute(monkeypatch: pytest.MonkeyPatch) -> None:
     """A rank hides its data-parallel exchange only behind its own forward and backward, and each rank's exchange
-    pays its own latency: all ranks' whole exchanges stay above _FloorParts.whole_exchanges and their compute below
-    compute_ceiling_per_microbatch on random cuts and on cuts whose edge ranks are empty, the step floor that reads
-    both stays below their exact step time, and it lifts the floors of DeepSeek-V4-Flash's rows (on 32,768 H800 the
-    rows solve cuts fell from 269 to 212)."""
+    pays its own latency: all ranks' whole exchanges stay above _FloorParts.whole_exchanges, their compute below
+    _FloorParts.compute_ceiling and the largest rank's exchange less its compute above
+    _FloorParts.heaviest_exposure on random cuts and on cuts whose edge ranks are empty, the step floor that reads
+    them stays below their exact step time, and it lifts the floors of DeepSeek-V4-Flash's rows (on 32,768 H800 the
+    rows solve cuts fell from 269 to 203)."""
     from parasol.constraints.physics import step_time as st
     from parasol.constraints.physics.pricing import (
         batch_from_vectors,
@@ -292,14 +293,16 @@ def test_floor_holds_each_ranks_data_parallel_exchange_beside_its_own_compute(mo
             edges = rank_counts(_edge_ranks_empty(counts.shape[0] - 1, row.pp, row.vpp), row.pp, counts)
             cuts = np.concatenate([cuts, np.array([edges])])
         work = batch_from_vectors(model._run(mapping, d), model.rank_work(mapping, d).vectors(cuts))
-        assert (parts.whole_exchanges(row.vpp) <= data_parallel_whole_seconds(work, model.coefs).sum(axis=1)
-                * (1 + 1e-12)).all(), row
-        assert (parts.compute_ceiling >= compute_beside_gemms_per_microbatch(work, model.coefs)[0].sum(axis=1)
-                * (1 - 1e-12)).all(), row
+        whole, compute = data_parallel_whole_seconds(work, model.coefs), compute_beside_gemms_per_microbatch(
+            work, model.coefs)[0]
+        assert (parts.whole_exchanges(row.vpp) <= whole.sum(axis=1) * (1 + 1e-12)).all(), row
+        assert (parts.compute_ceiling >= compute.sum(axis=1) * (1 - 1e-12)).all(), row
+        assert (parts.heaviest_exposure(row.vpp) <= np.maximum((whole - compute).max(axis=1), 0.0) + 1e-12).all(), row
         floors.append(model.step_floor_s(mapping, d, totals))
         assert floors[-1] <= model.cut_step_times_s(mapping, d, cuts).min() * (1 + 1e-12), row
     monkeypatch.setattr(st._FloorParts, "whole_exchanges", lambda self, vpp: 0.0)
-    monkeypatch.setattr(st, "compute_ceiling_per_microbatch", lambda *args: np.inf)
+    monkeypatch.setattr(st._FloorParts, "compute_ceiling", np.inf)
+    monkeypatch.setattr(st._FloorParts, "heaviest_exposure", lambda self, vpp, most=None: 0.0)
     without = CalibratedStageTimes(problem)
     lifted = [floor > without.step_floor_s(row.mapping(problem), derive(problem.model, row.mapping(problem)), totals)
               * (1 + 1e-9) for row, floor in zip(sampled, floors, strict=True)]

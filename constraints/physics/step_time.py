@@ -301,8 +301,30 @@ class _FloorParts:
     the least onset and each kind's slope)."""
     empty_exchange: np.ndarray
     """Per rank, its whole data-parallel exchange seconds holding no block (pricing.data_parallel_whole_seconds)."""
-    compute_ceiling: float
-    """All ranks' compute seconds of one microbatch at most, whatever the cut (compute_ceiling_per_microbatch)."""
+    ceiling: tuple[np.ndarray, np.ndarray]
+    """Per rank, c_r and per kind u_rk with c_r + Σ_k u_rk·n_k at least its compute seconds of one microbatch
+    holding n_k blocks of each kind (compute_ceiling_lines)."""
+
+    @cached_property
+    def compute_ceiling(self) -> float:
+        """All ranks' compute seconds of one microbatch at most, whatever the cut: each rank's with no block and each
+        block at its kind's dearest slope over the ranks."""
+        base, per_block = self.ceiling
+        return float(base.sum() + self.held @ per_block.max(axis=0))
+
+    def _exchange_base(self, vpp: int) -> np.ndarray:
+        """Per rank, the least whole data-parallel exchange seconds with no block counted: its line's where it holds
+        one (empty_stages.least_rank_blocks), the lesser of it and its exchange with none where it may hold none."""
+        base = self.data_parallel[0]
+        holds = np.broadcast_to(least_rank_blocks(vpp, len(base)), base.shape) > 0
+        return np.where(holds, base, np.minimum(base, self.empty_exchange))
+
+    @cached_property
+    def exposure_lightest(self) -> np.ndarray | None:
+        """schedule.lightest_blocks of each block's data-parallel exchange less its compute at most, per rank, built
+        once for every VPP and `most` heaviest_exposure is asked (None where a block's is negative)."""
+        weights = self.data_parallel[1] - self.ceiling[1]
+        return lightest_blocks(weights, self.held, self.blocks) if (weights >= 0).all() else None
 
     @cached_property
     def blocks(self) -> int:
@@ -343,10 +365,18 @@ class _FloorParts:
         block, the lesser of it and its exchange with none where it may hold none, and each block at its kind's
         least slope over the ranks. Unlike the summed work's (pricing.data_parallel_floor), every rank's
         exchange pays its own latency."""
-        base, per_block = self.data_parallel
-        holds = np.broadcast_to(least_rank_blocks(vpp, len(base)), base.shape) > 0
-        return float(np.where(holds, base, np.minimum(base, self.empty_exchange)).sum()
-                     + self.held @ per_block.min(axis=0))
+        return float(self._exchange_base(vpp).sum() + self.held @ self.data_parallel[1].min(axis=0))
+
+    def heaviest_exposure(self, vpp: int, most: np.ndarray | None = None) -> float:
+        """A bound on the largest rank's whole data-parallel exchange less its compute when the ranks hold the model's
+        whole blocks, at least empty_stages.least_rank_blocks each and at most `most`: what no overlap hides, since a
+        rank hides its exchange only behind its own forward and backward (schedule.least_heaviest_rank over the
+        exchange lines less the compute ceiling's; 0 where a block's falls)."""
+        lightest = self.exposure_lightest
+        if lightest is None:
+            return 0.0
+        base = self._exchange_base(vpp) - self.ceiling[0]
+        return heaviest_of_lightest(base, lightest, self.blocks, least_rank_blocks(vpp, len(base)), most)
 
     def heaviest_exchange(self, vpp: int, most: np.ndarray | None = None) -> float:
         """A bound on the largest rank's whole data-parallel exchange seconds when the ranks hold the model's
@@ -404,16 +434,17 @@ def vpp_free(mapping: Mapping) -> Mapping:
     return mapping.model_copy(update={"vpp": 1, "layout": None})
 
 
-def compute_ceiling_per_microbatch(work: RankWork, run: WorkloadBatch, totals: np.ndarray, coefs: Coefs) -> float:
-    """All ranks' forward and backward compute seconds of one microbatch at most, for every cut of `totals` blocks
-    (pricing.compute_beside_gemms_per_microbatch of each rank's work): each rank's with no block plus, per block,
-    its kind's dearest slope over the rank positions. A rank's compute is sublinear in its work (sums of maxima
-    of linear terms: a GEMM pass is bound by its FLOPs or its weight traffic), so it is at most its empty work's
-    plus each block's alone; the onset carries no compute (a data-parallel latency)."""
+def compute_ceiling_lines(work: RankWork, run: WorkloadBatch, held: np.ndarray, coefs: Coefs
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank, (c_r, u_rk) with c_r + Σ_k u_rk·n_k at least its forward and backward compute seconds of one
+    microbatch holding n_k blocks of each kind `held` marks (pricing.compute_beside_gemms_per_microbatch of its
+    work): its empty work's and each block's alone. A rank's compute is sublinear in its work (sums of maxima of
+    linear terms: a GEMM pass is bound by its FLOPs or its weight traffic), so it is at most the sum of its parts';
+    the onset carries no compute (a data-parallel latency)."""
     pp, width = work.empty.shape
-    vectors = np.concatenate([work.empty, work.slope.reshape(-1, width)])
+    vectors = np.concatenate([work.empty, work.slope[:, held].reshape(-1, width)])
     compute = compute_beside_gemms_per_microbatch(batch_from_vectors(run, vectors[None]), coefs)[0][0]
-    return float(compute[:pp].sum() + totals.astype(float) @ compute[pp:].reshape(pp, -1).max(axis=0))
+    return compute[:pp], compute[pp:].reshape(pp, -1)
 
 
 DATA_PARALLEL_COLUMNS = vector_columns(DATA_PARALLEL_FIELDS)
@@ -687,8 +718,9 @@ class CalibratedStageTimes:
         the mean, pricing.data_parallel_floor and _FloorParts.whole_exchanges, and at least the heaviest rank's
         when ranks hold whole blocks, _FloorParts.heaviest_exchange) and the mean whole exchange less the most
         compute a rank can average (a rank hides its exchange only behind its own forward and backward, so the
-        slowest exposure is at least the mean of whole_s − compute_s: _FloorParts.compute_ceiling), and the
-        optimizer step of an average rank. Sound
+        slowest exposure is at least the mean of whole_s − compute_s: _FloorParts.compute_ceiling) or than the
+        heaviest rank's when ranks hold whole blocks (_FloorParts.heaviest_exposure), and the optimizer step of an
+        average rank. Sound
         because a rank's compute and exchanges are sublinear in its work (sums of maxima of linear terms:
         the price of all ranks' summed work is at most the sum of their prices), every field grows with
         blocks (the summed work takes the least slope over rank positions; a rank's own bound its own
@@ -699,7 +731,7 @@ class CalibratedStageTimes:
         m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
         exposed, whole = parts.exposure
         whole = max(whole, parts.whole_exchanges(vpp) / pp)
-        exposed = max(exposed, whole - parts.compute_ceiling / pp)
+        exposed = max(exposed, whole - parts.compute_ceiling / pp, parts.heaviest_exposure(vpp, most))
         whole = max(whole, parts.heaviest_exchange(vpp, most))
         least = max(parts.ranks / pp, parts.slowest_compute(vpp, most))
         slowest = least if vpp * m - 1 >= vpp else max(least, whole - exposed)
@@ -734,7 +766,7 @@ class CalibratedStageTimes:
                                             totals[held].astype(np.int64), lines,
                                             data_parallel_whole_seconds(batch_from_vectors(run, work.empty[None]),
                                                                         coefs)[0],
-                                            compute_ceiling_per_microbatch(work, run, totals, coefs))
+                                            compute_ceiling_lines(work, run, held, coefs))
         return self._floors[key]
 
     def exposed_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
