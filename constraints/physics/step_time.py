@@ -714,13 +714,12 @@ class CalibratedStageTimes:
         (exchange_floor_s), and T at least their mean and at least the
         slowest rank's compute and exposed EP when ranks hold whole blocks (_FloorParts.slowest_compute); plus the
         unhidden pipeline sends (pricing.pipeline_sends_floor), the data-parallel exchanges at least as
-        exposed as the largest of what their switches leave, the largest rank's whole exchange less T (at least
+        exposed as the largest of: what their switches leave; the largest rank's whole exchange less T (at least
         the mean, pricing.data_parallel_floor and _FloorParts.whole_exchanges, and at least the heaviest rank's
-        when ranks hold whole blocks, _FloorParts.heaviest_exchange) and the mean whole exchange less the most
-        compute a rank can average (a rank hides its exchange only behind its own forward and backward, so the
-        slowest exposure is at least the mean of whole_s − compute_s: _FloorParts.compute_ceiling) or than the
-        heaviest rank's when ranks hold whole blocks (_FloorParts.heaviest_exposure), and the optimizer step of an
-        average rank. Sound
+        when ranks hold whole blocks, _FloorParts.heaviest_exchange); a rank's whole exchange less its own
+        forward and backward, the only windows it hides behind, on average (the mean whole exchange less
+        _FloorParts.compute_ceiling's mean) and on the heaviest rank when ranks hold whole blocks
+        (_FloorParts.heaviest_exposure); and the optimizer step of an average rank. Sound
         because a rank's compute and exchanges are sublinear in its work (sums of maxima of linear terms:
         the price of all ranks' summed work is at most the sum of their prices), every field grows with
         blocks (the summed work takes the least slope over rank positions; a rank's own bound its own
