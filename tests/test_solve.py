@@ -21,6 +21,7 @@ from parasol.solver.search.costs import block_kinds, interval_counts, prefix_cou
 from parasol.solver.search.pareto import Point
 from parasol.solver.search.solve import (
     RowDegrees,
+    SolveResult,
     exchange_step_s,
     front_caps,
     held_weights_gb,
@@ -247,6 +248,16 @@ def test_time_limit_returns_best_found_marked_feasible(tmp_path) -> None:
         said = why_not_optimal(result, problem, 0.3)
         assert bound <= objective["step_time_s"] and f"no mapping of the space is below {bound:.3f} s" in said
         assert ("bounded by their compute" in said) == (result.rows_screened < result.rows)
+
+
+def test_a_search_cut_off_before_any_mapping_says_how_far_it_got() -> None:
+    """An `unknown` answer (the limit ran out before any row was cut: DeepSeek-V3 on 4,096 of the 5T ASIC in 8 s)
+    says how many rows were screened and cut by then and what to do next."""
+    problem = load_problem("problems/qwen3-30b-a3b-h100-64.yaml")
+    result = SolveResult("unknown", (), 51_156, 4_900, 0, 5.5, rows_screened=31_910, rows_cut=0)
+    said = why_not_optimal(result, problem, 8)
+    assert said.startswith("no mapping found within the time limit (8 s): 31,910 of 51,156 rows screened and 0 cut")
+    assert "raise --time-limit" in said
 
 
 def test_rows_never_screened_are_bounded_by_their_compute(monkeypatch: pytest.MonkeyPatch) -> None:

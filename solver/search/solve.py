@@ -191,7 +191,9 @@ def why_not_optimal(result: SolveResult, problem: Problem, time_limit_s: float) 
         return (f"{cut_off}; no mapping of the space is below {value} on {unit.replace('_', ' ')} "
                 f"(the first found is {100 * (first.gap or 0.0):.1f}% above{never})")
     if result.status == "unknown":
-        return f"no mapping found within the time limit ({time_limit_s:g} s)"
+        return (f"no mapping found within the time limit ({time_limit_s:g} s): {result.rows_screened:,} of "
+                f"{result.rows:,} rows screened and {result.rows_cut:,} cut by then; raise --time-limit (a search "
+                "that completes gives the same answer at any limit)")
     if result.rules_refuse_all:
         return (f"none of the {result.rows:,} degree rows meets every rule: widen `search` or change the options "
                 "the rules read (`explain` a mapping to see which rule refuses it)")
