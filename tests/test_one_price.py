@@ -309,6 +309,45 @@ def test_floor_holds_each_ranks_data_parallel_exchange_beside_its_own_compute(mo
     assert sum(lifted) >= len(sampled) // 4
 
 
+def test_each_blocks_least_exposed_cp_exchange_bounds_every_rank_under_every_cp_type(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank's exposed CP seconds are at least its blocks' CalibratedStageTimes.exposed_cp_per_block_s under every
+    CP communication type a row may choose (random cuts of MoE rows with CP above 1), and the slowest rank's bound
+    that adds them lifts the step floors of such rows (DeepSeek-V3 on 2,048 H800: the rows solve cuts in one
+    process fell from 452 to 426)."""
+    from parasol.constraints.physics.pricing import (
+        _compute_times,
+        _exposed_per_microbatch,
+        batch_from_vectors,
+    )
+
+    problem = load_problem_text("model: qwen3-30b-a3b\ntraining: {seq_len: 8192, global_batch: 256}\n"
+                                "hardware: {preset: h100-hgx, gpus: 64}\n")
+    model = CalibratedStageTimes(problem)
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    totals = counts[0, counts.shape[0] - 1]
+    rng = random.Random(29)
+    rows = rng.sample([r for r in enumerate_rows(problem) if r.cp > 1 and r.pp > 1], 8)
+    floors = []
+    for row in rows:
+        mapping = row.mapping(problem)
+        per_block = model.exposed_cp_per_block_s(mapping)
+        assert (per_block > 0).all(), row
+        cuts = _random_cuts(rng, row, counts)
+        for variant in choice_variants(problem, row):
+            chosen = with_choices(problem, variant)
+            priced = model.for_problem(chosen)
+            d = derive(chosen.model, mapping)
+            work = batch_from_vectors(priced._run(mapping, d), priced.rank_work(mapping, d).vectors(cuts))
+            exposed = _exposed_per_microbatch(work, priced.coefs, _compute_times(work, priced.coefs))["cp"]
+            assert (cuts @ per_block <= exposed * (1 + 1e-12)).all(), (row, variant.settings())
+        floors.append(model.step_floor_s(mapping, derive(problem.model, mapping), totals))
+    monkeypatch.setattr(CalibratedStageTimes, "exposed_cp_per_block_s", lambda self, mapping: np.zeros(len(self.kinds)))
+    without = CalibratedStageTimes(problem)
+    assert any(floor > without.step_floor_s(row.mapping(problem), derive(problem.model, row.mapping(problem)), totals)
+               * (1 + 1e-9) for row, floor in zip(rows, floors, strict=True))
+
+
 @pytest.mark.parametrize("settings", [{}, {"tp_comm_overlap": "false"}])
 def test_floor_holds_the_recomputed_forwards_exchanges(settings: dict[str, str]) -> None:
     """Under full recompute the recomputed forward's TP and EP exchanges are priced with the TP exchange

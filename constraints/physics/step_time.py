@@ -42,7 +42,7 @@ from typing import NamedTuple, get_args
 
 import numpy as np
 
-from parasol.constraints.physics.comm import NO_COMM, CommTerm
+from parasol.constraints.physics.comm import NO_COMM, CommTerm, GroupLink
 from parasol.constraints.physics.exchanges import (
     Links,
     cp_comm,
@@ -291,8 +291,9 @@ class _FloorParts:
     """Each rank's compute seconds of one microbatch holding no block (pricing.linear_compute_per_microbatch)."""
     block_compute: np.ndarray
     """The stage seconds one block of each kind the model holds adds to each rank at least (ranks × those kinds):
-    its compute (linear_compute_per_microbatch of the rank work's slopes) and, for an MoE block, its least exposed
-    EP exchange (CalibratedStageTimes.exposed_ep_per_block_s)."""
+    its compute (linear_compute_per_microbatch of the rank work's slopes), for an MoE block its least exposed EP
+    exchange (CalibratedStageTimes.exposed_ep_per_block_s) and its least exposed CP exchange
+    (CalibratedStageTimes.exposed_cp_per_block_s)."""
     held: np.ndarray
     """The blocks of each kind the model holds (the kinds of block_compute)."""
     data_parallel: tuple[np.ndarray, np.ndarray]
@@ -387,8 +388,8 @@ class _FloorParts:
         return 0.0 if lightest is None else heaviest_of_lightest(self.data_parallel[0], lightest, self.blocks, least, most)
 
     def slowest_compute(self, vpp: int, most: np.ndarray | None = None) -> float:
-        """A bound on the slowest rank's seconds of one microbatch: its compute and its MoE blocks' least exposed EP
-        exchanges (never above its stage time) when the ranks hold the model's whole blocks, at least
+        """A bound on the slowest rank's seconds of one microbatch: its compute, its MoE blocks' least exposed EP
+        exchanges and its blocks' least exposed CP exchanges (never above its stage time) when the ranks hold the model's whole blocks, at least
         empty_stages.least_rank_blocks each and at most `most` (schedule.least_heaviest_rank; 0 where a block's
         compute is negative), and over the heaviest kinds' blocks alone, as schedule.least_heaviest_rank_of_kinds
         bounds them (compute_lightest_of_kinds: over every kind each rank would take DeepSeek-V3's 3 dense blocks
@@ -558,12 +559,12 @@ DATA_PARALLEL_READS = _Reads(("fsdp", "frozen_weights", "grad_reduce_bytes"), ("
 """What a rank's data-parallel terms (_RankParts.exchanges: workload.data_parallel_terms) read of the settings and
 training."""
 FAMILY_MEMOS = ("_links", "_workloads", "_stage_blocks", "_exchange_vectors", "_compute", "_tp_exchanges",
-                "_exchange_floors", "_exchange_parts")
+                "_exchange_floors", "_exchange_parts", "_cp_blocks")
 """The memos a model shares with its family (for_problem): each keyed by all it reads besides what same_family
 holds equal (the group placements by the grid, rank order and CP levels; the others by the mapping fields and
-the _Reads of their part; the exchange floor's EP and CP parts by their tokens, degrees, links and received
-share), so models whose problems differ in a saving or a row's options share every value computed from equal
-inputs, and only those."""
+the _Reads of their part; the exchange floor's EP and CP parts and each block's CP by their tokens, degrees,
+links and received share), so models whose problems differ in a saving or a row's options share every value
+computed from equal inputs, and only those."""
 
 
 def same_family(a, b) -> bool:  # noqa: ANN001 - Problem
@@ -603,6 +604,7 @@ class CalibratedStageTimes:
         self._tp_exchanges: dict[tuple, float] = {}
         self._exchange_floors: dict[tuple, float] = {}
         self._exchange_parts: dict[tuple, float] = {}
+        self._cp_blocks: dict[tuple, np.ndarray] = {}
         training = problem.training
         self._run_reads = RUN_READS.of(self.settings, training)
         self._stage_blocks_reads = STAGE_BLOCKS_READS.of(self.settings, training)
@@ -712,7 +714,7 @@ class CalibratedStageTimes:
         stage times' sum at least all ranks' compute and the TP and FSDP seconds no overlap hides
         (pricing.rank_floor_per_microbatch) plus the least exposed EP and CP exchange seconds any of those gives
         (exchange_floor_s), and T at least their mean and at least the
-        slowest rank's compute and exposed EP when ranks hold whole blocks (_FloorParts.slowest_compute); plus the
+        slowest rank's compute and exposed EP and CP when ranks hold whole blocks (_FloorParts.slowest_compute); plus the
         unhidden pipeline sends (pricing.pipeline_sends_floor), the data-parallel exchanges at least as
         exposed as the largest of: what their switches leave; the largest rank's whole exchange less T (at least
         the mean, pricing.data_parallel_floor and _FloorParts.whole_exchanges, and at least the heaviest rank's
@@ -760,7 +762,8 @@ class CalibratedStageTimes:
                      + self.exchange_floor_s(mapping, totals, ep_options))
             moe = np.array([b.mlp is BlockKind.moe for b in self.kinds.values()])[held]
             ep = self.exposed_ep_per_block_s(mapping, ep_options) if moe.any() else 0.0
-            per_block = linear[mapping.pp:].reshape(mapping.pp, -1) + np.where(moe, ep, 0.0)[None, :]
+            per_block = (linear[mapping.pp:].reshape(mapping.pp, -1) + np.where(moe, ep, 0.0)[None, :]
+                         + self.exposed_cp_per_block_s(mapping)[held][None, :])
             self._floors[key] = _FloorParts(ranks, optimizer, summed, exposure, linear[:mapping.pp], per_block,
                                             totals[held].astype(np.int64), lines,
                                             data_parallel_whole_seconds(batch_from_vectors(run, work.empty[None]),
@@ -941,6 +944,40 @@ class CalibratedStageTimes:
         least = self._kept_part(("ep", tokens, mapping.tp, mapping.expert_tp, links.ep, links.ep_deepep, received, options),
                                 lambda: self._least_ep(mapping, links, tokens, received, options))
         return PASSES_PER_MICROBATCH["ep"] * (1.0 - hidden_ep) * least
+
+    def exposed_cp_per_block_s(self, mapping: Mapping) -> np.ndarray:
+        """Per kind (in `kinds`' order), exposed CP seconds of one microbatch one block adds to the stage time of the
+        rank holding it, at least, under any CP communication type and a2a+p2p split: a rank hides at most the
+        overlap_cp share of its exchange's ring part (pricing.cp_unhidden_seconds), and its summed terms' seconds
+        are at least each term's one link part plus its latency summed over the blocks (the part the model's
+        blocks carry most of, per type), so a rank's is at least its blocks' sum. Zeros without a CP exchange."""
+        links = self.links(mapping)
+        if links.cp.size <= 1:
+            return np.zeros(len(self.kinds))
+        tokens = mapping.mbs * mapping.seq_len / mapping.cp
+        levels = self._cp_levels(mapping)
+        key = (tokens, mapping.tp, links.cp, levels)
+        if key not in self._cp_blocks:
+            self._cp_blocks[key] = PASSES_PER_MICROBATCH["cp"] * np.min(
+                [self._cp_lines(mapping.tp, links.cp, tokens, kind, level) for kind in CP_COMM_KINDS for level in levels],
+                axis=0)
+        return self._cp_blocks[key]
+
+    def _cp_lines(self, tp: int, cp_link: GroupLink, tokens: float, kind: str, level: tuple) -> np.ndarray:
+        """Per kind, one block's exposed CP seconds under one CP type and split as exposed_cp_per_block_s bounds
+        them: (1 − overlap_cp) of its whole exchange and overlap_cp of its blocking part, each at one link part
+        (the larger over the model's blocks) plus its latency."""
+        model, coefs = self.problem.model, self.coefs
+        parts = [cp_parts(model, b, tokens, tp, cp_link, kind, level) for b in self.kinds.values()]
+        terms = ([ring + blocking for ring, blocking in parts], [blocking for _, blocking in parts])
+        hidden = min(max(float(coefs["overlap_cp"]), 0.0), 1.0)
+        out = np.zeros(len(self.kinds))
+        for share, column in zip((1.0 - hidden, hidden), terms, strict=True):
+            nvlink = np.array([t.nvlink_s for t in column]) / float(coefs["nvlink_efficiency"])
+            network = np.array([t.network_s for t in column]) / float(coefs["network_efficiency"])
+            part = network if self._totals @ network > self._totals @ nvlink else nvlink
+            out += share * (part + np.array([t.latency_s for t in column]))
+        return out
 
     def _kept_part(self, key: tuple, build: Callable[[], float]) -> float:
         """build()'s seconds, kept under `key` (all it reads), so mappings of other pipeline, EP or data-parallel
