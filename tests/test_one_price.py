@@ -21,7 +21,7 @@ from parasol.constraints.physics.step_time import CalibratedStageTimes, step_tim
 from parasol.constraints.physics.workload import build_workload
 from parasol.problems.derived import derive
 from parasol.problems.empty_stages import stage_least
-from parasol.problems.loader import load_problem, load_problem_text
+from parasol.problems.loader import Problem, load_problem, load_problem_text
 from parasol.solver.search.choices import choice_rules_hold, ep_options
 from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts, row_costs
 from parasol.solver.search.cuts import rank_counts
@@ -140,8 +140,7 @@ def test_floor_holds_for_every_option_a_row_may_choose() -> None:
     problem = load_problem_text("model: qwen3-30b-a3b\ntraining: {seq_len: 8192, global_batch: 256}\n"
                                 "hardware: {preset: h100-hgx, gpus: 64}\n")
     model = CalibratedStageTimes(problem)
-    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
-    totals = counts[0, counts.shape[0] - 1]
+    counts, totals = _counts_and_totals(problem)
     rows = [r for r in enumerate_rows(problem) if r.ep > 1 and r.cp > 1]
     assert rows
     for row in random.Random(17).sample(rows, 6):
@@ -168,6 +167,12 @@ def test_rank_work_does_not_depend_on_vpp(name: str) -> None:
             assert np.array_equal(a, b)
 
 
+def _counts_and_totals(problem: Problem) -> tuple[np.ndarray, np.ndarray]:
+    """The problem's interval counts (costs.interval_counts) and the blocks of each kind in its model."""
+    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+    return counts, counts[0, counts.shape[0] - 1]
+
+
 def _random_cuts(rng: random.Random, row, counts: np.ndarray, n: int = 4) -> np.ndarray:  # noqa: ANN001
     """Blocks of each kind per pipeline rank of `n` random cuts of the row (n × PP × kinds)."""
     blocks = counts.shape[0] - 1
@@ -191,8 +196,7 @@ def test_floor_counting_unhidden_exchanges_is_below_every_cut(settings: dict[str
                              "hardware: {preset: h100-hgx, gpus: 64}\n")
     problem = apply_settings(base, settings)
     model = CalibratedStageTimes(problem)
-    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
-    totals = counts[0, counts.shape[0] - 1]
+    counts, totals = _counts_and_totals(problem)
     rng = random.Random(21)
     rows = [r for r in enumerate_rows(problem) if r.pp > 1 or r.tp > 1]
     lifted = 0
@@ -212,8 +216,7 @@ def test_floor_of_a_vpp_variant_is_its_own(name: str) -> None:
     (CalibratedStageTimes._floor_parts): each VPP variant's floor from a model that priced a sibling first
     equals its floor from a fresh model."""
     problem = load_problem(ROOT / "problems" / f"{name}.yaml")
-    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
-    totals = counts[0, counts.shape[0] - 1]
+    counts, totals = _counts_and_totals(problem)
     vpps = sorted({r.vpp for r in enumerate_rows(problem)})
     assert len(vpps) > 1
     rows = [r for r in enumerate_rows(problem) if r.vpp == 1]
@@ -234,8 +237,7 @@ def test_floor_is_below_every_cut_under_every_option(source: str) -> None:
                                 "hardware: {preset: h100-hgx, gpus: 64}\n") if source == "qwen3-30b-8k" else \
         load_problem(ROOT / "problems" / f"{source}.yaml")
     model = CalibratedStageTimes(problem)
-    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
-    totals = counts[0, counts.shape[0] - 1]
+    counts, totals = _counts_and_totals(problem)
     rng = random.Random(19)
     rows = [r for r in enumerate_rows(problem) if r.ep > 1 and r.cp > 1]
     for row in rng.sample(rows, min(6, len(rows))):
@@ -278,8 +280,7 @@ def test_floor_holds_each_ranks_data_parallel_exchange_beside_its_own_compute(mo
                                 "optimizer: muon}\nhardware: {preset: h800-hgx, gpus: 2048}\n"
                                 "framework: {rule_packs: [megatron-core, deepseek-v4]}\n")
     model = CalibratedStageTimes(problem)
-    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
-    totals = counts[0, counts.shape[0] - 1]
+    counts, totals = _counts_and_totals(problem)
     rng = random.Random(23)
     rows = [r for r in enumerate_rows(problem) if r.pp > 1]
     sampled = rng.sample(rows, 16)
@@ -324,8 +325,7 @@ def test_each_blocks_least_exposed_cp_exchange_bounds_every_rank_under_every_cp_
     problem = load_problem_text("model: qwen3-30b-a3b\ntraining: {seq_len: 8192, global_batch: 256}\n"
                                 "hardware: {preset: h100-hgx, gpus: 64}\n")
     model = CalibratedStageTimes(problem)
-    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
-    totals = counts[0, counts.shape[0] - 1]
+    counts, totals = _counts_and_totals(problem)
     rng = random.Random(29)
     rows = rng.sample([r for r in enumerate_rows(problem) if r.cp > 1 and r.pp > 1], 8)
     floors = []
@@ -359,8 +359,7 @@ def test_floor_holds_the_recomputed_forwards_exchanges(settings: dict[str, str])
 
     problem = apply_settings(load_problem_text("model: qwen3-30b-a3b\ntraining: {seq_len: 4096, global_batch: 256}\n"
                                                "hardware: {preset: h100-hgx, gpus: 64}\n"), settings)
-    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
-    totals = counts[0, counts.shape[0] - 1]
+    counts, totals = _counts_and_totals(problem)
     rng = random.Random(27)
     rows = [r for r in enumerate_rows(problem) if r.recompute == "full" and r.tp > 1 and r.ep > 1]
     lifted = 0
@@ -428,8 +427,7 @@ def test_compute_floor_is_the_floors_compute_and_below_it(name: str) -> None:
 
     problem = load_problem(ROOT / "problems" / f"{name}.yaml")
     model = CalibratedStageTimes(problem)
-    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
-    totals = counts[0, counts.shape[0] - 1]
+    counts, totals = _counts_and_totals(problem)
     rows = enumerate_rows(problem)
     coefs = coefficient_values(model.coefficients)
     shared = 0
@@ -492,8 +490,7 @@ def test_screening_floor_is_each_rows_own_compute_floor(name: str) -> None:
     from parasol.solver.search.row_search import RowSearch
 
     problem = load_problem(ROOT / "problems" / f"{name}.yaml")
-    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
-    totals = counts[0, counts.shape[0] - 1]
+    counts, totals = _counts_and_totals(problem)
     search = RowSearch(problem, CalibratedStageTimes(problem), counts, usable_mb(problem), 10, True)
     rows = enumerate_rows(problem)
     for row in rows:
@@ -625,8 +622,7 @@ def test_floor_over_the_ep_options_a_row_may_take_is_below_each_of_them() -> Non
     problem = load_problem_text("model: moe-5t\ntraining: {seq_len: 4096, global_batch: 1152, precision: fp8}\n"
                                 "hardware: {preset: gb200-nvl72, gpus: 576}\n")
     model = CalibratedStageTimes(problem)
-    counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
-    totals = counts[0, counts.shape[0] - 1]
+    counts, totals = _counts_and_totals(problem)
     rng = random.Random(23)
     rows = [r for r in enumerate_rows(problem) if r.ep > 1 and r.pp > 1]
     lifted = []
