@@ -186,7 +186,7 @@ def comm_seconds(term: CommTerm, c: Coefs) -> float:
         + term.latency_s
 
 
-def cp_unhidden_seconds(whole: float, blocking: float, c: Coefs) -> float:
+def cp_unhidden_seconds(whole: float | np.ndarray, blocking: float | np.ndarray, c: Coefs) -> float | np.ndarray:
     """Seconds of a CP exchange (`whole` seconds, `blocking` of them before the attention) that no attention
     window hides: _exposed_per_microbatch hides at most overlap_cp of its ring part, whole − blocking."""
     return whole - float(c["overlap_cp"]) * (whole - blocking)

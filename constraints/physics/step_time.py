@@ -389,9 +389,9 @@ class _FloorParts:
 
     def slowest_compute(self, vpp: int, most: np.ndarray | None = None) -> float:
         """A bound on the slowest rank's seconds of one microbatch: its compute, its MoE blocks' least exposed EP
-        exchanges and its blocks' least exposed CP exchanges (never above its stage time) when the ranks hold the model's whole blocks, at least
-        empty_stages.least_rank_blocks each and at most `most` (schedule.least_heaviest_rank; 0 where a block's
-        compute is negative), and over the heaviest kinds' blocks alone, as schedule.least_heaviest_rank_of_kinds
+        exchanges and its blocks' least exposed CP exchanges (never above its stage time) when the ranks hold the
+        model's whole blocks, at least empty_stages.least_rank_blocks each and at most `most`
+        (schedule.least_heaviest_rank; 0 where a block's compute is negative), and over the heaviest kinds' blocks alone, as schedule.least_heaviest_rank_of_kinds
         bounds them (compute_lightest_of_kinds: over every kind each rank would take DeepSeek-V3's 3 dense blocks
         first)."""
         lightest = self.compute_lightest
@@ -714,8 +714,8 @@ class CalibratedStageTimes:
         stage times' sum at least all ranks' compute and the TP and FSDP seconds no overlap hides
         (pricing.rank_floor_per_microbatch) plus the least exposed EP and CP exchange seconds any of those gives
         (exchange_floor_s), and T at least their mean and at least the
-        slowest rank's compute and exposed EP and CP when ranks hold whole blocks (_FloorParts.slowest_compute); plus the
-        unhidden pipeline sends (pricing.pipeline_sends_floor), the data-parallel exchanges at least as
+        slowest rank's compute and exposed EP and CP when ranks hold whole blocks (_FloorParts.slowest_compute);
+        plus the unhidden pipeline sends (pricing.pipeline_sends_floor), the data-parallel exchanges at least as
         exposed as the largest of: what their switches leave; the largest rank's whole exchange less T (at least
         the mean, pricing.data_parallel_floor and _FloorParts.whole_exchanges, and at least the heaviest rank's
         when ranks hold whole blocks, _FloorParts.heaviest_exchange); a rank's whole exchange less its own
@@ -965,19 +965,20 @@ class CalibratedStageTimes:
 
     def _cp_lines(self, tp: int, cp_link: GroupLink, tokens: float, kind: str, level: tuple) -> np.ndarray:
         """Per kind, one block's exposed CP seconds under one CP type and split as exposed_cp_per_block_s bounds
-        them: (1 − overlap_cp) of its whole exchange and overlap_cp of its blocking part, each at one link part
-        (the larger over the model's blocks) plus its latency."""
-        model, coefs = self.problem.model, self.coefs
-        parts = [cp_parts(model, b, tokens, tp, cp_link, kind, level) for b in self.kinds.values()]
-        terms = ([ring + blocking for ring, blocking in parts], [blocking for _, blocking in parts])
-        hidden = min(max(float(coefs["overlap_cp"]), 0.0), 1.0)
-        out = np.zeros(len(self.kinds))
-        for share, column in zip((1.0 - hidden, hidden), terms, strict=True):
-            nvlink = np.array([t.nvlink_s for t in column]) / float(coefs["nvlink_efficiency"])
-            network = np.array([t.network_s for t in column]) / float(coefs["network_efficiency"])
-            part = network if self._totals @ network > self._totals @ nvlink else nvlink
-            out += share * (part + np.array([t.latency_s for t in column]))
-        return out
+        them: pricing.cp_unhidden_seconds of its whole exchange and its blocking part, each at _link_lines'."""
+        parts = [cp_parts(self.problem.model, b, tokens, tp, cp_link, kind, level) for b in self.kinds.values()]
+        return cp_unhidden_seconds(self._link_lines([ring + blocking for ring, blocking in parts]),
+                                   self._link_lines([blocking for _, blocking in parts]), self.coefs)
+
+    def _link_lines(self, terms: list[CommTerm]) -> np.ndarray:
+        """Per kind, the seconds of its block's term (`terms`, in `kinds`' order) on one link part, the one the
+        model's blocks carry most of, plus its latency: summed over any blocks, at most the seconds of their
+        summed term (pricing.comm_seconds takes the larger part)."""
+        coefs = self.coefs
+        nvlink = np.array([t.nvlink_s for t in terms]) / float(coefs["nvlink_efficiency"])
+        network = np.array([t.network_s for t in terms]) / float(coefs["network_efficiency"])
+        part = network if self._totals @ network > self._totals @ nvlink else nvlink
+        return part + np.array([t.latency_s for t in terms])
 
     def _kept_part(self, key: tuple, build: Callable[[], float]) -> float:
         """build()'s seconds, kept under `key` (all it reads), so mappings of other pipeline, EP or data-parallel
