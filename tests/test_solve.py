@@ -328,6 +328,34 @@ def test_cut_searches_stopped_by_their_share_get_the_time_left(monkeypatch: pyte
     assert solve(problem, CalibratedStageTimes(problem), top=10).status == "feasible"
 
 
+def test_a_row_whose_fit_needs_the_cut_search_is_floored_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row with one fit candidate whose fit only the cut search answers (savings.resolve_fit: 18 ms against
+    its step floor's 3 on V4-Pro's interleaved rows) has its step floor priced before that search, so a row the
+    floor sends back and a later cut beats never runs it (RowSearch.cut_waiting): on V4-Pro 1,024 every such
+    search follows its row's floor, and the answer is the complete search's."""
+    from parasol.solver.search import halves, row_search
+
+    events: list[tuple[str, tuple[Row, ...]]] = []
+    floor, resolve = row_search.RowSearch._floor, row_search.resolve_fit
+
+    def floored(self: row_search.RowSearch, row: Row, memory: object = None) -> tuple[int, int]:
+        events.append(("floor", (row,)))
+        return floor(self, row, memory)
+
+    def resolved(candidates: object, *args: object) -> object:
+        events.append(("fit", candidates.rows))
+        return resolve(candidates, *args)
+
+    monkeypatch.setattr(row_search.RowSearch, "_floor", floored)
+    monkeypatch.setattr(row_search, "resolve_fit", resolved)
+    monkeypatch.setattr(halves, "splits", lambda rows: False)
+    problem = load_problem(V4_1024)
+    result = solve(problem, CalibratedStageTimes(problem), top=6)
+    searched = [(i, rows) for i, (kind, rows) in enumerate(events) if kind == "fit" and len(rows) == 1]
+    assert result.status == "optimal" and searched
+    assert all(("floor", rows) in events[:i] for i, rows in searched)
+
+
 @functools.cache
 def _complete_8192():  # noqa: ANN202
     problem = load_problem("problems/deepseek-v4-pro-8192.yaml")
