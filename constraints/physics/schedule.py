@@ -44,8 +44,10 @@ def least_heaviest_rank(base: np.ndarray, weights: np.ndarray, totals: np.ndarra
     cannot all hold, that a mean over the ranks misses. Where `most` leaves too little room for the blocks
     it is ignored (the bound without it still holds)."""
     blocks = int(totals.sum())
-    low = np.broadcast_to(np.asarray(least, dtype=np.int64), base.shape)
-    upto = int(low.max()) + max(blocks - int(low.sum()), 0)
+    if np.ndim(least) == 0:
+        upto = int(least) + max(blocks - int(least) * len(base), 0)
+    else:
+        upto = int(np.max(least)) + max(blocks - int(np.sum(least)), 0)
     return heaviest_of_lightest(base, lightest_blocks(weights, totals, min(upto, blocks)), blocks, least, most)
 
 
@@ -66,7 +68,7 @@ def least_heaviest_rank_of_kinds(base: np.ndarray, weights: np.ndarray, totals: 
 def heavy_kinds(weights: np.ndarray) -> tuple[np.ndarray, ...]:
     """The first i kinds by their mean weight over the ranks (weights: ranks × kinds), heaviest first, i = 1 ..
     kinds − 1, each in kind order: the kind sets least_heaviest_rank_of_kinds bounds a rank over alone."""
-    order = np.argsort(-weights.mean(axis=0), kind="stable")
+    order = np.argsort(-(np.add.reduce(weights, axis=0) / weights.shape[0]), kind="stable")  # the mean, for less
     return tuple(np.sort(order[:i]) for i in range(1, len(order)))
 
 
@@ -75,18 +77,22 @@ def heaviest_of_lightest(base: np.ndarray, lightest: np.ndarray, blocks: int, le
     """least_heaviest_rank from the ranks' lightest_blocks table over `blocks` blocks (columns up to at least
     the largest least_r plus blocks − Σ least): the table reads neither `least` nor `most`, so a caller asking
     for several builds it once. One least for every rank reads the table in slices (the common case)."""
-    low = np.broadcast_to(np.asarray(least, dtype=np.int64), base.shape)
-    extra = blocks - int(low.sum())
-    rows = np.arange(len(base))
-    first = float((base + lightest[rows, np.minimum(low, blocks)]).max())
-    if extra <= 0:
-        return first
-    steps = np.arange(1, extra + 1)
     if np.ndim(least) == 0:
-        columns = int(least) + steps[None, :]
-        values = base[:, None] + lightest[:, int(least) + 1:int(least) + extra + 1]
+        low = int(least)
+        extra = blocks - low * len(base)
+        first = float((base + lightest[:, min(low, blocks)]).max())
+        if extra <= 0:
+            return first
+        values = base[:, None] + lightest[:, low + 1:low + extra + 1]
+        columns = low + np.arange(1, extra + 1)[None, :]
     else:
-        columns = low[:, None] + steps[None, :]
+        low = np.asarray(least, dtype=np.int64)
+        extra = blocks - int(low.sum())
+        rows = np.arange(len(base))
+        first = float((base + lightest[rows, np.minimum(low, blocks)]).max())
+        if extra <= 0:
+            return first
+        columns = low[:, None] + np.arange(1, extra + 1)[None, :]
         values = base[:, None] + lightest[rows[:, None], columns]
     if most is not None and (most >= low).all() and int(np.minimum(most - low, extra).sum()) >= extra:
         values = np.where(columns <= most[:, None], values, np.inf)
