@@ -213,3 +213,24 @@ def test_set_changes_training_settings_and_options_and_names_a_bad_value() -> No
     assert updated.training.fsdp == "torch-fsdp2" and updated.spec.framework.options.overlap_grad_reduce is False
     with pytest.raises(InputError, match="fsdp"):
         apply_settings(problem, {"fsdp": "zero9"})
+
+
+def test_no_cut_search_where_no_cut_can_mend_the_degrees(monkeypatch: pytest.MonkeyPatch) -> None:
+    """repairs.best_cut skips the cut search when the degrees break a rule no cut reads (cut_may_mend): a dense
+    model at EP 2 breaks ep-requires-experts whatever its cut (on Nemotron-H 8B at PP16 VPP3 each such search
+    took half a minute of explain's two); at TP4 PP4 the even cut overflows memory, which a cut decides, and the
+    search runs."""
+    from parasol.problems.loader import load_problem
+    from parasol.solver.diagnose import repairs
+
+    problem = load_problem("problems/llama-3.1-70b-h100-256.yaml")
+    options = problem.spec.framework.options
+    searched: list[Mapping] = []
+    monkeypatch.setattr(repairs, "fastest_cut", lambda c, counts, cap: searched.append(c.row) or (None, True))
+    base = dict(gpus=256, gbs=512, seq_len=8192, tp=8, pp=4, recompute="full")
+    assert repairs.best_cut(problem, Mapping(**base, ep=2), options) == repairs.BestCut(None)
+    assert not repairs.cut_may_mend(problem, Mapping(**base, ep=2), options) and searched == []
+    tight = Mapping(**{**base, "tp": 4, "pp": 4, "recompute": "none"})
+    assert repairs.cut_may_mend(problem, tight, options)
+    repairs.best_cut(problem, tight, options)
+    assert len(searched) == 1

@@ -22,7 +22,7 @@ from parasol.solver.search.costs import (
     usable_mb,
 )
 from parasol.solver.search.cut_program import UNBOUNDED, cut_within
-from parasol.solver.search.cuts import best_cut, rank_counts, row_staircase
+from parasol.solver.search.cuts import best_cut, fastest_cut, rank_counts, row_staircase
 from parasol.solver.search.dominance import dominates, nondominated
 from parasol.solver.search.interleaved import InterleavedCuts, two_chunk_cut, two_chunk_least
 from parasol.solver.search.space import Row, enumerate_rows
@@ -65,6 +65,27 @@ def test_interleaved_staircase_equals_enumeration(index: int) -> None:
         assert [(q.time_units, q.memory_units) for q in ours.points] == _enumerated_staircase(c, counts, usable)
         for q in ours.points:
             assert (q.time_units, q.memory_units) == c.objectives(rank_counts(q.layout, row.pp, counts))
+
+
+@pytest.mark.parametrize("index", range(1, 20, 4))
+def test_fastest_cut_is_the_least_step_time_of_every_cut(index: int) -> None:
+    """cuts.fastest_cut (explain's repair cuts) proves the least step time over every cut that fits, as the
+    enumeration finds it, at each memory cap of the enumerated staircase, and its cut is within the cap."""
+    problem = load_problem_text(GENERATED[index], source=f"generated-{index}.yaml")
+    model = AdditiveTime(problem)
+    counts, usable = _setup(problem, model)
+    checked = 0
+    for row in [r for r in enumerate_rows(problem) if r.vpp > 1][:8]:
+        c = row_costs(problem, row, model)
+        for _, memory_units in _enumerated_staircase(c, counts, usable):
+            cap = min(memory_units * MEMORY_UNIT_MB, usable)
+            layout, proved = fastest_cut(c, counts, cap)
+            least = min(t for t, m in _enumerated_staircase(c, counts, usable) if m <= memory_units)
+            assert proved and layout is not None
+            time_units, used = c.objectives(rank_counts(layout, row.pp, counts))
+            assert time_units == least and used <= memory_units
+            checked += 1
+    assert checked >= 3
 
 
 def test_deciders_agree_on_feasibility() -> None:

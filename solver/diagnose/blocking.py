@@ -42,7 +42,7 @@ def _label(m: Mapping) -> str:
 def _judged_mapping(problem: Problem, row: Row) -> Mapping:
     """The row with the fastest cut that fits memory (the solver's DP), else with the even cut."""
     even = row.mapping(problem)
-    layout = best_cut(problem, even, problem.spec.framework.options)
+    layout = best_cut(problem, even, problem.spec.framework.options).layout
     return row.mapping(problem, layout) if layout is not None else even
 
 

@@ -21,6 +21,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from ortools.sat.python import cp_model
 
@@ -32,7 +33,7 @@ from parasol.constraints.physics.memory import schedule_fits_layout
 from parasol.constraints.physics.step_time import CalibratedStageTimes, step_time_or_none
 from parasol.constraints.rules import contract
 from parasol.constraints.rules.registry import active_constraints
-from parasol.problems.derived import derive, resolve_layout
+from parasol.problems.derived import default_layout, derive, resolve_layout
 from parasol.problems.empty_stages import most_stages
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, Mapping, Recompute
@@ -41,7 +42,8 @@ from parasol.problems.options import MegatronOptions
 from parasol.solver.diagnose.compile import RECOMPUTE_CHOICES, CompiledRules, compile_rules
 from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts, row_costs, usable_mb
 from parasol.solver.search.cpsat import DIAGNOSIS_LIMIT_S, deterministic_solver
-from parasol.solver.search.cuts import row_staircase, some_cut_fits
+from parasol.solver.search.cuts import fastest_cut, some_cut_fits
+from parasol.solver.search.program import CUT_RULES, judged_rules
 from parasol.solver.search.space import Row, whole_folding
 
 REPAIR_FIELDS = (*DEGREES, "gbs", "recompute")
@@ -299,30 +301,51 @@ def sized_problem(problem: Problem, mapping: Mapping, options: MegatronOptions) 
     return dataclasses.replace(problem, spec=spec)
 
 
-def best_cut(problem: Problem, mapping: Mapping, options: MegatronOptions) -> tuple[int, ...] | None:
+class BestCut(NamedTuple):
+    """best_cut's answer: the cut (None: none fits, or no cut can make the degrees feasible) and whether it is
+    proved the fastest (an interleaved search can run out of its budget: the cut then fits, no more)."""
+
+    layout: tuple[int, ...] | None
+    proved: bool = True
+
+
+def best_cut(problem: Problem, mapping: Mapping, options: MegatronOptions) -> BestCut:
     """The fastest cut of the blocks over the mapping's (virtual) stages that keeps every stage within
-    usable memory (the solver's exact DP, solver/search/cuts.py), or None when no cut fits or the pipeline
-    schedule cannot pair the PP·VPP stages (DualPipe: even PP, VPP 1; DualPipeV: VPP 2)."""
+    usable memory (the solver's cut searches, solver/search/cuts.py fastest_cut), or none when no cut fits,
+    no cut can mend the rules the degrees break (cut_may_mend) or the pipeline schedule cannot pair the PP·VPP
+    stages (DualPipe: even PP, VPP 1; DualPipeV: VPP 2)."""
     stages = mapping.pp * mapping.vpp
     if not schedule_fits_layout((1,) * stages, mapping.pp, problem.training.pipeline_schedule):
-        return None
+        return BestCut(None)
     if stages > most_stages(problem.model.num_layers, mapping.vpp) or not whole_folding(
             mapping.gpus, mapping.gbs, mapping.tp, mapping.pp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.mbs):
-        return None
+        return BestCut(None)
+    if not cut_may_mend(problem, mapping, options):
+        return BestCut(None)
     sized = sized_problem(problem, mapping, options)
     row = Row(pp=mapping.pp, vpp=mapping.vpp, tp=mapping.tp, cp=mapping.cp, ep=mapping.ep, etp=mapping.expert_tp,
               mbs=mapping.mbs, recompute=mapping.recompute.value, rank_order=mapping.rank_order.value)
     counts = interval_counts(prefix_counts(sized, block_kinds(sized)))
     if not some_cut_fits(row_costs(sized, row, None), counts, usable_mb(sized)):
-        return None
-    stairs = row_staircase(row_costs(sized, row, CalibratedStageTimes(sized)), counts, usable_mb(sized))
-    return stairs.points[0].layout if stairs.points else None
+        return BestCut(None)
+    return BestCut(*fastest_cut(row_costs(sized, row, CalibratedStageTimes(sized)), counts, usable_mb(sized)))
+
+
+def cut_may_mend(problem: Problem, mapping: Mapping, options: MegatronOptions) -> bool:
+    """Whether some cut of the blocks may make the mapping's degrees feasible: every rule they break under their
+    even cut, given explicitly as `solve`'s rows are judged, is one a cut decides (program.CUT_RULES: each stage's
+    memory, every block placed; and the rules the solver judges per cut). No other rule reads the cut, so no
+    cut mends it, and best_cut skips the cut search (a hybrid model's interleaved search can take half a minute:
+    Nemotron-H 8B at PP16 VPP3 with EP 4, which a dense model refuses)."""
+    even = mapping.model_copy(update={"layout": default_layout(problem.model.num_layers, mapping.pp, mapping.vpp)})
+    decided = {*CUT_RULES, *(c.id for c in judged_rules(problem, "cut"))}
+    return all(v.holds or v.rule in decided for v in evaluate(problem, even, options=options).verdicts)
 
 
 def recut(problem: Problem, original: Mapping, repair: Repair, options: MegatronOptions) -> Repair | None:
     """`repair` with the best cut for its degrees when that is feasible and faster (or the repair alone is
     not feasible); the layout becomes one more change."""
-    layout = best_cut(problem, repair.mapping, options)
+    layout, proved = best_cut(problem, repair.mapping, options)
     if layout is None or layout == repair.mapping.layout:
         return None
     if layout == repair.layout and evaluate(problem, repair.mapping, options=options).feasible:
@@ -331,7 +354,8 @@ def recut(problem: Problem, original: Mapping, repair: Repair, options: Megatron
     if not evaluate(problem, cut, options=options).feasible:
         return None
     changes = {**repair.changes, "layout": (run_length(resolve_layout(problem.model, original)), run_length(layout))}
-    text = ", ".join(filter(None, [repair.text, f"cut the blocks {run_length(layout)} (fastest cut that fits)"]))
+    which = "fastest cut that fits" if proved else "a cut that fits; its search stopped before proving it fastest"
+    text = ", ".join(filter(None, [repair.text, f"cut the blocks {run_length(layout)} ({which})"]))
     return Repair(mapping=cut, changes=changes, text=text, cost=repair.cost + SCALE, layout=layout,
                   options=repair.options)
 
