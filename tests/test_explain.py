@@ -222,11 +222,12 @@ def test_no_cut_search_where_no_cut_can_mend_the_degrees(monkeypatch: pytest.Mon
     search runs."""
     from parasol.problems.loader import load_problem
     from parasol.solver.diagnose import repairs
+    from parasol.solver.search.space import Row
 
     problem = load_problem("problems/llama-3.1-70b-h100-256.yaml")
     options = problem.spec.framework.options
-    searched: list[Mapping] = []
-    monkeypatch.setattr(repairs, "fastest_cut", lambda c, counts, cap: searched.append(c.row) or (None, True))
+    searched: list[Row] = []
+    monkeypatch.setattr(repairs, "fastest_cut", lambda c, *rest: searched.append(c.row) or (None, True))
     base = dict(gpus=256, gbs=512, seq_len=8192, tp=8, pp=4, recompute="full")
     assert repairs.best_cut(problem, Mapping(**base, ep=2), options) == repairs.BestCut(None)
     assert not repairs.cut_may_mend(problem, Mapping(**base, ep=2), options) and searched == []

@@ -26,9 +26,9 @@ class Undecided(Exception):
 
 
 def cut_within(cuts, slowest_us: int, cap_mb: int,  # noqa: ANN001 - InterleavedCuts
-               deadline: float = math.inf) -> tuple[int, ...] | None:
+               deadline: float = math.inf, work: float | None = None) -> tuple[int, ...] | None:
     """A cut of `cuts`' row with every rank within `slowest_us` and `cap_mb`, or None when none exists;
-    raises Undecided when CP-SAT runs out of work."""
+    raises Undecided when CP-SAT runs out of work (`work` units, None: CUT_PROOF_WORK)."""
     c, b, n, pp, k = cuts.c, cuts.b, cuts.n, cuts.pp, cuts.stages
     m = cp_model.CpModel()
     before, total = cuts.least_before, cuts.least_before[-1]
@@ -73,7 +73,7 @@ def cut_within(cuts, slowest_us: int, cap_mb: int,  # noqa: ANN001 - Interleaved
                 m.AddImplication(present, moe)
         m.Add(c.edge_static[r] + load(static) + act_mb + peak + c.dispatch_mb * moe + c.workspace_mb <= cap_mb)
     solver = deterministic_solver(min(3600.0, deadline - perf_counter()))
-    solver.parameters.max_deterministic_time = CUT_PROOF_WORK
+    solver.parameters.max_deterministic_time = CUT_PROOF_WORK if work is None else work
     status = solver.Solve(m)
     if status == cp_model.INFEASIBLE:
         return None

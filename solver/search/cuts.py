@@ -228,16 +228,18 @@ def best_cut(c: RowCosts, counts: np.ndarray, cap_mb: int) -> CutPoint | None:
     return None if layout is None else CutPoint(*search.units(layout), layout)
 
 
-def fastest_cut(c: RowCosts, counts: np.ndarray, cap_mb: int) -> tuple[tuple[int, ...] | None, bool]:
+def fastest_cut(c: RowCosts, counts: np.ndarray, cap_mb: int,
+                proof_work: float | None = None) -> tuple[tuple[int, ...] | None, bool]:
     """A cut of least step time (solver units) keeping every rank within `cap_mb` (None when none does), and
     whether that is proved: the DP's for 1F1B (its least peak memory among the fastest too), the interleaved
-    search's fastest for VPP > 1 (proved unless its budget ran out), without the pass best_cut adds for the
-    leanest among the fastest, whose proofs that no leaner cut exists take most of a hybrid model's search
-    (Nemotron-H 8B at PP16 VPP3: 1 s for the fastest, 27 s more for the leanest)."""
+    search's fastest for VPP > 1 (proved unless its budgets, or `proof_work` per CP-SAT question, ran out),
+    without the pass best_cut adds for the leanest among the fastest, whose proofs that no leaner cut exists
+    take most of a hybrid model's search (Nemotron-H 8B at PP16 VPP3: 1 s for the fastest, 27 s more for the
+    leanest)."""
     if c.row.vpp == 1:
         points = dp_staircase(c, counts, cap_mb).points
         return (points[0].layout if points else None), True
-    return InterleavedCuts(c, counts).fastest(cap_mb)
+    return InterleavedCuts(c, counts, proof_work=proof_work).fastest(cap_mb)
 
 
 def row_staircase(c: RowCosts, counts: np.ndarray, usable: int, deadline: float = math.inf) -> Staircase:

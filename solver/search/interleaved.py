@@ -168,11 +168,15 @@ class InterleavedCuts:
     """The branch and bound of one interleaved row: which cuts keep every rank within a time and a
     memory bound, and the fastest and leanest such cuts."""
 
-    def __init__(self, c: RowCosts, counts: np.ndarray, deadline: float = math.inf) -> None:
+    def __init__(self, c: RowCosts, counts: np.ndarray, deadline: float = math.inf,
+                 proof_work: float | None = None) -> None:
         self.c = c
         self.deadline = deadline
         """perf_counter time past which every open question is left unproved (OutOfBudget): a time limit
         that bounds the search's wall time; never reached, it changes nothing."""
+        self.proof_work = proof_work
+        """CP-SAT's deterministic work per cut question (cut_program.cut_within; None: CUT_PROOF_WORK): a
+        question left open past it leaves the answer unproved, the same on every run."""
         self.pp, self.vpp = c.row.pp, c.row.vpp
         self.stages = self.pp * self.vpp
         self.n = counts.shape[0] - 1
@@ -641,7 +645,7 @@ class InterleavedCuts:
         if self.vpp == 2:
             return two_chunk_cut(self, slowest_us, cap_mb)
         try:
-            return cut_within(self, slowest_us, cap_mb, self.deadline)
+            return cut_within(self, slowest_us, cap_mb, self.deadline, self.proof_work)
         except Undecided as e:
             raise OutOfBudget from e
 
