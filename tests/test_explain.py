@@ -235,3 +235,23 @@ def test_no_cut_search_where_no_cut_can_mend_the_degrees(monkeypatch: pytest.Mon
     assert repairs.cut_may_mend(problem, tight, options)
     repairs.best_cut(problem, tight, options)
     assert len(searched) == 1
+
+
+def test_a_repair_cut_not_proved_fastest_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repair's cut whose search ran out of its work (cuts.fastest_cut unproved) is offered as a cut that fits,
+    never as the fastest (repairs.recut); a proved one is the fastest cut that fits."""
+    from parasol.problems.loader import load_problem
+    from parasol.solver.diagnose import repairs
+
+    problem = load_problem("problems/llama-3.1-70b-h100-256.yaml")
+    options = problem.spec.framework.options
+    tight = Mapping(gpus=256, gbs=512, seq_len=8192, tp=4, pp=4, recompute="none")
+    base = repairs.build_repair(problem, tight, repairs.current_values(tight))
+    proved = repairs.recut(problem, tight, base, options)
+    assert proved is not None and "(fastest cut that fits)" in proved.text
+    found = repairs.fastest_cut
+    monkeypatch.setattr(repairs, "fastest_cut", lambda *args: (found(*args)[0], False))
+    unproved = repairs.recut(problem, tight, base, options)
+    assert unproved is not None and unproved.layout == proved.layout
+    assert "a cut that fits; its search stopped before proving it fastest" in unproved.text
+    assert "fastest cut that fits" not in unproved.text

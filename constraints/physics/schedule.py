@@ -68,7 +68,7 @@ def least_heaviest_rank_of_kinds(base: np.ndarray, weights: np.ndarray, totals: 
 def heavy_kinds(weights: np.ndarray) -> tuple[np.ndarray, ...]:
     """The first i kinds by their mean weight over the ranks (weights: ranks × kinds), heaviest first, i = 1 ..
     kinds − 1, each in kind order: the kind sets least_heaviest_rank_of_kinds bounds a rank over alone."""
-    order = np.argsort(-(np.add.reduce(weights, axis=0) / weights.shape[0]), kind="stable")  # the mean, for less
+    order = np.argsort(-(np.add.reduce(weights, axis=0) / weights.shape[0]), kind="stable")  # np.mean's value, cheaper
     return tuple(np.sort(order[:i]) for i in range(1, len(order)))
 
 

@@ -237,8 +237,8 @@ def fastest_cut(c: RowCosts, counts: np.ndarray, cap_mb: int,
     take most of a hybrid model's search (Nemotron-H 8B at PP16 VPP3: 1 s for the fastest, 27 s more for the
     leanest)."""
     if c.row.vpp == 1:
-        points = dp_staircase(c, counts, cap_mb).points
-        return (points[0].layout if points else None), True
+        point = best_cut(c, counts, cap_mb)
+        return (None if point is None else point.layout), True
     return InterleavedCuts(c, counts, proof_work=proof_work).fastest(cap_mb)
 
 
