@@ -255,3 +255,88 @@ def test_a_repair_cut_not_proved_fastest_says_so(monkeypatch: pytest.MonkeyPatch
     assert unproved is not None and unproved.layout == proved.layout
     assert "a cut that fits; its search stopped before proving it fastest" in unproved.text
     assert "fastest cut that fits" not in unproved.text
+
+
+DENSE_70B_ON_64 = """model: llama-3.1-70b
+training:
+  seq_len: 2048
+  global_batch: 2048
+hardware:
+  preset: h100-hgx
+  gpus: 64
+"""
+"""A new user's dense problem (catalog model and preset, no search section) for launch lines that give EP."""
+
+DENSE_EP16 = Mapping(gpus=64, gbs=2048, seq_len=2048, tp=8, pp=4, cp=2, ep=16, etp=8, vpp=4, mbs=4, recompute="none")
+"""Llama 3.1 70B at EP 16, which a dense model refuses (ep-requires-experts, world-divisible-by-expert-grid)."""
+
+
+def test_a_dense_model_given_ep_is_repaired_by_dropping_it() -> None:
+    """EP 16 on a dense model has one repair, EP 1, outside a factor 4 of 16: every degree's neighbourhood holds 1
+    (repairs.neighbourhood), so explain offers it instead of "no repair found" (found by fuzzing launch lines as a
+    new user: 15 s for no repair, now about a second)."""
+    from parasol.solver.diagnose.repairs import neighbourhood
+
+    problem = load_problem_text(DENSE_70B_ON_64, source="dense-70b-inline.yaml")
+    assert all(1 in values for values in neighbourhood(problem, DENSE_EP16).values())
+    found = nearest_repairs(problem, DENSE_EP16)
+    assert found and found[0].changes == {"ep": (16, 1)}
+    assert evaluate(problem, found[0].mapping).feasible
+
+
+def test_a_repair_cut_is_offered_only_when_it_is_faster_as_printed() -> None:
+    """repairs.recut offers a cut beside a feasible repair only when the cut's modelled step time, as explain
+    prints it, is below the repair's own split: the cut search ranks cuts by its linear tables, and on Llama 3.1
+    70B at EP 1 its fastest cut (5×11 4 5 6 5×2) prints 57.395 s against the even split's 57.342 s."""
+    from parasol.solver.diagnose import repairs
+
+    problem = load_problem_text(DENSE_70B_ON_64, source="dense-70b-inline.yaml")
+    options = problem.spec.framework.options
+    for repair in repairs.nearest_repairs(problem, DENSE_EP16, k=6):
+        if "layout" not in repair.changes:
+            continue
+        own = repair.mapping.model_copy(update={"layout": None})
+        if evaluate(problem, own, options=options).feasible:
+            assert repair.step_time_s < repairs.modelled_step_s(problem, own, options)
+    fixed = repairs.build_repair(problem, DENSE_EP16, {**repairs.current_values(DENSE_EP16), "ep": 1})
+    cut = repairs.best_cut(problem, fixed.mapping, options).layout
+    assert cut is not None and cut != fixed.layout
+    slower = repairs.modelled_step_s(problem, fixed.mapping.model_copy(update={"layout": cut}), options)
+    assert slower >= repairs.modelled_step_s(problem, fixed.mapping, options)
+    assert repairs.recut(problem, DENSE_EP16, fixed, options) is None
+
+
+def test_a_round_asks_its_memory_table_only_the_tuples_of_its_changes() -> None:
+    """repairs._Round.reach names exactly the degree tuples of the product of the neighbourhood with the round's
+    number of changes (the recompute change counted), in the product's order: the table the round posts is the
+    one the whole product gave, without walking it."""
+    from itertools import product
+
+    from parasol.constraints.core.base import Severity
+    from parasol.constraints.rules.registry import active_constraints
+    from parasol.problems.mapping import DEGREES
+    from parasol.solver.diagnose.repairs import _Round, current_values, neighbourhood
+
+    problem = load_problem_text(DENSE_70B_ON_64, source="dense-70b-inline.yaml")
+    rules = tuple(r for r in active_constraints(problem) if r.severity is Severity.error)
+    domains = [neighbourhood(problem, DENSE_EP16)[n] for n in DEGREES]
+    cur = current_values(DENSE_EP16)
+    for budget in (1, 2):
+        round_ = _Round(problem, DENSE_EP16, rules, problem.spec.framework.options, DENSE_EP16.gbs, budget)
+        for recompute in ("none", "full"):
+            whole = [t for t in product(*domains)
+                     if sum(x != cur[n] for x, n in zip(t, DEGREES, strict=True)) + (recompute != "none") == budget]
+            assert round_.reach(domains, recompute) == whole
+
+
+def test_repairs_of_a_mapping_without_a_ledger_read_the_gpus_usable_memory(tmp_path: Path) -> None:
+    """The repairs' header gives the GPU's usable HBM even when the mapping's own grid does not divide the world
+    (no ledger of its own: GPT-3 5B at TP4 PP16 CP4 on 128 B200 printed "usable 0.0 GB")."""
+    path = tmp_path / "gpt-3-5b.yaml"
+    path.write_text("model: gpt-3-5b\ntraining:\n  seq_len: 2048\n  global_batch: 256\nhardware:\n"
+                    "  preset: b200-hgx\n  gpus: 128\n")
+    usable = load_problem_text(path.read_text(), source=str(path)).hardware.gpu.usable_hbm_gb
+    result = CliRunner().invoke(main, ["explain", str(path), *sum((["--set", f"{k}={v}"] for k, v in dict(
+        tp=4, pp=16, cp=4, ep=16, etp=4, vpp=4, mbs=2, recompute="none").items()), [])])
+    assert result.exit_code == 1, result.output
+    assert f"usable {usable:.1f} GB)" in result.output and usable > 100

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import product
 from typing import TYPE_CHECKING
 
 from parasol.problems.mapping import DEGREES
@@ -64,6 +65,14 @@ class DecisionVars:
     def domain_values(self, name: str) -> list[int]:
         """The values a degree variable may take, ascending."""
         return _values(self.degree[name])
+
+    def table_tuples(self, option: str) -> Iterable[tuple[int, ...]]:
+        """The degree tuples (DEGREES order, ascending) a table rule allows or forbids under recompute `option`:
+        those its memory oracle's `reach` names where it has one (a repair round's: every other tuple breaks
+        another rule of the same model), else every tuple of the domains."""
+        domains = [self.domain_values(name) for name in DEGREES]
+        reach = getattr(self.memory_fits, "reach", None)
+        return product(*domains) if reach is None else reach(domains, option)
 
     def upper(self, name: str) -> int:
         """Largest value a degree or product variable can take."""

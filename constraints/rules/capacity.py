@@ -6,8 +6,6 @@ HBM less the runtime reserve). The ledger itself is constraints/physics/memory.p
 
 from __future__ import annotations
 
-from itertools import product
-
 from parasol.constraints.core.base import Citation, Constraint, Facts, Family
 from parasol.problems.mapping import DEGREES
 
@@ -41,9 +39,8 @@ class MemoryFitsHBM(Constraint):
         """Allow exactly the degree tuples whose ledger fits, per recompute choice (the same Python
         ledger, row by row; v.memory_fits builds it)."""
         names = DEGREES
-        domains = [v.domain_values(n) for n in names]
         for option, flag in v.recompute.items():
-            allowed = [values for values in product(*domains)
+            allowed = [values for values in v.table_tuples(option)
                        if v.memory_fits(dict(zip(names, values, strict=True)), option)]
             if allowed:
                 model.AddAllowedAssignments([v.degree[n] for n in names], allowed).OnlyEnforceIf([enforce, flag])

@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 from abc import abstractmethod
 from collections.abc import Callable
-from itertools import product
 from typing import TYPE_CHECKING
 
 from parasol.constraints.core.base import Citation, Constraint, Facts, Family
@@ -197,10 +196,9 @@ def post_table(model: cp_model.CpModel, v: DecisionVars, enforce: cp_model.IntVa
     layout = getattr(oracle, "layout", None)
     screen = getattr(oracle, "screen", None)
     order = RankOrder.dp_last if v.consts.get("rank_order_dp_last") else RankOrder.pp_last
-    domains = [v.domain_values(n) for n in DEGREES]
     for option, flag in v.recompute.items():
         allowed = []
-        for values in product(*domains):
+        for values in v.table_tuples(option):
             degrees = dict(zip(DEGREES, values, strict=True))
             if screen is not None and not screen(degrees, option):
                 continue

@@ -25,14 +25,18 @@ from parasol.problems.options import MegatronOptions
 
 RECOMPUTE_CHOICES = tuple(r.value for r in Recompute)
 Screen = Callable[[dict[str, int], str], bool]
+Reach = Callable[[list[list[int]], str], list[tuple[int, ...]]]
+"""The degree tuples (DEGREES order) worth a table row under a recompute choice, from the domains (DEGREES
+order, ascending), ascending; DecisionVars.table_tuples asks it."""
 
 
 @dataclass
 class MemoryOracle:
     """The memory rule's Python verdict per (degrees, recompute), cached: builds the Mapping with the
     problem's run sizes and the fixed layout (or the default split) and reads the same ledger and slack
-    as `evaluate`. A `screen` may reject a tuple first without a ledger; it must only reject tuples that
-    other constraints of the same model forbid anyway (the repair search enforces every rule)."""
+    as `evaluate`. A `screen` may reject a tuple first without a ledger, and a `reach` name the only tuples a
+    table asks about; both must leave out only tuples that other constraints of the same model forbid anyway
+    (the repair search enforces every rule)."""
 
     problem: Problem
     options: MegatronOptions
@@ -41,6 +45,7 @@ class MemoryOracle:
     seq_len: int
     layout: tuple[int, ...] | None = None
     screen: Screen | None = None
+    reach: Reach | None = None
     cache: dict[tuple, bool] = field(default_factory=dict)
 
     def mapping(self, degrees: dict[str, int], recompute: str) -> Mapping:
@@ -89,10 +94,10 @@ def fixed_domains(mapping: Mapping) -> dict[str, list[int]]:
 def compile_rules(problem: Problem, rules: Sequence[Constraint], domains: dict[str, list[int]],
                   options: MegatronOptions | None = None, fixed: Mapping | None = None, *,
                   gbs: int | None = None, recompute: Sequence[str] | None = None,
-                  screen: Screen | None = None) -> CompiledRules:
+                  screen: Screen | None = None, reach: Reach | None = None) -> CompiledRules:
     """Build the model: `domains` per degree (missing degrees pinned to `fixed`), GBS and the recompute
     choices from the arguments or `fixed`, then every rule posted behind its own literal. `fixed` also
-    gives the run sizes, the layout and the mapping constants; `screen` is MemoryOracle's."""
+    gives the run sizes, the layout and the mapping constants; `screen` and `reach` are MemoryOracle's."""
     opts = options if options is not None else problem.spec.framework.options
     pinned = fixed_domains(fixed) if fixed is not None else {}
     doms = {name: list(domains.get(name) or pinned.get(name) or [1]) for name in DEGREES}
@@ -109,6 +114,6 @@ def compile_rules(problem: Problem, rules: Sequence[Constraint], domains: dict[s
     model = cp_model.CpModel()
     v = DecisionVars.create(model, gpus, run_gbs, seq_len, doms, choices, consts)
     v.options = opts
-    memory = MemoryOracle(problem, opts, gpus, run_gbs, seq_len, layout, screen)
+    memory = MemoryOracle(problem, opts, gpus, run_gbs, seq_len, layout, screen, reach)
     v.memory_fits = memory
     return CompiledRules(model=model, vars=v, literals=post_rules(v, rules), rules=tuple(rules), memory=memory)

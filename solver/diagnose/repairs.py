@@ -5,8 +5,8 @@ gpus, seq_len or the layout), then the least: the sum of |log2 new/old| over cha
 step per recompute level). The search runs in rounds of exactly s changed fields, s = 1, 2, until k
 repairs are found; a round of three changes (GBS kept) runs only when none of one or two exists. A
 repair never contains a nearer repair's changes. Each round compiles every active error rule, all
-enforced, over neighbourhood domains of the degrees (the current value plus divisors of the world
-size, or powers of two for VPP and MBS, within a factor 4, kept inside the problem's `search` space
+enforced, over neighbourhood domains of the degrees (the current value, 1, and the divisors of the
+world size, or powers of two for VPP and MBS, within a factor 4, kept inside the problem's `search` space
 where it names one) and one GBS per model (GBS is a constant of the CP-SAT model: the current one,
 twice and four times it, and the multiples of MBS·D_a just around it), minimises the change, and
 enumerates distinct repairs by excluding each solution found.
@@ -18,6 +18,7 @@ agreement property test, tests/test_agreement.py, exists to prevent).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -98,12 +99,13 @@ def _divisors(n: int) -> list[int]:
 
 
 def _near(value: int, universe: Sequence[int]) -> list[int]:
-    """`value` plus the members of `universe` within a factor FACTOR of it."""
-    return sorted({value, *(x for x in universe if value <= x * FACTOR and x <= value * FACTOR)})
+    """`value`, 1 (the degree dropped: EP 16 on a dense model has no other repair) and the members of `universe`
+    within a factor FACTOR of it."""
+    return sorted({value, 1, *(x for x in universe if value <= x * FACTOR and x <= value * FACTOR)})
 
 
 def neighbourhood(problem: Problem, mapping: Mapping) -> dict[str, list[int]]:
-    """Candidate values per degree: divisors of the world size (TP, PP, CP, EP, ETP) or powers of two
+    """Candidate values per degree: 1 and the divisors of the world size (TP, PP, CP, EP, ETP) or powers of two
     (VPP, MBS) within a factor 4, inside the problem's search space where it names one."""
     cur = current_values(mapping)
     powers = [2 ** i for i in range(0, 12)]
@@ -161,10 +163,11 @@ def describe(field: str, old: object, new: object) -> str:
 
 class _Round:
     """One CP-SAT model of a round: exactly `budget` degree/recompute changes at one GBS. The memory
-    table is built only for the tuples the round can reach (`screen`), so few ledgers are computed."""
+    table asks only the tuples of that many changes (`reach`) and builds ledgers only for those whose other
+    rules hold (`screen`), so few ledgers are computed."""
 
     def __init__(self, problem: Problem, mapping: Mapping, rules: Sequence[Constraint],
-                 options: MegatronOptions, gbs: int, budget: int) -> None:
+                 options: MegatronOptions, gbs: int, budget: int, levels: tuple[str, ...] = RECOMPUTE_CHOICES) -> None:
         self.cur = current_values(mapping)
         self.budget = budget
         self.gbs = gbs
@@ -173,12 +176,27 @@ class _Round:
         self.mapping = mapping
         pinned = budget == 0
         domains = {n: [int(self.cur[n])] for n in DEGREES} if pinned else neighbourhood(problem, mapping)
-        choices = (str(self.cur["recompute"]),) if pinned else RECOMPUTE_CHOICES
+        choices = (str(self.cur["recompute"]),) if pinned else levels
         self.plain_rules = tuple(r for r in rules if not r.needs_ledger())
         self.compiled: CompiledRules = compile_rules(problem, rules, domains, options, fixed=mapping, gbs=gbs,
-                                                     recompute=choices, screen=self.screen)
+                                                     recompute=choices, screen=self.screen, reach=self.reach)
         self.compiled.enforce_all()
         self._changes_and_cost()
+
+    def reach(self, domains: list[list[int]], recompute: str) -> list[tuple[int, ...]]:
+        """The degree tuples of `domains` with exactly the round's budget of changes under `recompute`, in the
+        order of their product: the model allows no other, and with 1 in every degree's neighbourhood the
+        product is a few hundred thousand tuples (a dense model given EP: 20 s of a 21 s explain)."""
+        moves = self.budget - (recompute != self.cur["recompute"])
+        if moves < 0:
+            return []
+        current = [int(self.cur[n]) for n in DEGREES]
+        out: list[tuple[int, ...]] = []
+        for moved in itertools.combinations(range(len(DEGREES)), moves):
+            choices = [[x for x in values if x != now] if i in moved else [now] if now in values else []
+                       for i, (values, now) in enumerate(zip(domains, current, strict=True))]
+            out.extend(itertools.product(*choices))
+        return sorted(out)
 
     def screen(self, degrees: dict[str, int], recompute: str) -> bool:
         """Tuples the round can reach: exactly `budget` changes and every non-ledger rule holding (the
@@ -354,16 +372,26 @@ def recut(problem: Problem, original: Mapping, repair: Repair, options: Megatron
     layout, proved = best_cut(problem, repair.mapping, options)
     if layout is None or layout == repair.mapping.layout:
         return None
-    if layout == repair.layout and evaluate(problem, repair.mapping, options=options).feasible:
+    alone = evaluate(problem, repair.mapping, options=options).feasible
+    if layout == repair.layout and alone:
         return None  # the same blocks per stage as Megatron's own split, which already runs
     cut = repair.mapping.model_copy(update={"layout": layout})
     if not evaluate(problem, cut, options=options).feasible:
         return None
+    if alone and modelled_step_s(problem, cut, options) >= modelled_step_s(problem, repair.mapping, options):
+        return None  # the cut search ranks cuts by its tables; as printed, the repair's own split is no slower
     changes = {**repair.changes, "layout": (run_length(resolve_layout(problem.model, original)), run_length(layout))}
     which = "fastest cut that fits" if proved else "a cut that fits; its search stopped before proving it fastest"
     text = ", ".join(filter(None, [repair.text, f"cut the blocks {run_length(layout)} ({which})"]))
     return Repair(mapping=cut, changes=changes, text=text, cost=repair.cost + SCALE, layout=layout,
                   options=repair.options)
+
+
+def modelled_step_s(problem: Problem, mapping: Mapping, options: MegatronOptions) -> float:
+    """The mapping's modelled step time as explain prints it (inf where the model cannot price it)."""
+    facts = evaluate(problem, mapping, options=options).facts
+    step = step_time_or_none(problem, mapping, facts.derived, options=facts.options)
+    return math.inf if step is None else step.step_time_s
 
 
 def priced(problem: Problem, repair: Repair, options: MegatronOptions) -> Repair:
@@ -421,8 +449,10 @@ def with_settings(repair: Repair, changes: dict[str, tuple[object, object]]) -> 
                    options={**repair.options, **{k: new for k, (_, new) in changes.items()}})
 
 
-def degree_repairs(problem: Problem, mapping: Mapping, opts: MegatronOptions, k: int) -> list[Repair]:
-    """Up to about k feasible mappings that change the fewest degrees, GBS and recompute (CP-SAT rounds)."""
+def degree_repairs(problem: Problem, mapping: Mapping, opts: MegatronOptions, k: int,
+                   levels: tuple[str, ...] = RECOMPUTE_CHOICES) -> list[Repair]:
+    """Up to about k feasible mappings that change the fewest degrees, GBS and recompute (CP-SAT rounds), the
+    recompute among `levels` (a round that changes only GBS keeps the current one)."""
     rules = tuple(r for r in active_constraints(problem) if r.severity is Severity.error)
     repairs: list[Repair] = []
     for changes in range(1, MAX_CHANGES + 1):
@@ -431,7 +461,7 @@ def degree_repairs(problem: Problem, mapping: Mapping, opts: MegatronOptions, k:
             budget = changes - (gbs != mapping.gbs)
             if budget < 0:
                 continue
-            search = _Round(problem, mapping, rules, opts, gbs, budget)
+            search = _Round(problem, mapping, rules, opts, gbs, budget, levels)
             if search.exclude_supersets(repairs):
                 found.extend(search.repairs(k))
         repairs.extend(sorted(found, key=_order_key))
@@ -475,7 +505,8 @@ def full_recompute_repairs(problem: Problem, mapping: Mapping, opts: MegatronOpt
     if not missing or mapping.recompute is Recompute.full:
         return []
     ready = opts.model_copy(update=missing)
-    found = [r for r in degree_repairs(problem, mapping, ready, k) if r.mapping.recompute is Recompute.full]
+    found = [r for r in degree_repairs(problem, mapping, ready, k, (Recompute.full.value,))
+             if r.mapping.recompute is Recompute.full]
     found += [c for r in found if (c := recut(problem, mapping, r, ready)) is not None]
     flags = {**settings, **{f: (getattr(opts, f), v) for f, v in missing.items()}}
     return [priced(problem, with_settings(r, flags), ready) for r in found]

@@ -174,7 +174,7 @@ def repair_parts(ex: Explanation) -> list:
         note = ex.as_dict()["minimal_conflict_note"]
         parts.append(f"[bold]Minimal conflicting set[/]: {', '.join(ex.conflict)} [dim]({note})[/]")
     if not ex.repairs:
-        parts.append("[bold]Nearest feasible repairs[/]: none within a factor 4 of the current degrees "
+        parts.append("[bold]Nearest feasible repairs[/]: none within a factor 4 of the current degrees (or 1) "
                      "and up to 3 changed fields")
         return parts
     table = Table(title="Best feasible repairs (fastest modelled step among the fewest changed fields)")

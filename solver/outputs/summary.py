@@ -92,16 +92,17 @@ def conflict_lines(data: dict, width: int) -> list[str]:
     return _wrapped(text, width, "", lines=4)
 
 
-def repair_lines(data: dict, model: ModelArchitecture, width: int) -> list[str]:
-    """The best repairs: what to change, the repaired mapping, modelled step time and peak memory."""
+def repair_lines(data: dict, model: ModelArchitecture, usable_gb: float, width: int) -> list[str]:
+    """The best repairs: what to change, the repaired mapping, modelled step time and peak memory, against the
+    GPU's usable HBM (the hardware's: a mapping whose grid does not divide has no ledger of its own)."""
     if data["feasible"]:
         return []
     repairs = data["repairs"]
     if not repairs:
-        return ["No repair found within a factor 4 of the current degrees and up to 3 changed fields "
+        return ["No repair found within a factor 4 of the current degrees (or 1) and up to 3 changed fields "
                 "(try `parasol solve` for the whole space)."]
     out = ["", f"[bold]Best repairs[/] (fewest changes first, then the fastest modelled step; usable "
-               f"{data['metrics'].get('usable_hbm_gb', 0):.1f} GB)"]
+               f"{usable_gb:.1f} GB)"]
     for i, r in enumerate(repairs, start=1):
         step = "-" if r.get("step_time_s") is None else f"{r['step_time_s']:,.3f} s"
         peak = "-" if r.get("peak_memory_gb") is None else f"{r['peak_memory_gb']:,.1f} GB"
@@ -145,7 +146,8 @@ def metric_lines(data: dict, width: int) -> list[str]:
 def summary_lines(ex: Explanation, data: dict, width: int) -> list[str]:
     """The one-screen account (rich markup; the console drops styles when not a terminal)."""
     lines = head_lines(ex, data) + rule_lines(data, width) + conflict_lines(data, width)
-    lines += repair_lines(data, ex.problem.model, width) + metric_lines(data, width)
+    lines += repair_lines(data, ex.problem.model, ex.problem.hardware.gpu.usable_hbm_gb, width)
+    lines += metric_lines(data, width)
     warnings = data["warnings"]
     if warnings:
         lines += ["", f"[yellow]{len(warnings)} warning(s)[/]: " + escape(", ".join(w.get("rule") or w.get("flag", "") for w in warnings))
