@@ -340,3 +340,21 @@ def test_repairs_of_a_mapping_without_a_ledger_read_the_gpus_usable_memory(tmp_p
         tp=4, pp=16, cp=4, ep=16, etp=4, vpp=4, mbs=2, recompute="none").items()), [])])
     assert result.exit_code == 1, result.output
     assert f"usable {usable:.1f} GB)" in result.output and usable > 100
+
+
+def test_cut_searches_run_only_for_repairs_that_could_be_shown(roomy: Problem, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nearest_repairs searches a repair's cut only while the cut, one change more, could still rank among the k
+    shown (repairs._may_rank): seed 000's B at VPP 2 has three one-change repairs, so of its eight cut searches
+    only the mapping's own cut (one change) can show a repair and runs; the answer is the one every search gives."""
+    from parasol.solver.diagnose import repairs
+
+    searched: list[Mapping] = []
+    recut = repairs.recut
+    monkeypatch.setattr(repairs, "recut", lambda problem, original, repair, options: searched.append(
+        repair.mapping) or recut(problem, original, repair, options))
+    gated = [r.as_dict() for r in nearest_repairs(roomy, seed_b(vpp=2))]
+    asked = len(searched)
+    monkeypatch.setattr(repairs, "_may_rank", lambda *args: True)
+    every = [r.as_dict() for r in nearest_repairs(roomy, seed_b(vpp=2))]
+    assert gated == every
+    assert asked < len(searched) - asked

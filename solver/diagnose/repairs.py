@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -471,9 +471,10 @@ def degree_repairs(problem: Problem, mapping: Mapping, opts: MegatronOptions, k:
 
 
 def recompute_recuts(problem: Problem, mapping: Mapping, opts: MegatronOptions,
-                     settings: dict[str, tuple[object, object]]) -> list[Repair]:
+                     settings: dict[str, tuple[object, object]], worth: Callable[[Repair], bool]) -> list[Repair]:
     """The mapping's own degrees under each recompute level with the fastest cut that fits memory, priced;
-    full recompute adds --recompute-method uniform --recompute-num-layers 1 when the options lack them."""
+    full recompute adds --recompute-method uniform --recompute-num-layers 1 when the options lack them. A
+    level whose cut could not be shown (`worth` false of it without its cut: _may_rank) is not searched."""
     out = []
     cur = current_values(mapping)
     for level in Recompute:
@@ -482,9 +483,11 @@ def recompute_recuts(problem: Problem, mapping: Mapping, opts: MegatronOptions,
             missing = {}
         level_opts = opts.model_copy(update=missing) if missing else opts
         base = build_repair(problem, mapping, {**cur, "recompute": level.value})
+        flags = {**settings, **{f: (getattr(opts, f), v) for f, v in missing.items()}}
+        if not worth(with_settings(base, flags)):
+            continue
         cut = recut(problem, mapping, base, level_opts)
         if cut is not None:
-            flags = {**settings, **{f: (getattr(opts, f), v) for f, v in missing.items()}}
             out.append(priced(problem, with_settings(cut, flags), level_opts))
     return out
 
@@ -496,8 +499,12 @@ FULL_RECOMPUTE_FLAGS: dict[str, object] = {"recompute_method": "uniform", "recom
 """The flags full recompute needs (--recompute-method uniform --recompute-num-layers 1: every layer)."""
 
 
+Base = tuple[Repair, MegatronOptions, dict[str, tuple[object, object]]]
+"""A degree repair as found, the options it is judged under and the option changes it carries (with_settings)."""
+
+
 def full_recompute_repairs(problem: Problem, mapping: Mapping, opts: MegatronOptions,
-                           settings: dict[str, tuple[object, object]], k: int) -> list[Repair]:
+                           settings: dict[str, tuple[object, object]], k: int) -> list[Base]:
     """When the launch line gives full recompute no method or layer count, the degree repairs that use
     full recompute with those flags added (the other repairs cannot set them: selective recompute takes
     neither)."""
@@ -505,11 +512,19 @@ def full_recompute_repairs(problem: Problem, mapping: Mapping, opts: MegatronOpt
     if not missing or mapping.recompute is Recompute.full:
         return []
     ready = opts.model_copy(update=missing)
-    found = [r for r in degree_repairs(problem, mapping, ready, k, (Recompute.full.value,))
-             if r.mapping.recompute is Recompute.full]
-    found += [c for r in found if (c := recut(problem, mapping, r, ready)) is not None]
     flags = {**settings, **{f: (getattr(opts, f), v) for f, v in missing.items()}}
-    return [priced(problem, with_settings(r, flags), ready) for r in found]
+    return [(r, ready, flags) for r in degree_repairs(problem, mapping, ready, k, (Recompute.full.value,))
+            if r.mapping.recompute is Recompute.full]
+
+
+def _may_rank(base: Repair, candidates: Sequence[Repair], places: int) -> bool:
+    """Whether `base` with one more change (its cut) could rank among the first `places` of `candidates` and
+    what joins them: fewer than `places` rank before every repair of its changed fields plus one and its GBS
+    change (_rank_key's first fields). The candidates only grow, so a cut search skipped otherwise finds a
+    repair never shown (a hybrid model's interleaved cut search takes seconds: Nemotron-3 Super at TP8 PP8
+    VPP3 on 512 GB200 searched twelve cuts, 22 s, to show none)."""
+    head = (len(base.changes) + 1, *_rank_key(base)[1:3])
+    return sum(_rank_key(c)[:3] < head for c in candidates) < places
 
 
 def nearest_repairs(problem: Problem, mapping: Mapping, options: MegatronOptions | None = None,
@@ -523,20 +538,25 @@ def nearest_repairs(problem: Problem, mapping: Mapping, options: MegatronOptions
     if evaluate(problem, mapping, options=opts).feasible:
         return []
     mended, settings = settings_fixes(problem, mapping, opts)
-    candidates: list[Repair] = []
-    if settings and evaluate(problem, mapping, options=mended).feasible:
-        candidates.append(build_repair(problem, mapping, current_values(mapping)))
-    else:
-        degree = degree_repairs(problem, mapping, mended, max(k, POOL))
-        cuts = [c for r in degree if (c := recut(problem, mapping, r, mended)) is not None]
-        candidates = degree + cuts
-    candidates = [priced(problem, with_settings(r, settings), mended) for r in candidates]
-    if not (settings and evaluate(problem, mapping, options=mended).feasible):
-        candidates += recompute_recuts(problem, mapping, mended, settings)
-    candidates += full_recompute_repairs(problem, mapping, mended, settings, max(k, POOL))
-    candidates = sorted(candidates, key=_rank_key)
     pool = rollout_pool_repair(problem, mapping, opts)
-    return ([pool] if pool is not None else []) + candidates[:k - (pool is not None)]
+    places = k - (pool is not None)
+    settled = bool(settings) and evaluate(problem, mapping, options=mended).feasible
+    bases: list[Base] = [] if settled else [(r, mended, settings)
+                                            for r in degree_repairs(problem, mapping, mended, max(k, POOL))]
+    bases += full_recompute_repairs(problem, mapping, mended, settings, max(k, POOL))
+    priced_bases = [priced(problem, with_settings(r, flags), o) for r, o, flags in bases]
+    candidates = list(priced_bases)
+    if settled:
+        candidates.append(priced(problem, with_settings(build_repair(problem, mapping, current_values(mapping)),
+                                                        settings), mended))
+    else:
+        candidates += recompute_recuts(problem, mapping, mended, settings,
+                                       lambda base: _may_rank(base, candidates, places))
+    for (r, o, flags), base in sorted(zip(bases, priced_bases, strict=True), key=lambda pair: _rank_key(pair[1])):
+        if _may_rank(base, candidates, places) and (cut := recut(problem, mapping, r, o)) is not None:
+            candidates.append(priced(problem, with_settings(cut, flags), o))
+    candidates = sorted(candidates, key=_rank_key)
+    return ([pool] if pool is not None else []) + candidates[:places]
 
 
 POOL_CANDIDATES = 64
