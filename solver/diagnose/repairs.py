@@ -507,7 +507,7 @@ def full_recompute_repairs(problem: Problem, mapping: Mapping, opts: MegatronOpt
                            settings: dict[str, tuple[object, object]], k: int) -> list[Base]:
     """When the launch line gives full recompute no method or layer count, the degree repairs that use
     full recompute with those flags added (the other repairs cannot set them: selective recompute takes
-    neither)."""
+    neither), as Bases: nearest_repairs prices them and searches their cuts with the others'."""
     missing = {f: v for f, v in FULL_RECOMPUTE_FLAGS.items() if getattr(opts, f) is None}
     if not missing or mapping.recompute is Recompute.full:
         return []
@@ -531,9 +531,10 @@ def nearest_repairs(problem: Problem, mapping: Mapping, options: MegatronOptions
                     k: int = 3) -> list[Repair]:
     """Up to k feasible repairs of `mapping`: mended settings (recompute flags, dispatcher), the fewest
     changed degrees, GBS and recompute (never a superset of a nearer repair's changes), and the fastest
-    cut that fits for the mapping's degrees and for each degree repair; ranked by the fewest changed fields,
-    then the modelled time per token (TP 32 before TP 64 when it is faster). Each is confirmed by the Python evaluator; empty when the
-    mapping is feasible or nothing within the neighbourhood is."""
+    cut that fits for the mapping's degrees and for each degree repair, searched where it could be shown
+    (_may_rank); ranked by the fewest changed fields, then the modelled time per token (TP 32 before TP 64
+    when it is faster). Each is confirmed by the Python evaluator; empty when the mapping is feasible or
+    nothing within the neighbourhood is."""
     opts = options if options is not None else problem.spec.framework.options
     if evaluate(problem, mapping, options=opts).feasible:
         return []
