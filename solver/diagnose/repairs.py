@@ -28,7 +28,7 @@ from ortools.sat.python import cp_model
 
 from parasol.bounds import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, MAX_MICRO_BATCH
 from parasol.constraints.core.base import Constraint, Facts, Severity
-from parasol.constraints.evaluate import evaluate
+from parasol.constraints.evaluate import Evaluation, evaluate
 from parasol.constraints.physics import rollout as rollout_formulas
 from parasol.constraints.physics.memory import schedule_fits_layout
 from parasol.constraints.physics.step_time import CalibratedStageTimes, step_time_or_none
@@ -51,6 +51,8 @@ REPAIR_FIELDS = (*DEGREES, "gbs", "recompute")
 FACTOR = 4
 MAX_CHANGES = 3
 WIDEN_UNTIL = 2  # rounds past this one run only when nothing nearer was found, and keep GBS
+SEARCHED = f"within a factor {FACTOR} of the current degrees (or 1) and up to {MAX_CHANGES} changed fields"
+"""Where the repair search looks (neighbourhood, degree_repairs), as explain says when it finds nothing there."""
 SCALE = 1000
 RECOMPUTE_LEVEL = {r.value: i for i, r in enumerate(Recompute)}
 LABEL = {"tp": "TP", "pp": "PP", "cp": "CP", "ep": "EP", "etp": "ETP", "vpp": "VPP", "mbs": "MBS", "gbs": "GBS"}
@@ -372,14 +374,17 @@ def recut(problem: Problem, original: Mapping, repair: Repair, options: Megatron
     layout, proved = best_cut(problem, repair.mapping, options)
     if layout is None or layout == repair.mapping.layout:
         return None
-    alone = evaluate(problem, repair.mapping, options=options).feasible
-    if layout == repair.layout and alone:
+    alone = evaluate(problem, repair.mapping, options=options)
+    if layout == repair.layout and alone.feasible:
         return None  # the same blocks per stage as Megatron's own split, which already runs
     cut = repair.mapping.model_copy(update={"layout": layout})
-    if not evaluate(problem, cut, options=options).feasible:
+    judged = evaluate(problem, cut, options=options)
+    if not judged.feasible:
         return None
-    if alone and modelled_step_s(problem, cut, options) >= modelled_step_s(problem, repair.mapping, options):
-        return None  # the cut search ranks cuts by its tables; as printed, the repair's own split is no slower
+    if alone.feasible:  # the cut search ranks cuts by its tables: keep the cut only if it prints faster
+        cut_s, own_s = modelled_step_s(problem, cut, judged), modelled_step_s(problem, repair.mapping, alone)
+        if cut_s is None or (own_s is not None and cut_s >= own_s):
+            return None
     changes = {**repair.changes, "layout": (run_length(resolve_layout(problem.model, original)), run_length(layout))}
     which = "fastest cut that fits" if proved else "a cut that fits; its search stopped before proving it fastest"
     text = ", ".join(filter(None, [repair.text, f"cut the blocks {run_length(layout)} ({which})"]))
@@ -387,19 +392,19 @@ def recut(problem: Problem, original: Mapping, repair: Repair, options: Megatron
                   options=repair.options)
 
 
-def modelled_step_s(problem: Problem, mapping: Mapping, options: MegatronOptions) -> float:
-    """The mapping's modelled step time as explain prints it (inf where the model cannot price it)."""
-    facts = evaluate(problem, mapping, options=options).facts
+def modelled_step_s(problem: Problem, mapping: Mapping, judged: Evaluation) -> float | None:
+    """The mapping's modelled step time as explain prints it, from its evaluation's facts (None where the model
+    cannot price it)."""
+    facts = judged.facts
     step = step_time_or_none(problem, mapping, facts.derived, options=facts.options)
-    return math.inf if step is None else step.step_time_s
+    return None if step is None else step.step_time_s
 
 
 def priced(problem: Problem, repair: Repair, options: MegatronOptions) -> Repair:
     """`repair` with its modelled step time and peak memory."""
-    facts = evaluate(problem, repair.mapping, options=options).facts
-    step = step_time_or_none(problem, repair.mapping, facts.derived, options=facts.options)
-    peak = facts.ledger.peak.total_gb if facts.ledger is not None else None
-    return replace(repair, step_time_s=None if step is None else step.step_time_s, peak_memory_gb=peak)
+    judged = evaluate(problem, repair.mapping, options=options)
+    peak = judged.ledger.peak.total_gb if judged.ledger is not None else None
+    return replace(repair, step_time_s=modelled_step_s(problem, repair.mapping, judged), peak_memory_gb=peak)
 
 
 OPTION_FLAGS = {"recompute_method": "--recompute-method", "recompute_num_layers": "--recompute-num-layers",

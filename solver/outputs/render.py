@@ -17,6 +17,7 @@ from parasol.constraints.core.base import Verdict
 from parasol.problems.mapping import DEGREES
 from parasol.problems.megatron.layout_string import run_length
 from parasol.solver.diagnose.explain import Explanation
+from parasol.solver.diagnose.repairs import SEARCHED
 from parasol.solver.outputs.report import recompute_cell
 from parasol.solver.outputs.summary import degrees_text, signed
 
@@ -174,8 +175,7 @@ def repair_parts(ex: Explanation) -> list:
         note = ex.as_dict()["minimal_conflict_note"]
         parts.append(f"[bold]Minimal conflicting set[/]: {', '.join(ex.conflict)} [dim]({note})[/]")
     if not ex.repairs:
-        parts.append("[bold]Nearest feasible repairs[/]: none within a factor 4 of the current degrees (or 1) "
-                     "and up to 3 changed fields")
+        parts.append(f"[bold]Nearest feasible repairs[/]: none {SEARCHED}")
         return parts
     table = Table(title="Best feasible repairs (fastest modelled step among the fewest changed fields)")
     for col in ("#", "repair", "mapping", "step s", "peak GB"):

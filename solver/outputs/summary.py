@@ -10,6 +10,7 @@ from rich.markup import escape
 from parasol.problems.megatron.layout_string import run_length
 from parasol.problems.model.architecture import ModelArchitecture
 from parasol.solver.diagnose.explain import Explanation
+from parasol.solver.diagnose.repairs import SEARCHED
 
 MAX_RULES = 6
 """Broken rules listed before '… and N more'."""
@@ -99,8 +100,7 @@ def repair_lines(data: dict, model: ModelArchitecture, usable_gb: float, width: 
         return []
     repairs = data["repairs"]
     if not repairs:
-        return ["No repair found within a factor 4 of the current degrees (or 1) and up to 3 changed fields "
-                "(try `parasol solve` for the whole space)."]
+        return [f"No repair found {SEARCHED} (try `parasol solve` for the whole space)."]
     out = ["", f"[bold]Best repairs[/] (fewest changes first, then the fastest modelled step; usable "
                f"{usable_gb:.1f} GB)"]
     for i, r in enumerate(repairs, start=1):
