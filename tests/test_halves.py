@@ -58,11 +58,13 @@ def test_halves_keep_each_group_whole_and_alternate(problems: list) -> None:
     """Every row goes to one half, in its order; the rows of one group go to the same half, and the groups alternate
     in the order they first come. The groups share TP, ETP and EP (the parameter states' and compute floors'
     memos) where an MoE space has SHARED_GROUPS of them (DeepSeek-V4-Pro on 8,192 GPUs: 72, Mixtral 8x7B on 64:
-    35), else their memory tables (costs.memory_key: Llama 2 7B has one group per TP value)."""
+    35), else their memory tables (costs.memory_key: Llama 2 7B has one group per TP value). Halves of alike
+    rows (memory tables' groups) exchange every cut, with less lag, than halves of unlike grids."""
     for problem, key in zip([*problems, load_problem_text(MIXTRAL)], (memory_key, SHARED_KEY, SHARED_KEY), strict=True):
         rows = enumerate_rows(problem)
         assert (len({SHARED_KEY(r) for r in rows}) >= SHARED_GROUPS) == (key is SHARED_KEY)
-        first, second = halves(rows)
+        first, second, cadence = halves(rows)
+        assert cadence == (halves_module.BY_SHARED_GROUPS if key is SHARED_KEY else halves_module.BY_TABLE_GROUPS)
         assert sorted(first + second) == sorted(rows) and len(first + second) == len(rows)
         position = {row: i for i, row in enumerate(rows)}
         for half in (first, second):
@@ -81,15 +83,14 @@ def test_two_halves_give_the_answer_of_one_search(problems: list, one_core: list
         assert alone[0] == "optimal" and _answer(problem) == alone
 
 
-def test_rows_the_peer_cut_beat_rows_here(problems: list) -> None:
-    """A search takes the rows its peer cut in as dominators at an exchange (RowSearch.exchange, every
-    EXCHANGE_CUTS rows cut): `top` rule-feasible rows' steps there beat a point here, as the search's own would;
-    before the exchange they do not."""
-    from parasol.solver.search.row_search import EXCHANGE_CUTS
-
+@pytest.mark.parametrize("cuts", [halves_module.BY_TABLE_GROUPS.cuts, halves_module.BY_SHARED_GROUPS.cuts])
+def test_rows_the_peer_cut_beat_rows_here(problems: list, cuts: int) -> None:
+    """A search takes the rows its peer cut in as dominators at an exchange (RowSearch.exchange, every `cuts`
+    rows cut, as the peer's cadence says): `top` rule-feasible rows' steps there beat a point here, as the
+    search's own would; before the exchange they do not."""
     class Peer:
         def __init__(self, cut: list) -> None:
-            self.cut, self.sent = cut, []
+            self.cut, self.sent, self.cuts = cut, [], cuts
 
         def exchange(self, cut: list) -> list:
             self.sent.append(cut)
@@ -104,9 +105,12 @@ def test_rows_the_peer_cut_beat_rows_here(problems: list) -> None:
     search.peer = peer = Peer([(i, row, [(10, 10), (20, 5)]) for i, row in enumerate(passing)])
     search.exchange()
     assert not peer.sent and not search._beaten((50, 50))
-    search.unshared = [(i, passing[0], [(30, 30)]) for i in range(EXCHANGE_CUTS)]
+    search.unshared = [(i, passing[0], [(30, 30)]) for i in range(cuts - 1)]
     search.exchange()
-    assert peer.sent == [[(i, passing[0], [(30, 30)]) for i in range(EXCHANGE_CUTS)]] and not search.unshared
+    assert not peer.sent and not search._beaten((50, 50))
+    search.unshared.append((cuts - 1, passing[0], [(30, 30)]))
+    search.exchange()
+    assert peer.sent == [[(i, passing[0], [(30, 30)]) for i in range(cuts)]] and not search.unshared
     assert search._beaten((50, 50)) and search._beaten((21, 5)) and not search._beaten((15, 5))
     assert not search.rows and search._dominators == 3
 

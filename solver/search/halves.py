@@ -1,8 +1,8 @@
 """The row search on two cores: the rows in two halves (groups of rows that share the dearest memos kept whole),
 the second searched in a forked process, which starts with every memo this one built (rule domains, row listing,
-order), while this one searches the first. The two exchange the rows they cut in lock step, every EXCHANGE_CUTS rows cut
-or EXCHANGE_POPS rows come up (row_search.RowSearch.exchange), each taking the other's in as dominators LAG
-exchanges behind, so each drops rows the other's cut rows beat, almost as one search would; at the end the
+order), while this one searches the first. The two exchange the rows they cut in lock step, every few rows cut
+or EXCHANGE_POPS rows come up (row_search.RowSearch.exchange), each taking the other's in as dominators a few
+exchanges behind (the split's Cadence), so each drops rows the other's cut rows beat, almost as one search would; at the end the
 worker's cut rows, staircases and waiting floors join this search's (RowSearch.absorb) before the master program.
 
 Every row a search drops is beaten by `top` rule-feasible rows cut in one of the two, and every row cut in
@@ -37,11 +37,30 @@ WAIT_S = 5.0
 """Seconds past the deadline the parent waits for its worker's answer (a worker stops at the deadline, as the
 parent does, and sends its rows at once)."""
 
-LAG = 8
-"""Exchanges a search's rows reach the peer behind: the peer's k-th exchange takes in this search's
-(k − LAG)-th, so neither waits for the other unless it is LAG exchanges ahead. At 2 both halves of DeepSeek-V3 on
-2,048 GPUs waited about 0.5 s each; at 8 (three runs each, in process) gpt-oss-120b took 6.4 s instead of 6.8, the
-5T MoE 10.5 instead of 11.3, Kimi K2 5.7 instead of 5.8, DeepSeek-V3 and Qwen3-235B the same, a few more rows cut."""
+class Cadence(NamedTuple):
+    """How the two halves exchange: every `cuts` rows cut (or row_search.EXCHANGE_POPS rows come up), each
+    taking in the other's rows `lag` exchanges behind (its k-th exchange takes the peer's (k − lag)-th), so
+    neither waits for the other unless it is `lag` exchanges ahead."""
+
+    cuts: int
+    lag: int
+
+
+BY_SHARED_GROUPS = Cadence(4, 8)
+"""The cadence of halves cut along SHARED_KEY groups (MoE spaces): the halves hold different grids, whose cuts
+cost unlike, so the exchanges leave slack (32 cuts). At lag 2 both halves of DeepSeek-V3 on 2,048 GPUs waited
+about 0.5 s each; at 8 (three runs each, in process, when the lag was chosen) gpt-oss-120b took 6.4 s instead
+of 6.8, the 5T MoE 10.5 instead of 11.3, Kimi K2 5.7 instead of 5.8. Every cut with lag 4 (session 48, in process, 2-5 runs
+each): gpt-oss-120b 23.7 → 24.6 s, the 5T MoE 26.2 → 27.1, Qwen3-235B 10.3 → 9.7, DeepSeek-V3, Kimi K2 and
+Mixtral 8x22B about the same: the halves wait for each other more than the fresher dominators save."""
+BY_TABLE_GROUPS = Cadence(1, 4)
+"""The cadence of halves cut along the memory tables' groups (dense spaces, and DeepSeek-V4's, whose rules leave
+few grids): the groups alternate finely, so the halves hold alike rows and cut at about the same pace, and a row
+one half cuts beats the other's alike rows 4 cuts later instead of 32. Against BY_SHARED_GROUPS (session 48, in
+process, two runs each): Llama 3.1 405B on 16,384 GPUs 6.18 → 5.29 s (324 → 267 rows cut), GPT-3 175B on 4,096
+3.36 → 2.90 s (230 → 165), Llama 3.1 70B on 1,024 6.19 → 5.72 s (383 → 306), DeepSeek-V4-Pro on 8,192 5.80 →
+5.17 s (114 → 95) and on 131,072 6.26 → 5.37 s (111 → 91), DeepSeek-V4-Flash on 32,768 13.1 s both ways
+(226 → 199)."""
 
 OnScreened = Callable[[int, int], None]
 """Hears (rows screened, rows listed) of the search this process runs."""
@@ -74,18 +93,28 @@ could not both hold a fair share of the most promising rows, and they are cut al
 (costs.memory_key) instead."""
 
 
-def halves(ordered: tuple[Row, ...]) -> tuple[tuple[Row, ...], tuple[Row, ...]]:
+class Halves(NamedTuple):
+    """The rows of each half and the cadence the two exchange at."""
+
+    first: tuple[Row, ...]
+    second: tuple[Row, ...]
+    cadence: Cadence
+
+
+def halves(ordered: tuple[Row, ...]) -> Halves:
     """The rows in two halves, each in `ordered`'s order: groups of rows alternately, as they first come, so each
     half builds its groups' memos once and holds its share of the most promising rows. The groups share
     SHARED_KEY where there are at least SHARED_GROUPS of them (MoE spaces: DeepSeek-V3 on 2,048 GPUs has 80, and
-    its search takes 7.9 s instead of 9.1 s on two cores), else the memory tables (costs.memory_key: degrees,
-    microbatch and recompute at every VPP and rank order)."""
-    key = SHARED_KEY if len({SHARED_KEY(row) for row in ordered}) >= SHARED_GROUPS else memory_key
+    its search takes 7.9 s instead of 9.1 s on two cores; cadence BY_SHARED_GROUPS), else the memory tables
+    (costs.memory_key: degrees, microbatch and recompute at every VPP and rank order; BY_TABLE_GROUPS: dense
+    spaces, and DeepSeek-V4's, whose rules leave few (TP, ETP, EP) groups)."""
+    shared = len({SHARED_KEY(row) for row in ordered}) >= SHARED_GROUPS
+    key = SHARED_KEY if shared else memory_key
     half_of: dict[tuple, int] = {}
     out: tuple[list[Row], list[Row]] = ([], [])
     for row in ordered:
         out[half_of.setdefault(key(row), len(half_of) % 2)].append(row)
-    return tuple(out[0]), tuple(out[1])
+    return Halves(tuple(out[0]), tuple(out[1]), BY_SHARED_GROUPS if shared else BY_TABLE_GROUPS)
 
 
 class _Tick(NamedTuple):
@@ -97,24 +126,25 @@ class _Tick(NamedTuple):
 
 
 class _Link:
-    """A row_search.Peer over two pipes, in lock step: each exchange sends this search's rows and waits for the
-    peer's message of the same exchange (at most WAIT_S past the deadline). The peer's last message (what it
-    found, or its error) is kept when it comes (`last`)."""
+    """A row_search.Peer over two pipes, in lock step at a Cadence: each exchange sends this search's rows and
+    waits for the peer's message of the exchange `cadence.lag` before (at most WAIT_S past the deadline). The
+    peer's last message (what it found, or its error) is kept when it comes (`last`)."""
 
-    def __init__(self, inbound: Connection, outbound: Connection, deadline: float) -> None:
+    def __init__(self, inbound: Connection, outbound: Connection, deadline: float, cadence: Cadence) -> None:
         self._in, self._out, self._deadline = inbound, outbound, deadline
+        self.cuts, self._lag = cadence.cuts, cadence.lag
         self._sent = 0
         self.peer_ended = False
         self.last: Found | BaseException | None = None
 
     def exchange(self, cut: Shared) -> Shared:
-        """Send `cut` as this search's k-th exchange; the peer's (k − LAG)-th rows, none before or once it has
+        """Send `cut` as this search's k-th exchange; the peer's (k − lag)-th rows, none before or once it has
         ended (row_search.Peer)."""
         if self.peer_ended:
             return []
         self._send(_Tick(cut, False))
         self._sent += 1
-        if self._sent <= LAG:
+        if self._sent <= self._lag:
             return []
         message = self._receive()
         if message is None or message.ended:
@@ -163,16 +193,16 @@ def search_on_cores(search: RowSearch, fresh: Callable[[], RowSearch] | None, or
     error here (an interrupt) stops it at once."""
     if fresh is None or not splits(len(ordered)):
         return ordered[search_rows(search, ordered, deadline, _listing(on_screened, len(ordered))):]
-    first, second = halves(ordered)
+    first, second, cadence = halves(ordered)
     context = multiprocessing.get_context("fork")
     worker_reads, parent_writes = context.Pipe(duplex=False)
     parent_reads, worker_writes = context.Pipe(duplex=False)
-    worker = context.Process(target=_search_half, args=(fresh, second, deadline, worker_reads, worker_writes),
+    worker = context.Process(target=_search_half, args=(fresh, second, deadline, worker_reads, worker_writes, cadence),
                              daemon=True)
     worker.start()
     worker_reads.close()
     worker_writes.close()
-    link = _Link(parent_reads, parent_writes, deadline)
+    link = _Link(parent_reads, parent_writes, deadline, cadence)
     search.peer = link
     try:
         screened = search_rows(search, first, deadline, _listing(on_screened, len(first)))
@@ -202,10 +232,10 @@ def _listing(on_screened: OnScreened | None, listed: int) -> Callable[[int], Non
 
 
 def _search_half(fresh: Callable[[], RowSearch], rows: tuple[Row, ...], deadline: float, inbound: Connection,
-                 outbound: Connection) -> None:
-    """A worker's half: search `rows` in `fresh()`, in lock step with the parent's search, and send what it
-    found (RowSearch.found), or the error."""
-    link = _Link(inbound, outbound, deadline)
+                 outbound: Connection, cadence: Cadence) -> None:
+    """A worker's half: search `rows` in `fresh()`, in lock step with the parent's search at `cadence`, and send
+    what it found (RowSearch.found), or the error."""
+    link = _Link(inbound, outbound, deadline, cadence)
     try:
         search = fresh()
         search.peer = link

@@ -61,9 +61,6 @@ FOREIGN = 1 << 40
 
 EXCHANGE_POPS = 64
 """Rows that come up (RowSearch.cut_waiting) between two exchanges with the peer, at most."""
-EXCHANGE_CUTS = 4
-"""Rows cut between two exchanges with the peer, at most: the cuts take most of a search's time, so both
-searches reach an exchange at about the same time."""
 
 ROW_SHARE = 0.1
 """Share of the time left that one row's cut search may take: a row whose exact interleaved cuts take long
@@ -93,6 +90,10 @@ class Peer(Protocol):
     The two exchange the rows they cut in lock step: each one's k-th exchange takes in what the other cut up to
     its (k − L)-th, for a fixed L, so what each search takes in, and when, depends only on the two searches' own
     sequences of rows, not on their pace: the rows each cuts, and its counts, are the same on every run."""
+
+    cuts: int
+    """Rows a search cuts between two exchanges, at most: the cuts take most of a search's time, so both
+    searches reach an exchange at about the same time."""
 
     def exchange(self, cut: Shared) -> Shared:
         """Send the rows this search cut since the last exchange; the peer's of an exchange a fixed number
@@ -193,8 +194,8 @@ class RowSearch:
     def exchange(self) -> None:
         """Give the peer the rows cut here since the last exchange and take in the rows it cut as dominators:
         their steps beat rows here as this search's own do, since the rows both searches cut all go to the
-        master program. Every EXCHANGE_POPS rows come up or EXCHANGE_CUTS cut, whichever is first."""
-        if self.peer is None or (self._popped < EXCHANGE_POPS and len(self.unshared) < EXCHANGE_CUTS):
+        master program. Every EXCHANGE_POPS rows come up or the peer's `cuts` cut, whichever is first."""
+        if self.peer is None or (self._popped < EXCHANGE_POPS and len(self.unshared) < self.peer.cuts):
             return
         cut, self.unshared, self._popped = self.unshared, [], 0
         for index, row, steps in self.peer.exchange(cut):
