@@ -1,9 +1,10 @@
 """The row search on two cores: the rows in two halves (groups of rows that share the dearest memos kept whole),
 the second searched in a forked process, which starts with every memo this one built (rule domains, row listing,
-order), while this one searches the first. The two exchange the rows they cut in lock step, every few rows cut
-or EXCHANGE_POPS rows come up (row_search.RowSearch.exchange), each taking the other's in as dominators a few
-exchanges behind (the split's Cadence), so each drops rows the other's cut rows beat, almost as one search would; at the end the
-worker's cut rows, staircases and waiting floors join this search's (RowSearch.absorb) before the master program.
+order), while this one searches the first. The two exchange the rows they cut in lock step, every few rows
+cut or EXCHANGE_POPS rows come up (row_search.RowSearch.exchange), each taking the other's in as dominators a
+few exchanges behind (the split's Cadence), so each drops rows the other's cut rows beat, almost as one search
+would; at the end the worker's cut rows, staircases and waiting floors join this search's (RowSearch.absorb)
+before the master program.
 
 Every row a search drops is beaten by `top` rule-feasible rows cut in one of the two, and every row cut in
 either goes to the master program, so prune.py's argument holds for the rows both cut: a complete search gives
@@ -50,9 +51,10 @@ BY_SHARED_GROUPS = Cadence(4, 8)
 """The cadence of halves cut along SHARED_KEY groups (MoE spaces): the halves hold different grids, whose cuts
 cost unlike, so the exchanges leave slack (32 cuts). At lag 2 both halves of DeepSeek-V3 on 2,048 GPUs waited
 about 0.5 s each; at 8 (three runs each, in process, when the lag was chosen) gpt-oss-120b took 6.4 s instead
-of 6.8, the 5T MoE 10.5 instead of 11.3, Kimi K2 5.7 instead of 5.8. Every cut with lag 4 (session 48, in process, 2-5 runs
-each): gpt-oss-120b 23.7 → 24.6 s, the 5T MoE 26.2 → 27.1, Qwen3-235B 10.3 → 9.7, DeepSeek-V3, Kimi K2 and
-Mixtral 8x22B about the same: the halves wait for each other more than the fresher dominators save."""
+of 6.8, the 5T MoE 10.5 instead of 11.3, Kimi K2 5.7 instead of 5.8. Every cut with lag 4 (session 48, in
+process, 2-5 runs each): gpt-oss-120b 23.7 → 24.6 s, the 5T MoE 26.2 → 27.1, Qwen3-235B 10.3 → 9.7,
+DeepSeek-V3, Kimi K2 and Mixtral 8x22B about the same: the halves wait for each other more than the fresher
+dominators save; every 2 cuts, lag 8, no different."""
 BY_TABLE_GROUPS = Cadence(1, 4)
 """The cadence of halves cut along the memory tables' groups (dense spaces, and DeepSeek-V4's, whose rules leave
 few grids): the groups alternate finely, so the halves hold alike rows and cut at about the same pace, and a row
@@ -197,8 +199,8 @@ def search_on_cores(search: RowSearch, fresh: Callable[[], RowSearch] | None, or
     context = multiprocessing.get_context("fork")
     worker_reads, parent_writes = context.Pipe(duplex=False)
     parent_reads, worker_writes = context.Pipe(duplex=False)
-    worker = context.Process(target=_search_half, args=(fresh, second, deadline, worker_reads, worker_writes, cadence),
-                             daemon=True)
+    worker = context.Process(target=_search_half,
+                             args=(fresh, second, deadline, worker_reads, worker_writes, cadence), daemon=True)
     worker.start()
     worker_reads.close()
     worker_writes.close()
