@@ -370,7 +370,7 @@ def cut_may_mend(problem: Problem, mapping: Mapping, options: MegatronOptions) -
 
 def recut(problem: Problem, original: Mapping, repair: Repair, options: MegatronOptions) -> Repair | None:
     """`repair` with the best cut for its degrees when that is feasible and faster (or the repair alone is
-    not feasible); the layout becomes one more change."""
+    not feasible); the layout becomes one more change. Priced (with_price) from the evaluation that judged it."""
     layout, proved = best_cut(problem, repair.mapping, options)
     if layout is None or layout == repair.mapping.layout:
         return None
@@ -388,8 +388,8 @@ def recut(problem: Problem, original: Mapping, repair: Repair, options: Megatron
     changes = {**repair.changes, "layout": (run_length(resolve_layout(problem.model, original)), run_length(layout))}
     which = "fastest cut that fits" if proved else "a cut that fits; its search stopped before proving it fastest"
     text = ", ".join(filter(None, [repair.text, f"cut the blocks {run_length(layout)} ({which})"]))
-    return Repair(mapping=cut, changes=changes, text=text, cost=repair.cost + SCALE, layout=layout,
-                  options=repair.options)
+    return with_price(problem, Repair(mapping=cut, changes=changes, text=text, cost=repair.cost + SCALE,
+                                      layout=layout, options=repair.options), judged)
 
 
 def modelled_step_s(problem: Problem, mapping: Mapping, judged: Evaluation) -> float | None:
@@ -402,7 +402,11 @@ def modelled_step_s(problem: Problem, mapping: Mapping, judged: Evaluation) -> f
 
 def priced(problem: Problem, repair: Repair, options: MegatronOptions) -> Repair:
     """`repair` with its modelled step time and peak memory."""
-    judged = evaluate(problem, repair.mapping, options=options)
+    return with_price(problem, repair, evaluate(problem, repair.mapping, options=options))
+
+
+def with_price(problem: Problem, repair: Repair, judged: Evaluation) -> Repair:
+    """`repair` with the modelled step time and peak memory of its mapping's evaluation `judged`."""
     peak = judged.ledger.peak.total_gb if judged.ledger is not None else None
     return replace(repair, step_time_s=modelled_step_s(problem, repair.mapping, judged), peak_memory_gb=peak)
 
@@ -493,7 +497,7 @@ def recompute_recuts(problem: Problem, mapping: Mapping, opts: MegatronOptions,
             continue
         cut = recut(problem, mapping, base, level_opts)
         if cut is not None:
-            out.append(priced(problem, with_settings(cut, flags), level_opts))
+            out.append(with_settings(cut, flags))
     return out
 
 
@@ -560,7 +564,7 @@ def nearest_repairs(problem: Problem, mapping: Mapping, options: MegatronOptions
                                        lambda base: _may_rank(base, candidates, places))
     for (r, o, flags), base in sorted(zip(bases, priced_bases, strict=True), key=lambda pair: _rank_key(pair[1])):
         if _may_rank(base, candidates, places) and (cut := recut(problem, mapping, r, o)) is not None:
-            candidates.append(priced(problem, with_settings(cut, flags), o))
+            candidates.append(with_settings(cut, flags))
     candidates = sorted(candidates, key=_rank_key)
     return ([pool] if pool is not None else []) + candidates[:places]
 
