@@ -177,6 +177,9 @@ def _floor_rank_by_rank(c, totals: np.ndarray) -> Fraction:  # noqa: ANN001
     held_kinds = [k for k, n in enumerate(totals) if n]
     besides = []
     for r in range(c.row.pp):
+        if c.row.vpp > 1 and r in (0, c.row.pp - 1):
+            besides.append(c.edge_peak[r] + (c.dispatch_mb if c.edge_moe[r] else 0))
+            continue
         surely_moe = c.edge_moe[r] or all(c.kind_moe[k] for k in held_kinds)
         besides.append(max([c.edge_peak[r]] + [min(c.kind_peak[k] for k in held_kinds)])
                        + (c.dispatch_mb if surely_moe else 0))
@@ -373,7 +376,8 @@ def test_states_of_a_saving_on_the_plain_tables_are_its_tables() -> None:
 def test_memory_floor_any_vpp_bounds_every_vpp_and_is_the_floor_at_vpp_one(problems: list) -> None:
     """savings.memory_floor_any_vpp, by which solve drops a row's whole group (its degrees, microbatch and
     recompute at every VPP and rank order), is at most every VPP's memory floor (reprice.memory_means_units) and
-    peak of the default and random cuts, under each saving, and is that floor at VPP 1; below it for some group.
+    peak of the default and random cuts and cuts whose edge rank holds no block, under each saving, and is that
+    floor at VPP 1 with the edge ranks allowed to hold no block (as from VPP 2 on); below it for some group.
     savings.bare_memory_floor_any_vpp (the group dropped at once when beaten) is at most it under every saving,
     and below it for some."""
     from parasol.solver.search.reprice import memory_means_units, memory_units
@@ -397,10 +401,14 @@ def test_memory_floor_any_vpp_bounds_every_vpp_and_is_the_floor_at_vpp_one(probl
                     variant = dataclasses.replace(row, saving=saving)
                     c = row_costs(with_saving(problem, saving), variant, None)
                     own = memory_means_units(c, counts)
-                    assert floor <= own and (row.vpp > 1 or floor == own), (variant, floor, own)
+                    assert floor <= own, (variant, floor, own)
+                    assert row.vpp > 1 or floor == memory_means_units(c, counts, open_edges=True), variant
                     below += floor < own
                     stages = row.pp * row.vpp
                     layouts = [default_layout(blocks, row.pp, row.vpp), *random_cuts(rng, blocks, stages, row.pp, 2)]
+                    if row.vpp > 1:
+                        layouts += [x for x in (_edge_empty_layout(blocks, row.pp, row.vpp, r) for r in (0, row.pp - 1))
+                                    if x is not None]
                     for layout in layouts:
                         ranks = rank_counts(tuple(int(x) for x in layout), row.pp, counts)
                         assert floor <= memory_units(max(c.stage_bytes(r, n) for r, n in enumerate(ranks))), variant
@@ -735,6 +743,61 @@ def test_whole_block_memory_floor_is_below_every_cut_and_often_exact(problems: l
                 ranks = rank_counts(layout, row.pp, counts)
                 assert floor <= memory_units(max(c.stage_bytes(r, n) for r, n in enumerate(ranks))), row
     assert exact > 0 and lifted > 0
+
+
+def _edge_empty_layout(blocks: int, pp: int, vpp: int, empty: int) -> tuple[int, ...] | None:
+    """A cut of an interleaved row whose rank `empty` (the first or the last) holds no block, the blocks spread
+    evenly over every other virtual stage (each at least one); None when there are too few blocks."""
+    held = [k for k in range(pp * vpp) if k % pp != empty]
+    if blocks < len(held):
+        return None
+    share, extra = divmod(blocks, len(held))
+    sizes = dict.fromkeys(range(pp * vpp), 0)
+    for i, k in enumerate(held):
+        sizes[k] = share + (i < extra)
+    return tuple(sizes[k] for k in range(pp * vpp))
+
+
+def test_memory_floors_hold_when_an_edge_rank_holds_no_block(problems: list) -> None:
+    """An interleaved row's first or last rank may hold no block at all (empty_stages.open_stages): then it
+    holds no block's recompute working set nor, unless its edge is MoE, the dispatch buffers, so the memory
+    floors (the weighted means in MB and bytes, the whole-block bound, the printed units) never exceed such a
+    cut's peak. On generated problem 6 the cut 1 1 1 0 2 2 2 0 of PP 4 VPP 2 (CP 2, full recompute) leaves the
+    last rank empty at 2.91 GB printed, its heaviest rank: the floor took a block's working set on it (2.98)."""
+    from test_solve_reference import GENERATED
+
+    from parasol.solver.search.costs import whole_block_memory_floor
+    from parasol.solver.search.reprice import memory_floor_bytes, memory_floor_units, memory_units
+
+    generated = load_problem_text(GENERATED[6])
+    checked = 0
+    for problem in (*problems, generated):
+        counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
+        blocks, totals = counts.shape[0] - 1, counts[0, counts.shape[0] - 1]
+        rows = [r for r in enumerate_rows(problem) if r.vpp > 1]
+        rng = np.random.default_rng(37)
+        for row in [rows[k] for k in rng.choice(len(rows), min(12, len(rows)), replace=False)]:
+            c = row_costs(problem, row, None)
+            for empty in (0, row.pp - 1):
+                layout = _edge_empty_layout(blocks, row.pp, row.vpp, empty)
+                if layout is None:
+                    continue
+                ranks = rank_counts(layout, row.pp, counts)
+                peak_bytes = max(c.stage_bytes(r, n) for r, n in enumerate(ranks))
+                peak_mb = max(c.stage_memory(r, n) for r, n in enumerate(ranks))
+                assert memory_floor_units(c, counts) <= memory_units(peak_bytes), (row, layout)
+                assert memory_floor_bytes(c, counts) <= peak_bytes, (row, layout)
+                assert memory_floor_mb(c, totals) <= peak_mb, (row, layout)
+                assert whole_block_memory_floor(c, totals, 1, in_bytes=False) <= peak_mb, (row, layout)
+                assert memory_floor_any_vpp(problem, row, "none", counts) <= memory_units(peak_bytes), (row, layout)
+                checked += 1
+    row = next(r for r in enumerate_rows(generated) if (r.pp, r.vpp, r.cp, str(r.recompute)) == (4, 2, 2, "full"))
+    c = row_costs(generated, row, None)
+    counts = interval_counts(prefix_counts(generated, block_kinds(generated)))
+    ranks = rank_counts((1, 1, 1, 0, 2, 2, 2, 0), 4, counts)
+    assert memory_units(max(c.stage_bytes(r, n) for r, n in enumerate(ranks))) == 291
+    assert memory_floor_units(c, counts) <= 291
+    assert checked > 20
 
 
 def test_floor_without_static_bounds_every_saving() -> None:

@@ -41,7 +41,7 @@ from parasol.constraints.physics.schedule import (
 )
 from parasol.constraints.physics.step_time import EpOption
 from parasol.problems.derived import Derived
-from parasol.problems.empty_stages import least_rank_blocks
+from parasol.problems.empty_stages import least_rank_blocks, open_stages
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
 from parasol.problems.memo import kept, memoised, memoised_by
@@ -608,13 +608,16 @@ def memory_floor_mb(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> 
     return Fraction(*_weighted_means_floor(c, totals.tolist(), in_bytes))
 
 
-def memory_floor_ratio(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> tuple[int, int]:
+def memory_floor_ratio(c: RowCosts, totals: np.ndarray, in_bytes: bool = False,
+                       open_edges: bool | None = None) -> tuple[int, int]:
     """memory_floor_mb as (numerator, denominator), the denominator positive, the two not reduced: a caller
-    that only compares or rounds it skips building the Fraction."""
-    return _weighted_means_floor(c, totals.tolist(), in_bytes)
+    that only compares or rounds it skips building the Fraction. `open_edges`: whether the first and last rank
+    may hold no block (None: as the row's VPP allows, empty_stages.open_stages; True for a floor over every VPP)."""
+    return _weighted_means_floor(c, totals.tolist(), in_bytes, open_edges)
 
 
-def _weighted_means_floor(c: RowCosts, counts: list[int], in_bytes: bool) -> tuple[int, int]:
+def _weighted_means_floor(c: RowCosts, counts: list[int], in_bytes: bool,
+                          open_edges: bool | None = None) -> tuple[int, int]:
     """memory_floor_mb, as a numerator and a positive denominator: the heaviest rank holds at least any
     weighted mean of the ranks; a rank holds at least its static memory, its activations times its in-flight
     share, the workspace and what it holds besides (least_held). Weighting rank r by 1/inflight_r makes
@@ -622,7 +625,8 @@ def _weighted_means_floor(c: RowCosts, counts: list[int], in_bytes: bool) -> tup
     either mean has its least value when every block sits on the rank where it weighs least. Whole-number
     arithmetic over common denominators: the exact fractions, without a Fraction per term; the sums that
     read no in-flight share once per table (_mean_terms)."""
-    terms, shares = _mean_terms(memo_of(c), counts, in_bytes), _shares_of(c)
+    open_edges = open_stages(c.row.vpp) if open_edges is None else open_edges
+    terms, shares = _mean_terms(memo_of(c), counts, in_bytes, open_edges), _shares_of(c)
     inv, inv_den, share, share_den = shares.inv, shares.inv_den, shares.share, shares.share_den
     least_num, least_den, most_num, most_den = shares.least_most
     # harmonic / spread, each kind's static over the rank where it weighs least (the most or least in flight)
@@ -657,16 +661,16 @@ class _MeanTerms(NamedTuple):
     besides: int
 
 
-def _mean_terms(memo: TableMemo, counts: list[int], in_bytes: bool) -> _MeanTerms:
-    """_MeanTerms of a table, once per table, unit and `counts`."""
-    key = ("mean terms", in_bytes, *counts)
+def _mean_terms(memo: TableMemo, counts: list[int], in_bytes: bool, open_edges: bool) -> _MeanTerms:
+    """_MeanTerms of a table, once per table, unit, `counts` and whether the edge ranks may hold no block."""
+    key = ("mean terms", in_bytes, open_edges, *counts)
     found = memo.values.get(key)
     if found is None:
-        found = memo.values[key] = _sum_mean_terms(memo, counts, in_bytes)
+        found = memo.values[key] = _sum_mean_terms(memo, counts, in_bytes, open_edges)
     return found
 
 
-def _sum_mean_terms(memo: TableMemo, counts: list[int], in_bytes: bool) -> _MeanTerms:
+def _sum_mean_terms(memo: TableMemo, counts: list[int], in_bytes: bool, open_edges: bool) -> _MeanTerms:
     """_mean_terms, computed."""
     terms = memo.terms(in_bytes)
     static_up = static_down = held_up = held_down = 0
@@ -682,7 +686,7 @@ def _sum_mean_terms(memo: TableMemo, counts: list[int], in_bytes: bool) -> _Mean
     return _MeanTerms(terms.edge_static, terms.edge_activation, static_up, static_down, held_up, held_down,
                       sum(terms.edge_static) + static_up + static_down,
                       sum(terms.edge_activation) + held_up + held_down,
-                      _least_besides(memo.fields, counts, terms) + terms.fixed)
+                      int(min(_held_besides(memo.fields, counts, terms, open_edges))) + terms.fixed)
 
 
 def whole_block_memory_floor(c: RowCosts, totals: np.ndarray, unit: int, in_bytes: bool = True) -> int:
@@ -718,7 +722,7 @@ def _whole_block_lines(c: RowCosts, totals: np.ndarray, in_bytes: bool) -> tuple
     activations times r's in-flight share, A_r is its edge's and what it holds besides (_held_besides), and
     rounding activations up cannot lift a whole number past a whole bound. None where a kind's memory is
     negative. The terms that read no in-flight share are computed once per table (_line_terms)."""
-    terms = _line_terms(memo_of(c), totals.tolist(), in_bytes)
+    terms = _line_terms(memo_of(c), totals.tolist(), in_bytes, open_stages(c.row.vpp))
     if terms is None:
         return None
     inflight, edges, kinds = _shares_of(c).floats, terms.edges, terms.kinds
@@ -738,17 +742,17 @@ class _LineTerms(NamedTuple):
     blocks: np.ndarray
 
 
-def _line_terms(memo: TableMemo, counts: list[int], in_bytes: bool) -> _LineTerms | None:
-    """_LineTerms of a table, once per table, unit and `counts` (read-only); None where a kind's memory is
-    negative."""
-    key = ("line terms", in_bytes, *counts)
+def _line_terms(memo: TableMemo, counts: list[int], in_bytes: bool, open_edges: bool) -> _LineTerms | None:
+    """_LineTerms of a table, once per table, unit, `counts` and whether the edge ranks may hold no block
+    (read-only); None where a kind's memory is negative."""
+    key = ("line terms", in_bytes, open_edges, *counts)
     found = memo.values.get(key, _ABSENT)
     if found is _ABSENT:
-        found = memo.values[key] = _read_line_terms(memo, counts, in_bytes)
+        found = memo.values[key] = _read_line_terms(memo, counts, in_bytes, open_edges)
     return found
 
 
-def _read_line_terms(memo: TableMemo, counts: list[int], in_bytes: bool) -> _LineTerms | None:
+def _read_line_terms(memo: TableMemo, counts: list[int], in_bytes: bool, open_edges: bool) -> _LineTerms | None:
     """_line_terms, computed."""
     present = [k for k, n in enumerate(counts) if n]
     terms = memo.terms(in_bytes)
@@ -756,7 +760,7 @@ def _read_line_terms(memo: TableMemo, counts: list[int], in_bytes: bool) -> _Lin
     held = np.array([terms.kind_activation[k] for k in present], dtype=float)
     if (static < 0).any() or (held < 0).any():
         return None
-    edges = np.array([terms.edge_static, terms.edge_activation, _held_besides(memo.fields, counts, terms)],
+    edges = np.array([terms.edge_static, terms.edge_activation, _held_besides(memo.fields, counts, terms, open_edges)],
                      dtype=float)
     found = _LineTerms(edges, terms.fixed, np.array([static, held]), np.array([counts[k] for k in present],
                                                                                dtype=np.int64))
@@ -768,27 +772,24 @@ def _read_line_terms(memo: TableMemo, counts: list[int], in_bytes: bool) -> _Lin
 def least_held(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> int:
     """What every pipeline rank holds besides its blocks' static memory and activations, under every cut,
     in MB (or in the ledger's exact bytes): the recompute working set (at least its edge's, and at least
-    the least of the model's kinds, since every rank holds a block) and the dispatch buffers where the
-    rank surely holds a MoE block (its edge does, or every kind is MoE). The heaviest rank's memory is at
-    least a weighted mean of the ranks' other terms plus the least of these."""
+    the least of the model's kinds where the rank surely holds a block) and the dispatch buffers where the
+    rank surely holds a MoE block (its edge does, or every kind is MoE and it holds a block). The heaviest
+    rank's memory is at least a weighted mean of the ranks' other terms plus the least of these."""
     memo = memo_of(c)
-    return _least_besides(memo.fields, totals.tolist(), memo.terms(in_bytes))
+    return int(min(_held_besides(memo.fields, totals.tolist(), memo.terms(in_bytes), open_stages(c.row.vpp))))
 
 
-def _least_besides(fields: MemoryFields, counts: list[int], terms: _MemoryTerms) -> int:
-    """least_held: the least of _held_besides' terms, taken over the ranks' distinct edges (a first, a middle
-    and a last) rather than rank by rank."""
+def _held_besides(fields: MemoryFields, counts: list[int], terms: _MemoryTerms, open_edges: bool) -> np.ndarray:
+    """least_held's terms rank by rank: at least its edge's recompute working set, and where it surely holds a
+    block the least of the model's kinds' and the dispatch buffers if every kind is MoE; the dispatch buffers
+    where its edge is MoE. With `open_edges` (an interleaved row, empty_stages.open_stages) the first and
+    last rank may hold no block at all: theirs are their edge's alone."""
     least_peak, every_moe = _besides_kinds(fields, counts, terms)
-    return min(max(peak, least_peak) + (terms.dispatch if moe or every_moe else 0)
-               for peak, moe in set(zip(terms.edge_peak, fields.edge_moe, strict=True)))
-
-
-def _held_besides(fields: MemoryFields, counts: list[int], terms: _MemoryTerms) -> np.ndarray:
-    """least_held's terms rank by rank: at least its edge's recompute working set and the least of the
-    model's kinds', plus the dispatch buffers where the rank surely holds a MoE block."""
-    least_peak, every_moe = _besides_kinds(fields, counts, terms)
-    return np.array([max(peak, least_peak) + (terms.dispatch if moe or every_moe else 0)
-                     for peak, moe in zip(terms.edge_peak, fields.edge_moe, strict=True)], dtype=np.int64)
+    edges = (0, len(terms.edge_peak) - 1) if open_edges else ()
+    return np.array([peak + (terms.dispatch if moe else 0) if r in edges
+                     else max(peak, least_peak) + (terms.dispatch if moe or every_moe else 0)
+                     for r, (peak, moe) in enumerate(zip(terms.edge_peak, fields.edge_moe, strict=True))],
+                    dtype=np.int64)
 
 
 def _besides_kinds(fields: MemoryFields, counts: list[int], terms: _MemoryTerms) -> tuple[int, bool]:

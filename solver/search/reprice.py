@@ -67,10 +67,10 @@ def exact_staircase(c: RowCosts, mapping: Mapping, staircase: Staircase, counts:
     return Staircase(non_dominated(points), staircase.proved)
 
 
-def memory_floor_bytes(c: RowCosts, counts: np.ndarray) -> int:
+def memory_floor_bytes(c: RowCosts, counts: np.ndarray, open_edges: bool | None = None) -> int:
     """Peak bytes no cut of the row goes below, as the ledger prints them: costs.memory_floor_mb's weighted
-    means of the ranks over the ledger's exact bytes, rounded up."""
-    num, den = memory_floor_ratio(c, counts[0, counts.shape[0] - 1], in_bytes=True)
+    means of the ranks over the ledger's exact bytes, rounded up (`open_edges`: costs.memory_floor_ratio's)."""
+    num, den = memory_floor_ratio(c, counts[0, counts.shape[0] - 1], True, open_edges)
     return -(-num // den)
 
 
@@ -87,11 +87,13 @@ def _memory_floor_units(c: RowCosts, counts: np.ndarray) -> int:
     return max(memory_means_units(c, counts), whole_block_memory_floor(c, counts[0, counts.shape[0] - 1], unit))
 
 
-def memory_means_units(c: RowCosts, counts: np.ndarray) -> int:
+def memory_means_units(c: RowCosts, counts: np.ndarray, open_edges: bool | None = None) -> int:
     """memory_floor_bytes in the program's units: memory_floor_units less its whole-block bound, never above it
     and for a fraction of its cost, so a row it already shows beaten is dropped before that bound is computed.
-    Once per row table, in-flight shares and `counts`, as memory_floor_units."""
-    return memoised_floor(c, ("means units", id(counts)), lambda: (counts, memory_units(memory_floor_bytes(c, counts))))[1]
+    Once per row table, in-flight shares, `counts` and `open_edges` (costs.memory_floor_ratio's), as
+    memory_floor_units."""
+    return memoised_floor(c, ("means units", id(counts), open_edges),
+                          lambda: (counts, memory_units(memory_floor_bytes(c, counts, open_edges))))[1]
 
 
 def units_below(seconds: float) -> int:

@@ -113,9 +113,11 @@ def memory_floor_any_vpp(problem: Problem, row: Row, saving: str, counts: np.nda
     floor (reprice.memory_means_units) of its tables at VPP 1 (the saving's parameter state and buffers on the
     plain tables, costs.with_states_of). A rank's in-flight share is least at VPP 1 (memory.inflight_microbatches:
     PP − s against PP + (PP − 2s − 1)/v for v >= 2, both capped at the microbatches), a rank's memory grows with
-    it, and the means floor bounds every spread of blocks over the ranks, not only the cuts of one VPP."""
+    it, and the means floor bounds every spread of blocks over the ranks, not only the cuts of one VPP, the first
+    and last rank holding no block included (an interleaved row's may not)."""
     plain = any_vpp_tables(problem, row)
-    return memory_means_units(plain if saving == NONE else with_states_of(plain, with_saving(problem, saving)), counts)
+    return memory_means_units(plain if saving == NONE else with_states_of(plain, with_saving(problem, saving)), counts,
+                              open_edges=True)
 
 
 def bare_memory_floor_any_vpp(problem: Problem, row: Row, counts: np.ndarray) -> int:
@@ -123,7 +125,7 @@ def bare_memory_floor_any_vpp(problem: Problem, row: Row, counts: np.ndarray) ->
     floor of its VPP 1 tables with weights, gradients and optimizer state at zero (without_static; the savings
     only shrink those and add FSDP buffers), so at most memory_floor_any_vpp under every saving, for one table's
     price."""
-    return memory_means_units(without_static(any_vpp_tables(problem, row)), counts)
+    return memory_means_units(without_static(any_vpp_tables(problem, row)), counts, open_edges=True)
 
 
 ANY_VPP_TABLES_MEMO = 65536
