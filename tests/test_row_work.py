@@ -764,10 +764,9 @@ def test_memory_floors_hold_when_an_edge_rank_holds_no_block(problems: list) -> 
     floors (the weighted means in MB and bytes, the whole-block bound, the printed units) never exceed such a
     cut's peak. On generated problem 6 the cut 1 1 1 0 2 2 2 0 of PP 4 VPP 2 (CP 2, full recompute) leaves the
     last rank empty at 2.91 GB printed, its heaviest rank: the floor took a block's working set on it (2.98)."""
-    from test_solve_reference import GENERATED
-
     from parasol.solver.search.costs import whole_block_memory_floor
     from parasol.solver.search.reprice import memory_floor_bytes, memory_floor_units, memory_units
+    from tests.test_solve_reference import GENERATED
 
     generated = load_problem_text(GENERATED[6])
     checked = 0
