@@ -41,7 +41,7 @@ from parasol.constraints.physics.schedule import (
 )
 from parasol.constraints.physics.step_time import EpOption
 from parasol.problems.derived import Derived
-from parasol.problems.empty_stages import least_rank_blocks, open_stages
+from parasol.problems.empty_stages import edge_rank, least_rank_blocks, open_stages
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
 from parasol.problems.memo import kept, memoised, memoised_by
@@ -686,7 +686,7 @@ def _sum_mean_terms(memo: TableMemo, counts: list[int], in_bytes: bool, open_edg
     return _MeanTerms(terms.edge_static, terms.edge_activation, static_up, static_down, held_up, held_down,
                       sum(terms.edge_static) + static_up + static_down,
                       sum(terms.edge_activation) + held_up + held_down,
-                      int(min(_held_besides(memo.fields, counts, terms, open_edges))) + terms.fixed)
+                      _least_besides(memo.fields, counts, terms, open_edges) + terms.fixed)
 
 
 def whole_block_memory_floor(c: RowCosts, totals: np.ndarray, unit: int, in_bytes: bool = True) -> int:
@@ -776,7 +776,12 @@ def least_held(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> int:
     rank surely holds a MoE block (its edge does, or every kind is MoE and it holds a block). The heaviest
     rank's memory is at least a weighted mean of the ranks' other terms plus the least of these."""
     memo = memo_of(c)
-    return int(min(_held_besides(memo.fields, totals.tolist(), memo.terms(in_bytes), open_stages(c.row.vpp))))
+    return _least_besides(memo.fields, totals.tolist(), memo.terms(in_bytes), open_stages(c.row.vpp))
+
+
+def _least_besides(fields: MemoryFields, counts: list[int], terms: _MemoryTerms, open_edges: bool) -> int:
+    """least_held: the least of _held_besides' terms."""
+    return int(_held_besides(fields, counts, terms, open_edges).min())
 
 
 def _held_besides(fields: MemoryFields, counts: list[int], terms: _MemoryTerms, open_edges: bool) -> np.ndarray:
@@ -785,8 +790,8 @@ def _held_besides(fields: MemoryFields, counts: list[int], terms: _MemoryTerms, 
     where its edge is MoE. With `open_edges` (an interleaved row, empty_stages.open_stages) the first and
     last rank may hold no block at all: theirs are their edge's alone."""
     least_peak, every_moe = _besides_kinds(fields, counts, terms)
-    edges = (0, len(terms.edge_peak) - 1) if open_edges else ()
-    return np.array([peak + (terms.dispatch if moe else 0) if r in edges
+    pp = len(terms.edge_peak)
+    return np.array([peak + (terms.dispatch if moe else 0) if open_edges and edge_rank(r, pp)
                      else max(peak, least_peak) + (terms.dispatch if moe or every_moe else 0)
                      for r, (peak, moe) in enumerate(zip(terms.edge_peak, fields.edge_moe, strict=True))],
                     dtype=np.int64)
