@@ -26,6 +26,8 @@ STATES_BUDGET = 2_000_000
 MOVE_NUMBERS = 1 << 23
 """Most numbers one stage's moves may hold at once (each move its state, end, packed needs and every rank's
 suffix code: PP + 3 numbers; 64 MB)."""
+DIGIT_TABLE = 1 << 16
+"""Most values of one rank's packed needs whose digits are tabled (_Needs.tables) rather than divided out."""
 MOVES_BUDGET = 8_000_000
 """Most moves kept over all stages to read a layout back (each its state and end as int32: 64 MB)."""
 
@@ -59,9 +61,18 @@ class _Needs:
         """Per kind group, the blocks of that group in order, then n: a piece from block s holds at most d
         blocks of group g exactly when it ends at or before stops[g][prefix[s, g] + d]."""
 
+        self.tables = [self._digits(np.arange(span), r) if span <= DIGIT_TABLE else None
+                       for r, span in enumerate(self.span.tolist())]
+        """Per rank, its needs by its own packed number (None past DIGIT_TABLE: computed then)."""
+
     def of_rank(self, code: np.ndarray, r: int) -> np.ndarray:
         """Rank r's needs (partial layouts × kind groups) from the packed needs `code`."""
         own = (code // self.first[r]) % self.span[r]
+        table = self.tables[r]
+        return self._digits(own, r) if table is None else table[own]
+
+    def _digits(self, own: np.ndarray, r: int) -> np.ndarray:
+        """Rank r's needs from its own packed number (its digits)."""
         return (own[:, None] // self.inner[r]) % self.radix[r]
 
 
@@ -86,8 +97,8 @@ def layered_layout(prefix: np.ndarray, suffix: list[list[np.ndarray]], place: np
     for k in range(stages):
         if late():
             raise LayersSpent
-        alive = np.flatnonzero(_holdable(pos, codes, suffix, k, before, n))
-        pick = alive[np.unique(code[alive] * (n + 1) + pos[alive], return_index=True)[1]]
+        pick = np.unique(code * (n + 1) + pos, return_index=True)[1]
+        pick = pick[_holdable(pos[pick], codes[:, pick], suffix, k, before, n)]
         chosen.append(pick)
         pos, code, codes = pos[pick], code[pick], codes[:, pick]
         kept += len(pos)
