@@ -26,8 +26,9 @@ STATES_BUDGET = 2_000_000
 MOVE_NUMBERS = 1 << 23
 """Most numbers one stage's moves may hold at once (each move its state, end, packed needs and every rank's
 suffix code: PP + 3 numbers; 64 MB)."""
-DIGIT_TABLE = 1 << 16
-"""Most values of one rank's packed needs whose digits are tabled (_Needs.tables) rather than divided out."""
+DIGIT_TABLE = 1 << 12
+"""Most values of one rank's packed needs whose digits are tabled (_Needs.tables, built per question) rather
+than divided out: a rank holding 13 blocks of three kinds has a few hundred."""
 MOVES_BUDGET = 8_000_000
 """Most moves kept over all stages to read a layout back (each its state and end as int32: 64 MB)."""
 
