@@ -9,9 +9,9 @@ take more blocks of a kind than its rank needs (_Needs.stops) instead of being p
 survives while every rank's need can still be held by its remaining stages (the suffix tables of
 interleaved.py: the need as intervals of the blocks ahead, each next one past the least the stages between
 hold; fewer intervals on an edge rank, whose stages may be empty). The answer is exact: a layout when some
-state reaches the last block after the last stage, None when none does. InterleavedCuts.realise_exactly asks it once its depth-first search has spent a small
-budget: the hard questions, mostly proofs that no layout exists (Nemotron-H 8B's PP 4 VPP 8 rows: about
-ten times faster than the depth-first search on those).
+state reaches the last block after the last stage, None when none does. InterleavedCuts.realise_exactly asks
+it once its depth-first search has spent a small budget: the hard questions, mostly proofs that no layout
+exists (Nemotron-H 8B's PP 4 VPP 8 rows: about ten times faster than the depth-first search on those).
 """
 
 from __future__ import annotations
@@ -61,14 +61,13 @@ class _Needs:
                       for g in range(groups)]
         """Per kind group, the blocks of that group in order, then n: a piece from block s holds at most d
         blocks of group g exactly when it ends at or before stops[g][prefix[s, g] + d]."""
-
         self.tables = [self._digits(np.arange(span), r) if span <= DIGIT_TABLE else None
                        for r, span in enumerate(self.span.tolist())]
         """Per rank, its needs by its own packed number (None past DIGIT_TABLE: computed then)."""
 
-    def of_rank(self, code: np.ndarray, r: int) -> np.ndarray:
-        """Rank r's needs (partial layouts × kind groups) from the packed needs `code`."""
-        own = (code // self.first[r]) % self.span[r]
+    def of_rank(self, packed: np.ndarray, r: int) -> np.ndarray:
+        """Rank r's needs (partial layouts × kind groups) from the packed needs."""
+        own = (packed // self.first[r]) % self.span[r]
         table = self.tables[r]
         return self._digits(own, r) if table is None else table[own]
 
@@ -89,7 +88,7 @@ def layered_layout(prefix: np.ndarray, suffix: list[list[np.ndarray]], place: np
         raise LayersSpent
     needs = _Needs(targets.astype(np.int64), prefix, place)
     pos = np.zeros(1, dtype=np.int64)
-    code = np.full(1, needs.start, dtype=np.int64)
+    packed = np.full(1, needs.start, dtype=np.int64)
     codes = needs.start_codes[:, None].astype(np.int64)
     chosen: list[np.ndarray] = []
     parents: list[np.ndarray] = []
@@ -98,23 +97,23 @@ def layered_layout(prefix: np.ndarray, suffix: list[list[np.ndarray]], place: np
     for k in range(stages):
         if late():
             raise LayersSpent
-        pick = np.unique(code * (n + 1) + pos, return_index=True)[1]
+        pick = np.unique(packed * (n + 1) + pos, return_index=True)[1]
         pick = pick[_holdable(pos[pick], codes[:, pick], suffix, k, before, n)]
         chosen.append(pick)
-        pos, code, codes = pos[pick], code[pick], codes[:, pick]
+        pos, packed, codes = pos[pick], packed[pick], codes[:, pick]
         kept += len(pos)
         if not len(pos):
             return None
         if kept > STATES_BUDGET:
             raise LayersSpent
-        parent, end, code, codes = _moves(pos, code, codes, needs, k, least, before, n)
+        parent, end, packed, codes = _moves(pos, packed, codes, needs, k, least, before, n)
         moved += len(end)
         if moved > MOVES_BUDGET:
             raise LayersSpent
         parents.append(parent.astype(np.int32))
         ends.append(end.astype(np.int32))
         pos = end
-    done = np.flatnonzero((pos == n) & (code == 0))
+    done = np.flatnonzero((pos == n) & (packed == 0))
     if not len(done):
         return None
     return _traced(int(done[0]), chosen, parents, ends)
@@ -137,7 +136,7 @@ def _holdable(pos: np.ndarray, rank_codes: np.ndarray, suffix: list[list[np.ndar
     return alive
 
 
-def _moves(pos: np.ndarray, code: np.ndarray, codes: np.ndarray, needs: _Needs, k: int, least: tuple[int, ...],
+def _moves(pos: np.ndarray, packed: np.ndarray, codes: np.ndarray, needs: _Needs, k: int, least: tuple[int, ...],
            before: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every piece stage k may take from each state: (its state, where it ends, the packed needs after it, the
     ranks' codes after it). The rank's last stage takes exactly what it still needs; an earlier one holds at
@@ -145,7 +144,7 @@ def _moves(pos: np.ndarray, code: np.ndarray, codes: np.ndarray, needs: _Needs, 
     its rank needs."""
     pp, stages = len(codes), len(least)
     r = k % pp
-    need = needs.of_rank(code, r)
+    need = needs.of_rank(packed, r)
     blocks = need.sum(axis=1)
     low = pos + blocks if k + pp >= stages else pos + least[k]
     top = np.minimum(pos + blocks - sum(least[k + pp::pp]), n - int(before[-1] - before[k + 1]))
@@ -160,7 +159,7 @@ def _moves(pos: np.ndarray, code: np.ndarray, codes: np.ndarray, needs: _Needs, 
     after = codes[:, parent]
     after[r] = (codes[r] + needs.prefix_place[pos])[parent] - needs.prefix_place[end]
     ahead = needs.prefix_code[r]
-    return parent, end, (code + ahead[pos])[parent] - ahead[end], after
+    return parent, end, (packed + ahead[pos])[parent] - ahead[end], after
 
 
 def _traced(last: int, chosen: list[np.ndarray], parents: list[np.ndarray], ends: list[np.ndarray]) -> tuple[int, ...]:
