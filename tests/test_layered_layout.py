@@ -8,8 +8,9 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 
-from parasol.solver.search import interleaved
+from parasol.solver.search import interleaved, layered
 from parasol.solver.search.cut_program import UNBOUNDED
 from parasol.solver.search.cuts import rank_counts
 from parasol.solver.search.interleaved import InterleavedCuts
@@ -83,3 +84,19 @@ def test_exact_layouts_do_not_depend_on_the_row_that_asked_first() -> None:
         again = [fresh.realise_exactly(np.array(rank_counts(layout, fresh.pp, merged)), sums) for layout in layouts]
         assert samples[0] == samples[1] == again
     interleaved._layouts.cache_clear()
+
+
+def test_needs_read_by_division_answer_as_the_digit_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank whose packed needs take more values than layered.DIGIT_TABLE has its needs divided out of the
+    packed number instead of read from a table: with no table at all, every question of the first test (the
+    counts some cut has, and those one block away) gets the same answer."""
+    asked = []
+    for c, counts, _ in _several_kind_rows():
+        cuts = InterleavedCuts(c, counts)
+        merged = cuts.relaxed.counts
+        held = sorted({tuple(map(tuple, rank_counts(layout, cuts.pp, merged))) for layout in distinct_cuts(cuts)})
+        asked += [(cuts, targets) for targets in held[::5] + sorted({m for t in held[::5] for m in _moved(t)})]
+    tabled = [_layered(cuts, targets) for cuts, targets in asked]
+    monkeypatch.setattr(layered, "DIGIT_TABLE", 0)
+    assert [_layered(cuts, targets) for cuts, targets in asked] == tabled
+    assert sum(found is None for found in tabled) >= 50 and sum(found is not None for found in tabled) >= 50
