@@ -791,10 +791,12 @@ def _held_besides(fields: MemoryFields, counts: list[int], terms: _MemoryTerms, 
     last rank may hold no block at all: theirs are their edge's alone."""
     least_peak, every_moe = _besides_kinds(fields, counts, terms)
     pp = len(terms.edge_peak)
-    return np.array([peak + (terms.dispatch if moe else 0) if open_edges and edge_rank(r, pp)
-                     else max(peak, least_peak) + (terms.dispatch if moe or every_moe else 0)
-                     for r, (peak, moe) in enumerate(zip(terms.edge_peak, fields.edge_moe, strict=True))],
-                    dtype=np.int64)
+    held = []
+    for r, (peak, moe) in enumerate(zip(terms.edge_peak, fields.edge_moe, strict=True)):
+        holds_block = not (open_edges and edge_rank(r, pp))
+        working = max(peak, least_peak) if holds_block else peak
+        held.append(working + (terms.dispatch if moe or (every_moe and holds_block) else 0))
+    return np.array(held, dtype=np.int64)
 
 
 def _besides_kinds(fields: MemoryFields, counts: list[int], terms: _MemoryTerms) -> tuple[int, bool]:
