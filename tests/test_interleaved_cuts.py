@@ -24,7 +24,7 @@ from parasol.solver.search.costs import (
 from parasol.solver.search.cut_program import UNBOUNDED, cut_within
 from parasol.solver.search.cuts import best_cut, fastest_cut, rank_counts, row_staircase
 from parasol.solver.search.dominance import dominates, nondominated
-from parasol.solver.search.interleaved import InterleavedCuts, two_chunk_cut, two_chunk_least
+from parasol.solver.search.interleaved import InterleavedCuts, OutOfBudget, two_chunk_cut, two_chunk_least
 from parasol.solver.search.space import Row, enumerate_rows
 from tests.test_solve_reference import GENERATED, AdditiveTime
 
@@ -323,6 +323,25 @@ def test_relaxation_cuts_equal_enumeration(kinds: str, monkeypatch: pytest.Monke
         assert all(answers)
     else:
         assert sum(answers) >= len(answers) // 2
+
+
+def test_past_the_deadline_the_relaxation_leaves_questions_open() -> None:
+    """Past the deadline the relaxation's dynamic program stops (OutOfBudget) instead of finishing its pass: on
+    Nemotron-3 Ultra at PP 8, VPP 12 one pass took 2 s, and `solve --time-limit 10` ran 12.8 s. The questions
+    the cut search then asks stay open, or are answered by a cut it found: fit is None or the enumeration's
+    answer, and a staircase with anything to fit is unproved."""
+    rows = list(_several_kind_rows())
+    assert len(rows) >= 8
+    for c, counts, usable in rows:
+        late = InterleavedCuts(c, counts, deadline=0.0)
+        with pytest.raises(OutOfBudget):
+            late.relaxed.solve(UNBOUNDED, usable, True)
+        assert late.relaxed_cut(UNBOUNDED, usable, True) == (False, None)
+        assert late.ordered_cut(UNBOUNDED, usable, True) == (False, None)
+        fits = min(max(c.stage_memory(s, n) for s, n in enumerate(rank_counts(layout, c.row.pp, counts)))
+                   for layout in row_layouts(c.row, counts)) <= usable
+        assert late.fit(usable) in (None, fits)
+        assert not fits or not row_staircase(c, counts, usable, deadline=0.0).proved
 
 
 def test_realise_recovers_every_layouts_counts() -> None:

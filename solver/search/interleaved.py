@@ -572,8 +572,11 @@ class InterleavedCuts:
         at the relaxed optimum (ranks holding what their stages' places allow) and its step from the last
         doubles, up to the question's own bound (then (True, None): no cut is within both); a level holding
         more than ORDERED_CUTS relaxed cuts is moved halfway back, at most ORDERED_HALVINGS times. (False, None)
-        when it still holds too many, or a realisation runs out of budget or the deadline."""
-        found = self.relaxed.solve(slowest_us, cap_mb, minimise_time, placed=True)
+        when it still holds too many, or a realisation (or the relaxation) runs out of budget or the deadline."""
+        try:
+            found = self.relaxed.solve(slowest_us, cap_mb, minimise_time, placed=True)
+        except OutOfBudget:
+            return False, None
         if found is None:
             return True, None
         level, top = found[0], slowest_us if minimise_time else cap_mb
@@ -607,8 +610,12 @@ class InterleavedCuts:
     def relaxed_cut(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[bool, tuple[int, ...] | None]:
         """The relaxation's answer when it settles the question: (True, None) when no relaxed cut is within
         both bounds (so no cut is); (True, cut) when a layout realises the ranks' counts of a relaxed cut of
-        least slowest time (or peak memory), which no cut can beat; (False, None) otherwise."""
-        found = self.relaxed.solve(slowest_us, cap_mb, minimise_time)
+        least slowest time (or peak memory), which no cut can beat; (False, None) otherwise (the deadline passed
+        during the relaxation included)."""
+        try:
+            found = self.relaxed.solve(slowest_us, cap_mb, minimise_time)
+        except OutOfBudget:
+            return False, None
         if found is None:
             return True, None
         sums = self.relaxed.decomposable(slowest_us, cap_mb)
@@ -780,7 +787,10 @@ class InterleavedCuts:
                 return None, True
         except OutOfBudget:
             first = None
-        bound = self.relaxed.fastest_us(cap_mb, self.measure(first)[0] if first else UNBOUNDED)
+        try:
+            bound = self.relaxed.fastest_us(cap_mb, self.measure(first)[0] if first else UNBOUNDED)
+        except OutOfBudget:
+            return first, False
         if bound is None:
             return first, True
         if self.vpp == 2:
@@ -825,12 +835,16 @@ class InterleavedCuts:
                 incumbent: Callable[[], tuple[int, ...] | None]) -> tuple[tuple[int, ...] | None, bool]:
         """The cut of least peak memory (in solver units) with every rank within `slowest_us` and `cap_mb`,
         starting from a cut that meets both (`incumbent`, built only when the search needs it); and whether
-        that is proved. None, unproved, when the incumbent could not be built within its search's budget."""
+        that is proved. None, unproved, when the incumbent could not be built within its search's budget or the
+        deadline passed before the relaxation bounded the question."""
         settled, layout = self.settle(slowest_us, cap_mb, False)
         if settled:
             assert layout is not None
             return layout, True
-        bound = self.relaxed.leanest_mb(slowest_us, cap_mb)
+        try:
+            bound = self.relaxed.leanest_mb(slowest_us, cap_mb)
+        except OutOfBudget:
+            return None, False
         assert bound is not None
         start = incumbent()
         if start is None:
@@ -1201,7 +1215,8 @@ class RankTotals:
         first rank starts from no blocks and the last only has to reach the model's totals; a rank between
         takes only the states whose block count the ranks before can reach and the ranks after complete.
         With one kind group the ranks' counts are intervals (_count_ranges) and the same answer is read off
-        their bounds (_solve_counts)."""
+        their bounds (_solve_counts). Raises OutOfBudget past the deadline (InterleavedCuts.late): a rank's step
+        over many running totals reads 10^8 cells and more (Nemotron-3 Ultra at PP 8, VPP 12: 2 s a question)."""
         ranges = self._count_ranges(slowest_us, cap_mb, minimise_time) if len(self.groups) == 1 else None
         if ranges is not None:
             return self._solve_counts(ranges)
@@ -1222,6 +1237,8 @@ class RankTotals:
         layer[shift] = 0
         layers = []
         for r, (move, cost, _) in enumerate(moves):
+            if self.cuts.late():
+                raise OutOfBudget
             layers.append(layer)
             nxt = np.full(size, inf, dtype=np.int64)
             if r == pp - 1:
@@ -1234,6 +1251,8 @@ class RankTotals:
                 reached = np.full(len(band), inf, dtype=np.int64)
                 step = max(1, CHUNK_CELLS // max(1, len(band)))
                 for i in range(0, len(move), step):
+                    if self.cuts.late():
+                        raise OutOfBudget
                     came = layer[band[None, :] - move[i:i + step, None]]
                     np.minimum(reached, np.maximum(came, cost[i:i + step, None]).min(axis=0), out=reached)
                 nxt[band] = reached
@@ -1410,12 +1429,14 @@ class RankTotals:
         return out[::-1]
 
     def fastest_us(self, cap_mb: int, slowest_us: int) -> int | None:
-        """A lower bound on the slowest rank's time of any cut within `cap_mb` and `slowest_us`."""
+        """A lower bound on the slowest rank's time of any cut within `cap_mb` and `slowest_us` (OutOfBudget past
+        the deadline, as solve)."""
         found = self.solve(slowest_us, cap_mb, True)
         return None if found is None else found[0]
 
     def leanest_mb(self, slowest_us: int, cap_mb: int) -> int | None:
-        """A lower bound on the peak memory of any cut within `slowest_us` and `cap_mb`."""
+        """A lower bound on the peak memory of any cut within `slowest_us` and `cap_mb` (OutOfBudget past the
+        deadline, as solve)."""
         found = self.solve(slowest_us, cap_mb, False)
         return None if found is None else found[0]
 
