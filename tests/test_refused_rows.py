@@ -61,7 +61,7 @@ def test_every_refused_row_is_one_explain_finds_infeasible(problem, monkeypatch)
         return answer
 
     monkeypatch.setattr(row_search.RowSearch, "_refused", recorded)
-    result = solve(problem, CalibratedStageTimes(problem), top=6, time_limit_s=120)
+    result = solve(problem, CalibratedStageTimes(problem), top=6, time_limit_s=120, two_cores=False)
     assert len(refused_rows) == result.rows_refused > 0
     for row in refused_rows:
         mapping = row.mapping(problem, row.default_cut(problem))

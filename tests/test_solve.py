@@ -86,10 +86,15 @@ def test_solve_is_deterministic(v4_result) -> None:
 @pytest.mark.slow
 def test_progress_reports_rows_priced_then_fronts_found() -> None:
     """The progress callback (the terminal bar of `parasol solve`) hears every row screened, in order,
-    then each Pareto front with the mappings found so far; the answer is the same as without it."""
+    then each Pareto front with the mappings found so far; the answer is the same as without it. In one search:
+    searched in two halves (solver/search/halves.py) it hears this process's half, to its end."""
     problem = load_problem(V4_1024)
+    halves = []
+    solve(problem, CalibratedStageTimes(problem), top=6, progress=halves.append)
+    screened = [p for p in halves if not p.fronts]
+    assert screened and screened[-1].rows_screened == screened[-1].rows_total
     heard = []
-    result = solve(problem, CalibratedStageTimes(problem), top=6, progress=heard.append)
+    result = solve(problem, CalibratedStageTimes(problem), top=6, progress=heard.append, two_cores=False)
     rows = [p for p in heard if not p.fronts]
     fronts = [p for p in heard if p.fronts]
     assert [p.rows_screened for p in rows] == list(range(1, len(rows) + 1))
