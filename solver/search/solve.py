@@ -175,6 +175,22 @@ def open_bound(proved: int, cap: int | None, floors: list[tuple[int, int]] | Non
     return min([proved, *within])
 
 
+STEP_DIGITS = 3
+"""Decimals the step time is printed with (the answer's table, the cut-off sentence)."""
+
+
+def bound_as_printed(objective: str, bound: float) -> float:
+    """A proved bound on an objective's program units, as the printed values obey it: a value v is held as ⌈v / r⌉
+    units of its resolution r, so units of at least B give only v > (B − 1)·r (GPUs are whole: B itself); a step
+    time's is rounded down to the decimals it is printed with. `bound`: B·r, as SolvedMapping.bound holds it."""
+    if objective == Objective.gpus.value:
+        return bound
+    below = bound - RESOLUTIONS[objective]
+    if objective == Objective.step_time.value:
+        return math.floor(round(below * 10**STEP_DIGITS, 6)) / 10**STEP_DIGITS
+    return round(below, 9)
+
+
 def why_not_optimal(result: SolveResult, problem: Problem, time_limit_s: float) -> str:
     """Why an answer is not `optimal`, in one sentence ('' when it is)."""
     if result.status == "optimal":
@@ -186,7 +202,8 @@ def why_not_optimal(result: SolveResult, problem: Problem, time_limit_s: float) 
         unseen = result.rows - result.rows_screened
         if bound is None:
             return f"{cut_off}; {unseen:,} of {result.rows:,} rows were never screened and no bound holds"
-        value = f"{bound:.3f} s" if unit == "step_time" else f"{bound:g}"
+        shown = bound_as_printed(unit, bound)
+        value = f"{shown:.{STEP_DIGITS}f} s" if unit == Objective.step_time.value else f"{shown:g}"
         never = f"; {unseen:,} of {result.rows:,} rows were never screened, bounded by their compute" if unseen else ""
         return (f"{cut_off}; no mapping of the space is below {value} on {unit.replace('_', ' ')} "
                 f"(the first found is {100 * (first.gap or 0.0):.1f}% above{never})")
