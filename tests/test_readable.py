@@ -142,6 +142,22 @@ def test_infeasible_solve_names_the_blocking_rule_and_the_change() -> None:
     assert "optimizer state" in memory.change
 
 
+def test_rows_with_more_virtual_stages_than_blocks_are_judged_on_their_memory_too() -> None:
+    """DeepSeek-V2 (60 blocks) on 8 ASIC-5T devices fits no row in memory, and the sampled rows include PP 4 at
+    VPP 16: 64 virtual stages, which only an explicit layout with empty edge stages holds. Judged without one
+    (the implicit split refuses it), that row's memory was never judged, so memory-fits-hbm was not broken by
+    every row and the infeasible answer named no blocking rule. It is judged on its default cut now, as the
+    solver judges rows, and the answer names the memory shortfall."""
+    from parasol.problems.loader import load_problem_text
+    from parasol.solver.diagnose.blocking import blocking_rules
+
+    problem = load_problem_text("model: deepseek-v2\ntraining: {seq_len: 16384, global_batch: 512}\n"
+                                "hardware: {preset: asic-5t, gpus: 8}\n")
+    blockers = blocking_rules(problem)
+    assert [b.rule for b in blockers] == ["memory-fits-hbm"]
+    assert "GB less per GPU" in blockers[0].change and "optimizer state" in blockers[0].change
+
+
 def test_tp_across_nvlink_is_a_warning_or_an_error(tmp_path: Path) -> None:
     """TP16 on 8-GPU HGX nodes: a counted warning by default; `framework.tp_across_nvlink: error` makes it
     an error, and CP-SAT agrees with Python under the pinned mapping."""
