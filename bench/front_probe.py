@@ -5,7 +5,7 @@ exact step time (StageTimeModel.cut_step_times_s, as explain prints it) is lower
 
 The cut searches rank cuts by the linear stage tables (RowCosts) and only the staircase they return is priced
 exactly, so a cut the tables misjudge can beat a printed mapping; tests/test_interleaved_cuts.py's probe judges
-cuts by the tables themselves. Session 51: on DeepSeek-V4-Flash on 32,768 GPUs 5 of the rank-1 mappings are
+cuts by the tables themselves. Session 51: on DeepSeek-V4-Flash on 32,768 GPUs 5 of the 56 rank-1 mappings are
 beaten, by 0.006-0.16%; DeepSeek-V3, V4-Pro on 8,192, the 235B MoE, Mixtral 8x22B and Llama 3.1 405B none.
 
 Prints, per rank-1 mapping with two stages or more, its units and the probe's best, and the count beaten; the
@@ -28,39 +28,41 @@ from parasol.constraints.physics.step_time import CalibratedStageTimes
 from parasol.problems.empty_stages import stage_least
 from parasol.problems.loader import Problem, load_problem
 from parasol.solver.search.costs import RowCosts, block_kinds, interval_counts, prefix_counts, row_costs
-from parasol.solver.search.cuts import cuts_rank_counts
-from parasol.solver.search.reprice import memory_units, time_units
+from parasol.solver.search.cuts import CutPoint, Staircase
+from parasol.solver.search.reprice import exact_staircase
 from parasol.solver.search.savings import row_problem, time_model_for, with_saving
 from parasol.solver.search.solve import SolvedMapping, solve
-from parasol.solver.search.space import Row
+from parasol.solver.search.space import CHOICE_FIELDS, CHOICE_OPTIONS, Row
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from solve_speed import DEFAULT_SPACE, default_space_text  # noqa: E402
 
 
 def mapping_row(mapping: SolvedMapping) -> Row:
-    """The search row a solved mapping was cut from: its degrees, rank order, saving and the options it chose."""
-    m, chosen = mapping.explanation.mapping, dict(mapping.settings)
+    """The search row a solved mapping was cut from: its degrees, rank order, saving and the options it chose
+    (Row.settings read back through CHOICE_OPTIONS)."""
+    m, chosen = mapping.explanation.mapping, mapping.settings
+    options = {field: chosen.get(option, default) for field, option, default
+               in zip(CHOICE_FIELDS, CHOICE_OPTIONS, ("", "", "", ()), strict=True)}
+    options["cp_levels"] = tuple(options["cp_levels"])
     return Row(m.pp, m.vpp, m.tp, m.cp, m.ep, m.expert_tp, m.mbs, m.recompute.value, m.rank_order.value,
-               dispatcher=chosen.get("moe_token_dispatcher_type", ""), cp_comm=chosen.get("cp_comm_type", ""),
-               saving=mapping.saving, flex_backend=chosen.get("moe_flex_dispatcher_backend", ""),
-               cp_levels=tuple(chosen.get("hierarchical_context_parallel_sizes", ()) or ()))
+               saving=mapping.saving, **options)
 
 
 class PrintedPrice:
-    """(step time units, peak memory units) of a row's cuts as the answer prints them."""
+    """(step time units, peak memory units) of a row's cuts as the answer prints them (reprice.exact_staircase)."""
 
     def __init__(self, problem: Problem, row: Row, model: CalibratedStageTimes, counts: np.ndarray) -> None:
         judged = row_problem(problem, row)
         self.model = time_model_for(model, with_saving(problem, row.saving)).for_problem(judged)
         self.costs: RowCosts = row_costs(judged, row, self.model)
-        self.problem, self.row, self.counts = problem, row, counts
+        self.mapping, self.counts = row.mapping(problem), counts
+        self.row = row
 
     def __call__(self, layout: tuple[int, ...]) -> tuple[int, int]:
-        per_rank = cuts_rank_counts([layout], self.row.pp, self.counts)
-        seconds = float(self.model.cut_step_times_s(self.row.mapping(self.problem), self.costs.derived, per_rank)[0])
-        peak = max(self.costs.stage_bytes(s, n) for s, n in enumerate(per_rank[0].tolist()))
-        return time_units(seconds), memory_units(peak)
+        one = Staircase((CutPoint(0, 0, layout),), True)
+        point = exact_staircase(self.costs, self.mapping, one, self.counts, self.model).points[0]
+        return point.time_units, point.memory_units
 
 
 def probe(price: PrintedPrice, start: tuple[int, ...], rng: random.Random, chains: int,

@@ -20,6 +20,7 @@ from parasol.solver.diagnose.explain import Explanation
 from parasol.solver.diagnose.repairs import SEARCHED
 from parasol.solver.outputs.report import recompute_cell
 from parasol.solver.outputs.summary import degrees_text, signed
+from parasol.solver.search.objectives import STEP_DIGITS
 
 if TYPE_CHECKING:
     from parasol.problems.loader import Problem
@@ -295,7 +296,7 @@ def front_table(result: SolveResult, problem: Problem) -> Table:
             *([m["rank_order"]] if orders else []),
             *(chosen_cell(problem, d["settings"], k) for k in chosen),
             str(derived["num_microbatches"]), f"{derived['bubble_fraction']:.1%}", run_length(m["layout"]),
-            f"{metrics.get('step_time_s', float('nan')):.3f}", f"{metrics.get('tokens_per_s_per_gpu', 0):,.0f}",
+            f"{metrics.get('step_time_s', float('nan')):.{STEP_DIGITS}f}", f"{metrics.get('tokens_per_s_per_gpu', 0):,.0f}",
             f"{metrics.get('mfu', 0):.1%}", f"{metrics.get('peak_memory_gb', 0):.2f}",
             f"{metrics.get('network_tb_per_step', float('nan')):,.1f}",
             *([f"{metrics.get('effective_tokens_per_s', float('nan')):,.0f}"] if goodput else []),

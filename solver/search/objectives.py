@@ -54,6 +54,9 @@ RESOLUTIONS: dict[str, float] = {**{o.value: scale.resolution for o, scale in SC
                                  Objective.effective_tokens_per_s.value: 1.0}
 """Every objective's resolution in its display unit (effective tokens/s: one token per second)."""
 
+STEP_DIGITS = 3
+"""Decimals a step time is printed with (the answer's table, the cut-off sentence: solve.bound_as_printed)."""
+
 
 def program_objectives(objectives: tuple[Objective, Objective]) -> tuple[Objective, Objective]:
     """The two objectives the master program minimises for `objectives` (proxies substituted)."""

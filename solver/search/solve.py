@@ -35,6 +35,7 @@ from parasol.solver.search.objectives import (
     DEFAULT_OBJECTIVES,
     RESOLUTIONS,
     SCALES,
+    STEP_DIGITS,
     front_objectives,
     objective_value,
     program_objectives,
@@ -173,10 +174,6 @@ def open_bound(proved: int, cap: int | None, floors: list[tuple[int, int]] | Non
         return None
     within = [t for t, m in floors if cap is None or m <= cap]
     return min([proved, *within])
-
-
-STEP_DIGITS = 3
-"""Decimals the step time is printed with (the answer's table, the cut-off sentence)."""
 
 
 def bound_as_printed(objective: str, bound: float) -> float:
