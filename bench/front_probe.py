@@ -5,13 +5,15 @@ exact step time (StageTimeModel.cut_step_times_s, as explain prints it) is lower
 
 The cut searches rank cuts by the linear stage tables (RowCosts) and only the staircase they return is priced
 exactly, so a cut the tables misjudge can beat a printed mapping; tests/test_interleaved_cuts.py's probe judges
-cuts by the tables themselves. Session 51: on DeepSeek-V4-Flash on 32,768 GPUs 5 of the 56 rank-1 mappings are
-beaten, by 0.006-0.16%; DeepSeek-V3, V4-Pro on 8,192, the 235B MoE, Mixtral 8x22B and Llama 3.1 405B none.
+cuts by the tables themselves. Session 51: on DeepSeek-V4-Flash on 32,768 GPUs 5 of the 56 rank-1 mappings were
+beaten, by 0.006-0.16%; DeepSeek-V3, V4-Pro on 8,192, the 235B MoE, Mixtral 8x22B and Llama 3.1 405B none. Since
+session 52 solve polishes every cut it returns (solver/search/polish.py) and the probe beats none of the
+default-space set's.
 
 Prints, per rank-1 mapping with two stages or more, its units and the probe's best, and the count beaten; the
 same seed gives the same moves.
 
-Run: python bench/front_probe.py [--only NAME ...] [--chains 20] [--moves 400] [--seed 1]
+Run: python bench/front_probe.py [--catalog] [--only NAME ...] [--chains 20] [--moves 400] [--seed 1]
 """
 
 from __future__ import annotations
@@ -31,22 +33,11 @@ from parasol.solver.search.costs import RowCosts, block_kinds, interval_counts, 
 from parasol.solver.search.cuts import CutPoint, Staircase
 from parasol.solver.search.reprice import exact_staircase
 from parasol.solver.search.savings import row_problem, time_model_for, with_saving
-from parasol.solver.search.solve import SolvedMapping, solve
-from parasol.solver.search.space import CHOICE_FIELDS, CHOICE_OPTIONS, Row
+from parasol.solver.search.solve import solve
+from parasol.solver.search.space import Row
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from solve_speed import DEFAULT_SPACE, default_space_text  # noqa: E402
-
-
-def mapping_row(mapping: SolvedMapping) -> Row:
-    """The search row a solved mapping was cut from: its degrees, rank order, saving and the options it chose
-    (Row.settings read back through CHOICE_OPTIONS)."""
-    m, chosen = mapping.explanation.mapping, mapping.settings
-    options = {field: chosen.get(option, default) for field, option, default
-               in zip(CHOICE_FIELDS, CHOICE_OPTIONS, ("", "", "", ()), strict=True)}
-    options["cp_levels"] = tuple(options["cp_levels"])
-    return Row(m.pp, m.vpp, m.tp, m.cp, m.ep, m.expert_tp, m.mbs, m.recompute.value, m.rank_order.value,
-               saving=mapping.saving, **options)
+from solve_speed import CATALOG_SPACE, DEFAULT_SPACE, default_space_text  # noqa: E402
 
 
 class PrintedPrice:
@@ -91,15 +82,16 @@ def probe(price: PrintedPrice, start: tuple[int, ...], rng: random.Random, chain
 
 
 def main() -> None:
-    """Solve each default-space problem and probe its rank-1 mappings at the printed price."""
+    """Solve each problem of the set and probe its rank-1 mappings at the printed price."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", help="default-space problems whose name contains one of these")
+    parser.add_argument("--catalog", action="store_true", help="the catalog set (solve_speed.CATALOG_SPACE) instead")
+    parser.add_argument("--only", nargs="*", help="problems of the set whose name contains one of these")
     parser.add_argument("--chains", type=int, default=20)
     parser.add_argument("--moves", type=int, default=400)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        for name, *spec in DEFAULT_SPACE:
+        for name, *spec in CATALOG_SPACE if args.catalog else DEFAULT_SPACE:
             if args.only and not any(part in name for part in args.only):
                 continue
             path = Path(folder) / f"{name}.yaml"
@@ -114,7 +106,7 @@ def main() -> None:
                 layout = tuple(mapping.explanation.mapping.layout or ())
                 if mapping.pareto_rank != 1 or len(layout) < 2:
                     continue
-                row = mapping_row(mapping)
+                row = mapping.row
                 price = PrintedPrice(problem, row, model, counts)
                 found, start = probe(price, layout, rng, args.chains, args.moves), price(layout)
                 probed += 1

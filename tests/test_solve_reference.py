@@ -76,12 +76,16 @@ class AdditiveTime:
 
     def cut_step_times_s(self, m, d, counts):
         """The model's own price of N cuts: rank times add up, then the pipeline formula and the constant."""
+        stage = self.cut_stage_times_s(m, d, counts)
+        return self.step_extra_s(m, d) + pipeline_seconds(stage, float(d.num_microbatches), m.vpp)
+
+    def cut_stage_times_s(self, m, d, counts):
+        """Each rank's stage time in N cuts: its edge plus its blocks' times."""
         reps = {}
         for b in self.p.model.blocks:
             reps.setdefault(block_kind(b), b)
         per_kind = np.array(self.block_times_s(m, d, [reps[k] for k in block_kinds(self.p)]))
-        stage = np.array(self.edge_times_s(m, d))[None, :] + counts @ per_kind
-        return self.step_extra_s(m, d) + pipeline_seconds(stage, float(d.num_microbatches), m.vpp)
+        return np.array(self.edge_times_s(m, d))[None, :] + counts @ per_kind
 
     def step_floor_s(self, m, d, totals, most=None, ep_options=None):
         """Every cut's step time is at least the constant plus the rank times' sum spread evenly, under the

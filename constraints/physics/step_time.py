@@ -700,6 +700,23 @@ class CalibratedStageTimes:
         counts N × PP × kinds are the blocks of each kind on each pipeline rank."""
         return self._priced_cuts(mapping, derived, counts)["step"]
 
+    def cut_stage_times_s(self, mapping: Mapping, derived: Derived, counts: np.ndarray) -> np.ndarray:
+        """Each pipeline rank's stage seconds of one microbatch in N cuts (counts N × PP × kinds → N × PP), as
+        cut_step_times_s's `price` has them: each distinct (rank, blocks) priced once (stage_times_s), since a
+        stage's price reads only its rank's work and the run."""
+        n, pp, kinds = counts.shape
+        rows = np.concatenate([np.broadcast_to(np.arange(pp)[None, :, None], (n, pp, 1)), counts], axis=2)
+        rows = rows.reshape(n * pp, kinds + 1)
+        base = int(rows.max()) + 1
+        if base ** (kinds + 1) < 2**62:
+            keys = rows @ base ** np.arange(kinds, -1, -1, dtype=np.int64)
+            _, first, same = np.unique(keys, return_index=True, return_inverse=True)
+            distinct = rows[first]
+        else:
+            distinct, same = np.unique(rows, axis=0, return_inverse=True)
+        seconds = self.stage_times_s(mapping, derived, [(rank, tuple(held)) for rank, *held in distinct.tolist()])
+        return np.array(seconds)[same.reshape(-1)].reshape(n, pp)
+
     def _priced_cuts(self, mapping: Mapping, derived: Derived, counts: np.ndarray) -> dict[str, np.ndarray]:
         """`price` of N cuts of one mapping (counts N × PP × kinds blocks per pipeline rank)."""
         vectors = self.rank_work(mapping, derived).vectors(counts)

@@ -76,6 +76,12 @@ class StageTimeModel(Protocol):
         """Exact step seconds of N cuts (counts: N × PP × kinds blocks per pipeline rank), as printed."""
         ...
 
+    def cut_stage_times_s(self, mapping: Mapping, derived: Derived, counts: np.ndarray) -> np.ndarray:
+        """Each pipeline rank's stage seconds of one microbatch in N cuts (counts: N × PP × kinds → N × PP), as
+        cut_step_times_s prices them: its step is at least their pipeline time (schedule.pipeline_seconds), since
+        the per-step terms it adds are never negative."""
+        ...
+
     def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
                      most: np.ndarray | None = None, ep_options: tuple[EpOption, ...] | None = None) -> float:
         """A lower bound on the exact step seconds of every cut (totals: blocks of each kind) holding at most
@@ -213,6 +219,17 @@ class RowCosts:
         frac = self.inflight[stage]
         return (static + -(-frac.numerator * held // frac.denominator) + peak
                 + (self.dispatch_bytes if moe else 0) + self.fixed_bytes)
+
+    def ranks_bytes(self, counts: np.ndarray) -> np.ndarray:
+        """stage_bytes of every pipeline rank at once (counts: ranks × kinds, or cuts × ranks × kinds; the result
+        drops the kinds axis), exactly as the ledger sums them."""
+        edge, kind = np.array(self.edge_bytes, dtype=np.int64), np.array(self.kind_bytes, dtype=np.int64)
+        static, held = edge[:, 0] + counts @ kind[:, 0], edge[:, 1] + counts @ kind[:, 1]
+        act = -(-held * _numerators(self.inflight) // _denominators(self.inflight))
+        present = counts > 0
+        peak = np.maximum(edge[:, 2], np.where(present, kind[:, 2], 0).max(axis=-1))
+        moe = np.array(self.edge_moe, dtype=bool) | (present & np.array(self.kind_moe, dtype=bool)).any(axis=-1)
+        return static + act + peak + np.where(moe, self.dispatch_bytes, 0) + self.fixed_bytes
 
     def stage_time_us(self, stage: int, counts: tuple[int, ...]) -> int:
         """Forward plus backward time of one microbatch on `stage`, microseconds."""

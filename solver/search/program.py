@@ -89,8 +89,14 @@ def admissible(problem: Problem, row: Row, staircase: Staircase, row_rules: tupl
         return Staircase((), staircase.proved)
     if not cut_rules:
         return staircase
-    return Staircase(tuple(q for q in staircase.points
-                           if holds(problem, row.mapping(problem, q.layout), cut_rules)), staircase.proved)
+    return Staircase(tuple(q for q in staircase.points if cut_passes(problem, row, q.layout, cut_rules)),
+                     staircase.proved)
+
+
+def cut_passes(problem: Problem, row: Row, layout: tuple[int, ...], cut_rules: tuple[Constraint, ...]) -> bool:
+    """Whether the row's mapping with stage cut `layout` passes every rule judged cut by cut (`problem`: the row's,
+    with its options, space.with_choices)."""
+    return not cut_rules or holds(problem, row.mapping(problem, layout), cut_rules)
 
 
 def _post_rules(model: cp_model.CpModel, problem: Problem, rows: tuple[Row, ...],

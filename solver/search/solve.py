@@ -22,6 +22,7 @@ from parasol.solver.search.collector import searching_pace
 from parasol.solver.search.costs import (
     MEMORY_UNIT_MB,
     TIME_UNIT_S,
+    RowCosts,
     StageTimeModel,
     block_kinds,
     interval_counts,
@@ -41,12 +42,13 @@ from parasol.solver.search.objectives import (
     program_objectives,
     row_units,
 )
-from parasol.solver.search.pareto import Point, pareto_search
+from parasol.solver.search.pareto import Point, SearchOutcome, pareto_search
+from parasol.solver.search.polish import CutPolisher
 from parasol.solver.search.program import compile_program
 from parasol.solver.search.prune import pruned
 from parasol.solver.search.row_search import RowSearch
 from parasol.solver.search.savings import NONE, open_savings, row_problem
-from parasol.solver.search.space import Row, rows_until, search_domains
+from parasol.solver.search.space import Row, row_of, rows_until, search_domains
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,11 @@ class SolvedMapping:
             "gap": self.gap,
         }
         return data
+
+    @property
+    def row(self) -> Row:
+        """The search row this mapping was cut from: its degrees, rank order, options and memory saving."""
+        return row_of(self.explanation.mapping, self.settings, self.saving)
 
     @property
     def gap(self) -> float | None:
@@ -373,6 +380,27 @@ def _point_value(objective: Objective, row: int, q: CutPoint, per_row: dict[Obje
     return per_row[objective][row]
 
 
+def polished_master(problem: Problem, rows: tuple[Row, ...], costs: tuple[RowCosts, ...],
+                    stairs: tuple[Staircase, ...], per_row: dict[Objective, tuple[int, ...]], polisher: CutPolisher,
+                    top: int, minimised: tuple[Objective, ...], deadline: float,
+                    on_front: Callable[[int, int], None] | None) -> tuple[SearchOutcome, int]:
+    """The master's fronts over `stairs`, solved again with the steps it returns polished (solver/search/polish.py)
+    until every step it returns is: (the last outcome, master solves in all). Past `deadline` (perf_counter) the
+    last outcome stands and the polisher is left incomplete."""
+    solves = 0
+    while True:
+        program = compile_program(problem, rows, costs, stairs, row_values=per_row)
+        outcome = pareto_search(program, top, max(deadline - time.perf_counter(), 0.05), minimised, on_front)
+        solves += outcome.master_solves
+        again = polisher.polished(outcome.points, stairs, deadline)
+        if again is None:
+            return outcome, solves
+        if time.perf_counter() > deadline:
+            polisher.complete = False
+            return outcome, solves
+        stairs = again
+
+
 @dataclass(frozen=True)
 class SearchProgress:
     """How far a search has got: rows screened of the rows listed, Pareto fronts and mappings found."""
@@ -455,11 +483,11 @@ def _solve(problem: Problem, time_model: StageTimeModel, top: int, time_limit_s:
                         search.feasible_row)
     floors = open_floors(search, staircases, unseen if listed else None, minimised,
                          start + (PRICING_SHARE + BOUND_SHARE) * time_limit_s)
-    program = compile_program(problem, rows, tuple(costs), stairs, row_values=per_row)
-    remaining = max((1 - EXPLAIN_SHARE) * time_limit_s - (time.perf_counter() - start), 0.05)
     on_front = None if progress is None else \
         (lambda fronts, found: progress(SearchProgress(screened, len(ordered), fronts, found)))
-    outcome = pareto_search(program, top, remaining, minimised, on_front)
+    polisher = CutPolisher(problem, rows, tuple(costs), search.model_of, counts, search.cut_rules)
+    outcome, master_solves = polished_master(problem, rows, tuple(costs), stairs, per_row, polisher, top, minimised,
+                                             start + (1 - EXPLAIN_SHARE) * time_limit_s, on_front)
     solved = []
     caps = front_caps(outcome.points)
     for pt, cap in zip(outcome.points, caps, strict=True):
@@ -471,16 +499,16 @@ def _solve(problem: Problem, time_model: StageTimeModel, top: int, time_limit_s:
         front = {o.value: round(objective_value(o, metrics, v * SCALES[p].resolution), 9)
                  for o, p, v in zip(objectives, minimised, pt.values, strict=True)}
         bound = open_bound(pt.bound, cap, floors)
-        solved.append(SolvedMapping(pt.pareto_rank, pt.optimal and all_priced, round(pt.time_units * TIME_UNIT_S, 9),
+        solved.append(SolvedMapping(pt.pareto_rank, pt.optimal and all_priced and polisher.complete, round(pt.time_units * TIME_UNIT_S, 9),
                                     pt.memory_units * MEMORY_UNIT_MB / 1000, front,
                                     {minimised[0].value: None if bound is None
                                      else round(bound * SCALES[minimised[0]].resolution, 9)},
                                     account, row.settings(), row.saving))
-    complete = outcome.complete and all_priced and len(solved) == len(outcome.points)
+    complete = outcome.complete and all_priced and polisher.complete and len(solved) == len(outcome.points)
     if not solved:
         status = "infeasible" if complete else "unknown"
     else:
         status = "optimal" if complete and all(s.optimal for s in solved) else "feasible"
-    return SolveResult(status, tuple(solved), total_rows, search.fitting, outcome.master_solves,
+    return SolveResult(status, tuple(solved), total_rows, search.fitting, master_solves,
                        time.perf_counter() - start, screened, ruled.dropped, rows_cut=len(kept),
                        rows_refused=search.refused)

@@ -265,6 +265,17 @@ CHOICE_FIELDS = ("dispatcher", "flex_backend", "cp_comm", "cp_levels")
 _choice_values = attrgetter(*CHOICE_FIELDS)
 
 
+def row_of(mapping: Mapping, settings: dict[str, str | tuple[int, ...]], saving: str) -> Row:
+    """The search row of a mapping with the options it chose (`settings`: by Row.settings' names) and its memory
+    saving: the row a solved mapping was cut from."""
+    options = dict(zip(CHOICE_FIELDS, ("", "", "", ()), strict=True))
+    options.update({field: settings[name] for field, name in zip(CHOICE_FIELDS, CHOICE_OPTIONS, strict=True)
+                    if name in settings})
+    options["cp_levels"] = tuple(options["cp_levels"])
+    return Row(mapping.pp, mapping.vpp, mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.mbs,
+               mapping.recompute.value, mapping.rank_order.value, saving=saving, **options)
+
+
 MAPPINGS_KEPT = 1 << 16
 """Distinct mappings Row.mapping keeps (least recently used dropped first)."""
 
