@@ -39,6 +39,15 @@ from parasol.solver.search.savings import row_problem
 from parasol.solver.search.space import Row, with_choices
 
 
+def distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(where each distinct row of `rows` first occurs, in that order; each row's place among the distinct ones):
+    np.unique(axis=0)'s answer in first-seen order, by hashing each row's bytes instead of sorting them."""
+    seen: dict[bytes, int] = {}
+    same = np.fromiter((seen.setdefault(row.tobytes(), len(seen)) for row in np.ascontiguousarray(rows)),
+                       dtype=np.int64, count=len(rows))
+    return np.unique(same, return_index=True)[1], same
+
+
 def one_block_moves(layout: tuple[int, ...], least: tuple[int, ...]) -> np.ndarray:
     """Every layout one block away from `layout` (one per row): a block taken from a virtual stage holding more than
     its least and given to another, in the order (giving stage, taking stage)."""
@@ -57,8 +66,7 @@ def paired_moves(start: tuple[int, ...], moves: np.ndarray, least: tuple[int, ..
     base = np.array(start, dtype=np.int64)
     pairs = moves[a] + moves[b] - base
     pairs = pairs[(pairs >= np.array(least)).all(axis=1) & (pairs != base).any(axis=1)]
-    _, first = np.unique(pairs, axis=0, return_index=True)
-    return pairs[np.sort(first)]
+    return pairs[distinct_rows(pairs)[0]]
 
 
 PAIRED_MOVES = 32
@@ -107,9 +115,9 @@ class _CutPrices:
         if not len(maybe):
             return None
         ranks = judged.ranks[maybe]
-        _, first, same = np.unique(ranks.reshape(len(maybe), -1), axis=0, return_index=True, return_inverse=True)
+        first, same = distinct_rows(ranks.reshape(len(maybe), -1))
         seconds = self.time_model.cut_step_times_s(self.mapping, self.c.derived, ranks[first])
-        steps = np.array([time_units(float(t)) for t in seconds], dtype=np.int64)[same.reshape(-1)]
+        steps = np.array([time_units(float(t)) for t in seconds], dtype=np.int64)[same]
         memory = judged.memory[maybe]
         beats = (steps <= than.time_units) & ((steps < than.time_units) | (memory < than.memory_units))
         for k in np.lexsort((maybe, memory, steps)).tolist():
