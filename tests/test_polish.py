@@ -27,7 +27,15 @@ from parasol.solver.search.costs import (
     row_costs,
 )
 from parasol.solver.search.cuts import CutPoint, Staircase, cuts_rank_counts
-from parasol.solver.search.polish import one_block_moves, paired_moves, polished_point, with_polished
+from parasol.solver.search.pareto import Point
+from parasol.solver.search.polish import (
+    CutPolisher,
+    distinct_rows,
+    one_block_moves,
+    paired_moves,
+    polished_point,
+    with_polished,
+)
 from parasol.solver.search.reprice import exact_staircase
 from parasol.solver.search.savings import row_problem
 from parasol.solver.search.solve import solve
@@ -156,3 +164,27 @@ def test_a_polished_step_replaces_its_start_and_what_it_dominates() -> None:
     stairs = Staircase((CutPoint(10, 50, (1, 2)), CutPoint(12, 40, (2, 1)), CutPoint(15, 30, (3, 0))), True)
     again = with_polished(stairs, CutPoint(15, 30, (3, 0)), CutPoint(11, 30, (0, 3)))
     assert again.points == (CutPoint(10, 50, (1, 2)), CutPoint(11, 30, (0, 3))) and again.proved
+
+
+def test_distinct_rows_are_uniques_rows_in_first_seen_order() -> None:
+    """distinct_rows gives np.unique(axis=0)'s distinct rows, ordered by first occurrence, and each row's place."""
+    rows = np.random.default_rng(3).integers(0, 3, size=(200, 4))
+    first, same = distinct_rows(rows)
+    assert sorted(map(tuple, rows[first].tolist())) == sorted(map(tuple, np.unique(rows, axis=0).tolist()))
+    assert first.tolist() == sorted(first.tolist()) and (rows[first][same] == rows).all()
+
+
+def test_a_polisher_past_its_deadline_polishes_nothing_and_says_so() -> None:
+    """Asked past its deadline, CutPolisher leaves every staircase as it is and is no longer complete, so solve
+    answers `feasible` rather than claiming a polished, optimal front."""
+    problem, search_row, priced, c, counts = _row_context("one block")
+    layout = search_row.default_cut(problem)
+    step = CutPoint(*_printed(problem, search_row, CalibratedStageTimes(problem), np.array([layout]))[0], layout)
+    stairs = (Staircase((step,), True),)
+    polisher = CutPolisher(problem, (search_row,), (c,), lambda _: priced, counts, ())
+    point = Point(0, layout, step.time_units, step.memory_units, 1, True, step.time_units, (0, 0))
+    assert polisher.polished((point,), stairs, deadline=0.0) is None and not polisher.complete
+    fresh = CutPolisher(problem, (search_row,), (c,), lambda _: priced, counts, ())
+    again = fresh.polished((point,), stairs)
+    assert fresh.complete and again is not None and again[0].points[0].time_units < step.time_units
+    assert fresh.polished((point,), again) is None
