@@ -167,7 +167,8 @@ class CutPolisher:
     polish it was asked for ran to its end."""
 
     def __init__(self, problem: Problem, rows: tuple[Row, ...], costs: tuple[RowCosts, ...],
-                 model_of: Callable[[Row], StageTimeModel], counts: np.ndarray, cut_rules: tuple[Constraint, ...]) -> None:
+                 model_of: Callable[[Row], StageTimeModel], counts: np.ndarray,
+                 cut_rules: tuple[Constraint, ...]) -> None:
         self.problem, self.rows, self.costs, self.model_of = problem, rows, costs, model_of
         self.counts, self.cut_rules = counts, cut_rules
         self.usable_bytes = problem.hardware.gpu.usable_hbm_bytes
@@ -200,7 +201,7 @@ class CutPolisher:
         row, c = self.rows[i], self.costs[i]
         judged = with_choices(row_problem(self.problem, row), row)
         point, finished = polished_point(c, row.mapping(self.problem), start, self.counts, self.model_of(row),
-                                         self.usable_bytes, lambda layout: cut_passes(judged, row, layout, self.cut_rules),
-                                         deadline)
+                                         self.usable_bytes,
+                                         lambda layout: cut_passes(judged, row, layout, self.cut_rules), deadline)
         self.complete &= finished
         return point

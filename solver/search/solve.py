@@ -499,7 +499,8 @@ def _solve(problem: Problem, time_model: StageTimeModel, top: int, time_limit_s:
         front = {o.value: round(objective_value(o, metrics, v * SCALES[p].resolution), 9)
                  for o, p, v in zip(objectives, minimised, pt.values, strict=True)}
         bound = open_bound(pt.bound, cap, floors)
-        solved.append(SolvedMapping(pt.pareto_rank, pt.optimal and all_priced and polisher.complete, round(pt.time_units * TIME_UNIT_S, 9),
+        proved = pt.optimal and all_priced and polisher.complete
+        solved.append(SolvedMapping(pt.pareto_rank, proved, round(pt.time_units * TIME_UNIT_S, 9),
                                     pt.memory_units * MEMORY_UNIT_MB / 1000, front,
                                     {minimised[0].value: None if bound is None
                                      else round(bound * SCALES[minimised[0]].resolution, 9)},
