@@ -19,6 +19,7 @@ from inline_problems import SMALL_MOE
 from parasol.constraints.physics.step_time import CalibratedStageTimes
 from parasol.errors import InputError
 from parasol.problems.derived import interleaved_even_layout, stage_layer_totals
+from parasol.problems.inputs import explain_inputs
 from parasol.problems.loader import Problem, load_problem, load_problem_text
 from parasol.problems.mapping import Mapping
 from parasol.problems.mapping_input import build_mapping
@@ -26,6 +27,7 @@ from parasol.problems.megatron.layout_string import parse_pipeline_layout
 from parasol.problems.megatron.patterns import parse_hybrid_pattern
 from parasol.problems.schema import Precision
 from parasol.solver.cli import main
+from parasol.solver.diagnose.explain import Explanation, explain
 from parasol.solver.outputs.emit import (
     format_layout,
     hybrid_pattern,
@@ -335,6 +337,31 @@ def test_first_solved_mapping_of_every_bundled_problem_round_trips(path: Path) -
     for solved in result.mappings[:1]:
         trip = round_trip(solved.explanation.problem, solved.explanation.mapping)
         assert trip.ok, (trip.differences, trip.violations)
+        printed = solved.explanation.metrics()
+        assert (trip.metrics["step_time_s"], trip.metrics["peak_memory_gb"]) == pytest.approx(
+            (printed["step_time_s"], printed["peak_memory_gb"]), rel=1e-9)
+
+
+def _explained(sets: dict[str, str]) -> Explanation:
+    """explain of the bundled 1,024-GPU DeepSeek-V4-Pro problem under `--set` values."""
+    inputs = explain_inputs(V4_1024, tuple(f"{k}={v}" for k, v in sets.items()), None)
+    return explain(inputs.problem, inputs.mapping, repairs=0)
+
+
+def test_tp_overlap_never_applies_to_a_tp_group_of_one() -> None:
+    """At TP 1 Megatron switches sequence parallelism off (arguments.py:1430-1439) and --tp-comm-overlap needs it,
+    so the launch line never carries the flag and the step time must not hide the TP column (there, the recomputed
+    forward's EP exchanges) behind the GEMMs: DeepSeek-V4-Pro TP1 PP16 CP4 EP32 with full recompute prices the same
+    with tp_comm_overlap unset as with it off, and its emitted launch line reads back at that step time (before,
+    the unset switch hid those exchanges while the read-back line priced them: DeepSeek-V4-Flash TP1 PP16 CP8 EP128
+    with full recompute on 32,768 GPUs printed 1.919 s and read back at 2.198 s)."""
+    sets = {"tp": "1", "pp": "16", "cp": "4", "ep": "32", "etp": "1", "vpp": "1", "mbs": "1", "recompute": "full",
+            "moe_token_dispatcher_type": "flex"}
+    unset = _explained(sets)
+    off = _explained({**sets, "tp_comm_overlap": "false"})
+    assert unset.metrics()["step_time_s"] == off.metrics()["step_time_s"]
+    trip = round_trip(unset.problem, unset.mapping)
+    assert trip.ok and trip.metrics["step_time_s"] == pytest.approx(unset.metrics()["step_time_s"], rel=1e-9)
 
 
 @pytest.mark.slow

@@ -188,11 +188,13 @@ USERBUFFERS = ("TransformerEngine@d0067d0 transformer_engine/common/comm_gemm_ov
 
 
 def tp_overlap_applies(switch: bool, tp_link: GroupLink) -> bool:
-    """Whether --tp-comm-overlap (`switch`) hides a TP group's collectives: only inside one NVLink domain.
-    Transformer Engine's userbuffers map every TP peer's buffer into each rank's memory, with IPC handles
-    inside a node or fabric handles inside a multi-node NVLink domain (USERBUFFERS); a group that reaches
-    over the network runs its collectives exposed, and the launch line leaves the flag out."""
-    return switch and tp_link.domains <= 1
+    """Whether --tp-comm-overlap (`switch`) hides a TP group's collectives: only for TP > 1 and inside one NVLink
+    domain. At TP 1 Megatron switches sequence parallelism off (arguments.py:1430-1439), which the overlap needs
+    (arguments.py:1441), so nothing the TP column carries (at TP 1, the recomputed forward's EP exchanges) hides
+    behind the GEMMs. Transformer Engine's userbuffers map every TP peer's buffer into each rank's memory, with IPC
+    handles inside a node or fabric handles inside a multi-node NVLink domain (USERBUFFERS); a group that reaches
+    over the network runs its collectives exposed. The launch line has the flag only where this holds."""
+    return switch and tp_link.size > 1 and tp_link.domains <= 1
 
 
 @dataclass(frozen=True)

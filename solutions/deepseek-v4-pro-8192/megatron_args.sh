@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# parasol: Megatron-LM launch flags for deepseek-v4-pro-8192, mapping 1 of 21 (Pareto rank 1)
+# parasol: Megatron-LM launch flags for deepseek-v4-pro-8192, mapping 1 of 16 (Pareto rank 1)
 #   TP1 PP16 CP4 EP32 ETP1 VPP4 MBS1 GBS4096 seq 8192, recompute full; 8,192 GPUs = 1,024 nodes x 8 GPUs.
 # Run it on every host of the host order (hosts.txt) with NODE_RANK = the host's line (0-based) and
 # MASTER_ADDR = the first host: global rank = NODE_RANK * GPUs per node + local rank, the order in

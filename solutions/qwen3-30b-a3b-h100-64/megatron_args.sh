@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# parasol: Megatron-LM launch flags for qwen3-30b-a3b-h100-64, mapping 1 of 20 (Pareto rank 1)
+# parasol: Megatron-LM launch flags for qwen3-30b-a3b-h100-64, mapping 1 of 21 (Pareto rank 1)
 #   TP1 PP1 CP1 EP8 ETP1 VPP1 MBS2 GBS512 seq 4096, recompute none; 64 GPUs = 8 nodes x 8 GPUs.
 # Run it on every host of the host order (hosts.txt) with NODE_RANK = the host's line (0-based) and
 # MASTER_ADDR = the first host: global rank = NODE_RANK * GPUs per node + local rank, the order in

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from parasol.constraints.physics.comm import group_link
 from parasol.constraints.physics.memory import megatron_distributed_optimizer, megatron_param_gather
@@ -565,6 +565,8 @@ class RoundTrip:
     parsed: dict
     violations: tuple[str, ...]
     notes: tuple[str, ...]
+    metrics: dict = field(default_factory=dict)
+    """The read-back mapping's metrics as explain prints them (step_time_s, peak_memory_gb, ...)."""
 
     @property
     def differences(self) -> dict[str, tuple[object, object]]:
@@ -599,4 +601,4 @@ def round_trip(problem: Problem, mapping: Mapping, text: str | None = None) -> R
     result = explain(updated, back, repairs=0)
     violations = tuple(v.rule for v in result.evaluation.violations)
     return RoundTrip(script, result.feasible, compared_mapping(problem, mapping), compared_mapping(updated, back),
-                     violations, (*notes, *parsed.notes))
+                     violations, (*notes, *parsed.notes), result.metrics())
