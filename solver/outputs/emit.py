@@ -177,7 +177,7 @@ def sharding_and_overlap_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
         if overlap["param_gather_overlap"] and megatron_param_gather(training):
             flags.append(_flag("--overlap-param-gather"))
     tp_link = group_link(problem.hardware.topology, mapping, "tp")
-    if tp_overlap_applies(overlap["tp_overlap"], tp_link) and mapping.tp > 1 and training.sequence_parallel:
+    if tp_overlap_applies(overlap["tp_overlap"], tp_link) and training.sequence_parallel:
         flags.append(_flag("--tp-comm-overlap"))
     if options.delay_wgrad_compute:
         flags.append(_flag("--delay-wgrad-compute"))

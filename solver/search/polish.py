@@ -179,7 +179,8 @@ class CutPolisher:
     def polished(self, points: tuple[Point, ...], stairs: tuple[Staircase, ...],
                  deadline: float = math.inf) -> tuple[Staircase, ...] | None:
         """`stairs` with every step among `points` not polished before replaced by its polish; None when no step
-        changed. Past `deadline` (perf_counter) the steps left are not polished and the polisher is incomplete."""
+        changed. Past `deadline` (perf_counter) the steps left are not polished, and the polisher is incomplete,
+        as it is when steps changed with no time left to solve the master again over them."""
         changed = list(stairs)
         for pt in points:
             key = (pt.row_index, pt.layout)
@@ -194,7 +195,10 @@ class CutPolisher:
             if better != start:
                 self.done.add((pt.row_index, better.layout))
                 changed[pt.row_index] = with_polished(changed[pt.row_index], start, better)
-        return None if changed == list(stairs) else tuple(changed)
+        if changed == list(stairs):
+            return None
+        self.complete &= time.perf_counter() <= deadline
+        return tuple(changed)
 
     def _polish(self, i: int, start: CutPoint, deadline: float) -> CutPoint:
         """polished_point of row i's step `start`, judged by the cut rules under the row's options."""

@@ -61,9 +61,9 @@ def exact_staircase(c: RowCosts, mapping: Mapping, staircase: Staircase, counts:
         return staircase
     per_rank = cuts_rank_counts([q.layout for q in staircase.points], c.row.pp, counts)
     seconds = time_model.cut_step_times_s(mapping, c.derived, per_rank)
-    points = [CutPoint(time_units(float(t)), memory_units(max(c.stage_bytes(s, n) for s, n in enumerate(ranks))),
-                       q.layout)
-              for q, t, ranks in zip(staircase.points, seconds, per_rank.tolist(), strict=True)]
+    peaks = c.ranks_bytes(per_rank).max(axis=1).tolist()
+    points = [CutPoint(time_units(float(t)), memory_units(peak), q.layout)
+              for q, t, peak in zip(staircase.points, seconds, peaks, strict=True)]
     return Staircase(non_dominated(points), staircase.proved)
 
 

@@ -385,18 +385,15 @@ def polished_master(problem: Problem, rows: tuple[Row, ...], costs: tuple[RowCos
                     top: int, minimised: tuple[Objective, ...], deadline: float,
                     on_front: Callable[[int, int], None] | None) -> tuple[SearchOutcome, int]:
     """The master's fronts over `stairs`, solved again with the steps it returns polished (solver/search/polish.py)
-    until every step it returns is: (the last outcome, master solves in all). Past `deadline` (perf_counter) the
-    last outcome stands and the polisher is left incomplete."""
+    until every step it returns is: (the last outcome, master solves in all). Once the polisher is incomplete
+    (`deadline`, perf_counter, passed) the last outcome stands."""
     solves = 0
     while True:
         program = compile_program(problem, rows, costs, stairs, row_values=per_row)
         outcome = pareto_search(program, top, max(deadline - time.perf_counter(), 0.05), minimised, on_front)
         solves += outcome.master_solves
         again = polisher.polished(outcome.points, stairs, deadline)
-        if again is None:
-            return outcome, solves
-        if time.perf_counter() > deadline:
-            polisher.complete = False
+        if again is None or not polisher.complete:
             return outcome, solves
         stairs = again
 
