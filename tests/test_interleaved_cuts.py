@@ -528,3 +528,48 @@ def test_one_group_first_piece_is_the_searchs() -> None:
         first = next(InterleavedCuts._realise_moves(pos, top, (need,), need, rounds, at, coded, allowed), None)
         length = _first_length(need, rounds, top - pos, allowed)
         assert (None if first is None else first[0] - pos) == length
+
+
+FLASH_ROW = """model: deepseek-v4-flash
+training: {{seq_len: 8192, global_batch: 8192, precision: bf16, optimizer: muon, packed_sequences: true}}
+hardware: {{preset: h800-hgx, gpus: {gpus}}}
+framework:
+  rule_packs: [megatron-core, deepseek-v4]
+  options: {{cp_partition_mode: contiguous}}
+search: {{tp: 1, etp: 1, mbs: 1, recompute: full, {row}}}
+"""
+
+
+def _flash_costs(gpus: int, row: str):  # noqa: ANN202
+    """The one row of a DeepSeek-V4-Flash problem, its cost tables under the calibrated model, counts, usable MB."""
+    problem = load_problem_text(FLASH_ROW.format(gpus=gpus, row=row))
+    model = CalibratedStageTimes(problem)
+    (only,) = enumerate_rows(problem)
+    counts, usable = _setup(problem, model)
+    return row_costs(problem, only, model.for_problem(problem)), counts, usable
+
+
+@pytest.mark.slow
+def test_relaxation_first_gives_way_to_the_round_program_once_it_leaves_a_question_open(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the round program is long the relaxation is asked first, until it first fails to settle a question of
+    the row. At PP 4, VPP 12 (DeepSeek-V4-Flash's default front on 32,768 GPUs) its optimum mostly has no layout
+    and the round program answers after the first step's question; the staircase is the one asking it first
+    every time gives, step for step. At PP 2 below V4's lead-in it settles the first step and stays first."""
+    c, counts, usable = _flash_costs(32768, "pp: 4, vpp: 12, cp: 4, ep: 256")
+    cuts = InterleavedCuts(c, counts)
+    assert cuts.rounds is not None and cuts._relaxation_first
+    cuts.best(usable)
+    assert not cuts.relaxation_first
+    adaptive = row_staircase(c, counts, usable)
+    monkeypatch.setattr(InterleavedCuts, "relaxation_first", property(lambda self: True, lambda self, value: None),
+                        raising=False)
+    always = row_staircase(c, counts, usable)
+    assert adaptive.proved and always.proved and len(adaptive.points) > 10
+    assert [(q.time_units, q.memory_units) for q in adaptive.points] == \
+        [(q.time_units, q.memory_units) for q in always.points]
+    monkeypatch.undo()
+    c, counts, usable = _flash_costs(4096, "pp: 2, vpp: 12, cp: 1, ep: 64")
+    cuts = InterleavedCuts(c, counts)
+    assert cuts._relaxation_first
+    assert cuts.best(usable)[0] is not None and cuts._relaxation_first

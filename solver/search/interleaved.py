@@ -194,6 +194,10 @@ class InterleavedCuts:
         self.total_us = sum(c.edge_time_us) + self.b.time[-1]
         self.unit = round(TIME_UNIT_S * MICROSECONDS)
         self.relaxed = RankTotals(self, counts)
+        self.relaxation_first = True
+        """Whether the relaxation is still asked before the long round program (settle): until it first leaves a
+        question of this row unsettled, where its optimum mostly has no layout (DeepSeek-V4-Flash at PP 4, VPP
+        12: 260 of 323 questions), while at PP 2 below V4's lead-in it settles every one."""
         merged = self.relaxed.counts
         self.prefix = [tuple(int(x) for x in merged[0, :, q]) for q in range(merged.shape[2])]
         """Blocks of each of the relaxation's kinds (RankTotals.groups) among the first i, i = 0..n."""
@@ -551,10 +555,11 @@ class InterleavedCuts:
         run (the relaxation's optimum often has no layout there; it is asked first where the round program
         is long), else the relaxation's when realised."""
         if len(self.relaxed.groups) > 1:
-            if self.rounds is not None and self.rounds.states > RELAXATION_FIRST:
+            if self._relaxation_first:
                 settled, layout = self.relaxed_cut(slowest_us, cap_mb, minimise_time)
                 if settled:
                     return settled, layout
+                self.relaxation_first = False
             settled, layout = self.exact_least(slowest_us, cap_mb, minimise_time)
             if settled:
                 return settled, layout
@@ -563,6 +568,12 @@ class InterleavedCuts:
                 return settled, layout
             return self.ordered_cut(slowest_us, cap_mb, minimise_time)
         return self.relaxed_cut(slowest_us, cap_mb, minimise_time)
+
+    @property
+    def _relaxation_first(self) -> bool:
+        """Whether `settle` asks the relaxation before the round program: where the program is long
+        (RELAXATION_FIRST states), until the relaxation first fails to settle a question (relaxation_first)."""
+        return self.relaxation_first and self.rounds is not None and self.rounds.states > RELAXATION_FIRST
 
     def ordered_cut(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[bool, tuple[int, ...] | None]:
         """relaxed_cut's contract, answered exactly over the relaxation's cuts in order of value: every relaxed
@@ -886,7 +897,7 @@ class InterleavedCuts:
     def _fastest_time(self, cap_mb: int) -> tuple[bool, int | None]:
         """(True, the slowest-rank time of the fastest cut within `cap_mb`, None when none fits) where `settle`
         would take fastest's answer from the round program and it answers; else (False, None)."""
-        if len(self.relaxed.groups) < 2 or self.rounds is None or self.rounds.states > RELAXATION_FIRST:
+        if len(self.relaxed.groups) < 2 or self.rounds is None or self._relaxation_first:
             return False, None
         try:
             return True, self.rounds.fastest_us(UNBOUNDED, cap_mb)
