@@ -199,6 +199,32 @@ def test_v4_hybrid_pattern_with_vpp_round_trips() -> None:
     assert trip.parsed["vpp"] == 2 and trip.parsed["layout"] == list(mapping.layout)
 
 
+NEMOTRON_H = """
+name: nemotron-h-inline
+model: nemotron-h-8b
+training: {seq_len: 8192, global_batch: 768, precision: bf16, optimizer: adam}
+hardware: {preset: h100-hgx, gpus: 256}
+"""
+
+
+def test_layer_wise_pattern_with_empty_segments_round_trips() -> None:
+    """A Mamba hybrid cut that leaves some of the last rank's virtual stages empty (problems/empty_stages.py), as
+    solve returns on Nemotron-H 8B at PP 2 VPP 8, is emitted with empty `|` segments, which Megatron builds as
+    stages of no layer (hybrid_layer_allocation.py select_pipeline_segment); it reads back as the same mapping at
+    the same step time and peak memory (before, the reader refused the empty segments as bad input)."""
+    problem = load_problem_text(NEMOTRON_H, source="nemotron-h-inline.yaml")
+    layout = (3, 3, 4, 3, 3, 3, 4, 3, 3, 0, 4, 4, 3, 0, 4, 8)
+    mapping = build_mapping(problem, {"tp": "4", "pp": "2", "cp": "2", "vpp": "8", "mbs": "4", "recompute": "none",
+                                      "layout": ",".join(map(str, layout))})
+    pattern = dict(flags_of(problem, mapping, "pipeline"))["--hybrid-layer-pattern"]
+    assert "||" in pattern and parse_hybrid_pattern(pattern).segments == layout
+    trip = round_trip(problem, mapping)
+    assert trip.ok, (trip.differences, trip.violations)
+    printed = explain(problem, mapping, repairs=0).metrics()
+    assert (trip.metrics["step_time_s"], trip.metrics["peak_memory_gb"]) == pytest.approx(
+        (printed["step_time_s"], printed["peak_memory_gb"]), rel=1e-9)
+
+
 @pytest.mark.parametrize("sets", [
     {"pp": "4", "ep": "8"},
     {"pp": "4", "ep": "8", "layout": "2,4,4,2", "recompute": "full"},
