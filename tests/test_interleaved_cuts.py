@@ -558,11 +558,11 @@ def test_relaxation_first_gives_way_to_the_round_program_once_it_leaves_a_questi
     every time gives, step for step. At PP 2 below V4's lead-in it settles the first step and stays first."""
     c, counts, usable = _flash_costs(32768, "pp: 4, vpp: 12, cp: 4, ep: 256")
     cuts = InterleavedCuts(c, counts)
-    assert cuts.rounds is not None and cuts._relaxation_first
+    assert cuts.rounds is not None and cuts.relaxation_asked_first
     cuts.best(usable)
-    assert not cuts.relaxation_first
+    assert not cuts.relaxation_settles and not cuts.relaxation_asked_first
     adaptive = row_staircase(c, counts, usable)
-    monkeypatch.setattr(InterleavedCuts, "relaxation_first", property(lambda self: True, lambda self, value: None),
+    monkeypatch.setattr(InterleavedCuts, "relaxation_settles", property(lambda self: True, lambda self, value: None),
                         raising=False)
     always = row_staircase(c, counts, usable)
     assert adaptive.proved and always.proved and len(adaptive.points) > 10
@@ -571,5 +571,5 @@ def test_relaxation_first_gives_way_to_the_round_program_once_it_leaves_a_questi
     monkeypatch.undo()
     c, counts, usable = _flash_costs(4096, "pp: 2, vpp: 12, cp: 1, ep: 64")
     cuts = InterleavedCuts(c, counts)
-    assert cuts._relaxation_first
-    assert cuts.best(usable)[0] is not None and cuts._relaxation_first
+    assert cuts.relaxation_asked_first
+    assert cuts.best(usable)[0] is not None and cuts.relaxation_asked_first

@@ -49,8 +49,9 @@ fits at all (it answers "none" far faster when memory is tight)."""
 NODE_BUDGET = 2_000
 """Partial cuts one bounded search may visit before the question goes to the CP-SAT cut program."""
 RELAXATION_FIRST = 30_000
-"""Round-program states (RoundProgram.states) past which the relaxation is asked first: long programs (PP 2
-below DeepSeek-V4's lead-in at VPP 8-16) where its optimum mostly has a layout."""
+"""Round-program states (RoundProgram.states) past which the relaxation is asked first, until it first fails to
+settle one of the row's questions (InterleavedCuts.relaxation_asked_first): long programs (PP 2 below
+DeepSeek-V4's lead-in at VPP 8-16) where its optimum mostly has a layout."""
 REALISE_BUDGET = 2_000
 """Partial layouts the search for a layout with given per-rank kind counts may visit before giving up
 (then the branch and bound answers instead)."""
@@ -194,10 +195,10 @@ class InterleavedCuts:
         self.total_us = sum(c.edge_time_us) + self.b.time[-1]
         self.unit = round(TIME_UNIT_S * MICROSECONDS)
         self.relaxed = RankTotals(self, counts)
-        self.relaxation_first = True
-        """Whether the relaxation is still asked before the long round program (settle): until it first leaves a
-        question of this row unsettled, where its optimum mostly has no layout (DeepSeek-V4-Flash at PP 4, VPP
-        12: 260 of 323 questions), while at PP 2 below V4's lead-in it settles every one."""
+        self.relaxation_settles = True
+        """Whether the relaxation has settled every question `settle` asked it before the round program (False
+        from its first failure: at DeepSeek-V4-Flash's PP 4, VPP 12 its optimum mostly has no layout, 260 of 323
+        questions, while at PP 2 below V4's lead-in it settles every one)."""
         merged = self.relaxed.counts
         self.prefix = [tuple(int(x) for x in merged[0, :, q]) for q in range(merged.shape[2])]
         """Blocks of each of the relaxation's kinds (RankTotals.groups) among the first i, i = 0..n."""
@@ -553,13 +554,14 @@ class InterleavedCuts:
         """The exact answers that need no search (relaxed_cut's and exact_least's contract): with one kind of
         block the relaxation's (a layout always realises it), with several the exact programs' where they
         run (the relaxation's optimum often has no layout there; it is asked first where the round program
-        is long), else the relaxation's when realised."""
+        is long, until it first fails to settle a question of the row: relaxation_asked_first), else the
+        relaxation's when realised."""
         if len(self.relaxed.groups) > 1:
-            if self._relaxation_first:
+            if self.relaxation_asked_first:
                 settled, layout = self.relaxed_cut(slowest_us, cap_mb, minimise_time)
                 if settled:
                     return settled, layout
-                self.relaxation_first = False
+                self.relaxation_settles = False
             settled, layout = self.exact_least(slowest_us, cap_mb, minimise_time)
             if settled:
                 return settled, layout
@@ -570,10 +572,10 @@ class InterleavedCuts:
         return self.relaxed_cut(slowest_us, cap_mb, minimise_time)
 
     @property
-    def _relaxation_first(self) -> bool:
+    def relaxation_asked_first(self) -> bool:
         """Whether `settle` asks the relaxation before the round program: where the program is long
-        (RELAXATION_FIRST states), until the relaxation first fails to settle a question (relaxation_first)."""
-        return self.relaxation_first and self.rounds is not None and self.rounds.states > RELAXATION_FIRST
+        (RELAXATION_FIRST states), while the relaxation has settled every question asked (relaxation_settles)."""
+        return self.relaxation_settles and self.rounds is not None and self.rounds.states > RELAXATION_FIRST
 
     def ordered_cut(self, slowest_us: int, cap_mb: int, minimise_time: bool) -> tuple[bool, tuple[int, ...] | None]:
         """relaxed_cut's contract, answered exactly over the relaxation's cuts in order of value: every relaxed
@@ -897,7 +899,7 @@ class InterleavedCuts:
     def _fastest_time(self, cap_mb: int) -> tuple[bool, int | None]:
         """(True, the slowest-rank time of the fastest cut within `cap_mb`, None when none fits) where `settle`
         would take fastest's answer from the round program and it answers; else (False, None)."""
-        if len(self.relaxed.groups) < 2 or self.rounds is None or self._relaxation_first:
+        if len(self.relaxed.groups) < 2 or self.rounds is None or self.relaxation_asked_first:
             return False, None
         try:
             return True, self.rounds.fastest_us(UNBOUNDED, cap_mb)
