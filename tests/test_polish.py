@@ -14,6 +14,7 @@ import random
 import numpy as np
 import pytest
 
+from parasol.arrays import distinct_rows
 from parasol.constraints.physics.schedule import pipeline_seconds
 from parasol.constraints.physics.step_time import CalibratedStageTimes
 from parasol.problems.empty_stages import stage_least
@@ -30,7 +31,6 @@ from parasol.solver.search.cuts import CutPoint, Staircase, cuts_rank_counts
 from parasol.solver.search.pareto import Point
 from parasol.solver.search.polish import (
     CutPolisher,
-    distinct_rows,
     one_block_moves,
     paired_moves,
     polished_point,

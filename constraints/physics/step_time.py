@@ -42,6 +42,7 @@ from typing import NamedTuple, get_args
 
 import numpy as np
 
+from parasol.arrays import distinct_rows
 from parasol.constraints.physics.comm import NO_COMM, CommTerm, GroupLink
 from parasol.constraints.physics.exchanges import (
     Links,
@@ -707,15 +708,9 @@ class CalibratedStageTimes:
         n, pp, kinds = counts.shape
         rows = np.concatenate([np.broadcast_to(np.arange(pp)[None, :, None], (n, pp, 1)), counts], axis=2)
         rows = rows.reshape(n * pp, kinds + 1)
-        base = int(rows.max()) + 1
-        if base ** (kinds + 1) < 2**62:
-            keys = rows @ base ** np.arange(kinds, -1, -1, dtype=np.int64)
-            _, first, same = np.unique(keys, return_index=True, return_inverse=True)
-            distinct = rows[first]
-        else:
-            distinct, same = np.unique(rows, axis=0, return_inverse=True)
-        seconds = self.stage_times_s(mapping, derived, [(rank, tuple(held)) for rank, *held in distinct.tolist()])
-        return np.array(seconds)[same.reshape(-1)].reshape(n, pp)
+        first, same = distinct_rows(rows)
+        seconds = self.stage_times_s(mapping, derived, [(rank, tuple(held)) for rank, *held in rows[first].tolist()])
+        return np.array(seconds)[same].reshape(n, pp)
 
     def _priced_cuts(self, mapping: Mapping, derived: Derived, counts: np.ndarray) -> dict[str, np.ndarray]:
         """`price` of N cuts of one mapping (counts N × PP × kinds blocks per pipeline rank)."""

@@ -189,7 +189,7 @@ LAYER_WISE = {"M", "G"}
 
 
 def parse_layer_pattern(text: str, flag: str = "--hybrid-layer-pattern") -> HybridPattern:
-    """A Mamba/GDN hybrid pattern: every symbol one block, blocks per `|` segment. A segment may be empty: Megatron
+    """A Mamba/GDN hybrid pattern (one holding an M or G layer: parse_hybrid_pattern): every symbol one block, blocks per `|` segment. A segment may be empty: Megatron
     builds that virtual stage with no layer (hybrid_layer_allocation.py select_pipeline_segment takes whatever
     symbols a segment has, none included), as parasol's own cuts leave some of the first and last rank's
     (problems/empty_stages.py)."""
@@ -200,8 +200,6 @@ def parse_layer_pattern(text: str, flag: str = "--hybrid-layer-pattern") -> Hybr
                                        + ", ".join(PATTERN_SYMBOLS) + " and | there)")
     segments = tuple(len(segment) for segment in main.split("|"))
     layers = main.replace("|", "")
-    if not layers:
-        raise hybrid_error(flag, text, "no layer")
     mlp = tuple(PATTERN_SYMBOLS[ch][1] for ch in layers)
     return HybridPattern(segments, mlp, tuple(None for _ in layers), len(mtp), layers)
 

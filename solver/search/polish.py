@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from parasol.arrays import distinct_rows
 from parasol.constraints.core.base import Constraint
 from parasol.constraints.physics.schedule import pipeline_seconds
 from parasol.problems.empty_stages import stage_least
@@ -37,15 +38,6 @@ from parasol.solver.search.program import cut_passes
 from parasol.solver.search.reprice import memory_units, non_dominated, time_units
 from parasol.solver.search.savings import row_problem
 from parasol.solver.search.space import Row, with_choices
-
-
-def distinct_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(where each distinct row of `rows` first occurs, in that order; each row's place among the distinct ones):
-    np.unique(axis=0)'s answer in first-seen order, by hashing each row's bytes instead of sorting them."""
-    seen: dict[bytes, int] = {}
-    same = np.fromiter((seen.setdefault(row.tobytes(), len(seen)) for row in np.ascontiguousarray(rows)),
-                       dtype=np.int64, count=len(rows))
-    return np.unique(same, return_index=True)[1], same
 
 
 def one_block_moves(layout: tuple[int, ...], least: tuple[int, ...]) -> np.ndarray:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from parasol.arrays import row_codes
 from parasol.problems.empty_stages import evenest_cut
 from parasol.solver.search.fronts import INF, Classes, Declined, Question, classes_of, least_then_evenest
 
@@ -167,7 +168,7 @@ class _Rounds:
             effect = np.zeros((1, pairs + groups + 1 + self.q), dtype=np.int64)
             for pair, count in enumerate(self.comps[comp]):
                 effect = (effect[:, None, :] + self._pair_effects(pair, count)[None, :, :]).reshape(-1, effect.shape[1])
-            keep = np.sort(np.unique(_row_codes(effect), return_index=True)[1])
+            keep = np.sort(np.unique(row_codes(effect), return_index=True)[1])
             effect = effect[keep]
             self.later_of[comp] = (self.comp_of(effect[:, :pairs]), effect[:, pairs:pairs + groups],
                                    effect[:, pairs + groups], effect[:, pairs + groups + 1:], keep)
@@ -376,7 +377,7 @@ class _Geometry:
         base = self.longest + 1
         shape = np.concatenate([hist[move], fixed[move, None] + 1, lead[move, None], (k - least[move])[:, None]],
                                axis=1)
-        _, one, which = np.unique(_row_codes(shape), return_index=True, return_inverse=True)
+        _, one, which = np.unique(row_codes(shape), return_index=True, return_inverse=True)
         spread = np.array([self.spread(tuple(x[:-3]), x[-3] - 1, *x[-2:]) for x in shape[one].tolist()],
                           dtype=np.int64)[which.ravel()]
         key = ((owner[move] * (self.classes * len(self.comps)) + dst[move]) * (self.longest + 1) + size) \
@@ -471,15 +472,6 @@ class _Joined:
     src: np.ndarray
     rows: np.ndarray
     read: np.ndarray
-
-
-def _row_codes(rows: np.ndarray) -> np.ndarray:
-    """One integer per row of int64 `rows`, equal exactly for equal rows (a mixed radix over the columns' largest
-    values); the rows themselves, viewed whole, when a value is negative or the radix passes int64."""
-    radix = rows.max(axis=0, initial=0) + 1
-    if rows.min(initial=0) < 0 or math.prod(int(x) for x in radix) >= 1 << 62:
-        return np.ascontiguousarray(rows).view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
-    return rows @ np.cumprod(np.concatenate([[1], radix[:-1]])).astype(np.int64)
 
 
 def _stacked(options: dict[int, tuple[np.ndarray, ...]], keys: np.ndarray
