@@ -314,6 +314,25 @@ def test_round_geometry_widened_in_steps_keeps_one_expansions_moves(least: int, 
     assert all(np.array_equal(a, b) for a, b in zip(stepped.by_blocks, once.by_blocks, strict=True))
 
 
+def test_merged_moves_land_where_sorting_every_move_puts_them() -> None:
+    """New moves inserted among a geometry's sorted moves (rounds._merged) land where sorting them all by destination,
+    source, move index and periods puts them, whether one int64 key orders them or, past its range (a geometry
+    of 2^40 states), every move is sorted again."""
+    rng = np.random.default_rng(5)
+    states = 40
+    picked = rng.choice(states * states * 30 * 4, 900, replace=False)
+    dst, rest = np.divmod(picked, states * 30 * 4)
+    src, rest = np.divmod(rest, 30 * 4)
+    index, periods = np.divmod(rest, 4)
+    rows = np.stack([dst, rng.integers(0, 9, 900), rng.integers(0, 99, 900), index, periods, rng.integers(0, 7, 900)])
+    order = np.lexsort((rows[4], rows[3], src, rows[0]))
+    old = order[np.isin(order, np.arange(600))]
+    joined = rounds._Joined(src[old], rows[:, old], np.zeros(len(old), dtype=np.int64))
+    for geometry_states in (states, 1 << 40):
+        merged_src, merged_rows = rounds._merged(joined, src[600:], rows[:, 600:], geometry_states)
+        assert np.array_equal(merged_src, src[order]) and np.array_equal(merged_rows, rows[:, order])
+
+
 def test_best_finds_nothing_unproved_when_the_fastest_cut_runs_out_of_budget() -> None:
     """Where the round program gives the fastest cut's time but tracing that cut then runs out of budget (a
     fuzzed solve at --time-limit 0.3 met it: `fastest` returned no cut and the leanest search iterated None),

@@ -357,6 +357,24 @@ class _Geometry:
                                    + (abs(fixed * stages - whole) if fixed >= 0 else 0))
         return self.spread_of[key]
 
+    def _spreads(self, move: np.ndarray, extra: np.ndarray, hist: np.ndarray, fixed: np.ndarray,
+                 lead: np.ndarray) -> np.ndarray:
+        """`spread` of each expanded move (moves' rows `move`, `extra` periods past their least), priced once per
+        distinct (pieces, piece taken whole, lead-in piece, extra periods): the moves' own shapes are told apart
+        first (fewer rows than their expansions), then paired with the extra periods."""
+        _, one, shape = np.unique(row_codes(np.concatenate([hist, fixed[:, None] + 1, lead[:, None]], axis=1)),
+                                  return_index=True, return_inverse=True)
+        extras = int(extra.max(initial=0)) + 1
+        pair = shape.ravel()[move] * extras + extra
+        seen = np.zeros(len(one) * extras, dtype=bool)
+        seen[pair] = True
+        shapes, more = np.divmod(np.flatnonzero(seen), extras)
+        at = one[shapes]
+        table = np.zeros(len(seen), dtype=np.int64)
+        table[seen] = [self.spread(tuple(h), f, ld, x) for h, f, ld, x in
+                       zip(hist[at].tolist(), fixed[at].tolist(), lead[at].tolist(), more.tolist(), strict=True)]
+        return table[pair]
+
     def expand(self, states: list[int]) -> None:
         """Every move from each of `states` with each number of pooled periods that keeps the rank within
         `reach` blocks and the model's kind totals (and with `closing`, ends in a final state), one per
@@ -373,13 +391,9 @@ class _Geometry:
         move, k = np.nonzero((periods[None, :] >= least[:, None]) & (periods[None, :] <= top[:, None])
                              & (blocks[:, None] + self.q * periods[None, :] > done[owner][:, None]))
         size = blocks[move] + self.q * k
-        code = vec[move] @ self.place + k * int(self.period @ self.place)
+        code = (vec @ self.place)[move] + k * int(self.period @ self.place)
         base = self.longest + 1
-        shape = np.concatenate([hist[move], fixed[move, None] + 1, lead[move, None], (k - least[move])[:, None]],
-                               axis=1)
-        _, one, which = np.unique(row_codes(shape), return_index=True, return_inverse=True)
-        spread = np.array([self.spread(tuple(x[:-3]), x[-3] - 1, *x[-2:]) for x in shape[one].tolist()],
-                          dtype=np.int64)[which.ravel()]
+        spread = self._spreads(move, k - least[move], hist, fixed, lead)
         key = ((owner[move] * (self.classes * len(self.comps)) + dst[move]) * (self.longest + 1) + size) \
             * int(self.place[-1] * (self.total[-1] + 1)) + code
         scale = int(spread.max(initial=0)) + 1
@@ -392,11 +406,8 @@ class _Geometry:
         first = np.sort(evenest[np.concatenate(([True], ordered[1:] != ordered[:-1]))[:len(ordered)]])
         move, k, size, code, spread = move[first], k[first], size[first], code[first], spread[first]
         self.expanded[states] = self.reach
-        src = np.concatenate([self.joined.src, np.array(states, dtype=np.int64)[owner[move]]])
-        rows = np.concatenate([self.joined.rows, np.stack([dst[move], size, code, index[move], periods[k], spread])],
-                              axis=1)
-        order = np.lexsort((rows[4], rows[3], src, rows[0]))
-        src, rows = src[order], np.take(rows, order, axis=1)
+        src, rows = _merged(self.joined, np.array(states, dtype=np.int64)[owner[move]],
+                            np.stack([dst[move], size, code, index[move], periods[k], spread]), len(self.expanded))
         self.joined = _Joined(src, rows, src * (2 * self.n + 2) + self.n + 1 - rows[1])
         by_blocks = np.argsort(rows[1].astype(np.int16), kind="stable")
         self.by_blocks = (by_blocks.astype(np.int32), src.take(by_blocks).astype(np.int32),
@@ -472,6 +483,34 @@ class _Joined:
     src: np.ndarray
     rows: np.ndarray
     read: np.ndarray
+
+
+def _merged(joined: _Joined, src: np.ndarray, rows: np.ndarray, states: int) -> tuple[np.ndarray, np.ndarray]:
+    """`joined`'s moves with new ones (their sources and rows) in its order: by destination, then source, then move
+    index and periods (rows 0, 3 and 4), which tell every move of a geometry apart. The new moves are sorted alone
+    and inserted where they go, one mixed-radix key per move, unless that key passes int64 (then all are sorted
+    again)."""
+    old_src, old_rows = joined.src, joined.rows
+    moves = int(max(old_rows[3].max(initial=0), rows[3].max(initial=0))) + 1
+    periods = int(max(old_rows[4].max(initial=0), rows[4].max(initial=0))) + 1
+    if states * states * moves * periods >= 1 << 62:
+        src, rows = np.concatenate([old_src, src]), np.concatenate([old_rows, rows], axis=1)
+        order = np.lexsort((rows[4], rows[3], src, rows[0]))
+        return src[order], np.take(rows, order, axis=1)
+
+    def key(src: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return ((rows[0] * states + src) * moves + rows[3]) * periods + rows[4]
+
+    new = key(src, rows)
+    order = np.argsort(new)
+    at = np.searchsorted(key(old_src, old_rows), new[order]) + np.arange(len(new))
+    was_old = np.ones(len(old_src) + len(new), dtype=bool)
+    was_old[at] = False
+    stays = np.flatnonzero(was_old)
+    merged = np.empty((len(rows) + 1, len(was_old)), dtype=np.int64)
+    for to, added, held in zip(merged, (src, *rows), (old_src, *old_rows), strict=True):
+        to[at], to[stays] = added.take(order), held
+    return merged[0], merged[1:]
 
 
 def _stacked(options: dict[int, tuple[np.ndarray, ...]], keys: np.ndarray
