@@ -18,8 +18,13 @@ from parasol.constraints.physics.step_time import CalibratedStageTimes
 from parasol.problems.loader import load_problem_text
 from parasol.problems.mapping_input import build_mapping
 from parasol.solver.outputs.emit import megatron_args
-from parasol.solver.search.savings import open_savings
+from parasol.solver.search import row_search
+from parasol.solver.search.costs import block_kinds, interval_counts, prefix_counts, row_costs, usable_mb
+from parasol.solver.search.reprice import memory_means_units
+from parasol.solver.search.row_search import RowSearch, rows_pass_rules
+from parasol.solver.search.savings import open_savings, quick_fit, without_static
 from parasol.solver.search.solve import solve
+from parasol.solver.search.space import enumerate_rows
 
 TEXT = """
 name: llama70b-{gpus}
@@ -77,3 +82,36 @@ def test_rows_that_fit_keep_the_problem_settings() -> None:
     first = solved(problem(64, "full")).mappings[0]
     assert first.saving == "none" and "memory_saving" not in first.as_dict()
     assert first.explanation.problem.training.fsdp == "none"
+
+
+@pytest.mark.parametrize(("recompute", "fits"), [("full", True), ("none", False)])
+def test_a_row_that_fits_as_it_is_is_judged_by_its_whole_tables(recompute: str, fits: bool,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row that fits as it stands (64 H100, TP8 PP1, full recompute) tries no saving, so its own tables'
+    memory floor, weights, gradients and optimizer state included, judges it before its variants are built:
+    steps of `top` rows between that floor and the floor without those terms drop it at once. A row that
+    needs a saving (no recompute: 79.7 GB) is judged by the lighter floor, which a saving could reach, and
+    goes on to its variants."""
+    p = problem(64, recompute)
+    counts = interval_counts(prefix_counts(p, block_kinds(p)))
+    row = next(r for r in enumerate_rows(p) if rows_pass_rules(p, r))
+    plain = row_costs(p, row, None)
+    assert quick_fit(plain, counts, usable_mb(p)) is fits
+    whole, bare = memory_means_units(plain, counts), memory_means_units(without_static(plain), counts)
+    assert bare < whole
+    search = RowSearch(p, CalibratedStageTimes(p), counts, usable_mb(p), 3, True)
+
+    class Peer:
+        cuts = 1
+
+        def exchange(self, cut: list) -> list:
+            return [(i, row, [(0, (bare + whole) // 2)]) for i in range(3)]
+
+    search.peer = Peer()
+    search.unshared = [(0, row, [])]
+    search.exchange()
+    built = []
+    original = row_search.fit_candidates
+    monkeypatch.setattr(row_search, "fit_candidates", lambda *a, **k: built.append(1) or original(*a, **k))
+    search._judge(row_search._Screened(row), 10**9)
+    assert bool(built) is not fits
