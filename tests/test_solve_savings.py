@@ -102,13 +102,12 @@ def test_a_row_that_fits_as_it_is_is_judged_by_its_whole_tables(recompute: str, 
     search = RowSearch(p, CalibratedStageTimes(p), counts, usable_mb(p), 3, True)
 
     class Peer:
-        cuts = 1
+        cuts = 0
 
         def exchange(self, cut: list) -> list:
             return [(i, row, [(0, (bare + whole) // 2)]) for i in range(3)]
 
     search.peer = Peer()
-    search.unshared = [(0, row, [])]
     search.exchange()
     built = []
     original = row_search.fit_candidates

@@ -189,10 +189,10 @@ LAYER_WISE = {"M", "G"}
 
 
 def parse_layer_pattern(text: str, flag: str = "--hybrid-layer-pattern") -> HybridPattern:
-    """A Mamba/GDN hybrid pattern (one holding an M or G layer: parse_hybrid_pattern): every symbol one block, blocks per `|` segment. A segment may be empty: Megatron
-    builds that virtual stage with no layer (hybrid_layer_allocation.py select_pipeline_segment takes whatever
-    symbols a segment has, none included), as parasol's own cuts leave some of the first and last rank's
-    (problems/empty_stages.py)."""
+    """A Mamba/GDN hybrid pattern (one holding an M or G layer: parse_hybrid_pattern): every symbol one block,
+    blocks per `|` segment. A segment may be empty: Megatron builds that virtual stage with no layer
+    (hybrid_layer_allocation.py select_pipeline_segment takes whatever symbols a segment has, none included), as
+    parasol's own cuts leave some of the first and last rank's (problems/empty_stages.py)."""
     main, *mtp = text.split("/")
     bad = sorted(set(main) - set(PATTERN_SYMBOLS) - {"|"})
     if bad:
