@@ -32,12 +32,14 @@ from parasol.problems.derived import default_layout, derive
 from parasol.problems.loader import load_problem, load_problem_text
 from parasol.problems.mapping import RankOrder
 from parasol.problems.model.params import block_params
-from parasol.solver.search.choices import MEMORY_TABLES
 from parasol.solver.search.costs import (
     block_kinds,
     interval_counts,
+    ledger_means_ratio,
+    ledger_parts,
     memory_fields,
     memory_floor_mb,
+    memory_floor_ratio,
     memory_key,
     prefix_counts,
     row_costs,
@@ -46,7 +48,6 @@ from parasol.solver.search.costs import (
 )
 from parasol.solver.search.cuts import rank_counts, some_cut_fits
 from parasol.solver.search.savings import (
-    any_vpp_tables,
     bare_memory_floor_any_vpp,
     default_cut_fits,
     default_rank_counts,
@@ -393,6 +394,8 @@ def test_memory_floor_any_vpp_bounds_every_vpp_and_is_the_floor_at_vpp_one(probl
         interleaved = [g for g in groups.values() if len({r.vpp for r in g}) > 2]
         for group in interleaved[::max(len(interleaved) // 6, 1)][:6]:
             bare = bare_memory_floor_any_vpp(problem, group[0], counts)
+            plain = row_costs(problem, dataclasses.replace(group[0], vpp=1), None)
+            assert bare == memory_means_units(without_static(plain), counts, open_edges=True), group[0]
             for saving in ("none", *open_savings(problem)):
                 floor = memory_floor_any_vpp(problem, group[0], saving, counts)
                 assert bare <= floor, (group[0], saving)
@@ -429,16 +432,26 @@ def test_saving_variant_is_the_replaced_row(problems: list) -> None:
             assert dataclasses.astuple(variant) == dataclasses.astuple(replaced) and row.saving == "none"
 
 
-def test_any_vpp_tables_are_the_groups_vpp_one_tables(problems: list) -> None:
-    """savings.any_vpp_tables, kept per group (costs.memory_key), are the VPP 1 memory tables row_costs builds for
-    every row of the group, whatever its VPP and rank order."""
+def test_ledger_floor_is_the_tables_floor(problems: list) -> None:
+    """costs.ledger_means_ratio (the weighted means floor summed from the ledger's parts, by which solve prices its
+    groups' floors at any VPP) is memory_floor_ratio in bytes of the row's own tables: as they are, with each open
+    saving's parameter state and buffers (with_states_of) and with none (without_static), at every VPP sampled and
+    with the edge ranks free to hold no block or not."""
+    compared = 0
     for problem in problems:
-        for row in _sample(problem, 8):
-            alone = row_costs(problem, dataclasses.replace(row, vpp=1), None)
-            kept = any_vpp_tables(problem, row)
-            assert kept.row.vpp == 1 and kept.row.saving == "none"
-            assert all(getattr(kept, name) == getattr(alone, name) for name in MEMORY_TABLES)
-            assert any_vpp_tables(problem, dataclasses.replace(row, vpp=2)) is kept
+        totals = interval_counts(prefix_counts(problem, block_kinds(problem)))[0, -1]
+        for row in _sample(problem, 12):
+            tables = row_costs(problem, row, None)
+            for open_edges in (True, False):
+                parts = ledger_parts(problem, row, totals, open_edges)
+                states = [(problem, tables), (None, without_static(tables))] + [
+                    (with_saving(problem, s), with_states_of(tables, with_saving(problem, s)))
+                    for s in open_savings(problem)]
+                for saving_problem, table in states:
+                    assert (Fraction(*ledger_means_ratio(problem, parts, saving_problem))
+                            == Fraction(*memory_floor_ratio(table, totals, True, open_edges))), (row, open_edges)
+                    compared += 1
+    assert compared > 100
 
 
 def test_derive_memo_is_the_computation(problems: list) -> None:

@@ -294,8 +294,8 @@ def _memory_tables(problem: Problem, row: Row, d: Derived, moved_from: RowCosts 
     of their memory fields (shared_memo); row_costs sets each row's own. The row's mapping is built only when
     the tables are."""
     def build() -> RowCosts:
-        mapping = row.mapping(problem)
-        saved = _saved(problem, mapping) if moved_from is None else _saved_of(moved_from)
+        mapping = _mapping_of(problem, row)
+        saved = _saved(problem, row, mapping) if moved_from is None else _saved_of(moved_from)
         tables = _tables(problem, row, mapping, d, saved)
         return replaced(tables, memo=shared_memo(memoised(problem, "table_memos", MemoPool), memory_fields(tables)))
 
@@ -308,9 +308,9 @@ def with_states_of(c: RowCosts, problem: Problem) -> RowCosts:
     savings.with_saving, which moves only those terms): that saving's tables, for a fraction of row_costs' cost.
     Not memoised: the caller keeps the floors it reads."""
     row, d = c.row, c.derived
-    mapping = row.mapping(problem)
-    kind_static, _, edge_states = _param_states(problem, mapping, d)
-    _, workspace, fsdp = _row_buffers(problem, mapping, d)
+    mapping = _mapping_of(problem, row)
+    kind_static, _, edge_states = _param_states(problem, row, mapping, d)
+    _, workspace, fsdp = _row_buffers(problem, row, mapping, d)
     static_of_rank = [edge_states[r == 0, r == row.pp - 1][0] for r in range(row.pp)]
     return replaced(
         c,
@@ -321,6 +321,72 @@ def with_states_of(c: RowCosts, problem: Problem) -> RowCosts:
         workspace_mb=_mb(workspace) + _mb(fsdp), fixed_bytes=workspace + fsdp, memo=None)
 
 
+class LedgerParts(NamedTuple):
+    """What the weighted means floor (memory_floor_ratio, in bytes) of a row's memory tables reads besides their
+    weights, gradients, optimizer state, workspace and FSDP unit buffers, summed from the ledger's parts
+    (ledger_parts): the row and what builds its mapping, its derived sizes, its blocks of each kind, its
+    activations' sums as _MeanTerms has them (edge_activation, held_up, held_down, held), what every rank holds
+    besides less the workspace and buffers (least_held), and its ranks' in-flight shares."""
+
+    row: Row
+    mapping: MappingOf
+    derived: Derived
+    counts: list[int]
+    edge_activation: tuple[int, ...]
+    held: tuple[int, int, int]
+    besides: int
+    shares: _Shares
+
+
+def ledger_parts(problem: Problem, row: Row, totals: np.ndarray, open_edges: bool) -> LedgerParts:
+    """The row's LedgerParts on `problem` (`totals`: blocks of each kind; `open_edges`: memory_floor_ratio's), from
+    the ledger's parts each kept once per what it reads (_param_states, _saved, _row_buffers), with no tables
+    built."""
+    mapping, d = _mapping_of(problem, row), row.derived(problem)
+    _, kind_moe, edge_states = _param_states(problem, row, mapping, d)
+    dispatch = _row_buffers(problem, row, mapping, d)[0]
+    saved = _saved(problem, row, mapping)
+    edges = _per_rank(row.pp, {end: (*saved.edges[end], moe) for end, (_, moe) in edge_states.items()})
+    kind_activation, kind_peak = zip(*saved.kinds, strict=True)
+    counts = totals.tolist()
+    held = _signed_sums(kind_activation, edges[0], counts)
+    unstatic = _MemoryTerms((0,) * len(counts), kind_activation, kind_peak, (0,) * row.pp, *edges[:2], dispatch, 0)
+    microbatches = d.num_microbatches
+    return LedgerParts(row, mapping, d, counts, edges[0], held,
+                       _least_besides(kind_moe, edges[2], counts, unstatic, open_edges),
+                       _shares(row.pp, row.vpp, microbatches.numerator, microbatches.denominator))
+
+
+def ledger_means_ratio(problem: Problem, parts: LedgerParts, states: Problem | None) -> tuple[int, int]:
+    """memory_floor_ratio in bytes of the memory tables of `parts`' row (row_costs with no time model, on `problem`)
+    with the weights, gradients, optimizer state, workspace and FSDP unit buffers of `states` (a memory saving's
+    problem: with_states_of's tables) or, `states` None, with no weights, gradients or optimizer state (the
+    savings' without_static), from the ledger's parts instead of from tables built for the row: the same value
+    for a fraction of the cost, where a floor is asked once per group of rows whose tables nothing else reads
+    (savings.memory_floor_any_vpp: DeepSeek-V3 on 2,048 GPUs asks it for 10,196 groups under each saving)."""
+    row, mapping, d = parts.row, parts.mapping, parts.derived
+    _, workspace, fsdp = _row_buffers(problem if states is None else states, row, mapping, d)
+    if states is None:
+        edge_static, static_up, static_down, static = (0,) * row.pp, 0, 0, 0
+    else:
+        edge_static, static_up, static_down, static = _static_sums(states, row, mapping, d, parts.counts)
+    held_up, held_down, held = parts.held
+    return _means_ratio(_MeanTerms(edge_static, parts.edge_activation, static_up, static_down, held_up, held_down,
+                                   static, held, parts.besides + workspace + fsdp), parts.shares)
+
+
+def _static_sums(problem: Problem, row: Row, mapping: MappingOf, d: Derived, counts: list[int]
+                 ) -> tuple[tuple[int, ...], int, int, int]:
+    """The ranks' edge static bytes and the static sums of _MeanTerms (static_up, static_down, static) of the row's
+    parameter state on `problem` (_param_states) with `counts` blocks of each kind, once per what they read."""
+    def build() -> tuple[tuple[int, ...], int, int, int]:
+        kind_static, _, edge_states = _param_states(problem, row, mapping, d)
+        edge_static = _per_rank(row.pp, {end: (static,) for end, (static, _) in edge_states.items()})[0]
+        return edge_static, *_signed_sums(kind_static, edge_static, counts)
+
+    return memoised_by(problem, "static sums", (row.pp, row.tp, row.etp, row.ep, *counts), CONTRIBUTION_MEMO, build)
+
+
 class _Saved(NamedTuple):
     """A row's saved activations and recompute working sets, in the ledger's bytes: per block kind, and per edge
     (first, last) as _edge_activations gives them."""
@@ -329,9 +395,10 @@ class _Saved(NamedTuple):
     edges: dict[Ends, tuple[int, int]]
 
 
-def _saved(problem: Problem, mapping: Mapping) -> _Saved:
+def _saved(problem: Problem, row: Row, mapping: MappingOf) -> _Saved:
     """_Saved from the ledger (_block_activations, _edge_activations: once per problem and what they read)."""
-    return _Saved(tuple(zip(*_block_activations(problem, mapping), strict=True)), _edge_activations(problem, mapping))
+    return _Saved(tuple(zip(*_block_activations(problem, row, mapping), strict=True)),
+                  _edge_activations(problem, row, mapping))
 
 
 def _saved_of(c: RowCosts) -> _Saved:
@@ -341,17 +408,17 @@ def _saved_of(c: RowCosts) -> _Saved:
                   {end: c.edge_bytes[0 if end[0] else last if end[1] else 1][1:] for end in _ends(c.row.pp)})
 
 
-def _tables(problem: Problem, row: Row, mapping: Mapping, d: Derived, saved: _Saved) -> RowCosts:
+def _tables(problem: Problem, row: Row, mapping: MappingOf, d: Derived, saved: _Saved) -> RowCosts:
     """The memory tables of a row (its times zero, no memo): each block kind's and each edge's parameter state
     (_param_states, once per problem and the mapping fields it reads) with its saved activations, as columns."""
     pp = row.pp
-    kind_static, kind_moe, edge_states = _param_states(problem, mapping, d)
+    kind_static, kind_moe, edge_states = _param_states(problem, row, mapping, d)
     by_end = {}
     for end, (static, moe) in edge_states.items():
         activation, peak = saved.edges[end]
         by_end[end] = (_mb(static), _mb(activation), _mb(peak), moe, (static, activation, peak))
     edges = _per_rank(pp, by_end)
-    dispatch, workspace, fsdp = _row_buffers(problem, mapping, d)
+    dispatch, workspace, fsdp = _row_buffers(problem, row, mapping, d)
     return RowCosts(
         row=row,
         derived=d,
@@ -388,14 +455,14 @@ def _per_rank(pp: int, by_end: dict[Ends, tuple]) -> tuple[tuple, ...]:
                  for at_first, at_middle, at_last in zip(first, middle, last, strict=True))
 
 
-def _row_buffers(problem: Problem, m: Mapping, d: Derived) -> tuple[int, int, int]:
+def _row_buffers(problem: Problem, row: Row, mapping: MappingOf, d: Derived) -> tuple[int, int, int]:
     """(MoE dispatch buffers, workspace, FSDP unit buffers) bytes of a row (memory.dispatch_buffer_bytes,
     workspace_bytes, fsdp_buffer_bytes), once per problem and what they read: TP, ETP, CP, the microbatch,
     the sequence and the experts per rank."""
-    key = (m.tp, m.expert_tp, m.cp, m.mbs, m.seq_len, d.experts_per_rank)
+    key = (row.tp, row.etp, row.cp, row.mbs, d.experts_per_rank)
 
     def build() -> tuple[int, int, int]:
-        model, training = problem.model, problem.training
+        model, training, m = problem.model, problem.training, mapping()
         return (dispatch_buffer_bytes(model, m, training), workspace_bytes(training),
                 fsdp_buffer_bytes(model, m, d, training))
 
@@ -421,6 +488,23 @@ def stage_inflight(pp: int, vpp: int, microbatches: Fraction | int) -> tuple[Fra
 CONTRIBUTION_MEMO = 65536
 """Parameter states and saved activations kept per problem (each table starts afresh past this)."""
 
+MappingOf = Callable[[], Mapping]
+"""A row's mapping, built when first called (_mapping_of): the ledger's parts are kept by the row's fields and read
+the mapping only when built."""
+
+
+def _mapping_of(problem: Problem, row: Row) -> MappingOf:
+    """row.mapping(problem), built on the first call and kept."""
+    built: list[Mapping] = []
+
+    def mapping() -> Mapping:
+        if not built:
+            built.append(row.mapping(problem))
+        return built[0]
+
+    return mapping
+
+
 Ends = tuple[bool, bool]
 """A pipeline rank's edges: (first, last), whether it runs the embedding and the head."""
 
@@ -430,18 +514,18 @@ def _ends(pp: int) -> list[Ends]:
     return sorted({(s == 0, s == pp - 1) for s in (0, pp - 1, min(1, pp - 1))})
 
 
-def _param_states(problem: Problem, m: Mapping, d: Derived) -> tuple[tuple[int, ...], tuple[bool, ...],
-                                                                     dict[Ends, tuple[int, bool]]]:
+def _param_states(problem: Problem, row: Row, mapping: MappingOf, d: Derived
+                  ) -> tuple[tuple[int, ...], tuple[bool, ...], dict[Ends, tuple[int, bool]]]:
     """Each block kind's and each edge's weights, gradients and optimizer state (memory.block_param_state,
     edge_param_state), once per problem and what they read: TP, ETP, the experts per rank (E/EP), the
     data-parallel shards D_a·CP = N/(PP·TP) and D_e = N/(PP·ETP·EP) and which edges PP has; on one problem
     (N fixed) the GPUs, PP, TP, ETP and EP fix them all, not CP (its rows share them: D_a·CP is the same),
     the microbatch, recompute or VPP. As the tables read them: per kind its static bytes and whether it
     holds routed experts, per edge (first, last) the two."""
-    key = (m.gpus, m.pp, m.tp, m.expert_tp, m.ep)
+    key = (row.pp, row.tp, row.etp, row.ep)
 
     def build() -> tuple[tuple[int, ...], tuple[bool, ...], dict[Ends, tuple[int, bool]]]:
-        model, training, options = problem.model, problem.training, problem.spec.framework.options
+        model, training, options, m = problem.model, problem.training, problem.spec.framework.options, mapping()
         representatives = kind_representatives(problem)
         kinds = [block_param_state(model, m, d, training, representatives[k], options) for k in block_kinds(problem)]
         edges = {end: edge_param_state(model, m, d, training, *end, options) for end in _ends(m.pp)}
@@ -451,14 +535,14 @@ def _param_states(problem: Problem, m: Mapping, d: Derived) -> tuple[tuple[int, 
     return memoised_by(problem, "param_states", key, CONTRIBUTION_MEMO, build)
 
 
-def _block_activations(problem: Problem, m: Mapping) -> tuple[tuple[int, ...], tuple[int, ...]]:
+def _block_activations(problem: Problem, row: Row, mapping: MappingOf) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Each block kind's saved activations and recompute working set (memory.block_activations), once per
     problem and what they read: TP, ETP, CP, the microbatch, the sequence and recompute; as two columns of
     bytes."""
-    key = (m.tp, m.expert_tp, m.cp, m.mbs, m.seq_len, m.recompute)
+    key = (row.tp, row.etp, row.cp, row.mbs, row.recompute)
 
     def build() -> tuple[tuple[int, ...], tuple[int, ...]]:
-        model, training, options = problem.model, problem.training, problem.spec.framework.options
+        model, training, options, m = problem.model, problem.training, problem.spec.framework.options, mapping()
         representatives = kind_representatives(problem)
         kinds = [block_activations(model, m, training, representatives[k], options) for k in block_kinds(problem)]
         return tuple(c.activation for c in kinds), tuple(c.recompute_peak for c in kinds)
@@ -466,14 +550,14 @@ def _block_activations(problem: Problem, m: Mapping) -> tuple[tuple[int, ...], t
     return memoised_by(problem, "block_activations", key, CONTRIBUTION_MEMO, build)
 
 
-def _edge_activations(problem: Problem, m: Mapping) -> dict[Ends, tuple[int, int]]:
+def _edge_activations(problem: Problem, row: Row, mapping: MappingOf) -> dict[Ends, tuple[int, int]]:
     """Each edge's saved activations and recompute working set bytes (memory.edge_activations), once per
     problem and what they read: the block activations' fields and which edges PP has (_ends: PP 1, 2 or more;
     --cpu-offloading also asks whether PP is 1)."""
-    key = (min(m.pp, 3), m.tp, m.expert_tp, m.cp, m.mbs, m.seq_len, m.recompute)
+    key = (min(row.pp, 3), row.tp, row.etp, row.cp, row.mbs, row.recompute)
 
     def build() -> dict[Ends, tuple[int, int]]:
-        model, training, options = problem.model, problem.training, problem.spec.framework.options
+        model, training, options, m = problem.model, problem.training, problem.spec.framework.options, mapping()
         edges = {end: edge_activations(model, m, training, *end, options) for end in _ends(m.pp)}
         return {end: (c.activation, c.recompute_peak) for end, c in edges.items()}
 
@@ -635,15 +719,19 @@ def memory_floor_ratio(c: RowCosts, totals: np.ndarray, in_bytes: bool = False,
 
 def _weighted_means_floor(c: RowCosts, counts: list[int], in_bytes: bool,
                           open_edges: bool | None = None) -> tuple[int, int]:
-    """memory_floor_mb, as a numerator and a positive denominator: the heaviest rank holds at least any
+    """memory_floor_mb, as a numerator and a positive denominator (_means_ratio of the table's _mean_terms, the
+    sums that read no in-flight share kept once per table)."""
+    open_edges = open_stages(c.row.vpp) if open_edges is None else open_edges
+    return _means_ratio(_mean_terms(memo_of(c), counts, in_bytes, open_edges), _shares_of(c))
+
+
+def _means_ratio(terms: _MeanTerms, shares: _Shares) -> tuple[int, int]:
+    """memory_floor_mb from its sums and the ranks' in-flight shares: the heaviest rank holds at least any
     weighted mean of the ranks; a rank holds at least its static memory, its activations times its in-flight
     share, the workspace and what it holds besides (least_held). Weighting rank r by 1/inflight_r makes
     every block's activations count alike wherever it sits, and even weights spread the static memory;
     either mean has its least value when every block sits on the rank where it weighs least. Whole-number
-    arithmetic over common denominators: the exact fractions, without a Fraction per term; the sums that
-    read no in-flight share once per table (_mean_terms)."""
-    open_edges = open_stages(c.row.vpp) if open_edges is None else open_edges
-    terms, shares = _mean_terms(memo_of(c), counts, in_bytes, open_edges), _shares_of(c)
+    arithmetic over common denominators: the exact fractions, without a Fraction per term."""
     inv, inv_den, share, share_den = shares.inv, shares.inv_den, shares.share, shares.share_den
     least_num, least_den, most_num, most_den = shares.least_most
     # harmonic / spread, each kind's static over the rank where it weighs least (the most or least in flight)
@@ -689,21 +777,30 @@ def _mean_terms(memo: TableMemo, counts: list[int], in_bytes: bool, open_edges: 
 
 def _sum_mean_terms(memo: TableMemo, counts: list[int], in_bytes: bool, open_edges: bool) -> _MeanTerms:
     """_mean_terms, computed."""
-    terms = memo.terms(in_bytes)
-    static_up = static_down = held_up = held_down = 0
-    for n, s, a in zip(counts, terms.kind_static, terms.kind_activation, strict=True):
-        if s >= 0:
-            static_up += n * s
+    fields = memo.fields
+    return _mean_terms_of(memo.terms(in_bytes), fields.kind_moe, fields.edge_moe, counts, open_edges)
+
+
+def _mean_terms_of(terms: _MemoryTerms, kind_moe: tuple[bool, ...], edge_moe: tuple[bool, ...], counts: list[int],
+                   open_edges: bool) -> _MeanTerms:
+    """_MeanTerms of tables in one unit (`terms`, with which kinds and edges hold routed experts) and the blocks
+    of each kind (`counts`)."""
+    static_up, static_down, static = _signed_sums(terms.kind_static, terms.edge_static, counts)
+    held_up, held_down, held = _signed_sums(terms.kind_activation, terms.edge_activation, counts)
+    return _MeanTerms(terms.edge_static, terms.edge_activation, static_up, static_down, held_up, held_down, static,
+                      held, _least_besides(kind_moe, edge_moe, counts, terms, open_edges) + terms.fixed)
+
+
+def _signed_sums(per_kind: tuple[int, ...], per_edge: tuple[int, ...], counts: list[int]) -> tuple[int, int, int]:
+    """Of one term (static memory or activations): the blocks' (`counts` of each kind) that grow a rank, those
+    that shrink it, and every rank's, its edge's included."""
+    up = down = 0
+    for n, value in zip(counts, per_kind, strict=True):
+        if value >= 0:
+            up += n * value
         else:
-            static_down += n * s
-        if a >= 0:
-            held_up += n * a
-        else:
-            held_down += n * a
-    return _MeanTerms(terms.edge_static, terms.edge_activation, static_up, static_down, held_up, held_down,
-                      sum(terms.edge_static) + static_up + static_down,
-                      sum(terms.edge_activation) + held_up + held_down,
-                      _least_besides(memo.fields, counts, terms, open_edges) + terms.fixed)
+            down += n * value
+    return up, down, sum(per_edge) + up + down
 
 
 def whole_block_memory_floor(c: RowCosts, totals: np.ndarray, unit: int, in_bytes: bool = True) -> int:
@@ -777,7 +874,8 @@ def _read_line_terms(memo: TableMemo, counts: list[int], in_bytes: bool, open_ed
     held = np.array([terms.kind_activation[k] for k in present], dtype=float)
     if (static < 0).any() or (held < 0).any():
         return None
-    edges = np.array([terms.edge_static, terms.edge_activation, _held_besides(memo.fields, counts, terms, open_edges)],
+    edges = np.array([terms.edge_static, terms.edge_activation,
+                      _held_besides(memo.fields.kind_moe, memo.fields.edge_moe, counts, terms, open_edges)],
                      dtype=float)
     found = _LineTerms(edges, terms.fixed, np.array([static, held]), np.array([counts[k] for k in present],
                                                                                dtype=np.int64))
@@ -793,34 +891,43 @@ def least_held(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> int:
     rank surely holds a MoE block (its edge does, or every kind is MoE and it holds a block). The heaviest
     rank's memory is at least a weighted mean of the ranks' other terms plus the least of these."""
     memo = memo_of(c)
-    return _least_besides(memo.fields, totals.tolist(), memo.terms(in_bytes), open_stages(c.row.vpp))
+    return _least_besides(memo.fields.kind_moe, memo.fields.edge_moe, totals.tolist(), memo.terms(in_bytes),
+                          open_stages(c.row.vpp))
 
 
-def _least_besides(fields: MemoryFields, counts: list[int], terms: _MemoryTerms, open_edges: bool) -> int:
+def _least_besides(kind_moe: tuple[bool, ...], edge_moe: tuple[bool, ...], counts: list[int], terms: _MemoryTerms,
+                   open_edges: bool) -> int:
     """least_held: the least of _held_besides' terms."""
-    return int(_held_besides(fields, counts, terms, open_edges).min())
+    return min(_besides_by_rank(kind_moe, edge_moe, counts, terms, open_edges))
 
 
-def _held_besides(fields: MemoryFields, counts: list[int], terms: _MemoryTerms, open_edges: bool) -> np.ndarray:
+def _held_besides(kind_moe: tuple[bool, ...], edge_moe: tuple[bool, ...], counts: list[int], terms: _MemoryTerms,
+                  open_edges: bool) -> np.ndarray:
+    """least_held's terms rank by rank (_besides_by_rank), as an array."""
+    return np.array(_besides_by_rank(kind_moe, edge_moe, counts, terms, open_edges), dtype=np.int64)
+
+
+def _besides_by_rank(kind_moe: tuple[bool, ...], edge_moe: tuple[bool, ...], counts: list[int], terms: _MemoryTerms,
+                     open_edges: bool) -> list[int]:
     """least_held's terms rank by rank: at least its edge's recompute working set, and where it surely holds a
     block the least of the model's kinds' and the dispatch buffers if every kind is MoE; the dispatch buffers
     where its edge is MoE. With `open_edges` (an interleaved row, empty_stages.open_stages) the first and
     last rank may hold no block at all: theirs are their edge's alone."""
-    least_peak, every_moe = _besides_kinds(fields, counts, terms)
+    least_peak, every_moe = _besides_kinds(kind_moe, counts, terms)
     pp = len(terms.edge_peak)
     held = []
-    for r, (peak, moe) in enumerate(zip(terms.edge_peak, fields.edge_moe, strict=True)):
+    for r, (peak, moe) in enumerate(zip(terms.edge_peak, edge_moe, strict=True)):
         holds_block = not (open_edges and edge_rank(r, pp))
         working = max(peak, least_peak) if holds_block else peak
         held.append(working + (terms.dispatch if moe or (every_moe and holds_block) else 0))
-    return np.array(held, dtype=np.int64)
+    return held
 
 
-def _besides_kinds(fields: MemoryFields, counts: list[int], terms: _MemoryTerms) -> tuple[int, bool]:
+def _besides_kinds(kind_moe: tuple[bool, ...], counts: list[int], terms: _MemoryTerms) -> tuple[int, bool]:
     """What the kinds present (`counts`: blocks of each) add to every rank besides: the least recompute
     working set among them, and whether every one of them is MoE (then every rank holds the dispatch buffers)."""
     kinds = [k for k, n in enumerate(counts) if n]
-    return min(terms.kind_peak[k] for k in kinds), all(fields.kind_moe[k] for k in kinds)
+    return min(terms.kind_peak[k] for k in kinds), all(kind_moe[k] for k in kinds)
 
 
 class _Shares(NamedTuple):

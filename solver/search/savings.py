@@ -40,6 +40,8 @@ from parasol.problems.schema import Optimizer
 from parasol.solver.search.costs import (
     RowCosts,
     StageTimeModel,
+    ledger_means_ratio,
+    ledger_parts,
     memo_of,
     memoised_floor,
     memory_floor_ratio,
@@ -48,10 +50,9 @@ from parasol.solver.search.costs import (
     row_costs,
     stage_inflight,
     whole_block_memory_floor,
-    with_states_of,
 )
 from parasol.solver.search.cuts import cut_fit, rank_counts
-from parasol.solver.search.reprice import memory_means_units
+from parasol.solver.search.reprice import memory_units
 from parasol.solver.search.space import Row, with_choices
 
 NONE = "none"
@@ -83,7 +84,7 @@ def with_saving(problem: Problem, saving: str) -> Problem:
 def row_with(row: Row, **changes: object) -> Row:
     """The row with `changes`, as dataclasses.replace makes it, for a fraction of its cost: a Row's fields are
     its instance dictionary and it checks nothing on creation (fit_candidates makes one per row and saving,
-    any_vpp_tables one per group)."""
+    _any_vpp_means_units one per group)."""
     variant = object.__new__(Row)
     variant.__dict__.update(row.__dict__, **changes)
     return variant
@@ -111,33 +112,34 @@ def without_static(costs: RowCosts) -> RowCosts:
 def memory_floor_any_vpp(problem: Problem, row: Row, saving: str, counts: np.ndarray) -> int:
     """Peak-memory units no cut of the row under `saving` goes below at any VPP and rank order: the weighted means
     floor (reprice.memory_means_units) of its tables at VPP 1 (the saving's parameter state and buffers on the
-    plain tables, costs.with_states_of). A rank's in-flight share is least at VPP 1 (memory.inflight_microbatches:
-    PP − s against PP + (PP − 2s − 1)/v for v >= 2, both capped at the microbatches), a rank's memory grows with
-    it, and the means floor bounds every spread of blocks over the ranks, not only the cuts of one VPP, the first
-    and last rank holding no block included (an interleaved row's may not)."""
-    plain = any_vpp_tables(problem, row)
-    return memory_means_units(plain if saving == NONE else with_states_of(plain, with_saving(problem, saving)), counts,
-                              open_edges=True)
+    plain tables, costs.with_states_of), summed from the ledger's parts (costs.ledger_means_ratio). A rank's
+    in-flight share is least at VPP 1 (memory.inflight_microbatches: PP − s against PP + (PP − 2s − 1)/v for
+    v >= 2, both capped at the microbatches), a rank's memory grows with it, and the means floor bounds every
+    spread of blocks over the ranks, not only the cuts of one VPP, the first and last rank holding no block
+    included (an interleaved row's may not)."""
+    return _any_vpp_means_units(problem, row, with_saving(problem, saving), counts)
 
 
 def bare_memory_floor_any_vpp(problem: Problem, row: Row, counts: np.ndarray) -> int:
     """Peak-memory units no cut of the row under any saving goes below at any VPP and rank order: the weighted means
     floor of its VPP 1 tables with weights, gradients and optimizer state at zero (without_static; the savings
-    only shrink those and add FSDP buffers), so at most memory_floor_any_vpp under every saving, for one table's
-    price."""
-    return memory_means_units(without_static(any_vpp_tables(problem, row)), counts, open_edges=True)
+    only shrink those and add FSDP buffers), so at most memory_floor_any_vpp under every saving."""
+    return _any_vpp_means_units(problem, row, None, counts)
 
 
-ANY_VPP_TABLES_MEMO = 65536
-"""Groups' VPP 1 tables kept per problem (any_vpp_tables; the table starts afresh past this)."""
+def _any_vpp_means_units(problem: Problem, row: Row, states: Problem | None, counts: np.ndarray) -> int:
+    """memory_means_units, the edge ranks free to hold no block, of the row's VPP 1 tables with the parameter
+    state and buffers of `states` (costs.ledger_means_ratio), from the group's ledger parts, kept per group
+    (costs.memory_key: its floors under each saving and its bare floor read the same)."""
+    parts = memoised_by(problem, "any-vpp parts", memory_key(row), ANY_VPP_PARTS_MEMO,
+                        lambda: ledger_parts(problem, row_with(row, vpp=1, saving=NONE), counts[0, counts.shape[0] - 1],
+                                             True))
+    num, den = ledger_means_ratio(problem, parts, states)
+    return memory_units(-(-num // den))
 
 
-def any_vpp_tables(problem: Problem, row: Row) -> RowCosts:
-    """The memory tables of the row at VPP 1 with no saving, on which its group's floors at any VPP are read, once
-    per group (costs.memory_key): a group's floor under the row as it is, its bare floor and each saving's read
-    the same tables."""
-    return memoised_by(problem, "any-vpp tables", memory_key(row), ANY_VPP_TABLES_MEMO,
-                       lambda: row_costs(problem, row_with(row, vpp=1, saving=NONE), None))
+ANY_VPP_PARTS_MEMO = 65536
+"""Groups' ledger parts kept per problem (_any_vpp_means_units; the table starts afresh past this)."""
 
 
 def default_cut_fits(costs: RowCosts, counts: np.ndarray, usable: int) -> bool:
