@@ -489,8 +489,8 @@ CONTRIBUTION_MEMO = 65536
 """Parameter states and saved activations kept per problem (each table starts afresh past this)."""
 
 MappingOf = Callable[[], Mapping]
-"""A row's mapping, built when first called (_mapping_of): the ledger's parts are kept by the row's fields and read
-the mapping only when built."""
+"""A row's mapping, built when first called (_mapping_of): the ledger's parts are kept per problem by the row's fields
+(the GPUs and the sequence are the problem's own) and read the mapping only when built."""
 
 
 def _mapping_of(problem: Problem, row: Row) -> MappingOf:

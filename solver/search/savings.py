@@ -130,10 +130,10 @@ def bare_memory_floor_any_vpp(problem: Problem, row: Row, counts: np.ndarray) ->
 def _any_vpp_means_units(problem: Problem, row: Row, states: Problem | None, counts: np.ndarray) -> int:
     """memory_means_units, the edge ranks free to hold no block, of the row's VPP 1 tables with the parameter
     state and buffers of `states` (costs.ledger_means_ratio), from the group's ledger parts, kept per group
-    (costs.memory_key: its floors under each saving and its bare floor read the same)."""
-    parts = memoised_by(problem, "any-vpp parts", memory_key(row), ANY_VPP_PARTS_MEMO,
-                        lambda: ledger_parts(problem, row_with(row, vpp=1, saving=NONE), counts[0, counts.shape[0] - 1],
-                                             True))
+    (costs.memory_key) and blocks of each kind: its floors under each saving and its bare floor read the same."""
+    totals = counts[0, counts.shape[0] - 1]
+    parts = memoised_by(problem, "any-vpp parts", (memory_key(row), *totals.tolist()), ANY_VPP_PARTS_MEMO,
+                        lambda: ledger_parts(problem, row_with(row, vpp=1, saving=NONE), totals, True))
     num, den = ledger_means_ratio(problem, parts, states)
     return memory_units(-(-num // den))
 
