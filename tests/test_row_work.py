@@ -448,7 +448,7 @@ def test_ledger_floor_is_the_tables_floor(problems: list) -> None:
                     (with_saving(problem, s), with_states_of(tables, with_saving(problem, s)))
                     for s in open_savings(problem)]
                 for saving_problem, table in states:
-                    assert (Fraction(*ledger_means_ratio(problem, parts, saving_problem))
+                    assert (Fraction(*ledger_means_ratio(parts, saving_problem))
                             == Fraction(*memory_floor_ratio(table, totals, True, open_edges))), (row, open_edges)
                     compared += 1
     assert compared > 100

@@ -311,7 +311,7 @@ def with_states_of(c: RowCosts, problem: Problem) -> RowCosts:
     mapping = _mapping_of(problem, row)
     kind_static, _, edge_states = _param_states(problem, row, mapping, d)
     _, workspace, fsdp = _row_buffers(problem, row, mapping, d)
-    static_of_rank = [edge_states[r == 0, r == row.pp - 1][0] for r in range(row.pp)]
+    static_of_rank = _per_rank(row.pp, {end: (static,) for end, (static, _) in edge_states.items()})[0]
     return replaced(
         c,
         kind_static=tuple(map(_mb, kind_static)),
@@ -326,7 +326,8 @@ class LedgerParts(NamedTuple):
     weights, gradients, optimizer state, workspace and FSDP unit buffers, summed from the ledger's parts
     (ledger_parts): the row and what builds its mapping, its derived sizes, its blocks of each kind, its
     activations' sums as _MeanTerms has them (edge_activation, held_up, held_down, held), what every rank holds
-    besides less the workspace and buffers (least_held), and its ranks' in-flight shares."""
+    besides less the workspace and buffers (least_held), those on `problem` (its workspace and FSDP unit buffers),
+    and its ranks' in-flight shares."""
 
     row: Row
     mapping: MappingOf
@@ -335,6 +336,7 @@ class LedgerParts(NamedTuple):
     edge_activation: tuple[int, ...]
     held: tuple[int, int, int]
     besides: int
+    fixed: int
     shares: _Shares
 
 
@@ -344,7 +346,7 @@ def ledger_parts(problem: Problem, row: Row, totals: np.ndarray, open_edges: boo
     built."""
     mapping, d = _mapping_of(problem, row), row.derived(problem)
     _, kind_moe, edge_states = _param_states(problem, row, mapping, d)
-    dispatch = _row_buffers(problem, row, mapping, d)[0]
+    dispatch, workspace, fsdp = _row_buffers(problem, row, mapping, d)
     saved = _saved(problem, row, mapping)
     edges = _per_rank(row.pp, {end: (*saved.edges[end], moe) for end, (_, moe) in edge_states.items()})
     kind_activation, kind_peak = zip(*saved.kinds, strict=True)
@@ -353,26 +355,27 @@ def ledger_parts(problem: Problem, row: Row, totals: np.ndarray, open_edges: boo
     unstatic = _MemoryTerms((0,) * len(counts), kind_activation, kind_peak, (0,) * row.pp, *edges[:2], dispatch, 0)
     microbatches = d.num_microbatches
     return LedgerParts(row, mapping, d, counts, edges[0], held,
-                       _least_besides(kind_moe, edges[2], counts, unstatic, open_edges),
+                       _least_besides(kind_moe, edges[2], counts, unstatic, open_edges), workspace + fsdp,
                        _shares(row.pp, row.vpp, microbatches.numerator, microbatches.denominator))
 
 
-def ledger_means_ratio(problem: Problem, parts: LedgerParts, states: Problem | None) -> tuple[int, int]:
-    """memory_floor_ratio in bytes of the memory tables of `parts`' row (row_costs with no time model, on `problem`)
-    with the weights, gradients, optimizer state, workspace and FSDP unit buffers of `states` (a memory saving's
-    problem: with_states_of's tables) or, `states` None, with no weights, gradients or optimizer state (the
+def ledger_means_ratio(parts: LedgerParts, states: Problem | None) -> tuple[int, int]:
+    """memory_floor_ratio in bytes of the memory tables of `parts`' row (row_costs with no time model) with the
+    weights, gradients, optimizer state, workspace and FSDP unit buffers of `states` (the row's own problem, or a
+    memory saving's: with_states_of's tables) or, `states` None, with no weights, gradients or optimizer state (the
     savings' without_static), from the ledger's parts instead of from tables built for the row: the same value
     for a fraction of the cost, where a floor is asked once per group of rows whose tables nothing else reads
     (savings.memory_floor_any_vpp: DeepSeek-V3 on 2,048 GPUs asks it for 10,196 groups under each saving)."""
     row, mapping, d = parts.row, parts.mapping, parts.derived
-    _, workspace, fsdp = _row_buffers(problem if states is None else states, row, mapping, d)
     if states is None:
-        edge_static, static_up, static_down, static = (0,) * row.pp, 0, 0, 0
+        edge_static, static_up, static_down, static, fixed = (0,) * row.pp, 0, 0, 0, parts.fixed
     else:
         edge_static, static_up, static_down, static = _static_sums(states, row, mapping, d, parts.counts)
+        _, workspace, fsdp = _row_buffers(states, row, mapping, d)
+        fixed = workspace + fsdp
     held_up, held_down, held = parts.held
     return _means_ratio(_MeanTerms(edge_static, parts.edge_activation, static_up, static_down, held_up, held_down,
-                                   static, held, parts.besides + workspace + fsdp), parts.shares)
+                                   static, held, parts.besides + fixed), parts.shares)
 
 
 def _static_sums(problem: Problem, row: Row, mapping: MappingOf, d: Derived, counts: list[int]
@@ -898,16 +901,10 @@ def least_held(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> int:
 def _least_besides(kind_moe: tuple[bool, ...], edge_moe: tuple[bool, ...], counts: list[int], terms: _MemoryTerms,
                    open_edges: bool) -> int:
     """least_held: the least of _held_besides' terms."""
-    return min(_besides_by_rank(kind_moe, edge_moe, counts, terms, open_edges))
+    return min(_held_besides(kind_moe, edge_moe, counts, terms, open_edges))
 
 
 def _held_besides(kind_moe: tuple[bool, ...], edge_moe: tuple[bool, ...], counts: list[int], terms: _MemoryTerms,
-                  open_edges: bool) -> np.ndarray:
-    """least_held's terms rank by rank (_besides_by_rank), as an array."""
-    return np.array(_besides_by_rank(kind_moe, edge_moe, counts, terms, open_edges), dtype=np.int64)
-
-
-def _besides_by_rank(kind_moe: tuple[bool, ...], edge_moe: tuple[bool, ...], counts: list[int], terms: _MemoryTerms,
                      open_edges: bool) -> list[int]:
     """least_held's terms rank by rank: at least its edge's recompute working set, and where it surely holds a
     block the least of the model's kinds' and the dispatch buffers if every kind is MoE; the dispatch buffers

@@ -134,7 +134,7 @@ def _any_vpp_means_units(problem: Problem, row: Row, states: Problem | None, cou
     totals = counts[0, counts.shape[0] - 1]
     parts = memoised_by(problem, "any-vpp parts", (memory_key(row), *totals.tolist()), ANY_VPP_PARTS_MEMO,
                         lambda: ledger_parts(problem, row_with(row, vpp=1, saving=NONE), totals, True))
-    num, den = ledger_means_ratio(problem, parts, states)
+    num, den = ledger_means_ratio(parts, states)
     return memory_units(-(-num // den))
 
 
