@@ -310,6 +310,49 @@ def test_floor_holds_each_ranks_data_parallel_exchange_beside_its_own_compute(mo
     assert sum(lifted) >= len(sampled) // 4
 
 
+@pytest.mark.parametrize("settings", [{"overlap_grad_reduce": "false"}, {},
+                                      {"overlap_grad_reduce": "true", "overlap_param_gather": "true"}])
+def test_floor_holds_the_heaviest_ranks_unhidden_data_parallel_exchange(settings: dict[str, str],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What no overlap switch hides of a rank's data-parallel exchange is exposed whatever its windows, and the
+    slowest stage's exposure is at least any stage's: _FloorParts.heaviest_unhidden stays below the exact
+    data-parallel seconds of random cuts and of cuts whose edge ranks are empty, the step floor that reads it
+    below their exact step time; it is 0 with every switch on, and without --overlap-grad-reduce it lifts the
+    floors of DeepSeek-V4-Flash's rows, whose heaviest rank holds more blocks than the mean (on 32,768 GPUs the
+    rows solve cuts in one process without that switch fell from 282 to 207)."""
+    from parasol.constraints.physics import step_time as st
+    from parasol.constraints.physics.pricing import data_parallel_unhidden_shares
+    from parasol.problems.mapping_input import apply_settings
+
+    problem = apply_settings(load_problem_text(
+        "model: deepseek-v4-flash\ntraining: {seq_len: 8192, global_batch: 2048}\nhardware: {preset: h800-hgx, "
+        "gpus: 2048}\nframework: {rule_packs: [megatron-core, deepseek-v4]}\n"), settings)
+    model = CalibratedStageTimes(problem)
+    counts, totals = _counts_and_totals(problem)
+    rng = random.Random(37)
+    sampled = rng.sample([r for r in enumerate_rows(problem) if r.pp > 1], 12)
+    floors = []
+    for row in sampled:
+        mapping = row.mapping(problem)
+        d = derive(problem.model, mapping)
+        unhidden = model._floor_parts(mapping, d, totals).heaviest_unhidden(row.vpp)
+        assert unhidden > 0 or settings.get("overlap_grad_reduce") != "false", row
+        assert unhidden == 0 or any(data_parallel_unhidden_shares(model._run(mapping, d))), row
+        cuts = _random_cuts(rng, row, counts)
+        if row.pp > 2:
+            edges = rank_counts(_edge_ranks_empty(counts.shape[0] - 1, row.pp, row.vpp), row.pp, counts)
+            cuts = np.concatenate([cuts, np.array([edges])])
+        priced = model._priced_cuts(mapping, d, cuts)
+        assert (unhidden <= (priced["dp_dense"] + priced["dp_expert"]) * (1 + 1e-12)).all(), row
+        floors.append(model.step_floor_s(mapping, d, totals))
+        assert floors[-1] <= priced["step"].min() * (1 + 1e-12), row
+    monkeypatch.setattr(st._FloorParts, "heaviest_unhidden", lambda self, vpp, most=None: 0.0)
+    without = CalibratedStageTimes(problem)
+    lifted = [floor > without.step_floor_s(row.mapping(problem), derive(problem.model, row.mapping(problem)), totals)
+              * (1 + 1e-9) for row, floor in zip(sampled, floors, strict=True)]
+    assert sum(lifted) >= len(sampled) // 4 or settings.get("overlap_grad_reduce") != "false", lifted
+
+
 def test_each_blocks_least_exposed_cp_exchange_bounds_every_rank_under_every_cp_type(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A rank's exposed CP seconds are at least its blocks' CalibratedStageTimes.exposed_cp_per_block_s under every
@@ -406,12 +449,53 @@ def test_floor_is_below_the_best_cut_of_a_model_with_few_light_blocks() -> None:
         d = derive(problem.model, mapping)
         floor = model.step_floor_s(mapping, d, totals)
         parts = model._floor_parts(mapping, d, totals)
-        every_kind = max(parts.ranks / row.pp, heaviest_of_lightest(parts.rank_compute, parts.compute_lightest,
+        every_kind = max(parts.ranks / row.pp, heaviest_of_lightest(parts.rank_least, parts.compute_lightest,
                                                                     parts.blocks, least_rank_blocks(1, row.pp)))
         lifted += parts.slowest_compute(1) > every_kind
         best = min(model.cut_step_times_s(mapping, d, part).min() for part in np.array_split(per_rank, 10))
         assert floor <= best * (1 + 1e-12), row
     assert lifted > 0
+
+
+@pytest.mark.parametrize("settings", [{}, {"tp_comm_overlap": "false"}])
+def test_slowest_rank_bound_holds_the_recomputed_ep_exchanges(settings: dict[str, str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under full recompute without TP overlap each MoE block's EP exchange runs again, exposed, priced with the TP
+    exchange (CalibratedStageTimes.recomputed_ep_per_block_s), and the last rank's MTP block is an MoE block too:
+    each rank's least seconds (_FloorParts.rank_least plus block_least per block) stay below its exact stage time in
+    random cuts under every dispatcher, and counting them lifts the slowest rank's bound and the step floor of
+    DeepSeek-V4-Flash's rows (on 32,768 GPUs the rows cut fell from 255 to 228, DeepSeek-V4-Pro's on 8,192 from
+    111 to 96)."""
+    from parasol.problems.mapping_input import apply_settings
+
+    problem = apply_settings(load_problem_text("model: deepseek-v4-flash\ntraining: {seq_len: 4096, global_batch: 1024}\n"
+                                               "hardware: {preset: b200-hgx, gpus: 512}\n"), settings)
+    counts, totals = _counts_and_totals(problem)
+    held = totals > 0
+    rng = random.Random(31)
+    rows = [r for r in enumerate_rows(problem) if r.recompute == "full" and r.ep > 1 and r.pp > 1
+            and (r.tp == 1 or settings)]
+    model = CalibratedStageTimes(problem)
+    floors = {}
+    for row in rng.sample(rows, 6):
+        mapping = row.mapping(problem)
+        d = derive(problem.model, mapping)
+        assert model.recomputed_ep_per_block_s(mapping) > 0, row
+        parts = model._floor_parts(mapping, d, totals)
+        floors[row] = (parts.slowest_compute(row.vpp), model.step_floor_s(mapping, d, totals))
+        for variant in choice_variants(problem, row):
+            chosen = with_choices(problem, variant)
+            cuts = _random_cuts(rng, row, counts)
+            exact = model.for_problem(chosen).cut_stage_times_s(mapping, derive(chosen.model, mapping), cuts)
+            least = parts.rank_least[None, :] + np.einsum("nrk,rk->nr", cuts[:, :, held], parts.block_least)
+            assert (least <= exact * (1 + 1e-12)).all(), (row, variant.settings())
+    monkeypatch.setattr(CalibratedStageTimes, "recomputed_ep_per_block_s", lambda self, mapping, ep_options=None: 0.0)
+    without = CalibratedStageTimes(problem)
+    for row, (slowest, floor) in floors.items():
+        mapping = row.mapping(problem)
+        d = derive(problem.model, mapping)
+        assert slowest > without._floor_parts(mapping, d, totals).slowest_compute(row.vpp), row
+        assert floor >= without.step_floor_s(mapping, d, totals), row
 
 
 @pytest.mark.parametrize("name", ["deepseek-v4-pro-1024", "qwen3-30b-a3b-h100-64", "llama-3.1-70b-h100-256"])

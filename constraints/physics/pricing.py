@@ -130,6 +130,11 @@ def vector_columns(fields: tuple[str, ...]) -> np.ndarray:
     return mask
 
 
+def stage_field(vectors: np.ndarray, name: str) -> np.ndarray:
+    """One stage field (not a comm term) of STAGE_VECTOR vectors (… × fields → …), e.g. a rank's MoE blocks."""
+    return vectors[..., _STAGE_AT[name]]
+
+
 def fields_vector(values: dict[str, float | CommTerm]) -> np.ndarray:
     """Some of a rank's StageWork fields by name as a STAGE_VECTOR vector: every number `price` reads of one
     stage, each comm term as its NVLink, network and latency seconds (zero in the fields not named)."""
@@ -480,29 +485,47 @@ def data_parallel_floor(b: WorkloadBatch, c: Coefs) -> tuple[np.ndarray, np.ndar
     return exposed.sum(axis=1) / pp, (reduce + gather).sum(axis=1) / pp
 
 
-def data_parallel_whole_seconds(b: WorkloadBatch, c: Coefs) -> np.ndarray:
+WHOLE_TERMS = (1.0,) * len(DATA_PARALLEL_TERMS)
+"""Every DATA_PARALLEL_TERMS term counted whole (data_parallel_whole_seconds, data_parallel_lines)."""
+
+
+def data_parallel_whole_seconds(b: WorkloadBatch, c: Coefs, shares: tuple[float, ...] = WHOLE_TERMS) -> np.ndarray:
     """Per stage, its whole data-parallel exchange seconds (every DATA_PARALLEL_TERMS term, hidden or not): what
-    _data_parallel_exposure hides behind the stage's own forward and backward."""
-    return sum(_data_parallel_seconds(b, c))
+    _data_parallel_exposure hides behind the stage's own forward and backward; with `shares`, each term's share of
+    its seconds (e.g. data_parallel_unhidden_shares)."""
+    return sum(share * seconds for share, seconds in zip(shares, _data_parallel_seconds(b, c), strict=True))
 
 
-def data_parallel_lines(base: np.ndarray, per_block: np.ndarray, c: Coefs) -> tuple[np.ndarray, np.ndarray]:
+def data_parallel_unhidden_shares(b: WorkloadBatch) -> tuple[float, ...]:
+    """Per DATA_PARALLEL_TERMS term, the share of its seconds no overlap switch of `b`'s one run hides whatever the
+    window: all of a reduce without --overlap-grad-reduce, of a gather without --overlap-param-gather, none with
+    (_data_parallel_exposure hides at most the whole term behind its window)."""
+    r = b.run
+    reduce, gather = 1.0 - float(r["grad_reduce_overlap"][0]), 1.0 - float(r["param_gather_overlap"][0])
+    return reduce, reduce, gather, gather
+
+
+def data_parallel_lines(base: np.ndarray, per_block: np.ndarray, c: Coefs, shares: tuple[float, ...] = WHOLE_TERMS
+                        ) -> tuple[np.ndarray, np.ndarray]:
     """Per rank, (a_r, b_rk) with a_r + Σ_k b_rk·n_k at most the seconds of its whole data-parallel exchange
     when it holds n_k blocks of each kind k (at least one in all), from rank vectors (STAGE_VECTOR) `base`
     (ranks × fields: what it holds with the least onset one block brings) and `per_block` (ranks × kinds ×
     fields: what each block of a kind adds at least), every comm part growing with blocks: each term's
     seconds max(nvlink/e, network/e) + latency are at least either part plus the latency, both linear in
-    the counts; per rank and term the part larger at one block of the average kind is taken."""
+    the counts; per rank and term the part larger at one block of the average kind is taken. With `shares`,
+    at most each term's share of its seconds summed (data_parallel_whole_seconds)."""
     width = len(STAGE_FIELDS)
     a = np.zeros(base.shape[0])
     b = np.zeros(per_block.shape[:2])
-    for term in DATA_PARALLEL_TERMS:
+    for term, share in zip(DATA_PARALLEL_TERMS, shares, strict=True):
+        if share == 0.0:
+            continue
         at = width + 3 * COMM_FIELDS.index(term)
         lines = [(base[:, at + part] / float(c[efficiency]), per_block[:, :, at + part] / float(c[efficiency]))
                  for part, efficiency in ((0, "nvlink_efficiency"), (1, "network_efficiency"))]
         network = lines[1][0] + lines[1][1].mean(axis=1) >= lines[0][0] + lines[0][1].mean(axis=1)
-        a += np.where(network, lines[1][0], lines[0][0]) + base[:, at + 2]
-        b += np.where(network[:, None], lines[1][1], lines[0][1]) + per_block[:, :, at + 2]
+        a += share * (np.where(network, lines[1][0], lines[0][0]) + base[:, at + 2])
+        b += share * (np.where(network[:, None], lines[1][1], lines[0][1]) + per_block[:, :, at + 2])
     return a, b
 
 

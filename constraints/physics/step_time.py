@@ -67,6 +67,7 @@ from parasol.constraints.physics.pricing import (
     cp_unhidden_seconds,
     data_parallel_floor,
     data_parallel_lines,
+    data_parallel_unhidden_shares,
     data_parallel_whole_seconds,
     fields_vector,
     linear_compute_per_microbatch,
@@ -75,6 +76,7 @@ from parasol.constraints.physics.pricing import (
     price,
     rank_floor_per_microbatch,
     run_batch,
+    stage_field,
     vector_columns,
 )
 from parasol.constraints.physics.schedule import (
@@ -288,15 +290,18 @@ class _FloorParts:
     """The one-stage batch of all ranks' work."""
     exposure: tuple[float, float]
     """pricing.data_parallel_floor of `summed`: an average stage's exposed and whole data-parallel seconds."""
-    rank_compute: np.ndarray
-    """Each rank's compute seconds of one microbatch holding no block (pricing.linear_compute_per_microbatch)."""
-    block_compute: np.ndarray
+    rank_least: np.ndarray
+    """Each rank's stage seconds of one microbatch holding no block, at least: its compute
+    (pricing.linear_compute_per_microbatch) and, for the MoE blocks it holds besides (the last rank's MTP blocks),
+    what block_least adds for one."""
+    block_least: np.ndarray
     """The stage seconds one block of each kind the model holds adds to each rank at least (ranks × those kinds):
     its compute (linear_compute_per_microbatch of the rank work's slopes), for an MoE block its least exposed EP
-    exchange (CalibratedStageTimes.exposed_ep_per_block_s) and its least exposed CP exchange
+    exchange (CalibratedStageTimes.exposed_ep_per_block_s) and, under full recompute, its least exposed recomputed
+    one (CalibratedStageTimes.recomputed_ep_per_block_s), and its least exposed CP exchange
     (CalibratedStageTimes.exposed_cp_per_block_s)."""
     held: np.ndarray
-    """The blocks of each kind the model holds (the kinds of block_compute)."""
+    """The blocks of each kind the model holds (the kinds of block_least)."""
     data_parallel: tuple[np.ndarray, np.ndarray]
     """Per rank, a_r and per kind b_rk with a_r + Σ_k b_rk·n_k below its whole data-parallel exchange seconds
     holding n_k blocks of each kind, at least one (pricing.data_parallel_lines of its work with no block,
@@ -306,6 +311,11 @@ class _FloorParts:
     ceiling: tuple[np.ndarray, np.ndarray]
     """Per rank, c_r and per kind u_rk with c_r + Σ_k u_rk·n_k at least its compute seconds of one microbatch
     holding n_k blocks of each kind (compute_ceiling_lines)."""
+    unhidden: tuple[np.ndarray, np.ndarray] | None
+    """As data_parallel, the lines below the data-parallel seconds no overlap switch hides whatever the window
+    (pricing.data_parallel_unhidden_shares); None where every switch is on."""
+    empty_unhidden: np.ndarray
+    """Per rank, those seconds holding no block."""
 
     @cached_property
     def compute_ceiling(self) -> float:
@@ -315,11 +325,9 @@ class _FloorParts:
         return float(base.sum() + self.held @ per_block.max(axis=0))
 
     def _exchange_base(self, vpp: int) -> np.ndarray:
-        """Per rank, the least whole data-parallel exchange seconds with no block counted: its line's where it holds
-        one (empty_stages.least_rank_blocks), the lesser of it and its exchange with none where it may hold none."""
-        base = self.data_parallel[0]
-        holds = np.broadcast_to(least_rank_blocks(vpp, len(base)), base.shape) > 0
-        return np.where(holds, base, np.minimum(base, self.empty_exchange))
+        """Per rank, the least whole data-parallel exchange seconds with no block counted (_line_base of
+        data_parallel's)."""
+        return _line_base(self.data_parallel[0], self.empty_exchange, vpp)
 
     @cached_property
     def exposure_lightest(self) -> np.ndarray | None:
@@ -342,23 +350,23 @@ class _FloorParts:
 
     @cached_property
     def compute_lightest(self) -> np.ndarray | None:
-        """schedule.lightest_blocks of block_compute over every block, built once for every VPP and `most`
+        """schedule.lightest_blocks of block_least over every block, built once for every VPP and `most`
         slowest_compute is asked (None where a block's compute is negative)."""
-        if (self.block_compute < 0).any():
+        if (self.block_least < 0).any():
             return None
-        return lightest_blocks(self.block_compute, self.held, self.blocks)
+        return lightest_blocks(self.block_least, self.held, self.blocks)
 
     @cached_property
     def compute_lightest_of_kinds(self) -> tuple[tuple[np.ndarray, int], ...]:
-        """schedule.lightest_blocks of block_compute over the blocks of the heaviest kinds alone (schedule.heavy_kinds)
+        """schedule.lightest_blocks of block_least over the blocks of the heaviest kinds alone (schedule.heavy_kinds)
         with those blocks' number, built once for every VPP and `most` slowest_compute is asked
         (none where a block's compute is negative)."""
         if self.compute_lightest is None:
             return ()
         out = []
-        for kinds in heavy_kinds(self.block_compute):
+        for kinds in heavy_kinds(self.block_least):
             blocks = int(self.held[kinds].sum())
-            out.append((lightest_blocks(self.block_compute[:, kinds], self.held[kinds], blocks), blocks))
+            out.append((lightest_blocks(self.block_least[:, kinds], self.held[kinds], blocks), blocks))
         return tuple(out)
 
     def whole_exchanges(self, vpp: int) -> float:
@@ -380,17 +388,38 @@ class _FloorParts:
         base = self._exchange_base(vpp) - self.ceiling[0]
         return heaviest_of_lightest(base, lightest, self.blocks, least_rank_blocks(vpp, len(base)), most)
 
+    @cached_property
+    def unhidden_lightest(self) -> np.ndarray | None:
+        """schedule.lightest_blocks of the unhidden lines over every block, built once for every VPP and `most`
+        heaviest_unhidden is asked (None where there are none or a line falls with blocks)."""
+        if self.unhidden is None or (self.unhidden[1] < 0).any():
+            return None
+        return lightest_blocks(self.unhidden[1], self.held, self.blocks)
+
+    def heaviest_unhidden(self, vpp: int, most: np.ndarray | None = None) -> float:
+        """A bound on the largest rank's data-parallel seconds no overlap switch hides when the ranks hold the
+        model's whole blocks, at least empty_stages.least_rank_blocks each and at most `most` (schedule's
+        least-heaviest-rank bound over the unhidden lines, _line_base where a rank may hold none; 0 where there are
+        none): the slowest stage's exposure is at least any stage's (pricing._data_parallel_exposure), and a
+        stage's at least what its switches leave."""
+        lightest = self.unhidden_lightest
+        if lightest is None:
+            return 0.0
+        base = _line_base(self.unhidden[0], self.empty_unhidden, vpp)
+        return heaviest_of_lightest(base, lightest, self.blocks, least_rank_blocks(vpp, len(base)), most)
+
     def heaviest_exchange(self, vpp: int, most: np.ndarray | None = None) -> float:
         """A bound on the largest rank's whole data-parallel exchange seconds when the ranks hold the model's
         whole blocks, at least empty_stages.least_rank_blocks each and at most `most` (schedule.least_heaviest_rank
         over data_parallel's lines; 0 where a line falls with blocks)."""
         lightest = self.exchange_lightest
-        least = least_rank_blocks(vpp, len(self.rank_compute))
+        least = least_rank_blocks(vpp, len(self.rank_least))
         return 0.0 if lightest is None else heaviest_of_lightest(self.data_parallel[0], lightest, self.blocks, least, most)
 
     def slowest_compute(self, vpp: int, most: np.ndarray | None = None) -> float:
         """A bound on the slowest rank's seconds of one microbatch: its compute, its MoE blocks' least exposed EP
-        exchanges and its blocks' least exposed CP exchanges (never above its stage time) when the ranks hold the
+        exchanges, recomputed ones included, and its blocks' least exposed CP exchanges (rank_least and block_least:
+        never above its stage time) when the ranks hold the
         model's whole blocks, at least empty_stages.least_rank_blocks each and at most `most`
         (schedule.least_heaviest_rank; 0 where a block's compute is negative), and over the heaviest kinds' blocks alone, as schedule.least_heaviest_rank_of_kinds
         bounds them (compute_lightest_of_kinds: over every kind each rank would take DeepSeek-V3's 3 dense blocks
@@ -398,11 +427,18 @@ class _FloorParts:
         lightest = self.compute_lightest
         if lightest is None:
             return 0.0
-        least = least_rank_blocks(vpp, len(self.rank_compute))
-        slowest = heaviest_of_lightest(self.rank_compute, lightest, self.blocks, least, most)
+        least = least_rank_blocks(vpp, len(self.rank_least))
+        slowest = heaviest_of_lightest(self.rank_least, lightest, self.blocks, least, most)
         for table, blocks in self.compute_lightest_of_kinds:
-            slowest = max(slowest, heaviest_of_lightest(self.rank_compute, table, blocks, 0, most))
+            slowest = max(slowest, heaviest_of_lightest(self.rank_least, table, blocks, 0, most))
         return slowest
+
+
+def _line_base(base: np.ndarray, empty: np.ndarray, vpp: int) -> np.ndarray:
+    """Per rank, the least data-parallel seconds with no block counted: its line's `base` where it holds a block
+    (empty_stages.least_rank_blocks), the lesser of it and its seconds with none (`empty`) where it may hold none."""
+    holds = np.broadcast_to(least_rank_blocks(vpp, len(base)), base.shape) > 0
+    return np.where(holds, base, np.minimum(base, empty))
 
 
 class _AllBlocks(NamedTuple):
@@ -726,14 +762,16 @@ class CalibratedStageTimes:
         stage times' sum at least all ranks' compute and the TP and FSDP seconds no overlap hides
         (pricing.rank_floor_per_microbatch) plus the least exposed EP and CP exchange seconds any of those gives
         (exchange_floor_s), and T at least their mean and at least the
-        slowest rank's compute and exposed EP and CP when ranks hold whole blocks (_FloorParts.slowest_compute);
+        slowest rank's compute and exposed EP (recomputed too) and CP when ranks hold whole blocks
+        (_FloorParts.slowest_compute);
         plus the unhidden pipeline sends (pricing.pipeline_sends_floor), the data-parallel exchanges at least as
         exposed as the largest of: what their switches leave; the largest rank's whole exchange less T (at least
         the mean, pricing.data_parallel_floor and _FloorParts.whole_exchanges, and at least the heaviest rank's
         when ranks hold whole blocks, _FloorParts.heaviest_exchange); a rank's whole exchange less its own
         forward and backward, the only windows it hides behind, on average (the mean whole exchange less
         _FloorParts.compute_ceiling's mean) and on the heaviest rank when ranks hold whole blocks
-        (_FloorParts.heaviest_exposure); and the optimizer step of an average rank. Sound
+        (_FloorParts.heaviest_exposure); what the overlap switches leave of the heaviest rank's exchange whatever its
+        windows (_FloorParts.heaviest_unhidden); and the optimizer step of an average rank. Sound
         because a rank's compute and exchanges are sublinear in its work (sums of maxima of linear terms:
         the price of all ranks' summed work is at most the sum of their prices), every field grows with
         blocks (the summed work takes the least slope over rank positions; a rank's own bound its own
@@ -744,7 +782,8 @@ class CalibratedStageTimes:
         m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
         exposed, whole = parts.exposure
         whole = max(whole, parts.whole_exchanges(vpp) / pp)
-        exposed = max(exposed, whole - parts.compute_ceiling / pp, parts.heaviest_exposure(vpp, most))
+        exposed = max(exposed, whole - parts.compute_ceiling / pp, parts.heaviest_exposure(vpp, most),
+                      parts.heaviest_unhidden(vpp, most))
         whole = max(whole, parts.heaviest_exchange(vpp, most))
         least = max(parts.ranks / pp, parts.slowest_compute(vpp, most))
         slowest = least if vpp * m - 1 >= vpp else max(least, whole - exposed)
@@ -767,20 +806,28 @@ class CalibratedStageTimes:
             linear = linear_compute_per_microbatch(
                 batch_from_vectors(run, np.concatenate([work.empty, work.slope[:, held].reshape(-1, work.empty.shape[1])])
                                    [None]), coefs)[0]
-            lines = data_parallel_lines(work.empty + work.onset[:, held].min(axis=1), work.slope[:, held], coefs)
+            onset = work.empty + work.onset[:, held].min(axis=1)
+            lines = data_parallel_lines(onset, work.slope[:, held], coefs)
             exposure = tuple(float(x[0]) for x in data_parallel_floor(summed, coefs))
             recompute = self.recompute_exchange_floor_s(mapping, totals, ep_options)
             ranks = (float(rank_floor_per_microbatch(summed, coefs, recompute)[0, 0])
                      + self.exchange_floor_s(mapping, totals, ep_options))
             moe = np.array([b.mlp is BlockKind.moe for b in self.kinds.values()])[held]
-            ep = self.exposed_ep_per_block_s(mapping, ep_options) if moe.any() else 0.0
-            per_block = (linear[mapping.pp:].reshape(mapping.pp, -1) + np.where(moe, ep, 0.0)[None, :]
+            edge_moe = stage_field(work.empty, "moe_blocks")
+            moe_block = (self.exposed_ep_per_block_s(mapping, ep_options)
+                         + self.recomputed_ep_per_block_s(mapping, ep_options)) if moe.any() or edge_moe.any() else 0.0
+            per_block = (linear[mapping.pp:].reshape(mapping.pp, -1) + np.where(moe, moe_block, 0.0)[None, :]
                          + self.exposed_cp_per_block_s(mapping)[held][None, :])
-            self._floors[key] = _FloorParts(ranks, optimizer, summed, exposure, linear[:mapping.pp], per_block,
-                                            totals[held].astype(np.int64), lines,
-                                            data_parallel_whole_seconds(batch_from_vectors(run, work.empty[None]),
-                                                                        coefs)[0],
-                                            compute_ceiling_lines(work, run, held, coefs))
+            shares = data_parallel_unhidden_shares(run)
+            empty = batch_from_vectors(run, work.empty[None])
+            self._floors[key] = _FloorParts(
+                ranks=ranks, optimizer=optimizer, summed=summed, exposure=exposure,
+                rank_least=linear[:mapping.pp] + edge_moe * moe_block, block_least=per_block,
+                held=totals[held].astype(np.int64), data_parallel=lines,
+                empty_exchange=data_parallel_whole_seconds(empty, coefs)[0],
+                ceiling=compute_ceiling_lines(work, run, held, coefs),
+                unhidden=data_parallel_lines(onset, work.slope[:, held], coefs, shares) if any(shares) else None,
+                empty_unhidden=data_parallel_whole_seconds(empty, coefs, shares)[0])
         return self._floors[key]
 
     def exposed_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
@@ -946,16 +993,35 @@ class CalibratedStageTimes:
         on (pricing._exposed_per_microbatch). 0 without an EP exchange. Its seconds are kept per what they read
         for the model's family (_kept_part)."""
         settings = routed(self.problem, mapping, self.settings)
-        links = self.links(mapping)
         hidden_ep = 1.0 if settings.ep_overlap else min(float(self.coefs["overlap_ep"]), 1.0)
-        if links.ep.size <= 1 or hidden_ep >= 1.0:
+        if self.links(mapping).ep.size <= 1 or hidden_ep >= 1.0:
             return 0.0
+        return PASSES_PER_MICROBATCH["ep"] * (1.0 - hidden_ep) * self._least_ep_kept(mapping, settings, ep_options)
+
+    def recomputed_ep_per_block_s(self, mapping: Mapping, ep_options: tuple[EpOption, ...] | None = None) -> float:
+        """Exposed seconds one MoE block's recomputed EP exchange adds to the stage time of the rank holding it, at
+        least, under any dispatcher and backend of `ep_options` (None: all, EVERY_EP_OPTION): under full recompute
+        every block's forward exchanges run again before its backward and are priced with the TP exchange
+        (workload._StageSums.add_block), which hides only behind the GEMMs and only under TP overlap
+        (pricing._exposed_per_microbatch). Without that overlap all of it is exposed, and a rank's recomputed
+        exchanges cost at least its MoE blocks times one block's EP exchange (the other terms only add to them).
+        0 without full recompute or an EP exchange, or under TP overlap."""
+        if mapping.recompute is not Recompute.full:
+            return 0.0
+        settings = routed(self.problem, mapping, self.settings)
+        links = self.links(mapping)
+        if links.ep.size <= 1 or tp_overlap_applies(settings.tp_overlap, links.tp):
+            return 0.0
+        return PASSES_PER_MICROBATCH["recompute_comm"] * self._least_ep_kept(mapping, settings, ep_options)
+
+    def _least_ep_kept(self, mapping: Mapping, settings: StepSettings, ep_options: tuple[EpOption, ...] | None) -> float:
+        """_least_ep under the routed `settings`, kept per what it reads for the model's family (_kept_part)."""
+        links = self.links(mapping)
         tokens = mapping.mbs * mapping.seq_len / mapping.cp
         options = ep_options or EVERY_EP_OPTION
         received = dispatch_received(settings)
-        least = self._kept_part(("ep", tokens, mapping.tp, mapping.expert_tp, links.ep, links.ep_deepep, received, options),
-                                lambda: self._least_ep(mapping, links, tokens, received, options))
-        return PASSES_PER_MICROBATCH["ep"] * (1.0 - hidden_ep) * least
+        return self._kept_part(("ep", tokens, mapping.tp, mapping.expert_tp, links.ep, links.ep_deepep, received, options),
+                               lambda: self._least_ep(mapping, links, tokens, received, options))
 
     def exposed_cp_per_block_s(self, mapping: Mapping) -> np.ndarray:
         """Per kind (in `kinds`' order), exposed CP seconds of one microbatch one block adds to the stage time of the
