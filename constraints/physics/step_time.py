@@ -311,11 +311,10 @@ class _FloorParts:
     ceiling: tuple[np.ndarray, np.ndarray]
     """Per rank, c_r and per kind u_rk with c_r + Σ_k u_rk·n_k at least its compute seconds of one microbatch
     holding n_k blocks of each kind (compute_ceiling_lines)."""
-    unhidden: tuple[np.ndarray, np.ndarray] | None
+    unhidden: tuple[np.ndarray, np.ndarray, np.ndarray] | None
     """As data_parallel, the lines below the data-parallel seconds no overlap switch hides whatever the window
-    (pricing.data_parallel_unhidden_shares); None where every switch is on."""
-    empty_unhidden: np.ndarray
-    """Per rank, those seconds holding no block."""
+    (pricing.data_parallel_unhidden_shares), and per rank those seconds holding no block; None where every switch
+    is on."""
 
     @cached_property
     def compute_ceiling(self) -> float:
@@ -405,7 +404,7 @@ class _FloorParts:
         lightest = self.unhidden_lightest
         if lightest is None:
             return 0.0
-        base = _line_base(self.unhidden[0], self.empty_unhidden, vpp)
+        base = _line_base(self.unhidden[0], self.unhidden[2], vpp)
         return heaviest_of_lightest(base, lightest, self.blocks, least_rank_blocks(vpp, len(base)), most)
 
     def heaviest_exchange(self, vpp: int, most: np.ndarray | None = None) -> float:
@@ -826,8 +825,8 @@ class CalibratedStageTimes:
                 held=totals[held].astype(np.int64), data_parallel=lines,
                 empty_exchange=data_parallel_whole_seconds(empty, coefs)[0],
                 ceiling=compute_ceiling_lines(work, run, held, coefs),
-                unhidden=data_parallel_lines(onset, work.slope[:, held], coefs, shares) if any(shares) else None,
-                empty_unhidden=data_parallel_whole_seconds(empty, coefs, shares)[0])
+                unhidden=(*data_parallel_lines(onset, work.slope[:, held], coefs, shares),
+                          data_parallel_whole_seconds(empty, coefs, shares)[0]) if any(shares) else None)
         return self._floors[key]
 
     def exposed_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
