@@ -57,6 +57,7 @@ from parasol.constraints.physics.exchanges import (
 from parasol.constraints.physics.memory import block_kind, rank_holdings, schedule_fits_layout
 from parasol.constraints.physics.pricing import (
     BREAKDOWN_KINDS,
+    DATA_PARALLEL_TERMS,
     Coefs,
     WorkloadBatch,
     batch,
@@ -637,6 +638,7 @@ class CalibratedStageTimes:
         self._floors: dict[tuple[Mapping, bytes], _FloorParts] = {}
         self._compute: dict[tuple, _AllBlocks] = {}
         self._fsdp_floors: dict[tuple, float] = {}
+        self._data_parallel_floors: dict[tuple, tuple[float, float]] = {}
         self._tp_exchanges: dict[tuple, float] = {}
         self._exchange_floors: dict[tuple, float] = {}
         self._exchange_parts: dict[tuple, float] = {}
@@ -832,13 +834,37 @@ class CalibratedStageTimes:
     def exposed_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
                         ep_options: tuple[EpOption, ...] | None = None) -> float:
         """The least rank floor (rank_floor_s) with the least exposed EP and CP seconds of one microbatch under
-        `ep_options` added (exchange_floor_s), spread over the pipeline as step_floor_s spreads them: between the
-        compute floor and step_floor_s (whose summed work has that rank floor and which adds the same exchange
-        floor), for a share of step_floor_s's cost, since its parts are kept per the degrees, rank order and MBS
-        they read."""
-        return ((self.rank_floor_s(mapping, derived, totals, ep_options)
-                 + self.exchange_floor_s(mapping, totals, ep_options))
-                * even_stretch(mapping.pp, mapping.vpp, float(derived.num_microbatches)))
+        `ep_options` added (exchange_floor_s), spread over the pipeline as step_floor_s spreads them, plus the
+        data-parallel exposure step_floor_s adds at that slowest stage (data_parallel_floor_s: what the overlap
+        switches leave, and the whole exchange less the stage; the first alone at one microbatch, where a longer
+        stage may hide more): between the compute floor and step_floor_s (whose summed work has that rank floor,
+        whose exchange floor is the same, whose data-parallel floor is at least this one's and whose pipeline
+        time grows with the slowest stage at least as fast as the exchange shrinks), for a share of
+        step_floor_s's cost, since its parts are kept per the degrees, rank order and MBS they read."""
+        ranks = self.rank_floor_s(mapping, derived, totals, ep_options) + self.exchange_floor_s(mapping, totals, ep_options)
+        m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
+        exposed, whole = self.data_parallel_floor_s(mapping, derived, totals)
+        data_parallel = max(exposed, whole - ranks / pp) if vpp * m - 1 >= vpp else exposed
+        return ranks * even_stretch(pp, vpp, m) + data_parallel
+
+    def data_parallel_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> tuple[float, float]:
+        """(exposed, whole): an average stage's data-parallel seconds its overlap switches leave exposed whatever
+        the window (pricing.data_parallel_unhidden_shares), and its whole data-parallel exchange seconds, at
+        least: the DATA_PARALLEL_TERMS of every weight on one rank (_all_blocks' weights and the embedding)
+        without their latencies, over PP. pricing.data_parallel_floor of step_floor_s's summed work is at least
+        these (the same bytes; a term's seconds grow with its bytes). Once per the grid and rank order."""
+        key = (mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.pp, mapping.rank_order,
+               totals.tobytes())
+        if key not in self._data_parallel_floors:
+            problem = self.problem
+            terms = data_parallel_terms(problem.model, mapping, derived, problem.training, self.settings,
+                                        self.links(mapping), self._all_blocks(mapping, derived, totals).weights, True)
+            seconds = [comm_seconds(CommTerm(terms[t].nvlink_s, terms[t].network_s), self.coefs)
+                       for t in DATA_PARALLEL_TERMS]
+            shares = data_parallel_unhidden_shares(self._run(mapping, derived))
+            self._data_parallel_floors[key] = (sum(s * x for s, x in zip(shares, seconds, strict=True)) / mapping.pp,
+                                               sum(seconds) / mapping.pp)
+        return self._data_parallel_floors[key]
 
     def rank_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
                      ep_options: tuple[EpOption, ...] | None = None) -> float:
