@@ -20,6 +20,7 @@ from parasol.constraints.physics.pricing import (
     batch,
     coefficient_values,
     data_parallel_floor,
+    pipeline_sends_floor,
     price,
     rank_floor_per_microbatch,
 )
@@ -574,10 +575,11 @@ def test_exposed_floor_holds_the_data_parallel_exchange(settings: dict[str, str]
                                                         ) -> None:
     """The exposed floor adds the data-parallel exposure at its slowest stage (CalibratedStageTimes.data_parallel_floor_s:
     every weight's terms on one rank without their latencies, over PP), at most the summed work's that
-    step_floor_s prices (pricing.data_parallel_floor): it stays below the step floor and the exact step time of
-    random cuts, with the overlap switches on and off and under FSDP (no such exchange there), and lifts the
-    floors of the 5T MoE's rows, whose exchange is long beside their stages (on 16,384 GPUs the rows whose
-    step floor solve prices in one process fell from 2,392 to 1,072)."""
+    step_floor_s prices (pricing.data_parallel_floor), and the same unhidden pipeline sends
+    (pipeline_sends_floor_s): it stays below the step floor and the exact step time of random cuts, with the
+    overlap switches on and off and under FSDP (no such exchange there), and lifts the floors of the 5T MoE's
+    rows, whose exchange is long beside their stages (on 16,384 GPUs the rows whose step floor solve prices in
+    one process fell from 2,392 to 1,072)."""
     from parasol.problems.mapping_input import apply_settings
 
     problem = apply_settings(load_problem_text("model: moe-5t\ntraining: {seq_len: 8192, global_batch: 8192, "
@@ -593,8 +595,11 @@ def test_exposed_floor_holds_the_data_parallel_exchange(settings: dict[str, str]
         mapping = row.mapping(problem)
         d = derive(problem.model, mapping)
         exposed, whole = model.data_parallel_floor_s(mapping, d, totals)
-        summed = [float(x[0]) for x in data_parallel_floor(model._floor_parts(mapping, d, totals).summed, coefs)]
+        summed_work = model._floor_parts(mapping, d, totals).summed
+        summed = [float(x[0]) for x in data_parallel_floor(summed_work, coefs)]
         assert exposed <= summed[0] * (1 + 1e-12) and whole <= summed[1] * (1 + 1e-12), row
+        sends = float(pipeline_sends_floor(summed_work, coefs, row.vpp)[0])
+        assert model.pipeline_sends_floor_s(mapping, d) == pytest.approx(sends, rel=1e-12), row
         assert (whole > 0) == ("fsdp" not in settings), row
         floors.append(model.exposed_floor_s(mapping, d, totals))
         assert floors[-1] <= model.step_floor_s(mapping, d, totals) * (1 + 1e-12), row

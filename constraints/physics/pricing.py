@@ -464,9 +464,16 @@ def pipeline_sends_floor(b: WorkloadBatch, c: Coefs, vpp: int) -> np.ndarray:
     work, at `vpp` virtual stages per rank (nothing else here reads VPP): the sends that fill and drain the
     pipeline plus the unhidden share of the rest. price's 'pp' never goes below it."""
     r = b.run
-    m, pp = r["microbatches"], r["pp"]
-    p2p = _priced(b.p2p, c, per_stage=False) * vpp
-    return np.where(pp > 1, m * (1 - r["p2p_overlap"]) * p2p + (pp - 1) * p2p, 0.0)
+    return unhidden_sends_seconds(_priced(b.p2p, c, per_stage=False), r["microbatches"], r["pp"], vpp,
+                                  r["p2p_overlap"])
+
+
+def unhidden_sends_seconds(p2p, m, pp, vpp, overlap):  # noqa: ANN001, ANN201 - numbers or numpy arrays alike
+    """Seconds of pipeline sends no overlap hides, one send of a microbatch at a stage boundary taking `p2p` seconds,
+    `vpp` of them per rank: those that fill and drain the pipeline, and the share the --overlap-p2p-comm switch
+    (`overlap`) leaves of the rest (pipeline_sends_floor)."""
+    sends = p2p * vpp
+    return np.where(pp > 1, m * (1 - overlap) * sends + (pp - 1) * sends, 0.0)
 
 
 def data_parallel_floor(b: WorkloadBatch, c: Coefs) -> tuple[np.ndarray, np.ndarray]:

@@ -52,6 +52,7 @@ from parasol.constraints.physics.exchanges import (
     ep_comm,
     level_links,
     links_for,
+    pp_comm,
     tp_comm,
 )
 from parasol.constraints.physics.memory import block_kind, rank_holdings, schedule_fits_layout
@@ -78,6 +79,7 @@ from parasol.constraints.physics.pricing import (
     rank_floor_per_microbatch,
     run_batch,
     stage_field,
+    unhidden_sends_seconds,
     vector_columns,
 )
 from parasol.constraints.physics.schedule import (
@@ -639,6 +641,7 @@ class CalibratedStageTimes:
         self._compute: dict[tuple, _AllBlocks] = {}
         self._fsdp_floors: dict[tuple, float] = {}
         self._data_parallel_floors: dict[tuple, tuple[float, float]] = {}
+        self._sends: dict[tuple, float] = {}
         self._tp_exchanges: dict[tuple, float] = {}
         self._exchange_floors: dict[tuple, float] = {}
         self._exchange_parts: dict[tuple, float] = {}
@@ -845,7 +848,21 @@ class CalibratedStageTimes:
         m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
         exposed, whole = self.data_parallel_floor_s(mapping, derived, totals)
         data_parallel = max(exposed, whole - ranks / pp) if vpp * m - 1 >= vpp else exposed
-        return ranks * even_stretch(pp, vpp, m) + data_parallel
+        return ranks * even_stretch(pp, vpp, m) + data_parallel + self.pipeline_sends_floor_s(mapping, derived)
+
+    def pipeline_sends_floor_s(self, mapping: Mapping, derived: Derived) -> float:
+        """The pipeline sends no overlap hides (pricing.unhidden_sends_seconds), as step_floor_s adds them
+        (pricing.pipeline_sends_floor of the run's send): one send priced once per the grid, rank order, MBS and
+        sequence, all it reads."""
+        key = (mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.pp, mapping.rank_order, mapping.mbs,
+               mapping.seq_len)
+        if key not in self._sends:
+            tokens = mapping.mbs * mapping.seq_len / mapping.cp
+            self._sends[key] = comm_seconds(pp_comm(self.problem.model, tokens, mapping.tp,
+                                                    self.problem.training.sequence_parallel,
+                                                    self.links(mapping).pp), self.coefs)
+        return float(unhidden_sends_seconds(self._sends[key], float(derived.num_microbatches), mapping.pp,
+                                            mapping.vpp, float(self.settings.p2p_overlap)))
 
     def data_parallel_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> tuple[float, float]:
         """(exposed, whole): an average stage's data-parallel seconds its overlap switches leave exposed whatever
