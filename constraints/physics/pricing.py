@@ -472,8 +472,7 @@ def unhidden_sends_seconds(p2p, m, pp, vpp, overlap):  # noqa: ANN001, ANN201 - 
     """Seconds of pipeline sends no overlap hides, one send of a microbatch at a stage boundary taking `p2p` seconds,
     `vpp` of them per rank: those that fill and drain the pipeline, and the share the --overlap-p2p-comm switch
     (`overlap`) leaves of the rest (pipeline_sends_floor)."""
-    sends = p2p * vpp
-    return np.where(pp > 1, m * (1 - overlap) * sends + (pp - 1) * sends, 0.0)
+    return (pp > 1) * (m * (1 - overlap) + (pp - 1)) * p2p * vpp
 
 
 def data_parallel_floor(b: WorkloadBatch, c: Coefs) -> tuple[np.ndarray, np.ndarray]:
