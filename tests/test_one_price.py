@@ -258,6 +258,21 @@ def test_floor_is_below_every_cut_under_every_option(source: str) -> None:
             assert floor <= seconds.min() * (1 + 1e-12), (row, variant.settings())
 
 
+def _cuts_and_empty_edges(rng: random.Random, row, counts: np.ndarray) -> np.ndarray:  # noqa: ANN001
+    """_random_cuts of the row and, at PP above 2, the cut whose edge ranks hold their fewest blocks
+    (_edge_ranks_empty): n × PP × kinds."""
+    cuts = _random_cuts(rng, row, counts)
+    if row.pp <= 2:
+        return cuts
+    edges = rank_counts(_edge_ranks_empty(counts.shape[0] - 1, row.pp, row.vpp), row.pp, counts)
+    return np.concatenate([cuts, np.array([edges])])
+
+
+def _pipelined_rows(problem: Problem, rng: random.Random, n: int) -> list:
+    """`n` rows of the problem's space with PP above 1, sampled by `rng`."""
+    return rng.sample([r for r in enumerate_rows(problem) if r.pp > 1], n)
+
+
 def _edge_ranks_empty(blocks: int, pp: int, vpp: int) -> tuple[int, ...]:
     """A covered cut whose first and last ranks hold their fewest blocks (none on an interleaved row), the rest
     spread over the middle ranks' stages (PP above 2)."""
@@ -289,17 +304,13 @@ def test_floor_holds_each_ranks_data_parallel_exchange_beside_its_own_compute(mo
     model = CalibratedStageTimes(problem)
     counts, totals = _counts_and_totals(problem)
     rng = random.Random(23)
-    rows = [r for r in enumerate_rows(problem) if r.pp > 1]
-    sampled = rng.sample(rows, 16)
+    sampled = _pipelined_rows(problem, rng, 16)
     floors = []
     for row in sampled:
         mapping = row.mapping(problem)
         d = derive(problem.model, mapping)
         parts = model._floor_parts(mapping, d, totals)
-        cuts = _random_cuts(rng, row, counts)
-        if row.pp > 2:
-            edges = rank_counts(_edge_ranks_empty(counts.shape[0] - 1, row.pp, row.vpp), row.pp, counts)
-            cuts = np.concatenate([cuts, np.array([edges])])
+        cuts = _cuts_and_empty_edges(rng, row, counts)
         work = batch_from_vectors(model._run(mapping, d), model.rank_work(mapping, d).vectors(cuts))
         whole, compute = data_parallel_whole_seconds(work, model.coefs), compute_beside_gemms_per_microbatch(
             work, model.coefs)[0]
@@ -337,7 +348,7 @@ def test_floor_holds_the_heaviest_ranks_unhidden_data_parallel_exchange(settings
     model = CalibratedStageTimes(problem)
     counts, totals = _counts_and_totals(problem)
     rng = random.Random(37)
-    sampled = rng.sample([r for r in enumerate_rows(problem) if r.pp > 1], 12)
+    sampled = _pipelined_rows(problem, rng, 12)
     floors = []
     for row in sampled:
         mapping = row.mapping(problem)
@@ -345,10 +356,7 @@ def test_floor_holds_the_heaviest_ranks_unhidden_data_parallel_exchange(settings
         unhidden = model._floor_parts(mapping, d, totals).heaviest_unhidden(row.vpp)
         assert unhidden > 0 or settings.get("overlap_grad_reduce") != "false", row
         assert unhidden == 0 or any(data_parallel_unhidden_shares(model._run(mapping, d))), row
-        cuts = _random_cuts(rng, row, counts)
-        if row.pp > 2:
-            edges = rank_counts(_edge_ranks_empty(counts.shape[0] - 1, row.pp, row.vpp), row.pp, counts)
-            cuts = np.concatenate([cuts, np.array([edges])])
+        cuts = _cuts_and_empty_edges(rng, row, counts)
         priced = model._priced_cuts(mapping, d, cuts)
         assert (unhidden <= (priced["dp_dense"] + priced["dp_expert"]) * (1 + 1e-12)).all(), row
         floors.append(model.step_floor_s(mapping, d, totals))
@@ -589,7 +597,7 @@ def test_exposed_floor_holds_the_data_parallel_exchange(settings: dict[str, str]
     counts, totals = _counts_and_totals(problem)
     coefs = coefficient_values(model.coefficients)
     rng = random.Random(41)
-    sampled = rng.sample([r for r in enumerate_rows(problem) if r.pp > 1], 12)
+    sampled = _pipelined_rows(problem, rng, 12)
     floors = []
     for row in sampled:
         mapping = row.mapping(problem)
