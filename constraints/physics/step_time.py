@@ -840,10 +840,11 @@ class CalibratedStageTimes:
         `ep_options` added (exchange_floor_s), spread over the pipeline as step_floor_s spreads them, plus the
         data-parallel exposure step_floor_s adds at that slowest stage (data_parallel_floor_s: what the overlap
         switches leave, and the whole exchange less the stage; the first alone at one microbatch, where a longer
-        stage may hide more): between the compute floor and step_floor_s (whose summed work has that rank floor,
-        whose exchange floor is the same, whose data-parallel floor is at least this one's and whose pipeline
-        time grows with the slowest stage at least as fast as the exchange shrinks), for a share of
-        step_floor_s's cost, since its parts are kept per the degrees, rank order and MBS they read."""
+        stage may hide more) and the same unhidden pipeline sends (pipeline_sends_floor_s): between the compute
+        floor and step_floor_s (whose summed work has that rank floor, whose exchange floor is the same, whose
+        data-parallel floor is at least this one's and whose pipeline time grows with the slowest stage at least as
+        fast as the exchange shrinks), for a share of step_floor_s's cost, since its parts are kept per the
+        degrees, rank order and MBS they read."""
         ranks = self.rank_floor_s(mapping, derived, totals, ep_options) + self.exchange_floor_s(mapping, totals, ep_options)
         m, pp, vpp = float(derived.num_microbatches), mapping.pp, mapping.vpp
         exposed, whole = self.data_parallel_floor_s(mapping, derived, totals)

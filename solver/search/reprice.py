@@ -139,7 +139,7 @@ def compute_floor_units(per_microbatch_s: float, stretch: float) -> int:
 def exposed_floor_units(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel,
                         ep_options: tuple[EpOption, ...] | None = None) -> int:
     """step_floor_units from the step-time model's exposed floor (StageTimeModel.exposed_floor_s: the least rank
-    floor and exposed-exchange seconds under `ep_options`, spread evenly): between compute_floor_units and
-    step_floor_units."""
+    floor and exposed-exchange seconds under `ep_options`, spread evenly, with the data-parallel exposure and
+    pipeline sends the step floor adds at that stage): between compute_floor_units and step_floor_units."""
     return units_below(time_model.exposed_floor_s(mapping, c.derived, counts[0, counts.shape[0] - 1], ep_options)
                        * (1 - 1e-9))
