@@ -90,6 +90,7 @@ from parasol.constraints.physics.schedule import (
     pipeline_time_scaled,
 )
 from parasol.constraints.physics.workload import (
+    DATA_PARALLEL_EXCHANGES,
     DATA_PARALLEL_FIELDS,
     PASSES_PER_MICROBATCH,
     StageBlocks,
@@ -639,8 +640,7 @@ class CalibratedStageTimes:
         self._exchange_vectors: dict[tuple, dict] = {}
         self._floors: dict[tuple[Mapping, bytes], _FloorParts] = {}
         self._compute: dict[tuple, _AllBlocks] = {}
-        self._fsdp_floors: dict[tuple, float] = {}
-        self._data_parallel_floors: dict[tuple, tuple[float, float]] = {}
+        self._whole_exchange_s: dict[tuple, dict[str, float]] = {}
         self._sends: dict[tuple, float] = {}
         self._tp_exchanges: dict[tuple, float] = {}
         self._exchange_floors: dict[tuple, float] = {}
@@ -871,18 +871,25 @@ class CalibratedStageTimes:
         least: the DATA_PARALLEL_TERMS of every weight on one rank (_all_blocks' weights and the embedding)
         without their latencies, over PP. pricing.data_parallel_floor of step_floor_s's summed work is at least
         these (the same bytes; a term's seconds grow with its bytes). Once per the grid and rank order."""
+        seconds = self._whole_exchanges(mapping, derived, totals)
+        terms = [seconds[t] for t in DATA_PARALLEL_TERMS]
+        shares = data_parallel_unhidden_shares(self._run(mapping, derived))
+        return (sum(s * x for s, x in zip(shares, terms, strict=True)) / mapping.pp, sum(terms) / mapping.pp)
+
+    def _whole_exchanges(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> dict[str, float]:
+        """Per data-parallel exchange (workload.DATA_PARALLEL_EXCHANGES), the seconds of every weight's term on one
+        rank (_all_blocks' weights and the embedding, workload.data_parallel_terms) without its latency: a rank
+        holding none of a group's weights has none, and the other seconds add up over ranks. Once per the grid and
+        rank order, all they read (the FSDP and data-parallel floors share them)."""
         key = (mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.pp, mapping.rank_order,
                totals.tobytes())
-        if key not in self._data_parallel_floors:
+        if key not in self._whole_exchange_s:
             problem = self.problem
             terms = data_parallel_terms(problem.model, mapping, derived, problem.training, self.settings,
                                         self.links(mapping), self._all_blocks(mapping, derived, totals).weights, True)
-            seconds = [comm_seconds(CommTerm(terms[t].nvlink_s, terms[t].network_s), self.coefs)
-                       for t in DATA_PARALLEL_TERMS]
-            shares = data_parallel_unhidden_shares(self._run(mapping, derived))
-            self._data_parallel_floors[key] = (sum(s * x for s, x in zip(shares, seconds, strict=True)) / mapping.pp,
-                                               sum(seconds) / mapping.pp)
-        return self._data_parallel_floors[key]
+            self._whole_exchange_s[key] = {f: comm_seconds(CommTerm(terms[f].nvlink_s, terms[f].network_s), self.coefs)
+                                           for f in DATA_PARALLEL_EXCHANGES}
+        return self._whole_exchange_s[key]
 
     def rank_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
                      ep_options: tuple[EpOption, ...] | None = None) -> float:
@@ -896,7 +903,7 @@ class CalibratedStageTimes:
         whole = self._all_blocks(mapping, derived, totals)
         tp = self.tp_exchange_s(mapping, totals) + self.recompute_exchange_floor_s(mapping, totals, ep_options)
         tp_left = (1.0 - float(tp_overlap_applies(self.settings.tp_overlap, self.links(mapping).tp))) * tp
-        fsdp = self._fsdp_floor(mapping, derived, totals, whole.weights) if self.settings.fsdp else 0.0
+        fsdp = self._fsdp_floor(mapping, derived, totals) if self.settings.fsdp else 0.0
         return max(whole.compute + tp_left, fsdp + tp_left, whole.beside + tp)
 
     def compute_per_microbatch_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
@@ -927,21 +934,11 @@ class CalibratedStageTimes:
             self._compute[key] = _AllBlocks(float(compute[0, 0]), float(beside[0, 0]), blocks.weights)
         return self._compute[key]
 
-    def _fsdp_floor(self, mapping: Mapping, derived: Derived, totals: np.ndarray, weights: StageWeights) -> float:
-        """All ranks' FSDP gather and reduce-scatter seconds of one microbatch without their latencies (a rank
-        holding none of a group's weights has none): the bytes of `weights` and the embedding on the
-        data-parallel links (workload.data_parallel_terms), whose other seconds add up over ranks. Once per
-        the grid and rank order, all it reads."""
-        key = (mapping.tp, mapping.cp, mapping.ep, mapping.expert_tp, mapping.pp, mapping.rank_order,
-               totals.tobytes())
-        if key not in self._fsdp_floors:
-            problem = self.problem
-            terms = data_parallel_terms(problem.model, mapping, derived, problem.training, self.settings,
-                                        self.links(mapping), weights, True)
-            self._fsdp_floors[key] = sum(
-                PASSES_PER_MICROBATCH[f] * comm_seconds(CommTerm(terms[f].nvlink_s, terms[f].network_s), self.coefs)
-                for f in ("fsdp_gather", "fsdp_reduce"))
-        return self._fsdp_floors[key]
+    def _fsdp_floor(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
+        """All ranks' FSDP gather and reduce-scatter seconds of one microbatch without their latencies
+        (_whole_exchanges: every weight and the embedding on the data-parallel links)."""
+        seconds = self._whole_exchanges(mapping, derived, totals)
+        return sum(PASSES_PER_MICROBATCH[f] * seconds[f] for f in ("fsdp_gather", "fsdp_reduce"))
 
     def tp_exchange_s(self, mapping: Mapping, totals: np.ndarray) -> float:
         """Seconds of the TP collectives of one microbatch over all ranks' blocks (forward and backward),
