@@ -503,11 +503,16 @@ def data_parallel_whole_seconds(b: WorkloadBatch, c: Coefs, shares: tuple[float,
 
 
 def data_parallel_unhidden_shares(b: WorkloadBatch) -> tuple[float, ...]:
-    """Per DATA_PARALLEL_TERMS term, the share of its seconds no overlap switch of `b`'s one run hides whatever the
-    window: all of a reduce without --overlap-grad-reduce, of a gather without --overlap-param-gather, none with
-    (_data_parallel_exposure hides at most the whole term behind its window)."""
+    """unhidden_shares of the overlap switches of `b`'s one run."""
     r = b.run
-    reduce, gather = 1.0 - float(r["grad_reduce_overlap"][0]), 1.0 - float(r["param_gather_overlap"][0])
+    return unhidden_shares(float(r["grad_reduce_overlap"][0]), float(r["param_gather_overlap"][0]))
+
+
+def unhidden_shares(grad_reduce_overlap: float, param_gather_overlap: float) -> tuple[float, ...]:
+    """Per DATA_PARALLEL_TERMS term, the share of its seconds no overlap switch hides whatever the window (each switch
+    1.0 on, 0.0 off, as a run holds it): all of a reduce without --overlap-grad-reduce, of a gather without
+    --overlap-param-gather, none with (_data_parallel_exposure hides at most the whole term behind its window)."""
+    reduce, gather = 1.0 - grad_reduce_overlap, 1.0 - param_gather_overlap
     return reduce, reduce, gather, gather
 
 

@@ -80,6 +80,7 @@ from parasol.constraints.physics.pricing import (
     run_batch,
     stage_field,
     unhidden_sends_seconds,
+    unhidden_shares,
     vector_columns,
 )
 from parasol.constraints.physics.schedule import (
@@ -873,7 +874,7 @@ class CalibratedStageTimes:
         these (the same bytes; a term's seconds grow with its bytes). Once per the grid and rank order."""
         seconds = self._whole_exchanges(mapping, derived, totals)
         terms = [seconds[t] for t in DATA_PARALLEL_TERMS]
-        shares = data_parallel_unhidden_shares(self._run(mapping, derived))
+        shares = unhidden_shares(float(self.settings.grad_reduce_overlap), float(self.settings.param_gather_overlap))
         return (sum(s * x for s, x in zip(shares, terms, strict=True)) / mapping.pp, sum(terms) / mapping.pp)
 
     def _whole_exchanges(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> dict[str, float]:
