@@ -900,24 +900,33 @@ def least_held(c: RowCosts, totals: np.ndarray, in_bytes: bool = False) -> int:
 
 def _least_besides(kind_moe: tuple[bool, ...], edge_moe: tuple[bool, ...], counts: list[int], terms: _MemoryTerms,
                    open_edges: bool) -> int:
-    """least_held: the least of _held_besides' terms."""
-    return min(_held_besides(kind_moe, edge_moe, counts, terms, open_edges))
+    """least_held: the least of _held_besides' terms, each distinct middle rank's once (the middle ranks mostly share
+    their edge, and a row of PP 64 would otherwise price 64 alike)."""
+    least_peak, every_moe = _besides_kinds(kind_moe, counts, terms)
+    pp = len(terms.edge_peak)
+    ends = [(terms.edge_peak[r], edge_moe[r], not open_edges) for r in {0, pp - 1}]
+    middle = [(peak, moe, True) for peak, moe in set(zip(terms.edge_peak[1:pp - 1], edge_moe[1:pp - 1], strict=True))]
+    return min(_rank_besides(peak, moe, holds_block, least_peak, every_moe, terms.dispatch)
+               for peak, moe, holds_block in ends + middle)
 
 
 def _held_besides(kind_moe: tuple[bool, ...], edge_moe: tuple[bool, ...], counts: list[int], terms: _MemoryTerms,
-                     open_edges: bool) -> list[int]:
-    """least_held's terms rank by rank: at least its edge's recompute working set, and where it surely holds a
-    block the least of the model's kinds' and the dispatch buffers if every kind is MoE; the dispatch buffers
-    where its edge is MoE. With `open_edges` (an interleaved row, empty_stages.open_stages) the first and
-    last rank may hold no block at all: theirs are their edge's alone."""
+                  open_edges: bool) -> list[int]:
+    """least_held's terms rank by rank (_rank_besides). With `open_edges` (an interleaved row,
+    empty_stages.open_stages) the first and last rank may hold no block at all."""
     least_peak, every_moe = _besides_kinds(kind_moe, counts, terms)
     pp = len(terms.edge_peak)
-    held = []
-    for r, (peak, moe) in enumerate(zip(terms.edge_peak, edge_moe, strict=True)):
-        holds_block = not (open_edges and edge_rank(r, pp))
-        working = max(peak, least_peak) if holds_block else peak
-        held.append(working + (terms.dispatch if moe or (every_moe and holds_block) else 0))
-    return held
+    return [_rank_besides(peak, moe, not (open_edges and edge_rank(r, pp)), least_peak, every_moe, terms.dispatch)
+            for r, (peak, moe) in enumerate(zip(terms.edge_peak, edge_moe, strict=True))]
+
+
+def _rank_besides(peak: int, moe: bool, holds_block: bool, least_peak: int, every_moe: bool, dispatch: int) -> int:
+    """What one rank holds besides its blocks' static memory and activations: at least its edge's recompute working
+    set (`peak`), and where it surely holds a block (`holds_block`) the least of the model's kinds' (`least_peak`)
+    and the dispatch buffers if every kind is MoE; the dispatch buffers where its edge is MoE (`moe`). A rank that
+    may hold no block has its edge's alone."""
+    working = max(peak, least_peak) if holds_block else peak
+    return working + (dispatch if moe or (every_moe and holds_block) else 0)
 
 
 def _besides_kinds(kind_moe: tuple[bool, ...], counts: list[int], terms: _MemoryTerms) -> tuple[int, bool]:
