@@ -46,10 +46,10 @@ class DecisionVars:
                consts: dict[str, int]) -> DecisionVars:
         """One variable per degree over its allowed values, one boolean per recompute choice; `consts`
         are the model's numbers the rules need (heads, query groups, experts, layers)."""
-        from ortools.sat.python.cp_model import Domain
+        from parasol.cp_sat import cp_model
 
         degree = {
-            name: model.NewIntVarFromDomain(Domain.FromValues(sorted(set(domains[name]))), name)
+            name: model.NewIntVarFromDomain(cp_model.Domain.FromValues(sorted(set(domains[name]))), name)
             for name in DEGREES
         }
         recompute = {opt: model.NewBoolVar(f"recompute_{opt}") for opt in recompute_options}

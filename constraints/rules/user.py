@@ -509,9 +509,9 @@ class _Compiler:
 
     def var(self, lin: Lin, name: str) -> cp_model.IntVar:
         """The expression as one variable (defined unconditionally: its domain covers every value)."""
-        from ortools.sat.python.cp_model import IntVar
+        from parasol.cp_sat import cp_model
 
-        if isinstance(lin.expr, IntVar):
+        if isinstance(lin.expr, cp_model.IntVar):
             return lin.expr
         out = self.model.NewIntVar(lin.lo, lin.hi, name)
         self.model.Add(out == lin.expr)
@@ -648,9 +648,9 @@ class _Compiler:
             lit = self.fixed(x.constant and scaled in allowed)
         else:
             lit = self.model.NewBoolVar("user_member")
-            from ortools.sat.python.cp_model import Domain
+            from parasol.cp_sat import cp_model
 
-            self.model.AddLinearExpressionInDomain(scaled, Domain.FromValues(allowed)).OnlyEnforceIf(lit)
+            self.model.AddLinearExpressionInDomain(scaled, cp_model.Domain.FromValues(allowed)).OnlyEnforceIf(lit)
             for value in allowed:
                 self.model.Add(scaled != value).OnlyEnforceIf(lit.Not())
         return lit.Not() if node.negated else lit

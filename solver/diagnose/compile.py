@@ -11,13 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ortools.sat.python import cp_model
-
 from parasol.constraints.core.base import Constraint, Facts, post_rules
 from parasol.constraints.core.consts import mapping_consts, model_consts
 from parasol.constraints.core.decision_vars import DecisionVars
 from parasol.constraints.evaluate import facts_for
 from parasol.constraints.rules.capacity import MemoryFitsHBM
+from parasol.cp_sat import cp_model
 from parasol.problems.derived import MAX_PIPELINE_SLOTS, derive
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, Mapping, Recompute

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ortools.sat.python import cp_model
-
 from parasol.constraints.core.base import Constraint, Severity
 from parasol.constraints.evaluate import facts_for
 from parasol.constraints.rules.registry import active_constraints
+from parasol.cp_sat import cp_model
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
 from parasol.problems.options import MegatronOptions

@@ -24,8 +24,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
-from ortools.sat.python import cp_model
-
 from parasol.bounds import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, MAX_MICRO_BATCH
 from parasol.constraints.core.base import Constraint, Facts, Severity
 from parasol.constraints.evaluate import Evaluation, evaluate
@@ -34,6 +32,7 @@ from parasol.constraints.physics.memory import schedule_fits_layout
 from parasol.constraints.physics.step_time import CalibratedStageTimes, step_time_or_none
 from parasol.constraints.rules import contract
 from parasol.constraints.rules.registry import active_constraints
+from parasol.cp_sat import cp_model
 from parasol.problems.derived import default_layout, derive, resolve_layout
 from parasol.problems.empty_stages import most_stages
 from parasol.problems.loader import Problem

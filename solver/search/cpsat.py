@@ -3,7 +3,7 @@ same input gives the same answer, under a wall-clock limit."""
 
 from __future__ import annotations
 
-from ortools.sat.python import cp_model
+from parasol.cp_sat import cp_model
 
 SEED = 20261129
 DIAGNOSIS_LIMIT_S = 5.0  # one diagnostic solve (conflict core, repair): pinned models answer in ms

@@ -10,8 +10,7 @@ from __future__ import annotations
 import math
 from time import perf_counter
 
-from ortools.sat.python import cp_model
-
+from parasol.cp_sat import cp_model
 from parasol.solver.search.cpsat import deterministic_solver
 
 UNBOUNDED = 1 << 62

@@ -21,11 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter
 
-from ortools.sat.python import cp_model
-
 from parasol.constraints.core.base import Constraint, post_rules
 from parasol.constraints.core.consts import model_consts
 from parasol.constraints.core.decision_vars import DecisionVars
+from parasol.cp_sat import cp_model
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES
 from parasol.solver.search.cpsat import deterministic_solver

@@ -31,8 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from ortools.sat.python import cp_model
 
+from parasol.cp_sat import cp_model
 from parasol.problems.schema import Objective
 from parasol.solver.search.cpsat import deterministic_solver
 from parasol.solver.search.cuts import CutPoint

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ortools.sat.python import cp_model
-
 from parasol.constraints.core.base import Constraint, post_rules
 from parasol.constraints.core.consts import model_consts
 from parasol.constraints.core.decision_vars import DecisionVars
 from parasol.constraints.evaluate import holds
 from parasol.constraints.rules.registry import active_constraints
+from parasol.cp_sat import cp_model
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import DEGREES, RankOrder, Recompute
 from parasol.problems.memo import memoised
