@@ -50,12 +50,13 @@ def without_pandas() -> ModuleType:
     try:
         module = importlib.import_module(CP_MODEL)
     except (AttributeError, TypeError):
-        sys.modules.pop(CP_MODEL, None)
-        del sys.modules["pandas"]
-        return importlib.import_module(CP_MODEL)
+        module = None
     finally:
         if sys.modules.get("pandas") is stand_in:
             del sys.modules["pandas"]
+    if module is None:
+        sys.modules.pop(CP_MODEL, None)
+        return importlib.import_module(CP_MODEL)
     stand_in.release()
     return module
 
