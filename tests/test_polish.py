@@ -166,6 +166,20 @@ def test_a_polished_step_replaces_its_start_and_what_it_dominates() -> None:
     assert again.points == (CutPoint(10, 50, (1, 2)), CutPoint(11, 30, (0, 3))) and again.proved
 
 
+def test_a_step_a_polished_step_of_its_row_dominates_is_not_polished(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two steps of one row come back from the master, and the first one's polish dominates the second: the second
+    has left the staircase with it, so it is passed over, not looked up (a 128-GPU Nemotron-H 8B problem on the
+    asic-5t preset, GBS 4,096 at 1k tokens, ended in an internal error here)."""
+    problem, search_row, priced, c, counts = _row_context("one block")
+    stairs = (Staircase((CutPoint(10, 50, (1, 2)), CutPoint(12, 40, (2, 1))), True),)
+    polisher = CutPolisher(problem, (search_row,), (c,), lambda _: priced, counts, ())
+    monkeypatch.setattr(polisher, "_polish", lambda i, start, deadline: CutPoint(9, 30, (0, 3)))
+    points = tuple(Point(0, q.layout, q.time_units, q.memory_units, 1, True, q.time_units, (0, 0))
+                   for q in stairs[0].points)
+    assert polisher.polished(points, stairs) == (Staircase((CutPoint(9, 30, (0, 3)),), True),)
+    assert polisher.complete and (0, (2, 1)) not in polisher.done
+
+
 def test_distinct_rows_are_uniques_rows_in_first_seen_order() -> None:
     """distinct_rows gives np.unique(axis=0)'s distinct rows, ordered by first occurrence, and each row's place."""
     rows = np.random.default_rng(3).integers(0, 3, size=(200, 4))

@@ -171,8 +171,10 @@ class CutPolisher:
     def polished(self, points: tuple[Point, ...], stairs: tuple[Staircase, ...],
                  deadline: float = math.inf) -> tuple[Staircase, ...] | None:
         """`stairs` with every step among `points` not polished before replaced by its polish; None when no step
-        changed. Past `deadline` (perf_counter) the steps left are not polished, and the polisher is incomplete,
-        as it is when steps changed with no time left to solve the master again over them."""
+        changed. A step that a polished step of its row now dominates has left the staircase with it
+        (with_polished) and is not polished: the master, solved again over the changed staircases, no longer
+        returns it. Past `deadline` (perf_counter) the steps left are not polished, and the polisher is
+        incomplete, as it is when steps changed with no time left to solve the master again over them."""
         changed = list(stairs)
         for pt in points:
             key = (pt.row_index, pt.layout)
@@ -181,8 +183,10 @@ class CutPolisher:
             if time.perf_counter() > deadline:
                 self.complete = False
                 break
+            start = next((q for q in changed[pt.row_index].points if q.layout == pt.layout), None)
+            if start is None:
+                continue
             self.done.add(key)
-            start = next(q for q in changed[pt.row_index].points if q.layout == pt.layout)
             better = self._polish(pt.row_index, start, deadline)
             if better != start:
                 self.done.add((pt.row_index, better.layout))
