@@ -904,7 +904,7 @@ def _least_besides(kind_moe: tuple[bool, ...], edge_moe: tuple[bool, ...], count
     their edge, and a row of PP 64 would otherwise price 64 alike)."""
     least_peak, every_moe = _besides_kinds(kind_moe, counts, terms)
     pp = len(terms.edge_peak)
-    ends = [(terms.edge_peak[r], edge_moe[r], not open_edges) for r in {0, pp - 1}]
+    ends = [(terms.edge_peak[r], edge_moe[r], not (open_edges and edge_rank(r, pp))) for r in {0, pp - 1}]
     middle = [(peak, moe, True) for peak, moe in set(zip(terms.edge_peak[1:pp - 1], edge_moe[1:pp - 1], strict=True))]
     return min(_rank_besides(peak, moe, holds_block, least_peak, every_moe, terms.dispatch)
                for peak, moe, holds_block in ends + middle)
