@@ -5,6 +5,7 @@ Megatron-LM main@d98e8a64 megatron/training/arguments.py and transformer_config.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -316,6 +317,44 @@ def test_script_with_bash_arrays(tmp_path) -> None:
     assert parsed.mapping_fields == {"tp": 8, "pp": 16, "seq_len": 2048}
     assert parsed.model is not None and parsed.model.num_layers == 96
     assert parsed.training_fields["precision"] == "bf16"
+
+
+def test_script_with_shell_arithmetic() -> None:
+    """Megatron-LM examples/gptoss/02_train.sh style: WORLD_SIZE=$(($GPUS_PER_NODE*$NUM_NODES)) and
+    PP_SIZE=${WORLD_SIZE}; `$(( … ))` reads `$NAME`s and bare names, and `/` and `%` truncate toward zero
+    as bash's do (bash: $((-7/2)) is -3, $((-7%2)) is -1)."""
+    text = ("GPUS_PER_NODE=8\nNUM_NODES=2\nGPUS_PER_NODE=${GPUS_PER_NODE:-8}\n"
+            "WORLD_SIZE=$(($GPUS_PER_NODE*$NUM_NODES))\nPP_SIZE=${WORLD_SIZE}\nHALF=$(( (WORLD_SIZE + 2) / 4 ))\n"
+            "torchrun --nproc_per_node $GPUS_PER_NODE --nnodes $NUM_NODES pretrain_gpt.py \\\n"
+            "    --pipeline-model-parallel-size ${PP_SIZE} --tensor-model-parallel-size $((HALF - 2)) \\\n"
+            "    --context-parallel-size $(( -7 / 2 + 4 )) --micro-batch-size $((-7 % 2 + 3))\n")
+    parsed = parse_launch(text)
+    assert parsed.mapping_fields == {"pp": 16, "tp": 2, "cp": 1, "mbs": 2}
+    assert parsed.launcher_gpus == 16
+
+
+@pytest.mark.parametrize("expression", ["$((UNSET * 2))", "$((TP ** 2))", "$((TP / 0))", "$((TP << 1))",
+                                        "$((WORDS + 1))"])
+def test_shell_arithmetic_it_cannot_read_names_the_expression(expression: str) -> None:
+    """An unknown or non-integer variable, division by zero or an operator beyond + - * / % leaves the
+    expression unresolved: a modelled flag that reads it is an error naming it, never a guessed value."""
+    with pytest.raises(InputError, match=re.escape(expression)):
+        parse_launch(f"TP=2\nWORDS=two\ntorchrun pretrain_gpt.py --tensor-model-parallel-size {expression}\n")
+
+
+@pytest.mark.parametrize("program", ["pretrain_vlm.py", "examples/multimodal/train.py"])
+def test_flags_a_program_of_its_own_may_add_are_notes(program: str) -> None:
+    """Megatron-LM pretrain_vlm.py (add_vlm_extra_args) and examples/multimodal/train.py add flags of their own
+    (extra_args_provider): a flag arguments.py lacks is then a note naming the program, not Megatron's refusal,
+    and the model the flags describe is explained with a note on what the program adds; pretrain_gpt.py's parser is
+    arguments.py's alone, so there the same flag is refused."""
+    line = (f"torchrun {program} --num-layers 2 --hidden-size 512 --num-attention-heads 8 "
+            "--max-position-embeddings 512 --freeze-ViT")
+    parsed = parse_launch(line)
+    assert any(n.startswith("--freeze-ViT:") and program in n for n in parsed.notes)
+    assert any(n.startswith(f"{program} is not one of the Megatron-LM programs") for n in parsed.notes)
+    with pytest.raises(InputError, match="unrecognized arguments: --freeze-ViT"):
+        parse_launch(line.replace(program, "/workspace/Megatron-LM/pretrain_gpt.py"))
 
 
 def test_unknown_flags_are_reported_not_dropped() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 from functools import cache
 from importlib import resources
+from pathlib import PurePosixPath
 
 from parasol.errors import InputError
 from parasol.problems.megatron.shell import placeholder, shown, unresolved_names
@@ -14,6 +15,10 @@ ARGS = "Megatron-LM megatron/training/arguments.py"
 NOT_MODELLED = "not modelled: "
 """The prefix of the note for a known Megatron flag that no parasol reader uses."""
 CONFIG = "Megatron-LM megatron/core/transformer/transformer_config.py"
+OWN_PARSER_PROGRAMS = frozenset({"pretrain_gpt.py", "pretrain_mamba.py", "pretrain_hybrid.py"})
+"""Megatron-LM's training programs whose parser is arguments.py's alone (pretrain_gpt.py and pretrain_hybrid.py add
+the ModelOpt flags, which megatron_flags.txt holds); pretrain_vlm.py, train_rl.py and the examples' programs add their
+own (extra_args_provider), which parasol does not know."""
 
 
 @cache
@@ -49,7 +54,11 @@ def unknown_flag_error(unknown: list[str]) -> InputError:
 class Flags:
     """The command's flags as argparse sees them; the flags no mapper reads are 'not modelled'."""
 
-    def __init__(self, words: tuple[str, ...]) -> None:
+    def __init__(self, words: tuple[str, ...], program: str | None = None) -> None:
+        self.program = program
+        """The training program the flags follow (None: flags alone, read as pretrain_gpt.py's)."""
+        self.own_parser = program is None or PurePosixPath(program).name in OWN_PARSER_PROGRAMS
+        """Whether the program's parser is Megatron-LM's arguments.py alone (OWN_PARSER_PROGRAMS)."""
         self.values: dict[str, tuple[str, ...]] = {}
         self.history: dict[str, list[tuple[str, ...]]] = {}
         self.stray: list[str] = []
@@ -70,9 +79,10 @@ class Flags:
                 self.history[name][-1] = self.values[name]
 
     def check_known(self) -> None:
-        """Refuse flags Megatron's parser does not know, as Megatron does (argparse, allow_abbrev=False)."""
+        """Refuse flags Megatron's parser does not know, as Megatron does (argparse, allow_abbrev=False), unless the
+        program may add its own (own_parser; unparsed then notes them)."""
         unknown = [name for name in self.values if name not in megatron_flag_names()]
-        if unknown:
+        if unknown and self.own_parser:
             raise unknown_flag_error(unknown)
 
     def given(self, name: str) -> bool:
@@ -89,7 +99,8 @@ class Flags:
         if names:
             listed = ", ".join(shown(placeholder(n)) for n in names)
             raise InputError(
-                f"{name} takes its value from shell variable(s) {listed}, which parasol cannot resolve.",
+                f"{name} takes its value from {listed}, which parasol cannot resolve (a shell variable the script "
+                "does not assign, or arithmetic beyond + - * / % on assigned integers).",
                 field=name, fix="assign the variable in the script (NAME=value) or write the value into "
                                 "the launch line.",
             )
@@ -159,14 +170,17 @@ class Flags:
     def unparsed(self, exempt: frozenset[str]) -> list[str]:
         """Notes for the given flags Megatron-LM main's parser does not define (megatron_parser_flags; `exempt`: those
         a reader notes itself or a DeepSeek-V4 dev-branch flag), in launch-line order: Megatron stops at parsing
-        them. They count as read, so they are not also listed as not modelled."""
+        them, unless a program with a parser of its own adds them (own_parser). They count as read, so they are not
+        also listed as not modelled."""
         notes = []
         for name in self.values:
             if name in megatron_parser_flags() or name in exempt:
                 continue
             self.used.add(name)
             notes.append(f"{name}: not an option of Megatron-LM main's parser (an older or a dev-branch flag?); "
-                         "Megatron-LM main stops at parsing it (unrecognized arguments)")
+                         "Megatron-LM main stops at parsing it (unrecognized arguments)" if self.own_parser else
+                         f"{name}: not an option of Megatron-LM main's parser; {self.program} must add it (its "
+                         "extra_args_provider), or Megatron-LM stops at parsing it")
         return notes
 
     def unused(self) -> list[str]:

@@ -5,7 +5,8 @@ describes, with Megatron-LM's own defaults for what it leaves out.
 Defaults and rewrites follow NVIDIA/Megatron-LM main@d98e8a64 (megatron/training/arguments.py,
 megatron/core/transformer/transformer_config.py) and, for the DeepSeek-V4 hybrid pattern, dev@d48bd6be.
 Nothing is executed. The shell layer understands `NAME=value`, arrays `NAME=( … )` / `NAME+=( … )`,
-`$NAME`, `${NAME}`, `${NAME[@]}` and `${NAME:-default}`; a variable it cannot resolve is named in an
+`$NAME`, `${NAME}`, `${NAME[@]}`, `${NAME:-default}` and integer arithmetic `$(( … ))` (+ - * / %, as bash
+computes them); a variable or expression it cannot resolve is named in an
 InputError when a modelled flag needs it, and in a note otherwise. Every flag parasol does not model
 is kept and reported as a note.
 """
@@ -26,7 +27,7 @@ from parasol.problems.loader import Problem, problem_from_parts
 from parasol.problems.mapping import Mapping
 from parasol.problems.mapping_input import build_mapping
 from parasol.problems.megatron.context import Context, LaunchWarning
-from parasol.problems.megatron.flags import Flags, flag_error
+from parasol.problems.megatron.flags import OWN_PARSER_PROGRAMS, Flags, flag_error
 from parasol.problems.megatron.layout_string import parse_pipeline_layout
 from parasol.problems.megatron.model_flags import MODEL_FLAGS, compare_reference, model_from_flags, model_gaps
 from parasol.problems.megatron.patterns import parse_hybrid_pattern
@@ -570,9 +571,13 @@ def parse_launch(text: str, *, source: str = SOURCE, model: ModelArchitecture | 
     replaces the line's model flags (which are compared with it) and its blocks are what the pipeline
     flags split."""
     command = launch_command(text, source)
-    f = Flags(command.words)
+    f = Flags(command.words, command.program)
     f.check_known()
     c = Context(flags=f, reference=model, notes=list(command.notes))
+    if not f.own_parser:
+        c.notes.append(f"{command.program} is not one of the Megatron-LM programs parasol reads "
+                       f"({', '.join(sorted(OWN_PARSER_PROGRAMS))}): parasol explains the model its flags describe, "
+                       "without what the program adds (a vision encoder, a reward model, …)")
     options: dict = {}
     _hybrid_option(c, options)
     options.update(_options(c))

@@ -4,7 +4,9 @@ placeholder that the flag readers name."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import operator
 import re
 import shlex
 from dataclasses import dataclass
@@ -13,7 +15,8 @@ from parasol.errors import InputError
 
 SOURCE = "--megatron-args"
 
-_OPEN, _CLOSE = "\ue000", "\ue001"
+_OPEN, _CLOSE, _BLANK = "\ue000", "\ue001", "\ue002"
+_WHITESPACE = re.compile(r"\s+")
 _UNRESOLVED = re.compile(f"{_OPEN}([^{_CLOSE}]*){_CLOSE}")
 _ASSIGN = re.compile(r"^\s*(?:(?:export|local|readonly|declare(?:\s+-\w+)*)\s+)?([A-Za-z_]\w*)(\+?)=(.*)$", re.S)
 _VAR = re.compile(
@@ -21,23 +24,29 @@ _VAR = re.compile(
     r"|\$([A-Za-z_]\w*|\d)"
     r"|(\$\(\(.*?\)\)|\$\([^()]*\)|`[^`]*`|\$\{[^}]*\})"
 )
+_NAME = re.compile(r"[A-Za-z_]\w*")
+_INTEGER = re.compile(r"^\s*[+-]?\d+\s*$")
 _CONTROL = {"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac"}
 _LAUNCHER_GPUS = ("--nproc_per_node", "--nproc-per-node")
 
 
 def placeholder(name: str) -> str:
-    """The placeholder for a shell variable whose value is unknown."""
-    return f"{_OPEN}{name}{_CLOSE}"
+    """The placeholder for a shell variable or expression whose value is unknown: one word, its blanks held by a
+    private character, so that splitting the line into words keeps it whole (`$(( A * B ))`)."""
+    return f"{_OPEN}{_WHITESPACE.sub(_BLANK, name)}{_CLOSE}"
 
 
 def unresolved_names(text: str) -> list[str]:
-    """Names of the unresolved variables inside `text`."""
-    return _UNRESOLVED.findall(text)
+    """Names of the unresolved variables and expressions inside `text` (their blanks single spaces)."""
+    return [name.replace(_BLANK, " ") for name in _UNRESOLVED.findall(text)]
 
 
 def shown(text: str) -> str:
-    """`text` with placeholders written back as `$NAME`."""
-    return _UNRESOLVED.sub(lambda m: m.group(1) if m.group(1).startswith(("$", "`")) else f"${m.group(1)}", text)
+    """`text` with placeholders written back as `$NAME` (an expression as it was written, blanks single spaces)."""
+    def written(m: re.Match[str]) -> str:
+        name = m.group(1).replace(_BLANK, " ")
+        return name if name.startswith(("$", "`")) else f"${name}"
+    return _UNRESOLVED.sub(written, text)
 
 
 @dataclass
@@ -56,8 +65,78 @@ class _Shell:
         return " ".join(words)
 
 
+def _quotient(a: int, b: int) -> int:
+    """Bash's integer `/`: the quotient truncated toward zero."""
+    if b == 0:
+        raise ValueError("division by zero")
+    return abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
+
+
+def _remainder(a: int, b: int) -> int:
+    """Bash's `%`: what `/` leaves, with the dividend's sign."""
+    return a - b * _quotient(a, b)
+
+
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: _quotient,
+           ast.Mod: _remainder}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+
+
+def _integer_value(node: ast.AST) -> int:
+    """The value of an integer expression of + - * / % and parentheses, as bash computes it (ValueError for
+    anything else: `**`, shifts, comparisons and the like stay unresolved)."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](_integer_value(node.operand))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        return _BINARY[type(node.op)](_integer_value(node.left), _integer_value(node.right))
+    raise ValueError("not shell integer arithmetic")
+
+
+def _arithmetic(expression: str, shell: _Shell) -> str | None:
+    """The value of `$(( expression ))`: its `$NAME`s and bare names read the integer variables assigned so far;
+    None when one is unknown or not an integer, or the expression uses more than + - * / % and parentheses."""
+    expanded = _expand(expression, shell)
+    if unresolved_names(expanded):
+        return None
+    names = [shell.scalars.get(name, "") for name in _NAME.findall(expanded)]
+    if not all(_INTEGER.match(value) for value in names):
+        return None
+    values = iter(names)
+    text = _NAME.sub(lambda _: f"({next(values).strip()})", expanded)
+    try:
+        return str(_integer_value(ast.parse(text.strip(), mode="eval").body))
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+
+
+def _arithmetic_spans(text: str, shell: _Shell) -> list[tuple[int, int, str]]:
+    """Each `$(( … ))` of `text` outside `${ … }` (a default's own arithmetic is read when the default is): its
+    start, its end and its value (_arithmetic), or a placeholder naming it."""
+    spans, at, braces = [], 0, 0
+    while at < len(text):
+        if text.startswith("${", at):
+            braces, at = braces + 1, at + 2
+        elif text[at] == "}" and braces:
+            braces, at = braces - 1, at + 1
+        elif text.startswith("$((", at) and not braces:
+            depth, end = 2, at + 3
+            while end < len(text) and depth:
+                depth += {"(": 1, ")": -1}.get(text[end], 0)
+                end += 1
+            whole = text[at:end]
+            value = _arithmetic(whole[3:-2], shell) if not depth and whole.endswith("))") else None
+            spans.append((at, end, placeholder(whole) if value is None else value))
+            at = end
+        else:
+            at += 1
+    return spans
+
+
 def _expand(text: str, shell: _Shell) -> str:
-    """Substitute known variables; unknown ones become placeholders (defaults of `${X:-d}` apply)."""
+    """Substitute known variables and shell arithmetic (_arithmetic); unknown ones become placeholders (defaults of
+    `${X:-d}` apply)."""
     def sub(m: re.Match[str]) -> str:
         if m.group(5) is not None:
             return placeholder(m.group(5))
@@ -71,7 +150,11 @@ def _expand(text: str, shell: _Shell) -> str:
         if m.group(3) is not None:
             return _expand(m.group(3), shell)
         return placeholder(name)
-    return _VAR.sub(sub, text)
+    out, at = [], 0
+    for start, end, value in _arithmetic_spans(text, shell):
+        out += [_VAR.sub(sub, text[at:start]), value]
+        at = end
+    return "".join(out) + _VAR.sub(sub, text[at:])
 
 
 def _unclosed(text: str) -> bool:
@@ -138,11 +221,13 @@ def _assign(m: re.Match[str], line: int, shell: _Shell, source: str) -> None:
 
 @dataclass(frozen=True)
 class Command:
-    """The training command's flag words, the launcher's words before the program, and script notes."""
+    """The training command's flag words, the launcher's words before the program, script notes, and the program
+    (`….py`; None for flags alone)."""
 
     words: tuple[str, ...]
     launcher: tuple[str, ...]
     notes: tuple[str, ...]
+    program: str | None = None
 
 
 def _program_index(words: list[str]) -> int | None:
@@ -206,7 +291,7 @@ def launch_command(text: str, source: str = SOURCE) -> Command:
         words = candidates[-1][1]
         at = _program_index(words)
         assert at is not None
-        return Command(tuple(_until_operator(words[at + 1:])), tuple(words[:at]), tuple(notes))
+        return Command(tuple(_until_operator(words[at + 1:])), tuple(words[:at]), tuple(notes), words[at])
     words = [w for ws in loose for w in ws]
     if not words or not words[0].startswith("--"):
         raise InputError(
