@@ -333,6 +333,34 @@ def test_script_with_shell_arithmetic() -> None:
     assert parsed.launcher_gpus == 16
 
 
+@pytest.mark.parametrize("launcher, gpus, per_node", [
+    ("torchrun --nproc_per_node=8 --nnodes=4", 32, 8),
+    ("srun --nodes 2 --ntasks-per-node 8 python", 16, 8),
+    ("srun -N4 --ntasks-per-node=8 python", 32, 8),
+    ("srun --ntasks 64 python -u", 64, None),
+    ("srun -N 2 torchrun --nproc-per-node 4 --nnodes 2", 8, 4),
+    ("mpirun -np 16 --npernode 8 python", 16, 8),
+    ("mpiexec -n 8 python", 8, None),
+    ("srun python", None, None),
+    ("torchrun --nproc_per_node 8 --nnodes 1:4", None, None),
+])
+def test_ranks_the_launcher_starts(launcher: str, gpus: int | None, per_node: int | None) -> None:
+    """The GPU count a launch line alone implies (one rank per GPU): torchrun's --nproc_per_node × --nnodes (it
+    wins when srun starts it on each node), Slurm srun's --ntasks or --ntasks-per-node × --nodes, Open MPI's -np;
+    none when the launcher does not say or says it in words that are not numbers (an elastic 1:4)."""
+    parsed = parse_launch(f"{launcher} pretrain_gpt.py --tensor-model-parallel-size 2")
+    assert (parsed.launcher_gpus, parsed.launcher_ranks_per_node) == (gpus, per_node)
+
+
+def test_defaults_that_assign_and_empty_values() -> None:
+    """Bash's defaults: `${X:=d}` (also as `: ${X:=d}`) assigns d when X is unset or empty, `${X-d}` keeps an
+    empty X and `${X:-d}` does not."""
+    text = (": ${TP:=4}\nEMPTY=\nPP=${EMPTY:-2}\nCP=${UNSET=1}\nMBS=${EMPTY-3}2\n"
+            "torchrun pretrain_gpt.py --tensor-model-parallel-size $TP --pipeline-model-parallel-size $PP "
+            "--context-parallel-size $CP --micro-batch-size $MBS --expert-model-parallel-size ${UNSET}\n")
+    assert parse_launch(text).mapping_fields == {"tp": 4, "pp": 2, "cp": 1, "mbs": 2, "ep": 1}
+
+
 @pytest.mark.parametrize("expression", ["$((UNSET * 2))", "$((TP ** 2))", "$((TP / 0))", "$((TP << 1))",
                                         "$((WORDS + 1))"])
 def test_shell_arithmetic_it_cannot_read_names_the_expression(expression: str) -> None:

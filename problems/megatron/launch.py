@@ -752,14 +752,16 @@ def _standalone_model(parsed: ParsedLaunch, model_name: str | None) -> ModelArch
 
 
 def _standalone_gpus(parsed: ParsedLaunch, gpus: int | None, notes: list[str]) -> int:
-    """--gpus, else the launcher's nproc_per_node × nnodes."""
+    """--gpus, else the ranks the launcher starts (shell.launcher_gpus)."""
     if gpus is not None:
         if parsed.launcher_gpus is not None and parsed.launcher_gpus != gpus:
             notes.append(f"the launcher starts {parsed.launcher_gpus} GPUs; judged on --gpus {gpus}")
         return gpus
     if parsed.launcher_gpus is None:
         raise InputError("The GPU count is unknown.", field="--gpus",
-                         fix="pass --gpus N (the launch line's torchrun --nproc_per_node/--nnodes are not numbers).")
+                         fix="pass --gpus N (the launcher's rank counts are missing or not numbers: torchrun's "
+                             "--nproc_per_node × --nnodes, srun's --ntasks or --ntasks-per-node × --nodes, mpirun's "
+                             "-np).")
     return parsed.launcher_gpus
 
 

@@ -10,6 +10,7 @@ import operator
 import re
 import shlex
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
 from parasol.errors import InputError
 
@@ -20,14 +21,15 @@ _WHITESPACE = re.compile(r"\s+")
 _UNRESOLVED = re.compile(f"{_OPEN}([^{_CLOSE}]*){_CLOSE}")
 _ASSIGN = re.compile(r"^\s*(?:(?:export|local|readonly|declare(?:\s+-\w+)*)\s+)?([A-Za-z_]\w*)(\+?)=(.*)$", re.S)
 _VAR = re.compile(
-    r"\$\{([A-Za-z_]\w*|\d+)(\[[@*]\])?(?::?-((?:[^{}]|\{[^{}]*\})*))?\}"
-    r"|\$([A-Za-z_]\w*|\d)"
-    r"|(\$\(\(.*?\)\)|\$\([^()]*\)|`[^`]*`|\$\{[^}]*\})"
+    r"\$\{(?P<name>[A-Za-z_]\w*|\d+)(?P<all>\[[@*]\])?(?:(?P<colon>:?)(?P<op>[-=])(?P<default>(?:[^{}]|\{[^{}]*\})*))?\}"
+    r"|\$(?P<bare>[A-Za-z_]\w*|\d)"
+    r"|(?P<other>\$\(\(.*?\)\)|\$\([^()]*\)|`[^`]*`|\$\{[^}]*\})"
 )
+"""`${NAME}`, `${NAME[@]}`, `${NAME-default}`, `${NAME:-default}`, `${NAME=default}`, `${NAME:=default}`; `$NAME`;
+and what the shell layer does not read (command substitution, other expansions), which stays a placeholder."""
 _NAME = re.compile(r"[A-Za-z_]\w*")
 _INTEGER = re.compile(r"^\s*[+-]?\d+\s*$")
 _CONTROL = {"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac"}
-_LAUNCHER_GPUS = ("--nproc_per_node", "--nproc-per-node")
 
 
 def placeholder(name: str) -> str:
@@ -135,21 +137,24 @@ def _arithmetic_spans(text: str, shell: _Shell) -> list[tuple[int, int, str]]:
 
 
 def _expand(text: str, shell: _Shell) -> str:
-    """Substitute known variables and shell arithmetic (_arithmetic); unknown ones become placeholders (defaults of
-    `${X:-d}` apply)."""
+    """Substitute known variables and shell arithmetic (_arithmetic); unknown ones become placeholders. Defaults
+    apply as bash's do: `${X-d}` and `${X=d}` when X is unset, `${X:-d}` and `${X:=d}` also when it is empty; the
+    `=` forms assign the default (`: ${TP:=4}`)."""
     def sub(m: re.Match[str]) -> str:
-        if m.group(5) is not None:
-            return placeholder(m.group(5))
-        name = m.group(1) or m.group(4)
+        if m["other"] is not None:
+            return placeholder(m["other"])
+        name = m["name"] or m["bare"]
         if name in shell.arrays:
-            if m.group(2):
+            if m["all"]:
                 return shell.array_words(name)
             return shlex.quote(shell.arrays[name][0]) if shell.arrays[name] else ""
-        if name in shell.scalars:
-            return shell.scalars[name]
-        if m.group(3) is not None:
-            return _expand(m.group(3), shell)
-        return placeholder(name)
+        value = shell.scalars.get(name)
+        if m["op"] is None or (value is not None and (value or not m["colon"])):
+            return placeholder(name) if value is None else value
+        value = _expand(m["default"], shell)
+        if m["op"] == "=" and not unresolved_names(value):
+            shell.scalars[name] = value
+        return value
     out, at = [], 0
     for start, end, value in _arithmetic_spans(text, shell):
         out += [_VAR.sub(sub, text[at:start]), value]
@@ -303,27 +308,65 @@ def launch_command(text: str, source: str = SOURCE) -> Command:
     return Command(tuple(words), (), tuple(notes))
 
 
-def _launcher_counts(launcher: tuple[str, ...]) -> tuple[int, int] | None:
-    """torchrun's (--nproc_per_node, --nnodes) (1 node when absent), when both are numbers."""
+_TORCHRUN_PER_NODE = ("--nproc_per_node", "--nproc-per-node")
+_SRUN = {"per_node": ("--ntasks-per-node",), "nodes": ("--nodes", "-N"), "total": ("--ntasks", "-n")}
+_MPIRUN = {"per_node": ("--npernode", "-npernode", "-N"), "nodes": (), "total": ("-np", "--np", "-n")}
+"""The options each launcher sets its ranks with: Slurm's srun and Open MPI's mpirun / mpiexec."""
+
+
+def _option_values(launcher: tuple[str, ...], names: tuple[str, ...]) -> dict[str, str]:
+    """The values of `names` in the launcher's words (`--name value`, `--name=value`, `-Nvalue`; the last wins)."""
     values: dict[str, str] = {}
     for i, w in enumerate(launcher):
         name, eq, val = w.partition("=")
-        if name in (*_LAUNCHER_GPUS, "--nnodes"):
-            values[name] = val if eq else (launcher[i + 1] if i + 1 < len(launcher) else "")
-    per_node = next((values[k] for k in _LAUNCHER_GPUS if k in values), None)
-    nodes = values.get("--nnodes", "1")
-    if per_node is None or not per_node.isdigit() or not nodes.isdigit():
+        following = launcher[i + 1] if i + 1 < len(launcher) else ""
+        if name in names:
+            values[name] = val if eq else following
+        elif len(w) > 2 and w[:2] in names and w[1] != "-":
+            values[w[:2]] = w[2:]
+    return values
+
+
+def _number(values: dict[str, str], names: tuple[str, ...]) -> int | None | str:
+    """The first of `names` given, as a number; None when none is given; "" when it is not a whole number."""
+    given = next((values[n] for n in names if n in values), None)
+    if given is None:
         return None
-    return int(per_node), int(nodes)
+    return int(given) if given.isdigit() else ""
+
+
+def _launcher_counts(launcher: tuple[str, ...]) -> tuple[int, int | None] | None:
+    """Ranks the launcher starts and ranks per node (None when it does not say), when they are numbers: torchrun's
+    --nproc_per_node × --nnodes (1 node when absent; it wins when srun or mpirun starts torchrun), else srun's
+    --ntasks, or --ntasks-per-node × --nodes, or mpirun's -np, or --npernode (one node)."""
+    values = _option_values(launcher, (*_TORCHRUN_PER_NODE, "--nnodes"))
+    per_node = _number(values, _TORCHRUN_PER_NODE)
+    if per_node is not None:
+        nodes = _number(values, ("--nnodes",))
+        nodes = 1 if nodes is None else nodes
+        return (per_node * nodes, per_node) if per_node != "" and nodes != "" else None
+    names = next((n for w, n in (("srun", _SRUN), ("mpirun", _MPIRUN), ("mpiexec", _MPIRUN))
+                  if any(PurePosixPath(x).name == w for x in launcher)), None)
+    if names is None:
+        return None
+    values = _option_values(launcher, tuple(n for group in names.values() for n in group))
+    counts = {k: _number(values, group) for k, group in names.items()}
+    if "" in counts.values():
+        return None
+    if counts["total"] is not None:
+        return counts["total"], counts["per_node"]
+    if counts["per_node"] is None:
+        return None
+    return counts["per_node"] * (counts["nodes"] or 1), counts["per_node"]
 
 
 def launcher_gpus(launcher: tuple[str, ...]) -> int | None:
-    """GPUs torchrun starts: --nproc_per_node × --nnodes (1 node when absent), when both are numbers."""
+    """GPUs the launcher starts, one rank each (_launcher_counts), when it says and they are numbers."""
     counts = _launcher_counts(launcher)
-    return None if counts is None else counts[0] * counts[1]
+    return None if counts is None else counts[0]
 
 
 def launcher_ranks_per_node(launcher: tuple[str, ...]) -> int | None:
-    """Ranks torchrun starts on each node (--nproc_per_node), when it is a number."""
+    """Ranks the launcher starts on each node, when it says and it is a number."""
     counts = _launcher_counts(launcher)
-    return None if counts is None else counts[0]
+    return None if counts is None else counts[1]
