@@ -211,9 +211,12 @@ def hardware(as_json: bool, fmt: str) -> None:
 @click.option("--megatron-args", "megatron_args", metavar="TEXT",
               help="a Megatron-LM launch line; its flags override the problem's mapping, training and options")
 @click.option("--megatron-args-file", type=click.Path(dir_okay=False), metavar="SCRIPT",
-              help="a launch script (backslash continuations, NAME=value and NAME=( … ) arrays are read)")
+              help="a launch script (backslash continuations, NAME=value and NAME=( … ) arrays, $(( … )) "
+                   "arithmetic and #SBATCH node counts are read)")
 @click.option("--hardware", "preset", metavar="PRESET", help="without PROBLEM: the hardware preset (`parasol hardware`)")
-@click.option("--gpus", type=click.IntRange(1, MAX_GPUS), help="without PROBLEM: GPUs in the job (default: torchrun's nproc_per_node × nnodes)")
+@click.option("--gpus", type=click.IntRange(1, MAX_GPUS),
+              help="without PROBLEM: GPUs in the job (default: the ranks the launcher starts: torchrun's "
+                   "nproc_per_node × nnodes, srun's tasks, mpirun's -np)")
 @click.option("--model", "model_name", metavar="NAME",
               help="without PROBLEM: a catalog model instead of the launch line's model flags")
 @click.option("--full", is_flag=True, help="print every table: all rules, derived sizes, groups, the memory ledger, "

@@ -352,6 +352,18 @@ def test_ranks_the_launcher_starts(launcher: str, gpus: int | None, per_node: in
     assert (parsed.launcher_gpus, parsed.launcher_ranks_per_node) == (gpus, per_node)
 
 
+def test_srun_starts_its_tasks_in_the_sbatch_allocation() -> None:
+    """A Slurm batch script's `#SBATCH --nodes` and `--ntasks-per-node` (Megatron-LM
+    examples/megatron_fsdp/sbatch_mfsdp_deepseek_v3.sh's form) give srun's rank count when srun names none, its own
+    options winning; words that are not numbers (that script's your_own_num_nodes) leave the count unknown."""
+    script = ("#!/bin/bash\n#SBATCH --job-name=x\n#SBATCH --nodes=16  # whole racks\n#SBATCH --ntasks-per-node=8\n"
+              "srun {} python pretrain_gpt.py --tensor-model-parallel-size 2\n")
+    counts = [(p.launcher_gpus, p.launcher_ranks_per_node)
+              for p in (parse_launch(script.format(options)) for options in ("", "-N 2", "--ntasks 32"))]
+    assert counts == [(128, 8), (16, 8), (32, 8)]
+    assert parse_launch(script.format("").replace("16", "your_own_num_nodes")).launcher_gpus is None
+
+
 def test_defaults_that_assign_and_empty_values() -> None:
     """Bash's defaults: `${X:=d}` (also as `: ${X:=d}`) assigns d when X is unset or empty, `${X-d}` keeps an
     empty X and `${X:-d}` does not."""

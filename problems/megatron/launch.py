@@ -31,13 +31,7 @@ from parasol.problems.megatron.flags import OWN_PARSER_PROGRAMS, Flags, flag_err
 from parasol.problems.megatron.layout_string import parse_pipeline_layout
 from parasol.problems.megatron.model_flags import MODEL_FLAGS, compare_reference, model_from_flags, model_gaps
 from parasol.problems.megatron.patterns import parse_hybrid_pattern
-from parasol.problems.megatron.shell import (
-    SOURCE,
-    launch_command,
-    launcher_gpus,
-    launcher_ranks_per_node,
-    shown,
-)
+from parasol.problems.megatron.shell import SOURCE, launch_command, shown
 from parasol.problems.megatron.stages import MegatronStage
 from parasol.problems.model.architecture import (
     DSV4Attention,
@@ -605,10 +599,11 @@ def parse_launch(text: str, *, source: str = SOURCE, model: ModelArchitecture | 
                          field=str(err["loc"][0]), value=err.get("input"),
                          fix="correct the matching flag.") from None
     refused = f.unparsed(NOTED_ELSEWHERE)
+    ranks = command.ranks
     return ParsedLaunch(
         model=built, mapping_fields=mapping, options=opts, training_fields=training,
-        notes=(*c.notes, *refused, *f.unused()), warnings=tuple(c.warnings), launcher_gpus=launcher_gpus(command.launcher),
-        launcher_ranks_per_node=launcher_ranks_per_node(command.launcher),
+        notes=(*c.notes, *refused, *f.unused()), warnings=tuple(c.warnings), launcher_gpus=None if ranks is None else ranks[0],
+        launcher_ranks_per_node=None if ranks is None else ranks[1],
         deepseek_v4=bool(c.pattern and c.pattern.dsv4), model_unavailable=gaps, whole=f.given("--num-layers"),
     )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import itertools
 import operator
 import re
 import shlex
@@ -226,13 +227,22 @@ def _assign(m: re.Match[str], line: int, shell: _Shell, source: str) -> None:
 
 @dataclass(frozen=True)
 class Command:
-    """The training command's flag words, the launcher's words before the program, script notes, and the program
-    (`….py`; None for flags alone)."""
+    """The training command's flag words, the launcher's words before the program, script notes, the program
+    (`….py`; None for flags alone) and the script's `#SBATCH` options (the allocation srun starts its tasks in)."""
 
     words: tuple[str, ...]
     launcher: tuple[str, ...]
     notes: tuple[str, ...]
     program: str | None = None
+    allocation: tuple[str, ...] = ()
+
+    @property
+    def ranks(self) -> tuple[int, int | None] | None:
+        """Ranks the launcher starts and ranks per node (None when it does not say), when they are numbers (one
+        rank per GPU): torchrun's --nproc_per_node × --nnodes (1 node when absent; it wins when srun or mpirun
+        starts torchrun), else srun's --ntasks, or --ntasks-per-node × --nodes (its own, else the `#SBATCH`
+        allocation's), or mpirun's -np, or --npernode (one node)."""
+        return _launcher_counts(self.launcher, self.allocation)
 
 
 def _program_index(words: list[str]) -> int | None:
@@ -273,8 +283,11 @@ def launch_command(text: str, source: str = SOURCE) -> Command:
     shell = _Shell()
     candidates: list[tuple[int, list[str]]] = []
     loose: list[list[str]] = []
+    allocation: list[str] = []
     control = False
     for line, raw in _logical_lines(text):
+        if raw.lstrip().startswith(_SBATCH):
+            allocation.extend(itertools.takewhile(lambda w: not w.startswith("#"), raw.split()[1:]))
         if not raw.strip() or raw.lstrip().startswith("#"):
             continue
         m = _ASSIGN.match(raw)
@@ -296,7 +309,8 @@ def launch_command(text: str, source: str = SOURCE) -> Command:
         words = candidates[-1][1]
         at = _program_index(words)
         assert at is not None
-        return Command(tuple(_until_operator(words[at + 1:])), tuple(words[:at]), tuple(notes), words[at])
+        return Command(tuple(_until_operator(words[at + 1:])), tuple(words[:at]), tuple(notes), words[at],
+                       tuple(allocation))
     words = [w for ws in loose for w in ws]
     if not words or not words[0].startswith("--"):
         raise InputError(
@@ -308,6 +322,7 @@ def launch_command(text: str, source: str = SOURCE) -> Command:
     return Command(tuple(words), (), tuple(notes))
 
 
+_SBATCH = "#SBATCH"
 _TORCHRUN_PER_NODE = ("--nproc_per_node", "--nproc-per-node")
 _SRUN = {"per_node": ("--ntasks-per-node",), "nodes": ("--nodes", "-N"), "total": ("--ntasks", "-n")}
 _MPIRUN = {"per_node": ("--npernode", "-npernode", "-N"), "nodes": (), "total": ("-np", "--np", "-n")}
@@ -315,41 +330,44 @@ _MPIRUN = {"per_node": ("--npernode", "-npernode", "-N"), "nodes": (), "total": 
 
 
 def _option_values(launcher: tuple[str, ...], names: tuple[str, ...]) -> dict[str, str]:
-    """The values of `names` in the launcher's words (`--name value`, `--name=value`, `-Nvalue`; the last wins)."""
+    """The values of `names` in the launcher's words (`--name value`, `--name=value`, `-Nvalue`), in the order they
+    were last given."""
     values: dict[str, str] = {}
     for i, w in enumerate(launcher):
         name, eq, val = w.partition("=")
         following = launcher[i + 1] if i + 1 < len(launcher) else ""
         if name in names:
+            values.pop(name, None)
             values[name] = val if eq else following
         elif len(w) > 2 and w[:2] in names and w[1] != "-":
+            values.pop(w[:2], None)
             values[w[:2]] = w[2:]
     return values
 
 
 def _number(values: dict[str, str], names: tuple[str, ...]) -> int | None | str:
-    """The first of `names` given, as a number; None when none is given; "" when it is not a whole number."""
-    given = next((values[n] for n in names if n in values), None)
+    """The value of whichever of `names` (one option's spellings) was given last, as a number; None when none was;
+    "" when it is not a whole number."""
+    given = next((value for name, value in reversed(values.items()) if name in names), None)
     if given is None:
         return None
     return int(given) if given.isdigit() else ""
 
 
-def _launcher_counts(launcher: tuple[str, ...]) -> tuple[int, int | None] | None:
-    """Ranks the launcher starts and ranks per node (None when it does not say), when they are numbers: torchrun's
-    --nproc_per_node × --nnodes (1 node when absent; it wins when srun or mpirun starts torchrun), else srun's
-    --ntasks, or --ntasks-per-node × --nodes, or mpirun's -np, or --npernode (one node)."""
+def _launcher_counts(launcher: tuple[str, ...], allocation: tuple[str, ...]) -> tuple[int, int | None] | None:
+    """Command.ranks of these launcher words and `#SBATCH` options."""
     values = _option_values(launcher, (*_TORCHRUN_PER_NODE, "--nnodes"))
     per_node = _number(values, _TORCHRUN_PER_NODE)
     if per_node is not None:
         nodes = _number(values, ("--nnodes",))
         nodes = 1 if nodes is None else nodes
         return (per_node * nodes, per_node) if per_node != "" and nodes != "" else None
-    names = next((n for w, n in (("srun", _SRUN), ("mpirun", _MPIRUN), ("mpiexec", _MPIRUN))
-                  if any(PurePosixPath(x).name == w for x in launcher)), None)
+    launchers = {PurePosixPath(x).name for x in launcher}
+    names = _SRUN if "srun" in launchers else _MPIRUN if launchers & {"mpirun", "mpiexec"} else None
     if names is None:
         return None
-    values = _option_values(launcher, tuple(n for group in names.values() for n in group))
+    words = (*allocation, *launcher) if names is _SRUN else launcher
+    values = _option_values(words, tuple(n for group in names.values() for n in group))
     counts = {k: _number(values, group) for k, group in names.items()}
     if "" in counts.values():
         return None
@@ -358,15 +376,3 @@ def _launcher_counts(launcher: tuple[str, ...]) -> tuple[int, int | None] | None
     if counts["per_node"] is None:
         return None
     return counts["per_node"] * (counts["nodes"] or 1), counts["per_node"]
-
-
-def launcher_gpus(launcher: tuple[str, ...]) -> int | None:
-    """GPUs the launcher starts, one rank each (_launcher_counts), when it says and they are numbers."""
-    counts = _launcher_counts(launcher)
-    return None if counts is None else counts[0]
-
-
-def launcher_ranks_per_node(launcher: tuple[str, ...]) -> int | None:
-    """Ranks the launcher starts on each node, when it says and it is a number."""
-    counts = _launcher_counts(launcher)
-    return None if counts is None else counts[1]
