@@ -101,6 +101,48 @@ def test_round_trip_gives_catalog_counts(tmp_path: Path, name: str, model_type: 
         want.total, want.total_with_mtp, want.active_with_embedding)
 
 
+QWEN25_7B = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584,
+             "intermediate_size": 18944, "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4,
+             "vocab_size": 152064, "max_position_embeddings": 131072, "tie_word_embeddings": False,
+             "hidden_act": "silu", "use_sliding_window": False, "sliding_window": 131072, "max_window_layers": 28}
+"""Qwen/Qwen2.5-7B's config.json (huggingface.co/Qwen/Qwen2.5-7B), the keys parasol reads."""
+QWEN3_8B = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096, "head_dim": 128,
+            "intermediate_size": 12288, "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8,
+            "vocab_size": 151936, "max_position_embeddings": 40960, "tie_word_embeddings": False,
+            "attention_bias": False, "hidden_act": "silu", "use_sliding_window": False, "sliding_window": None,
+            "max_window_layers": 36}
+"""Qwen/Qwen3-8B's config.json (huggingface.co/Qwen/Qwen3-8B), the keys parasol reads."""
+
+
+@pytest.mark.parametrize("config, total, non_embedding", [
+    (QWEN25_7B, 7_615_616_512, "6.53"),
+    (QWEN3_8B, 8_190_735_360, "6.95"),
+])
+def test_qwen_dense_configs_give_the_published_counts(tmp_path: Path, config: dict, total: int,
+                                                      non_embedding: str) -> None:
+    """Qwen2/2.5 (biases on Q, K and V alone: 4,608 per Qwen2.5-7B layer) and Qwen3 dense (q/k RMSNorm) configs.
+    Qwen2.5-7B's checkpoint holds 7,615,616,512 parameters (its safetensors index, 15.23 GB in BF16) and its model
+    card says 7.61B, non-embedding 6.53B; Qwen3-8B's card says 8.2B, non-embedding 6.95B. Their
+    `use_sliding_window: false` leaves every layer global whatever `sliding_window` says."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    model = architecture_from_hf_config(path)
+    params = model_params(model)
+    assert params.total == total
+    assert f"{(params.total - params.embedding - params.output_head) / 1e9:.2f}" == non_embedding
+    assert model.attention.sliding_window is None
+
+
+def test_qwen_sliding_window_from_max_window_layers(tmp_path: Path) -> None:
+    """`use_sliding_window: true` without `layer_types` makes the layers from `max_window_layers` on local, as
+    transformers' Qwen2Config builds its layer_types."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(QWEN25_7B | {"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 20}))
+    attention = architecture_from_hf_config(path).attention
+    assert attention.sliding_window == 4096
+    assert attention.window_skip_freq == (0,) * 20 + (1,) * 8
+
+
 def test_name_argument_overrides_folder(tmp_path: Path) -> None:
     """An explicit name wins over the folder name."""
     cfg = _gqa(load_model("llama-3.1-8b"), "llama")

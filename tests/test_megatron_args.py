@@ -436,6 +436,18 @@ def test_unresolved_variable_in_a_modelled_flag_names_it() -> None:
     assert parsed.notes == ("not modelled: --data-path $DATA",)
 
 
+def test_qkv_bias_flag_gives_qwen25_counts() -> None:
+    """Megatron's Qwen2.5 line (--disable-bias-linear --add-qkv-bias: transformer_config.py add_qkv_bias, biases on
+    the QKV projection alone) describes Qwen2.5-7B: 7,615,616,512 parameters, as its HF config gives
+    (tests/test_hf_config.py)."""
+    parsed = parse_launch(
+        "--num-layers 28 --hidden-size 3584 --ffn-hidden-size 18944 --num-attention-heads 28 "
+        "--group-query-attention --num-query-groups 4 --swiglu --normalization RMSNorm --disable-bias-linear "
+        "--add-qkv-bias --untie-embeddings-and-output-weights --position-embedding-type rope "
+        "--max-position-embeddings 131072 --padded-vocab-size 152064")
+    assert parsed.model is not None and model_params(parsed.model).total == 7_615_616_512
+
+
 def test_moe_layer_freq_list_form_without_eval() -> None:
     """arguments.py:327-350 and gpt_layer_specs.py:643-660: an int N puts an MoE layer every N layers;
     the list form such as ([0]*3+[1]*58) gives one 0/1 per layer."""

@@ -25,7 +25,7 @@ MODEL_FLAGS = (
     "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
     "--moe-layer-freq", "--moe-router-enable-expert-bias", "--multi-latent-attention", "--q-lora-rank",
     "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim", "--v-head-dim", "--qk-layernorm", "--swiglu",
-    "--squared-relu", "--quick-geglu", "--disable-bias-linear", "--untie-embeddings-and-output-weights",
+    "--squared-relu", "--quick-geglu", "--disable-bias-linear", "--add-qkv-bias", "--untie-embeddings-and-output-weights",
     "--normalization", "--padded-vocab-size", "--vocab-size", "--make-vocab-size-divisible-by",
     "--mtp-num-layers", "--mtp-use-repeated-layer", "--max-position-embeddings", "--position-embedding-type", "--window-size",
     "--window-attn-skip-freq", "--mamba-num-heads", "--mamba-head-dim", "--mamba-num-groups", "--mamba-state-dim",
@@ -103,7 +103,8 @@ def _attention(c: Context, hidden: int, heads: int) -> dict:
                            f"--kv-channels: Megatron stops at validate_args (rule hidden-divisible-by-heads); "
                            f"parasol accounted head_dim {head_dim}")
     return {"kind": "gqa", "num_heads": heads, "num_kv_heads": kv_heads, "head_dim": head_dim,
-            "qk_norm": f.switch("--qk-layernorm"), "bias": not f.given("--disable-bias-linear"), **_window(c)}
+            "qk_norm": f.switch("--qk-layernorm"), "bias": not f.given("--disable-bias-linear"),
+            "qkv_bias": f.switch("--add-qkv-bias"), **_window(c)}
 
 
 def _window(c: Context) -> dict:

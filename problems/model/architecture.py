@@ -158,7 +158,10 @@ class GQAAttention(Strict):
     num_kv_heads: Width
     head_dim: Width
     qk_norm: bool = False
-    bias: bool = False
+    bias: bool = Field(default=False, description="biases on the Q, K, V and output projections (Megatron's "
+                                                  "add_bias_linear)")
+    qkv_bias: bool = Field(default=False, description="biases on the Q, K and V projections alone (Qwen2; Megatron "
+                                                      "--add-qkv-bias, transformer_config.py add_qkv_bias)")
     sliding_window: int | None = Field(default=None, ge=1, le=MAX_WIDTH, description="keys a local-attention query sees")
     window_skip_freq: int | tuple[int, ...] | None = Field(
         default=None, description="global layers among local ones: every N-th, or 1 local / 0 global per layer")

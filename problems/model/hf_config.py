@@ -14,6 +14,8 @@ Supported `model_type`s and the keys read (HF names on the left of each mapping)
   (`num_experts`, `num_experts_per_tok`, `moe_intermediate_size`), no shared expert.
 - `mixtral`: GQA, every block MoE (`num_local_experts`, `num_experts_per_tok`, `intermediate_size`).
 - `llama`: GQA, dense `intermediate_size`, optional `attention_bias` / `mlp_bias`.
+- `qwen2` (Qwen2, Qwen2.5): as `llama`, with biases on the Q, K and V projections alone.
+- `qwen3`: as `llama`, with per-head q/k RMSNorm (`head_dim`).
 - `mistral`: as `llama`, every layer local with `sliding_window` keys (null: global).
 - `nemotron_h` (Nemotron-H, Nemotron 3): `hybrid_override_pattern` (one layer per symbol: M Mamba-2,
   * attention, - MLP, E MoE), Mamba-2 (`mamba_num_heads`, `mamba_head_dim`, `ssm_state_size`, `n_groups`,
@@ -26,7 +28,9 @@ Supported `model_type`s and the keys read (HF names on the left of each mapping)
   (`num_experts`, `num_experts_per_tok`, `moe_intermediate_size`, `shared_expert_intermediate_size`).
 
 Sliding windows: `sliding_window` with `layer_types` (sliding_attention / full_attention per layer) in the
-GQA models above makes those layers local (window_skip_freq as a 1/0 list).
+GQA models above makes those layers local (window_skip_freq as a 1/0 list). `use_sliding_window: false` (the
+Qwen configs, which carry a `sliding_window` size either way) means no layer is local; `true` without
+`layer_types` makes the layers from `max_window_layers` on local, as the Qwen classes do.
 
 Common keys: `hidden_size`, `vocab_size`, `num_hidden_layers`, `num_attention_heads`,
 `max_position_embeddings`, `tie_word_embeddings` (default false, as in these models' HF classes),
@@ -156,11 +160,17 @@ class _Reader:
         }
 
     def window(self) -> Config:
-        """`sliding_window` keys on the layers `layer_types` marks sliding_attention (all without it)."""
+        """`sliding_window` keys on the layers `layer_types` marks sliding_attention (all without it; with
+        `use_sliding_window`, the Qwen configs' switch, those from `max_window_layers` on); none when
+        `use_sliding_window` is false."""
         window = self.get("sliding_window", None)
-        if window is None:
+        switch = self.get("use_sliding_window", None)
+        if window is None or switch is False:
             return {}
         types = self.get("layer_types", None)
+        if types is None and switch:
+            layers, first = self.whole("num_hidden_layers"), self.get("max_window_layers", 0)
+            types = ["sliding_attention" if i >= first else "full_attention" for i in range(layers)]
         if types is None:
             return {"sliding_window": window}
         known = {"sliding_attention": 1, "full_attention": 0}
@@ -279,6 +289,21 @@ def _llama(r: _Reader) -> Config:
     }
 
 
+def _qwen2(r: _Reader) -> Config:
+    """Qwen2 / Qwen2.5: Llama's layout with biases on the Q, K and V projections and none on the output
+    (transformers modeling_qwen2.py Qwen2Attention; Megatron --add-qkv-bias)."""
+    data = _llama(r)
+    data["attention"] |= {"bias": False, "qkv_bias": True}
+    return data
+
+
+def _qwen3(r: _Reader) -> Config:
+    """Qwen3 (dense): Llama's layout with per-head q/k RMSNorm (transformers modeling_qwen3.py)."""
+    data = _llama(r)
+    data["attention"] = r.gqa(qk_norm=True)
+    return data
+
+
 def _mistral(r: _Reader) -> Config:
     """Mistral: Llama's layout with a sliding window on every layer."""
     return _llama(r)
@@ -344,6 +369,8 @@ BUILDERS: dict[str, Callable[[_Reader], Config]] = {
     "qwen3_moe": _qwen3_moe,
     "mixtral": _mixtral,
     "llama": _llama,
+    "qwen2": _qwen2,
+    "qwen3": _qwen3,
     "mistral": _mistral,
     "nemotron_h": _nemotron_h,
     "qwen3_next": _qwen3_next,

@@ -90,13 +90,15 @@ def gdn_params(hidden: int, gdn: GatedDeltaNet) -> int:
 
 
 def gqa_params(hidden: int, att: GQAAttention, norm_channels: int) -> int:
-    """Q, K, V and output projections (+ biases, + per-head q/k norms); an output gate doubles the query
-    projection (the gate is projected with the queries)."""
+    """Q, K, V and output projections (+ biases: on all four, or on Q, K and V alone, + per-head q/k norms); an
+    output gate doubles the query projection (the gate is projected with the queries)."""
     q = att.num_heads * att.head_dim
     kv = att.num_kv_heads * att.head_dim
     total = hidden * q * (2 if att.output_gate else 1) + 2 * hidden * kv + q * hidden
+    if att.bias or att.qkv_bias:
+        total += q + 2 * kv
     if att.bias:
-        total += q + 2 * kv + hidden
+        total += hidden
     if att.qk_norm:
         total += 2 * att.head_dim * norm_channels
     return total
