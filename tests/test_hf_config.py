@@ -52,7 +52,7 @@ def _deepseek(m: ModelArchitecture, model_type: str) -> dict[str, Any]:
 
 
 def _gqa(m: ModelArchitecture, model_type: str) -> dict[str, Any]:
-    """A qwen3_moe / mixtral / llama config.json written from a catalog entry."""
+    """A qwen3_moe / mixtral / gpt_oss / llama config.json written from a catalog entry."""
     att = m.attention
     assert isinstance(att, GQAAttention)
     cfg = _common(m, model_type) | {"num_key_value_heads": att.num_kv_heads, "head_dim": att.head_dim,
@@ -62,6 +62,13 @@ def _gqa(m: ModelArchitecture, model_type: str) -> dict[str, Any]:
         cfg |= {"num_experts": m.moe.num_experts, "num_experts_per_tok": m.moe.top_k,
                 "moe_intermediate_size": m.moe.expert_intermediate_size, "intermediate_size": 12288,
                 "decoder_sparse_step": 1, "mlp_only_layers": []}
+    elif model_type == "gpt_oss":
+        assert m.moe is not None and att.sliding_window is not None and isinstance(att.window_skip_freq, int)
+        skip = att.window_skip_freq
+        cfg |= {"num_local_experts": m.moe.num_experts, "num_experts_per_tok": m.moe.top_k,
+                "intermediate_size": m.moe.expert_intermediate_size, "sliding_window": att.sliding_window,
+                "layer_types": ["full_attention" if (i + 1) % skip == 0 else "sliding_attention"
+                                for i in range(m.num_layers)]}
     elif model_type == "mixtral":
         assert m.moe is not None
         cfg |= {"num_local_experts": m.moe.num_experts, "num_experts_per_tok": m.moe.top_k,
@@ -76,7 +83,7 @@ ROUND_TRIPS = [
     ("deepseek-v4-pro", "deepseek_v4", _deepseek), ("deepseek-v4-flash", "deepseek_v4", _deepseek),
     ("deepseek-v3", "deepseek_v3", _deepseek), ("deepseek-v2", "deepseek_v2", _deepseek),
     ("qwen3-235b-a22b", "qwen3_moe", _gqa), ("qwen3-30b-a3b", "qwen3_moe", _gqa),
-    ("mixtral-8x7b", "mixtral", _gqa), ("mixtral-8x22b", "mixtral", _gqa),
+    ("mixtral-8x7b", "mixtral", _gqa), ("mixtral-8x22b", "mixtral", _gqa), ("gpt-oss-120b", "gpt_oss", _gqa),
     ("llama-3.1-8b", "llama", _gqa), ("llama-3.1-70b", "llama", _gqa), ("llama-3.1-405b", "llama", _gqa),
 ]
 

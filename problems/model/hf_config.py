@@ -13,6 +13,8 @@ Supported `model_type`s and the keys read (HF names on the left of each mapping)
 - `qwen3_moe`: GQA with per-head q/k RMSNorm (`head_dim`, `num_key_value_heads`), every block MoE
   (`num_experts`, `num_experts_per_tok`, `moe_intermediate_size`), no shared expert.
 - `mixtral`: GQA, every block MoE (`num_local_experts`, `num_experts_per_tok`, `intermediate_size`).
+- `gpt_oss`: as `mixtral` with `attention_bias`, a biased router and `layer_types` (sliding / full); attention
+  sinks and expert biases are not represented.
 - `llama`: GQA, dense `intermediate_size`, optional `attention_bias` / `mlp_bias`.
 - `qwen2` (Qwen2, Qwen2.5): as `llama`, with biases on the Q, K and V projections alone.
 - `qwen3`: as `llama`, with per-head q/k RMSNorm (`head_dim`).
@@ -28,7 +30,7 @@ Supported `model_type`s and the keys read (HF names on the left of each mapping)
   (`num_experts`, `num_experts_per_tok`, `moe_intermediate_size`, `shared_expert_intermediate_size`).
 
 Sliding windows: `sliding_window` with `layer_types` (sliding_attention / full_attention per layer) in the
-GQA models above makes those layers local (window_skip_freq as a 1/0 list). `use_sliding_window: false` (the
+GQA models above makes those layers local (window_skip_freq as a 1/0 list, or N when every N-th layer is global). `use_sliding_window: false` (the
 Qwen configs, which carry a `sliding_window` size either way) means no layer is local; `true` without
 `layer_types` makes the layers from `max_window_layers` on local, as the Qwen classes do.
 
@@ -176,7 +178,8 @@ class _Reader:
         known = {"sliding_attention": 1, "full_attention": 0}
         if any(t not in known for t in types if t != "linear_attention"):
             raise self.unsupported("layer_types", "sliding_attention, full_attention or linear_attention")
-        return {"sliding_window": window, "window_skip_freq": [known.get(t, 0) for t in types]}
+        local = [known.get(t, 0) for t in types]
+        return {"sliding_window": window, "window_skip_freq": _every_nth_global(local) or local}
 
     def plain_activation(self, key: str) -> str:
         """A non-gated MLP activation (`mlp_hidden_act`)."""
@@ -197,6 +200,15 @@ class _Reader:
             "activation": self.activation(),
             "router_bias": self.get("topk_method", "") == "noaux_tc",
         }
+
+
+def _every_nth_global(local: list[int]) -> int | None:
+    """N when the 1/0 (local/global) list is Megatron's int form, every N-th layer (1-based) global
+    (utils.py is_layer_window_attention: N − 1 local then 1 global), N >= 2; else None."""
+    n = next((i + 1 for i, x in enumerate(local) if not x), None)
+    if n is None or n < 2 or any(x != bool((i + 1) % n) for i, x in enumerate(local)):
+        return None
+    return n
 
 
 def _deepseek_mla(r: _Reader) -> Config:
@@ -272,6 +284,23 @@ def _mixtral(r: _Reader) -> Config:
             "top_k": r.req("num_experts_per_tok"),
             "expert_intermediate_size": r.req("intermediate_size"),
             "activation": r.activation(),
+        },
+    }
+
+
+def _gpt_oss(r: _Reader) -> Config:
+    """gpt-oss: GQA with biases, local and global layers by `layer_types`, every block MoE of `intermediate_size`
+    experts under a router with a bias (transformers modeling_gpt_oss.py GptOssTopKRouter). Not represented, as in
+    the catalog entry: the per-head attention sinks and the experts' own biases."""
+    return {
+        **r.common(),
+        "attention": r.gqa(),
+        "moe": {
+            "num_experts": r.req("num_local_experts"),
+            "top_k": r.req("num_experts_per_tok"),
+            "expert_intermediate_size": r.req("intermediate_size"),
+            "activation": r.activation(),
+            "router_bias": True,
         },
     }
 
@@ -368,6 +397,7 @@ BUILDERS: dict[str, Callable[[_Reader], Config]] = {
     "deepseek_v4": _deepseek_v4,
     "qwen3_moe": _qwen3_moe,
     "mixtral": _mixtral,
+    "gpt_oss": _gpt_oss,
     "llama": _llama,
     "qwen2": _qwen2,
     "qwen3": _qwen3,
