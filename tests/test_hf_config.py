@@ -140,6 +140,20 @@ def test_qwen_dense_configs_give_the_published_counts(tmp_path: Path, config: di
     assert model.attention.sliding_window is None
 
 
+def test_qwen2_moe_config_gives_the_published_counts(tmp_path: Path) -> None:
+    """Qwen/Qwen2-57B-A14B's config.json: Qwen2 attention (QKV biases), 64 experts top-8 of 2,560 and one shared
+    expert of 20,480 under a sigmoid gate h→1. Its checkpoint holds 57,408,658,944 parameters (the model card's
+    "57B total, 14B activated"; 14.25B active here, embedding and head included)."""
+    config = {"model_type": "qwen2_moe", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+              "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 151936, "hidden_act": "silu",
+              "max_position_embeddings": 131072, "tie_word_embeddings": False, "num_experts": 64,
+              "num_experts_per_tok": 8, "moe_intermediate_size": 2560, "shared_expert_intermediate_size": 20480,
+              "decoder_sparse_step": 1, "mlp_only_layers": [], "use_sliding_window": False, "sliding_window": 65536}
+    params = model_params(architecture_from_hf_config(_write(tmp_path, config)))
+    assert params.total == 57_408_658_944
+    assert round(params.active_with_embedding / 1e9, 2) == 14.25
+
+
 def test_qwen_sliding_window_from_max_window_layers(tmp_path: Path) -> None:
     """`use_sliding_window: true` without `layer_types` makes the layers from `max_window_layers` on local, as
     transformers' Qwen2Config builds its layer_types."""

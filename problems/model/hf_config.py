@@ -12,6 +12,9 @@ Supported `model_type`s and the keys read (HF names on the left of each mapping)
   `num_hash_layers`, mHC `hc_mult`.
 - `qwen3_moe`: GQA with per-head q/k RMSNorm (`head_dim`, `num_key_value_heads`), every block MoE
   (`num_experts`, `num_experts_per_tok`, `moe_intermediate_size`), no shared expert.
+- `qwen2_moe` (Qwen1.5-MoE, Qwen2-57B-A14B): Qwen2's attention, every block MoE (`num_experts`,
+  `num_experts_per_tok`, `moe_intermediate_size`) with one gated shared expert of
+  `shared_expert_intermediate_size`.
 - `mixtral`: GQA, every block MoE (`num_local_experts`, `num_experts_per_tok`, `intermediate_size`).
 - `gpt_oss`: as `mixtral` with `attention_bias`, a biased router and `layer_types` (sliding / full); attention
   sinks and expert biases are not represented.
@@ -274,6 +277,25 @@ def _qwen3_moe(r: _Reader) -> Config:
     }
 
 
+def _qwen2_moe(r: _Reader) -> Config:
+    """Qwen1.5-MoE / Qwen2-MoE: Qwen2's attention (biases on Q, K and V alone), every block MoE with one shared
+    expert of `shared_expert_intermediate_size` under a sigmoid gate (transformers modeling_qwen2_moe.py
+    Qwen2MoeSparseMoeBlock.shared_expert_gate)."""
+    if r.get("decoder_sparse_step", 1) != 1:
+        raise r.unsupported("decoder_sparse_step", "1 (every block MoE)")
+    if r.get("mlp_only_layers", []):
+        raise r.unsupported("mlp_only_layers", "an empty list (every block MoE)")
+    shared = r.get("shared_expert_intermediate_size", None)
+    return {
+        **r.common(),
+        "attention": {**r.gqa(), "bias": False, "qkv_bias": True},
+        "moe": {"num_experts": r.req("num_experts"), "top_k": r.req("num_experts_per_tok"),
+                "expert_intermediate_size": r.req("moe_intermediate_size"),
+                "num_shared_experts": 1 if shared else 0, "shared_intermediate_size": shared,
+                "shared_expert_gate": bool(shared), "activation": r.activation()},
+    }
+
+
 def _mixtral(r: _Reader) -> Config:
     """Mixtral: GQA, every block MoE of intermediate_size experts."""
     return {
@@ -396,6 +418,7 @@ BUILDERS: dict[str, Callable[[_Reader], Config]] = {
     "deepseek_v3": _deepseek_mla,
     "deepseek_v4": _deepseek_v4,
     "qwen3_moe": _qwen3_moe,
+    "qwen2_moe": _qwen2_moe,
     "mixtral": _mixtral,
     "gpt_oss": _gpt_oss,
     "llama": _llama,
