@@ -602,8 +602,8 @@ def parse_launch(text: str, *, source: str = SOURCE, model: ModelArchitecture | 
     ranks = command.ranks
     return ParsedLaunch(
         model=built, mapping_fields=mapping, options=opts, training_fields=training,
-        notes=(*c.notes, *refused, *f.unused()), warnings=tuple(c.warnings), launcher_gpus=None if ranks is None else ranks[0],
-        launcher_ranks_per_node=None if ranks is None else ranks[1],
+        notes=(*c.notes, *refused, *f.unused()), warnings=tuple(c.warnings),
+        launcher_gpus=None if ranks is None else ranks[0], launcher_ranks_per_node=None if ranks is None else ranks[1],
         deepseek_v4=bool(c.pattern and c.pattern.dsv4), model_unavailable=gaps, whole=f.given("--num-layers"),
     )
 
@@ -747,7 +747,7 @@ def _standalone_model(parsed: ParsedLaunch, model_name: str | None) -> ModelArch
 
 
 def _standalone_gpus(parsed: ParsedLaunch, gpus: int | None, notes: list[str]) -> int:
-    """--gpus, else the ranks the launcher starts (shell.launcher_gpus)."""
+    """--gpus, else the ranks the launcher starts (shell.Command.ranks)."""
     if gpus is not None:
         if parsed.launcher_gpus is not None and parsed.launcher_gpus != gpus:
             notes.append(f"the launcher starts {parsed.launcher_gpus} GPUs; judged on --gpus {gpus}")

@@ -323,56 +323,47 @@ def launch_command(text: str, source: str = SOURCE) -> Command:
 
 
 _SBATCH = "#SBATCH"
-_TORCHRUN_PER_NODE = ("--nproc_per_node", "--nproc-per-node")
-_SRUN = {"per_node": ("--ntasks-per-node",), "nodes": ("--nodes", "-N"), "total": ("--ntasks", "-n")}
-_MPIRUN = {"per_node": ("--npernode", "-npernode", "-N"), "nodes": (), "total": ("-np", "--np", "-n")}
-"""The options each launcher sets its ranks with: Slurm's srun and Open MPI's mpirun / mpiexec."""
+Options = dict[str, tuple[str, ...]]
+"""A launcher's spellings of its rank counts: ranks per node, nodes and ranks in all."""
+_TORCHRUN: Options = {"per_node": ("--nproc_per_node", "--nproc-per-node"), "nodes": ("--nnodes",), "total": ()}
+_SRUN: Options = {"per_node": ("--ntasks-per-node",), "nodes": ("--nodes", "-N"), "total": ("--ntasks", "-n")}
+_MPIRUN: Options = {"per_node": ("--npernode", "-npernode", "-N"), "nodes": (), "total": ("-np", "--np", "-n")}
+"""torchrun's, Slurm srun's and Open MPI mpirun / mpiexec's."""
 
 
-def _option_values(launcher: tuple[str, ...], names: tuple[str, ...]) -> dict[str, str]:
-    """The values of `names` in the launcher's words (`--name value`, `--name=value`, `-Nvalue`), in the order they
-    were last given."""
-    values: dict[str, str] = {}
-    for i, w in enumerate(launcher):
-        name, eq, val = w.partition("=")
-        following = launcher[i + 1] if i + 1 < len(launcher) else ""
+def _given_counts(words: tuple[str, ...], options: Options) -> dict[str, int | None] | None:
+    """Each count of `options` as given in the launcher's words (`--name value`, `--name=value`, `-Nvalue`; the
+    spelling given last wins), None where none is; None in all when one given is not a whole number."""
+    names = {name: count for count, spellings in options.items() for name in spellings}
+    given: dict[str, str] = {}
+    for i, w in enumerate(words):
+        name, eq, value = w.partition("=")
         if name in names:
-            values.pop(name, None)
-            values[name] = val if eq else following
+            given[names[name]] = value if eq else (words[i + 1] if i + 1 < len(words) else "")
         elif len(w) > 2 and w[:2] in names and w[1] != "-":
-            values.pop(w[:2], None)
-            values[w[:2]] = w[2:]
-    return values
-
-
-def _number(values: dict[str, str], names: tuple[str, ...]) -> int | None | str:
-    """The value of whichever of `names` (one option's spellings) was given last, as a number; None when none was;
-    "" when it is not a whole number."""
-    given = next((value for name, value in reversed(values.items()) if name in names), None)
-    if given is None:
+            given[names[w[:2]]] = w[2:]
+    if not all(value.isdigit() for value in given.values()):
         return None
-    return int(given) if given.isdigit() else ""
+    return {count: int(given[count]) if count in given else None for count in options}
+
+
+def _ranks(counts: dict[str, int | None] | None) -> tuple[int, int | None] | None:
+    """(ranks, ranks per node) from given counts: the total when given, else per node × nodes (1 when not given)."""
+    if counts is None or (counts["total"] is None and counts["per_node"] is None):
+        return None
+    if counts["total"] is not None:
+        return counts["total"], counts["per_node"]
+    return counts["per_node"] * (counts["nodes"] or 1), counts["per_node"]
 
 
 def _launcher_counts(launcher: tuple[str, ...], allocation: tuple[str, ...]) -> tuple[int, int | None] | None:
     """Command.ranks of these launcher words and `#SBATCH` options."""
-    values = _option_values(launcher, (*_TORCHRUN_PER_NODE, "--nnodes"))
-    per_node = _number(values, _TORCHRUN_PER_NODE)
-    if per_node is not None:
-        nodes = _number(values, ("--nnodes",))
-        nodes = 1 if nodes is None else nodes
-        return (per_node * nodes, per_node) if per_node != "" and nodes != "" else None
-    launchers = {PurePosixPath(x).name for x in launcher}
-    names = _SRUN if "srun" in launchers else _MPIRUN if launchers & {"mpirun", "mpiexec"} else None
-    if names is None:
-        return None
-    words = (*allocation, *launcher) if names is _SRUN else launcher
-    values = _option_values(words, tuple(n for group in names.values() for n in group))
-    counts = {k: _number(values, group) for k, group in names.items()}
-    if "" in counts.values():
-        return None
-    if counts["total"] is not None:
-        return counts["total"], counts["per_node"]
-    if counts["per_node"] is None:
-        return None
-    return counts["per_node"] * (counts["nodes"] or 1), counts["per_node"]
+    torchrun = _given_counts(launcher, _TORCHRUN)
+    if torchrun is None or torchrun["per_node"] is not None:
+        return _ranks(torchrun)
+    programs = {PurePosixPath(word).name for word in launcher}
+    if "srun" in programs:
+        return _ranks(_given_counts((*allocation, *launcher), _SRUN))
+    if programs & {"mpirun", "mpiexec"}:
+        return _ranks(_given_counts(launcher, _MPIRUN))
+    return None

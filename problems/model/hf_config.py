@@ -33,9 +33,10 @@ Supported `model_type`s and the keys read (HF names on the left of each mapping)
   (`num_experts`, `num_experts_per_tok`, `moe_intermediate_size`, `shared_expert_intermediate_size`).
 
 Sliding windows: `sliding_window` with `layer_types` (sliding_attention / full_attention per layer) in the
-GQA models above makes those layers local (window_skip_freq as a 1/0 list, or N when every N-th layer is global). `use_sliding_window: false` (the
-Qwen configs, which carry a `sliding_window` size either way) means no layer is local; `true` without
-`layer_types` makes the layers from `max_window_layers` on local, as the Qwen classes do.
+GQA models above makes those layers local (window_skip_freq as a 1/0 list, or N when every N-th layer is
+global). `use_sliding_window: false` (the Qwen configs, which carry a `sliding_window` size either way) means
+no layer is local; `true` without `layer_types` makes the layers from `max_window_layers` on local, as the
+Qwen classes do.
 
 Common keys: `hidden_size`, `vocab_size`, `num_hidden_layers`, `num_attention_heads`,
 `max_position_embeddings`, `tie_word_embeddings` (default false, as in these models' HF classes),
