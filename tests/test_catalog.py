@@ -79,6 +79,23 @@ def test_unknown_name_raises_catalog_error() -> None:
     assert isinstance(info.value, InputError)
 
 
+@pytest.mark.parametrize("written, name", [
+    ("meta-llama/Llama-3.1-70B", "llama-3.1-70b"), ("deepseek-ai/DeepSeek-V3", "deepseek-v3"),
+    ("Qwen/Qwen3-235B-A22B", "qwen3-235b-a22b"), ("openai/gpt-oss-120b", "gpt-oss-120b"),
+    ("Mixtral-8x7B", "mixtral-8x7b"),
+])
+def test_a_huggingface_id_or_other_case_names_the_catalog_entry(written: str, name: str) -> None:
+    """A model written as its HuggingFace id or in other letter case is the catalog entry it names."""
+    assert load_model(written) == load_model(name)
+
+
+def test_an_id_that_names_no_entry_suggests_the_closest() -> None:
+    """An id of a variant the catalog lacks (an instruct or versioned checkpoint) is an error naming the entry it
+    is closest to."""
+    with pytest.raises(CatalogError, match="use kimi-k2"):
+        load_model("moonshotai/Kimi-K2-Instruct")
+
+
 def test_summary_of_v4_pro() -> None:
     """model_summary gives the block structure, every convention and the published figures."""
     s = model_summary(load_model("deepseek-v4-pro"))

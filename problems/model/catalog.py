@@ -27,10 +27,21 @@ def catalog_names() -> list[str]:
     return sorted(p.name.removesuffix(SUFFIX) for p in root.iterdir() if p.name.endswith(SUFFIX))
 
 
+def catalog_name(name: str) -> str | None:
+    """The catalog name `name` means: itself, or the one name equal to it once both are lower-cased with a
+    HuggingFace organisation prefix dropped (`meta-llama/Llama-3.1-70B`, `deepseek-ai/DeepSeek-V3`); None when
+    there is none."""
+    known = catalog_names()
+    if name in known:
+        return name
+    bare = name.rsplit("/", 1)[-1].lower()
+    return next((k for k in known if k.lower() == bare), None)
+
+
 def _unknown(name: str) -> CatalogError:
     """The error for a name that is not in the catalog, with the closest names as a hint."""
     known = catalog_names()
-    close = difflib.get_close_matches(name, known, n=3)
+    close = difflib.get_close_matches(name.rsplit("/", 1)[-1].lower(), known, n=3)
     use = f"use {' or '.join(close)}, or another catalog name" if close else "use a catalog name"
     return CatalogError(
         f"Unknown model {name!r}.", field="model", value=name,
@@ -42,11 +53,13 @@ def _unknown(name: str) -> CatalogError:
 
 @cache
 def load_model(name: str) -> ModelArchitecture:
-    """Read and validate one catalog entry by name; unknown names raise CatalogError."""
-    if name not in catalog_names():
+    """Read and validate one catalog entry by name (catalog_name: a HuggingFace id of it too); unknown names raise
+    CatalogError."""
+    found = catalog_name(name)
+    if found is None:
         raise _unknown(name)
-    text = files(MODELS_PACKAGE).joinpath(name + SUFFIX).read_text(encoding="utf-8")
-    return architecture_from_dict(bundled_yaml(text), where=f"{name}{SUFFIX}")
+    text = files(MODELS_PACKAGE).joinpath(found + SUFFIX).read_text(encoding="utf-8")
+    return architecture_from_dict(bundled_yaml(text), where=f"{found}{SUFFIX}")
 
 
 def published_total_error(model: ModelArchitecture, params: ModelParams) -> float | None:
