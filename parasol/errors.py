@@ -228,6 +228,34 @@ def known_keys_text(key: str, keys: list[str]) -> str:
     return f"one of {len(keys)} known keys, the closest: " + ", ".join(near) + f" (and {len(keys) - len(near)} more)"
 
 
+MEGATRON_KEY_NAMES = {
+    "tensor_model_parallel_size": ("tp",), "pipeline_model_parallel_size": ("pp",),
+    "context_parallel_size": ("cp",), "expert_model_parallel_size": ("ep",), "expert_tensor_parallel_size": ("etp",),
+    "virtual_pipeline_model_parallel_size": ("vpp",), "num_virtual_stages_per_pipeline_rank": ("vpp",),
+    "micro_batch_size": ("mbs", "micro_batch"), "global_batch_size": ("global_batch",), "seq_length": ("seq_len",),
+    "world_size": ("gpus",), "num_gpus": ("gpus",),
+}
+"""Megatron-LM's names (argparse dests, dashes or underscores) of keys a problem file spells its own way: a
+problem key Megatron's name stands for, where that key is known."""
+DERIVED_KEYS = {"dp", "data_parallel_size", "edp", "expert_dp", "expert_data_parallel_size"}
+"""Keys users write that parasol derives, never reads: the data-parallel sizes (GPUs / (TP·PP·CP), and
+GPUs / (ETP·EP·PP) for the experts)."""
+
+
+def unknown_key_fix(key: str, keys: list[str]) -> str:
+    """The next step for an unknown key: a derived size is named as such, a Megatron name given the key it stands
+    for, anything else the closest known key."""
+    name = key.replace("-", "_").lower()
+    if name in DERIVED_KEYS and "tp" in keys:
+        return ("remove it: parasol derives the data-parallel size as GPUs / (TP·PP·CP) (experts: GPUs / "
+                "(ETP·EP·PP)); set the GPU count in hardware.gpus.")
+    meant = next((k for k in MEGATRON_KEY_NAMES.get(name, ()) if k in keys), None)
+    if meant is not None:
+        return f"write `{meant}` (Megatron's {name} is parasol's {meant})."
+    near = difflib.get_close_matches(key, keys, n=1)
+    return f"did you mean `{near[0]}`? Otherwise remove the key." if near else "rename the key or remove it."
+
+
 def known_keys(model_cls: type[BaseModel], path: Loc) -> list[str]:
     """Field names allowed in the mapping at `path` (for 'did you mean')."""
     tp, _, _ = schema_at(model_cls, path)
@@ -395,10 +423,9 @@ def validation_input_error(
         expected = expected + (f" ({desc})" if desc else "")
     elif err["type"] == "extra_forbidden":
         keys = known_keys(model_cls, path[:-1])
-        near = difflib.get_close_matches(str(path[-1]) if path else "", keys, n=1)
         detail = f"Unknown key `{field}`."
         expected = known_keys_text(str(path[-1]) if path else "", keys)
-        fix = f"did you mean `{near[0]}`? Otherwise remove the key." if near else "rename the key or remove it."
+        fix = unknown_key_fix(str(path[-1]) if path else "", keys)
     else:
         detail, fix = _detail(err, field, value, expected)
         expected = expected + (f" ({desc})" if desc and err["type"] in _EXPECTED else "")

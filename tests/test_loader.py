@@ -155,6 +155,21 @@ def test_unknown_key_suggests_the_near_one() -> None:
     assert err.fix is not None and "did you mean `global_batch`" in err.fix
 
 
+@pytest.mark.parametrize("section, key, fix", [
+    ("mapping", "dp: 8", "parasol derives the data-parallel size as GPUs / (TP·PP·CP)"),
+    ("search", "dp: [1, 2]", "parasol derives the data-parallel size"),
+    ("mapping", "tensor-model-parallel-size: 8", "write `tp` (Megatron's tensor_model_parallel_size"),
+    ("mapping", "micro_batch_size: 2", "write `mbs`"),
+])
+def test_megatron_names_and_derived_sizes_name_the_key_to_write(section: str, key: str, fix: str) -> None:
+    """Keys a Megatron user writes: the data-parallel size, which parasol derives, and Megatron's own names of
+    mapping keys (the same name in `training` is global_batch, micro_batch: the key known there)."""
+    err = error_of(f"model: deepseek-v3\n{RUN}{section}:\n  {key}\n")
+    assert err.fix is not None and fix in err.fix
+    err = error_of(f"model: deepseek-v3\n{RUN}".replace("global_batch", "global_batch_size"))
+    assert err.fix is not None and "write `global_batch`" in err.fix
+
+
 def test_inline_model_error_points_into_the_model() -> None:
     """An inline model's own validator (top_k <= num_experts) is reported at `model.moe.top_k`."""
     text = ("model:\n  catalog: deepseek-v3\n  moe:\n    top_k: 512\n" + RUN)
