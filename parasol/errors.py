@@ -237,18 +237,23 @@ MEGATRON_KEY_NAMES = {
 }
 """Megatron-LM's names (argparse dests, dashes or underscores) of keys a problem file spells its own way: a
 problem key Megatron's name stands for, where that key is known."""
+NODE_KEYS = {"nodes", "num_nodes", "nnodes", "node_count"}
+"""Keys that count nodes where a problem file counts GPUs (hardware.gpus)."""
 DERIVED_KEYS = {"dp", "data_parallel_size", "edp", "expert_dp", "expert_data_parallel_size"}
 """Keys users write that parasol derives, never reads: the data-parallel sizes (GPUs / (TP·PP·CP), and
 GPUs / (ETP·EP·PP) for the experts)."""
 
 
 def unknown_key_fix(key: str, keys: list[str]) -> str:
-    """The next step for an unknown key: a derived size is named as such, a Megatron name given the key it stands
-    for, anything else the closest known key."""
+    """The next step for an unknown key: a derived size is named as such, a node count or a Megatron name given the
+    key it stands for, anything else the closest known key."""
     name = key.replace("-", "_").lower()
     if name in DERIVED_KEYS and "tp" in keys:
         return ("remove it: parasol derives the data-parallel size as GPUs / (TP·PP·CP) (experts: GPUs / "
                 "(ETP·EP·PP)); set the GPU count in hardware.gpus.")
+    if name in NODE_KEYS and "gpus" in keys:
+        return ("write `gpus:`, the GPUs in the job: nodes × GPUs per node (`parasol hardware` lists each "
+                "preset's GPUs per node).")
     meant = next((k for k in MEGATRON_KEY_NAMES.get(name, ()) if k in keys), None)
     if meant is not None:
         return f"write `{meant}` (Megatron's {name} is parasol's {meant})."

@@ -162,12 +162,15 @@ def test_unknown_key_suggests_the_near_one() -> None:
     ("mapping", "micro_batch_size: 2", "write `mbs`"),
 ])
 def test_megatron_names_and_derived_sizes_name_the_key_to_write(section: str, key: str, fix: str) -> None:
-    """Keys a Megatron user writes: the data-parallel size, which parasol derives, and Megatron's own names of
-    mapping keys (the same name in `training` is global_batch, micro_batch: the key known there)."""
+    """Keys a Megatron user writes: the data-parallel size, which parasol derives, a node count where parasol counts
+    GPUs, and Megatron's own names of mapping keys (the same name in `training` is global_batch, micro_batch: the
+    key known there)."""
     err = error_of(f"model: deepseek-v3\n{RUN}{section}:\n  {key}\n")
     assert err.fix is not None and fix in err.fix
     err = error_of(f"model: deepseek-v3\n{RUN}".replace("global_batch", "global_batch_size"))
     assert err.fix is not None and "write `global_batch`" in err.fix
+    err = error_of(f"model: deepseek-v3\n{RUN}".replace("hardware:\n", "hardware:\n  nodes: 32\n"))
+    assert err.fix is not None and "write `gpus:`, the GPUs in the job: nodes × GPUs per node" in err.fix
 
 
 def test_inline_model_error_points_into_the_model() -> None:
