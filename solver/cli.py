@@ -232,6 +232,7 @@ def explain(problem: str | None, sets: tuple[str, ...], megatron_args: str | Non
     --megatron-args-file) and --set; without PROBLEM, the launch line alone describes the run on
     --hardware PRESET. Unknown Megatron flags are an error; known flags parasol does not model are
     listed in one line."""
+    from parasol.constraints.physics.memory import recompute_method_gap
     from parasol.problems.inputs import explain_inputs, launch_text
     from parasol.solver.outputs.render import print_explanation
     from parasol.solver.outputs.summary import summary_lines
@@ -241,7 +242,9 @@ def explain(problem: str | None, sets: tuple[str, ...], megatron_args: str | Non
     result = explain_mapping(inputs.problem, inputs.mapping)
     data = result.as_dict()
     data["warnings"] = [*data["warnings"], *(w.as_dict() for w in inputs.warnings)]
-    data["notes"] = list(inputs.notes)
+    gap = recompute_method_gap(inputs.mapping, inputs.problem.spec.framework.options)
+    notes = (*inputs.notes, *([gap] if gap else []))
+    data["notes"] = list(notes)
     if as_json:
         click.echo(json.dumps(data, indent=2))
     else:
@@ -253,7 +256,7 @@ def explain(problem: str | None, sets: tuple[str, ...], megatron_args: str | Non
         else:
             for line in summary_lines(result, data, _text_width(console)):
                 console.print(line, soft_wrap=True)
-        for line in note_lines(inputs.notes):
+        for line in note_lines(notes):
             console.print(line, markup=False, soft_wrap=not full)
     sys.exit(0 if result.feasible else EXIT_INFEASIBLE)
 
@@ -427,6 +430,8 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
         console = _console()
         if result.mappings:
             show_table(front_table(result, prob), console, fmt)
+        for gap in _recompute_gaps(prob, result.mappings):
+            console.print(f"note: {gap}", markup=False, soft_wrap=True)
         if blockers:
             why = f"no row of the search space meets every rule ({result.rows:,} degree rows)"
         if why:
@@ -439,6 +444,15 @@ def solve(problem: str, top: int, time_limit: float, out: str | None, rank_map: 
             for part in contract_parts(closest.as_dict()):
                 show_table(part, console, fmt)
     sys.exit(0 if result.mappings else EXIT_INFEASIBLE)
+
+
+def _recompute_gaps(prob: Any, mappings: Any) -> list[str]:
+    """The recompute-method pricing gaps (memory.recompute_method_gap) of the listed mappings, each said once."""
+    from parasol.constraints.physics.memory import recompute_method_gap
+
+    options = prob.spec.framework.options
+    gaps = (recompute_method_gap(m.explanation.mapping, options) for m in mappings)
+    return list(dict.fromkeys(g for g in gaps if g))
 
 
 @contextmanager

@@ -448,6 +448,35 @@ def test_qkv_bias_flag_gives_qwen25_counts() -> None:
     assert parsed.model is not None and model_params(parsed.model).total == 7_615_616_512
 
 
+LLAMA_8B_LINE = ("--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 "
+                 "--group-query-attention --num-query-groups 8 --swiglu --normalization RMSNorm --disable-bias-linear "
+                 "--untie-embeddings-and-output-weights --position-embedding-type rope --seq-length 8192 "
+                 "--max-position-embeddings 8192 --padded-vocab-size 128256 --bf16 --tensor-model-parallel-size 2 "
+                 "--pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 128 "
+                 "--recompute-granularity full ")
+
+
+@pytest.mark.parametrize("method, says", [
+    ("block --recompute-num-layers 4", "its peak memory is a lower bound and its step time an upper bound"),
+    ("uniform --recompute-num-layers 2", "a checkpoint per layer where Megatron keeps one per run"),
+    ("uniform --recompute-num-layers 1", None),
+])
+def test_a_recompute_method_parasol_does_not_price_is_said(method: str, says: str | None) -> None:
+    """Megatron-LM megatron/core/recompute.py:157-178: `block` recomputes only the first N layers of each virtual
+    stage, `uniform` recomputes runs of N layers at once; parasol prices uniform over 1 layer, so explain says
+    how the other two differ (a note on screen and in the JSON, and a memory-ledger assumption) and says nothing
+    for uniform over 1."""
+    args = ("--megatron-args", LLAMA_8B_LINE + "--recompute-method " + method, "--hardware", "h100-hgx", "--gpus", "16")
+    data = explain_json(*args)
+    notes = [n for n in data["notes"] if n.startswith("recompute method")]
+    screen = [line for line in run("explain", *args).output.splitlines() if line.startswith("note: recompute method")]
+    if says is None:
+        assert notes == [] and screen == []
+        return
+    assert len(notes) == 1 and says in notes[0] and len(screen) == 1
+    assert any(says in a for a in data["assumptions"])
+
+
 def test_moe_layer_freq_list_form_without_eval() -> None:
     """arguments.py:327-350 and gpt_layer_specs.py:643-660: an int N puts an MoE layer every N layers;
     the list form such as ([0]*3+[1]*58) gives one 0/1 per layer."""

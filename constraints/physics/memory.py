@@ -564,6 +564,29 @@ def workspace_bytes(training: Training) -> int:
     return _ceil(Fraction(training.workspace_gb).limit_denominator(10**6) * 10**9)
 
 
+def recompute_method_gap(m: Mapping, options: MegatronOptions) -> str | None:
+    """What parasol's memory and step time leave out of a full recompute other than Megatron's uniform method over
+    one layer, the only one they price (every layer's input checkpointed and the layer recomputed alone; what
+    `--emit megatron` writes by default); None for that one or without full recompute. Megatron-LM
+    megatron/core/recompute.py:157-178: `uniform` checkpoints the input of each run of recompute_num_layers layers
+    and recomputes the run at once; `block` checkpoints only the first recompute_num_layers layers of each model
+    chunk (virtual stage) and runs the others without recompute."""
+    if m.recompute is not Recompute.full:
+        return None
+    method, layers = options.recompute_method or "uniform", options.recompute_num_layers or 1
+    if method == "uniform" and layers == 1:
+        return None
+    if method == "block":
+        return (f"recompute method block over {layers} layer(s): Megatron recomputes only the first {layers} "
+                f"layer(s) of each virtual stage and keeps the other layers' whole activations; parasol prices every "
+                f"layer recomputed (uniform over 1), so its peak memory is a lower bound and its step time an upper "
+                f"bound, exact only where no virtual stage holds more than {layers} layer(s)")
+    return (f"recompute method uniform over {layers} layers: Megatron checkpoints the input of each run of {layers} "
+            f"layers and recomputes the run at once; parasol prices one layer at a time: the same recompute work, "
+            f"but a checkpoint per layer where Megatron keeps one per run and a working set of one layer where "
+            f"Megatron's holds the run's, so its peak memory is not exact")
+
+
 def memory_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
                   usable_bytes: float, options: MegatronOptions = NO_OPTIONS) -> MemoryLedger:
     """Ledgers of all stages; the layout must cover the blocks with PP·VPP virtual stages."""
@@ -581,5 +604,6 @@ def memory_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Tr
         + (", plus a copy of the input embedding for MTP" if model.mtp_layers and m.pp > 1 and training.pipeline_schedule == "megatron" else "") + ".",
         "The runtime reserve (CUDA context, NCCL, fragmentation) is taken off HBM by the hardware preset.",
     )
-    return MemoryLedger(stages=stages, assumptions=assumptions)
+    gap = recompute_method_gap(m, options)
+    return MemoryLedger(stages=stages, assumptions=assumptions if gap is None else (*assumptions, gap))
 
