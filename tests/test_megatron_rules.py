@@ -125,6 +125,8 @@ ROWS = [
     Row(divisibility.HiddenDivisibleByHeads, HOLDS),
     Row(divisibility.HiddenDivisibleByHeads, BROKEN, problem={"hidden": 4100}),
     Row(divisibility.HiddenDivisibleByHeads, HOLDS, options={"kv_channels": 128}, problem={"hidden": 4100}),
+    # GLM-4.5's shape: 96 heads of 128 on a 5,120 hidden size is launched with --kv-channels 128 (kv_channels_implied)
+    Row(divisibility.HiddenDivisibleByHeads, HOLDS, problem={"hidden": 5120, "heads": 96}),
     Row(divisibility.TPShardedLinearDims, HOLDS, {"tp": 8}),
     Row(divisibility.TPShardedLinearDims, BROKEN, {"tp": 16}, problem={"model": {"dense_mlp": {"intermediate_size": 1000}}}),
     Row(divisibility.TPShardedLinearDims, BROKEN, {"etp": 8},

@@ -30,6 +30,14 @@ def _attention_consts(attention) -> dict[str, int]:  # noqa: ANN001 - Attention
     return {"num_heads": heads, "num_query_groups": groups, "attn_proj_width": heads * attention.head_dim}
 
 
+def kv_channels_implied(model) -> bool:  # noqa: ANN001 - ModelArchitecture
+    """Whether the model can only be launched with --kv-channels: its heads are not hidden / heads wide (what
+    Megatron derives without the flag, arguments.py:1331-1333), as GLM-4.5's 96 heads of 128 on a 5,120 hidden
+    size or Qwen3-235B's 64 of 128 on 4,096. MLA sets its own head widths."""
+    attention = model.attention
+    return not isinstance(attention, MLAAttention) and attention.head_dim != model.hidden_size // attention.num_heads
+
+
 def _mixer_consts(model) -> dict[str, int]:  # noqa: ANN001 - ModelArchitecture
     """Heads (and Mamba groups) of the Mamba-2 and gated DeltaNet mixers the model's blocks use (0: none)."""
     mixers = {b.mixer.value for b in model.blocks}
@@ -52,6 +60,7 @@ def _compute_model_consts(problem: Problem) -> dict[str, int]:
     moe, dense = model.moe, model.dense_mlp
     consts = {
         **_attention_consts(model.attention),
+        "kv_channels_implied": int(kv_channels_implied(model)),
         "num_experts": moe.num_experts if moe else 0,
         "moe_top_k": moe.top_k if moe else 0,
         "num_layers": model.num_layers,

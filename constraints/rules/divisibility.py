@@ -142,7 +142,9 @@ class QueryGroupsDivideHeads(Constraint):
 
 
 class HiddenDivisibleByHeads(Constraint):
-    """Without --kv-channels Megatron sets kv_channels = hidden / heads, which must be whole."""
+    """Without --kv-channels Megatron sets kv_channels = hidden / heads, which must be whole. A model whose heads
+    are not that wide is launched with --kv-channels (consts.kv_channels_implied), so there the rule is not in
+    force."""
 
     id = "hidden-divisible-by-heads"
     family = Family.divisibility
@@ -152,11 +154,12 @@ class HiddenDivisibleByHeads(Constraint):
     exact = True
 
     def in_force(self, f: Facts) -> bool:
-        """Only without --kv-channels does Megatron derive kv_channels = hidden / heads."""
-        return f.options.kv_channels is None
+        """Only without --kv-channels, given or implied by the model's head width, does Megatron derive
+        kv_channels = hidden / heads."""
+        return f.options.kv_channels is None and not model_consts(f.problem)["kv_channels_implied"]
 
     def slack(self, f: Facts) -> float:
-        if f.options.kv_channels is not None:
+        if not self.in_force(f):
             return 0.0
         return remainder_slack(f.model.hidden_size, f.model.attention.num_heads)
 
@@ -166,7 +169,8 @@ class HiddenDivisibleByHeads(Constraint):
                 "not set (Megatron asserts hidden_size % num_attention_heads == 0)")
 
     def post(self, model, v, enforce) -> None:
-        if v.options.kv_channels is None and v.consts["hidden_size"] % v.consts["num_heads"]:
+        implied = v.consts["kv_channels_implied"]
+        if v.options.kv_channels is None and not implied and v.consts["hidden_size"] % v.consts["num_heads"]:
             model.AddBoolOr([enforce.Not()])
 
 
