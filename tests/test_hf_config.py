@@ -154,6 +154,27 @@ def test_qwen2_moe_config_gives_the_published_counts(tmp_path: Path) -> None:
     assert round(params.active_with_embedding / 1e9, 2) == 14.25
 
 
+def test_glm45_config_gives_its_tensor_by_tensor_count(tmp_path: Path) -> None:
+    """zai-org/GLM-4.5's config.json (model card: 355B total, 32B active). Tensor by tensor: attention
+    5120·12288 (q) + 2·5120·1024 (k, v) + 12288·5120 (o) + 12288 + 2048 (q, k, v biases; none on o) + 2·128 (q/k
+    norms) = 136,329,472; 3 dense blocks of 3·5120·12288; 89 MoE blocks of 160 + 1 shared experts of 3·5120·1536,
+    a 160×5120 router and its 160 biases; two norms a block; untied 151,552×5120 embedding and head and the final
+    norm: 352,797,829,024 before the MTP block (356.8B with it; the checkpoint's 358B adds the MTP layer's own
+    embedding and head copies), 32.9B active with the head."""
+    config = {"model_type": "glm4_moe", "attention_bias": True, "first_k_dense_replace": 3, "head_dim": 128,
+              "hidden_act": "silu", "hidden_size": 5120, "intermediate_size": 12288, "max_position_embeddings": 131072,
+              "moe_intermediate_size": 1536, "n_routed_experts": 160, "n_shared_experts": 1, "num_attention_heads": 96,
+              "num_experts_per_tok": 8, "num_hidden_layers": 92, "num_key_value_heads": 8,
+              "num_nextn_predict_layers": 1, "partial_rotary_factor": 0.5, "tie_word_embeddings": False,
+              "use_qk_norm": True, "vocab_size": 151552}
+    model = architecture_from_hf_config(_write(tmp_path, config))
+    params = model_params(model)
+    assert params.total == 352_797_829_024
+    assert round(params.total_with_mtp / 1e9, 1) == 356.8
+    assert round(params.active_head_only / 1e9, 1) == 32.9
+    assert (model.first_dense_layers, model.mtp_layers, model.moe.num_shared_experts) == (3, 1, 1)
+
+
 def test_qwen_sliding_window_from_max_window_layers(tmp_path: Path) -> None:
     """`use_sliding_window: true` without `layer_types` makes the layers from `max_window_layers` on local, as
     transformers' Qwen2Config builds its layer_types."""

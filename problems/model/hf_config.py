@@ -10,6 +10,9 @@ Supported `model_type`s and the keys read (HF names on the left of each mapping)
   `o_groups`, `o_lora_rank`, `qk_rope_head_dim`, `sliding_window`, `index_n_heads`,
   `index_head_dim`, `index_topk`, `compress_ratios` with one entry per block and MTP block), MoE with
   `num_hash_layers`, mHC `hc_mult`.
+- `glm4_moe` (GLM-4.5, GLM-4.6): GQA (`head_dim`, biases on Q, K and V alone by `attention_bias`, q/k RMSNorm by
+  `use_qk_norm`), `first_k_dense_replace` dense blocks, DeepSeek-style MoE with a score-correction bias
+  (`n_routed_experts`, `n_shared_experts`, `moe_intermediate_size`), `num_nextn_predict_layers` MTP blocks.
 - `qwen3_moe`: GQA with per-head q/k RMSNorm (`head_dim`, `num_key_value_heads`), every block MoE
   (`num_experts`, `num_experts_per_tok`, `moe_intermediate_size`), no shared expert.
 - `qwen2_moe` (Qwen1.5-MoE, Qwen2-57B-A14B): Qwen2's attention, every block MoE (`num_experts`,
@@ -235,6 +238,21 @@ def _deepseek_mla(r: _Reader) -> Config:
     }
 
 
+def _glm4_moe(r: _Reader) -> Config:
+    """GLM-4.5 / 4.6: GQA with biases on Q, K and V alone and optional q/k RMSNorm (`use_qk_norm`), dense lead-in
+    blocks, then DeepSeek-style MoE (routed experts with a score-correction bias, shared experts) and MTP blocks
+    (transformers modeling_glm4_moe.py Glm4MoeAttention, Glm4MoeTopkRouter)."""
+    return {
+        **r.common(),
+        "attention": {**r.gqa(qk_norm=bool(r.get("use_qk_norm", False))), "bias": False,
+                      "qkv_bias": bool(r.get("attention_bias", False))},
+        "dense_mlp": {"intermediate_size": r.req("intermediate_size"), "activation": r.activation()},
+        "moe": {**r.deepseek_moe(), "router_bias": True},
+        "first_dense_layers": r.get("first_k_dense_replace", 0),
+        "mtp_layers": r.get("num_nextn_predict_layers", 0),
+    }
+
+
 def _deepseek_v4(r: _Reader) -> Config:
     """DeepSeek-V4: hybrid CSA/HCA attention, MoE with hash-routed lead-in layers, mHC, MTP."""
     return {
@@ -418,6 +436,7 @@ BUILDERS: dict[str, Callable[[_Reader], Config]] = {
     "deepseek_v2": _deepseek_mla,
     "deepseek_v3": _deepseek_mla,
     "deepseek_v4": _deepseek_v4,
+    "glm4_moe": _glm4_moe,
     "qwen3_moe": _qwen3_moe,
     "qwen2_moe": _qwen2_moe,
     "mixtral": _mixtral,
