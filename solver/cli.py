@@ -230,8 +230,8 @@ def explain(problem: str | None, sets: tuple[str, ...], megatron_args: str | Non
 
     The mapping comes from PROBLEM.yaml, a Megatron-LM launch line (--megatron-args or
     --megatron-args-file) and --set; without PROBLEM, the launch line alone describes the run on
-    --hardware PRESET. Unknown Megatron flags are an error; known flags parasol does not model are
-    listed in one line."""
+    --hardware PRESET. Unknown Megatron flags are an error (a note after a program that adds its own);
+    known flags parasol does not model are listed in one line."""
     from parasol.constraints.physics.memory import recompute_method_gap
     from parasol.problems.inputs import explain_inputs, launch_text
     from parasol.solver.outputs.render import print_explanation
