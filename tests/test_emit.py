@@ -298,6 +298,16 @@ def test_launch_script_reads_back_with_its_launcher(v4: Problem) -> None:
     assert not trip.differences and not any("launcher" in n for n in trip.notes)
 
 
+def test_a_deepseek_v4_script_names_the_dev_branch(v4: Problem, small: Problem) -> None:
+    """Megatron-LM main@d98e8a64 refuses every DeepSeek-V4 line at parsing (no --cp-partition-mode, no dsv4_hybrid
+    attention; the real main and dev@d48bd6be, through megatron_oracle.py, in session 58: 134 of parasol's
+    emitted V4 lines refused by main, all accepted by dev), so a V4 script says which branch it needs; others
+    do not."""
+    script = launch_script(v4, build_mapping(v4, {"pp": "16", "cp": "2", "ep": "32", "recompute": "full"}), "v4")
+    assert "# DeepSeek-V4: run it with Megatron-LM dev@d48bd6be" in script
+    assert "dev@" not in launch_script(small, build_mapping(small, {}), "small")
+
+
 LLAMA_8B = """
 model: llama-3.1-8b
 training: {seq_len: 4096, global_batch: 256}

@@ -529,6 +529,16 @@ def launch_environment(problem: Problem, mapping: Mapping) -> tuple[str, ...]:
     return tuple(lines)
 
 
+def _branch_lines(problem: Problem) -> tuple[str, ...]:
+    """The header lines naming the Megatron-LM branch a DeepSeek-V4 line needs: main@d98e8a64 has no V4 path (its
+    parser refuses --cp-partition-mode and the dsv4_hybrid attention, its layer patterns the C/H/W symbols), so
+    the real Megatron-LM main refuses these lines at argument parsing and dev@d48bd6be accepts them."""
+    if not isinstance(problem.model.attention, DSV4Attention):
+        return ()
+    return (f"# DeepSeek-V4: run it with {DEV.strip()} (or later dev): {MAIN.strip()} has no V4 path (no",
+            "# --cp-partition-mode, no dsv4_hybrid attention, no C/H/W layer symbols) and stops at parsing.")
+
+
 def launch_script(problem: Problem, mapping: Mapping, title: str) -> str:
     """A commented launch script: the environment Megatron's checks ask for (launch_environment), then torchrun
     with the job's geometry and the parallel flags, one per line."""
@@ -545,6 +555,7 @@ def launch_script(problem: Problem, mapping: Mapping, title: str) -> str:
         "# Only the parallel part is here: append the model, data, tokenizer, precision, optimizer and",
         "# checkpoint flags (add ' \\' to the last line).",
         f"# Check it: parasol explain {problem.source} --megatron-args-file THIS_FILE",
+        *_branch_lines(problem),
     ]
     launcher = (f"torchrun --nnodes {nodes} --nproc-per-node {per_node} --node-rank \"${{NODE_RANK}}\" "
                 f"--master-addr \"${{MASTER_ADDR}}\" --master-port \"${{MASTER_PORT:-6000}}\" \\\n"
