@@ -195,6 +195,16 @@ class _Reader:
             raise self.unsupported(key, "one of " + ", ".join(PLAIN_ACTIVATIONS))
         return PLAIN_ACTIVATIONS[act]
 
+    def gated_shared_moe(self) -> Config:
+        """The Qwen MoE blocks (Qwen2-MoE, Qwen3-Next): `num_experts` routed experts of `moe_intermediate_size`, top
+        `num_experts_per_tok`, and one shared expert of `shared_expert_intermediate_size` under a sigmoid gate when
+        the config gives one."""
+        shared = self.get("shared_expert_intermediate_size", None)
+        return {"num_experts": self.req("num_experts"), "top_k": self.req("num_experts_per_tok"),
+                "expert_intermediate_size": self.req("moe_intermediate_size"),
+                "num_shared_experts": 1 if shared else 0, "shared_intermediate_size": shared,
+                "shared_expert_gate": bool(shared), "activation": self.activation()}
+
     def deepseek_moe(self) -> Config:
         """DeepSeek routed plus shared experts; noaux_tc routing carries a per-expert bias."""
         if self.get("moe_layer_freq", 1) != 1:
@@ -304,14 +314,10 @@ def _qwen2_moe(r: _Reader) -> Config:
         raise r.unsupported("decoder_sparse_step", "1 (every block MoE)")
     if r.get("mlp_only_layers", []):
         raise r.unsupported("mlp_only_layers", "an empty list (every block MoE)")
-    shared = r.get("shared_expert_intermediate_size", None)
     return {
         **r.common(),
         "attention": {**r.gqa(), "bias": False, "qkv_bias": True},
-        "moe": {"num_experts": r.req("num_experts"), "top_k": r.req("num_experts_per_tok"),
-                "expert_intermediate_size": r.req("moe_intermediate_size"),
-                "num_shared_experts": 1 if shared else 0, "shared_intermediate_size": shared,
-                "shared_expert_gate": bool(shared), "activation": r.activation()},
+        "moe": r.gated_shared_moe(),
     }
 
 
@@ -333,17 +339,9 @@ def _gpt_oss(r: _Reader) -> Config:
     """gpt-oss: GQA with biases, local and global layers by `layer_types`, every block MoE of `intermediate_size`
     experts under a router with a bias (transformers modeling_gpt_oss.py GptOssTopKRouter). Not represented, as in
     the catalog entry: the per-head attention sinks and the experts' own biases."""
-    return {
-        **r.common(),
-        "attention": r.gqa(),
-        "moe": {
-            "num_experts": r.req("num_local_experts"),
-            "top_k": r.req("num_experts_per_tok"),
-            "expert_intermediate_size": r.req("intermediate_size"),
-            "activation": r.activation(),
-            "router_bias": True,
-        },
-    }
+    data = _mixtral(r)
+    data["moe"]["router_bias"] = True
+    return data
 
 
 def _llama(r: _Reader) -> Config:
@@ -415,7 +413,6 @@ def _qwen3_next(r: _Reader) -> Config:
         freq: Any = [1 if t == "linear_attention" else 0 for t in types]
     else:
         freq = r.req("full_attention_interval")
-    shared = r.get("shared_expert_intermediate_size", None)
     return {
         **r.common(),
         "attention": {**r.gqa(qk_norm=True), "output_gate": True},
@@ -425,10 +422,7 @@ def _qwen3_next(r: _Reader) -> Config:
                              "value_head_dim": r.get("linear_value_head_dim", 128),
                              "conv_kernel": r.get("linear_conv_kernel_dim", 4)},
         "linear_attention_freq": freq,
-        "moe": {"num_experts": r.req("num_experts"), "top_k": r.req("num_experts_per_tok"),
-                "expert_intermediate_size": r.req("moe_intermediate_size"),
-                "num_shared_experts": 1 if shared else 0, "shared_intermediate_size": shared,
-                "shared_expert_gate": bool(shared), "activation": r.activation()},
+        "moe": r.gated_shared_moe(),
     }
 
 
