@@ -7,8 +7,8 @@
 # Only the parallel part is here: append the model, data, tokenizer, precision, optimizer and
 # checkpoint flags (add ' \' to the last line).
 # Check it: parasol explain problems/deepseek-v4-pro-gb200-nvl72.yaml --megatron-args-file THIS_FILE
-# DeepSeek-V4: run it with Megatron-LM dev@d48bd6be (or later dev): Megatron-LM main@d98e8a64 has no V4 path (no
-# --cp-partition-mode, no dsv4_hybrid attention, no C/H/W layer symbols) and stops at parsing.
+# DeepSeek-V4: run it with Megatron-LM dev@d48bd6be, the branch these flags follow: Megatron-LM main@d98e8a64 has no V4
+# path (no --cp-partition-mode, no dsv4_hybrid attention, no C/H/W layer symbols) and stops at parsing.
 torchrun --nnodes 288 --nproc-per-node 4 --node-rank "${NODE_RANK}" --master-addr "${MASTER_ADDR}" --master-port "${MASTER_PORT:-6000}" \
     pretrain_hybrid.py \
     --tensor-model-parallel-size 1 \

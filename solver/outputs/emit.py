@@ -535,8 +535,8 @@ def _branch_lines(problem: Problem) -> tuple[str, ...]:
     the real Megatron-LM main refuses these lines at argument parsing and dev@d48bd6be accepts them."""
     if not isinstance(problem.model.attention, DSV4Attention):
         return ()
-    return (f"# DeepSeek-V4: run it with {DEV.strip()} (or later dev): {MAIN.strip()} has no V4 path (no",
-            "# --cp-partition-mode, no dsv4_hybrid attention, no C/H/W layer symbols) and stops at parsing.")
+    return (f"# DeepSeek-V4: run it with {DEV.strip()}, the branch these flags follow: {MAIN.strip()} has no V4",
+            "# path (no --cp-partition-mode, no dsv4_hybrid attention, no C/H/W layer symbols) and stops at parsing.")
 
 
 def launch_script(problem: Problem, mapping: Mapping, title: str) -> str:
