@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# parasol: Megatron-LM launch flags for deepseek-v4-pro-1024, mapping 1 of 12 (Pareto rank 1)
-#   TP1 PP16 CP4 EP32 ETP1 VPP2 MBS1 GBS4096 seq 8192, recompute full; 1,024 GPUs = 128 nodes x 8 GPUs.
+# parasol: Megatron-LM launch flags for deepseek-v4-pro-1024, mapping 1 of 14 (Pareto rank 1)
+#   TP1 PP16 CP2 EP32 ETP1 VPP2 MBS1 GBS4096 seq 8192, recompute full; 1,024 GPUs = 128 nodes x 8 GPUs.
 # Run it on every host of the host order (hosts.txt) with NODE_RANK = the host's line (0-based) and
 # MASTER_ADDR = the first host: global rank = NODE_RANK * GPUs per node + local rank, the order in
 # which Megatron's groups (tp-cp-ep-dp-pp) land on the nodes as parasol judged them.
@@ -14,7 +14,7 @@ torchrun --nnodes 128 --nproc-per-node 8 --node-rank "${NODE_RANK}" --master-add
     pretrain_hybrid.py \
     --tensor-model-parallel-size 1 \
     --pipeline-model-parallel-size 16 \
-    --context-parallel-size 4 \
+    --context-parallel-size 2 \
     --expert-model-parallel-size 32 \
     --expert-tensor-parallel-size 1 \
     --use-distributed-optimizer \
@@ -23,7 +23,7 @@ torchrun --nnodes 128 --nproc-per-node 8 --node-rank "${NODE_RANK}" --master-add
     --micro-batch-size 1 \
     --global-batch-size 4096 \
     --seq-length 8192 \
-    --hybrid-layer-pattern 'HEHECE|HECE|HECE|HECE|HECE|HECE|HECE|HECE|HECE|HECE|HECE|HECE|HECE|HECE|HECE||HE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CE/WE' \
+    --hybrid-layer-pattern 'HEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE||CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CEHE|CE/WE' \
     --recompute-granularity full \
     --recompute-method uniform \
     --recompute-num-layers 1 \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# parasol: Megatron-LM launch flags for llama-3.1-70b-h100-256, mapping 1 of 22 (Pareto rank 1)
-#   TP8 PP4 CP1 EP1 ETP8 VPP16 MBS2 GBS512 seq 8192, recompute none; 256 GPUs = 32 nodes x 8 GPUs.
+# parasol: Megatron-LM launch flags for llama-3.1-70b-h100-256, mapping 1 of 23 (Pareto rank 1)
+#   TP8 PP2 CP1 EP1 ETP8 VPP16 MBS2 GBS512 seq 8192, recompute none; 256 GPUs = 32 nodes x 8 GPUs.
 # Run it on every host of the host order (hosts.txt) with NODE_RANK = the host's line (0-based) and
 # MASTER_ADDR = the first host: global rank = NODE_RANK * GPUs per node + local rank, the order in
 # which Megatron's groups (tp-cp-ep-dp-pp) land on the nodes as parasol judged them.
@@ -11,7 +11,7 @@ export CUDA_DEVICE_MAX_CONNECTIONS=1  # TP or CP > 1 before Blackwell (Megatron-
 torchrun --nnodes 32 --nproc-per-node 8 --node-rank "${NODE_RANK}" --master-addr "${MASTER_ADDR}" --master-port "${MASTER_PORT:-6000}" \
     pretrain_gpt.py \
     --tensor-model-parallel-size 8 \
-    --pipeline-model-parallel-size 4 \
+    --pipeline-model-parallel-size 2 \
     --context-parallel-size 1 \
     --sequence-parallel \
     --use-distributed-optimizer \
@@ -21,4 +21,4 @@ torchrun --nnodes 32 --nproc-per-node 8 --node-rank "${NODE_RANK}" --master-addr
     --micro-batch-size 2 \
     --global-batch-size 512 \
     --seq-length 8192 \
-    --pipeline-model-parallel-layout 'Et|(t|)*29,t*2|(t|)*5,(t*2|)*3,(t|)*5,(t*2|)*4,(t|)*4,(t*2|)*4,(t|)*4,(t*2|)*3,t*2L'
+    --pipeline-model-parallel-layout 'Et*2|t*2|(t*3|)*2,(t*2|)*2,(t*3|)*2,(t*2|)*2,(t*3|)*2,(t*2|)*2,(t*3|)*2,(t*2|)*2,(t*3|)*2,(t*2|)*2,(t*3|)*2,(t*2|)*2,(t*3|)*2,(t*2|)*2,t*3|t*3L'
