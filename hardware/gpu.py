@@ -3,7 +3,7 @@
 Units are decimal: GB = 1e9 bytes, TB/s = 1e12 bytes/s, TFLOP/s = 1e12 FLOP/s, as in the
 datasheets that `reference/hardware-specs.yaml` cites, except HBM capacity: the datasheets' "80 GB" and
 "141 GB" count binary gigabytes, and `hbm_gb` is what NVML reports to software, in decimal GB (an H100 80GB
-reports 81,559 MiB = 85.52 GB, an A100 80GB 81,920 MiB = 85.89 GB, an H200 143,771 MiB = 150.75 GB:
+reports 81,559 MiB = 85.52 GB, an A100 80GB 81,920 MiB = 85.90 GB, an H200 143,771 MiB = 150.75 GB:
 https://thundergolfer.com/blog/nvidia-gpu-memory-capacity). The Blackwell presets still give their
 datasheet figures (no NVML reading with a source yet): a lower bound on their memory.
 

@@ -193,3 +193,14 @@ def test_hardware_imports_nothing_above_it() -> None:
                 names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
                 for name in names:
                     assert not name.startswith(("parasol.problems", "parasol.constraints", "parasol.solver")), path
+
+
+@pytest.mark.parametrize("preset, mib", [("h100-hgx", 81_559), ("h800-hgx", 81_559), ("a100-hgx", 81_920),
+                                         ("h200-hgx", 143_771)])
+def test_hbm_is_what_the_driver_reports(preset: str, mib: int) -> None:
+    """NVML memory.total of an H100 80GB (and the H800's same HBM3 part), an A100 80GB and an H200, in MiB
+    (https://thundergolfer.com/blog/nvidia-gpu-memory-capacity): the datasheets' 80 / 141 GB are binary
+    gigabytes; hbm_gb is the reading in decimal GB, and usable HBM takes the reserve rule off it."""
+    gpu = load_preset(preset).gpu
+    assert gpu.hbm_gb == round(mib * 2**20 / 1e9, 2)
+    assert gpu.usable_hbm_gb == pytest.approx(gpu.hbm_gb - default_runtime_reserve_gb(gpu.hbm_gb))

@@ -153,9 +153,10 @@ class _Reader:
             "max_context": self.get("max_position_embeddings", None),
         }
 
-    def gqa(self, qk_norm: bool = False) -> Config:
+    def gqa(self, qk_norm: bool = False, qkv_bias: bool | None = None) -> Config:
         """Grouped-query attention; head_dim (or Nemotron-H's attention_head_dim) defaults to hidden / heads
-        as in the HF classes; local layers from `sliding_window` and `layer_types`."""
+        as in the HF classes; local layers from `sliding_window` and `layer_types`. Biases on all four
+        projections by `attention_bias`, unless `qkv_bias` says whether Q, K and V alone carry them (Qwen2, GLM)."""
         heads = self.whole("num_attention_heads")
         head_dim = self.get("head_dim", self.get("attention_head_dim", None))
         return {
@@ -164,7 +165,8 @@ class _Reader:
             "num_kv_heads": self.get("num_key_value_heads", heads),
             "head_dim": head_dim if head_dim is not None else self.whole("hidden_size") // heads,
             "qk_norm": qk_norm,
-            "bias": self.get("attention_bias", False),
+            "bias": self.get("attention_bias", False) if qkv_bias is None else False,
+            "qkv_bias": bool(qkv_bias),
             **self.window(),
         }
 
@@ -223,7 +225,7 @@ def _every_nth_global(local: list[int]) -> int | None:
     """N when the 1/0 (local/global) list is Megatron's int form, every N-th layer (1-based) global
     (utils.py is_layer_window_attention: N − 1 local then 1 global), N >= 2; else None."""
     n = next((i + 1 for i, x in enumerate(local) if not x), None)
-    if n is None or n < 2 or any(x != bool((i + 1) % n) for i, x in enumerate(local)):
+    if n is None or n < 2 or any(x != int((i + 1) % n != 0) for i, x in enumerate(local)):
         return None
     return n
 
@@ -254,8 +256,8 @@ def _glm4_moe(r: _Reader) -> Config:
     (transformers modeling_glm4_moe.py Glm4MoeAttention, Glm4MoeTopkRouter)."""
     return {
         **r.common(),
-        "attention": {**r.gqa(qk_norm=bool(r.get("use_qk_norm", False))), "bias": False,
-                      "qkv_bias": bool(r.get("attention_bias", False))},
+        "attention": r.gqa(qk_norm=bool(r.get("use_qk_norm", False)),
+                           qkv_bias=bool(r.get("attention_bias", False))),
         "dense_mlp": {"intermediate_size": r.req("intermediate_size"), "activation": r.activation()},
         "moe": {**r.deepseek_moe(), "router_bias": True},
         "first_dense_layers": r.get("first_k_dense_replace", 0),
@@ -316,7 +318,7 @@ def _qwen2_moe(r: _Reader) -> Config:
         raise r.unsupported("mlp_only_layers", "an empty list (every block MoE)")
     return {
         **r.common(),
-        "attention": {**r.gqa(), "bias": False, "qkv_bias": True},
+        "attention": r.gqa(qkv_bias=True),
         "moe": r.gated_shared_moe(),
     }
 
@@ -360,16 +362,12 @@ def _llama(r: _Reader) -> Config:
 def _qwen2(r: _Reader) -> Config:
     """Qwen2 / Qwen2.5: Llama's layout with biases on the Q, K and V projections and none on the output
     (transformers modeling_qwen2.py Qwen2Attention; Megatron --add-qkv-bias)."""
-    data = _llama(r)
-    data["attention"] |= {"bias": False, "qkv_bias": True}
-    return data
+    return {**_llama(r), "attention": r.gqa(qkv_bias=True)}
 
 
 def _qwen3(r: _Reader) -> Config:
     """Qwen3 (dense): Llama's layout with per-head q/k RMSNorm (transformers modeling_qwen3.py)."""
-    data = _llama(r)
-    data["attention"] = r.gqa(qk_norm=True)
-    return data
+    return {**_llama(r), "attention": r.gqa(qk_norm=True)}
 
 
 def _mistral(r: _Reader) -> Config:
