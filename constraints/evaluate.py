@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from parasol.constraints.core.base import Constraint, Facts, Severity, Verdict
 from parasol.constraints.physics.memory import MemoryLedger, memory_ledger, schedule_fits_layout
+from parasol.constraints.physics.weight_format import problem_weight_format
 from parasol.constraints.rules.registry import active_constraints
 from parasol.problems.derived import derive
 from parasol.problems.mapping import Mapping, RankOrder
@@ -58,7 +59,7 @@ def facts_for(problem, mapping: Mapping, options: MegatronOptions | None = None)
     if layout_is_valid(problem.model, mapping, derived.layout, problem.training.pipeline_schedule):
         def builder() -> MemoryLedger:
             return memory_ledger(problem.model, mapping, derived, problem.training,
-                                 problem.hardware.gpu.usable_hbm_bytes, opts)
+                                 problem.hardware.gpu.usable_hbm_bytes, opts, problem_weight_format(problem, opts))
     return Facts(problem=problem, mapping=mapping, derived=derived, options=opts, ledger_builder=builder)
 
 

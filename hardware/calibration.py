@@ -433,3 +433,20 @@ def precision_of(text: str) -> str:
     if "FP8" in label or "PARENTHESIZED" in label:
         return "fp8"
     return "bf16"
+
+
+def recipe_of(text: str) -> str:
+    """The FP8 recipe a run's precision label names, as --fp8-recipe spells it (what the memory ledger's weights
+    read, constraints/physics/weight_format.py): MXFP8 (also FP8-MX and the 25.09 tables' parenthesized values, which
+    say MXFP8), per-tensor current scaling (FP8-CS) as tensorwise, FP8-blockwise, and plain FP8 as Megatron's
+    default, delayed.
+    NVFP4 runs take MXFP8's weights: the ledger has no FP4 format, and MXFP8's 2 B and scales per GEMM weight are
+    more than NVFP4's two 4-bit copies with their scales (1.125 B)."""
+    label = text.upper()
+    if "MX" in label or "NVFP4" in label or re.search(r"\bFP4\b", label):
+        return "mxfp8"
+    if "BLOCKWISE" in label:
+        return "blockwise"
+    if "FP8-CS" in label or "CURRENT SCALING" in label:
+        return "tensorwise"
+    return "delayed"

@@ -102,6 +102,11 @@ class MegatronOptions(Strict):
     fp8_recipe: Literal["delayed", "tensorwise", "blockwise", "mxfp8", "custom"] = Field(
         default="delayed", description="--fp8-recipe under FP8 training (transformer_config.py:594-599, default "
                                        "delayed): decides whether the attention output projection keeps an FP8 copy")
+    fp8_param_gather: bool | None = Field(
+        default=None, description="--fp8-param-gather under FP8 training: Transformer Engine's GEMM weights are "
+                                  "FP8 parameters, gathered in FP8, with no BF16 copy (argument_utils.py:312); "
+                                  "none: parasol's choice, on where Megatron allows it (a launch line without "
+                                  "the flag: off)")
     activation_func_fp8_input_store: bool = Field(
         default=False, description="--activation-func-fp8-input-store: the SwiGLU input kept for the backward in "
                                    "FP8 (transformer_config.py:227-229; SwiGLU only, 2467-2469)")

@@ -41,7 +41,8 @@ UNPRICED_RECOMPUTE_MODULES = ("gdn_norm_out", "gdp_in_proj", "gdp_qkv")
 
 
 class Precision(StrEnum):
-    """Compute precision of the GEMMs; weights stay BF16 either way (Megatron FP8 recipes)."""
+    """Compute precision of the GEMMs; under FP8, Transformer Engine's GEMM weights are held in FP8 as well
+    (beside the BF16 parameter, or alone with --fp8-param-gather: constraints/physics/weight_format.py)."""
 
     bf16 = "bf16"
     fp8 = "fp8"

@@ -44,6 +44,7 @@ from parasol.hardware.calibration import (
     StepCoefficients,
     dump_coefficient_file,
     precision_of,
+    recipe_of,
 )
 from parasol.hardware.presets import hardware_from_spec
 from parasol.problems.derived import derive
@@ -51,7 +52,8 @@ from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
 from parasol.problems.model.architecture import ModelArchitecture, architecture_from_dict
 from parasol.problems.model.catalog import catalog_names, load_model
-from parasol.problems.schema import HardwareSection, Precision, ProblemFile, Training
+from parasol.problems.options import MegatronOptions
+from parasol.problems.schema import Framework, HardwareSection, Precision, ProblemFile, Training
 
 FIT_NAMES: tuple[str, ...] = (
     "gemm_efficiency",
@@ -152,7 +154,7 @@ def settings_of(run: MeasuredRun) -> StepSettings:
 
 def problem_of(run: MeasuredRun, model: ModelArchitecture, model_id: str, precision: str) -> Problem:
     """A problem for the run: the catalog model, its GPU type's preset (with the benchmark topology),
-    the run's sequence and batch."""
+    the run's sequence and batch, and the FP8 recipe its precision label names (hardware/calibration.py recipe_of)."""
     preset = GPU_PRESETS[run.gpu_type]
     topology = GPU_TOPOLOGY_OVERRIDES.get(run.gpu_type)
     spec = ProblemFile(
@@ -163,6 +165,7 @@ def problem_of(run: MeasuredRun, model: ModelArchitecture, model_id: str, precis
                           fsdp="megatron-fsdp" if run.fsdp else "none",
                           frozen_base_weights=run.task.lower() == "lora"),
         hardware=HardwareSection(gpus=run.gpus, preset=preset, topology=topology),
+        framework=Framework(options=MegatronOptions(fp8_recipe=recipe_of(run.precision))),
     )
     hardware = hardware_from_spec({"preset": preset, **({"topology": topology} if topology else {})})
     return Problem(source=f"run {run.id}", spec=spec, model=model, cluster=hardware, lines={})

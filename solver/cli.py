@@ -234,6 +234,7 @@ def explain(problem: str | None, sets: tuple[str, ...], megatron_args: str | Non
     known flags parasol does not model are listed in one line."""
     from parasol.constraints.physics.memory import recompute_method_gap
     from parasol.problems.inputs import explain_inputs, launch_text
+    from parasol.solver.diagnose.explain import fp8_parameters_note
     from parasol.solver.outputs.render import print_explanation
     from parasol.solver.outputs.summary import summary_lines
 
@@ -243,7 +244,8 @@ def explain(problem: str | None, sets: tuple[str, ...], megatron_args: str | Non
     data = result.as_dict()
     data["warnings"] = [*data["warnings"], *(w.as_dict() for w in inputs.warnings)]
     gap = recompute_method_gap(inputs.mapping, inputs.problem.spec.framework.options)
-    notes = (*inputs.notes, *([gap] if gap else []))
+    fp8 = fp8_parameters_note(inputs.problem, inputs.mapping)
+    notes = (*inputs.notes, *(note for note in (gap, fp8) if note))
     data["notes"] = list(notes)
     if as_json:
         click.echo(json.dumps(data, indent=2))

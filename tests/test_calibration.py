@@ -26,6 +26,7 @@ from parasol.hardware.calibration import (
     precision_of,
     read_coefficient_file,
     read_runs,
+    recipe_of,
 )
 from parasol.problems.model.catalog import load_model, published_active, published_total_error
 from parasol.problems.model.params import model_params
@@ -188,6 +189,21 @@ def test_precision_labels() -> None:
     assert precision_of("parenthesized variant (by the 25.09 convention: MXFP8 on GB200)") == "fp8"
     assert precision_of("MXFP8") == precision_of("FP8-CS") == "fp8"
     assert precision_of("BF16") == "bf16"
+
+
+@pytest.mark.parametrize(("label", "recipe"), [
+    ("MXFP8", "mxfp8"), ("FP8-MX", "mxfp8"), ("MXFP8 (parenthesized; footnote: 32x32 block scaling)", "mxfp8"),
+    ("parenthesized variant (by the 25.09 convention: MXFP8 on GB200; footnote not visible in stored excerpt)",
+     "mxfp8"),
+    ("FP8-CS", "tensorwise"), ("FP8 (per-tensor current scaling)", "tensorwise"),
+    ("FP8-blockwise (parenthesized; footnote: 128x128 weights, 1x128 activations)", "blockwise"),
+    ("FP8", "delayed"), ("FP8 (unparenthesized value; 25.09 table has no precision column)", "delayed"),
+    ("NVFP4", "mxfp8"),
+])
+def test_recipe_labels(label: str, recipe: str) -> None:
+    """Each FP8 flavour of measured-configs.yaml's labels names its --fp8-recipe (the ledger's weight format);
+    NVFP4 takes MXFP8's, the larger weights."""
+    assert recipe_of(label) == recipe
 
 
 def test_bundled_coefficients_cover_the_measured_gpus() -> None:

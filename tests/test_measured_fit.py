@@ -26,8 +26,9 @@ UNRECORDED_MOST_SAVING = {"recompute": Recompute.full}
 
 RECORDED_INCONSISTENT = {
     "mbridge-26.02.01-pretrain-llama3_70b-gb300-64-164":
-        "derived.fsdp: recorded 0, yet Llama 3 70B at TP1 PP1 holds 141 GB of BF16 weights plus as much "
-        "gradient; every sibling row of this recipe (same model, GPU, TP1 PP1 MBS2) records FSDP",
+        "derived.fsdp: recorded 0, yet Llama 3 70B at TP1 PP1 holds 141 GB of gradient beside its weights "
+        "(145 GB under MXFP8's weight format, which stands in for NVFP4's 1.125 B per GEMM weight: 79 GB); "
+        "every sibling row of this recipe (same model, GPU, TP1 PP1 MBS2) records FSDP",
 }
 """Runs whose recorded field contradicts the others, named with that field and why."""
 

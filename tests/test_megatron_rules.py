@@ -100,6 +100,8 @@ HYBRIDEP = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": 
 TOP1 = MOE | {"model": {"moe": {"num_experts": 64, "top_k": 1, "expert_intermediate_size": 4096}}}
 SP = {"sequence_parallel": True}
 TORCH_FSDP2 = {"fsdp": "torch-fsdp2"}
+FP8 = {"precision": "fp8"}
+CPU_OFFLOAD = {"optimizer_cpu_offload": True, "use_precision_aware_optimizer": True}
 LAYOUT4 = "Et*8|t*8|t*8|t*8L"
 FULL = {"recompute": "full"}
 SELECTIVE = {"recompute": "selective"}
@@ -524,6 +526,24 @@ ROWS = [
         problem={"model": {"dense_mlp": {"intermediate_size": 16384, "activation": "gelu"}}}),
     Row(feature.Fp8InputStoreSwiGLU, HOLDS, {}, {}, problem={"model": {"dense_mlp": {"intermediate_size": 16384,
                                                                                      "activation": "gelu"}}}),
+    Row(feature.Fp8ParamGatherSharded, HOLDS, {}, {"fp8_param_gather": True}, FP8),
+    Row(feature.Fp8ParamGatherSharded, BROKEN, {}, {"fp8_param_gather": True}, FP8 | {"distributed_optimizer": False}),
+    Row(feature.Fp8ParamGatherSharded, HOLDS, {}, {"fp8_param_gather": True},
+        FP8 | {"distributed_optimizer": False, "fsdp": "megatron-fsdp"}),
+    Row(feature.Fp8ParamGatherSharded, HOLDS, {}, {"fp8_param_gather": True}, FP8 | TORCH_FSDP2),
+    Row(feature.Fp8ParamGatherSharded, HOLDS, {}, {}, FP8 | {"distributed_optimizer": False}),
+    Row(feature.Fp8ParamNeedsFp8, HOLDS, {}, {"fp8_param_gather": True}, FP8),
+    Row(feature.Fp8ParamNeedsFp8, BROKEN, {}, {"fp8_param_gather": True}),
+    Row(feature.Fp8ParamNeedsFp8, HOLDS, {}, {"fp8_param_gather": True}, TORCH_FSDP2),
+    Row(feature.Fp8ParamNeedsFp8, HOLDS, {}, {}),
+    Row(feature.Fp8ParamGatherCpuOffloadDelayed, HOLDS, {}, CPU_OFFLOAD | {"fp8_param_gather": True}, FP8),
+    Row(feature.Fp8ParamGatherCpuOffloadDelayed, BROKEN, {},
+        CPU_OFFLOAD | {"fp8_param_gather": True, "fp8_recipe": "tensorwise"}, FP8),
+    Row(feature.Fp8ParamGatherCpuOffloadDelayed, HOLDS, {}, CPU_OFFLOAD | {"fp8_recipe": "tensorwise"}, FP8),
+    Row(feature.Fp8ParamGatherCpuOffloadDelayed, HOLDS, {}, {"fp8_param_gather": True, "fp8_recipe": "mxfp8"}, FP8),
+    Row(feature.Fsdp2Fp8ParamGatherOff, WARNS, {}, {"fp8_param_gather": True}, FP8 | TORCH_FSDP2),
+    Row(feature.Fsdp2Fp8ParamGatherOff, QUIET, {}, {"fp8_param_gather": True}, FP8),
+    Row(feature.Fsdp2Fp8ParamGatherOff, QUIET, {}, {}, FP8 | TORCH_FSDP2),
     Row(feature.DeterministicMode, HOLDS, {}, {"deterministic_mode": True}),
     Row(feature.DeterministicMode, BROKEN, {"tp": 2}, {"deterministic_mode": True, "tp_comm_overlap": True}),
     Row(feature.DeterministicMode, BROKEN, {}, {"deterministic_mode": True, "cross_entropy_loss_fusion": True}),

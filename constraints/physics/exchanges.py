@@ -241,11 +241,13 @@ def pp_comm(model: ModelArchitecture, tokens: float, tp: int, sp: bool, pp_link:
     return point_to_point(nbytes, pp_link).scaled(2)
 
 
-def dp_comm(params: float, grad_bytes: int, link: GroupLink, distributed: bool) -> tuple[CommTerm, CommTerm]:
+def dp_comm(params: float, grad_bytes: float, link: GroupLink, distributed: bool,
+            gathered_bytes: float) -> tuple[CommTerm, CommTerm]:
     """(gradient reduction, parameter gather) of `params` local parameters over a DP group per step:
-    reduce-scatter + BF16 all-gather with the distributed optimizer, else one all-reduce."""
+    reduce-scatter + all-gather of their `gathered_bytes` (BF16, or FP8 for FP8 parameters) with the
+    distributed optimizer, else one all-reduce."""
     if link.size <= 1 or params <= 0:
         return NO_COMM, NO_COMM
     if distributed:
-        return reduce_scatter(params * grad_bytes, link), all_gather(params * BF16_BYTES, link)
+        return reduce_scatter(params * grad_bytes, link), all_gather(gathered_bytes, link)
     return ring_all_reduce(params * grad_bytes, link), NO_COMM

@@ -19,6 +19,7 @@ from parasol.constraints.physics.activations import (
     saved_bytes_per_token,
 )
 from parasol.constraints.physics.dtypes import BF16_BYTES, FP8_BYTES
+from parasol.constraints.physics.weight_format import BF16_WEIGHTS, WeightFormat, weight_format
 from parasol.problems.derived import Derived, stage_of_virtual
 from parasol.problems.mapping import Mapping, Recompute
 from parasol.problems.memo import memoised, memoised_by
@@ -303,11 +304,19 @@ def optimizer_on_device(options: MegatronOptions) -> Fraction:
     return 1 - Fraction(options.optimizer_offload_fraction).limit_denominator(10**6)
 
 
+def run_weights(training: Training, options: MegatronOptions, weights: WeightFormat | None) -> WeightFormat:
+    """`weights`, or the run's weight format on a GPU parasol cannot name (FP8 GEMMs taken as TN-only: the
+    larger figure, weight_format.non_tn_fp8_gemms)."""
+    return weights if weights is not None else weight_format(training, options, None)
+
+
 def _param_bytes(dense: Fraction, expert: Fraction, matrix: Fraction, m: Mapping, d: Derived,
-                 training: Training, options: MegatronOptions) -> tuple[int, int, int, int]:
+                 training: Training, options: MegatronOptions, weights: WeightFormat) -> tuple[int, int, int, int]:
     """(dense weights, expert weights, gradients, optimizer) bytes for parameters on one rank. The
     distributed optimizer shards the optimizer state over dp-cp (dense) and expert DP; FSDP (ZeRO-3)
-    shards weights and gradients the same way (Megatron-FSDP optim_grads_params)."""
+    shards weights and gradients the same way (Megatron-FSDP optim_grads_params). Weights take the run's
+    bytes per parameter (`weights`): its GEMM format for the TP-sharded and routed-expert matrices, BF16 for
+    the rest."""
     grad_bytes = 4 if training.grad_dtype == "fp32" else 2
     sharded = training.distributed_optimizer or fsdp_on(training)
     dense_shard = d.dp_attn * m.cp if sharded else Fraction(1)
@@ -317,9 +326,10 @@ def _param_bytes(dense: Fraction, expert: Fraction, matrix: Fraction, m: Mapping
             + (dense - dense_matrix) * _optimizer_bytes_per_param(training, False, options)) / dense_shard
            + expert * _optimizer_bytes_per_param(training, True, options) / expert_shard) * optimizer_on_device(options)
     if fsdp_on(training):
-        dense, expert = dense / dense_shard, expert / expert_shard
+        dense, expert, dense_matrix = dense / dense_shard, expert / expert_shard, dense_matrix / dense_shard
     trained = 0 if training.frozen_base_weights else 1
-    return (_ceil(dense * BF16_BYTES), _ceil(expert * BF16_BYTES), _ceil((dense + expert) * grad_bytes * trained),
+    dense_weights = dense_matrix * weights.gemm + (dense - dense_matrix) * weights.other
+    return (_ceil(dense_weights), _ceil(expert * weights.gemm), _ceil((dense + expert) * grad_bytes * trained),
             _ceil(opt * trained))
 
 
@@ -340,19 +350,23 @@ def tokens_on_rank(m: Mapping) -> Fraction:
 
 
 def block_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
-                       block: Block, options: MegatronOptions = NO_OPTIONS) -> Contribution:
+                       block: Block, options: MegatronOptions = NO_OPTIONS,
+                       weights: WeightFormat | None = None) -> Contribution:
     """What one block adds to the rank that holds it: its parameter state and saved activations."""
-    return block_param_state(model, m, d, training, block, options).holding(
+    return block_param_state(model, m, d, training, block, options, weights).holding(
         block_activations(model, m, training, block, options))
 
 
 def block_param_state(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
-                      block: Block, options: MegatronOptions = NO_OPTIONS) -> Contribution:
+                      block: Block, options: MegatronOptions = NO_OPTIONS,
+                      weights: WeightFormat | None = None) -> Contribution:
     """One block's weights, gradients and optimizer state on the rank that holds it (no activations): they
-    read TP, ETP, the experts per rank and the data-parallel shards, not the microbatch or recompute."""
+    read TP, ETP, the experts per rank and the data-parallel shards, not the microbatch or recompute;
+    `weights`: the run's weight format (run_weights)."""
     bp = block_params(model, block)
     dense, expert, matrix = _rank_params(bp, m, d.experts_per_rank or Fraction(0))
-    wd, we, g, o = _param_bytes(dense, expert, matrix, m, d, training, options)
+    wd, we, g, o = _param_bytes(dense, expert, matrix, m, d, training, options,
+                                run_weights(training, options, weights))
     return Contribution(wd, we, g, o, 0, 0, bool(bp.num_experts), dense, expert)
 
 
@@ -371,17 +385,19 @@ def block_activations(model: ModelArchitecture, m: Mapping, training: Training, 
 
 
 def edge_contribution(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
-                      first: bool, last: bool, options: MegatronOptions = NO_OPTIONS) -> Contribution:
+                      first: bool, last: bool, options: MegatronOptions = NO_OPTIONS,
+                      weights: WeightFormat | None = None) -> Contribution:
     """Embedding on the first stage; output head, final norm, loss softmax, MTP blocks and (for MTP
     on a rank without the embedding) a copy of the input embedding on the last stage. A rank holding
     both ends (PP 1, DualPipe's rank 0 and PP−1, DualPipeV's rank 0) shares one embedding between the
     main model and MTP (DeepSeek-V3 report §3.2.3, "Shared Embedding and Output Head for MTP")."""
-    return edge_param_state(model, m, d, training, first, last, options).holding(
+    return edge_param_state(model, m, d, training, first, last, options, weights).holding(
         edge_activations(model, m, training, first, last, options))
 
 
 def edge_param_state(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
-                     first: bool, last: bool, options: MegatronOptions = NO_OPTIONS) -> Contribution:
+                     first: bool, last: bool, options: MegatronOptions = NO_OPTIONS,
+                     weights: WeightFormat | None = None) -> Contribution:
     """edge_contribution's weights, gradients and optimizer state (no activations): the embedding, head and
     MTP copies it holds; an MTP block sharing the main blocks' weights adds none (only its MoE flag)."""
     h = model.hidden_size
@@ -393,11 +409,12 @@ def edge_param_state(model: ModelArchitecture, m: Mapping, d: Derived, training:
         head_copies = 0 if model.tied_embeddings and first else 1
         mtp_embed = 1 if model.mtp_layers and not first else 0
         params += vocab_rows * (head_copies + mtp_embed) + h
-    wd, we, g, o = _param_bytes(params, Fraction(0), Fraction(0), m, d, training, options)
+    weights = run_weights(training, options, weights)
+    wd, we, g, o = _param_bytes(params, Fraction(0), Fraction(0), m, d, training, options, weights)
     edge = Contribution(wd, we, g, o, 0, 0, False, params, Fraction(0))
     if last:
         for b in model.mtp_blocks:
-            c = block_param_state(model, m, d, training, b, options)
+            c = block_param_state(model, m, d, training, b, options, weights)
             edge = edge + (Contribution(moe=c.moe) if model.mtp_shares_weights(b) else c)
     return edge
 
@@ -481,7 +498,7 @@ def distinct_block_params(model: ModelArchitecture) -> tuple[BlockParams, ...]:
 def stage_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
                  stage: int, blocks: list[int], usable_bytes: float,
                  options: MegatronOptions = NO_OPTIONS, edges: tuple[bool, bool] | None = None,
-                 priced: dict[tuple, Contribution] | None = None) -> StageLedger:
+                 priced: dict[tuple, Contribution] | None = None, weights: WeightFormat | None = None) -> StageLedger:
     """Ledger of one stage's heaviest rank: the exact integer sum of its blocks' contributions; `edges`
     (first, last) say whether it runs the embedding and the head (default: the first and last rank).
     `priced` keeps the contributions priced for this mapping (one block per block_kind, the edges per
@@ -494,19 +511,20 @@ def stage_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Tra
         blk, n = counts.get(block_kind(b), (b, 0))
         counts[block_kind(b)] = (blk, n + 1)
     if (first, last) not in priced:
-        priced[first, last] = edge_contribution(model, m, d, training, first, last, options)
+        priced[first, last] = edge_contribution(model, m, d, training, first, last, options, weights)
     total = priced[first, last]
     for kind, (blk, n) in counts.items():
         if kind not in priced:
-            priced[kind] = block_contribution(model, m, d, training, blk, options)
+            priced[kind] = block_contribution(model, m, d, training, blk, options, weights)
         total = total + priced[kind].times(n)
-    return assemble_stage(model, m, d, training, stage, tuple(blocks), total, usable_bytes, options)
+    return assemble_stage(model, m, d, training, stage, tuple(blocks), total, usable_bytes, options, weights)
 
 
 def assemble_stage(model: ModelArchitecture, m: Mapping, d: Derived, training: Training, stage: int,
                    blocks: tuple[int, ...], total: Contribution, usable_bytes: float,
-                   options: MegatronOptions = NO_OPTIONS) -> StageLedger:
+                   options: MegatronOptions = NO_OPTIONS, weights: WeightFormat | None = None) -> StageLedger:
     """Turn a stage's summed contributions into named ledger terms."""
+    fmt = run_weights(training, options, weights)
     inflight = schedule_inflight(training.pipeline_schedule, stage, m.pp, m.vpp, d.num_microbatches)
     act = _ceil(inflight * total.activation)
     dispatch = dispatch_buffer_bytes(model, m, training) if total.moe else 0
@@ -525,10 +543,11 @@ def assemble_stage(model: ModelArchitecture, m: Mapping, d: Derived, training: T
     epr = float(d.experts_per_rank or 0)
     terms = (
         MemoryTerm("weights (dense)", total.weights_dense,
-                   "BF16 2 B × dense params on the rank (attention, MLP, shared experts /TP; norms, router; "
-                   "embedding on the first stage, head on the last)" + weight_note),
+                   f"{fmt.description} × attention, MLP and shared-expert params /TP; BF16 2 B × norms, router, "
+                   "embedding on the first stage, head on the last" + weight_note),
         MemoryTerm("weights (routed experts)", total.weights_expert,
-                   f"BF16 2 B × MoE layers ({moe_count}) × E/EP ({epr:g}) × P_expert / ETP ({m.expert_tp})" + weight_note),
+                   f"{fmt.description} × MoE layers ({moe_count}) × E/EP ({epr:g}) × P_expert / ETP ({m.expert_tp})"
+                   + weight_note),
         MemoryTerm("gradients", total.gradients,
                    f"{training.grad_dtype.upper()} × every local param "
                    + ("(sharded like the weights)" if fsdp else "(DDP grad buffer, not sharded)")),
@@ -587,15 +606,31 @@ def recompute_method_gap(m: Mapping, options: MegatronOptions) -> str | None:
             f"Megatron's holds the run's, so its peak memory is not exact")
 
 
+def weights_assumption(weights: WeightFormat) -> str:
+    """The ledger's assumption on weights: the bytes per parameter it holds and why."""
+    if weights == BF16_WEIGHTS:
+        return "Weights BF16 (2 B/param)."
+    if weights.fp8_params:
+        return (f"Weights: Transformer Engine GEMM weights are FP8 parameters (--fp8-param-gather), "
+                f"{weights.description} per param; embedding, output layer, norms and routers BF16 2 B.")
+    return (f"Weights: Transformer Engine GEMM weights keep the BF16 parameter and the FP8 copy quantized on the "
+            f"first microbatch, {weights.description} per param (--fp8-param-gather would keep the FP8 copy "
+            "alone); embedding, output layer, norms and routers BF16 2 B.")
+
+
 def memory_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
-                  usable_bytes: float, options: MegatronOptions = NO_OPTIONS) -> MemoryLedger:
-    """Ledgers of all stages; the layout must cover the blocks with PP·VPP virtual stages."""
+                  usable_bytes: float, options: MegatronOptions = NO_OPTIONS,
+                  weights: WeightFormat | None = None) -> MemoryLedger:
+    """Ledgers of all stages; the layout must cover the blocks with PP·VPP virtual stages; `weights`: the run's
+    weight format (run_weights)."""
+    weights = run_weights(training, options, weights)
     held = rank_holdings(d.layout, m.pp, training.pipeline_schedule)
     priced: dict[tuple, Contribution] = {}
-    stages = tuple(stage_ledger(model, m, d, training, s, r.blocks, usable_bytes, options, (r.first, r.last), priced)
+    stages = tuple(stage_ledger(model, m, d, training, s, r.blocks, usable_bytes, options, (r.first, r.last), priced,
+                                weights)
                    for s, r in enumerate(held))
     assumptions = (
-        "Weights BF16 (2 B/param) for BF16 and FP8 runs (FP8 copies are transient).",
+        weights_assumption(weights),
         "Gradient buffer holds every local parameter (Megatron DDP); the distributed optimizer shards only "
         "FP32 master weights and moments, over the dense data-parallel group with CP (dp-cp) and over expert DP.",
         "Activations: flash attention (no score matrix), tensors listed in constraints/physics/activations.py; "

@@ -596,7 +596,8 @@ STAGE_BLOCKS_READS = _Reads(("precision", "unfused_attention", "dispatcher", "fl
 """What a rank's blocks-and-edges half (_RankParts.blocks: workload.stage_blocks, its vector and weights) reads of the
 settings and training besides the routed hot-rank skew its key holds: everything but the FSDP, frozen-weight,
 gradient-wire, overlap and host-optimizer switches, which only the data-parallel terms and the run read."""
-DATA_PARALLEL_READS = _Reads(("fsdp", "frozen_weights", "grad_reduce_bytes"), ("distributed_optimizer", "optimizer"))
+DATA_PARALLEL_READS = _Reads(("fsdp", "frozen_weights", "grad_reduce_bytes", "gemm_gather_bytes"),
+                             ("distributed_optimizer", "optimizer"))
 """What a rank's data-parallel terms (_RankParts.exchanges: workload.data_parallel_terms) read of the settings and
 training."""
 FAMILY_MEMOS = ("_links", "_workloads", "_stage_blocks", "_exchange_vectors", "_compute", "_tp_exchanges",

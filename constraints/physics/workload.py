@@ -51,6 +51,7 @@ from parasol.constraints.physics.traffic import (
     loss_memory_bytes,
     unfused_attention_bytes,
 )
+from parasol.constraints.physics.weight_format import problem_weight_format
 from parasol.hardware.gpu import sm_count
 from parasol.problems.derived import Derived
 from parasol.problems.mapping import Mapping, Recompute
@@ -136,6 +137,9 @@ class StepSettings:
     """Modules whose saved inputs go to the host and back (--fine-grained-activation-offloading)."""
     cpu_offload_layers: int = 0
     """Blocks (the first N) whose saved activations --cpu-offloading sends to the host and back."""
+    gemm_gather_bytes: float = BF16_BYTES
+    """Bytes per Transformer Engine GEMM weight in the data-parallel (or FSDP) parameter all-gather
+    (weight_format.WeightFormat.gather: 1 with FP8 parameters, 2 in BF16)."""
 
 
 def settings_for(problem, options: MegatronOptions | None = None) -> StepSettings:  # noqa: ANN001 - Problem
@@ -152,7 +156,9 @@ def settings_for(problem, options: MegatronOptions | None = None) -> StepSetting
                         if opts.cp_comm_type == "a2a+p2p" else (),
                         dispatch_amplification=amplification,
                         fixed_size_all_to_all=fixed, fsdp=training.fsdp != "none",
-                        frozen_weights=training.frozen_base_weights, **overlap_settings(training, opts))
+                        frozen_weights=training.frozen_base_weights,
+                        gemm_gather_bytes=float(problem_weight_format(problem, opts).gather),
+                        **overlap_settings(training, opts))
 
 
 def overlap_settings(training: Training, opts: MegatronOptions) -> dict:
@@ -319,6 +325,7 @@ class _StageSums:
     ep: CommTerm = NO_COMM
     r_comm: CommTerm = NO_COMM
     dense_weights: float = 0.0
+    dense_gemm_weights: float = 0.0
     expert_weights: float = 0.0
     ns_dense: float = 0.0
     ns_routed: float = 0.0
@@ -343,6 +350,7 @@ class _StageSums:
             if known is not None:
                 known[key] = work
         self.dense_weights += work.dense_weights
+        self.dense_gemm_weights += work.dense_gemm_weights
         self.expert_weights += work.expert_weights
         self.gemm += work.gemm
         self.grouped += work.grouped
@@ -380,6 +388,8 @@ class _BlockWork:
     """What `count` copies of one block add to each running sum of a stage (_StageSums.add_block)."""
 
     dense_weights: float
+    dense_gemm_weights: float
+    """The TP-sharded attention, MLP and shared-expert matrices among dense_weights (Transformer Engine GEMMs)."""
     expert_weights: float
     gemm: float
     grouped: float
@@ -425,6 +435,7 @@ def block_work(ctx: _StageContext, b: Block, count: int) -> _BlockWork:
     nd, nr = newton_schulz_flops(model, b) if muon else (0, 0)
     return _BlockWork(
         dense_weights=held * ((bp.attention + bp.dense_mlp + bp.shared_experts) / m.tp + bp.router + bp.extra),
+        dense_gemm_weights=held * (bp.attention + bp.dense_mlp + bp.shared_experts) / m.tp,
         expert_weights=held * float(ctx.derived.experts_per_rank or 0) * bp.per_expert / m.expert_tp,
         gemm=bf.gemm * share, grouped=bf.routed_gemm * share, attention=bf.attention_core * share,
         scan=bf.scan * share, memory=nbytes, tp=block_tp, ep=block_ep, cp=block_cp,
@@ -442,13 +453,14 @@ DATA_PARALLEL_FIELDS = (*DATA_PARALLEL_EXCHANGES, "optimizer_bytes", "optimizer_
 
 
 class StageWeights(NamedTuple):
-    """All a stage's data-parallel terms read of its blocks (_data_parallel_terms): the weights it holds and
-    their Newton–Schulz FLOPs."""
+    """All a stage's data-parallel terms read of its blocks (_data_parallel_terms): the weights it holds, the
+    Transformer Engine GEMM share of the dense ones, and their Newton–Schulz FLOPs."""
 
     dense: float
     expert: float
     ns_dense: float
     ns_routed: float
+    dense_gemm: float
 
 
 def _data_parallel_terms(ctx: _StageContext, weights: StageWeights, first: bool) -> dict:
@@ -460,18 +472,19 @@ def _data_parallel_terms(ctx: _StageContext, weights: StageWeights, first: bool)
     embedding = (model.vocab_size + model.learned_position_embeddings) * model.hidden_size / m.tp if first else 0.0
     dense, expert = weights.dense + embedding, weights.expert
     trainable = (0.0, 0.0) if settings.frozen_weights else (dense, expert)
-    wire = settings.grad_reduce_bytes
+    wire, gemm = settings.grad_reduce_bytes, settings.gemm_gather_bytes
+    gathered = ((dense - weights.dense_gemm) * BF16_BYTES + weights.dense_gemm * gemm, expert * gemm)
     terms: dict = dict.fromkeys(DATA_PARALLEL_EXCHANGES, NO_COMM)
     if settings.fsdp:
-        terms["fsdp_gather"] = all_gather(dense * BF16_BYTES, ctx.links.dp_cp) + \
-            all_gather(expert * BF16_BYTES, ctx.links.dp_expert)
+        terms["fsdp_gather"] = all_gather(gathered[0], ctx.links.dp_cp) + all_gather(gathered[1], ctx.links.dp_expert)
         terms["fsdp_reduce"] = reduce_scatter(trainable[0] * wire, ctx.links.dp_cp) + \
             reduce_scatter(trainable[1] * wire, ctx.links.dp_expert)
     else:
         distributed = training.distributed_optimizer
-        terms["dp_dense_reduce"], terms["dp_dense_gather"] = dp_comm(trainable[0], wire, ctx.links.dp_cp, distributed)
+        terms["dp_dense_reduce"], terms["dp_dense_gather"] = dp_comm(trainable[0], wire, ctx.links.dp_cp, distributed,
+                                                                     gathered[0])
         terms["dp_expert_reduce"], terms["dp_expert_gather"] = dp_comm(trainable[1], wire, ctx.links.dp_expert,
-                                                                       distributed)
+                                                                       distributed, gathered[1])
     dense_shard, expert_shard = float(d.dp_attn * m.cp), float(d.dp_expert)
     sharded = training.distributed_optimizer or settings.fsdp
     local = trainable[0] / (dense_shard if sharded else 1.0) + trainable[1] / (expert_shard if sharded else 1.0)
@@ -500,7 +513,7 @@ class StageBlocks:
     def weights(self) -> StageWeights:
         """What the stage's data-parallel terms read of it."""
         sums = self.sums
-        return StageWeights(sums.dense_weights, sums.expert_weights, sums.ns_dense, sums.ns_routed)
+        return StageWeights(sums.dense_weights, sums.expert_weights, sums.ns_dense, sums.ns_routed, sums.dense_gemm_weights)
 
 
 def _runs(held: list[Block]) -> list[tuple[Block, int]]:

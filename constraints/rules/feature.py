@@ -534,6 +534,66 @@ class OverlapParamGather(SettingsRule):
         return out
 
 
+class Fp8ParamGatherSharded(SettingsRule):
+    """--fp8-param-gather keeps TE's GEMM weights as FP8 parameters, gathered by the distributed optimizer or
+    an FSDP (the check runs after torch FSDP2 has turned the flag off: fsdp2-fp8-param-gather-off)."""
+
+    id = "fp8-param-gather-sharded"
+    citation = Citation(f"{ARGUMENTS}:1095-1097", MegatronStage.arguments)
+    summary = "fp8_param_gather -> distributed optimizer, torch FSDP2 or Megatron-FSDP"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        if options.fp8_param_gather and not (consts["megatron_param_gather"] or consts["torch_fsdp2"]):
+            return ["--fp8-param-gather only supported with distributed optimizer, torch fsdp2, megatron fsdp, or "
+                    "inference mode"]
+        return []
+
+
+class Fp8ParamNeedsFp8(SettingsRule):
+    """--fp8-param-gather becomes TransformerConfig.fp8_param (argument_utils.py:312), which needs an FP8 recipe
+    (--fp8-format); torch FSDP2 has turned the flag off before (arguments.py:1051-1056)."""
+
+    id = "fp8-param-needs-fp8"
+    citation = Citation(f"{CONFIG}:1566-1567", MegatronStage.config)
+    summary = "fp8_param_gather -> FP8 training"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        if options.fp8_param_gather and not consts["fp8"] and not consts["torch_fsdp2"]:
+            return ["fp8_param must be used together with fp8 mode."]
+        return []
+
+
+class Fp8ParamGatherCpuOffloadDelayed(SettingsRule):
+    """With the optimizer on the host, FP8 parameters need delayed scaling (the hybrid device optimizer casts
+    the master weights to FP8 under that recipe only)."""
+
+    id = "fp8-param-gather-cpu-offload-delayed"
+    citation = Citation(f"{ARGUMENTS}:1888-1891", MegatronStage.arguments)
+    summary = "optimizer_cpu_offload and fp8_param_gather -> fp8_recipe delayed"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        if (options.optimizer_cpu_offload and options.fp8_param_gather and not consts["torch_fsdp2"]
+                and options.fp8_recipe != "delayed"):
+            return ["When `--fp8-param-gather` is enabled, the optimizer cpu offload must be used in conjunction "
+                    "with `--fp8-recipe delayed`."]
+        return []
+
+
+class Fsdp2Fp8ParamGatherOff(WarningRule):
+    """Under torch FSDP2 Megatron turns --fp8-param-gather off (TE 2.0 and later) and gathers BF16: the
+    ledger then holds BF16 weights with their cached FP8 copy (weight_format.fp8_param_gather_on)."""
+
+    id = "fsdp2-fp8-param-gather-off"
+    citation = Citation(f"{ARGUMENTS}:1051-1056", MegatronStage.arguments)
+    summary = "torch FSDP2 turns fp8_param_gather off (warning)"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        if options.fp8_param_gather and consts["torch_fsdp2"]:
+            return ["FSDP2 FP8 param gather is not supported yet in TE 2.0, will fallback to bf16all_gather "
+                    "instead, turning off fp8_param_gather"]
+        return []
+
+
 class DelayWgradRequiresEPOverlap(SettingsRule):
     """--delay-wgrad-compute runs the weight gradients inside the EP all-to-all overlap's schedule, so it needs
     --overlap-moe-expert-parallel-comm (the TE version the CLI also checks is not observable)."""

@@ -131,6 +131,3 @@ class FsdpOptimizer(Constraint):
         if (v.consts["torch_fsdp2"] or v.consts["megatron_fsdp"]) and not v.consts["optimizer_adam"]:
             model.AddBoolOr([enforce.Not()])
 
-
-FSDP_RULES = (TorchFsdp2NoPipeline, TorchFsdp2NoExpertParallel, TorchFsdp2UntiedEmbeddings, FsdpOptimizer)
-"""In Megatron's source order (stage A, validate_args)."""

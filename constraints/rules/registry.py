@@ -35,6 +35,10 @@ from parasol.constraints.rules.feature import (
     DistOptInstancesDivideEdp,
     FineGrainedOffload,
     Fp8InputStoreSwiGLU,
+    Fp8ParamGatherCpuOffloadDelayed,
+    Fp8ParamGatherSharded,
+    Fp8ParamNeedsFp8,
+    Fsdp2Fp8ParamGatherOff,
     MhcRecomputeModule,
     NonPPLastOrderRequiresEqualDP,
     OptimizerCpuOffloadPrecisionAware,
@@ -51,7 +55,12 @@ from parasol.constraints.rules.feature import (
     SPRequiresTP,
     TPCommOverlapRequiresSP,
 )
-from parasol.constraints.rules.fsdp import FSDP_RULES
+from parasol.constraints.rules.fsdp import (
+    FsdpOptimizer,
+    TorchFsdp2NoExpertParallel,
+    TorchFsdp2NoPipeline,
+    TorchFsdp2UntiedEmbeddings,
+)
 from parasol.constraints.rules.moe import (
     DeepEPFlagRequiresFlex,
     DeepEPGroupSize,
@@ -114,10 +123,11 @@ STAGE_A_ARGUMENTS = (
     WorldDivisibleByModelSize, HierarchicalCPProduct, CPA2AP2PRequiresHierarchical, RecomputeActivationsAlias,
     EvalGbsDivisible, LayoutValidChars, LayoutStagesDivisibleByPP, LayersDivisibleByPP, VppArgsMutuallyExclusive,
     VppFromLayersPerVStage, VppLayersPerVStageExcludesUneven, VppFromVirtualStagesPerRank, VppRequiresPPGt1,
-    VppNoOverlapRequiresPPGt2, NonInterleavedDisablesP2POverlap, OverlapParamGather, *FSDP_RULES,
-    HiddenDivisibleByHeads, CPSeqDivisibleBy2CP,
+    VppNoOverlapRequiresPPGt2, NonInterleavedDisablesP2POverlap, OverlapParamGather, TorchFsdp2NoPipeline,
+    TorchFsdp2NoExpertParallel, TorchFsdp2UntiedEmbeddings, Fsdp2Fp8ParamGatherOff, Fp8ParamGatherSharded,
+    FsdpOptimizer, HiddenDivisibleByHeads, CPSeqDivisibleBy2CP,
     RecomputeSelectiveNoMethod, SPAutoDisabledWhenTP1, TPCommOverlapRequiresSP, EPRequiresExperts,
-    ExpertsDivisibleByEP, DeterministicMode, OptimizerCpuOffloadPrecisionAware,
+    ExpertsDivisibleByEP, DeterministicMode, OptimizerCpuOffloadPrecisionAware, Fp8ParamGatherCpuOffloadDelayed,
 )
 STAGE_G_GLOBAL_VARS = (DeprecatedRampupBatchSize, GbsDivisibleByMbsDp, NumMicrobatches)
 STAGE_I_PROCESS_GROUPS = (
@@ -125,7 +135,7 @@ STAGE_I_PROCESS_GROUPS = (
     DistOptInstancesDivideEdp,
 )
 STAGE_C_CONFIG = (
-    SPRequiresTP, HeadsDivisibleByTP, QueryGroupsVsTP, DeepEPFlagRequiresFlex, DeepEPNoPadToCapacity,
+    SPRequiresTP, HeadsDivisibleByTP, QueryGroupsVsTP, Fp8ParamNeedsFp8, DeepEPFlagRequiresFlex, DeepEPNoPadToCapacity,
     NCCLEPRequiresFlex, SharedExpertOverlapDispatcher, PadRequiresCapacityFactor, TopK1NeedsPreSoftmax,
     GroupLimitedRouting, CpuOffloading, RecomputeFullNeedsMethod, RecomputeFullNeedsNumLayers,
     RecomputeSelectiveNoNumLayers, RecomputeModulePrereqs, DeprecatedMoeLayerRecompute, MhcRecomputeModule,

@@ -381,10 +381,12 @@ def _config_only_flags(c: Context) -> None:
 
 
 def _precision_options(c: Context, options: dict) -> None:
-    """The FP8 recipe (transformer_config.py:594-599), the FP8 SwiGLU input store (227-229) and the
-    precision-aware optimizer with its state dtypes (arguments.py:3667-3685): what the ledger prices."""
+    """The FP8 recipe (transformer_config.py:594-599), FP8 parameters (--fp8-param-gather: absent means off,
+    as in Megatron), the FP8 SwiGLU input store (227-229) and the precision-aware optimizer with its state
+    dtypes (arguments.py:3667-3685): what the ledger prices."""
     f = c.flags
     _set(options, "fp8_recipe", f.choice("--fp8-recipe", ("delayed", "tensorwise", "blockwise", "mxfp8", "custom")))
+    options["fp8_param_gather"] = f.switch("--fp8-param-gather")
     for flag, key in (("--activation-func-fp8-input-store", "activation_func_fp8_input_store"),
                       ("--use-precision-aware-optimizer", "use_precision_aware_optimizer")):
         if f.switch(flag):

@@ -5,14 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from parasol.constraints.evaluate import Evaluation, evaluate
+from parasol.constraints.evaluate import Evaluation, evaluate, facts_for
 from parasol.constraints.physics.goodput import Goodput
+from parasol.constraints.physics.memory import megatron_param_gather
 from parasol.constraints.physics.step_time import StepTime, step_time_or_none
+from parasol.constraints.physics.weight_format import fp8_param_gather_on
 from parasol.constraints.rules.contract_table import contract_rows, goodput_of
 from parasol.problems.loader import Problem
 from parasol.problems.mapping import Mapping
 from parasol.problems.options import MegatronOptions
 from parasol.problems.rank_groups import GroupPlacement, placements
+from parasol.problems.schema import Precision
 from parasol.solver.diagnose.conflicts import conflict_note
 
 if TYPE_CHECKING:
@@ -163,3 +166,22 @@ def explain(problem: Problem, mapping: Mapping, options: MegatronOptions | None 
                        conflict=conflict, repairs=fixes, step=step,
                        contract=tuple(contract_rows(problem, evaluation.facts, step, groups, evaluation.verdicts)),
                        goodput=goodput_of(problem, step, mapping.gpus))
+
+
+def fp8_parameters_note(problem: Problem, mapping: Mapping) -> str | None:
+    """What --fp8-param-gather would save where an FP8 run keeps its GEMM weights in BF16 beside their cached FP8
+    copies and Megatron accepts the flag (the distributed optimizer or Megatron-FSDP, arguments.py:1095-1097;
+    delayed scaling with the optimizer on the host, 1888-1891): the heaviest stage with and without it."""
+    options, training = problem.spec.framework.options, problem.training
+    with_flag = options.model_copy(update={"fp8_param_gather": True})
+    if training.precision is not Precision.fp8 or fp8_param_gather_on(training, options):
+        return None
+    if not megatron_param_gather(training) or (options.optimizer_cpu_offload and options.fp8_recipe != "delayed"):
+        return None
+    now, then = facts_for(problem, mapping).ledger, facts_for(problem, mapping, with_flag).ledger
+    if now is None or then is None:
+        return None
+    return (f"--fp8-param-gather is not set: Transformer Engine keeps every GEMM weight in BF16 beside the FP8 copy "
+            f"it caches across microbatches; with the flag (Megatron accepts it here) the heaviest stage would hold "
+            f"{then.peak.total_gb:.2f} GB instead of {now.peak.total_gb:.2f} GB, and the parameter all-gather would "
+            f"move FP8")

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from parasol.constraints.physics.comm import group_link
 from parasol.constraints.physics.memory import megatron_distributed_optimizer, megatron_param_gather
+from parasol.constraints.physics.weight_format import fp8_param_gather_on
 from parasol.constraints.physics.workload import overlap_settings, tp_overlap_applies
 from parasol.constraints.rules.pipeline import PipelineSplit, pipeline_split
 from parasol.errors import InputError
@@ -212,20 +213,24 @@ def config_only_settings(problem: Problem) -> tuple[str, ...]:
 
 def memory_precision_flags(problem: Problem, mapping: Mapping) -> FlagGroup:
     """The precision choices the memory ledger prices, when they leave Megatron's defaults: --fp8-recipe
-    (transformer_config.py:594-599) under FP8 and the precision-aware optimizer with its state dtypes
-    (arguments.py:3667-3685), which --optimizer-cpu-offload needs (1884-1887); the FP8 SwiGLU input store
+    (transformer_config.py:594-599) and FP8 parameters (--fp8-param-gather, arguments.py:1095-1097; the ledger's
+    weights, weight_format.fp8_param_gather_on) under FP8, and the precision-aware optimizer with its state
+    dtypes (arguments.py:3667-3685), which --optimizer-cpu-offload needs (1884-1887); the FP8 SwiGLU input store
     (227-229) has no flag (config_only_settings)."""
     training, options = problem.training, problem.spec.framework.options
     flags = []
     if training.precision is Precision.fp8 and options.fp8_recipe != "delayed":
         flags.append(_flag("--fp8-recipe", options.fp8_recipe))
+    if fp8_param_gather_on(training, options):
+        flags.append(_flag("--fp8-param-gather"))
     if options.use_precision_aware_optimizer:
         flags.append(_flag("--use-precision-aware-optimizer"))
         for name, value in (("--main-params-dtype", options.main_params_dtype),
                             ("--exp-avg-dtype", options.exp_avg_dtype), ("--exp-avg-sq-dtype", options.exp_avg_sq_dtype)):
             if value != "fp32":
                 flags.append(_flag(name, value))
-    return FlagGroup("memory-saving precision", f"{ARGS}:1884-1887,3667-3685; {CONFIG}:227-229,594-599", tuple(flags))
+    return FlagGroup("memory-saving precision", f"{ARGS}:1095-1097,1884-1887,3667-3685; {CONFIG}:227-229,594-599",
+                     tuple(flags))
 
 
 def batch_flags(problem: Problem, mapping: Mapping) -> FlagGroup:

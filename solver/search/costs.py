@@ -40,6 +40,7 @@ from parasol.constraints.physics.schedule import (
     pipeline_time_scaled,
 )
 from parasol.constraints.physics.step_time import EpOption
+from parasol.constraints.physics.weight_format import problem_weight_format
 from parasol.problems.derived import Derived
 from parasol.problems.empty_stages import edge_rank, least_rank_blocks, open_stages
 from parasol.problems.loader import Problem
@@ -530,8 +531,10 @@ def _param_states(problem: Problem, row: Row, mapping: MappingOf, d: Derived
     def build() -> tuple[tuple[int, ...], tuple[bool, ...], dict[Ends, tuple[int, bool]]]:
         model, training, options, m = problem.model, problem.training, problem.spec.framework.options, mapping()
         representatives = kind_representatives(problem)
-        kinds = [block_param_state(model, m, d, training, representatives[k], options) for k in block_kinds(problem)]
-        edges = {end: edge_param_state(model, m, d, training, *end, options) for end in _ends(m.pp)}
+        weights = problem_weight_format(problem, options)
+        kinds = [block_param_state(model, m, d, training, representatives[k], options, weights)
+                 for k in block_kinds(problem)]
+        edges = {end: edge_param_state(model, m, d, training, *end, options, weights) for end in _ends(m.pp)}
         return (tuple(c.static for c in kinds), tuple(c.moe for c in kinds),
                 {end: (c.static, c.moe) for end, c in edges.items()})
 
