@@ -144,12 +144,16 @@ def mapping_of(run: MeasuredRun, moe: bool) -> Mapping:
 
 
 def settings_of(run: MeasuredRun) -> StepSettings:
-    """Precision, FSDP, LoRA and the attention kernel from the run's fields; gradients reduced in BF16."""
+    """Precision, FSDP, LoRA and the attention kernel from the run's fields; gradients reduced in BF16. The tables
+    record no MoE dispatcher: MoE runs take the flex dispatcher with the Hybrid-EP backend, the one Megatron-LM
+    names for GB200 NVL72 and multi-node NVLink (megatron/core/transformer/moe/README.md:307-312), whose reach is
+    the EP group's NVLink domain; on 8-GPU HGX nodes DeepEP reaches the same 8 GPUs, so it prices alike there."""
     fused_in = UNFUSED_ATTENTION.get(run.model)
     container = str((run.derived or {}).get("container", ""))
     return StepSettings(precision=precision_of(run.precision), grad_reduce_bytes=BF16_BYTES, fsdp=run.fsdp,
                         frozen_weights=run.task.lower() == "lora",
-                        unfused_attention=fused_in is not None and container not in fused_in, dispatcher="flex")
+                        unfused_attention=fused_in is not None and container not in fused_in, dispatcher="flex",
+                        flex_backend="hybridep")
 
 
 def problem_of(run: MeasuredRun, model: ModelArchitecture, model_id: str, precision: str) -> Problem:

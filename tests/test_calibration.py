@@ -136,6 +136,20 @@ def test_calibrate_cli_round_trip(tmp_path: Path) -> None:
     assert single.exit_code == 0 and (tmp_path / "one.yaml").is_file()
 
 
+def test_shipped_coefficients_are_the_fit_of_the_shipped_runs(tmp_path: Path) -> None:
+    """hardware/coefficients is what `parasol calibrate reference/measured-configs.yaml` writes today (relative
+    1e-4): a change to how calibration prices its runs (a dispatcher, a link, a byte count) must refit them, or
+    every solve prices with coefficients fitted to another model. The flex backend's reach changed once without a
+    refit and the held-out error went from 7.3% to 11.5% unnoticed."""
+    result = CliRunner().invoke(main, ["calibrate", str(REFERENCE / "measured-configs.yaml"), "--out",
+                                       str(tmp_path / "cal")])
+    assert result.exit_code == 0, result.output
+    for stem in bundled_coefficient_files():
+        shipped = {c.name: c.value for c in load_coefficient_file(stem).coefficients}
+        fitted = {c.name: c.value for c in read_coefficient_file(tmp_path / "cal" / f"{stem}.yaml").coefficients}
+        assert fitted == pytest.approx(shipped, rel=1e-4), stem
+
+
 def test_calibrate_cli_reports_bad_input(tmp_path: Path) -> None:
     """Bad input is one paragraph and exit 2: an unknown GPU type names the ones present."""
     runs = _tiny_runs_file(tmp_path)
