@@ -110,7 +110,7 @@ def _attention_bytes(model: ModelArchitecture, block: Block, ctx: ActivationCont
         return norm_in + proj_in + qkv + out
     if isinstance(att, MLAAttention):
         heads = att.num_heads / ctx.tp
-        lora = BF16_BYTES * ((att.q_lora_rank or 0) + att.kv_lora_rank + att.qk_rope_head_dim)
+        lora = _mla_latent_bytes(att, ctx)
         up = 0.0 if ctx.drops("mla_up_proj") else BF16_BYTES * heads * (2 * att.head_dim + att.v_head_dim) * core
         out = ctx.attn_out_bytes * heads * att.v_head_dim * proj + FP32_BYTES * heads
         return norm_in + proj_in + lora + up + out
@@ -123,6 +123,18 @@ def _attention_bytes(model: ModelArchitecture, block: Block, ctx: ActivationCont
     indexer = (BF16_BYTES * att.index_n_heads * att.index_head_dim + FP32_BYTES * att.index_topk) if ratio == 4 else 0.0
     out = ctx.attn_out_bytes * heads * att.head_dim * proj + FP32_BYTES * heads
     return norm_in + proj_in + lora + q + kv + indexer + out
+
+
+def _mla_latent_bytes(att: MLAAttention, ctx: ActivationContext) -> float:
+    """MLA's compressed latents per token. The down projections run on the sequence-parallel shard (Megatron-LM
+    multi_latent_attention.py:638-664, TELinear duplicated: gpt_layer_specs.py:104-130) and each up projection is
+    a LayerNormLinear holding its raw input (BF16, for the norm's backward) and its normalized input (the GEMM
+    input) on that shard; under `mla_up_proj` recompute the checkpoint keeps only its inputs, the raw latents and
+    the RoPE key part k_pos_emb, which is gathered over the whole sequence (multi_latent_attention.py:760-763)."""
+    latents = ((att.q_lora_rank or 0) + att.kv_lora_rank) / ctx.sp_split
+    if ctx.drops("mla_up_proj"):
+        return BF16_BYTES * (latents + att.qk_rope_head_dim)
+    return (BF16_BYTES + ctx.gemm_input_bytes) * latents
 
 
 def _mamba_bytes(model: ModelArchitecture, mamba: MambaMixer, ctx: ActivationContext) -> float:
