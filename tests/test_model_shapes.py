@@ -235,6 +235,22 @@ def test_megatron_window_and_linear_attention_flags() -> None:
     assert model.attention.sliding_window == 4096 and model.blocks[3].window is None
 
 
+def test_the_earlier_linear_attention_flag_is_read_and_noted() -> None:
+    """--linear-attention-type, the earlier name of --experimental-attention-variant that main's parser no longer
+    takes (dev@d48bd6be transformer_config.py:1555-1561 reads it as a deprecated alias; Megatron-MoE-ModelZoo's
+    Qwen3-Next config carries it), was "Megatron-LM would stop at unrecognized arguments", exit 2. It is read as
+    the variant it names, with a note that Megatron-LM main stops at it."""
+    from parasol.problems.megatron.launch import parse_launch
+    base = ("--num-layers 8 --hidden-size 2048 --num-attention-heads 16 --group-query-attention "
+            "--num-query-groups 2 --kv-channels 256 --swiglu --ffn-hidden-size 5120 --position-embedding-type rope "
+            "--padded-vocab-size 151936 --max-position-embeddings 4096 --linear-attention-freq 4 ")
+    older = parse_launch(base + "--linear-attention-type gated_delta_net")
+    current = parse_launch(base + "--experimental-attention-variant gated_delta_net")
+    assert older.model == current.model and [b.mixer for b in older.model.blocks].count(Mixer.gdn) == 6
+    assert [n for n in older.notes if n.startswith("--linear-attention-type gated_delta_net: Megatron-LM main does "
+                                                   "not take this earlier flag")]
+
+
 def test_nemotron_h_pipeline_emits_a_hybrid_pattern_that_reads_back() -> None:
     """A PP 2 cut of Nemotron-H-8B is carried by --hybrid-layer-pattern with '|' (arguments.py:799-862) and
     `explain --megatron-args` gives the same mapping back."""

@@ -29,7 +29,13 @@ from parasol.problems.mapping_input import build_mapping
 from parasol.problems.megatron.context import Context, LaunchWarning
 from parasol.problems.megatron.flags import OWN_PARSER_PROGRAMS, Flags, flag_error
 from parasol.problems.megatron.layout_string import parse_pipeline_layout
-from parasol.problems.megatron.model_flags import MODEL_FLAGS, compare_reference, model_from_flags, model_gaps
+from parasol.problems.megatron.model_flags import (
+    MODEL_FLAGS,
+    OLDER_LINEAR_ATTENTION_FLAG,
+    compare_reference,
+    model_from_flags,
+    model_gaps,
+)
 from parasol.problems.megatron.patterns import parse_hybrid_pattern
 from parasol.problems.megatron.shell import SOURCE, launch_command, shown
 from parasol.problems.megatron.stages import MegatronStage
@@ -366,7 +372,7 @@ DEV_FLAGS = frozenset({"--cp-partition-mode", "--dynamic-context-parallel", "--s
 """Flags of the DeepSeek-V4 dev branch's config fields (dev@d48bd6be transformer_config.py:1566-1616) that main's
 parser lacks: a V4 launch line runs on dev."""
 
-NOTED_ELSEWHERE = frozenset({*CONFIG_ONLY_FLAGS, OLDER_VPP_FLAG}) | DEV_FLAGS
+NOTED_ELSEWHERE = frozenset({*CONFIG_ONLY_FLAGS, OLDER_VPP_FLAG, OLDER_LINEAR_ATTENTION_FLAG}) | DEV_FLAGS
 """Flags main's parser lacks that are not noted as such by Flags.unparsed: their readers note them (saying what to
 write instead), or they are DEV_FLAGS."""
 

@@ -20,6 +20,12 @@ CONFIG = "Megatron-LM megatron/core/transformer/transformer_config.py"
 
 
 _REQUIRED_MODEL = ("--num-layers", "--hidden-size", "--num-attention-heads")
+OLDER_LINEAR_ATTENTION_FLAG = "--linear-attention-type"
+"""The earlier name of --experimental-attention-variant for linear attention, which main's parser no longer takes
+(dev@d48bd6be still reads it as a deprecated alias, transformer_config.py:1555-1561): scripts written for it, such as
+Megatron-MoE-ModelZoo's Qwen3-Next config, still carry it."""
+
+
 MODEL_FLAGS = (
     *_REQUIRED_MODEL, "--ffn-hidden-size", "--kv-channels", "--group-query-attention", "--num-query-groups",
     "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size", "--moe-shared-expert-intermediate-size",
@@ -29,7 +35,7 @@ MODEL_FLAGS = (
     "--normalization", "--padded-vocab-size", "--vocab-size", "--make-vocab-size-divisible-by",
     "--mtp-num-layers", "--mtp-use-repeated-layer", "--max-position-embeddings", "--position-embedding-type", "--window-size",
     "--window-attn-skip-freq", "--mamba-num-heads", "--mamba-head-dim", "--mamba-num-groups", "--mamba-state-dim",
-    "--experimental-attention-variant", "--linear-attention-freq", "--linear-num-key-heads",
+    "--experimental-attention-variant", OLDER_LINEAR_ATTENTION_FLAG, "--linear-attention-freq", "--linear-num-key-heads",
     "--linear-num-value-heads", "--linear-key-head-dim", "--linear-value-head-dim", "--linear-conv-kernel-dim",
     "--moe-latent-size", "--moe-shared-expert-gate",
 )
@@ -148,11 +154,22 @@ def _gdn(f: Flags) -> dict:
             "conv_kernel": f.integer("--linear-conv-kernel-dim") or 4}
 
 
+def _attention_variant(c: Context) -> str | None:
+    """--experimental-attention-variant, or OLDER_LINEAR_ATTENTION_FLAG read as its earlier name and noted."""
+    variant = c.flags.one("--experimental-attention-variant")
+    older = c.flags.one(OLDER_LINEAR_ATTENTION_FLAG)
+    if older is not None:
+        c.notes.append(f"{OLDER_LINEAR_ATTENTION_FLAG} {older}: Megatron-LM main does not take this earlier flag and "
+                       "stops at parsing (unrecognized arguments; dev@d48bd6be reads it as a deprecated alias); judged "
+                       f"as --experimental-attention-variant {older}, its name now")
+    return variant if variant is not None else older
+
+
 def _linear_freq(c: Context) -> int | tuple[int, ...] | None:
     """--linear-attention-freq with a gated DeltaNet variant (experimental_attention_variant_module_specs.py:
     459-476); None for other models."""
     f = c.flags
-    variant = f.one("--experimental-attention-variant")
+    variant = _attention_variant(c)
     if variant not in ("gdn", "gated_delta_net"):
         return None
     text = f.one("--linear-attention-freq")
