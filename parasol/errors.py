@@ -244,10 +244,17 @@ DERIVED_KEYS = {"dp", "data_parallel_size", "edp", "expert_dp", "expert_data_par
 GPUs / (ETP·EP·PP) for the experts)."""
 
 
-def unknown_key_fix(key: str, keys: list[str]) -> str:
+OPTIONS_PATH = ("framework", "options")
+"""Where a problem file's Megatron options live."""
+
+
+def unknown_key_fix(key: str, keys: list[str], option_keys: list[str] = ()) -> str:
     """The next step for an unknown key: a derived size is named as such, a node count or a Megatron name given the
-    key it stands for, anything else the closest known key."""
+    key it stands for, a Megatron option written elsewhere sent to framework.options (`option_keys`, empty there),
+    anything else the closest known key."""
     name = key.replace("-", "_").lower()
+    if name in option_keys and name not in keys:
+        return f"it is a Megatron option: write `{name}:` under `{'.'.join(OPTIONS_PATH)}`."
     if name in DERIVED_KEYS and "tp" in keys:
         return ("remove it: parasol derives the data-parallel size as GPUs / (TP·PP·CP) (experts: GPUs / "
                 "(ETP·EP·PP)); set the GPU count in hardware.gpus.")
@@ -430,7 +437,8 @@ def validation_input_error(
         keys = known_keys(model_cls, path[:-1])
         detail = f"Unknown key `{field}`."
         expected = known_keys_text(str(path[-1]) if path else "", keys)
-        fix = unknown_key_fix(str(path[-1]) if path else "", keys)
+        options = known_keys(model_cls, OPTIONS_PATH) if tuple(path[:-1]) != OPTIONS_PATH else []
+        fix = unknown_key_fix(str(path[-1]) if path else "", keys, options)
     else:
         detail, fix = _detail(err, field, value, expected)
         expected = expected + (f" ({desc})" if desc and err["type"] in _EXPECTED else "")

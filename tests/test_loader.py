@@ -160,6 +160,9 @@ def test_unknown_key_suggests_the_near_one() -> None:
     ("search", "dp: [1, 2]", "parasol derives the data-parallel size"),
     ("mapping", "tensor-model-parallel-size: 8", "write `tp` (Megatron's tensor_model_parallel_size"),
     ("mapping", "micro_batch_size: 2", "write `mbs`"),
+    ("mapping", "overlap_grad_reduce: true", "it is a Megatron option: write `overlap_grad_reduce:` under "
+                                             "`framework.options`"),
+    ("search", "fp8_param_gather: [true]", "write `fp8_param_gather:` under `framework.options`"),
 ])
 def test_megatron_names_and_derived_sizes_name_the_key_to_write(section: str, key: str, fix: str) -> None:
     """Keys a Megatron user writes: the data-parallel size, which parasol derives, a node count where parasol counts
@@ -169,6 +172,8 @@ def test_megatron_names_and_derived_sizes_name_the_key_to_write(section: str, ke
     assert err.fix is not None and fix in err.fix
     err = error_of(f"model: deepseek-v3\n{RUN}".replace("global_batch", "global_batch_size"))
     assert err.fix is not None and "write `global_batch`" in err.fix
+    err = error_of(f"model: deepseek-v3\n{RUN}".replace("global_batch", "fp8_recipe: mxfp8\n  global_batch"))
+    assert err.fix is not None and "write `fp8_recipe:` under `framework.options`" in err.fix
     err = error_of(f"model: deepseek-v3\n{RUN}".replace("hardware:\n", "hardware:\n  nodes: 32\n"))
     assert err.fix is not None and "write `gpus:`, the GPUs in the job: nodes × GPUs per node" in err.fix
 
