@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 from parasol.constraints.physics.dtypes import BF16_BYTES, FP8_BYTES
 from parasol.hardware.gpu import compute_capability
@@ -87,9 +88,10 @@ BF16_WEIGHTS = WeightFormat(Fraction(BF16_BYTES), Fraction(BF16_BYTES), False, "
 """The weights of a BF16 run."""
 
 
+@lru_cache(maxsize=256)
 def weight_format(training: Training, options: MegatronOptions, gpu_sm: int | None) -> WeightFormat:
     """The weight bytes of a run (module docstring): BF16 2 B; FP8 2 B plus the cached FP8 copy, or the FP8
-    parameter alone under --fp8-param-gather."""
+    parameter alone under --fp8-param-gather (kept per run: solve asks for it once per row's settings)."""
     if training.precision is not Precision.fp8:
         return BF16_WEIGHTS
     copy = fp8_copy_bytes(options.fp8_recipe, gpu_sm)
