@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 from parasol.constraints.evaluate import Evaluation, evaluate, facts_for
 from parasol.constraints.physics.goodput import Goodput
-from parasol.constraints.physics.memory import megatron_param_gather
 from parasol.constraints.physics.step_time import StepTime, step_time_or_none
 from parasol.constraints.physics.weight_format import fp8_param_gather_on
 from parasol.constraints.rules.contract_table import contract_rows, goodput_of
@@ -170,14 +169,14 @@ def explain(problem: Problem, mapping: Mapping, options: MegatronOptions | None 
 
 def fp8_parameters_note(problem: Problem, mapping: Mapping) -> str | None:
     """What --fp8-param-gather would save where an FP8 run keeps its GEMM weights in BF16 beside their cached FP8
-    copies and Megatron accepts the flag (the distributed optimizer or Megatron-FSDP, arguments.py:1095-1097;
-    delayed scaling with the optimizer on the host, 1888-1891): the heaviest stage with and without it."""
+    copies and Megatron accepts the flag (where parasol's own choice takes it, weight_format.fp8_param_gather_on):
+    the heaviest stage with and without it."""
     options, training = problem.spec.framework.options, problem.training
-    with_flag = options.model_copy(update={"fp8_param_gather": True})
     if training.precision is not Precision.fp8 or fp8_param_gather_on(training, options):
         return None
-    if not megatron_param_gather(training) or (options.optimizer_cpu_offload and options.fp8_recipe != "delayed"):
+    if not fp8_param_gather_on(training, options.model_copy(update={"fp8_param_gather": None})):
         return None
+    with_flag = options.model_copy(update={"fp8_param_gather": True})
     now, then = facts_for(problem, mapping).ledger, facts_for(problem, mapping, with_flag).ledger
     if now is None or then is None:
         return None
