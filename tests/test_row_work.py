@@ -19,6 +19,7 @@ from parasol.constraints.physics.exchanges import grid_links, links_for
 from parasol.constraints.physics.memory import _rank_params, fsdp_buffer_bytes, memory_ledger, rank_holdings
 from parasol.constraints.physics.memory import block_kind as block_kind_of
 from parasol.constraints.physics.pricing import COMM_FIELDS, STAGE_FIELDS
+from parasol.constraints.physics.weight_format import problem_weight_format
 from parasol.constraints.physics.workload import (
     build_workload,
     routed,
@@ -120,7 +121,9 @@ def test_fsdp_buffer_over_distinct_splits_is_the_largest_block(problems: list) -
             largest = max(sum(_rank_params(block_params(fsdp.model, b), m, d.experts_per_rank or Fraction(0))[:2])
                           for b in (*fsdp.model.blocks, *fsdp.model.mtp_blocks))
             grad = 4 if fsdp.training.grad_dtype == "fp32" else 2
-            assert fsdp_buffer_bytes(fsdp.model, m, d, fsdp.training) == math.ceil(largest * (4 + grad)) > 0
+            weights = problem_weight_format(fsdp, fsdp.spec.framework.options)
+            assert weights.parameter == weights.other == 2  # BF16 units: 2·2 B of weights a parameter
+            assert fsdp_buffer_bytes(fsdp.model, m, d, fsdp.training, weights) == math.ceil(largest * (4 + grad)) > 0
 
 
 def test_workload_pricing_each_kind_once_is_stage_by_stage_pricing(problems: list) -> None:
@@ -293,13 +296,15 @@ def _assert_ledger_tables(c, problem, row) -> None:  # noqa: ANN001 - a test's c
     options, model, training = problem.spec.framework.options, problem.model, problem.training
     m = row.mapping(problem)
     d = derive(model, m)
-    edges = [edge_contribution(model, m, d, training, s == 0, s == row.pp - 1, options) for s in range(row.pp)]
-    kinds = [block_contribution(model, m, d, training, b, options) for b in kind_representatives(problem).values()]
+    weights = problem_weight_format(problem, options)
+    edges = [edge_contribution(model, m, d, training, s == 0, s == row.pp - 1, options, weights) for s in range(row.pp)]
+    kinds = [block_contribution(model, m, d, training, b, options, weights)
+             for b in kind_representatives(problem).values()]
     assert c.edge_bytes == tuple((e.static, e.activation, e.recompute_peak) for e in edges)
     assert c.kind_bytes == tuple((k.static, k.activation, k.recompute_peak) for k in kinds)
     assert (c.edge_moe, c.kind_moe) == (tuple(e.moe for e in edges), tuple(k.moe for k in kinds))
     assert c.dispatch_bytes == dispatch_buffer_bytes(model, m, training)
-    assert c.fixed_bytes == workspace_bytes(training) + fsdp_buffer_bytes(model, m, d, training)
+    assert c.fixed_bytes == workspace_bytes(training) + fsdp_buffer_bytes(model, m, d, training, weights)
 
 
 def test_memoised_halves_are_the_ledger(problems: list) -> None:

@@ -42,12 +42,17 @@ OTHER_PARAMS = 2 * 128256 * 4096 + (2 * 32 + 1) * 4096
 """Its BF16 weights: untied embedding and output layer, two RMSNorms per layer and the final one."""
 
 
-def weights_bytes(extra: str, hardware: str = "h100-hgx") -> int:
-    """The heaviest stage's weights (dense plus routed) for the launch line with `extra` flags, on 8 GPUs."""
+def term_bytes(extra: str, hardware: str, *names: str) -> int:
+    """The heaviest stage's ledger terms `names`, summed, for the launch line with `extra` flags, on 8 GPUs."""
     ex = explain_inputs(None, (), (f"{LLAMA3_8B_FP8} {extra}", "--megatron-args"), hardware=hardware, gpus=8)
     ledger = evaluate(ex.problem, ex.mapping).facts.ledger
     assert ledger is not None
-    return ledger.peak.term("weights (dense)").bytes + ledger.peak.term("weights (routed experts)").bytes
+    return sum(ledger.peak.term(name).bytes for name in names)
+
+
+def weights_bytes(extra: str, hardware: str = "h100-hgx") -> int:
+    """The heaviest stage's weights (dense plus routed) for the launch line with `extra` flags, on 8 GPUs."""
+    return term_bytes(extra, hardware, "weights (dense)", "weights (routed experts)")
 
 
 def test_fp8_parameters_on_hopper_hold_data_and_transpose() -> None:
@@ -69,6 +74,32 @@ def test_blackwell_keeps_no_transpose_under_per_tensor_scaling() -> None:
     assert weights_bytes("--fp8-param-gather", "b200-hgx") == GEMM_PARAMS + 2 * OTHER_PARAMS
     mx = weights_bytes("--fp8-param-gather --fp8-recipe mxfp8", "b200-hgx")
     assert mx == GEMM_PARAMS * Fraction(33, 16) + 2 * OTHER_PARAMS
+
+
+MEGATRON_FSDP = "--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --ckpt-format fsdp_dtensor"
+
+
+def test_fsdp_shards_the_parameter_not_tes_cached_copy() -> None:
+    """Megatron-FSDP shards the parameters over the 8 data-parallel ranks, but TE's cached FP8 copy has the
+    unsharded weight's shape and stays (TE leaves caching off only for modules torch FSDP2 wraps, base.py:1036-1047):
+    2·(GEMM + other)/8 + 2·GEMM. With FP8 parameters the copy is the parameter, sharded: 2·(GEMM + other)/8. Under
+    torch FSDP2 TE caches nothing, so the BF16 parameter alone: 2·(GEMM + other)/8 again."""
+    sharded = 2 * (GEMM_PARAMS + OTHER_PARAMS) / 8
+    assert weights_bytes(MEGATRON_FSDP) == pytest.approx(sharded + 2 * GEMM_PARAMS, abs=2)
+    assert weights_bytes(f"{MEGATRON_FSDP} --fp8-param-gather") == pytest.approx(sharded, abs=2)
+    assert weights_bytes("--use-torch-fsdp2 --ckpt-format torch_dist --no-gradient-accumulation-fusion") == \
+        pytest.approx(sharded, abs=2)
+
+
+def test_fsdp_units_gather_fp8_parameters_in_their_format() -> None:
+    """The largest unit (one Llama layer: 218,103,808 GEMM weights, two 4,096-wide norms) is held twice (computing
+    and prefetched) with its BF16 gradients: 2·(2·GEMM + 2·norms) + 2·(GEMM + norms) in BF16, and on a B200 with
+    FP8 parameters under delayed scaling, 1 B per GEMM weight: 2·(GEMM + 2·norms) + 2·(GEMM + norms)."""
+    layer, norms = 218_103_808, 2 * 4096
+    units = "FSDP unit buffers"
+    assert term_bytes(MEGATRON_FSDP, "h100-hgx", units) == 2 * (2 * layer + 2 * norms) + 2 * (layer + norms)
+    assert term_bytes(f"{MEGATRON_FSDP} --fp8-param-gather", "b200-hgx", units) == \
+        2 * (layer + 2 * norms) + 2 * (layer + norms)
 
 
 @pytest.mark.parametrize(("recipe", "sm", "expected"), [

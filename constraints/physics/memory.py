@@ -314,9 +314,9 @@ def _param_bytes(dense: Fraction, expert: Fraction, matrix: Fraction, m: Mapping
                  training: Training, options: MegatronOptions, weights: WeightFormat) -> tuple[int, int, int, int]:
     """(dense weights, expert weights, gradients, optimizer) bytes for parameters on one rank. The
     distributed optimizer shards the optimizer state over dp-cp (dense) and expert DP; FSDP (ZeRO-3)
-    shards weights and gradients the same way (Megatron-FSDP optim_grads_params). Weights take the run's
-    bytes per parameter (`weights`): its GEMM format for the TP-sharded and routed-expert matrices, BF16 for
-    the rest."""
+    shards weights and gradients the same way (Megatron-FSDP optim_grads_params), not TE's cached FP8 copies,
+    which have the unsharded weights' shape. Weights take the run's bytes per parameter (`weights`): its GEMM
+    format for the TP-sharded and routed-expert matrices, BF16 for the rest."""
     grad_bytes = 4 if training.grad_dtype == "fp32" else 2
     sharded = training.distributed_optimizer or fsdp_on(training)
     dense_shard = d.dp_attn * m.cp if sharded else Fraction(1)
@@ -325,11 +325,14 @@ def _param_bytes(dense: Fraction, expert: Fraction, matrix: Fraction, m: Mapping
     opt = ((dense_matrix * _optimizer_bytes_per_param(training, True, options)
             + (dense - dense_matrix) * _optimizer_bytes_per_param(training, False, options)) / dense_shard
            + expert * _optimizer_bytes_per_param(training, True, options) / expert_shard) * optimizer_on_device(options)
+    held_dense, held_expert, held_matrix = dense, expert, dense_matrix
     if fsdp_on(training):
-        dense, expert, dense_matrix = dense / dense_shard, expert / expert_shard, dense_matrix / dense_shard
+        held_dense, held_expert, held_matrix = dense / dense_shard, expert / expert_shard, dense_matrix / dense_shard
     trained = 0 if training.frozen_base_weights else 1
-    dense_weights = dense_matrix * weights.gemm + (dense - dense_matrix) * weights.other
-    return (_ceil(dense_weights), _ceil(expert * weights.gemm), _ceil((dense + expert) * grad_bytes * trained),
+    dense_weights = (held_matrix * weights.parameter + dense_matrix * weights.cached
+                     + (held_dense - held_matrix) * weights.other)
+    expert_weights = held_expert * weights.parameter + expert * weights.cached
+    return (_ceil(dense_weights), _ceil(expert_weights), _ceil((held_dense + held_expert) * grad_bytes * trained),
             _ceil(opt * trained))
 
 
@@ -465,26 +468,31 @@ FSDP_BUFFERS_MEMO = 4096
 """FSDP buffer sizes kept per model (the table starts afresh past this)."""
 
 
-def fsdp_buffer_bytes(model: ModelArchitecture, m: Mapping, d: Derived, training: Training) -> int:
-    """FSDP's unsharded units: the largest block's BF16 weights gathered twice (the unit computing and
-    the one prefetched, Megatron-FSDP's default prefetch of one unit) and its gradients once, before
-    their reduce-scatter; 0 without FSDP. Memoised per model by what it reads (TP, ETP, experts per rank,
-    gradient bytes): every stage's ledger holds it."""
+def fsdp_buffer_bytes(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
+                      weights: WeightFormat) -> int:
+    """FSDP's unsharded units: the largest block's weights gathered twice (the unit computing and the one
+    prefetched, Megatron-FSDP's default prefetch of one unit), its GEMM weights in the parameter's format
+    (`weights`: BF16, or FP8 parameters with what TE adds for the backward) and the rest in BF16, and its
+    gradients once, before their reduce-scatter; 0 without FSDP. Memoised per model by what it reads (TP, ETP,
+    experts per rank, the weight and gradient bytes): every stage's ledger holds it."""
     if not fsdp_on(training):
         return 0
     grad_bytes = 4 if training.grad_dtype == "fp32" else 2
     experts = d.experts_per_rank or Fraction(0)
-    return memoised_by(model, "fsdp_buffer_bytes", (m.tp, m.expert_tp, experts, grad_bytes), FSDP_BUFFERS_MEMO,
-                       lambda: _fsdp_buffer_bytes(model, m, experts, grad_bytes))
+    key = (m.tp, m.expert_tp, experts, grad_bytes, weights.parameter, weights.other)
+    return memoised_by(model, "fsdp_buffer_bytes", key, FSDP_BUFFERS_MEMO,
+                       lambda: _fsdp_buffer_bytes(model, m, experts, grad_bytes, weights))
 
 
-def _fsdp_buffer_bytes(model: ModelArchitecture, m: Mapping, experts: Fraction, grad_bytes: int) -> int:
+def _fsdp_buffer_bytes(model: ModelArchitecture, m: Mapping, experts: Fraction, grad_bytes: int,
+                       weights: WeightFormat) -> int:
     """fsdp_buffer_bytes, computed."""
     largest = Fraction(0)
     for bp in distinct_block_params(model):
-        dense, expert, _ = _rank_params(bp, m, experts)
-        largest = max(largest, dense + expert)
-    return _ceil(largest * (2 * BF16_BYTES + grad_bytes))
+        dense, expert, matrix = _rank_params(bp, m, experts)
+        unit = matrix * weights.parameter + (dense + expert - matrix) * weights.other
+        largest = max(largest, 2 * unit + (dense + expert) * grad_bytes)
+    return _ceil(largest)
 
 
 def distinct_block_params(model: ModelArchitecture) -> tuple[BlockParams, ...]:
@@ -562,7 +570,7 @@ def assemble_stage(model: ModelArchitecture, m: Mapping, d: Derived, training: T
         MemoryTerm("MoE dispatch buffer", dispatch,
                    f"k·ETP·b·S/(CP·TP) received rows × {headroom:g} "
                    f"({'capacity factor' if training.capacity_factor else 'dropless headroom'}) × h × 2 B"),
-        MemoryTerm("FSDP unit buffers", fsdp_buffer_bytes(model, m, d, training),
+        MemoryTerm("FSDP unit buffers", fsdp_buffer_bytes(model, m, d, training, fmt),
                    "largest block's unsharded weights × 2 (computing + prefetched) and its gradients (FSDP only)"),
         MemoryTerm("workspace", workspace_bytes(training), "training.workspace_gb (GEMM, attention, NCCL buffers)"),
     )

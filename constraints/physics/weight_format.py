@@ -10,6 +10,9 @@ the embedding, the output layer (Megatron's own linear, run in BF16), norms and 
   `_fp8_workspaces`; grouped_linear.py:2261-2312 per expert).
 - FP8 with --fp8-param-gather: the FP8 parameter alone (its data in the distributed optimizer's uint8 buffer,
   param_and_grad_buffer.py:921-923; the optimizer keeps the FP32 master as always).
+- Under FSDP the parameter is sharded, TE's cached copy is not (it has the unsharded weight's shape); TE caches
+  nothing for a module torch FSDP2 wraps (module/linear.py:1958, base.py:1036-1047), and Megatron turns FP8
+  parameters off there (arguments.py:1051-1056): the BF16 parameter alone.
 
 The FP8 copy holds the row-wise data the forward GEMM reads and the column-wise data the backward's dgrad
 reads. Per-tensor scaling (delayed, tensorwise) stores the latter as a transposed copy only on GPUs whose FP8
@@ -82,6 +85,14 @@ class WeightFormat:
     """1 B for FP8 parameters under per-tensor or blockwise scaling (the uint8 parameter buffer); 2 B for BF16
     parameters and for MXFP8 ones, which Megatron gathers in BF16 inside the gradient buffer and quantizes after
     (param_and_grad_buffer.py:1160-1180)."""
+    cached: Fraction = Fraction(0)
+    """The part of `gemm` that is TE's cached FP8 copy of a BF16 parameter: it has the unsharded weight's shape, so
+    FSDP does not shard it (Megatron-FSDP leaves TE's cache on; under torch FSDP2 TE keeps none)."""
+
+    @property
+    def parameter(self) -> Fraction:
+        """Bytes per GEMM weight of the parameter itself (what FSDP shards and gathers): `gemm` less the cache."""
+        return self.gemm - self.cached
 
 
 BF16_WEIGHTS = WeightFormat(Fraction(BF16_BYTES), Fraction(BF16_BYTES), False, "BF16 2 B")
@@ -91,7 +102,9 @@ BF16_WEIGHTS = WeightFormat(Fraction(BF16_BYTES), Fraction(BF16_BYTES), False, "
 @lru_cache(maxsize=256)
 def weight_format(training: Training, options: MegatronOptions, gpu_sm: int | None) -> WeightFormat:
     """The weight bytes of a run (module docstring): BF16 2 B; FP8 2 B plus the cached FP8 copy, or the FP8
-    parameter alone under --fp8-param-gather (kept per run: solve asks for it once per row's settings)."""
+    parameter alone under --fp8-param-gather; under torch FSDP2 the BF16 parameter alone, since TE caches no
+    copy for a module FSDP2 wraps (module/linear.py:1958, base.py:1036-1047). Kept per run: solve asks for it
+    once per row's settings."""
     if training.precision is not Precision.fp8:
         return BF16_WEIGHTS
     copy = fp8_copy_bytes(options.fp8_recipe, gpu_sm)
@@ -103,7 +116,10 @@ def weight_format(training: Training, options: MegatronOptions, gpu_sm: int | No
     if fp8_param_gather_on(training, options):
         gather = Fraction(BF16_BYTES if options.fp8_recipe == "mxfp8" else FP8_BYTES)
         return WeightFormat(copy, Fraction(BF16_BYTES), True, fp8, gather)
-    return WeightFormat(BF16_BYTES + copy, Fraction(BF16_BYTES), False, f"BF16 2 B + cached {fp8}")
+    if training.fsdp == "torch-fsdp2":
+        return WeightFormat(Fraction(BF16_BYTES), Fraction(BF16_BYTES), False,
+                            "BF16 2 B (under torch FSDP2 TE keeps no FP8 copy)")
+    return WeightFormat(BF16_BYTES + copy, Fraction(BF16_BYTES), False, f"BF16 2 B + cached {fp8}", cached=copy)
 
 
 def problem_weight_format(problem, options: MegatronOptions) -> WeightFormat:  # noqa: ANN001 - Problem

@@ -468,7 +468,7 @@ def _row_buffers(problem: Problem, row: Row, mapping: MappingOf, d: Derived) -> 
     def build() -> tuple[int, int, int]:
         model, training, m = problem.model, problem.training, mapping()
         return (dispatch_buffer_bytes(model, m, training), workspace_bytes(training),
-                fsdp_buffer_bytes(model, m, d, training))
+                fsdp_buffer_bytes(model, m, d, training, problem_weight_format(problem, problem.spec.framework.options)))
 
     return memoised_by(problem, "row_buffers", key, CONTRIBUTION_MEMO, build)
 
