@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from parasol.constraints.evaluate import evaluate
+from parasol.constraints.physics.memory import weights_assumption
 from parasol.constraints.physics.weight_format import fp8_copy_bytes, fp8_param_gather_on, weight_format
 from parasol.constraints.physics.workload import build_workload, settings_for
 from parasol.problems.derived import derive
@@ -185,3 +186,15 @@ def test_explain_says_what_fp8_parameters_would_save() -> None:
     assert notes(LLAMA3_8B_FP8.replace(" --fp8-format hybrid", "")) == []
     assert notes(LLAMA3_8B_FP8.replace(" --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather",
                                        "")) == []  # Megatron would refuse the flag there (arguments.py:1095-1097)
+
+
+def test_the_ledger_says_which_weights_it_holds() -> None:
+    """The ledger's first assumption names the format: FP8 parameters, BF16 beside a cached copy, or (torch FSDP2)
+    the BF16 parameter alone."""
+    fp8 = Training(seq_len=4096, global_batch=64, precision=Precision.fp8)
+    said = {name: weights_assumption(weight_format(training, options, 90)) for name, training, options in (
+        ("params", fp8, MegatronOptions()), ("cached", fp8, MegatronOptions(fp8_param_gather=False)),
+        ("fsdp2", fp8.model_copy(update={"fsdp": "torch-fsdp2"}), MegatronOptions()))}
+    assert "are FP8 parameters (--fp8-param-gather), FP8 delayed (row-wise + transpose) 2 B" in said["params"]
+    assert "keep the BF16 parameter and the FP8 copy" in said["cached"] and "BF16 2 B + cached FP8" in said["cached"]
+    assert said["fsdp2"] == "Weights: BF16 2 B (under torch FSDP2 TE keeps no FP8 copy) per param."

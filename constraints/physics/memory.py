@@ -621,9 +621,11 @@ def weights_assumption(weights: WeightFormat) -> str:
     if weights.fp8_params:
         return (f"Weights: Transformer Engine GEMM weights are FP8 parameters (--fp8-param-gather), "
                 f"{weights.description} per param; embedding, output layer, norms and routers BF16 2 B.")
-    return (f"Weights: Transformer Engine GEMM weights keep the BF16 parameter and the FP8 copy quantized on the "
-            f"first microbatch, {weights.description} per param (--fp8-param-gather would keep the FP8 copy "
-            "alone); embedding, output layer, norms and routers BF16 2 B.")
+    if weights.cached:
+        return (f"Weights: Transformer Engine GEMM weights keep the BF16 parameter and the FP8 copy quantized on the "
+                f"first microbatch, {weights.description} per param (--fp8-param-gather would keep the FP8 copy "
+                "alone; FSDP shards the parameter, not the copy); embedding, output layer, norms and routers BF16 2 B.")
+    return f"Weights: {weights.description} per param."
 
 
 def memory_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Training,
