@@ -82,7 +82,7 @@ def test_configuration_a_with_full_recompute_binds_nothing(v4: Problem) -> None:
     62, 61 blocks - PP·VPP = 53 and the memory margin are the only inequalities in force, none at zero
     slack; before the change 79 of 84 rules were marked binding."""
     ev = evaluate(v4, build_mapping(v4, {"recompute": "full"}))
-    assert len(ev.verdicts) == 107  # 84, + the TP and ETP placement rules (constraints/rules/placement.py), + 4 of issue 17, + 3 virtual-stage flag rules, + 2 of issue 16c, + 8 of issue 15 (cp-a2a-p2p-two-levels, deepep-group-size, hybridep-even-domains, hybridep-experts-per-domain, hybridep-domain-count, tp-comm-overlap-inside-nvlink-domain, delay-wgrad-requires-ep-overlap, overlap-param-gather; the FSDP rules judge FSDP problems only), + 4 FP8-parameter rules (fp8-param-gather-sharded, fp8-param-needs-fp8, fp8-param-gather-cpu-offload-delayed, fsdp2-fp8-param-gather-off)
+    assert len(ev.verdicts) == 108  # 84, + the TP and ETP placement rules (constraints/rules/placement.py), + 4 of issue 17, + 3 virtual-stage flag rules, + 2 of issue 16c, + 8 of issue 15 (cp-a2a-p2p-two-levels, deepep-group-size, hybridep-even-domains, hybridep-experts-per-domain, hybridep-domain-count, tp-comm-overlap-inside-nvlink-domain, delay-wgrad-requires-ep-overlap, overlap-param-gather; the FSDP rules judge FSDP problems only), + 4 FP8-parameter rules (fp8-param-gather-sharded, fp8-param-needs-fp8, fp8-param-gather-cpu-offload-delayed, fsdp2-fp8-param-gather-off), + fp8-recipe-on-gpu (TE)
     assert binding_ids(ev.verdicts) == []
     assert in_force_inequalities(ev.verdicts) == ["num-microbatches", "deepep-ncclep-need-etp-ep-gt-1",
                                                   "virtual-stages-within-blocks", "memory-fits-hbm"]

@@ -198,3 +198,16 @@ def test_the_ledger_says_which_weights_it_holds() -> None:
     assert "are FP8 parameters (--fp8-param-gather), FP8 delayed (row-wise + transpose) 2 B" in said["params"]
     assert "keep the BF16 parameter and the FP8 copy" in said["cached"] and "BF16 2 B + cached FP8" in said["cached"]
     assert said["fsdp2"] == "Weights: BF16 2 B (under torch FSDP2 TE keeps no FP8 copy) per param."
+
+
+def test_each_fp8_recipe_runs_only_where_transformer_engine_supports_it() -> None:
+    """TE's check_recipe_support (quantization.py:149-185): MXFP8 on an H100 (SM 9.0) is refused, on a B200 (10.0)
+    it runs; blockwise and per-tensor scaling run on both."""
+    def broken(extra: str, hardware: str) -> bool:
+        ex = explain_inputs(None, (), (f"{LLAMA3_8B_FP8} {extra}", "--megatron-args"), hardware=hardware, gpus=8)
+        return "fp8-recipe-on-gpu" in {v.rule for v in evaluate(ex.problem, ex.mapping).violations}
+
+    assert broken("--fp8-recipe mxfp8 --fp8-param-gather", "h100-hgx")
+    assert not broken("--fp8-recipe mxfp8 --fp8-param-gather", "b200-hgx")
+    assert not any(broken(f"--fp8-recipe {r} --fp8-param-gather", hw) for r in ("blockwise", "tensorwise", "delayed")
+                   for hw in ("h100-hgx", "b200-hgx"))

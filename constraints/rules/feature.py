@@ -594,6 +594,33 @@ class Fsdp2Fp8ParamGatherOff(WarningRule):
         return []
 
 
+TE_QUANTIZATION = "TransformerEngine@d0067d0 transformer_engine/pytorch/quantization.py"
+
+
+class Fp8RecipeOnGpu(SettingsRule):
+    """Transformer Engine checks the FP8 recipe against the GPU when FP8 autocast starts (check_recipe_support):
+    per-tensor scaling needs SM 8.9 or later, blockwise SM 9.0 (and CUDA 12.9), MXFP8 SM 10.x or 11.x (not 12.0
+    and later yet). A GPU whose SM parasol cannot name is not judged."""
+
+    id = "fp8-recipe-on-gpu"
+    citation = Citation(f"{TE_QUANTIZATION}:149-185,228-240 (check_recipe_support)", MegatronStage.not_megatron)
+    summary = "FP8 recipe -> the GPU's SM supports it (TE)"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        sm = consts["gpu_sm"]
+        if not consts["fp8"] or not sm:
+            return []
+        if options.fp8_recipe == "mxfp8" and sm >= 120:
+            return ["MXFP8 (for all gemm layouts) is not supported on 12.0+ architectures yet."]
+        if options.fp8_recipe == "mxfp8" and sm < 100:
+            return ["Device compute capability 10.0 or higher required for MXFP8 execution."]
+        if options.fp8_recipe == "blockwise" and sm < 90:
+            return ["FP8 block scaled GEMM requires compute capability 9.0 or higher and CUDA >= 12.9."]
+        if sm < 89:
+            return ["Device compute capability 8.9 or higher required for FP8 execution."]
+        return []
+
+
 class DelayWgradRequiresEPOverlap(SettingsRule):
     """--delay-wgrad-compute runs the weight gradients inside the EP all-to-all overlap's schedule, so it needs
     --overlap-moe-expert-parallel-comm (the TE version the CLI also checks is not observable)."""

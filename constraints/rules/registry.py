@@ -38,6 +38,7 @@ from parasol.constraints.rules.feature import (
     Fp8ParamGatherCpuOffloadDelayed,
     Fp8ParamGatherSharded,
     Fp8ParamNeedsFp8,
+    Fp8RecipeOnGpu,
     Fsdp2Fp8ParamGatherOff,
     MhcRecomputeModule,
     NonPPLastOrderRequiresEqualDP,
@@ -150,7 +151,7 @@ STAGE_B_MODEL_BUILD = (
 )
 STAGE_R_RUNTIME = (SPActivationSeqDivisibleByTP, MoETPRequiresSP, VppMicrobatchGroupRange, VppFinalGroupRemainder,
                    CPA2AHeadsDivisible, CPA2AP2PTwoLevels, CPA2AP2PHeadsDivisible, DeepEPGroupSize,
-                   HybridEPEvenDomains, HybridEPExpertsPerDomain, HybridEPDomainCount)
+                   HybridEPEvenDomains, HybridEPExpertsPerDomain, HybridEPDomainCount, Fp8RecipeOnGpu)
 PARASOL_RULES = (LayoutCoversBlocks, VirtualStagesWithinBlocks, MemoryFitsHBM)
 
 
