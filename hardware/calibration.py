@@ -439,11 +439,10 @@ def recipe_of(text: str) -> str:
     """The FP8 recipe a run's precision label names, as --fp8-recipe spells it (what the memory ledger's weights
     read, constraints/physics/weight_format.py): MXFP8 (also FP8-MX and the 25.09 tables' parenthesized values, which
     say MXFP8), per-tensor current scaling (FP8-CS) as tensorwise, FP8-blockwise, and plain FP8 as Megatron's
-    default, delayed.
-    NVFP4 runs take MXFP8's weights: the ledger has no FP4 format, and MXFP8's 2 B and scales per GEMM weight are
-    more than NVFP4's two 4-bit copies with their scales (1.125 B)."""
+    default, delayed. NVFP4 runs (precision_of's fp4) take MXFP8's weights: the ledger has no FP4 format, and
+    MXFP8's 2 B and scales per GEMM weight are more than NVFP4's two 4-bit copies with their scales (1.125 B)."""
     label = text.upper()
-    if "MX" in label or "NVFP4" in label or re.search(r"\bFP4\b", label):
+    if "MX" in label or precision_of(text) == "fp4":
         return "mxfp8"
     if "BLOCKWISE" in label:
         return "blockwise"

@@ -11,7 +11,7 @@ import difflib
 import math
 import re
 import reprlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from enum import Enum
 from types import NoneType, UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -248,7 +248,7 @@ OPTIONS_PATH = ("framework", "options")
 """Where a problem file's Megatron options live."""
 
 
-def unknown_key_fix(key: str, keys: list[str], option_keys: list[str] = ()) -> str:
+def unknown_key_fix(key: str, keys: list[str], option_keys: Collection[str] = ()) -> str:
     """The next step for an unknown key: a derived size is named as such, a node count or a Megatron name given the
     key it stands for, a Megatron option written elsewhere sent to framework.options (`option_keys`, empty there),
     anything else the closest known key."""

@@ -144,7 +144,9 @@ def mapping_of(run: MeasuredRun, moe: bool) -> Mapping:
 
 
 def settings_of(run: MeasuredRun) -> StepSettings:
-    """Precision, FSDP, LoRA and the attention kernel from the run's fields; gradients reduced in BF16. The tables
+    """Precision, FSDP, LoRA and the attention kernel from the run's fields; gradients reduced and parameters
+    gathered in BF16, as the shipped coefficients were fitted (solve gathers FP8 parameters in FP8,
+    weight_format.WeightFormat.gather; carrying that here moves the fit, so it waits for a refit). The tables
     record no MoE dispatcher: MoE runs take the flex dispatcher with the Hybrid-EP backend, the one Megatron-LM
     names for GB200 NVL72 and multi-node NVLink (megatron/core/transformer/moe/README.md:307-312), whose reach is
     the EP group's NVLink domain; on 8-GPU HGX nodes DeepEP reaches the same 8 GPUs, so it prices alike there."""

@@ -433,9 +433,9 @@ def block_work(ctx: _StageContext, b: Block, count: int) -> _BlockWork:
     again = recomputed_flops(m.recompute, tuple(ctx.training.recompute_modules), bf)
     muon = ctx.training.optimizer is Optimizer.muon
     nd, nr = newton_schulz_flops(model, b) if muon else (0, 0)
+    tp_split = held * (bp.attention + bp.dense_mlp + bp.shared_experts) / m.tp
     return _BlockWork(
-        dense_weights=held * ((bp.attention + bp.dense_mlp + bp.shared_experts) / m.tp + bp.router + bp.extra),
-        dense_gemm_weights=held * (bp.attention + bp.dense_mlp + bp.shared_experts) / m.tp,
+        dense_weights=tp_split + held * (bp.router + bp.extra), dense_gemm_weights=tp_split,
         expert_weights=held * float(ctx.derived.experts_per_rank or 0) * bp.per_expert / m.expert_tp,
         gemm=bf.gemm * share, grouped=bf.routed_gemm * share, attention=bf.attention_core * share,
         scan=bf.scan * share, memory=nbytes, tp=block_tp, ep=block_ep, cp=block_cp,

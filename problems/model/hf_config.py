@@ -197,6 +197,14 @@ class _Reader:
             raise self.unsupported(key, "one of " + ", ".join(PLAIN_ACTIVATIONS))
         return PLAIN_ACTIVATIONS[act]
 
+    def every_block_moe(self) -> None:
+        """Refuse a Qwen MoE config whose blocks are not all MoE (decoder_sparse_step, mlp_only_layers): parasol
+        reads its layers as one kind."""
+        if self.get("decoder_sparse_step", 1) != 1:
+            raise self.unsupported("decoder_sparse_step", "1 (every block MoE)")
+        if self.get("mlp_only_layers", []):
+            raise self.unsupported("mlp_only_layers", "an empty list (every block MoE)")
+
     def gated_shared_moe(self) -> Config:
         """The Qwen MoE blocks (Qwen2-MoE, Qwen3-Next): `num_experts` routed experts of `moe_intermediate_size`, top
         `num_experts_per_tok`, and one shared expert of `shared_expert_intermediate_size` under a sigmoid gate when
@@ -292,10 +300,7 @@ def _deepseek_v4(r: _Reader) -> Config:
 
 def _qwen3_moe(r: _Reader) -> Config:
     """Qwen3-MoE: GQA with q/k norm, every block MoE, no shared expert."""
-    if r.get("decoder_sparse_step", 1) != 1:
-        raise r.unsupported("decoder_sparse_step", "1 (every block MoE)")
-    if r.get("mlp_only_layers", []):
-        raise r.unsupported("mlp_only_layers", "an empty list (every block MoE)")
+    r.every_block_moe()
     return {
         **r.common(),
         "attention": r.gqa(qk_norm=True),
@@ -312,10 +317,7 @@ def _qwen2_moe(r: _Reader) -> Config:
     """Qwen1.5-MoE / Qwen2-MoE: Qwen2's attention (biases on Q, K and V alone), every block MoE with one shared
     expert of `shared_expert_intermediate_size` under a sigmoid gate (transformers modeling_qwen2_moe.py
     Qwen2MoeSparseMoeBlock.shared_expert_gate)."""
-    if r.get("decoder_sparse_step", 1) != 1:
-        raise r.unsupported("decoder_sparse_step", "1 (every block MoE)")
-    if r.get("mlp_only_layers", []):
-        raise r.unsupported("mlp_only_layers", "an empty list (every block MoE)")
+    r.every_block_moe()
     return {
         **r.common(),
         "attention": r.gqa(qkv_bias=True),
