@@ -86,6 +86,9 @@ class MegatronOptions(Strict):
         default=1.0, ge=0.0, le=1.0, description="--optimizer-offload-fraction: share of the optimizer state "
                                                  "on the host (arguments.py:2922)")
     cross_entropy_loss_fusion: bool = Field(default=False, description="--cross-entropy-loss-fusion")
+    cross_entropy_fusion_impl: Literal["native", "te"] = Field(
+        default="native", description="--cross-entropy-fusion-impl: the fused loss's kernels (model_parallel_config.py:325); "
+                                      "Megatron-LM's CLI refuses te with the fusion on (arguments.py:1697-1702)")
     megatron_core_api: bool = Field(
         default=False, description="judge as a direct Megatron Core user (configs built in code, no validate_args): "
                                    "flags the CLI would silently rewrite are errors instead (e.g. SP with TP 1)")

@@ -333,6 +333,19 @@ def test_script_with_shell_arithmetic() -> None:
     assert parsed.launcher_gpus == 16
 
 
+def test_variables_before_the_command_are_its_environment() -> None:
+    """`NAME=value torchrun …` (CUDA_DEVICE_MAX_CONNECTIONS=1 as Megatron-LM's examples need it) is the command
+    with those variables in its environment, not an assignment that swallows the line (it was "No Megatron-LM
+    flags found"); the command's own `$NAME`s expand before the prefix takes effect, as bash's do; `TP=2 PP=4`
+    on one line assigns both."""
+    text = ("GPUS=4\nTP=2 PP=4\nCUDA_DEVICE_MAX_CONNECTIONS=1 GPUS=8 NCCL_DEBUG=\"INFO x\" torchrun --nproc_per_node "
+            "$GPUS pretrain_gpt.py --tensor-model-parallel-size $TP --pipeline-model-parallel-size $PP\n")
+    parsed = parse_launch(text)
+    assert parsed.mapping_fields == {"tp": 2, "pp": 4}
+    assert parsed.launcher_gpus == 4
+    assert parse_launch("NVTE_FUSED_ATTN=1 --tensor-model-parallel-size 8").mapping_fields == {"tp": 8}
+
+
 @pytest.mark.parametrize("launcher, gpus, per_node", [
     ("torchrun --nproc_per_node=8 --nnodes=4", 32, 8),
     ("srun --nodes 2 --ntasks-per-node 8 python", 16, 8),

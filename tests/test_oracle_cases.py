@@ -1,4 +1,4 @@
-"""parasol agrees with the real Megatron-LM on 905 launch lines, 900 of them random (tests/data/oracle_cases.yaml: the
+"""parasol agrees with the real Megatron-LM on 908 launch lines, 900 of them random (tests/data/oracle_cases.yaml: the
 verdicts Megatron-LM main@d98e8a64's own code gave, recorded once with its stage; no torch is needed here;
 the 200 S2 and 300 S3 lines were generated after the rules were corrected and never tuned on).
 
@@ -43,11 +43,11 @@ def test_parasol_agrees_with_megatron_on_every_recorded_launch_line() -> None:
     differ = sorted(cid for cid, how in results.items() if how == "differ")
     assert differ == [], differ
     counts = Counter(results.values())
-    assert counts["agree"] >= 879 and counts["agree"] + counts["later"] == len(CASES) == 905
+    assert counts["agree"] >= 882 and counts["agree"] + counts["later"] == len(CASES) == 908
 
 
 def test_the_recorded_set_spans_every_stage_and_partial_nodes() -> None:
     """The set holds Megatron rejections at every stage and world sizes that are not whole 8-GPU nodes."""
     stages = Counter(c["stage"] for c in CASES if c["verdict"] == "rejected")
-    assert set(stages) == {"A", "C", "I", "R"} and sum(stages.values()) == 437
+    assert set(stages) == {"A", "C", "I", "R"} and sum(stages.values()) == 438
     assert sum(1 for c in CASES if c["world_size"] % 8) >= 88

@@ -666,6 +666,22 @@ class DeterministicMode(SettingsRule):
         return [f"--deterministic-mode requires: {', '.join(bad)}. Adjust these options to continue."] if bad else []
 
 
+class TECrossEntropyFusionOff(SettingsRule):
+    """Megatron-LM's CLI refuses the fused cross-entropy loss on Transformer Engine's kernels (stability issues);
+    a Megatron Core user gets only a warning (model_parallel_config.py:536-543)."""
+
+    id = "te-cross-entropy-fusion-off"
+    citation = Citation(f"{ARGUMENTS}:1697-1702", MegatronStage.arguments)
+    summary = "cross_entropy_loss_fusion -> cross_entropy_fusion_impl native"
+
+    def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
+        if options.cross_entropy_loss_fusion and options.cross_entropy_fusion_impl == "te" \
+                and not options.megatron_core_api:
+            return ["Transformer Engine cross entropy loss fusion is disabled due to stability issues. Use "
+                    "--cross-entropy-fusion-impl native, or omit --cross-entropy-loss-fusion."]
+        return []
+
+
 class DeprecatedRampupBatchSize(WarningRule):
     """--rampup-batch-size is deprecated and ignored: the run uses the full GBS from the first step."""
 

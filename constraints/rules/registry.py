@@ -54,6 +54,7 @@ from parasol.constraints.rules.feature import (
     SPActivationSeqDivisibleByTP,
     SPAutoDisabledWhenTP1,
     SPRequiresTP,
+    TECrossEntropyFusionOff,
     TPCommOverlapRequiresSP,
 )
 from parasol.constraints.rules.fsdp import (
@@ -128,7 +129,8 @@ STAGE_A_ARGUMENTS = (
     TorchFsdp2NoExpertParallel, TorchFsdp2UntiedEmbeddings, Fsdp2Fp8ParamGatherOff, Fp8ParamGatherSharded,
     FsdpOptimizer, HiddenDivisibleByHeads, CPSeqDivisibleBy2CP,
     RecomputeSelectiveNoMethod, SPAutoDisabledWhenTP1, TPCommOverlapRequiresSP, EPRequiresExperts,
-    ExpertsDivisibleByEP, DeterministicMode, OptimizerCpuOffloadPrecisionAware, Fp8ParamGatherCpuOffloadDelayed,
+    ExpertsDivisibleByEP, TECrossEntropyFusionOff, DeterministicMode, OptimizerCpuOffloadPrecisionAware,
+    Fp8ParamGatherCpuOffloadDelayed,
 )
 STAGE_G_GLOBAL_VARS = (DeprecatedRampupBatchSize, GbsDivisibleByMbsDp, NumMicrobatches)
 STAGE_I_PROCESS_GROUPS = (

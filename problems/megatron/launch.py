@@ -328,6 +328,7 @@ def _other_options(c: Context, options: dict) -> None:
     _set(options, "recompute_num_layers", f.integer("--recompute-num-layers"))
     _set(options, "num_distributed_optimizer_instances", f.integer("--num-distributed-optimizer-instances"))
     _set(options, "dsa_kernel_backend", f.choice("--dsa-kernel-backend", ("cudnn", "none", "tilelang")))
+    _set(options, "cross_entropy_fusion_impl", f.choice("--cross-entropy-fusion-impl", ("native", "te")))
     modules = f.words("--offload-modules")
     if modules is not None:
         options["offload_modules"] = modules

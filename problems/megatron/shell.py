@@ -278,6 +278,20 @@ def _command_words(words: list[str], line: int, source: str) -> list[str]:
     return out
 
 
+_PREFIX_ASSIGN = re.compile(r"^[A-Za-z_]\w*=")
+
+
+def _assignments(raw: str, shell: _Shell, line: int, source: str) -> tuple[list[str], list[str]]:
+    """A line that starts with `NAME=value` words: those words and the command after them (`NCCL_DEBUG=INFO
+    torchrun …`: the variables are the command's environment; `TP=2 PP=4` assigns both). A declaration keyword
+    or an array is one assignment, as the shell layer reads it whole."""
+    if re.match(r"^\s*(?:export|local|readonly|declare)\b", raw) or "=(" in raw.split(None, 1)[0]:
+        return [raw], []
+    words = _split(_expand(raw, shell), line, source)
+    assigned = list(itertools.takewhile(_PREFIX_ASSIGN.match, words))
+    return assigned, words[len(assigned):]
+
+
 def launch_command(text: str, source: str = SOURCE) -> Command:
     """Find the Megatron-LM command in a launch line or script and return its flag words."""
     shell = _Shell()
@@ -291,10 +305,12 @@ def launch_command(text: str, source: str = SOURCE) -> Command:
         if not raw.strip() or raw.lstrip().startswith("#"):
             continue
         m = _ASSIGN.match(raw)
-        if m:
-            _assign(m, line, shell, source)
+        assigned, words = _assignments(raw, shell, line, source) if m else ([], [])
+        if m and not words:
+            for each in [_ASSIGN.match(w) for w in assigned] if len(assigned) > 1 else [m]:
+                _assign(each, line, shell, source)
             continue
-        words = _command_words(_split(_expand(raw, shell), line, source), line, source)
+        words = _command_words(words or _split(_expand(raw, shell), line, source), line, source)
         if words and words[0] in _CONTROL | {"[[", "["}:
             control = True
         if _program_index(words) is not None:

@@ -158,7 +158,12 @@ def describe(field: str, old: object, new: object) -> str:
     if field == "gbs":
         return f"{'raise' if int(new) > int(old) else 'lower'} GBS to {new}"
     if field in OPTION_FLAGS:
-        return f"remove {OPTION_FLAGS[field]}" if new is None else f"add {OPTION_FLAGS[field]} {new}"
+        flag = OPTION_FLAGS[field]
+        if new is None:
+            return f"remove {flag}"
+        if old is None or old == MegatronOptions.model_fields[field].default:
+            return f"add {flag} {new}"
+        return f"change {flag} {old} → {new}"
     return f"set {LABEL[field]}={new}"
 
 
@@ -411,7 +416,8 @@ def with_price(problem: Problem, repair: Repair, judged: Evaluation) -> Repair:
 
 
 OPTION_FLAGS = {"recompute_method": "--recompute-method", "recompute_num_layers": "--recompute-num-layers",
-                "moe_token_dispatcher_type": "--moe-token-dispatcher-type"}
+                "moe_token_dispatcher_type": "--moe-token-dispatcher-type",
+                "cross_entropy_fusion_impl": "--cross-entropy-fusion-impl"}
 """Megatron options a repair may set, with their flags."""
 OPTION_TRIALS: tuple[dict[str, object], ...] = (
     {"recompute_method": "uniform", "recompute_num_layers": 1},
@@ -422,9 +428,11 @@ OPTION_TRIALS: tuple[dict[str, object], ...] = (
     {"moe_token_dispatcher_type": "alltoall"},
     {"moe_token_dispatcher_type": "flex"},
     {"moe_token_dispatcher_type": "allgather"},
+    {"cross_entropy_fusion_impl": "native"},
 )
 """Settings tried, in order, against broken settings rules (full recompute needs a method and a layer
-count; selective takes neither; some MoE features need a given dispatcher)."""
+count; selective takes neither; some MoE features need a given dispatcher; the fused
+loss runs on the native kernels)."""
 
 
 def _broken(problem: Problem, mapping: Mapping, options: MegatronOptions) -> set[str]:
