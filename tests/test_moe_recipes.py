@@ -1,0 +1,69 @@
+"""The MoE recipes NVIDIA publishes in Megatron-LM's dev branch (dev@d48bd6be examples/moe_recipes, each with the
+median model TFLOP/s per GPU its README reports), written as their recipe runner launches them
+(tests/data/moe_recipes/). Their dev commit's own code refuses every one of these (the shared Megatron oracle,
+main@d98e8a64 and dev@d48bd6be, torch 2.13.0+cpu, session 60): the fused cross-entropy loss on Transformer Engine's
+kernels (arguments.py:1697-1702), and DeepSeek-V3 BF16 on H100 also its 61 layers on PP 16 (985-998), which comes
+first. On the loss's native kernels, the fix Megatron's message gives, the runs fit, except where an EP64 Hybrid-EP
+group straddles two 72-GPU NVLink domains: those runs are allocated in 64-GPU segments
+(NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64), which a problem states as hardware.topology.gpus_per_nvlink_domain."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from parasol.problems.inputs import explain_inputs
+from parasol.solver.diagnose.explain import explain
+from parasol.solver.diagnose.megatron_verdict import megatron_verdict
+
+RECIPES = Path(__file__).resolve().parent / "data" / "moe_recipes"
+PRESETS = {"h100": "h100-hgx", "b200": "b200-hgx", "b300": "b300-hgx", "gb200": "gb200-nvl72", "gb300": "gb300-nvl72"}
+STRADDLING = {"deepseek_v3__gb300__mxfp8_256GPU_TP1PP4EP64", "qwen3_235b__gb200__mxfp8_128GPU_TP1PP1EP64_partial_cg_overlap",
+              "qwen3_235b__gb200__mxfp8_128GPU_TP1PP1EP64_paged_stash_fullcg_overlap",
+              "qwen3_235b__gb300__mxfp8_128GPU_TP1PP1EP64_paged_stash_full_cg"}
+"""Recipes whose EP64 groups straddle two 72-GPU domains of the NVL72 preset (hybridep-even-domains)."""
+DEV_ONLY = {"deepseek_v3__gb200__mxfp8_256GPU_TP1PP4EP64"}
+"""Recipes with flags only dev's parser has (--chunked-optimizer-state-offload), which parasol does not read."""
+READ = sorted(p.stem for p in RECIPES.glob("*.sh") if p.stem not in DEV_ONLY)
+
+
+def _line(name: str) -> str:
+    return (RECIPES / f"{name}.sh").read_text(encoding="utf-8")
+
+
+def _preset(name: str) -> str:
+    return PRESETS[name.split("__")[1]]
+
+
+def test_every_recipe_is_listed() -> None:
+    """The recipes read here are all but the dev-only one, on every GPU kind the recipes name."""
+    assert len(READ) == 15 and {_preset(n) for n in READ} == set(PRESETS.values())
+
+
+@pytest.mark.parametrize("name", READ)
+def test_recipes_as_published_are_refused_where_megatron_refuses_them(name: str) -> None:
+    """Megatron's first refusal is the first rule parasol breaks at the argument stage."""
+    gpus = int(name.split("GPU")[0].rsplit("_", 1)[1])
+    verdict = megatron_verdict(_line(name), gpus, _preset(name))
+    first = "layers-divisible-by-pp" if name == "deepseek_v3__h100__bf16_1024GPU_TP1PP16EP64" \
+        else "te-cross-entropy-fusion-off"
+    assert verdict.broken[0] == (first, "A")
+    assert ("te-cross-entropy-fusion-off", "A") in verdict.broken
+
+
+@pytest.mark.parametrize("name", READ)
+def test_recipes_on_the_native_loss_kernels_fit(name: str) -> None:
+    """With --cross-entropy-fusion-impl native every recipe fits its GPUs' memory and meets every rule, except
+    the ones whose Hybrid-EP groups straddle NVL72 domains, and DeepSeek-V3 BF16 on H100, whose 61 layers do not
+    split over PP 16 without a layout (and, cut evenly where they would, overflow 80 GB without recompute)."""
+    line = _line(name).replace("--cross-entropy-fusion-impl te", "--cross-entropy-fusion-impl native")
+    inputs = explain_inputs(None, (), (line, str(RECIPES / f"{name}.sh")), hardware=_preset(name))
+    account = explain(inputs.problem, inputs.mapping, repairs=0)
+    broken = {v.rule for v in account.evaluation.violations}
+    if name in STRADDLING:
+        assert broken == {"hybridep-even-domains"}
+    elif name == "deepseek_v3__h100__bf16_1024GPU_TP1PP16EP64":
+        assert broken == {"layers-divisible-by-pp", "memory-fits-hbm"}
+    else:
+        assert broken == set()
