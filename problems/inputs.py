@@ -12,6 +12,7 @@ from parasol.problems.mapping_input import apply_settings, build_mapping, parse_
 from parasol.problems.megatron.context import LaunchWarning
 from parasol.problems.megatron.launch import apply_launch, launch_problem, parse_launch, read_launch_file
 from parasol.problems.megatron.shell import SOURCE
+from parasol.problems.model.catalog import load_model
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ def placed(problem: Problem, mapping: Mapping) -> Problem:
 def explain_inputs(problem_path: str | None, sets: tuple[str, ...], launch: tuple[str, str] | None, *,
                    hardware: str | None = None, gpus: int | None = None,
                    model_name: str | None = None) -> ExplainInputs:
-    """Problem file (+ launch line) + --set, or hardware + launch line alone: what `explain` judges."""
+    """Problem file (+ launch line) + --set, or hardware + launch line alone: what `explain` judges. With --model the
+    catalog model stands in for the problem's: the line's model flags are compared with it, not built."""
     pinned, settings = split_sets(parse_sets(sets))
     if problem_path is not None:
         _no_problem_options(hardware, gpus, model_name)
@@ -73,7 +75,8 @@ def explain_inputs(problem_path: str | None, sets: tuple[str, ...], launch: tupl
                              "`parasol explain --hardware h100-hgx --gpus 8 --megatron-args \"--num-layers 32 …\"`.")
     if gpus is not None and gpus < 1:
         raise InputError("--gpus must be at least 1.", field="--gpus", value=gpus, fix="pass the job's GPU count.")
-    parsed = parse_launch(launch[0], source=launch[1])
+    catalog = load_model(model_name) if model_name is not None else None
+    parsed = parse_launch(launch[0], source=launch[1], model=catalog)
     problem, _, notes = launch_problem(parsed, hardware=hardware, gpus=gpus, model_name=model_name, sets=pinned)
     problem = apply_settings(problem, settings)
     mapping = build_mapping(problem, {**parsed.mapping_fields, **pinned})

@@ -3,7 +3,8 @@ script is enough"): the model, the parallel mapping, the Megatron options and th
 describes, with Megatron-LM's own defaults for what it leaves out.
 
 Defaults and rewrites follow NVIDIA/Megatron-LM main@d98e8a64 (megatron/training/arguments.py,
-megatron/core/transformer/transformer_config.py) and, for the DeepSeek-V4 hybrid pattern, dev@d48bd6be.
+megatron/core/transformer/transformer_config.py) and, for DeepSeek-V4 (its hybrid pattern and its flags, DEV_FLAGS),
+dev@d48bd6be.
 Nothing is executed. The shell layer understands `NAME=value`, arrays `NAME=( … )` / `NAME+=( … )`,
 `$NAME`, `${NAME}`, `${NAME[@]}`, `${NAME:-default}` and integer arithmetic `$(( … ))` (+ - * / %, as bash
 computes them); a variable or expression it cannot resolve is named in an
@@ -369,9 +370,17 @@ CONFIG_ONLY_FLAGS = {
 for these"), which older scripts and parasol's own earlier launch lines carry, with how the field is set instead."""
 
 
-DEV_FLAGS = frozenset({"--cp-partition-mode", "--dynamic-context-parallel", "--sequence-packing-scheduler"})
-"""Flags of the DeepSeek-V4 dev branch's config fields (dev@d48bd6be transformer_config.py:1566-1616) that main's
-parser lacks: a V4 launch line runs on dev."""
+DEV_FLAGS = frozenset({
+    "--cp-partition-mode", "--dynamic-context-parallel", "--sequence-packing-scheduler",
+    "--o-groups", "--o-lora-rank", "--original-max-position-embeddings", "--csa-compress-ratios",
+    "--csa-window-size", "--csa-compress-rotary-base", "--moe-n-hash-layers", "--enable-hyper-connections",
+    "--num-residual-streams", "--use-fused-mhc",
+})
+"""Flags of the DeepSeek-V4 dev branch that main's parser lacks: a V4 launch line runs on dev. dev@d48bd6be
+arguments.py defines --o-groups, --o-lora-rank (4916-4927), --original-max-position-embeddings (4901-4906) and
+--csa-compress-ratios (4961-4974); the others are TransformerConfig fields its ArgumentGroupFactory turns into flags
+(arguments.py:2729-2826; transformer_config.py:1566-1616 the CP ones, 369-377 csa_*, 874 moe_n_hash_layers, 1212-1224
+mHC)."""
 
 NOTED_ELSEWHERE = frozenset({*CONFIG_ONLY_FLAGS, OLDER_VPP_FLAG, OLDER_LINEAR_ATTENTION_FLAG}) | DEV_FLAGS
 """Flags main's parser lacks that are not noted as such by Flags.unparsed: their readers note them (saying what to

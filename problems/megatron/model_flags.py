@@ -37,7 +37,9 @@ MODEL_FLAGS = (
     "--window-attn-skip-freq", "--mamba-num-heads", "--mamba-head-dim", "--mamba-num-groups", "--mamba-state-dim",
     "--experimental-attention-variant", OLDER_LINEAR_ATTENTION_FLAG, "--linear-attention-freq", "--linear-num-key-heads",
     "--linear-num-value-heads", "--linear-key-head-dim", "--linear-value-head-dim", "--linear-conv-kernel-dim",
-    "--moe-latent-size", "--moe-shared-expert-gate",
+    "--moe-latent-size", "--moe-shared-expert-gate", "--o-groups", "--o-lora-rank", "--csa-window-size",
+    "--csa-compress-ratios", "--dsa-indexer-n-heads", "--dsa-indexer-head-dim", "--dsa-indexer-topk",
+    "--moe-n-hash-layers", "--enable-hyper-connections", "--num-residual-streams",
 )
 """Flags that describe the model; with a problem file they are compared with its model, not used."""
 DEFAULT_VOCAB = 50257
@@ -81,9 +83,11 @@ def _vocab(c: Context, tp: int) -> int:
     return -(-vocab // multiple) * multiple
 
 
-def _attention(c: Context, hidden: int, heads: int) -> dict:
-    """GQA/MHA or MLA from the attention flags, with Megatron's defaults."""
+def _attention(c: Context, hidden: int, heads: int, variant: str | None) -> dict:
+    """GQA/MHA, MLA or DeepSeek-V4 hybrid attention from the attention flags, with Megatron's defaults."""
     f = c.flags
+    if variant == DSV4_VARIANT:
+        return _dsv4_attention(c, heads)
     if f.switch("--multi-latent-attention"):
         if f.given("--group-query-attention"):
             c.notes.append("--group-query-attention with --multi-latent-attention: Megatron rejects the "
@@ -111,6 +115,94 @@ def _attention(c: Context, hidden: int, heads: int) -> dict:
     return {"kind": "gqa", "num_heads": heads, "num_kv_heads": kv_heads, "head_dim": head_dim,
             "qk_norm": f.switch("--qk-layernorm"), "bias": not f.given("--disable-bias-linear"),
             "qkv_bias": f.switch("--add-qkv-bias"), **_window(c)}
+
+
+DSV4_VARIANT = "dsv4_hybrid"
+"""--experimental-attention-variant of DeepSeek-V4's hybrid attention (dev@d48bd6be transformer_config.py:307)."""
+DSV4_SOURCE = "Megatron-LM dev@d48bd6be"
+"""The Megatron-LM tree whose V4 flags parasol reads (main has none): the file:line citations of the V4 readers
+below are to it."""
+INDEXER_WHY = "the CSA indexer's shape, which TransformerConfig leaves unset (transformer_config.py:325-332)"
+
+
+def _required(f: Flags, flag: str, why: str) -> int:
+    """A V4 dimension Megatron has no usable default for: its value, or an InputError naming the flag."""
+    value = f.integer(flag)
+    if value is None:
+        raise InputError(f"--experimental-attention-variant {DSV4_VARIANT} needs {flag}: {why}.", field=flag,
+                         expected="a whole number >= 1", fix=f"pass {flag} N (the DeepSeek-V4 configs give it).")
+    return value
+
+
+def _dsv4_head_dim(c: Context) -> int:
+    """The V4 head width: --v-head-dim (default 128, arguments.py:4893), which sizes the queries, the one latent KV
+    head and the output (deepseek_v4_hybrid_attention.py:101-106); --kv-channels is not read there."""
+    f = c.flags
+    head_dim = f.integer("--v-head-dim") or 128
+    kv_channels = f.integer("--kv-channels")
+    if kv_channels is not None and kv_channels != head_dim:
+        c.notes.append(f"--kv-channels {kv_channels} differs from --v-head-dim {head_dim}: Megatron's V4 attention "
+                       f"sizes its heads by --v-head-dim ({DSV4_SOURCE} deepseek_v4_hybrid_attention.py:101-106), "
+                       "and so does parasol")
+    return head_dim
+
+
+def _dsv4_attention(c: Context, heads: int) -> dict:
+    """DeepSeek-V4 hybrid attention from dev@d48bd6be's flags: q_lora_rank and the indexer have no default
+    (arguments.py:4869-4873, transformer_config.py:325-332; the indexer reads them, csa.py:1469-1471); o_groups 8,
+    o_lora_rank 1024 (arguments.py:4916-4927), rope dim 64 (4886-4891), window 128 (transformer_config.py:369)."""
+    f = c.flags
+    if not f.switch("--multi-latent-attention"):
+        c.notes.append(f"--experimental-attention-variant {DSV4_VARIANT} without --multi-latent-attention: Megatron "
+                       f"stops at TransformerConfig ({DSV4_SOURCE} transformer_config.py:1744, 'DSv4 Hybrid requires "
+                       "multi_latent_attention'); parasol built the V4 attention")
+    return {"kind": DSV4_VARIANT, "num_heads": heads, "head_dim": _dsv4_head_dim(c),
+            "q_lora_rank": _required(f, "--q-lora-rank", "the query's low-rank width (no default, arguments.py:4869-4873)"),
+            "o_groups": f.integer("--o-groups") or 8, "o_lora_rank": f.integer("--o-lora-rank") or 1024,
+            "qk_rope_head_dim": f.integer("--qk-pos-emb-head-dim") or 64,
+            "sliding_window": f.integer("--csa-window-size") or 128,
+            "index_n_heads": _required(f, "--dsa-indexer-n-heads", INDEXER_WHY),
+            "index_head_dim": _required(f, "--dsa-indexer-head-dim", INDEXER_WHY),
+            "index_topk": _required(f, "--dsa-indexer-topk", INDEXER_WHY),
+            "compress_ratios": _compress_ratios(f)}
+
+
+def _compress_ratios(f: Flags) -> tuple[int, ...]:
+    """--csa-compress-ratios, a list expression (arguments.py:351-363): one ratio per block, then per MTP block
+    (deepseek_v4_hybrid_attention.py:119-121); Megatron requires it (transformer_config.py:1745)."""
+    text = f.one("--csa-compress-ratios")
+    if text is None:
+        raise InputError(f"--experimental-attention-variant {DSV4_VARIANT} needs --csa-compress-ratios "
+                         f"({DSV4_SOURCE} transformer_config.py:1745, 'csa_compress_ratios must be set').",
+                         field="--csa-compress-ratios", expected="one ratio (0, 4 or 128) per block and MTP block",
+                         fix="pass --csa-compress-ratios such as '([0,0,4]+[128,4]*20+[0])'.")
+    value = ListExpr(text, "--csa-compress-ratios").parse()
+    if isinstance(value, int):
+        raise flag_error("--csa-compress-ratios", text, "a list such as ([0,0,4]+[128,4]*20+[0]), one ratio per block "
+                         "and MTP block (arguments.py:351-363)")
+    return tuple(value)
+
+
+def _check_ratio_count(ratios: tuple[int, ...], layers: int, mtp: int) -> None:
+    """At least one ratio per block and MTP block (transformer_config.py:1746-1756)."""
+    if len(ratios) < layers + mtp:
+        raise InputError(f"csa_compress_ratios length ({len(ratios)}) must be at least num_layers + mtp_num_layers "
+                         f"({layers} + {mtp} = {layers + mtp}) ({DSV4_SOURCE} transformer_config.py:1746-1756).",
+                         field="--csa-compress-ratios", value=len(ratios), expected=f"{layers + mtp} ratios or more",
+                         fix="give one ratio per --num-layers block, then one per --mtp-num-layers block.")
+
+
+def _hc_mult(c: Context) -> int:
+    """mHC residual streams: --num-residual-streams (default 4) under --enable-hyper-connections, else one plain
+    residual (dev@d48bd6be transformer_config.py:1212-1216)."""
+    f = c.flags
+    streams = f.integer("--num-residual-streams") or 4
+    if f.switch("--enable-hyper-connections"):
+        return streams
+    if f.given("--num-residual-streams"):
+        c.notes.append("--num-residual-streams without --enable-hyper-connections: Megatron keeps one residual "
+                       f"stream ({DSV4_SOURCE} transformer_config.py:1212-1216)")
+    return 1
 
 
 def _window(c: Context) -> dict:
@@ -165,11 +257,10 @@ def _attention_variant(c: Context) -> str | None:
     return variant if variant is not None else older
 
 
-def _linear_freq(c: Context) -> int | tuple[int, ...] | None:
+def _linear_freq(c: Context, variant: str | None) -> int | tuple[int, ...] | None:
     """--linear-attention-freq with a gated DeltaNet variant (experimental_attention_variant_module_specs.py:
     459-476); None for other models."""
     f = c.flags
-    variant = _attention_variant(c)
     if variant not in ("gdn", "gated_delta_net"):
         return None
     text = f.one("--linear-attention-freq")
@@ -193,7 +284,8 @@ def _blocks_mlp(c: Context, num_layers: int) -> list[int]:
 
 
 def _moe(c: Context, hidden: int, ffn: int, activation: str, num_layers: int) -> tuple[dict | None, int]:
-    """The MoE section and the number of leading dense blocks."""
+    """The MoE section and the number of leading dense blocks. Blocks numbered up to --moe-n-hash-layers (default 0,
+    dev@d48bd6be transformer_config.py:874) route by token hash (router.py:202-206): the MoE blocks among them."""
     f = c.flags
     experts = f.integer("--num-experts", minimum=0)
     if not experts:
@@ -206,7 +298,9 @@ def _moe(c: Context, hidden: int, ffn: int, activation: str, num_layers: int) ->
            "latent_size": f.integer("--moe-latent-size"),
            "shared_expert_gate": bool(shared) and f.switch("--moe-shared-expert-gate")}
     flag = "--hybrid-layer-pattern" if c.pattern is not None else "--moe-layer-freq"
-    return moe, leading_dense(_blocks_mlp(c, num_layers), flag)
+    first_dense = leading_dense(_blocks_mlp(c, num_layers), flag)
+    moe["num_hash_layers"] = max(0, (f.integer("--moe-n-hash-layers", minimum=0) or 0) - first_dense)
+    return moe, first_dense
 
 
 def _max_positions(c: Context) -> int | None:
@@ -223,8 +317,8 @@ def model_gaps(c: Context) -> str | None:
     """Why the line does not describe a model parasol can build, or None when it does."""
     f = c.flags
     if c.pattern is not None and c.pattern.dsv4:
-        return ("the hybrid pattern uses DeepSeek-V4 attention (C/H/W), whose dimensions (o_groups, "
-                "indexer, mHC) are not launch flags parasol reads")
+        return ("the hybrid pattern uses DeepSeek-V4 attention (C/H/W): parasol builds a V4 model from "
+                f"--experimental-attention-variant {DSV4_VARIANT} with --csa-compress-ratios, not from the pattern")
     needed = [n for n in _REQUIRED_MODEL if not f.given(n) and not (n == "--num-layers" and c.pattern)]
     if len(needed) == len(_REQUIRED_MODEL):
         return "the launch line has no model flags (" + ", ".join(_REQUIRED_MODEL) + ")"
@@ -261,13 +355,17 @@ def model_from_flags(c: Context, tp: int) -> ModelArchitecture | None:
         mtp = c.pattern.mtp_depth
     layer_wise = c.pattern is not None and c.pattern.layers is not None
     dense = moe is None or first_dense or (layer_wise and "-" in (c.pattern.layers or ""))
-    freq = _linear_freq(c)
+    variant = _attention_variant(c)
+    freq = _linear_freq(c, variant)
+    attention = _attention(c, hidden, heads, variant)
+    if variant == DSV4_VARIANT:
+        _check_ratio_count(attention["compress_ratios"], layers, mtp)
     data = {
         "name": "megatron-args",
         "hidden_size": hidden,
         "vocab_size": _vocab(c, tp),
         "num_layers": layers,
-        "attention": _attention(c, hidden, heads),
+        "attention": attention,
         "dense_mlp": {"intermediate_size": ffn, "activation": activation, "bias": bias} if dense else None,
         "moe": moe,
         "first_dense_layers": first_dense,
@@ -277,6 +375,7 @@ def model_from_flags(c: Context, tp: int) -> ModelArchitecture | None:
         "learned_position_embeddings": max_positions if learned and max_positions else 0,
         "mtp_layers": mtp,
         "mtp_repeated": bool(mtp) and f.switch("--mtp-use-repeated-layer"),
+        "hc_mult": _hc_mult(c),
         "max_context": max_positions,
         "notes": "built from a Megatron-LM launch line",
     }
@@ -315,6 +414,10 @@ FIELD_FLAGS = {
     "linear_attention.key_head_dim": "--linear-key-head-dim",
     "linear_attention.value_head_dim": "--linear-value-head-dim",
     "linear_attention.conv_kernel": "--linear-conv-kernel-dim", "moe.latent_size": "--moe-latent-size",
+    "attention.o_groups": "--o-groups", "attention.o_lora_rank": "--o-lora-rank",
+    "attention.index_n_heads": "--dsa-indexer-n-heads", "attention.index_head_dim": "--dsa-indexer-head-dim",
+    "attention.index_topk": "--dsa-indexer-topk", "attention.compress_ratios": "--csa-compress-ratios",
+    "moe.num_hash_layers": "--moe-n-hash-layers", "hc_mult": "--num-residual-streams",
 }
 """The launch flag that sets each architecture field (errors name the flag the user wrote)."""
 
@@ -343,11 +446,7 @@ def compare_reference(c: Context) -> None:
         "--moe-router-topk": ref.moe.top_k if ref.moe else None,
         "--mtp-num-layers": ref.mtp_layers,
     }
-    for flag, expected in checks.items():
-        value = f.integer(flag, minimum=0) if f.given(flag) else None
-        if value is not None and expected is not None and value != expected:
-            c.notes.append(f"{flag} {value} differs from the problem's model ({ref.name}: {expected}); "
-                           "the problem's model is used")
+    _note_differences(c, checks)
     freq = f.one("--moe-layer-freq")
     if freq is not None and ref.moe is not None and c.pattern is None:
         pattern = moe_pattern(parse_layer_freq(freq), ref.num_layers)
@@ -362,3 +461,45 @@ def compare_reference(c: Context) -> None:
         if c.pattern.dsv4 and tuple(c.pattern.ratios) != ratios:
             c.notes.append("--hybrid-layer-pattern's C/H/W sequence differs from the problem model's "
                            "compress ratios; the problem's model is used")
+    _compare_dsv4(c)
+
+
+def _note_differences(c: Context, checks: dict[str, int | None]) -> None:
+    """A note for each given whole-number flag whose value differs from the problem's model's."""
+    ref, f = c.reference, c.flags
+    assert ref is not None
+    for flag, expected in checks.items():
+        value = f.integer(flag, minimum=0) if f.given(flag) else None
+        if value is not None and expected is not None and value != expected:
+            c.notes.append(f"{flag} {value} differs from the problem's model ({ref.name}: {expected}); "
+                           "the problem's model is used")
+
+
+def _compare_dsv4(c: Context) -> None:
+    """The V4 flags of a dsv4_hybrid line against the problem's model (read as _dsv4_attention reads them)."""
+    ref, f = c.reference, c.flags
+    assert ref is not None
+    if f.one("--experimental-attention-variant") != DSV4_VARIANT:
+        return
+    att = ref.attention
+    if not isinstance(att, DSV4Attention):
+        c.notes.append(f"--experimental-attention-variant {DSV4_VARIANT} differs from the problem's model "
+                       f"({ref.name}: {att.kind} attention); the problem's model is used")
+        return
+    moe = ref.moe
+    _note_differences(c, {
+        "--v-head-dim": att.head_dim, "--q-lora-rank": att.q_lora_rank, "--o-groups": att.o_groups,
+        "--o-lora-rank": att.o_lora_rank, "--qk-pos-emb-head-dim": att.qk_rope_head_dim,
+        "--csa-window-size": att.sliding_window, "--dsa-indexer-n-heads": att.index_n_heads,
+        "--dsa-indexer-head-dim": att.index_head_dim, "--dsa-indexer-topk": att.index_topk,
+        "--moe-n-hash-layers": moe.num_hash_layers + ref.first_dense_layers if moe and moe.num_hash_layers else 0,
+    })
+    streams = _hc_mult(c)
+    if streams != ref.hc_mult:
+        c.notes.append(f"mHC with {streams} residual stream(s) (--enable-hyper-connections, --num-residual-streams) "
+                       f"differs from the problem's model ({ref.name}: hc_mult {ref.hc_mult}); the problem's model is used")
+    if f.given("--csa-compress-ratios"):
+        blocks = ref.num_layers + ref.mtp_layers
+        if _compress_ratios(f)[:blocks] != att.compress_ratios[:blocks]:
+            c.notes.append(f"--csa-compress-ratios differs from the problem model's compress ratios ({ref.name}); the "
+                           "problem's model is used")
