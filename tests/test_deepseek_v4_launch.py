@@ -1,7 +1,8 @@
-"""NVIDIA's DeepSeek-V4 MoE recipes (Megatron-LM dev@d48bd6be examples/moe_recipes/, copied into tests/data/) read as
-launch lines: the V4 model is built from the dev branch's flags (--experimental-attention-variant dsv4_hybrid,
---o-groups, --csa-compress-ratios, --moe-n-hash-layers, --enable-hyper-connections, …) with the catalog's shapes, and
-explain gives both recipes a verdict, with the model built or with --model (the flags then compared)."""
+"""NVIDIA's DeepSeek-V4 MoE recipes (Megatron-LM dev@d48bd6be examples/moe_recipes/, copied into
+tests/data/moe_recipes/) read as launch lines: the V4 model is built from the dev branch's flags
+(--experimental-attention-variant dsv4_hybrid, --o-groups, --csa-compress-ratios, --moe-n-hash-layers,
+--enable-hyper-connections, …) with the catalog's shapes, and explain gives both recipes a verdict, with the model
+built or with --model (the flags then compared)."""
 
 from __future__ import annotations
 
@@ -19,14 +20,12 @@ from parasol.problems.model.catalog import load_model
 from parasol.problems.model.params import model_params
 from parasol.solver.cli import main
 
-DATA = Path(__file__).resolve().parent / "data"
+DATA = Path(__file__).resolve().parent / "data" / "moe_recipes"
 FLASH = DATA / "deepseek_v4_flash__gb200__mxfp8_SL4K_128GPU_TP1PP1EP64.line"
 PRO = DATA / "deepseek_v4_pro__gb300__mxfp8_SL4K_256GPU_TP1PP4EP64.line"
 RECIPES = {"deepseek-v4-flash": (FLASH, "gb200-nvl72", 128), "deepseek-v4-pro": (PRO, "gb300-nvl72", 256)}
 TOTALS = {"deepseek-v4-flash": (284_332_240_471, 6_610_048_891), "deepseek-v4-pro": (1_572_997_201_763, 25_840_145_979)}
 """Main-model and MTP parameters of the catalog files (their header comments; reference/model-specs.yaml)."""
-DEEPSEEK_VOCAB = " --vocab-size 129280"
-"""DeepSeek-V3's tokenizer (the recipes' unsloth/DeepSeek-V3), which a launch line names but does not size."""
 
 
 def command(path: Path) -> str:
@@ -37,7 +36,7 @@ def command(path: Path) -> str:
 @pytest.mark.parametrize("name", sorted(RECIPES))
 def test_recipe_flags_build_the_catalog_model(name: str) -> None:
     """The dev flags give the catalog's V4 shapes: attention, per-block ratios, hash layers, mHC and parameters."""
-    built = parse_launch(command(RECIPES[name][0]) + DEEPSEEK_VOCAB).model
+    built = parse_launch(command(RECIPES[name][0])).model
     catalog = load_model(name)
     assert built is not None and isinstance(built.attention, DSV4Attention)
     assert built.attention == catalog.attention
@@ -47,12 +46,17 @@ def test_recipe_flags_build_the_catalog_model(name: str) -> None:
     assert params == model_params(catalog) and (params.total, params.mtp) == TOTALS[name]
 
 
-def test_the_tokenizer_vocabulary_is_assumed_as_for_any_line() -> None:
-    """Without --vocab-size the GPT-2 vocabulary is assumed and warned about (build_tokenizer.py:133-152), padded to
-    --make-vocab-size-divisible-by 3232: 16 × 3232."""
+def test_the_tokenizer_names_the_vocabulary() -> None:
+    """The recipes' HuggingFace tokenizer unsloth/DeepSeek-V3 is the catalog's deepseek-v3: its 129,280 tokens
+    (40 × --make-vocab-size-divisible-by 3232), noted, not warned about; another tokenizer keeps the GPT-2
+    vocabulary and the warning (build_tokenizer.py:133-152): 16 × 3232."""
     parsed = parse_launch(command(FLASH))
-    assert parsed.model is not None and parsed.model.vocab_size == 51_712
-    assert [w.flag for w in parsed.warnings] == ["--vocab-size"]
+    assert parsed.model is not None and parsed.model.vocab_size == 129_280 and parsed.warnings == ()
+    assert any(n.startswith("--tokenizer-model unsloth/DeepSeek-V3: the vocabulary of the catalog's deepseek-v3")
+               for n in parsed.notes)
+    other = parse_launch(command(FLASH).replace("unsloth/DeepSeek-V3", "my-org/my-tokenizer"))
+    assert other.model is not None and other.model.vocab_size == 51_712
+    assert [w.flag for w in other.warnings] == ["--vocab-size"]
 
 
 def verdict(name: str, *extra: str) -> tuple[int, str]:

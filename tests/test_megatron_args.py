@@ -17,6 +17,7 @@ from parasol.problems.inputs import ExplainInputs, explain_inputs
 from parasol.problems.loader import load_problem
 from parasol.problems.megatron.launch import apply_launch, launch_problem, parse_launch
 from parasol.problems.megatron.patterns import moe_pattern, parse_hybrid_pattern, parse_layer_freq
+from parasol.problems.megatron.shell import launch_command
 from parasol.problems.model.catalog import load_model
 from parasol.problems.model.params import model_params
 from parasol.solver.cli import main
@@ -344,6 +345,17 @@ def test_variables_before_the_command_are_its_environment() -> None:
     assert parsed.mapping_fields == {"tp": 2, "pp": 4}
     assert parsed.launcher_gpus == 4
     assert parse_launch("NVTE_FUSED_ATTN=1 --tensor-model-parallel-size 8").mapping_fields == {"tp": 8}
+
+
+def test_the_command_environment_is_the_exported_variables_and_its_prefix() -> None:
+    """`export A=1 B=2` assigns and exports both, `export NAME` exports an assigned one, a plain assignment is
+    not exported, and the command's own prefix wins (what Hybrid-EP's NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN
+    is read from)."""
+    text = ("export A=1 B=2\nC=3\nD=4\nexport D\nB=5 E=6 torchrun --nproc_per_node $A pretrain_gpt.py "
+            "--tensor-model-parallel-size $C\n")
+    command = launch_command(text)
+    assert dict(command.environment) == {"A": "1", "B": "5", "D": "4", "E": "6"}
+    assert command.launcher == ("torchrun", "--nproc_per_node", "1") and command.words[-1] == "3"
 
 
 @pytest.mark.parametrize("launcher, gpus, per_node", [

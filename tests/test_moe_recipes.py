@@ -4,8 +4,9 @@ median model TFLOP/s per GPU its README reports), written as their recipe runner
 main@d98e8a64 and dev@d48bd6be, torch 2.13.0+cpu, session 60): the fused cross-entropy loss on Transformer Engine's
 kernels (arguments.py:1697-1702), and DeepSeek-V3 BF16 on H100 also its 61 layers on PP 16 (985-998), which comes
 first. On the loss's native kernels, the fix Megatron's message gives, the runs fit, except where an EP64 Hybrid-EP
-group straddles two 72-GPU NVLink domains: those runs are allocated in 64-GPU segments
-(NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64), which a problem states as hardware.topology.gpus_per_nvlink_domain."""
+group straddles two 72-GPU NVLink domains: the recipes that export NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64 are
+judged on the 64-GPU segments it implies; the one that does not is refused until its problem says so
+(hardware.topology.gpus_per_nvlink_domain: 64)."""
 
 from __future__ import annotations
 
@@ -13,16 +14,17 @@ from pathlib import Path
 
 import pytest
 
+from parasol.errors import InputError
 from parasol.problems.inputs import explain_inputs
 from parasol.solver.diagnose.explain import explain
 from parasol.solver.diagnose.megatron_verdict import megatron_verdict
 
 RECIPES = Path(__file__).resolve().parent / "data" / "moe_recipes"
 PRESETS = {"h100": "h100-hgx", "b200": "b200-hgx", "b300": "b300-hgx", "gb200": "gb200-nvl72", "gb300": "gb300-nvl72"}
-STRADDLING = {"deepseek_v3__gb300__mxfp8_256GPU_TP1PP4EP64", "qwen3_235b__gb200__mxfp8_128GPU_TP1PP1EP64_partial_cg_overlap",
-              "qwen3_235b__gb200__mxfp8_128GPU_TP1PP1EP64_paged_stash_fullcg_overlap",
-              "qwen3_235b__gb300__mxfp8_128GPU_TP1PP1EP64_paged_stash_full_cg"}
-"""Recipes whose EP64 groups straddle two 72-GPU domains of the NVL72 preset (hybridep-even-domains)."""
+STRADDLING = {"qwen3_235b__gb300__mxfp8_128GPU_TP1PP1EP64_paged_stash_full_cg"}
+"""The recipe whose EP64 groups straddle two 72-GPU NVL72 domains (hybridep-even-domains): it does not export
+NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64, as the other EP64 Hybrid-EP recipes do (those are judged on the 64-GPU
+segments it implies)."""
 DEV_ONLY = {"deepseek_v3__gb200__mxfp8_256GPU_TP1PP4EP64"}
 """Recipes with flags only dev's parser has (--chunked-optimizer-state-offload), which parasol does not read."""
 READ = sorted(p.stem for p in RECIPES.glob("*.sh") if p.stem not in DEV_ONLY)
@@ -55,7 +57,7 @@ def test_recipes_as_published_are_refused_where_megatron_refuses_them(name: str)
 @pytest.mark.parametrize("name", READ)
 def test_recipes_on_the_native_loss_kernels_fit(name: str) -> None:
     """With --cross-entropy-fusion-impl native every recipe fits its GPUs' memory and meets every rule, except
-    the ones whose Hybrid-EP groups straddle NVL72 domains, and DeepSeek-V3 BF16 on H100, whose 61 layers do not
+    the one whose Hybrid-EP groups straddle NVL72 domains, and DeepSeek-V3 BF16 on H100, whose 61 layers do not
     split over PP 16 without a layout (and, cut evenly where they would, overflow 80 GB without recompute)."""
     line = _line(name).replace("--cross-entropy-fusion-impl te", "--cross-entropy-fusion-impl native")
     inputs = explain_inputs(None, (), (line, str(RECIPES / f"{name}.sh")), hardware=_preset(name))
@@ -67,3 +69,26 @@ def test_recipes_on_the_native_loss_kernels_fit(name: str) -> None:
         assert broken == {"layers-divisible-by-pp", "memory-fits-hbm"}
     else:
         assert broken == set()
+
+
+def test_hybridep_ranks_per_domain_sets_the_job_domain() -> None:
+    """NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64 (exported, or written before the command) with the Hybrid-EP
+    backend: the job runs on 64-GPU segments of the NVL72 domains, noted; above the domain it is an error; without
+    Hybrid-EP it changes nothing."""
+    name = "qwen3_235b__gb200__mxfp8_128GPU_TP1PP1EP64_partial_cg_overlap"
+    line = _line(name)
+    segmented = explain_inputs(None, (), (line, name), hardware="gb200-nvl72")
+    assert segmented.problem.hardware.topology.gpus_per_nvlink_domain == 64
+    assert any(n.startswith("NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64: Hybrid-EP takes 64 consecutive ranks")
+               for n in segmented.notes)
+    unset = line.replace("export NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64\n", "")
+    assert explain_inputs(None, (), (unset, name), hardware="gb200-nvl72").problem.hardware.topology \
+        .gpus_per_nvlink_domain == 72
+    inline = unset.replace("torchrun", "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64 torchrun")
+    assert explain_inputs(None, (), (inline, name), hardware="gb200-nvl72").problem.hardware.topology \
+        .gpus_per_nvlink_domain == 64
+    alltoall = line.replace("--moe-token-dispatcher-type flex", "--moe-token-dispatcher-type alltoall")
+    assert explain_inputs(None, (), (alltoall, name), hardware="gb200-nvl72").problem.hardware.topology \
+        .gpus_per_nvlink_domain == 72
+    with pytest.raises(InputError, match="NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64 is more ranks"):
+        explain_inputs(None, (), (line, name), hardware="b200-hgx")

@@ -117,10 +117,12 @@ def mapping_consts(facts: Facts) -> dict[str, int]:
 
 
 def _dsv4_consts(problem: Problem) -> dict[str, int]:
-    """The numbers the DeepSeek-V4 pack reads beyond the flags above: the GPU's SM (0 when unknown),
-    D_window and the output-projection grouping."""
-    consts = {"gpu_sm": compute_capability(problem.hardware.gpu.name) or 0}
+    """The numbers the DeepSeek-V4 pack reads beyond the flags above: the GPU's SM (0 when unknown), whether the
+    model runs on Megatron-LM's dev branch (a DeepSeek-V4 model: main has no V4 attention), D_window and the
+    output-projection grouping."""
     att = problem.model.attention
+    consts = {"gpu_sm": compute_capability(problem.hardware.gpu.name) or 0,
+              "runs_on_dev": int(isinstance(att, DSV4Attention))}
     if isinstance(att, DSV4Attention):
         consts |= {"dsv4_window_rows": window_rows(att), "dsv4_o_width": att.num_heads * att.head_dim,
                    "dsv4_o_groups": att.o_groups}

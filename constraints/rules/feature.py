@@ -406,12 +406,20 @@ class RecomputeModulePrereqs(SettingsRule):
         return out
 
 
+MHC_OFFLOAD_CONFLICTS_ON_DEV = ("attn_norm", "mlp_norm")
+"""The offloaded modules mHC recompute refuses on Megatron-LM dev@d48bd6be: its checkpoints wrap the norms, whose
+offload chunks are not yet set up when the replay starts (transformer_config.py:2314-2335); main refuses any
+fine-grained offloading with it."""
+
+
 class MhcRecomputeModule(SettingsRule):
-    """Recomputing 'mhc' needs mHC connections (hc_mult > 1), excludes 'mlp' and fine-grained offloading."""
+    """Recomputing 'mhc' needs mHC connections (hc_mult > 1) and excludes 'mlp'; main refuses it with any
+    fine-grained offloading, the dev branch a DeepSeek-V4 model runs on only with the norms offloaded
+    (dev@d48bd6be transformer_config.py:2294-2335)."""
 
     id = "mhc-recompute-module"
-    citation = Citation(f"{CONFIG}:2027-2051", MegatronStage.config)
-    summary = "selective 'mhc' -> mHC model, no 'mlp' module, no activation offloading"
+    citation = Citation(f"{CONFIG}:2027-2051; dev@d48bd6be transformer_config.py:2294-2335", MegatronStage.config)
+    summary = "selective 'mhc' -> mHC model, no 'mlp' module, no activation offloading (on dev: of the norms)"
     reads_recompute = True
 
     def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
@@ -422,8 +430,11 @@ class MhcRecomputeModule(SettingsRule):
             out.append("'mhc' in recompute_modules requires enable_mhc_connections=True.")
         if consts["recompute_mlp"]:
             out.append("'mhc' and 'mlp' in recompute_modules cannot be used together.")
-        if options.offload_modules:
+        if not consts["runs_on_dev"] and options.offload_modules:
             out.append("'mhc' recompute cannot be combined with fine-grained activation offloading.")
+        conflicting = [m for m in MHC_OFFLOAD_CONFLICTS_ON_DEV if m in (options.offload_modules or ())]
+        if consts["runs_on_dev"] and conflicting:
+            out.append(f"'mhc' in recompute_modules is incompatible with offload_modules {conflicting}.")
         return out
 
 

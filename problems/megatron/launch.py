@@ -23,6 +23,8 @@ from pydantic import ValidationError
 
 from parasol.errors import InputError
 from parasol.files import read_input_text
+from parasol.hardware.presets import load_preset
+from parasol.hardware.topology import ClusterTopology
 from parasol.problems.derived import interleaved_even_layout
 from parasol.problems.loader import Problem, problem_from_parts
 from parasol.problems.mapping import Mapping
@@ -72,6 +74,8 @@ class ParsedLaunch:
     whole: bool = False
     """Whether the line names its model (--num-layers): a whole launch line, whose on/off switches Megatron runs
     off when absent, rather than a fragment of parallel flags to join to one (seed 000's configuration A)."""
+    hybridep_ranks: int | None = None
+    """HYBRIDEP_DOMAIN_VARIABLE in the command's environment: the ranks Hybrid-EP takes as one NVLink domain."""
 
 
 DEGREE_FLAGS = {
@@ -623,7 +627,53 @@ def parse_launch(text: str, *, source: str = SOURCE, model: ModelArchitecture | 
         notes=(*c.notes, *refused, *f.unused()), warnings=tuple(c.warnings),
         launcher_gpus=None if ranks is None else ranks[0], launcher_ranks_per_node=None if ranks is None else ranks[1],
         deepseek_v4=bool(c.pattern and c.pattern.dsv4), model_unavailable=gaps, whole=f.given("--num-layers"),
+        hybridep_ranks=_hybridep_ranks(dict(command.environment)),
     )
+
+
+HYBRIDEP_DOMAIN_VARIABLE = "NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"
+HYBRIDEP_BUFFER = "DeepEP hybrid-ep@94a9f8f deep_ep/hybrid_ep_buffer.py"
+
+
+def _hybridep_ranks(environment: dict[str, str]) -> int | None:
+    """HYBRIDEP_DOMAIN_VARIABLE: Hybrid-EP takes that many consecutive ranks of its group as one NVLink domain
+    instead of the ranks it detects (hybrid_ep_buffer.py:61-73); None when the command does not set it."""
+    text = environment.get(HYBRIDEP_DOMAIN_VARIABLE)
+    if text is None:
+        return None
+    if not text.strip().isdigit() or int(text) < 1:
+        raise InputError(f"{HYBRIDEP_DOMAIN_VARIABLE} must be a whole number of ranks.", field=HYBRIDEP_DOMAIN_VARIABLE,
+                         value=text, expected="a whole number >= 1 (Hybrid-EP reads it with int(), "
+                                              f"{HYBRIDEP_BUFFER}:63-65)",
+                         fix=f"set {HYBRIDEP_DOMAIN_VARIABLE} to the GPUs of one NVLink domain, or unset it.")
+    return int(text)
+
+
+def hybridep_domain(parsed: ParsedLaunch, options: MegatronOptions, topology: ClusterTopology,
+                    notes: list[str]) -> int | None:
+    """The NVLink domain a job runs on when its launch line sets HYBRIDEP_DOMAIN_VARIABLE to K below the
+    hardware's domain under the Hybrid-EP backend: K consecutive ranks then talk over NVLink as one domain, which
+    holds only on an allocation in K-GPU segments of the larger domains (Slurm --segment; NVIDIA's GB200 recipes
+    set 64 on NVL72), so the job is judged on K-GPU domains (noted). None when the line leaves the domain as it
+    is; a K above the domain is an error, since Hybrid-EP would map ranks it cannot reach as one domain."""
+    k, domain = parsed.hybridep_ranks, topology.gpus_per_nvlink_domain
+    if k is None or k == domain or not (options.moe_token_dispatcher_type == "flex"
+                                        and options.moe_flex_dispatcher_backend == "hybridep"):
+        return None
+    if k > domain:
+        raise InputError(f"{HYBRIDEP_DOMAIN_VARIABLE}={k} is more ranks than an NVLink domain of the hardware holds "
+                         f"({domain} GPUs): Hybrid-EP would take ranks it cannot reach over NVLink as one domain "
+                         f"({HYBRIDEP_BUFFER}:61-83).", field=HYBRIDEP_DOMAIN_VARIABLE, value=k,
+                         expected=f"at most {domain}", fix=f"set it to {domain} or less, or unset it (Hybrid-EP then "
+                                                          "detects the ranks it reaches).")
+    if k % topology.gpus_per_node:
+        notes.append(f"{HYBRIDEP_DOMAIN_VARIABLE}={k}: Hybrid-EP takes {k} ranks as one NVLink domain, fewer than a "
+                     f"node's {topology.gpus_per_node} GPUs; parasol judges its groups on the {domain}-GPU domains")
+        return None
+    notes.append(f"{HYBRIDEP_DOMAIN_VARIABLE}={k}: Hybrid-EP takes {k} consecutive ranks as one NVLink domain "
+                 f"({HYBRIDEP_BUFFER}:61-83), which holds on {k}-GPU segments of the {domain}-GPU domains (Slurm "
+                 f"--segment): judged on {k}-GPU NVLink domains (hardware.topology.gpus_per_nvlink_domain: {k})")
+    return k
 
 
 def read_launch_file(path: str | Path) -> str:
@@ -816,6 +866,9 @@ def launch_problem(parsed: ParsedLaunch, *, hardware: str, gpus: int | None = No
     if parsed.deepseek_v4 or isinstance(model.attention, DSV4Attention):
         packs.append("deepseek-v4")
     node = {"ranks_per_node": parsed.launcher_ranks_per_node} if parsed.launcher_gpus == count else {}
+    domain = hybridep_domain(parsed, options, load_preset(hardware).topology, notes)
+    if domain is not None:
+        node["topology"] = {"gpus_per_nvlink_domain": domain}
     sections = {"training": training, "hardware": {"preset": hardware, "gpus": count, **node},
                 "framework": {"rule_packs": packs, "options": options.model_dump()}}
     problem = problem_from_parts(model, sections, source=SOURCE)

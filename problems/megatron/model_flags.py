@@ -14,6 +14,7 @@ from parasol.problems.model.architecture import (
     ModelArchitecture,
     architecture_from_dict,
 )
+from parasol.problems.model.catalog import catalog_name, load_model
 
 ARGS = "Megatron-LM megatron/training/arguments.py"
 CONFIG = "Megatron-LM megatron/core/transformer/transformer_config.py"
@@ -73,7 +74,11 @@ def _vocab(c: Context, tp: int) -> int:
     divisible = f.integer("--make-vocab-size-divisible-by") or 128
     vocab = f.integer("--vocab-size")
     if vocab is None:
+        vocab = _tokenizer_vocab(c)
+    if vocab is None:
         vocab = DEFAULT_VOCAB
+    elif not f.given("--vocab-size"):
+        return -(-vocab // (divisible * tp)) * (divisible * tp)
     if not f.given("--vocab-size") and c.reference is None:
         c.warnings.append(LaunchWarning(
             "--vocab-size", f"no --padded-vocab-size or --vocab-size: assumed the GPT-2 BPE vocabulary "
@@ -81,6 +86,28 @@ def _vocab(c: Context, tp: int) -> int:
             "Megatron-LM megatron/core/tokenizers/utils/build_tokenizer.py:133-152", MegatronStage.not_megatron))
     multiple = divisible * tp
     return -(-vocab // multiple) * multiple
+
+
+HF_TOKENIZER = "HuggingFaceTokenizer"
+"""The --tokenizer-type that loads --tokenizer-model from the HuggingFace hub (build_tokenizer.py)."""
+
+
+def _tokenizer_vocab(c: Context) -> int | None:
+    """The vocabulary of a HuggingFace tokenizer that names a catalog model (catalog.catalog_name: `unsloth/DeepSeek-V3`,
+    `Qwen/Qwen3-235B-A22B`): the model's vocab_size (its config.json, the embedding's rows), noted. Megatron pads the
+    tokenizer's own count, len(tokenizer) (huggingface_tokenizer.py:343-345), which is at most that, so the padded
+    vocabulary is the same or one multiple less (build_tokenizer.py:133-146): never under. None for other tokenizers."""
+    f = c.flags
+    name = f.one("--tokenizer-model")
+    if f.one("--tokenizer-type") != HF_TOKENIZER or name is None:
+        return None
+    known = catalog_name(name)
+    if known is None:
+        return None
+    vocab = load_model(known).vocab_size
+    c.notes.append(f"--tokenizer-model {name}: the vocabulary of the catalog's {known} ({vocab:,} tokens, its "
+                   "config.json vocab_size), padded as Megatron pads the tokenizer's own count, which is at most that")
+    return vocab
 
 
 def _attention(c: Context, hidden: int, heads: int, variant: str | None) -> dict:

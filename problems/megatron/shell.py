@@ -58,6 +58,12 @@ class _Shell:
 
     scalars: dict[str, str] = dataclasses.field(default_factory=dict)
     arrays: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    exported: set[str] = dataclasses.field(default_factory=set)
+    """Names `export` gave the environment of the commands after it."""
+
+    def environment(self) -> dict[str, str]:
+        """The exported scalar variables as they stand."""
+        return {name: self.scalars[name] for name in sorted(self.exported) if name in self.scalars}
 
     def array_words(self, name: str) -> str:
         """`${NAME[@]}` as shell text: a `--flag value` element splits into words, others stay whole."""
@@ -228,13 +234,16 @@ def _assign(m: re.Match[str], line: int, shell: _Shell, source: str) -> None:
 @dataclass(frozen=True)
 class Command:
     """The training command's flag words, the launcher's words before the program, script notes, the program
-    (`….py`; None for flags alone) and the script's `#SBATCH` options (the allocation srun starts its tasks in)."""
+    (`….py`; None for flags alone), the script's `#SBATCH` options (the allocation srun starts its tasks in) and the
+    command's environment."""
 
     words: tuple[str, ...]
     launcher: tuple[str, ...]
     notes: tuple[str, ...]
     program: str | None = None
     allocation: tuple[str, ...] = ()
+    environment: tuple[tuple[str, str], ...] = ()
+    """The variables the command runs with: the script's exported ones and those written before it."""
 
     @property
     def ranks(self) -> tuple[int, int | None] | None:
@@ -279,24 +288,45 @@ def _command_words(words: list[str], line: int, source: str) -> list[str]:
 
 
 _PREFIX_ASSIGN = re.compile(r"^[A-Za-z_]\w*=")
+_KEYWORD = re.compile(r"^\s*(export|local|readonly|declare)\b")
 
 
-def _assignments(raw: str, shell: _Shell, line: int, source: str) -> tuple[list[str], list[str]]:
-    """A line that starts with `NAME=value` words: those words and the command after them (`NCCL_DEBUG=INFO
-    torchrun …`: the variables are the command's environment; `TP=2 PP=4` assigns both). A declaration keyword
-    or an array is one assignment, as the shell layer reads it whole."""
-    if re.match(r"^\s*(?:export|local|readonly|declare)\b", raw) or "=(" in raw.split(None, 1)[0]:
-        return [raw], []
+def _assignment_line(raw: str, shell: _Shell, line: int, source: str) -> tuple[list[str], dict[str, str]]:
+    """Read a line that starts with an assignment into `shell`: none of its words are a command ([]), or the
+    command after leading `NAME=value` words and those variables, its environment (`NCCL_DEBUG=INFO torchrun …`;
+    `TP=2 PP=4` assigns both). `export A=1 B=2` assigns and exports each, `export NAME` exports NAME; an array or
+    another declaration keyword is one assignment, read whole."""
+    keyword = _KEYWORD.match(raw)
+    if "=(" in raw or (keyword and keyword.group(1) != "export"):
+        m = _ASSIGN.match(raw)
+        assert m is not None
+        _assign(m, line, shell, source)
+        if keyword and keyword.group(1) == "export":
+            shell.exported.add(m.group(1))
+        return [], {}
     words = _split(_expand(raw, shell), line, source)
+    if keyword:
+        for word in words[1:]:
+            m = _ASSIGN.match(word)
+            if m is not None:
+                _assign(m, line, shell, source)
+            shell.exported.add(m.group(1) if m is not None else word)
+        return [], {}
     assigned = list(itertools.takewhile(_PREFIX_ASSIGN.match, words))
-    return assigned, words[len(assigned):]
+    if len(assigned) == len(words):
+        for each in [_ASSIGN.match(w) for w in assigned] if len(assigned) > 1 else [_ASSIGN.match(raw)]:
+            assert each is not None
+            _assign(each, line, shell, source)
+        return [], {}
+    return words[len(assigned):], dict(w.split("=", 1) for w in assigned)
 
 
 def launch_command(text: str, source: str = SOURCE) -> Command:
     """Find the Megatron-LM command in a launch line or script and return its flag words."""
     shell = _Shell()
-    candidates: list[tuple[int, list[str]]] = []
+    candidates: list[tuple[int, list[str], dict[str, str]]] = []
     loose: list[list[str]] = []
+    loose_environment: dict[str, str] = {}
     allocation: list[str] = []
     control = False
     for line, raw in _logical_lines(text):
@@ -304,29 +334,31 @@ def launch_command(text: str, source: str = SOURCE) -> Command:
             allocation.extend(itertools.takewhile(lambda w: not w.startswith("#"), raw.split()[1:]))
         if not raw.strip() or raw.lstrip().startswith("#"):
             continue
-        m = _ASSIGN.match(raw)
-        assigned, words = _assignments(raw, shell, line, source) if m else ([], [])
-        if m and not words:
-            for each in [_ASSIGN.match(w) for w in assigned] if len(assigned) > 1 else [m]:
-                _assign(each, line, shell, source)
-            continue
-        words = _command_words(words or _split(_expand(raw, shell), line, source), line, source)
+        prefix: dict[str, str] = {}
+        if _ASSIGN.match(raw) or _KEYWORD.match(raw):
+            words, prefix = _assignment_line(raw, shell, line, source)
+            if not words:
+                continue
+        else:
+            words = _split(_expand(raw, shell), line, source)
+        words = _command_words(words, line, source)
         if words and words[0] in _CONTROL | {"[[", "["}:
             control = True
         if _program_index(words) is not None:
-            candidates.append((line, words))
+            candidates.append((line, words, shell.environment() | prefix))
         elif words and words[0] not in _CONTROL | {"[[", "["}:
             loose.append(words)
+            loose_environment |= shell.environment() | prefix
     notes = ["the script has shell conditionals or loops; parasol read every branch in order"] if control else []
     if candidates:
         if len(candidates) > 1:
             notes.append(f"{len(candidates)} training commands found; read the last one "
                          f"(line {candidates[-1][0]})")
-        words = candidates[-1][1]
+        _, words, environment = candidates[-1]
         at = _program_index(words)
         assert at is not None
         return Command(tuple(_until_operator(words[at + 1:])), tuple(words[:at]), tuple(notes), words[at],
-                       tuple(allocation))
+                       tuple(allocation), tuple(environment.items()))
     words = [w for ws in loose for w in ws]
     if not words or not words[0].startswith("--"):
         raise InputError(
@@ -335,7 +367,7 @@ def launch_command(text: str, source: str = SOURCE) -> Command:
             expected="`torchrun … pretrain_gpt.py --flag value …`, or flags alone starting with `--`",
             fix="pass the command that starts training, or just its `--flag value` part.", file=source,
         )
-    return Command(tuple(words), (), tuple(notes))
+    return Command(tuple(words), (), tuple(notes), environment=tuple(loose_environment.items()))
 
 
 _SBATCH = "#SBATCH"

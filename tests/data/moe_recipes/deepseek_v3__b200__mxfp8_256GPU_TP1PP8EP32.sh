@@ -1,8 +1,8 @@
 #!/bin/bash
 # NVIDIA/Megatron-LM dev@d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1 examples/moe_recipes/deepseek_v3/b200/mxfp8_256GPU_TP1PP8EP32.yaml:
 # its ENV_VARS exported and its ARGS as Megatron's recipe runner passes them (key -> --key-with-dashes,
-# true -> the switch, false dropped, lists and blank-separated strings as several words); its tokenizer, paths,
-# logging and evaluation flags are left out.
+# true -> the switch, false dropped, lists and blank-separated strings as several words); paths, logging and
+# evaluation flags are left out.
 export NVTE_ALLOW_NONDETERMINISTIC_ALGO=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 export NCCL_NVLS_ENABLE=0
@@ -13,6 +13,8 @@ export CUDA_DEVICE_MAX_CONNECTIONS=32
 export NVTE_FWD_LAYERNORM_SM_MARGIN=24
 export NVTE_BWD_LAYERNORM_SM_MARGIN=24
 torchrun --nproc_per_node 8 --nnodes 32 pretrain_gpt.py \
+    --tokenizer-type HuggingFaceTokenizer \
+    --tokenizer-model unsloth/DeepSeek-V3 \
     --num-layers 61 \
     --hidden-size 7168 \
     --ffn-hidden-size 18432 \

@@ -1,8 +1,8 @@
 #!/bin/bash
 # NVIDIA/Megatron-LM dev@d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1 examples/moe_recipes/deepseek_v3/gb300/mxfp8_256GPU_TP1PP4EP64.yaml:
 # its ENV_VARS exported and its ARGS as Megatron's recipe runner passes them (key -> --key-with-dashes,
-# true -> the switch, false dropped, lists and blank-separated strings as several words); its tokenizer, paths,
-# logging and evaluation flags are left out.
+# true -> the switch, false dropped, lists and blank-separated strings as several words); paths, logging and
+# evaluation flags are left out.
 export NVTE_ALLOW_NONDETERMINISTIC_ALGO=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 export NCCL_NVLS_ENABLE=0
@@ -18,6 +18,8 @@ export USE_MNNVL=1
 export NUM_OF_STAGES_DISPATCH_API=10
 export NUM_OF_IN_FLIGHT_S2G_DISPATCH_API=8
 torchrun --nproc_per_node 4 --nnodes 64 pretrain_gpt.py \
+    --tokenizer-type HuggingFaceTokenizer \
+    --tokenizer-model unsloth/DeepSeek-V3 \
     --num-layers 61 \
     --hidden-size 7168 \
     --ffn-hidden-size 18432 \

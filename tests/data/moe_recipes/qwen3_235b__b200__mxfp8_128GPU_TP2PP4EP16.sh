@@ -1,8 +1,8 @@
 #!/bin/bash
 # NVIDIA/Megatron-LM dev@d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1 examples/moe_recipes/qwen3_235b/b200/mxfp8_128GPU_TP2PP4EP16.yaml:
 # its ENV_VARS exported and its ARGS as Megatron's recipe runner passes them (key -> --key-with-dashes,
-# true -> the switch, false dropped, lists and blank-separated strings as several words); its tokenizer, paths,
-# logging and evaluation flags are left out.
+# true -> the switch, false dropped, lists and blank-separated strings as several words); paths, logging and
+# evaluation flags are left out.
 export NVTE_ALLOW_NONDETERMINISTIC_ALGO=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 export NCCL_NVLS_ENABLE=0
@@ -11,6 +11,8 @@ export NVTE_NORM_FWD_USE_CUDNN=1
 export NVTE_NORM_BWD_USE_CUDNN=1
 export CUDA_DEVICE_MAX_CONNECTIONS=32
 torchrun --nproc_per_node 8 --nnodes 16 pretrain_gpt.py \
+    --tokenizer-type HuggingFaceTokenizer \
+    --tokenizer-model Qwen/Qwen3-235B-A22B \
     --num-layers 94 \
     --hidden-size 4096 \
     --ffn-hidden-size 12288 \

@@ -1,8 +1,8 @@
 #!/bin/bash
 # NVIDIA/Megatron-LM dev@d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1 examples/moe_recipes/qwen3_235b/gb200/mxfp8_128GPU_TP1PP1EP64_paged_stash_fullcg_overlap.yaml:
 # its ENV_VARS exported and its ARGS as Megatron's recipe runner passes them (key -> --key-with-dashes,
-# true -> the switch, false dropped, lists and blank-separated strings as several words); its tokenizer, paths,
-# logging and evaluation flags are left out.
+# true -> the switch, false dropped, lists and blank-separated strings as several words); paths, logging and
+# evaluation flags are left out.
 export NVTE_ALLOW_NONDETERMINISTIC_ALGO=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,graph_capture_record_stream_reuse:True
 export TORCH_NCCL_AVOID_RECORD_STREAMS=0
@@ -28,6 +28,8 @@ export TRANSFORMERS_OFFLINE=1
 export PYTHONWARNINGS=ignore
 export NVTE_CUTEDSL_FUSED_GROUPED_MLP=1
 torchrun --nproc_per_node 4 --nnodes 32 pretrain_gpt.py \
+    --tokenizer-type HuggingFaceTokenizer \
+    --tokenizer-model Qwen/Qwen3-235B-A22B \
     --num-layers 94 \
     --hidden-size 4096 \
     --ffn-hidden-size 12288 \

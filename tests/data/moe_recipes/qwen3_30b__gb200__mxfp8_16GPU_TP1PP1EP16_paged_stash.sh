@@ -1,8 +1,8 @@
 #!/bin/bash
 # NVIDIA/Megatron-LM dev@d48bd6be0a85cc0d6d3cc71e8750cf357cc6bdb1 examples/moe_recipes/qwen3_30b/gb200/mxfp8_16GPU_TP1PP1EP16_paged_stash.yaml:
 # its ENV_VARS exported and its ARGS as Megatron's recipe runner passes them (key -> --key-with-dashes,
-# true -> the switch, false dropped, lists and blank-separated strings as several words); its tokenizer, paths,
-# logging and evaluation flags are left out.
+# true -> the switch, false dropped, lists and blank-separated strings as several words); paths, logging and
+# evaluation flags are left out.
 export NVTE_ALLOW_NONDETERMINISTIC_ALGO=1
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True,graph_capture_record_stream_reuse:True
 export NCCL_NVLS_ENABLE=0
@@ -14,6 +14,8 @@ export NVTE_NORM_BWD_USE_CUDNN=1
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 export NVTE_CUTEDSL_FUSED_GROUPED_MLP=1
 torchrun --nproc_per_node 4 --nnodes 4 pretrain_gpt.py \
+    --tokenizer-type HuggingFaceTokenizer \
+    --tokenizer-model Qwen/Qwen3-30B-A3B \
     --num-layers 48 \
     --hidden-size 2048 \
     --ffn-hidden-size 6144 \
