@@ -23,7 +23,7 @@ from test_megatron_cases import CASES, case_mapping, case_problem, inline_proble
 from parasol.constraints.core.base import Constraint, Facts, Family, Verdict
 from parasol.constraints.core.consts import mapping_consts, model_consts
 from parasol.constraints.core.decision_vars import DecisionVars
-from parasol.constraints.rules import context, divisibility, feature, fsdp, moe, pipeline, placement
+from parasol.constraints.rules import context, divisibility, dsa, feature, fsdp, moe, pipeline, placement
 from parasol.constraints.rules.batch import EvalGbsDivisible, GbsDivisibleByMbsDp, NumMicrobatches
 from parasol.constraints.rules.coverage import NOT_MODELLED
 from parasol.constraints.rules.registry import active_constraints, builtin_constraints
@@ -96,6 +96,9 @@ class Row:
 
 
 MOE = {"experts": 64}
+DSA = {"model": {"attention": {"kind": "mla", "num_heads": 32, "q_lora_rank": 512, "kv_lora_rank": 256,
+                               "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+                               "indexer": {"n_heads": 16, "head_dim": 64, "topk": 512}}}}
 HYBRIDEP = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep"}
 TOP1 = MOE | {"model": {"moe": {"num_experts": 64, "top_k": 1, "expert_intermediate_size": 4096}}}
 SP = {"sequence_parallel": True}
@@ -552,6 +555,11 @@ ROWS = [
     Row(feature.DeterministicMode, BROKEN, {"tp": 2}, {"deterministic_mode": True, "tp_comm_overlap": True}),
     Row(feature.DeterministicMode, BROKEN, {}, {"deterministic_mode": True, "cross_entropy_loss_fusion": True}),
     Row(feature.DeterministicMode, HOLDS, {}, {"cross_entropy_loss_fusion": True}),
+    Row(dsa.DsaNoLinearBias, HOLDS, {}, {}, problem=DSA),
+    Row(dsa.DsaNoLinearBias, BROKEN, {}, {"add_bias_linear": True}, problem=DSA),
+    Row(dsa.DsaCpAllgather, BROKEN, {"cp": 2}, {"cp_comm_type": "p2p"}, problem=DSA),
+    Row(dsa.DsaCpAllgather, HOLDS, {"cp": 2}, {"cp_comm_type": "allgather"}, problem=DSA),
+    Row(dsa.DsaCpAllgather, HOLDS, {}, {"cp_comm_type": "a2a"}, problem=DSA),
     Row(feature.TECrossEntropyFusionOff, BROKEN, {}, {"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"}),
     Row(feature.TECrossEntropyFusionOff, HOLDS, {}, {"cross_entropy_loss_fusion": True}),
     Row(feature.TECrossEntropyFusionOff, HOLDS, {}, {"cross_entropy_fusion_impl": "te"}),

@@ -23,7 +23,7 @@ from parasol.constraints.physics.weight_format import BF16_WEIGHTS, WeightFormat
 from parasol.problems.derived import Derived, stage_of_virtual
 from parasol.problems.mapping import Mapping, Recompute
 from parasol.problems.memo import memoised, memoised_by
-from parasol.problems.model.architecture import Block, ModelArchitecture
+from parasol.problems.model.architecture import Block, MLAAttention, ModelArchitecture
 from parasol.problems.model.params import BlockParams, block_params
 from parasol.problems.options import MegatronOptions
 from parasol.problems.schema import Optimizer, Precision, Training
@@ -649,6 +649,16 @@ def memory_ledger(model: ModelArchitecture, m: Mapping, d: Derived, training: Tr
         + (", plus a copy of the input embedding for MTP" if model.mtp_layers and m.pp > 1 and training.pipeline_schedule == "megatron" else "") + ".",
         "The runtime reserve (CUDA context, NCCL, fragmentation) is taken off HBM by the hardware preset.",
     )
-    gap = recompute_method_gap(m, options)
-    return MemoryLedger(stages=stages, assumptions=assumptions if gap is None else (*assumptions, gap))
+    gaps = tuple(g for g in (recompute_method_gap(m, options), dsa_gap(model)) if g is not None)
+    return MemoryLedger(stages=stages, assumptions=(*assumptions, *gaps))
+
+
+def dsa_gap(model: ModelArchitecture) -> str | None:
+    """What the ledger leaves out of DSA (DeepSeek-V3.2), or None for other attention: the indexer's weights,
+    gradients and optimizer state are held (params.dsa_indexer_params); its own activations are not."""
+    attention = model.attention
+    if not isinstance(attention, MLAAttention) or attention.indexer is None:
+        return None
+    return ("DSA: the indexer's weights are held, replicated over TP; its keys, scores and top-k indices are not "
+            "among the activations, and the attention is priced as dense MLA.")
 

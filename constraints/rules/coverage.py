@@ -48,7 +48,6 @@ NOT_MODELLED: dict[str, str] = {
     "cp-te-version": "the Transformer Engine version is not observable",
     "hybrid-cp-restrictions": f"{NOT_CARRIED} (--hybrid-context-parallel)",
     "hybrid-cp-even-dp-cp": f"{NOT_CARRIED} (--hybrid-context-parallel)",
-    "dsa-cp-allgather-only": "parasol's architectures have no DSA attention variant (experimental 'dsa')",
     "batch-invariant-no-cp": f"{NOT_CARRIED} (--batch-invariant-mode)",
     "cuda-device-max-connections": "reads an environment variable and the launch environment",
     "num-experts-positive": f"{SCHEMA}: MoE.num_experts is a positive integer",

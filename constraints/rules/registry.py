@@ -24,6 +24,7 @@ from parasol.constraints.rules.divisibility import (
     WorldDivisibleByExpertGrid,
     WorldDivisibleByModelSize,
 )
+from parasol.constraints.rules.dsa import DsaCpAllgather, DsaNoLinearBias
 from parasol.constraints.rules.dualpipe import DUALPIPE_RULES
 from parasol.constraints.rules.feature import (
     CpuOffloading,
@@ -140,12 +141,13 @@ STAGE_I_PROCESS_GROUPS = (
 STAGE_C_CONFIG = (
     SPRequiresTP, HeadsDivisibleByTP, QueryGroupsVsTP, Fp8ParamNeedsFp8, DeepEPFlagRequiresFlex, DeepEPNoPadToCapacity,
     NCCLEPRequiresFlex, SharedExpertOverlapDispatcher, PadRequiresCapacityFactor, TopK1NeedsPreSoftmax,
-    GroupLimitedRouting, CpuOffloading, RecomputeFullNeedsMethod, RecomputeFullNeedsNumLayers,
+    GroupLimitedRouting, DsaNoLinearBias, CpuOffloading, RecomputeFullNeedsMethod, RecomputeFullNeedsNumLayers,
     RecomputeSelectiveNoNumLayers, RecomputeModulePrereqs, DeprecatedMoeLayerRecompute, MhcRecomputeModule,
     FineGrainedOffload, UnevenExcludesAccountFor, LayoutExcludesOtherPPArgs, LayoutVppConsistent,
     LayoutEmbeddingLossOnce, LayoutDecoderCount, LayoutMtpPlacement, UnevenMiddleConsistency,
     UnevenFirstDivisibleByVpp, UnevenLastDivisibleByVpp, UnevenMiddleDivisible, UnevenMiddleDivisibleByVpp,
     AccountForDivisible, Fp8InputStoreSwiGLU, MoEBiasRequiresETP1, EPA2AOverlap, DelayWgradRequiresEPOverlap,
+    DsaCpAllgather,
 )
 STAGE_B_MODEL_BUILD = (
     VppLayersPerRankDivisible, AccountForEnoughLayers, HybridNoAttentionPlusMLA, HybridMtpPatternsIdentical,

@@ -11,6 +11,7 @@ from parasol.problems.megatron.stages import MegatronStage
 from parasol.problems.model.architecture import (
     BlockKind,
     DSV4Attention,
+    MLAAttention,
     ModelArchitecture,
     architecture_from_dict,
 )
@@ -124,7 +125,13 @@ def _attention(c: Context, hidden: int, heads: int, variant: str | None) -> dict
                 "kv_lora_rank": f.integer("--kv-lora-rank") or 32,
                 "qk_nope_head_dim": f.integer("--qk-head-dim") or 128,
                 "qk_rope_head_dim": f.integer("--qk-pos-emb-head-dim") or 64,
-                "v_head_dim": f.integer("--v-head-dim") or 128}
+                "v_head_dim": f.integer("--v-head-dim") or 128,
+                "indexer": _dsa_indexer(c) if variant == DSA_VARIANT else None}
+    if variant == DSA_VARIANT:
+        raise InputError(f"--experimental-attention-variant {DSA_VARIANT} needs --multi-latent-attention: Megatron "
+                         "builds DSA on MLA alone ('Currently only MLA supports sparse attention', "
+                         "experimental_attention_variant_module_specs.py:101).", field="--experimental-attention-variant",
+                         value=DSA_VARIANT, fix="add --multi-latent-attention with its MLA flags, or drop the variant.")
     groups = f.integer("--num-query-groups")
     kv_heads = heads
     if f.switch("--group-query-attention"):
@@ -142,6 +149,31 @@ def _attention(c: Context, hidden: int, heads: int, variant: str | None) -> dict
     return {"kind": "gqa", "num_heads": heads, "num_kv_heads": kv_heads, "head_dim": head_dim,
             "qk_norm": f.switch("--qk-layernorm"), "bias": not f.given("--disable-bias-linear"),
             "qkv_bias": f.switch("--add-qkv-bias"), **_window(c)}
+
+
+DSA_VARIANT = "dsa"
+"""--experimental-attention-variant of DeepSeek sparse attention (DeepSeek-V3.2; transformer_config.py:301)."""
+DSA_INDEXER_FLAGS = {"n_heads": "--dsa-indexer-n-heads", "head_dim": "--dsa-indexer-head-dim",
+                     "topk": "--dsa-indexer-topk"}
+"""DSA's indexer shape by flag: no defaults (transformer_config.py:317-324), the indexer needs all three
+(dsa.py:1123-1125)."""
+
+
+def _dsa_indexer(c: Context) -> dict:
+    """DSA's indexer from its flags; the sparse attention is priced as dense MLA, which is noted."""
+    f = c.flags
+    shape = {}
+    for key, flag in DSA_INDEXER_FLAGS.items():
+        value = f.integer(flag)
+        if value is None:
+            raise InputError(f"--experimental-attention-variant {DSA_VARIANT} needs {flag}: the indexer's shape has no "
+                             "default (transformer_config.py:317-324).", field=flag, expected="a whole number >= 1",
+                             fix=f"pass {flag} N (DeepSeek-V3.2: 64 heads of 128, top-k 2048).")
+        shape[key] = value
+    c.notes.append(f"--experimental-attention-variant {DSA_VARIANT}: the indexer's weights are counted; its scoring, "
+                   "the top-k selection and the sparse attention (Megatron's own unfused DSAttention) are priced as "
+                   "dense MLA attention")
+    return shape
 
 
 DSV4_VARIANT = "dsv4_hybrid"
@@ -445,6 +477,8 @@ FIELD_FLAGS = {
     "attention.index_n_heads": "--dsa-indexer-n-heads", "attention.index_head_dim": "--dsa-indexer-head-dim",
     "attention.index_topk": "--dsa-indexer-topk", "attention.compress_ratios": "--csa-compress-ratios",
     "moe.num_hash_layers": "--moe-n-hash-layers", "hc_mult": "--num-residual-streams",
+    "attention.indexer.n_heads": "--dsa-indexer-n-heads", "attention.indexer.head_dim": "--dsa-indexer-head-dim",
+    "attention.indexer.topk": "--dsa-indexer-topk",
 }
 """The launch flag that sets each architecture field (errors name the flag the user wrote)."""
 
@@ -489,6 +523,7 @@ def compare_reference(c: Context) -> None:
             c.notes.append("--hybrid-layer-pattern's C/H/W sequence differs from the problem model's "
                            "compress ratios; the problem's model is used")
     _compare_dsv4(c)
+    _compare_dsa(c)
 
 
 def _note_differences(c: Context, checks: dict[str, int | None]) -> None:
@@ -500,6 +535,20 @@ def _note_differences(c: Context, checks: dict[str, int | None]) -> None:
         if value is not None and expected is not None and value != expected:
             c.notes.append(f"{flag} {value} differs from the problem's model ({ref.name}: {expected}); "
                            "the problem's model is used")
+
+
+def _compare_dsa(c: Context) -> None:
+    """The DSA flags of a dsa line against the problem's model: its indexer's shape, or its lack of one."""
+    ref, f = c.reference, c.flags
+    assert ref is not None
+    if f.one("--experimental-attention-variant") != DSA_VARIANT:
+        return
+    indexer = ref.attention.indexer if isinstance(ref.attention, MLAAttention) else None
+    if indexer is None:
+        c.notes.append(f"--experimental-attention-variant {DSA_VARIANT} differs from the problem's model ({ref.name}: no "
+                       "DSA indexer); the problem's model is used")
+        return
+    _note_differences(c, {flag: getattr(indexer, key) for key, flag in DSA_INDEXER_FLAGS.items()})
 
 
 def _compare_dsv4(c: Context) -> None:

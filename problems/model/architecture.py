@@ -192,8 +192,19 @@ class GQAAttention(Strict):
         return self.sliding_window if index < len(freq) and freq[index] else None
 
 
+class DSAIndexer(Strict):
+    """DeepSeek sparse attention's lightning indexer (DeepSeek-V3.2; Megatron-LM's --experimental-attention-variant
+    dsa, dsa.py:1090-1203): every query scores the tokens before it with `n_heads` heads of `head_dim` and attends
+    only its `topk` best."""
+
+    n_heads: Width
+    head_dim: Width
+    topk: Width
+
+
 class MLAAttention(Strict):
-    """DeepSeek multi-head latent attention (V2/V3): low-rank query and joint KV compression."""
+    """DeepSeek multi-head latent attention (V2/V3): low-rank query and joint KV compression; with an `indexer`, DSA
+    (V3.2)."""
 
     kind: Literal["mla"] = "mla"
     num_heads: Width
@@ -202,6 +213,8 @@ class MLAAttention(Strict):
     qk_nope_head_dim: Width
     qk_rope_head_dim: Width
     v_head_dim: Width
+    indexer: DSAIndexer | None = Field(default=None, description="DSA's lightning indexer (DeepSeek-V3.2); none: "
+                                                                  "dense MLA")
 
     @property
     def num_kv_heads(self) -> int:

@@ -6,6 +6,8 @@ Supported `model_type`s and the keys read (HF names on the left of each mapping)
   `qk_rope_head_dim`, `v_head_dim`), `first_k_dense_replace` dense blocks of `intermediate_size`, then
   MoE (`n_routed_experts`, `num_experts_per_tok`, `moe_intermediate_size`, `n_shared_experts`;
   `topk_method: noaux_tc` means a score-correction bias), `num_nextn_predict_layers` MTP blocks.
+- `deepseek_v32` (DeepSeek-V3.2): as `deepseek_v3`, with DSA's indexer (`index_n_heads`, `index_head_dim`,
+  `index_topk`).
 - `deepseek_v4`: hybrid CSA/HCA attention (`head_dim`, `num_key_value_heads`, `q_lora_rank`,
   `o_groups`, `o_lora_rank`, `qk_rope_head_dim`, `sliding_window`, `index_n_heads`,
   `index_head_dim`, `index_topk`, `compress_ratios` with one entry per block and MTP block), MoE with
@@ -258,6 +260,14 @@ def _deepseek_mla(r: _Reader) -> Config:
     }
 
 
+def _deepseek_v32(r: _Reader) -> Config:
+    """DeepSeek-V3.2: DeepSeek-V3 with DSA's lightning indexer in every attention."""
+    config = _deepseek_mla(r)
+    config["attention"]["indexer"] = {"n_heads": r.req("index_n_heads"), "head_dim": r.req("index_head_dim"),
+                                      "topk": r.req("index_topk")}
+    return config
+
+
 def _glm4_moe(r: _Reader) -> Config:
     """GLM-4.5 / 4.6: GQA with biases on Q, K and V alone and optional q/k RMSNorm (`use_qk_norm`), dense lead-in
     blocks, then DeepSeek-style MoE (routed experts with a score-correction bias, shared experts) and MTP blocks
@@ -429,6 +439,7 @@ def _qwen3_next(r: _Reader) -> Config:
 BUILDERS: dict[str, Callable[[_Reader], Config]] = {
     "deepseek_v2": _deepseek_mla,
     "deepseek_v3": _deepseek_mla,
+    "deepseek_v32": _deepseek_v32,
     "deepseek_v4": _deepseek_v4,
     "glm4_moe": _glm4_moe,
     "qwen3_moe": _qwen3_moe,

@@ -1,9 +1,9 @@
 """Parameter counts: per block (split by how each part is sharded) and for the whole model.
 
 Counts are every weight of the module (biases and norm weights included). The split into
-`attention`, `dense_mlp`, `shared_experts`, `router`, `routed_experts` and `norms` is what the
+`attention`, `dense_mlp`, `shared_experts`, `router`, `routed_experts`, `norms` and `extra` is what the
 memory ledger needs: attention and MLP matrices shard over TP, routed experts over EP and ETP,
-router and norms are replicated.
+router, norms and the extras (mHC, MTP's own layers, DSA's indexer) are replicated.
 """
 
 from __future__ import annotations
@@ -117,6 +117,17 @@ def mla_params(hidden: int, att: MLAAttention, norm_channels: int) -> int:
     return q + kv_down + kv_up + out
 
 
+def dsa_indexer_params(hidden: int, att: MLAAttention) -> int:
+    """DSA's indexer in one block: its query up-projection from the q latent (or the hidden state), its one key
+    projection with a LayerNorm (weight and bias) and its per-head weights projection (dsa.py:1159-1203; duplicated
+    on every TP rank, so they count among the replicated parameters); 0 without DSA."""
+    idx = att.indexer
+    if idx is None:
+        return 0
+    q_in = att.q_lora_rank or hidden
+    return q_in * idx.n_heads * idx.head_dim + hidden * idx.head_dim + 2 * idx.head_dim + hidden * idx.n_heads
+
+
 def attention_params(model: ModelArchitecture, block: Block) -> int:
     """Parameters of one block's token mixer: attention by kind, a Mamba-2 or gated DeltaNet mixer, or none."""
     if block.mixer is Mixer.none:
@@ -171,6 +182,8 @@ def _block_params(model: ModelArchitecture, block: Block) -> BlockParams:
     h = model.hidden_size
     norms = block_norm_params(model, block)
     extra = mhc_block_params(h, model.hc_mult)
+    if block.mixer is Mixer.attention and isinstance(model.attention, MLAAttention):
+        extra += dsa_indexer_params(h, model.attention)
     if block.mtp:
         extra += mtp_extra_params(model)
     att = attention_params(model, block)

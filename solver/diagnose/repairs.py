@@ -417,7 +417,7 @@ def with_price(problem: Problem, repair: Repair, judged: Evaluation) -> Repair:
 
 OPTION_FLAGS = {"recompute_method": "--recompute-method", "recompute_num_layers": "--recompute-num-layers",
                 "moe_token_dispatcher_type": "--moe-token-dispatcher-type",
-                "cross_entropy_fusion_impl": "--cross-entropy-fusion-impl"}
+                "cross_entropy_fusion_impl": "--cross-entropy-fusion-impl", "cp_comm_type": "--cp-comm-type"}
 """Megatron options a repair may set, with their flags."""
 OPTION_TRIALS: tuple[dict[str, object], ...] = (
     {"recompute_method": "uniform", "recompute_num_layers": 1},
@@ -429,10 +429,11 @@ OPTION_TRIALS: tuple[dict[str, object], ...] = (
     {"moe_token_dispatcher_type": "flex"},
     {"moe_token_dispatcher_type": "allgather"},
     {"cross_entropy_fusion_impl": "native"},
+    {"cp_comm_type": "allgather"},
 )
 """Settings tried, in order, against broken settings rules (full recompute needs a method and a layer
 count; selective takes neither; some MoE features need a given dispatcher; the fused
-loss runs on the native kernels)."""
+loss runs on the native kernels; DSA's context parallelism gathers)."""
 
 
 def _broken(problem: Problem, mapping: Mapping, options: MegatronOptions) -> set[str]:
