@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from parasol.constraints.evaluate import evaluate
 from parasol.errors import InputError
 from parasol.problems.inputs import explain_inputs
 from parasol.problems.megatron.launch import parse_launch
@@ -128,3 +129,17 @@ def test_too_few_compress_ratios_are_refused() -> None:
     with pytest.raises(InputError, match="must be at least num_layers") as caught:
         parse_launch(MINIMAL + " --mtp-num-layers 1")
     assert caught.value.field == "--csa-compress-ratios"
+
+
+def test_mhc_recompute_with_offloading_is_judged_as_dev_judges_it() -> None:
+    """V4 runs on dev, which refuses mHC recompute only with the norms offloaded (dev@d48bd6be
+    transformer_config.py:2314-2335; main refuses any offloading): the Pro recipe offloads core_attn and passes,
+    with attn_norm offloaded it breaks mhc-recompute-module."""
+    path, hardware, gpus = RECIPES["deepseek-v4-pro"]
+    line = command(path)
+    assert "--offload-modules core_attn" in line and "mhc" in line
+    for offloaded, broken in (("core_attn", False), ("attn_norm", True)):
+        inputs = explain_inputs(None, (), (line.replace("--offload-modules core_attn", f"--offload-modules {offloaded}"),
+                                           str(path)), hardware=hardware, gpus=gpus)
+        rules = {v.rule for v in evaluate(inputs.problem, inputs.mapping).violations}
+        assert ("mhc-recompute-module" in rules) is broken

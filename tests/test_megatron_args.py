@@ -356,6 +356,10 @@ def test_the_command_environment_is_the_exported_variables_and_its_prefix() -> N
     command = launch_command(text)
     assert dict(command.environment) == {"A": "1", "B": "5", "D": "4", "E": "6"}
     assert command.launcher == ("torchrun", "--nproc_per_node", "1") and command.words[-1] == "3"
+    other = launch_command("local x\ndeclare -a ARR\nlocal Z=3\nNCCL_DEBUG=INFO python pretrain_gpt.py "
+                           "--moe-layer-freq=([0]*3+[1]*58) --tensor-model-parallel-size $Z\n")
+    assert other.words == ("--moe-layer-freq=([0]*3+[1]*58)", "--tensor-model-parallel-size", "3")
+    assert dict(other.environment) == {"NCCL_DEBUG": "INFO"}
 
 
 @pytest.mark.parametrize("launcher, gpus, per_node", [

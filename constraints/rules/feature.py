@@ -427,7 +427,8 @@ class MhcRecomputeModule(SettingsRule):
             return []
         out = []
         if consts["hc_mult"] <= 1:
-            out.append("'mhc' in recompute_modules requires enable_mhc_connections=True.")
+            switch = "enable_hyper_connections" if consts["runs_on_dev"] else "enable_mhc_connections"
+            out.append(f"'mhc' in recompute_modules requires {switch}=True.")
         if consts["recompute_mlp"]:
             out.append("'mhc' and 'mlp' in recompute_modules cannot be used together.")
         if not consts["runs_on_dev"] and options.offload_modules:
@@ -686,8 +687,8 @@ class TECrossEntropyFusionOff(SettingsRule):
     summary = "cross_entropy_loss_fusion -> cross_entropy_fusion_impl native"
 
     def unmet(self, options: MegatronOptions, consts: dict[str, int], recompute: str) -> list[str]:
-        if options.cross_entropy_loss_fusion and options.cross_entropy_fusion_impl == "te" \
-                and not options.megatron_core_api:
+        if (options.cross_entropy_loss_fusion and options.cross_entropy_fusion_impl == "te"
+                and not options.megatron_core_api):
             return ["Transformer Engine cross entropy loss fusion is disabled due to stability issues. Use "
                     "--cross-entropy-fusion-impl native, or omit --cross-entropy-loss-fusion."]
         return []

@@ -67,26 +67,22 @@ def _ffn_size(f: Flags, hidden: int, activation: str) -> int:
 
 
 def _vocab(c: Context, tp: int) -> int:
-    """--padded-vocab-size, else --vocab-size padded to a multiple of 128·TP (build_tokenizer.py:133-146)."""
+    """--padded-vocab-size, else --vocab-size (or a catalog tokenizer's, _tokenizer_vocab) padded to a multiple of
+    128·TP (build_tokenizer.py:133-146)."""
     f = c.flags
     padded = f.integer("--padded-vocab-size")
     if padded is not None:
         return padded
-    divisible = f.integer("--make-vocab-size-divisible-by") or 128
     vocab = f.integer("--vocab-size")
-    if vocab is None:
+    if vocab is None and c.reference is None:
         vocab = _tokenizer_vocab(c)
-    if vocab is None:
-        vocab = DEFAULT_VOCAB
-    elif not f.given("--vocab-size"):
-        return -(-vocab // (divisible * tp)) * (divisible * tp)
-    if not f.given("--vocab-size") and c.reference is None:
-        c.warnings.append(LaunchWarning(
-            "--vocab-size", f"no --padded-vocab-size or --vocab-size: assumed the GPT-2 BPE vocabulary "
-            f"({DEFAULT_VOCAB:,} tokens) that Megatron's default tokenizer uses; pass the real size",
-            "Megatron-LM megatron/core/tokenizers/utils/build_tokenizer.py:133-152", MegatronStage.not_megatron))
-    multiple = divisible * tp
-    return -(-vocab // multiple) * multiple
+        if vocab is None:
+            c.warnings.append(LaunchWarning(
+                "--vocab-size", f"no --padded-vocab-size or --vocab-size: assumed the GPT-2 BPE vocabulary "
+                f"({DEFAULT_VOCAB:,} tokens) that Megatron's default tokenizer uses; pass the real size",
+                "Megatron-LM megatron/core/tokenizers/utils/build_tokenizer.py:133-152", MegatronStage.not_megatron))
+    multiple = (f.integer("--make-vocab-size-divisible-by") or 128) * tp
+    return -(-(vocab or DEFAULT_VOCAB) // multiple) * multiple
 
 
 HF_TOKENIZER = "HuggingFaceTokenizer"

@@ -289,6 +289,7 @@ def _command_words(words: list[str], line: int, source: str) -> list[str]:
 
 _PREFIX_ASSIGN = re.compile(r"^[A-Za-z_]\w*=")
 _KEYWORD = re.compile(r"^\s*(export|local|readonly|declare)\b")
+_ARRAY = re.compile(r"^\s*(?:(?:export|local|readonly|declare(?:\s+-\w+)*)\s+)?[A-Za-z_]\w*\+?=\(")
 
 
 def _assignment_line(raw: str, shell: _Shell, line: int, source: str) -> tuple[list[str], dict[str, str]]:
@@ -296,13 +297,12 @@ def _assignment_line(raw: str, shell: _Shell, line: int, source: str) -> tuple[l
     command after leading `NAME=value` words and those variables, its environment (`NCCL_DEBUG=INFO torchrun …`;
     `TP=2 PP=4` assigns both). `export A=1 B=2` assigns and exports each, `export NAME` exports NAME; an array or
     another declaration keyword is one assignment, read whole."""
-    keyword = _KEYWORD.match(raw)
-    if "=(" in raw or (keyword and keyword.group(1) != "export"):
-        m = _ASSIGN.match(raw)
-        assert m is not None
-        _assign(m, line, shell, source)
-        if keyword and keyword.group(1) == "export":
-            shell.exported.add(m.group(1))
+    keyword, m = _KEYWORD.match(raw), _ASSIGN.match(raw)
+    if _ARRAY.match(raw) or (keyword and keyword.group(1) != "export"):
+        if m is not None:
+            _assign(m, line, shell, source)
+            if keyword and keyword.group(1) == "export":
+                shell.exported.add(m.group(1))
         return [], {}
     words = _split(_expand(raw, shell), line, source)
     if keyword:
