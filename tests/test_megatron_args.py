@@ -393,6 +393,14 @@ def test_srun_starts_its_tasks_in_the_sbatch_allocation() -> None:
     assert parse_launch(script.format("").replace("16", "your_own_num_nodes")).launcher_gpus is None
 
 
+def test_the_slurm_segment_size() -> None:
+    """`#SBATCH --segment=16` (Slurm's block topology: each piece of the allocation within one block), srun's own
+    --segment winning; none when absent or not a number."""
+    script = "#!/bin/bash\n#SBATCH --nodes=32\n#SBATCH --segment=16\nsrun {} python pretrain_gpt.py --tensor-model-parallel-size 2\n"
+    assert [launch_command(script.format(o)).segment_nodes for o in ("", "--segment 8", "--segment=x")] == [16, 8, None]
+    assert launch_command("torchrun pretrain_gpt.py --tensor-model-parallel-size 2").segment_nodes is None
+
+
 def test_defaults_that_assign_and_empty_values() -> None:
     """Bash's defaults: `${X:=d}` (also as `: ${X:=d}`) assigns d when X is unset or empty, `${X-d}` keeps an
     empty X and `${X:-d}` does not."""

@@ -92,3 +92,16 @@ def test_hybridep_ranks_per_domain_sets_the_job_domain() -> None:
         .gpus_per_nvlink_domain == 72
     with pytest.raises(InputError, match="NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN=64 is more ranks"):
         explain_inputs(None, (), (line, name), hardware="b200-hgx")
+
+
+def test_a_slurm_segment_sets_the_job_domain() -> None:
+    """The GB300 recipe that exports no NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN, launched from a batch script with
+    `#SBATCH --segment=16` (16 four-GPU nodes per NVL72 rack): judged on 64-GPU domains, where it fits; segments of
+    whole racks or more change nothing."""
+    name = "qwen3_235b__gb300__mxfp8_128GPU_TP1PP1EP64_paged_stash_full_cg"
+    line = _line(name).replace("--cross-entropy-fusion-impl te", "--cross-entropy-fusion-impl native")
+    for segment, domain in ((16, 64), (18, 72)):
+        inputs = explain_inputs(None, (), (f"#SBATCH --segment={segment}\n{line}", name), hardware="gb300-nvl72")
+        assert inputs.problem.hardware.topology.gpus_per_nvlink_domain == domain
+        broken = {v.rule for v in explain(inputs.problem, inputs.mapping, repairs=0).evaluation.violations}
+        assert broken == (set() if domain == 64 else {"hybridep-even-domains"})

@@ -76,6 +76,8 @@ class ParsedLaunch:
     off when absent, rather than a fragment of parallel flags to join to one (seed 000's configuration A)."""
     hybridep_ranks: int | None = None
     """HYBRIDEP_DOMAIN_VARIABLE in the command's environment: the ranks Hybrid-EP takes as one NVLink domain."""
+    segment_nodes: int | None = None
+    """Slurm's --segment: the nodes of each piece of the allocation placed within one NVLink block."""
 
 
 DEGREE_FLAGS = {
@@ -627,7 +629,7 @@ def parse_launch(text: str, *, source: str = SOURCE, model: ModelArchitecture | 
         notes=(*c.notes, *refused, *f.unused()), warnings=tuple(c.warnings),
         launcher_gpus=None if ranks is None else ranks[0], launcher_ranks_per_node=None if ranks is None else ranks[1],
         deepseek_v4=bool(c.pattern and c.pattern.dsv4), model_unavailable=gaps, whole=f.given("--num-layers"),
-        hybridep_ranks=_hybridep_ranks(dict(command.environment)),
+        hybridep_ranks=_hybridep_ranks(dict(command.environment)), segment_nodes=command.segment_nodes,
     )
 
 
@@ -661,7 +663,7 @@ def hybridep_domain(parsed: ParsedLaunch, options: MegatronOptions, topology: Cl
                                         and options.moe_flex_dispatcher_backend == "hybridep"):
         return None
     if k > domain:
-        raise InputError(f"{HYBRIDEP_DOMAIN_VARIABLE}={k} is more ranks than an NVLink domain of the hardware holds "
+        raise InputError(f"{HYBRIDEP_DOMAIN_VARIABLE}={k} is more ranks than an NVLink domain of the job holds "
                          f"({domain} GPUs): Hybrid-EP would take ranks it cannot reach over NVLink as one domain "
                          f"({HYBRIDEP_BUFFER}:61-83).", field=HYBRIDEP_DOMAIN_VARIABLE, value=k,
                          expected=f"at most {domain}", fix=f"set it to {domain} or less, or unset it (Hybrid-EP then "
@@ -674,6 +676,20 @@ def hybridep_domain(parsed: ParsedLaunch, options: MegatronOptions, topology: Cl
                  f"({HYBRIDEP_BUFFER}:61-83), which holds on {k}-GPU segments of the {domain}-GPU domains (Slurm "
                  f"--segment): judged on {k}-GPU NVLink domains (hardware.topology.gpus_per_nvlink_domain: {k})")
     return k
+
+
+def segment_domain(parsed: ParsedLaunch, topology: ClusterTopology, notes: list[str]) -> int | None:
+    """The NVLink domain of a job Slurm allocates in --segment pieces smaller than the hardware's domains: each
+    piece lies within one block (an NVL72 rack), so the job's ranks share NVLink a segment at a time (noted); None
+    when the launch line gives no segment or one of whole domains or more."""
+    nodes = parsed.segment_nodes
+    if nodes is None or nodes * topology.gpus_per_node >= topology.gpus_per_nvlink_domain:
+        return None
+    gpus = nodes * topology.gpus_per_node
+    notes.append(f"Slurm --segment={nodes}: the job is allocated in pieces of {nodes} nodes ({gpus} GPUs), each within "
+                 f"one {topology.gpus_per_nvlink_domain}-GPU NVLink domain: judged on {gpus}-GPU NVLink domains "
+                 f"(hardware.topology.gpus_per_nvlink_domain: {gpus})")
+    return gpus
 
 
 def read_launch_file(path: str | Path) -> str:
@@ -866,7 +882,11 @@ def launch_problem(parsed: ParsedLaunch, *, hardware: str, gpus: int | None = No
     if parsed.deepseek_v4 or isinstance(model.attention, DSV4Attention):
         packs.append("deepseek-v4")
     node = {"ranks_per_node": parsed.launcher_ranks_per_node} if parsed.launcher_gpus == count else {}
-    domain = hybridep_domain(parsed, options, load_preset(hardware).topology, notes)
+    topology = load_preset(hardware).topology
+    segment = segment_domain(parsed, topology, notes)
+    if segment is not None:
+        topology = topology.model_copy(update={"gpus_per_nvlink_domain": segment})
+    domain = hybridep_domain(parsed, options, topology, notes) or segment
     if domain is not None:
         node["topology"] = {"gpus_per_nvlink_domain": domain}
     sections = {"training": training, "hardware": {"preset": hardware, "gpus": count, **node},

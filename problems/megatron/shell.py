@@ -253,6 +253,14 @@ class Command:
         allocation's), or mpirun's -np, or --npernode (one node)."""
         return _launcher_counts(self.launcher, self.allocation)
 
+    @property
+    def segment_nodes(self) -> int | None:
+        """Slurm's --segment (the `#SBATCH` allocation's, srun's own winning): the nodes of each piece of the
+        allocation placed within one block of a block topology (an NVL72 rack); None when not given or not a
+        number."""
+        counts = _given_counts((*self.allocation, *self.launcher), _SEGMENT)
+        return None if counts is None else counts["segment"]
+
 
 def _program_index(words: list[str]) -> int | None:
     """Position of the training program (`….py`) when flags follow it."""
@@ -377,6 +385,8 @@ _TORCHRUN: Options = {"per_node": ("--nproc_per_node", "--nproc-per-node"), "nod
 _SRUN: Options = {"per_node": ("--ntasks-per-node",), "nodes": ("--nodes", "-N"), "total": ("--ntasks", "-n")}
 _MPIRUN: Options = {"per_node": ("--npernode", "-npernode", "-N"), "nodes": (), "total": ("-np", "--np", "-n")}
 """torchrun's, Slurm srun's and Open MPI mpirun / mpiexec's."""
+_SEGMENT: Options = {"segment": ("--segment",)}
+"""Slurm's segment size, in nodes (sbatch/srun --segment, for block topologies)."""
 
 
 def _given_counts(words: tuple[str, ...], options: Options) -> dict[str, int | None] | None:
