@@ -316,8 +316,9 @@ class HybridEPEvenDomains(_HybridEPLayout):
         splits = ", ".join("+".join(map(str, p)) for p in sorted(self._shares(f)))
         return (f"Hybrid-EP needs every NVLink domain of an ETP×EP group to hold as many of its ranks: groups of "
                 f"{m.expert_tp}·{m.ep} ranks on domains of {domain} GPUs split {splits}; ETP·EP dividing the domain "
-                "or a multiple of it splits evenly (a job allocated in segments of fewer nodes per domain, Slurm "
-                "--segment, sees smaller domains: hardware.topology.gpus_per_nvlink_domain)")
+                "or a multiple of it splits evenly (a job allocated in segments of fewer nodes per domain sees smaller "
+                "domains: the launch script's #SBATCH --segment, NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN, or "
+                "hardware.topology.gpus_per_nvlink_domain)")
 
 
 class HybridEPExpertsPerDomain(_HybridEPLayout):
