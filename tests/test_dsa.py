@@ -92,6 +92,7 @@ def test_a_dsa_launch_line_builds_the_indexer_and_says_how_it_is_priced() -> Non
     account = explain(inputs.problem, inputs.mapping, repairs=0)
     assert account.evaluation.violations == ()
     assert any(a.startswith("DSA: the indexer's weights are held") for a in account.evaluation.ledger.assumptions)
+    assert "dsa-scores-not-priced" in {w.rule for w in account.evaluation.warnings}
     compared = explain_inputs(None, (), (LINE, "line"), hardware="h800-hgx", gpus=256, model_name="deepseek-v3")
     assert any("--experimental-attention-variant dsa differs from the problem's model (deepseek-v3" in n
                for n in compared.notes)

@@ -660,5 +660,6 @@ def dsa_gap(model: ModelArchitecture) -> str | None:
     if not isinstance(attention, MLAAttention) or attention.indexer is None:
         return None
     return ("DSA: the indexer's weights are held, replicated over TP; its keys, scores and top-k indices are not "
-            "among the activations, and the attention is priced as dense MLA.")
+            "among the activations, and the attention is priced as fused dense MLA (Megatron's unfused DSAttention "
+            "path holds FP32 scores of heads x sequence x sequence per layer: warning dsa-scores-not-priced).")
 

@@ -24,7 +24,7 @@ from parasol.constraints.rules.divisibility import (
     WorldDivisibleByExpertGrid,
     WorldDivisibleByModelSize,
 )
-from parasol.constraints.rules.dsa import DsaCpAllgather, DsaNoLinearBias
+from parasol.constraints.rules.dsa import DsaCpAllgather, DsaNoLinearBias, DsaScoresNotPriced
 from parasol.constraints.rules.dualpipe import DUALPIPE_RULES
 from parasol.constraints.rules.feature import (
     CpuOffloading,
@@ -155,7 +155,8 @@ STAGE_B_MODEL_BUILD = (
 )
 STAGE_R_RUNTIME = (SPActivationSeqDivisibleByTP, MoETPRequiresSP, VppMicrobatchGroupRange, VppFinalGroupRemainder,
                    CPA2AHeadsDivisible, CPA2AP2PTwoLevels, CPA2AP2PHeadsDivisible, DeepEPGroupSize,
-                   HybridEPEvenDomains, HybridEPExpertsPerDomain, HybridEPDomainCount, Fp8RecipeOnGpu)
+                   HybridEPEvenDomains, HybridEPExpertsPerDomain, HybridEPDomainCount, Fp8RecipeOnGpu,
+                   DsaScoresNotPriced)
 PARASOL_RULES = (LayoutCoversBlocks, VirtualStagesWithinBlocks, MemoryFitsHBM)
 
 
