@@ -105,3 +105,16 @@ def test_a_slurm_segment_sets_the_job_domain() -> None:
         assert inputs.problem.hardware.topology.gpus_per_nvlink_domain == domain
         broken = {v.rule for v in explain(inputs.problem, inputs.mapping, repairs=0).evaluation.violations}
         assert broken == (set() if domain == 64 else {"hybridep-even-domains"})
+
+
+def test_beside_a_problem_file_the_line_s_domain_is_noted_not_applied(tmp_path: Path) -> None:
+    """A problem file's hardware is the user's own statement: the launch line's --segment is noted, and the job is
+    judged on the problem's 72-GPU domains."""
+    name = "qwen3_235b__gb300__mxfp8_128GPU_TP1PP1EP64_paged_stash_full_cg"
+    problem = tmp_path / "p.yaml"
+    problem.write_text("model: qwen3-235b-a22b\ntraining:\n  seq_len: 4096\n  global_batch: 8192\n  precision: fp8\n"
+                       "hardware:\n  preset: gb300-nvl72\n  gpus: 128\n", encoding="utf-8")
+    line = "#SBATCH --segment=16\n" + _line(name).replace("--cross-entropy-fusion-impl te", "--cross-entropy-fusion-impl native")
+    inputs = explain_inputs(str(problem), (), (line, name))
+    assert inputs.problem.hardware.topology.gpus_per_nvlink_domain == 72
+    assert any(n.startswith("the launch line (Slurm --segment=16) implies 64-GPU NVLink domains") for n in inputs.notes)

@@ -692,6 +692,30 @@ def segment_domain(parsed: ParsedLaunch, topology: ClusterTopology, notes: list[
     return gpus
 
 
+def line_domain(parsed: ParsedLaunch, options: MegatronOptions, topology: ClusterTopology,
+                notes: list[str]) -> int | None:
+    """The NVLink domain the launch line says its job runs on: its Slurm segments (segment_domain), then Hybrid-EP's
+    ranks per domain against them (hybridep_domain), each noted; None when it says nothing smaller than `topology`'s."""
+    segment = segment_domain(parsed, topology, notes)
+    if segment is not None:
+        topology = topology.model_copy(update={"gpus_per_nvlink_domain": segment})
+    return hybridep_domain(parsed, options, topology, notes) or segment
+
+
+def _line_domain_note(problem: Problem, parsed: ParsedLaunch, options: MegatronOptions) -> str | None:
+    """Beside a problem file, whose hardware section is the user's own statement: a note when the launch line
+    implies smaller NVLink domains (line_domain), which it does not override."""
+    domain = line_domain(parsed, options, problem.hardware.topology, [])
+    if domain is None:
+        return None
+    said = [text for given, text in ((parsed.segment_nodes, f"Slurm --segment={parsed.segment_nodes}"),
+                                     (parsed.hybridep_ranks, f"{HYBRIDEP_DOMAIN_VARIABLE}={parsed.hybridep_ranks}"))
+            if given is not None]
+    return (f"the launch line ({', '.join(said)}) implies {domain}-GPU NVLink domains; judged on the problem's "
+            f"{problem.hardware.topology.gpus_per_nvlink_domain}-GPU domains (write hardware.topology."
+            f"gpus_per_nvlink_domain: {domain} if the job runs so)")
+
+
 def read_launch_file(path: str | Path) -> str:
     """The text of a launch script."""
     return read_input_text(path, "launch script", "--megatron-args-file")
@@ -750,6 +774,9 @@ def apply_launch(problem: Problem, parsed: ParsedLaunch, sets: dict[str, str]) -
     training = _training_section(spec.training.model_dump() | _line_training(problem, parsed, notes))
     defaults = _line_option_defaults(problem, parsed, notes)
     framework = spec.framework.model_copy(update={"options": _merged_options(spec.framework.options, parsed, defaults)})
+    domain_note = _line_domain_note(problem, parsed, framework.options)
+    if domain_note is not None:
+        notes.append(domain_note)
     new_spec = spec.model_copy(update={"training": training, "framework": framework, "mapping": section})
     updated = dataclasses.replace(problem, spec=new_spec)
     return updated, build_mapping(updated, {**parsed.mapping_fields, **sets}), tuple(notes)
@@ -882,11 +909,7 @@ def launch_problem(parsed: ParsedLaunch, *, hardware: str, gpus: int | None = No
     if parsed.deepseek_v4 or isinstance(model.attention, DSV4Attention):
         packs.append("deepseek-v4")
     node = {"ranks_per_node": parsed.launcher_ranks_per_node} if parsed.launcher_gpus == count else {}
-    topology = load_preset(hardware).topology
-    segment = segment_domain(parsed, topology, notes)
-    if segment is not None:
-        topology = topology.model_copy(update={"gpus_per_nvlink_domain": segment})
-    domain = hybridep_domain(parsed, options, topology, notes) or segment
+    domain = line_domain(parsed, options, load_preset(hardware).topology, notes)
     if domain is not None:
         node["topology"] = {"gpus_per_nvlink_domain": domain}
     sections = {"training": training, "hardware": {"preset": hardware, "gpus": count, **node},
