@@ -127,3 +127,13 @@ class MegatronOptions(Strict):
                                               "keeps on the host (a positive count turns it on, arguments.py:1950-1951)")
     cpu_offloading_activations: bool = Field(
         default=True, description="--cpu-offloading-activations (default on; --no-cpu-offloading-activations keeps them)")
+
+
+def flex_backend(options: MegatronOptions) -> str:
+    """The flex dispatcher's backend Megatron uses: deepep under the deprecated --moe-enable-deepep."""
+    return "deepep" if options.moe_enable_deepep else options.moe_flex_dispatcher_backend
+
+
+def uses_backend(options: MegatronOptions, *backends: str) -> bool:
+    """Whether the flex dispatcher runs with one of `backends`."""
+    return options.moe_token_dispatcher_type == "flex" and flex_backend(options) in backends

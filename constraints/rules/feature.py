@@ -431,11 +431,13 @@ class MhcRecomputeModule(SettingsRule):
             out.append(f"'mhc' in recompute_modules requires {switch}=True.")
         if consts["recompute_mlp"]:
             out.append("'mhc' and 'mlp' in recompute_modules cannot be used together.")
-        if not consts["runs_on_dev"] and options.offload_modules:
+        offloaded = options.offload_modules or ()
+        if consts["runs_on_dev"]:
+            conflicting = [m for m in MHC_OFFLOAD_CONFLICTS_ON_DEV if m in offloaded]
+            if conflicting:
+                out.append(f"'mhc' in recompute_modules is incompatible with offload_modules {conflicting}.")
+        elif offloaded:
             out.append("'mhc' recompute cannot be combined with fine-grained activation offloading.")
-        conflicting = [m for m in MHC_OFFLOAD_CONFLICTS_ON_DEV if m in (options.offload_modules or ())]
-        if consts["runs_on_dev"] and conflicting:
-            out.append(f"'mhc' in recompute_modules is incompatible with offload_modules {conflicting}.")
         return out
 
 

@@ -17,7 +17,7 @@ from parasol.constraints.physics.comm import DEEPEP_NVL_PEERS
 from parasol.constraints.rules.feature import SettingsRule
 from parasol.problems.mapping import Mapping
 from parasol.problems.megatron.stages import MegatronStage
-from parasol.problems.options import MegatronOptions
+from parasol.problems.options import MegatronOptions, flex_backend, uses_backend
 from parasol.problems.rank_groups import domain_shares, expert_sizes, order_of
 
 CONFIG = "Megatron-LM megatron/core/transformer/transformer_config.py"
@@ -71,16 +71,6 @@ class EPRequiresExperts(Constraint):
 
     def post(self, model, v, enforce) -> None:
         model.Add(v.ep == 1).OnlyEnforceIf(enforce)
-
-
-def flex_backend(options: MegatronOptions) -> str:
-    """The flex dispatcher's backend Megatron uses: deepep under the deprecated --moe-enable-deepep."""
-    return "deepep" if options.moe_enable_deepep else options.moe_flex_dispatcher_backend
-
-
-def uses_backend(options: MegatronOptions, *backends: str) -> bool:
-    """Whether the flex dispatcher runs with one of `backends`."""
-    return options.moe_token_dispatcher_type == "flex" and flex_backend(options) in backends
 
 
 class MoERule(SettingsRule):

@@ -47,7 +47,7 @@ from parasol.problems.model.architecture import (
     ModelArchitecture,
 )
 from parasol.problems.model.catalog import load_model
-from parasol.problems.options import MegatronOptions
+from parasol.problems.options import MegatronOptions, uses_backend
 from parasol.problems.schema import RECOMPUTE_MODULES, UNPRICED_RECOMPUTE_MODULES, Training
 
 ARGS = "Megatron-LM megatron/training/arguments.py"
@@ -659,8 +659,7 @@ def hybridep_domain(parsed: ParsedLaunch, options: MegatronOptions, topology: Cl
     set 64 on NVL72), so the job is judged on K-GPU domains (noted). None when the line leaves the domain as it
     is; a K above the domain is an error, since Hybrid-EP would map ranks it cannot reach as one domain."""
     k, domain = parsed.hybridep_ranks, topology.gpus_per_nvlink_domain
-    if k is None or k == domain or not (options.moe_token_dispatcher_type == "flex"
-                                        and options.moe_flex_dispatcher_backend == "hybridep"):
+    if k is None or k == domain or not uses_backend(options, "hybridep"):
         return None
     if k > domain:
         raise InputError(f"{HYBRIDEP_DOMAIN_VARIABLE}={k} is more ranks than an NVLink domain of the job holds "

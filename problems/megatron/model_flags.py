@@ -147,6 +147,16 @@ def _attention(c: Context, hidden: int, heads: int, variant: str | None) -> dict
             "qkv_bias": f.switch("--add-qkv-bias"), **_window(c)}
 
 
+def _required(f: Flags, flag: str, variant: str, why: str, example: str) -> int:
+    """A dimension of an attention variant Megatron has no usable default for: its value, or an InputError naming
+    the flag."""
+    value = f.integer(flag)
+    if value is None:
+        raise InputError(f"--experimental-attention-variant {variant} needs {flag}: {why}.", field=flag,
+                         expected="a whole number >= 1", fix=f"pass {flag} N ({example}).")
+    return value
+
+
 DSA_VARIANT = "dsa"
 """--experimental-attention-variant of DeepSeek sparse attention (DeepSeek-V3.2; transformer_config.py:301)."""
 DSA_INDEXER_FLAGS = {"n_heads": "--dsa-indexer-n-heads", "head_dim": "--dsa-indexer-head-dim",
@@ -157,15 +167,9 @@ DSA_INDEXER_FLAGS = {"n_heads": "--dsa-indexer-n-heads", "head_dim": "--dsa-inde
 
 def _dsa_indexer(c: Context) -> dict:
     """DSA's indexer from its flags; the sparse attention is priced as dense MLA, which is noted."""
-    f = c.flags
-    shape = {}
-    for key, flag in DSA_INDEXER_FLAGS.items():
-        value = f.integer(flag)
-        if value is None:
-            raise InputError(f"--experimental-attention-variant {DSA_VARIANT} needs {flag}: the indexer's shape has no "
-                             "default (transformer_config.py:317-324).", field=flag, expected="a whole number >= 1",
-                             fix=f"pass {flag} N (DeepSeek-V3.2: 64 heads of 128, top-k 2048).")
-        shape[key] = value
+    shape = {key: _required(c.flags, flag, DSA_VARIANT, "the indexer's shape has no default "
+                            "(transformer_config.py:317-324)", "DeepSeek-V3.2: 64 heads of 128, top-k 2048")
+             for key, flag in DSA_INDEXER_FLAGS.items()}
     c.notes.append(f"--experimental-attention-variant {DSA_VARIANT}: the indexer's weights are counted; its scoring, "
                    "the top-k selection and the sparse attention (Megatron's own unfused DSAttention) are priced as "
                    "dense MLA attention")
@@ -178,15 +182,7 @@ DSV4_SOURCE = "Megatron-LM dev@d48bd6be"
 """The Megatron-LM tree whose V4 flags parasol reads (main has none): the file:line citations of the V4 readers
 below are to it."""
 INDEXER_WHY = "the CSA indexer's shape, which TransformerConfig leaves unset (transformer_config.py:325-332)"
-
-
-def _required(f: Flags, flag: str, why: str) -> int:
-    """A V4 dimension Megatron has no usable default for: its value, or an InputError naming the flag."""
-    value = f.integer(flag)
-    if value is None:
-        raise InputError(f"--experimental-attention-variant {DSV4_VARIANT} needs {flag}: {why}.", field=flag,
-                         expected="a whole number >= 1", fix=f"pass {flag} N (the DeepSeek-V4 configs give it).")
-    return value
+V4_EXAMPLE = "the DeepSeek-V4 configs give it"
 
 
 def _dsv4_head_dim(c: Context) -> int:
@@ -212,13 +208,13 @@ def _dsv4_attention(c: Context, heads: int) -> dict:
                        f"stops at TransformerConfig ({DSV4_SOURCE} transformer_config.py:1744, 'DSv4 Hybrid requires "
                        "multi_latent_attention'); parasol built the V4 attention")
     return {"kind": DSV4_VARIANT, "num_heads": heads, "head_dim": _dsv4_head_dim(c),
-            "q_lora_rank": _required(f, "--q-lora-rank", "the query's low-rank width (no default, arguments.py:4869-4873)"),
+            "q_lora_rank": _required(f, "--q-lora-rank", DSV4_VARIANT, "the query's low-rank width (no default, "
+                                     "arguments.py:4869-4873)", V4_EXAMPLE),
             "o_groups": f.integer("--o-groups") or 8, "o_lora_rank": f.integer("--o-lora-rank") or 1024,
             "qk_rope_head_dim": f.integer("--qk-pos-emb-head-dim") or 64,
             "sliding_window": f.integer("--csa-window-size") or 128,
-            "index_n_heads": _required(f, "--dsa-indexer-n-heads", INDEXER_WHY),
-            "index_head_dim": _required(f, "--dsa-indexer-head-dim", INDEXER_WHY),
-            "index_topk": _required(f, "--dsa-indexer-topk", INDEXER_WHY),
+            **{f"index_{key}": _required(f, flag, DSV4_VARIANT, INDEXER_WHY, V4_EXAMPLE)
+               for key, flag in DSA_INDEXER_FLAGS.items()},
             "compress_ratios": _compress_ratios(f)}
 
 
