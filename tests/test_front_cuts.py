@@ -367,7 +367,7 @@ def test_best_finds_nothing_unproved_when_the_fastest_cut_runs_out_of_budget() -
     row = next(r for r in enumerate_rows(problem) if (r.tp, r.pp, r.cp, r.ep, r.recompute) == (1, 8, 4, 64, "full"))
     c = row_costs(problem, replace(row, vpp=3), CalibratedStageTimes(problem))
     whole, cut_short = InterleavedCuts(c, counts), InterleavedCuts(c, counts)
-    answered, fastest_us = cut_short._fastest_time(usable)
+    answered, fastest_us = cut_short.fastest_time(usable)
     assert answered and fastest_us is not None
     layout, proved = whole.best(usable)
     assert layout is not None and proved

@@ -86,8 +86,8 @@ def test_two_halves_give_the_answer_of_one_search(problems: list, one_core: list
 @pytest.mark.parametrize("cuts", [halves_module.BY_TABLE_GROUPS.cuts, halves_module.BY_SHARED_GROUPS.cuts])
 def test_rows_the_peer_cut_beat_rows_here(problems: list, cuts: int) -> None:
     """A search takes the rows its peer cut in as dominators at an exchange (RowSearch.exchange, every `cuts`
-    rows cut, as the peer's cadence says): `top` rule-feasible rows' steps there beat a point here, as the
-    search's own would; before the exchange they do not."""
+    rows cut, as the peer's cadence says, later steps of rows cut before riding along): `top` rule-feasible rows'
+    steps there beat a point here, as the search's own would; before the exchange they do not."""
     class Peer:
         def __init__(self, cut: list) -> None:
             self.cut, self.sent, self.cuts = cut, [], cuts
@@ -106,11 +106,16 @@ def test_rows_the_peer_cut_beat_rows_here(problems: list, cuts: int) -> None:
     search.exchange()
     assert not peer.sent and not search._beaten((50, 50))
     search.unshared = [(i, passing[0], [(30, 30)]) for i in range(cuts - 1)]
+    search.cut_since = cuts - 1
     search.exchange()
     assert not peer.sent and not search._beaten((50, 50))
     search.unshared.append((cuts - 1, passing[0], [(30, 30)]))
     search.exchange()
+    assert not peer.sent
+    search.cut_since += 1
+    search.exchange()
     assert peer.sent == [[(i, passing[0], [(30, 30)]) for i in range(cuts)]] and not search.unshared
+    assert search.cut_since == 0
     assert search._beaten((50, 50)) and search._beaten((21, 5)) and not search._beaten((15, 5))
     assert not search.rows and search._dominators == 3
 

@@ -760,7 +760,8 @@ class CalibratedStageTimes:
         return price(batch_from_vectors(self._run(mapping, derived), vectors), self.coefs)
 
     def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
-                     most: np.ndarray | None = None, ep_options: tuple[EpOption, ...] | None = None) -> float:
+                     most: np.ndarray | None = None, ep_options: tuple[EpOption, ...] | None = None,
+                     slowest_s: float = 0.0) -> float:
         """A lower bound on the step seconds of every cut of the mapping (`totals`: blocks of each kind in
         the model) holding at most most_r blocks on each pipeline rank r (None: any number; e.g. what fits
         its memory), under every CP communication type and every MoE dispatcher and backend of `ep_options`
@@ -769,7 +770,8 @@ class CalibratedStageTimes:
         (pricing.rank_floor_per_microbatch) plus the least exposed EP and CP exchange seconds any of those gives
         (exchange_floor_s), and T at least their mean and at least the
         slowest rank's compute and exposed EP (recomputed too) and CP when ranks hold whole blocks
-        (_FloorParts.slowest_compute);
+        (_FloorParts.slowest_compute), and at least `slowest_s` (a bound on the slowest rank's stage seconds the
+        caller knows of the cuts it asks about, e.g. from their memory cap: reprice.tail_floor_units);
         plus the unhidden pipeline sends (pricing.pipeline_sends_floor), the data-parallel exchanges at least as
         exposed as the largest of: what their switches leave; the largest rank's whole exchange less T (at least
         the mean, pricing.data_parallel_floor and _FloorParts.whole_exchanges, and at least the heaviest rank's
@@ -791,10 +793,18 @@ class CalibratedStageTimes:
         exposed = max(exposed, whole - parts.compute_ceiling / pp, parts.heaviest_exposure(vpp, most),
                       parts.heaviest_unhidden(vpp, most))
         whole = max(whole, parts.heaviest_exchange(vpp, most))
-        least = max(parts.ranks / pp, parts.slowest_compute(vpp, most))
+        least = max(parts.ranks / pp, parts.slowest_compute(vpp, most), slowest_s)
         slowest = least if vpp * m - 1 >= vpp else max(least, whole - exposed)
         return (pipeline_time_scaled(parts.ranks, slowest, m, vpp) / vpp + max(exposed, whole - slowest)
                 + float(pipeline_sends_floor(parts.summed, coefs, vpp)[0]) + parts.optimizer / pp)
+
+    def stage_floor_lines(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
+                          ep_options: tuple[EpOption, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(a_r per rank, b_rk per rank and kind the model holds) with a_r + Σ_k b_rk·n_k at most rank r's stage
+        seconds of one microbatch holding n_k blocks of each kind, under every option of `ep_options`
+        (_FloorParts.rank_least and block_least: the lines step_floor_s bounds the slowest rank by)."""
+        parts = self._floor_parts(mapping, derived, totals, ep_options)
+        return parts.rank_least, parts.block_least
 
     def _floor_parts(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
                      ep_options: tuple[EpOption, ...] | None = None) -> _FloorParts:

@@ -835,6 +835,27 @@ def most_blocks(c: RowCosts, totals: np.ndarray, usable: int) -> np.ndarray | No
     return (base[:, None] + lightest <= usable * (1 + 1e-12)).sum(axis=1) - 1
 
 
+def rounding_slack_mb(c: RowCosts, totals: np.ndarray, usable: int) -> int | None:
+    """MB by which a rank's memory in the tables (stage_memory: each term rounded up to a whole MB) exceeds its exact
+    bytes (stage_bytes) at most, under every cut keeping each rank within `usable` MB: per rank, its edge's static
+    rounding and its in-flight share of its edge's activation rounding, each of the most blocks it can hold
+    (most_blocks) at the largest static rounding plus in-flight share of activation rounding of any kind, and a MB
+    each for the in-flight activations' own rounding, the recompute peak, the dispatch buffers, the workspace and
+    the FSDP unit buffers. None where most_blocks is."""
+    most = most_blocks(c, totals, usable)
+    if most is None:
+        return None
+    shares = _shares_of(c).floats
+    kinds = np.array(c.kind_bytes, dtype=np.int64).reshape(-1, 3)
+    edges = np.array(c.edge_bytes, dtype=np.int64).reshape(-1, 3)
+    static = np.array(c.kind_static, dtype=np.int64) * MB - kinds[:, 0]
+    held = np.array(c.kind_activation, dtype=np.int64) * MB - kinds[:, 1]
+    edge = (np.array(c.edge_static, dtype=np.int64) * MB - edges[:, 0]
+            + shares * (np.array(c.edge_activation, dtype=np.int64) * MB - edges[:, 1]))
+    per_block = (static[None, :] + shares[:, None] * held[None, :]).max(axis=1, initial=0)
+    return math.ceil(float((edge + np.maximum(most, 0) * per_block).max()) / MB) + 5
+
+
 def _whole_block_lines(c: RowCosts, totals: np.ndarray, in_bytes: bool) -> tuple[np.ndarray, np.ndarray,
                                                                                   np.ndarray] | None:
     """(A_r, w_rk, n_k): a rank r holding blocks weighs at least A_r plus w_rk for each block of kind k it

@@ -181,21 +181,69 @@ def interleaved_staircase(c: RowCosts, counts: np.ndarray, usable: int, deadline
     """Interleaved (VPP > 1): the exact staircase by branch and bound over the cut
     (solver/search/interleaved.py): per memory cap the fastest cut, then the leanest at its step time.
     Past `deadline` (perf_counter) the steps found so far, unproved."""
-    search = InterleavedCuts(c, counts, deadline)
-    points: list[CutPoint] = []
-    cap, proved = usable, True
-    while cap >= 0:
-        layout, exact = search.best(cap)
-        proved = proved and exact
+    stairs = InterleavedStairs(c, counts, usable)
+    while not stairs.done:
+        stairs.step(deadline)
+    return stairs.staircase
+
+
+class InterleavedStairs:
+    """An interleaved row's staircase built a step at a time (interleaved_staircase): under the current memory cap
+    the fastest cut, then the leanest at its step time, the cap then falling below that step's memory. A search
+    may stop between steps (row_search.RowSearch's tails: the steps left wait until no row they could beat is
+    left uncut)."""
+
+    def __init__(self, c: RowCosts, counts: np.ndarray, usable: int) -> None:
+        self.search = InterleavedCuts(c, counts)
+        self.points: list[CutPoint] = []
+        self.cap = usable
+        """The memory cap (MB) of the next step: every step left keeps each rank within it."""
+        self.proved = True
+        self.done = usable < 0
+
+    def step(self, deadline: float = math.inf) -> CutPoint | None:
+        """The next step (None, and done, when no cut is within the cap); past `deadline` (perf_counter) the
+        staircase ends here, unproved."""
+        self.search.deadline = deadline
+        layout, exact = self.search.best(self.cap)
+        self.proved = self.proved and exact
         if layout is None:
-            break
-        time_units, memory_units = search.units(layout)
-        points.append(CutPoint(time_units, memory_units, layout))
-        cap = (memory_units - 1) * MEMORY_UNIT_MB
-        if cap >= 0 and search.late():
-            proved = False
-            break
-    return Staircase(tuple(points), proved)
+            self.done = True
+            return None
+        point = CutPoint(*self.search.units(layout), layout)
+        self.points.append(point)
+        self.cap = (point.memory_units - 1) * MEMORY_UNIT_MB
+        if self.cap < 0:
+            self.done = True
+        elif self.search.late():
+            self.proved, self.done = False, True
+        return point
+
+    @property
+    def times_answered(self) -> bool:
+        """Whether the round program may answer the least slowest-rank time within a cap (next_slowest_us): a row
+        of two block kinds or more whose sequence repeats after a short lead-in (solver/search/rounds.py)."""
+        return len(self.search.relaxed.groups) >= 2 and self.search.rounds is not None
+
+    def lower_cap(self, cap_mb: int) -> None:
+        """Skip the steps above `cap_mb` (the caller has shown they can never enter the answer): the next step is the
+        fastest cut within it."""
+        self.cap = min(self.cap, cap_mb)
+        self.done = self.done or self.cap < 0
+
+    def next_slowest_us(self) -> int | None:
+        """The least slowest-rank time (µs, by the row's linear tables) of any cut within the next step's cap, where
+        the round program answers it (InterleavedCuts.fastest_time, kept for that step); None where it does not.
+        With no cut within the cap the staircase is done."""
+        answered, slowest_us = self.search.fastest_time(self.cap)
+        if answered and slowest_us is None:
+            self.done = True
+        return slowest_us if answered else None
+
+    @property
+    def staircase(self) -> Staircase:
+        """The steps found so far, best step time first."""
+        return Staircase(tuple(self.points), self.proved)
 
 
 def some_cut_fits(c: RowCosts, counts: np.ndarray, usable: int, deadline: float = math.inf) -> bool:

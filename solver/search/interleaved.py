@@ -202,6 +202,8 @@ class InterleavedCuts:
         merged = self.relaxed.counts
         self.prefix = [tuple(int(x) for x in merged[0, :, q]) for q in range(merged.shape[2])]
         """Blocks of each of the relaxation's kinds (RankTotals.groups) among the first i, i = 0..n."""
+        self._fastest_times: dict[int, int | None] = {}
+        """fastest_time's answers by cap."""
 
     def memory(self, r: int, static: int, act: int, mask: int) -> int:
         """MB of rank r holding blocks with these static and activation sums and kinds (RowCosts.stage_memory)."""
@@ -880,7 +882,7 @@ class InterleavedCuts:
         """The fastest cut within `cap_mb`, and among those the leanest (in solver units); whether proved. The
         fastest cut itself is built only when the leanest is searched from it (the round program gives its
         time alone); when its search then runs out of budget, none is found, unproved."""
-        answered, fastest_us = self._fastest_time(cap_mb)
+        answered, fastest_us = self.fastest_time(cap_mb)
         if answered:
             if fastest_us is None:
                 return None, True
@@ -896,15 +898,21 @@ class InterleavedCuts:
         lean, lean_proved = self.leanest(self.slowest_within(self.time_units(fastest_us)), cap_mb, incumbent)
         return lean, proved and lean_proved
 
-    def _fastest_time(self, cap_mb: int) -> tuple[bool, int | None]:
-        """(True, the slowest-rank time of the fastest cut within `cap_mb`, None when none fits) where `settle`
-        would take fastest's answer from the round program and it answers; else (False, None)."""
+    def fastest_time(self, cap_mb: int) -> tuple[bool, int | None]:
+        """(True, the slowest-rank time (µs, by the linear tables) of the fastest cut within `cap_mb`, None when none
+        fits) where `settle` would take fastest's answer from the round program and it answers; else (False, None).
+        An answer is kept per cap: a staircase asks for its next cap's before it asks `best` there
+        (row_search.RowSearch's tails)."""
+        if cap_mb in self._fastest_times:
+            return True, self._fastest_times[cap_mb]
         if len(self.relaxed.groups) < 2 or self.rounds is None or self.relaxation_asked_first:
             return False, None
         try:
-            return True, self.rounds.fastest_us(UNBOUNDED, cap_mb)
+            found = self.rounds.fastest_us(UNBOUNDED, cap_mb)
         except Declined:
             return False, None
+        self._fastest_times[cap_mb] = found
+        return True, found
 
 
 SPENT = "spent"

@@ -80,14 +80,26 @@ def admissible(problem: Problem, row: Row, staircase: Staircase, row_rules: tupl
     """The row's staircase with the steps the judged rules allow: none when a row rule (or a rule on the
     options the row chooses) fails on the row, else the steps whose own mapping passes every cut rule
     (the same Python verdicts explain gives, under the row's options)."""
-    problem = with_choices(problem, row)
-    row_rules = row_rules + choice_rules(problem)
-    if not staircase.points or not (row_rules or cut_rules):
+    if not staircase.points:
         return staircase
-    if row_rules and not holds(problem, row.mapping(problem), row_rules):
+    if not row_admitted(problem, row, row_rules):
         return Staircase((), staircase.proved)
-    if not cut_rules:
+    return cut_admitted(problem, row, staircase, cut_rules)
+
+
+def row_admitted(problem: Problem, row: Row, row_rules: tuple[Constraint, ...]) -> bool:
+    """Whether the row meets every row rule and every rule on the options it chooses (admissible's verdict on the
+    row, the same for each of its steps)."""
+    problem = with_choices(problem, row)
+    rules = row_rules + choice_rules(problem)
+    return not rules or holds(problem, row.mapping(problem), rules)
+
+
+def cut_admitted(problem: Problem, row: Row, staircase: Staircase, cut_rules: tuple[Constraint, ...]) -> Staircase:
+    """The staircase's steps whose own mapping passes every cut rule (admissible's verdict step by step)."""
+    if not cut_rules or not staircase.points:
         return staircase
+    problem = with_choices(problem, row)
     return Staircase(tuple(q for q in staircase.points if cut_passes(problem, row, q.layout, cut_rules)),
                      staircase.proved)
 

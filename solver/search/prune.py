@@ -11,7 +11,7 @@ agree), lazily and only as dominators.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -114,6 +114,8 @@ class TopStaircase:
         self._arrays: tuple[np.ndarray, np.ndarray] | None = None
         self._steps: dict[int, list[tuple[int, int]]] = {}
         self._arrived: list[int] = []
+        self._below: list[tuple[list[tuple[int, int]], int]] = []
+        """New steps of counted rows below their least memory, with that memory, not yet counted (add)."""
         self._counted: list[int] = []
         self._judged: dict[int, bool] = {}
         self._grid = np.zeros(0, dtype=np.int64)
@@ -122,10 +124,19 @@ class TopStaircase:
         self._top_list: list[int] = []
 
     def add(self, row: int, steps: Iterable[tuple[int, int]]) -> None:
-        """Steps (time, memory) of `row`, cut now (a row cut again adds its new steps to its old)."""
+        """Steps (time, memory) of `row`, cut now (a row cut again adds its new steps to its old). New steps of a
+        counted row that lie below its least memory, at no less than its time there, extend its staircase where
+        it had no step (the next steps of a staircase, row_search.RowSearch's tails): they are counted at once,
+        as a row of their own over those memories alone; any other new steps rebuild the order."""
         steps = list(steps)
         self._rows.extend(row for _ in steps)
         self._values.extend(steps)
+        if steps and self._judged.get(row, False):
+            memories, times = _least_times(self._steps[row])
+            if max(m for _, m in steps) < memories[0] and min(t for t, _ in steps) >= times[0]:
+                self._steps[row].extend(steps)
+                self._below.append((steps, int(memories[0])))
+                return
         self._steps.setdefault(row, []).extend(steps)
         self._arrived.append(row)
 
@@ -133,7 +144,7 @@ class TopStaircase:
         """Whether steps of `top` rule-feasible rows dominate `point` (exactly `beaten`'s answer)."""
         if self.top < 1:
             return self._scan(point)
-        if self._arrived:
+        if self._arrived or self._below:
             self._take_arrived()
         t, m = point
         at = bisect_right(self._grid_list, m) - 1
@@ -144,6 +155,14 @@ class TopStaircase:
         if below >= 0 and self._top_list[below] <= t:
             return True
         return self._scan(point)
+
+    def least_beaten_memory(self, time_units: int) -> int | None:
+        """The least memory m at which `top` rule-feasible rows hold steps faster than `time_units`: they then
+        dominate every point (t, m') with t >= time_units and m' >= m (None where no memory is so)."""
+        if self._arrived or self._below:
+            self._take_arrived()
+        at = bisect_left(self._top_list, True, key=lambda least: least < time_units)
+        return self._grid_list[at] if at < len(self._grid_list) else None
 
     def _scan(self, point: tuple[int, int]) -> bool:
         """`beaten` over every step added."""
@@ -156,8 +175,12 @@ class TopStaircase:
         """Count the rows that arrived: rebuild the order if a counted row has new steps, then judge and count
         each other row whose staircase lies below the top-th somewhere."""
         arrived, self._arrived = self._arrived, []
+        below, self._below = self._below, []
         if any(self._judged.get(r, False) for r in arrived):
             self._rebuild()
+        else:
+            for steps, above in below:
+                self._count_times(*_least_times(steps), above)
         for r in dict.fromkeys(arrived):
             if r in self._judged:
                 continue
@@ -178,9 +201,13 @@ class TopStaircase:
             self._count(r)
 
     def _count(self, row: int) -> None:
-        """Put a rule-feasible row's staircase into the order: the j-th least becomes the least of the j-th
-        and the larger of the (j-1)-th and the row's time."""
-        memories, times = _least_times(self._steps[row])
+        """Put a rule-feasible row's staircase into the order."""
+        self._count_times(*_least_times(self._steps[row]))
+        self._counted.append(row)
+
+    def _count_times(self, memories: np.ndarray, times: np.ndarray, below: int | None = None) -> None:
+        """Put a staircase (_least_times) into the order, at memories under `below` alone when given: the j-th least
+        becomes the least of the j-th and the larger of the (j-1)-th and the staircase's time."""
         grid = np.union1d(self._grid, memories)
         if len(grid) != len(self._grid):
             at = np.searchsorted(self._grid, grid, side="right") - 1
@@ -188,8 +215,9 @@ class TopStaircase:
             least[:, at >= 0] = self._least[:, at[at >= 0]]
             self._grid, self._least = grid, least
         row_times = _on_grid(memories, times, self._grid)
+        if below is not None:
+            row_times[self._grid >= below] = NONE_BELOW
         above = np.empty_like(self._least)
         above[0] = np.iinfo(np.int64).min
         above[1:] = self._least[:-1]
         self._least = np.minimum(self._least, np.maximum(above, row_times))
-        self._counted.append(row)

@@ -22,6 +22,7 @@ from parasol.problems.mapping import Mapping
 from parasol.solver.search.costs import (
     MB,
     MEMORY_UNIT_MB,
+    MICROSECONDS,
     TIME_UNIT_S,
     RowCosts,
     StageTimeModel,
@@ -118,6 +119,30 @@ def step_floor_units(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_mod
     most = None if usable is None else _most_blocks(c, counts, usable)
     return units_below(time_model.step_floor_s(mapping, c.derived, counts[0, counts.shape[0] - 1], most,
                                                ep_options))
+
+
+def tail_floor_units(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_model: StageTimeModel, slowest_us: int,
+                     ep_options: tuple[EpOption, ...] | None = None) -> int | None:
+    """Step-time units, as printed, no cut of the row goes below whose slowest rank takes at least `slowest_us` by
+    the row's linear tables (every cut within a memory cap, when `slowest_us` is the least any takes: the steps a
+    staircase has left, cuts.InterleavedStairs). A rank's stage seconds are at least the step-time model's lines
+    a_r + Σ_k b_rk·n_k (StageTimeModel.stage_floor_lines), and its linear µs are e_r + Σ_k t_k·n_k (edge_time_us,
+    kind_time_us): with β ≤ b_rk / t_k for every rank and kind (0 ≤ β ≤ 1), a_r + Σ b_rk·n_k ≥ β·(e_r + Σ t_k·n_k)
+    − (β·e_r − a_r), so the slowest rank's stage seconds are at least β·slowest_us − max_r (β·e_r − a_r), and the
+    step floor grows with them (StageTimeModel.step_floor_s's slowest_s). None for a model without those lines or a
+    kind the linear tables price at no time whose line falls with blocks."""
+    lines = getattr(time_model, "stage_floor_lines", None)
+    if lines is None:
+        return None
+    totals = counts[0, counts.shape[0] - 1]
+    least, per_block = (x * MICROSECONDS for x in lines(mapping, c.derived, totals, ep_options))
+    slopes = np.array(c.kind_time_us, dtype=float)[totals > 0]
+    if per_block.shape[1] != len(slopes) or (per_block[:, slopes <= 0] < 0).any():
+        return None
+    priced = slopes > 0
+    beta = min(1.0, max(0.0, float((per_block[:, priced] / slopes[priced]).min(initial=1.0))))
+    slowest = (beta * slowest_us - float((beta * np.array(c.edge_time_us, dtype=float) - least).max())) / MICROSECONDS
+    return units_below(time_model.step_floor_s(mapping, c.derived, totals, None, ep_options, slowest_s=slowest))
 
 
 def _most_blocks(c: RowCosts, counts: np.ndarray, usable: int) -> np.ndarray | None:

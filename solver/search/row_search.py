@@ -25,9 +25,24 @@ from parasol.constraints.physics.schedule import even_stretch
 from parasol.constraints.rules.feature import SettingsRule
 from parasol.problems.loader import Problem
 from parasol.solver.search.choices import ep_options, settled
-from parasol.solver.search.costs import RowCosts, StageTimeModel, memory_key, replaced, row_costs
-from parasol.solver.search.cuts import Staircase, row_staircase
-from parasol.solver.search.program import admissible, choice_rules, judged_rules, program_rules
+from parasol.solver.search.costs import (
+    MEMORY_UNIT_MB,
+    RowCosts,
+    StageTimeModel,
+    memory_key,
+    replaced,
+    rounding_slack_mb,
+    row_costs,
+)
+from parasol.solver.search.cuts import InterleavedStairs, Staircase, row_staircase
+from parasol.solver.search.program import (
+    admissible,
+    choice_rules,
+    cut_admitted,
+    judged_rules,
+    program_rules,
+    row_admitted,
+)
 from parasol.solver.search.prune import TopStaircase
 from parasol.solver.search.reprice import (
     compute_floor_units,
@@ -36,6 +51,8 @@ from parasol.solver.search.reprice import (
     floor_point,
     memory_floor_units,
     memory_means_units,
+    non_dominated,
+    tail_floor_units,
 )
 from parasol.solver.search.savings import (
     NONE,
@@ -81,6 +98,21 @@ class _Candidates(NamedTuple):
     candidates: FitCandidates
     exact: bool
 
+
+class _Tail(NamedTuple):
+    """The steps a cut row's interleaved staircase has left (cuts.InterleavedStairs), waiting by their floor: the
+    step time no cut within the staircase's next memory cap goes below (reprice.tail_floor_units) and the row's
+    memory floor. A row's later steps lie at ever longer step times, where the rows that beat them are cut later
+    (its first step comes up by the row's step floor), so they wait until then: on DeepSeek-V4-Flash on 32,768
+    GPUs the rows cut left 1,120 of their 1,446 steps to be beaten by rows cut after them."""
+
+    index: int
+    """The row's index among the rows cut."""
+    stairs: InterleavedStairs
+
+
+Waiting = _Screened | _Candidates | _Tail
+"""What waits in the heaps: a row screened, a row's fit candidates, or the steps a cut row has left."""
 
 Shared = list[tuple[int, Row, list[tuple[int, int]]]]
 """Rows one search cut, for its peer: (its index there, the row, its steps as (time, memory) units)."""
@@ -149,10 +181,10 @@ class RowSearch:
         self.costs: list[RowCosts] = []
         self.staircases: list[Staircase] = []
         self.fitting = 0
-        self._waiting: list[tuple[int, int, int, _Screened | _Candidates]] = []
+        self._waiting: list[tuple[int, int, int, Waiting]] = []
         """Heap of interleaved rows (VPP > 1) as (time floor, memory floor, order queued, row): flat, so the heap
         compares whole numbers."""
-        self._plain: list[tuple[int, int, int, _Screened | _Candidates]] = []
+        self._plain: list[tuple[int, int, int, Waiting]] = []
         """The same heap of the rows without interleaving (VPP 1), whose cuts are quick (_next)."""
         self._cut_short = False
         """Whether an interleaved row's fit or cut search was left open (budget or its share of the time; _next)."""
@@ -173,7 +205,9 @@ class RowSearch:
         self.peer: Peer | None = None
         """The search running beside this one over other rows, if any (exchange)."""
         self.unshared: Shared = []
-        """Rows cut here since the last exchange with the peer."""
+        """Rows cut here since the last exchange with the peer, and later steps of rows cut before (_extend)."""
+        self.cut_since = 0
+        """Rows cut here since the last exchange (the peer's `cuts` counts these, not later steps)."""
         self._popped = 0
         """Rows come up since the last exchange (those cut since are `unshared`)."""
         self._foreign: dict[int, Row] = {}
@@ -196,9 +230,9 @@ class RowSearch:
         """Give the peer the rows cut here since the last exchange and take in the rows it cut as dominators:
         their steps beat rows here as this search's own do, since the rows both searches cut all go to the
         master program. Every EXCHANGE_POPS rows come up or the peer's `cuts` cut, whichever is first."""
-        if self.peer is None or (self._popped < EXCHANGE_POPS and len(self.unshared) < self.peer.cuts):
+        if self.peer is None or (self._popped < EXCHANGE_POPS and self.cut_since < self.peer.cuts):
             return
-        cut, self.unshared, self._popped = self.unshared, [], 0
+        cut, self.unshared, self._popped, self.cut_since = self.unshared, [], 0, 0
         for index, row, steps in self.peer.exchange(cut):
             self._foreign[FOREIGN + index] = row
             self._steps.add(FOREIGN + index, steps)
@@ -207,6 +241,7 @@ class RowSearch:
         """Keep cut row i's steps for the next exchange with the peer, if any."""
         if self.peer is not None:
             self.unshared.append((i, self.rows[i], step_values(self.staircases[i])))
+            self.cut_since += 1
 
     @property
     def _dominators(self) -> int:
@@ -226,11 +261,11 @@ class RowSearch:
         heapq.heappush(self._heap_of(row), (self._screen_floor(row), 0, self._queued, _Screened(row)))
         self._queued += 1
 
-    def _heap_of(self, row: Row) -> list[tuple[int, int, int, _Screened | _Candidates]]:
+    def _heap_of(self, row: Row) -> list[tuple[int, int, int, Waiting]]:
         """The heap a row waits in: _plain without interleaving, _waiting with it."""
         return self._plain if row.vpp == 1 else self._waiting
 
-    def _next(self) -> tuple[int, int, int, _Screened | _Candidates]:
+    def _next(self) -> tuple[int, int, int, Waiting]:
         """The waiting row that comes up next: the least floor of both heaps, except that once an interleaved
         row's fit or cut search was left open, the rows without interleaving come first until `top` rows have
         steps. An interleaved row of a hybrid model can take seconds to cut (several block kinds, no exact
@@ -447,6 +482,10 @@ class RowSearch:
                 if not (self.floors and self._beaten_at_any_vpp(waiting.row, time_floor)):
                     self._judge(waiting, time_floor)
                 continue
+            if isinstance(waiting, _Tail):
+                now = time.perf_counter()
+                self._tail(waiting.index, waiting.stairs, min(deadline, now + ROW_SHARE * (deadline - now)), time_floor)
+                continue
             candidates, exact = waiting
             if not exact and self._refused(candidates.rows[0]):
                 continue
@@ -494,24 +533,103 @@ class RowSearch:
     def _cut(self, row: Row, deadline: float) -> None:
         """Settle the row's options, then cut each variant kept (choices.settled: one, unless none is no slower
         than every other): its staircase re-priced as printed and judged by the row rules (the cut search stops
-        at `deadline`, unproved)."""
+        at `deadline`, unproved). With floors, an interleaved row's first step alone is found now, and the steps it
+        has left wait (_tail)."""
         for chosen, c in settled(row_problem(self.problem, row), row, self.model_of(row)):
             i = len(self.rows)
             self.rows.append(chosen)
             self.costs.append(c)
-            self.staircases.append(self._staircase(chosen, c, deadline))
+            stairs = InterleavedStairs(c, self.counts, self.usable) if self.floors and chosen.vpp > 1 else None
+            if stairs is None or not stairs.times_answered:
+                stairs = None
+                self.staircases.append(self._staircase(chosen, c, deadline))
+            elif row_admitted(row_problem(self.problem, chosen), chosen, self.row_rules):
+                stairs.step(deadline)
+                self.staircases.append(self._priced(chosen, c, stairs.staircase))
+            else:
+                self.staircases.append(Staircase(()))
+                stairs = None
             self._steps.add(i, step_values(self.staircases[i]))
             self._share(i)
             self._stepped += bool(self.staircases[i].points)
             self._cut_short |= chosen.vpp > 1 and not self.staircases[i].proved
+            if stairs is not None:
+                self._tail(i, stairs, deadline)
 
     def _staircase(self, chosen: Row, c: RowCosts, deadline: float) -> Staircase:
         """The staircase of a settled row, re-priced as printed and judged by the row rules (the cut search
         stops at `deadline`, unproved)."""
-        stairs = admissible(row_problem(self.problem, chosen), chosen, row_staircase(c, self.counts, self.usable,
-                                                                                      deadline),
-                            self.row_rules, self.cut_rules)
+        return self._judged(chosen, c, row_staircase(c, self.counts, self.usable, deadline))
+
+    def _judged(self, chosen: Row, c: RowCosts, stairs: Staircase) -> Staircase:
+        """Steps of a settled row judged by the row and cut rules (program.admissible) and re-priced as printed."""
+        stairs = admissible(row_problem(self.problem, chosen), chosen, stairs, self.row_rules, self.cut_rules)
         return exact_staircase(c, chosen.mapping(self.problem), stairs, self.counts, self.model_of(chosen))
+
+    def _priced(self, chosen: Row, c: RowCosts, stairs: Staircase) -> Staircase:
+        """Steps of a settled row that meets the row rules (program.row_admitted) judged by the cut rules and
+        re-priced as printed."""
+        stairs = cut_admitted(row_problem(self.problem, chosen), chosen, stairs, self.cut_rules)
+        return exact_staircase(c, chosen.mapping(self.problem), stairs, self.counts, self.model_of(chosen))
+
+    def _tail(self, i: int, stairs: InterleavedStairs, deadline: float, due: int | None = None) -> None:
+        """Go on with the steps cut row i's staircase has left. Every one is a cut within the staircase's next cap,
+        so its step time is at least their floor (_tail_floor); where `top` rows cut already beat that floor at
+        some memory (TopStaircase.least_beaten_memory), the steps whose exact memory lies there can never enter the
+        answer (prune.py's argument), and the cap falls to the most any other can take in the tables (their exact
+        memory plus costs.rounding_slack_mb), or the staircase ends (proved as far as it got) when the row's memory
+        floor lies there too. Else the steps wait by their floor (_Tail), and when they come up (`due`: their
+        floor then) and it has not risen, the next step is found. Where the round program gives no floor (it does
+        not answer the next cap), the steps are found now."""
+        slack = None
+        while not stairs.done:
+            slowest = stairs.next_slowest_us()
+            if stairs.done:
+                return
+            floor = None if slowest is None else self._tail_floor(i, slowest)
+            if floor is None:
+                self._extend(i, stairs, deadline, every=True)
+                return
+            beaten_from = self._steps.least_beaten_memory(floor[0])
+            if beaten_from is not None:
+                if beaten_from <= floor[1]:
+                    return
+                slack = rounding_slack_mb(self.costs[i], self._totals, self.usable) if slack is None else slack
+                if slack is not None and (beaten_from - 1) * MEMORY_UNIT_MB + slack < stairs.cap:
+                    stairs.lower_cap((beaten_from - 1) * MEMORY_UNIT_MB + slack)
+                    continue
+            if due is not None and floor[0] <= due:
+                self._extend(i, stairs, deadline)
+                due = None
+                continue
+            heapq.heappush(self._waiting, (*floor, self._queued, _Tail(i, stairs)))
+            self._queued += 1
+            return
+
+    def _tail_floor(self, i: int, slowest_us: int) -> tuple[int, int] | None:
+        """The floor of the steps cut row i has left, whose cuts' slowest rank takes at least `slowest_us` by its
+        linear tables: (reprice.tail_floor_units, the row's memory floor); None where the step-time model gives
+        no such floor."""
+        row, c = self.rows[i], self.costs[i]
+        time_floor = tail_floor_units(c, row.mapping(self.problem), self.counts, self.model_of(row), slowest_us,
+                                      ep_options(self.problem, row))
+        return None if time_floor is None else (time_floor, memory_floor_units(c, self.counts))
+
+    def _extend(self, i: int, stairs: InterleavedStairs, deadline: float, every: bool = False) -> None:
+        """Find the next step of cut row i's staircase (`every`: each step it has left; the search stops at
+        `deadline`, unproved) and add them, judged and re-priced, to the row's steps (those no other of its steps
+        dominates), its dominators and the peer's."""
+        found = [stairs.step(deadline)]
+        while every and not stairs.done:
+            found.append(stairs.step(deadline))
+        before = self.staircases[i]
+        new = self._priced(self.rows[i], self.costs[i], Staircase(tuple(q for q in found if q is not None)))
+        self.staircases[i] = Staircase(non_dominated([*before.points, *new.points]), stairs.proved)
+        self._cut_short |= not stairs.proved
+        if new.points:
+            self._steps.add(i, step_values(new))
+            if self.peer is not None:
+                self.unshared.append((i, self.rows[i], step_values(new)))
 
     def recut_unproved(self, deadline: float) -> None:
         """Search again, with all the time left to `deadline`, the cuts of rows whose cut search stopped at its
