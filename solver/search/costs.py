@@ -84,11 +84,14 @@ class StageTimeModel(Protocol):
         ...
 
     def step_floor_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray,
-                     most: np.ndarray | None = None, ep_options: tuple[EpOption, ...] | None = None) -> float:
+                     most: np.ndarray | None = None, ep_options: tuple[EpOption, ...] | None = None,
+                     slowest_s: float = 0.0) -> float:
         """A lower bound on the exact step seconds of every cut (totals: blocks of each kind) holding at most
         most[r] blocks on pipeline rank r (None: any number; most_blocks gives what memory allows) under
         every CP communication type and every MoE dispatcher and backend of `ep_options` (None: every one): solve
-        judges a row by its floor before it settles those options (solver/search/choices.py)."""
+        judges a row by its floor before it settles those options (solver/search/choices.py). `slowest_s`: a
+        bound on the slowest rank's stage seconds the caller knows of the cuts it asks about (a model that has
+        stage_floor_lines reads it: reprice.tail_floor_units)."""
         ...
 
     def compute_per_microbatch_s(self, mapping: Mapping, derived: Derived, totals: np.ndarray) -> float:
@@ -841,9 +844,9 @@ def rounding_slack_mb(c: RowCosts, totals: np.ndarray, usable: int) -> int | Non
     rounding and its in-flight share of its edge's activation rounding, each of the most blocks it can hold
     (most_blocks) at the largest static rounding plus in-flight share of activation rounding of any kind, and a MB
     each for the in-flight activations' own rounding, the recompute peak, the dispatch buffers, the workspace and
-    the FSDP unit buffers. None where most_blocks is."""
+    the FSDP unit buffers. None where most_blocks is, or the tables hold no exact bytes."""
     most = most_blocks(c, totals, usable)
-    if most is None:
+    if most is None or not c.kind_bytes:
         return None
     shares = _shares_of(c).floats
     kinds = np.array(c.kind_bytes, dtype=np.int64).reshape(-1, 3)

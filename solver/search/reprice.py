@@ -126,11 +126,11 @@ def tail_floor_units(c: RowCosts, mapping: Mapping, counts: np.ndarray, time_mod
     """Step-time units, as printed, no cut of the row goes below whose slowest rank takes at least `slowest_us` by
     the row's linear tables (every cut within a memory cap, when `slowest_us` is the least any takes: the steps a
     staircase has left, cuts.InterleavedStairs). A rank's stage seconds are at least the step-time model's lines
-    a_r + Σ_k b_rk·n_k (StageTimeModel.stage_floor_lines), and its linear µs are e_r + Σ_k t_k·n_k (edge_time_us,
+    a_r + Σ_k b_rk·n_k (CalibratedStageTimes.stage_floor_lines), and its linear µs are e_r + Σ_k t_k·n_k (edge_time_us,
     kind_time_us): with β ≤ b_rk / t_k for every rank and kind (0 ≤ β ≤ 1), a_r + Σ b_rk·n_k ≥ β·(e_r + Σ t_k·n_k)
     − (β·e_r − a_r), so the slowest rank's stage seconds are at least β·slowest_us − max_r (β·e_r − a_r), and the
-    step floor grows with them (StageTimeModel.step_floor_s's slowest_s). None for a model without those lines or a
-    kind the linear tables price at no time whose line falls with blocks."""
+    step floor grows with them (StageTimeModel.step_floor_s's slowest_s). None for a model without those lines (a
+    test's) or a kind the linear tables price at no time whose line falls with blocks."""
     lines = getattr(time_model, "stage_floor_lines", None)
     if lines is None:
         return None
