@@ -181,10 +181,7 @@ def interleaved_staircase(c: RowCosts, counts: np.ndarray, usable: int, deadline
     """Interleaved (VPP > 1): the exact staircase by branch and bound over the cut
     (solver/search/interleaved.py): per memory cap the fastest cut, then the leanest at its step time.
     Past `deadline` (perf_counter) the steps found so far, unproved."""
-    stairs = InterleavedStairs(c, counts, usable)
-    while not stairs.done:
-        stairs.step(deadline)
-    return stairs.staircase
+    return InterleavedStairs(c, counts, usable).rest(deadline)
 
 
 class InterleavedStairs:
@@ -218,6 +215,12 @@ class InterleavedStairs:
         elif self.search.late():
             self.proved, self.done = False, True
         return point
+
+    def rest(self, deadline: float = math.inf) -> Staircase:
+        """The whole staircase: every step left found now (past `deadline`, perf_counter, those found, unproved)."""
+        while not self.done:
+            self.step(deadline)
+        return self.staircase
 
     @property
     def times_answered(self) -> bool:

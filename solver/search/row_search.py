@@ -36,7 +36,6 @@ from parasol.solver.search.costs import (
 )
 from parasol.solver.search.cuts import InterleavedStairs, Staircase, row_staircase
 from parasol.solver.search.program import (
-    admissible,
     choice_rules,
     cut_admitted,
     judged_rules,
@@ -540,14 +539,13 @@ class RowSearch:
             self.rows.append(chosen)
             self.costs.append(c)
             stairs = InterleavedStairs(c, self.counts, self.usable) if self.floors and chosen.vpp > 1 else None
-            if stairs is None or not stairs.times_answered:
-                stairs = None
-                self.staircases.append(self._staircase(chosen, c, deadline))
-            elif row_admitted(row_problem(self.problem, chosen), chosen, self.row_rules):
+            admitted = row_admitted(row_problem(self.problem, chosen), chosen, self.row_rules)
+            if stairs is not None and stairs.times_answered and admitted:
                 stairs.step(deadline)
                 self.staircases.append(self._priced(chosen, c, stairs.staircase))
             else:
-                self.staircases.append(Staircase(()))
+                whole = row_staircase(c, self.counts, self.usable, deadline) if stairs is None else stairs.rest(deadline)
+                self.staircases.append(self._judged(chosen, c, whole, admitted))
                 stairs = None
             self._steps.add(i, step_values(self.staircases[i]))
             self._share(i)
@@ -556,15 +554,10 @@ class RowSearch:
             if stairs is not None:
                 self._tail(i, stairs, deadline)
 
-    def _staircase(self, chosen: Row, c: RowCosts, deadline: float) -> Staircase:
-        """The staircase of a settled row, re-priced as printed and judged by the row rules (the cut search
-        stops at `deadline`, unproved)."""
-        return self._judged(chosen, c, row_staircase(c, self.counts, self.usable, deadline))
-
-    def _judged(self, chosen: Row, c: RowCosts, stairs: Staircase) -> Staircase:
-        """Steps of a settled row judged by the row and cut rules (program.admissible) and re-priced as printed."""
-        stairs = admissible(row_problem(self.problem, chosen), chosen, stairs, self.row_rules, self.cut_rules)
-        return exact_staircase(c, chosen.mapping(self.problem), stairs, self.counts, self.model_of(chosen))
+    def _judged(self, chosen: Row, c: RowCosts, whole: Staircase, admitted: bool) -> Staircase:
+        """A settled row's whole staircase judged by the rules (`admitted`: whether the row meets its row rules,
+        program.row_admitted; else no step is kept) and re-priced as printed (_priced)."""
+        return self._priced(chosen, c, whole) if admitted else Staircase((), whole.proved)
 
     def _priced(self, chosen: Row, c: RowCosts, stairs: Staircase) -> Staircase:
         """Steps of a settled row that meets the row rules (program.row_admitted) judged by the cut rules and
@@ -639,7 +632,9 @@ class RowSearch:
         for i, stairs in enumerate(self.staircases):
             if stairs.proved or time.perf_counter() > deadline:
                 continue
-            again = self._staircase(self.rows[i], self.costs[i], deadline)
+            row, c = self.rows[i], self.costs[i]
+            again = self._judged(row, c, row_staircase(c, self.counts, self.usable, deadline),
+                                 row_admitted(row_problem(self.problem, row), row, self.row_rules))
             self.staircases[i] = again
             self._steps.add(i, step_values(again))
             self._share(i)
