@@ -4,7 +4,9 @@ beaten by steps of `top` other rows (prune.beaten, the rules assumed to hold: an
 staircase early could save). A staircase is searched one memory cap at a time (InterleavedCuts.best: the fastest
 cut within the cap, then the leanest at its step time); a cap's search counts as not needed when its printed
 step and every later one are beaten, or when it found nothing (the search that ends the staircase). Each problem
-is solved once in this process, in one search (no second core: the worker's cut searches could not be timed).
+is solved once in this process, in one search (no second core: the worker's cut searches could not be timed), with
+every staircase built whole (no tails: row_search.RowSearch._tail ends or skips the steps it shows beaten, the
+saving this measures the bound of).
 
 Run: python bench/staircase_steps.py [--only NAME ...] [--catalog] [--time-limit 60]
 """
@@ -33,13 +35,17 @@ class CutRow(NamedTuple):
 
 
 def record_cut_rows() -> list[CutRow]:
-    """Time every staircase the row search builds from now on, and each cap's search within it."""
+    """Time every staircase the row search builds from now on (whole: its tails off), and each cap's search
+    within it."""
+    import parasol.solver.search.cuts as cuts
     import parasol.solver.search.interleaved as interleaved
     import parasol.solver.search.row_search as row_search
 
     rows: list[CutRow] = []
     caps: list[tuple[tuple[int, ...] | None, float]] = []
-    best, staircase = interleaved.InterleavedCuts.best, row_search.RowSearch._staircase
+    built: list[float] = [0.0]
+    best, judged = interleaved.InterleavedCuts.best, row_search.RowSearch._judged
+    whole, rest = row_search.row_staircase, cuts.InterleavedStairs.rest
 
     def timed_best(self, cap_mb):  # noqa: ANN001, ANN202 - a pass-through timer
         start = time.perf_counter()
@@ -47,16 +53,25 @@ def record_cut_rows() -> list[CutRow]:
         caps.append((found[0], time.perf_counter() - start))
         return found
 
-    def timed_staircase(self, chosen, c, deadline):  # noqa: ANN001, ANN202 - a pass-through timer
-        caps.clear()
-        start = time.perf_counter()
-        stairs = staircase(self, chosen, c, deadline)
-        rows.append(CutRow(chosen.vpp, time.perf_counter() - start, list(caps),
-                           {q.layout: (q.time_units, q.memory_units) for q in stairs.points}))
-        return stairs
+    def timed(build):  # noqa: ANN001, ANN202 - a pass-through timer of a whole staircase
+        def run(*args):  # noqa: ANN002, ANN202
+            caps.clear()
+            start = time.perf_counter()
+            stairs = build(*args)
+            built[0] = time.perf_counter() - start
+            return stairs
+        return run
+
+    def recorded(self, chosen, c, stairs, admitted):  # noqa: ANN001, ANN202 - records the row's printed steps
+        priced = judged(self, chosen, c, stairs, admitted)
+        rows.append(CutRow(chosen.vpp, built[0], list(caps),
+                           {q.layout: (q.time_units, q.memory_units) for q in priced.points}))
+        return priced
 
     interleaved.InterleavedCuts.best = timed_best
-    row_search.RowSearch._staircase = timed_staircase
+    row_search.row_staircase, cuts.InterleavedStairs.rest = timed(whole), timed(rest)
+    row_search.RowSearch._judged = recorded
+    cuts.InterleavedStairs.times_answered = property(lambda self: False)
     return rows
 
 

@@ -31,13 +31,13 @@ def _cut_order(problem, monkeypatch: pytest.MonkeyPatch, open_interleaved: bool)
     """The rows one search cuts, in order, with whether each has steps; `open_interleaved`: every interleaved
     row's staircase is reported unproved (as when its search runs out of budget), its steps unchanged."""
     if open_interleaved:
-        staircase = RowSearch._staircase
+        judged = RowSearch._judged
 
-        def unproved(self, chosen, c, deadline):  # noqa: ANN001, ANN202
-            stairs = staircase(self, chosen, c, deadline)
+        def unproved(self, chosen, c, whole, admitted):  # noqa: ANN001, ANN202
+            stairs = judged(self, chosen, c, whole, admitted)
             return dataclasses.replace(stairs, proved=False) if chosen.vpp > 1 else stairs
 
-        monkeypatch.setattr(RowSearch, "_staircase", unproved)
+        monkeypatch.setattr(RowSearch, "_judged", unproved)
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     search = RowSearch(problem, CalibratedStageTimes(problem), counts, usable_mb(problem), TOP, True)
     search_rows(search, enumerate_rows(problem), float("inf"))
