@@ -223,10 +223,11 @@ class InterleavedStairs:
         return self.staircase
 
     @property
-    def times_answered(self) -> bool:
-        """Whether the round program may answer the least slowest-rank time within a cap (next_slowest_us): a row
-        of two block kinds or more whose sequence repeats after a short lead-in (solver/search/rounds.py)."""
-        return len(self.search.relaxed.groups) >= 2 and self.search.rounds is not None
+    def stepwise(self) -> bool:
+        """Whether the staircase is worth building a step at a time, each step's floor known before its search
+        (next_slowest_us): a row of two block kinds or more, whose steps each take a search; a row of one kind
+        has its whole staircase from the relaxation at once, for less than its steps asked one by one."""
+        return len(self.search.relaxed.groups) >= 2
 
     def lower_cap(self, cap_mb: int) -> None:
         """Skip the steps above `cap_mb` (the caller has shown they can never enter the answer): the next step is the
@@ -234,11 +235,13 @@ class InterleavedStairs:
         self.cap = min(self.cap, cap_mb)
         self.done = self.done or self.cap < 0
 
-    def next_slowest_us(self) -> int | None:
-        """The least slowest-rank time (µs, by the row's linear tables) of any cut within the next step's cap, where
-        the round program answers it (InterleavedCuts.fastest_time, kept for that step); None where it does not.
-        With no cut within the cap the staircase is done."""
-        answered, slowest_us = self.search.fastest_time(self.cap)
+    def next_slowest_us(self, deadline: float = math.inf) -> int | None:
+        """A slowest-rank time (µs, by the row's linear tables) that no cut within the next step's cap goes below
+        (InterleavedCuts.slowest_floor: the least itself where the round program answers it, kept for that step;
+        else the relaxation's); None where neither answers by `deadline` (perf_counter). With no cut within the cap
+        the staircase is done."""
+        self.search.deadline = deadline
+        answered, slowest_us = self.search.slowest_floor(self.cap)
         if answered and slowest_us is None:
             self.done = True
         return slowest_us if answered else None

@@ -204,6 +204,8 @@ class InterleavedCuts:
         """Blocks of each of the relaxation's kinds (RankTotals.groups) among the first i, i = 0..n."""
         self._fastest_times: dict[int, int | None] = {}
         """fastest_time's answers by cap."""
+        self._relaxed_floors: dict[int, int | None] = {}
+        """slowest_floor's relaxation answers by cap."""
 
     def memory(self, r: int, static: int, act: int, mask: int) -> int:
         """MB of rank r holding blocks with these static and activation sums and kinds (RowCosts.stage_memory)."""
@@ -913,6 +915,22 @@ class InterleavedCuts:
             return False, None
         self._fastest_times[cap_mb] = found
         return True, found
+
+    def slowest_floor(self, cap_mb: int) -> tuple[bool, int | None]:
+        """(True, a slowest-rank time (µs, by the linear tables) that no cut within `cap_mb` goes below, None when no
+        cut is within it) without a cut search: fastest_time's exact answer where the round program gives it, else
+        the relaxation's least (RankTotals.fastest_us: every cut's ranks hold kind counts the relaxation allows, so
+        none is faster, and none fits where no relaxed cut does), kept per cap; (False, None) when the relaxation is
+        cut off by the deadline."""
+        answered, found = self.fastest_time(cap_mb)
+        if answered:
+            return True, found
+        if cap_mb not in self._relaxed_floors:
+            try:
+                self._relaxed_floors[cap_mb] = self.relaxed.fastest_us(cap_mb, UNBOUNDED)
+            except OutOfBudget:
+                return False, None
+        return True, self._relaxed_floors[cap_mb]
 
 
 SPENT = "spent"

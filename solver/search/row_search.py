@@ -540,7 +540,7 @@ class RowSearch:
             self.costs.append(c)
             stairs = InterleavedStairs(c, self.counts, self.usable) if self.floors and chosen.vpp > 1 else None
             admitted = row_admitted(row_problem(self.problem, chosen), chosen, self.row_rules)
-            if stairs is not None and stairs.times_answered and admitted:
+            if stairs is not None and stairs.stepwise and admitted:
                 stairs.step(deadline)
                 self.staircases.append(self._priced(chosen, c, stairs.staircase))
             else:
@@ -572,11 +572,11 @@ class RowSearch:
         answer (prune.py's argument), and the cap falls to the most any other can take in the tables (their exact
         memory plus costs.rounding_slack_mb), or the staircase ends (proved as far as it got) when the row's memory
         floor lies there too. Else the steps wait by their floor (_Tail), and when they come up (`due`: their
-        floor then) and it has not risen, the next step is found. Where the round program gives no floor (it does
-        not answer the next cap), the steps are found now."""
+        floor then) and it has not risen, the next step is found. Where no floor is known by `deadline` (the relaxation
+        cut off where the round program does not answer: InterleavedStairs.next_slowest_us), the steps are found now."""
         slack = None
         while not stairs.done:
-            slowest = stairs.next_slowest_us()
+            slowest = stairs.next_slowest_us(deadline)
             if stairs.done:
                 return
             floor = None if slowest is None else self._tail_floor(i, slowest)
