@@ -105,10 +105,17 @@ def test_tail_floor_is_below_every_cut_as_slow_by_the_tables(name: str) -> None:
     assert raised > 20
 
 
-@pytest.mark.parametrize("name", ["deepseek-v4-pro-1024", "deepseek-v4-pro-8192"])
+def _problem(name: str):  # noqa: ANN202
+    """A bundled problem by name, or the irregular hybrid (HYBRID)."""
+    return load_problem_text(HYBRID) if name == "irregular-hybrid" else load_problem(ROOT / "problems" / f"{name}.yaml")
+
+
+@pytest.mark.parametrize("name", ["deepseek-v4-pro-1024", "deepseek-v4-pro-8192",
+                                  pytest.param("irregular-hybrid", marks=pytest.mark.slow)])
 def test_waiting_tails_give_the_answer_of_every_step_from_fewer(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """solve with tails (the steps a staircase has left waiting, skipped or dropped by their floors) returns
-    the mappings, values and bounds of solve cutting every step at once, asking the cut search fewer steps."""
+    the mappings, values and bounds of solve cutting every step at once, asking the cut search fewer steps: on
+    the irregular hybrid too, whose steps' floors are the relaxation's (476 steps against 1,138 when written)."""
     asked: list[int] = []
     best = interleaved.InterleavedCuts.best
 
@@ -121,7 +128,7 @@ def test_waiting_tails_give_the_answer_of_every_step_from_fewer(name: str, monke
     for tails in (True, False):
         if not tails:
             monkeypatch.setattr(cuts.InterleavedStairs, "stepwise", property(lambda self: False))
-        problem = load_problem(ROOT / "problems" / f"{name}.yaml")
+        problem = _problem(name)
         asked.append(0)
         result = solve(problem, CalibratedStageTimes(problem), top=10, time_limit_s=120, two_cores=False)
         assert result.status == "optimal"
@@ -157,29 +164,3 @@ def test_relaxed_floor_is_below_the_fastest_cut_within_each_cap() -> None:
                 assert floor <= min(within), (row, cap)
                 checked += 1
     assert checked > 10 and none > 0
-
-
-@pytest.mark.slow
-def test_relaxed_floors_give_a_hybrids_answer_from_fewer_steps(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On the irregular hybrid, whose staircases take their steps' floors from the relaxation, solve with tails
-    returns the mappings, values and bounds of solve cutting every step at once, asking the cut search fewer
-    steps (476 against 1,138 when written)."""
-    asked: list[int] = []
-    best = interleaved.InterleavedCuts.best
-
-    def counted(self, cap_mb: int):  # noqa: ANN001, ANN202
-        asked[-1] += 1
-        return best(self, cap_mb)
-
-    monkeypatch.setattr(interleaved.InterleavedCuts, "best", counted)
-    answers = []
-    for tails in (True, False):
-        if not tails:
-            monkeypatch.setattr(cuts.InterleavedStairs, "stepwise", property(lambda self: False))
-        problem = load_problem_text(HYBRID)
-        asked.append(0)
-        result = solve(problem, CalibratedStageTimes(problem), top=10, time_limit_s=120, two_cores=False)
-        assert result.status == "optimal"
-        answers.append([(m.pareto_rank, m.front_values, m.bound, m.explanation.mapping) for m in result.mappings])
-    assert answers[0] == answers[1]
-    assert asked[0] < asked[1]
