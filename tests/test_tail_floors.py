@@ -140,12 +140,13 @@ def test_waiting_tails_give_the_answer_of_every_step_from_fewer(name: str, monke
 def test_relaxed_floor_is_below_the_fastest_cut_within_each_cap() -> None:
     """Where no round program answers (an irregular hybrid), InterleavedCuts.slowest_floor is the relaxation's least
     slowest-rank time within the cap: at most that of every cut within it (checked over one cut per distinct holding,
-    tests/every_cut.py, on sampled interleaved rows), and None only where no cut is within it."""
+    tests/every_cut.py, on sampled interleaved rows), mostly within 1% of the least, and None only where no cut is
+    within it."""
     problem = load_problem_text(HYBRID)
     counts = interval_counts(prefix_counts(problem, block_kinds(problem)))
     usable = usable_mb(problem)
     rows = [r for r in enumerate_rows(problem) if r.vpp > 1]
-    checked = none = 0
+    checked = none = close = 0
     for row in random.Random(51).sample(rows, 12):
         c = row_costs(problem, row, CalibratedStageTimes(problem))
         search = interleaved.InterleavedCuts(c, counts)
@@ -163,4 +164,5 @@ def test_relaxed_floor_is_below_the_fastest_cut_within_each_cap() -> None:
             elif within:
                 assert floor <= min(within), (row, cap)
                 checked += 1
-    assert checked > 10 and none > 0
+                close += floor * 100 >= min(within) * 99
+    assert checked > 10 and none > 0 and close * 2 > checked
