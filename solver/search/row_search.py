@@ -236,11 +236,12 @@ class RowSearch:
             self._foreign[FOREIGN + index] = row
             self._steps.add(FOREIGN + index, steps)
 
-    def _share(self, i: int) -> None:
-        """Keep cut row i's steps for the next exchange with the peer, if any."""
+    def _share(self, i: int, steps: Staircase | None = None) -> None:
+        """Keep steps of cut row i for the next exchange with the peer, if any: its whole staircase when it is
+        cut (counted in cut_since), or `steps` found later (_extend), which ride along."""
         if self.peer is not None:
-            self.unshared.append((i, self.rows[i], step_values(self.staircases[i])))
-            self.cut_since += 1
+            self.unshared.append((i, self.rows[i], step_values(self.staircases[i] if steps is None else steps)))
+            self.cut_since += steps is None
 
     @property
     def _dominators(self) -> int:
@@ -482,8 +483,7 @@ class RowSearch:
                     self._judge(waiting, time_floor)
                 continue
             if isinstance(waiting, _Tail):
-                now = time.perf_counter()
-                self._tail(waiting.index, waiting.stairs, min(deadline, now + ROW_SHARE * (deadline - now)), time_floor)
+                self._tail(waiting.index, waiting.stairs, _row_deadline(deadline), time_floor)
                 continue
             candidates, exact = waiting
             if not exact and self._refused(candidates.rows[0]):
@@ -494,8 +494,7 @@ class RowSearch:
                     self._wait_again(own, candidates)
                     continue
                 exact = True
-            now = time.perf_counter()
-            row_deadline = min(deadline, now + ROW_SHARE * (deadline - now))
+            row_deadline = _row_deadline(deadline)
             if not candidates.settled:
                 fitted, proved = resolve_fit(candidates, self.counts, self.usable, row_deadline)
                 if fitted is None:
@@ -621,8 +620,7 @@ class RowSearch:
         self._cut_short |= not stairs.proved
         if new.points:
             self._steps.add(i, step_values(new))
-            if self.peer is not None:
-                self.unshared.append((i, self.rows[i], step_values(new)))
+            self._share(i, new)
 
     def recut_unproved(self, deadline: float) -> None:
         """Search again, with all the time left to `deadline`, the cuts of rows whose cut search stopped at its
@@ -638,6 +636,12 @@ class RowSearch:
             self.staircases[i] = again
             self._steps.add(i, step_values(again))
             self._share(i)
+
+
+def _row_deadline(deadline: float) -> float:
+    """When one row's fit or cut search stops: its ROW_SHARE of the time left to `deadline`."""
+    now = time.perf_counter()
+    return min(deadline, now + ROW_SHARE * (deadline - now))
 
 
 def search_rows(search: RowSearch, ordered: tuple[Row, ...], deadline: float,
